@@ -1,0 +1,75 @@
+/* The interface every backend implements (a table of function pointers, as
+ * ggml's backends). Core owns argument checks, planning and the public
+ * objects; a backend only discovers devices, moves memory, compiles and
+ * launches what a plan asks for. It knows nothing of tiling policy.
+ *
+ * Handles: a backend's context, buffer and plan objects are opaque void *
+ * to core. Errors are reported with fa_fail() (core/fa_internal.h). */
+#ifndef FA_BACKEND_H
+#define FA_BACKEND_H
+
+#include "flashattn.h"
+
+#include <stddef.h>
+
+typedef struct fa_plan_s fa_plan_s;
+
+/* Tensors of one call, as backend buffer handles. Offsets and strides are in
+ * the plan's descriptor. */
+typedef struct fa_fwd_args {
+    void *q, *k, *v, *o, *lse;
+} fa_fwd_args;
+
+typedef struct fa_bwd_args {
+    void *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
+} fa_bwd_args;
+
+typedef struct fa_backend_ops {
+    fa_backend id;
+    const char *name;
+
+    /* Load the runtime and enumerate devices. Called once by core; returns
+     * FA_ERR_BACKEND_UNAVAILABLE with the reason written to reason when the
+     * runtime or any device is missing. */
+    fa_status (*init)(char *reason, size_t reason_size);
+    int (*device_count)(void);
+    fa_status (*device_info)(int index, fa_device_info *info);
+
+    fa_status (*context_create)(int index, void **ctx);
+    void (*context_destroy)(void *ctx);
+    fa_status (*context_synchronize)(void *ctx);
+    fa_status (*context_native)(void *ctx, void **native_context, void **native_queue);
+
+    fa_status (*buffer_alloc)(void *ctx, size_t bytes, void **buf);
+    fa_status (*buffer_wrap)(void *ctx, void *native, size_t bytes, void **buf);
+    void (*buffer_free)(void *ctx, void *buf);
+    fa_status (*buffer_upload)(void *ctx, void *buf, size_t offset, const void *src, size_t bytes);
+    fa_status (*buffer_download)(void *ctx, void *buf, size_t offset, void *dst, size_t bytes);
+    void *(*buffer_native)(void *ctx, void *buf);
+
+    /* Compile or load from the kernel cache what the plan needs; allocate
+     * its workspace. FA_ERR_UNSUPPORTED (with the reason) for an option the
+     * backend cannot run. */
+    fa_status (*plan_prepare)(void *ctx, const fa_plan_s *plan, void **plan_impl);
+    void (*plan_release)(void *ctx, void *plan_impl);
+    fa_status (*forward)(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args);
+    fa_status (*backward)(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
+    /* Device time of the plan's last pass; NULL where the backend cannot time. */
+    fa_status (*last_time_ms)(void *ctx, void *plan_impl, double *ms);
+} fa_backend_ops;
+
+/* Backends compiled into this build (NULL entries for those left out). */
+const fa_backend_ops *fa_backend_ops_get(fa_backend backend);
+
+extern const fa_backend_ops fa_reference_backend;
+#ifdef FA_WITH_OPENCL
+extern const fa_backend_ops fa_opencl_backend;
+#endif
+#ifdef FA_WITH_CUDA
+extern const fa_backend_ops fa_cuda_backend;
+#endif
+#ifdef FA_WITH_HIP
+extern const fa_backend_ops fa_hip_backend;
+#endif
+
+#endif

@@ -1,0 +1,22 @@
+/* Storage conversions for fp16 and bf16 (round to nearest even), used by the
+ * CPU reference, the tests and the host side of every backend. */
+#ifndef FA_DTYPE_H
+#define FA_DTYPE_H
+
+#include "flashattn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+uint16_t fa_f32_to_f16(float x);
+float fa_f16_to_f32(uint16_t h);
+uint16_t fa_f32_to_bf16(float x);
+float fa_bf16_to_f32(uint16_t b);
+
+/* Element i of an array of the given dtype, as double / stored from double
+ * (rounding once, from double to the storage type through float for
+ * fp16/bf16 is NOT used: double -> storage rounds directly to nearest even). */
+double fa_load_elem(const void *base, fa_dtype dtype, int64_t index);
+void fa_store_elem(void *base, fa_dtype dtype, int64_t index, double value);
+
+#endif

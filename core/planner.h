@@ -1,0 +1,38 @@
+/* The planner and IO model (GUIDE section 3): plain C, no vendor headers. */
+#ifndef FA_PLANNER_H
+#define FA_PLANNER_H
+
+#include "flashattn.h"
+
+/* Local memory (bytes) one work-group of the given variant needs for a tile
+ * shape. Kernels declare exactly this much; tests hold them to it. */
+size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br,
+                         int bc, int stages);
+
+/* IO model: predicted HBM traffic, FLOPs and roofline time of one pass for a
+ * kernel plan (fused) or of standard attention. */
+fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
+                    const fa_kernel_plan *plan);
+fa_cost fa_io_standard(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass);
+/* FLOPs as the FlashAttention papers count them: forward 4 * b * h * sq * sk * d
+ * over the visible fraction of the score matrix, backward 2.5x that. */
+double fa_attention_flops(const fa_attention_desc *desc, fa_pass pass);
+/* Fraction of the sq x sk score matrix (summed over the batch) the masks leave visible. */
+double fa_visible_fraction(const fa_attention_desc *desc);
+
+/* Peak rates the roofline uses (FLOP/s, bytes/s) for a dtype on a device. */
+double fa_device_peak_flops(const fa_device_desc *dev, fa_dtype dtype, int allow_tf32);
+double fa_device_bandwidth(const fa_device_desc *dev);
+
+/* Devices described by hand (GUIDE section 3): the planner's tests, fa-info
+ * --describe, and the OpenCL tests that force other vendors' tiles onto PoCL. */
+typedef struct fa_described_device {
+    const char *key;            /* "h100", "mi250x", "arc-a770", "nvidia-opencl", "pocl-cpu" */
+    fa_device_desc desc;
+} fa_described_device;
+
+int fa_described_device_count(void);
+const fa_described_device *fa_described_device_get(int index);
+const fa_described_device *fa_described_device_find(const char *key);
+
+#endif

@@ -1,0 +1,69 @@
+/* The CPU reference: plain loops, fp64 accumulation, every option of the
+ * attention descriptor. It defines what every kernel must compute.
+ *
+ * Semantics (GUIDE section 2), for query row i of sequence b, head h, and
+ * kv head hk = h / (heads_q / heads_kv):
+ *   s_j   = scale * q_i . k_j                  for visible keys j (masks)
+ *   L_i   = log sum_j exp(s_j)                 (-inf if no key is visible)
+ *   p_j   = exp(s_j - L_i)
+ *   o_i   = sum_j p_j * z_j / (1 - p_drop) * v_j   z_j: dropout keep bit
+ * A row with no visible key gives o_i = 0 and L_i = -inf.
+ * Backward, from (Q, K, V, O, L, dO):
+ *   D_i    = dO_i . O_i
+ *   dP_ij  = z_ij / (1 - p_drop) * dO_i . v_j
+ *   dS_ij  = p_ij * (dP_ij - D_i)
+ *   dQ_i   = scale * sum_j dS_ij k_j
+ *   dK_j   = scale * sum_{i, heads sharing hk} dS_ij q_i
+ *   dV_j   = sum_{i, heads sharing hk} p_ij z_ij / (1 - p_drop) dO_i
+ */
+#ifndef FA_REFERENCE_H
+#define FA_REFERENCE_H
+
+#include "flashattn.h"
+
+#include <stdint.h>
+
+/* Visibility of key j to query i (positions within one sequence of lengths
+ * sq, sk), for the causal, window and block-sparse masks of desc. */
+int fa_ref_visible(const fa_attention_desc *desc, int sq, int sk, int i, int j);
+
+/* Sequence b's query / key token range [*start, *start + *len) in the
+ * packed (varlen) or batched layout. */
+void fa_ref_seq_q(const fa_attention_desc *desc, int b, int64_t *start, int *len);
+void fa_ref_seq_k(const fa_attention_desc *desc, int b, int64_t *start, int *len);
+
+/* Element index of (b, token t within sequence b, head h, dim x) in a tensor
+ * laid out by layout (strides resolved: 0 means packed). */
+int64_t fa_ref_index(const fa_attention_desc *desc, const fa_tensor_desc *layout, int heads,
+                     int b, int t, int h, int x);
+/* Index of L for (b, h, t). */
+int64_t fa_ref_lse_index(const fa_attention_desc *desc, int b, int h, int t);
+
+/* Number of elements a tensor spans (max index + 1) for the given layout. */
+int64_t fa_ref_tensor_span(const fa_attention_desc *desc, const fa_tensor_desc *layout, int heads,
+                           int is_query);
+
+/* fp64 core on double arrays (laid out as the descriptor says; dtypes in the
+ * descriptor are ignored). The desc must have passed fa_attention_desc_check. */
+void fa_ref_forward_f64(const fa_attention_desc *desc, const double *q, const double *k,
+                        const double *v, double *o, double *lse);
+void fa_ref_backward_f64(const fa_attention_desc *desc, const double *q, const double *k,
+                         const double *v, const double *o, const double *lse,
+                         const double *dout, double *dq, double *dk, double *dv);
+
+/* On storage arrays of the descriptor's dtypes: inputs converted exactly to
+ * double, outputs rounded once (nearest even) to the storage dtype; L fp32. */
+fa_status fa_ref_forward(const fa_attention_desc *desc, const void *q, const void *k,
+                         const void *v, void *o, float *lse);
+fa_status fa_ref_backward(const fa_attention_desc *desc, const void *q, const void *k,
+                          const void *v, const void *o, const float *lse, const void *dout,
+                          void *dq, void *dk, void *dv);
+
+/* Unfused standard attention (S and P materialised), in the storage dtype's
+ * precision: S rounded to the dtype, softmax in fp32, P rounded to the dtype,
+ * O = P V accumulated in fp32. The second opinion GUIDE section 2 compares
+ * errors against ("no worse than twice unfused attention in the dtype"). */
+fa_status fa_ref_standard_forward(const fa_attention_desc *desc, const void *q, const void *k,
+                                  const void *v, void *o, float *lse);
+
+#endif

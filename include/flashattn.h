@@ -1,0 +1,357 @@
+/*
+ * flashattn: exact, fused attention (FlashAttention) across OpenCL, HIP and CUDA.
+ *
+ * One public header, C11. Handles are opaque; no vendor type appears in a
+ * signature (native objects cross the boundary as void *).
+ *
+ * Thread safety
+ * -------------
+ * - fa_version, fa_status_string, fa_last_error, fa_device_count,
+ *   fa_device_get_info, fa_backend_get_status, fa_attention_desc_init,
+ *   fa_plan_for_device and fa_plan_info_format may be called from any thread
+ *   at any time.
+ * - fa_last_error is per thread: it describes the last failing call made by
+ *   the calling thread.
+ * - Objects (context, buffer, plan) of DIFFERENT contexts may be used from
+ *   different threads concurrently.
+ * - Calls that touch the SAME context, or a buffer or plan created from it,
+ *   must be serialised by the caller (as with a cuBLAS handle or a
+ *   cl_command_queue shared between threads).
+ */
+#ifndef FLASHATTN_H
+#define FLASHATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FA_VERSION_MAJOR 0
+#define FA_VERSION_MINOR 1
+#define FA_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum fa_status {
+    FA_SUCCESS = 0,
+    FA_ERR_NULL_POINTER,        /* a required pointer argument is NULL */
+    FA_ERR_INVALID_SIZE,        /* a size is zero, negative or too large */
+    FA_ERR_UNSUPPORTED_HEAD_DIM,/* head_dim not a multiple of 8 in [8, 256] */
+    FA_ERR_HEADS_MISMATCH,      /* heads_q is not a multiple of heads_kv */
+    FA_ERR_BAD_STRIDE,          /* strides overlap or are not representable */
+    FA_ERR_OUT_OF_BOUNDS,       /* a tensor runs past the end of its buffer */
+    FA_ERR_MISALIGNED,          /* offset or stride not 16-byte aligned */
+    FA_ERR_FOREIGN_BUFFER,      /* a buffer belongs to another context */
+    FA_ERR_DTYPE_MISMATCH,      /* tensors of one call disagree on dtype */
+    FA_ERR_BAD_DROPOUT,         /* dropout p outside [0, 1) or not finite */
+    FA_ERR_BAD_MASK,            /* block mask of the wrong size, bad window */
+    FA_ERR_BAD_SCALE,           /* softmax scale not finite or not > 0 */
+    FA_ERR_BAD_SEQLENS,         /* variable-length offsets not valid */
+    FA_ERR_INVALID_ARGUMENT,    /* any other argument out of its domain */
+    FA_ERR_BACKEND_UNAVAILABLE, /* runtime library missing or no devices */
+    FA_ERR_DEVICE_NOT_FOUND,    /* no device with that backend and index */
+    FA_ERR_OUT_OF_MEMORY,       /* host or device allocation failed */
+    FA_ERR_COMPILE,             /* a kernel failed to compile (log attached) */
+    FA_ERR_LAUNCH,              /* a kernel launch or device call failed */
+    FA_ERR_UNSUPPORTED,         /* valid request this backend cannot run */
+    FA_ERR_IO,                  /* file system error (kernel cache) */
+    FA_ERR_INTERNAL,            /* a bug: please report it */
+    FA_STATUS_COUNT
+} fa_status;
+
+/* A fixed, human-readable name for a status code; never NULL. */
+const char *fa_status_string(fa_status status);
+
+/* Details of the last failure on the calling thread (names the argument,
+ * carries compiler logs and runtime messages); "" if none. The pointer stays
+ * valid until the next failing call on the same thread. */
+const char *fa_last_error(void);
+
+/* Library version as "MAJOR.MINOR.PATCH"; the numbers through the pointers
+ * when they are not NULL. */
+const char *fa_version(int *major, int *minor, int *patch);
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef enum fa_backend {
+    FA_BACKEND_ANY = -1,      /* only as an argument: pick the best device */
+    FA_BACKEND_REFERENCE = 0, /* the CPU reference (fp64), always present */
+    FA_BACKEND_OPENCL = 1,
+    FA_BACKEND_CUDA = 2,
+    FA_BACKEND_HIP = 3,
+    FA_BACKEND_COUNT = 4
+} fa_backend;
+
+const char *fa_backend_name(fa_backend backend);
+
+/* Whether a backend was compiled in and its runtime could be loaded. On
+ * failure the reason (e.g. "libcuda.so.1: cannot open shared object file")
+ * is written to reason. Never fails because a runtime is missing: returns
+ * FA_ERR_BACKEND_UNAVAILABLE with the reason instead. */
+fa_status fa_backend_get_status(fa_backend backend, char *reason, size_t reason_size);
+
+typedef enum fa_device_type {
+    FA_DEVICE_CPU = 0,
+    FA_DEVICE_GPU = 1,
+    FA_DEVICE_ACCELERATOR = 2
+} fa_device_type;
+
+/* What the planner knows of a device. Filled from run-time queries by the
+ * backends; can also be filled by hand to plan for a device that is not here. */
+typedef struct fa_device_desc {
+    char name[128];
+    char vendor[64];
+    char arch[32];              /* "sm_90", "gfx90a", "" if unknown */
+    fa_backend backend;
+    fa_device_type type;
+    size_t local_mem_bytes;     /* usable local/shared memory per work-group */
+    int max_work_group_size;
+    int simd_width;             /* warp / wavefront / preferred sub-group */
+    int compute_units;          /* SMs, CUs, Xe-cores, CPU cores */
+    int clock_mhz;
+    double bandwidth_gbs;       /* global memory, GB/s (read + write) */
+    int bandwidth_measured;     /* 1: measured by a copy kernel; 0: queried */
+    size_t global_mem_bytes;
+    double fp32_flops_per_clock_cu;   /* vector FMA rate: 2 * lanes */
+    double matrix_flops_per_clock_cu; /* fp16/bf16 matrix units; 0: none */
+    int matrix_m, matrix_n, matrix_k; /* matrix-instruction shape; 0: none */
+} fa_device_desc;
+
+typedef struct fa_device_info {
+    fa_backend backend;
+    int index;                  /* index within its backend */
+    char driver_version[64];
+    fa_device_desc desc;
+} fa_device_info;
+
+/* Devices of every backend compiled in whose runtime loaded, in a stable
+ * order (backend, then index). Backends that are unavailable contribute none
+ * and do not make these calls fail. */
+fa_status fa_device_count(int *count);
+fa_status fa_device_get_info(int global_index, fa_device_info *info);
+
+/* ------------------------------------------------------------------------ */
+/* Contexts and buffers                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fa_context_s *fa_context;
+typedef struct fa_buffer_s *fa_buffer;
+
+/* Open a context. backend = FA_BACKEND_ANY and index = -1 pick the best
+ * device: a GPU before a CPU, CUDA before HIP before OpenCL, the reference
+ * last. With a backend and index = -1, the best device of that backend. */
+fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx);
+fa_status fa_context_get_info(fa_context ctx, fa_device_info *info);
+/* Wait for all work queued on the context to finish. */
+fa_status fa_context_synchronize(fa_context ctx);
+/* Native objects: OpenCL: cl_context and cl_command_queue; CUDA: CUcontext
+ * and CUstream; HIP: the device ordinal (as intptr_t) and hipStream_t. */
+fa_status fa_context_get_native(fa_context ctx, void **native_context, void **native_queue);
+fa_status fa_context_destroy(fa_context ctx);
+
+fa_status fa_buffer_alloc(fa_context ctx, size_t bytes, fa_buffer *buf);
+/* Wrap memory owned by the caller (zero copy): a cl_mem, a CUdeviceptr cast
+ * through uintptr_t to void *, or a HIP device pointer. The buffer does not
+ * free it. */
+fa_status fa_buffer_wrap(fa_context ctx, void *native, size_t bytes, fa_buffer *buf);
+fa_status fa_buffer_upload(fa_buffer buf, size_t offset, const void *src, size_t bytes);
+fa_status fa_buffer_download(fa_buffer buf, size_t offset, void *dst, size_t bytes);
+fa_status fa_buffer_size(fa_buffer buf, size_t *bytes);
+fa_status fa_buffer_get_native(fa_buffer buf, void **native);
+fa_status fa_buffer_free(fa_buffer buf);
+
+/* ------------------------------------------------------------------------ */
+/* Attention descriptor                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef enum fa_dtype {
+    FA_DTYPE_F32 = 0,
+    FA_DTYPE_F16 = 1,
+    FA_DTYPE_BF16 = 2
+} fa_dtype;
+
+size_t fa_dtype_size(fa_dtype dtype);
+const char *fa_dtype_name(fa_dtype dtype);
+
+/* Layout of one 4-D tensor [batch, seq, heads, head_dim] in a buffer.
+ * Strides and offset count ELEMENTS of the tensor's dtype; head_dim is
+ * contiguous. A stride of 0 means "packed" (the FlashAttention layout
+ * [batch, seq, heads, head_dim]). Offsets and non-zero strides must be
+ * multiples of 16 bytes. With variable-length batches, stride_batch is
+ * ignored: tokens of all sequences are packed along seq. */
+typedef struct fa_tensor_desc {
+    fa_dtype dtype;
+    int64_t offset;
+    int64_t stride_batch;
+    int64_t stride_seq;
+    int64_t stride_head;
+} fa_tensor_desc;
+
+typedef enum fa_algorithm {
+    FA_ALGO_FUSED = 0,    /* FlashAttention: tiled, N x N never in memory */
+    FA_ALGO_STANDARD = 1  /* S and P materialised in global memory */
+} fa_algorithm;
+
+typedef struct fa_attention_desc {
+    int batch;
+    int seqlen_q;
+    int seqlen_k;
+    int heads_q;
+    int heads_kv;               /* heads_q % heads_kv == 0 (MQA, GQA) */
+    int head_dim;               /* multiple of 8, 8 .. 256 */
+
+    /* Layouts. O, dO and dQ use q's dtype; dO and O use o's layout, dQ q's,
+     * dK k's, dV v's. The log-sum-exp is fp32, packed
+     * [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]). */
+    fa_tensor_desc q, k, v, o;
+
+    float softmax_scale;        /* 0: 1 / sqrt(head_dim) */
+
+    /* Masks combine (a key is visible when every enabled mask allows it).
+     * causal: key j is visible to query i iff j <= i + seqlen_k - seqlen_q
+     * (bottom-right aligned). window: iff
+     *   i + seqlen_k - seqlen_q - window_left <= j <= i + seqlen_k - seqlen_q + window_right,
+     * a negative bound meaning unlimited on that side. */
+    int causal;
+    int window_left;            /* -1: unlimited */
+    int window_right;           /* -1: unlimited */
+
+    /* Block-sparse: one byte per (block_q x block_k) block, row-major
+     * [ceil(seqlen_q / block_q)][ceil(seqlen_k / block_k)], shared by all
+     * batches and heads; 0 masks the block. Host memory, copied at plan
+     * creation; NULL disables the mask. */
+    const uint8_t *block_mask;
+    size_t block_mask_bytes;
+    int block_q;
+    int block_k;
+
+    /* Dropout on P with probability p; the mask is Philox4x32-10 of
+     * (seed, offset, batch, head, row, column): see fa_dropout_keep. */
+    float dropout_p;
+    uint64_t dropout_seed;
+    uint64_t dropout_offset;
+
+    /* Variable-length batches (flash_attn_varlen): batch + 1 cumulative
+     * token offsets for queries and keys, host memory, copied at plan
+     * creation. seqlen_q / seqlen_k then give the longest sequence. NULL
+     * for fixed-length batches. */
+    const int32_t *cu_seqlens_q;
+    const int32_t *cu_seqlens_k;
+
+    fa_algorithm algorithm;
+    int deterministic;          /* bit-identical results run to run */
+    int allow_tf32;             /* fp32 inputs may use TF32 matrix units */
+} fa_attention_desc;
+
+/* Defaults: fp32 packed tensors, no masks, no dropout, fused, scale from
+ * head_dim, windows unlimited. Shapes are zero and must be set. */
+void fa_attention_desc_init(fa_attention_desc *desc);
+
+/* Total number of query / key tokens (sum over the batch). */
+int64_t fa_attention_total_q(const fa_attention_desc *desc);
+int64_t fa_attention_total_k(const fa_attention_desc *desc);
+
+/* Full argument check of a descriptor, without a device; the message names
+ * the offending field. */
+fa_status fa_attention_desc_check(const fa_attention_desc *desc);
+
+/* The dropout decision every backend makes for one element (1 keep, 0 drop);
+ * batch is the sequence index, row and col are positions within it. */
+int fa_dropout_keep(uint64_t seed, uint64_t offset, float p, int batch, int head,
+                    int heads_q, int row, int col);
+
+/* ------------------------------------------------------------------------ */
+/* Plans                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum fa_pass {
+    FA_PASS_FORWARD = 0,
+    FA_PASS_BACKWARD = 1
+} fa_pass;
+
+typedef enum fa_variant {
+    FA_VARIANT_SIMT = 0,      /* scalar FMA, any device */
+    FA_VARIANT_MMA = 1,       /* matrix units (tensor cores, MFMA, XMX) */
+    FA_VARIANT_SPLITK = 2,    /* decoding: keys split, merged through L */
+    FA_VARIANT_STANDARD = 3   /* unfused: S and P in global memory */
+} fa_variant;
+
+const char *fa_variant_name(fa_variant variant);
+
+/* Predicted cost of one pass (the IO model). */
+typedef struct fa_cost {
+    double hbm_read_bytes;
+    double hbm_write_bytes;
+    double flops;
+    double compute_ms;          /* flops / peak rate */
+    double memory_ms;           /* bytes / bandwidth */
+    double roofline_ms;         /* max of the two */
+} fa_cost;
+
+typedef struct fa_kernel_plan {
+    fa_variant variant;
+    int br;                     /* tile rows (queries) */
+    int bc;                     /* tile columns (keys) */
+    int work_group_size;
+    int simd_width;
+    int thread_rows;            /* rows of the tile held per work-item */
+    int thread_cols;            /* columns of the tile per work-item */
+    int split_k;                /* key splits merged through L; 1: none */
+    int stages;                 /* local-memory buffers for K/V tiles */
+    int num_work_groups;
+    size_t local_mem_bytes;     /* local memory one work-group uses */
+    size_t workspace_bytes;     /* global scratch (dQ accumulator, splits) */
+    fa_cost cost;
+} fa_kernel_plan;
+
+typedef struct fa_plan_info {
+    fa_algorithm algorithm;
+    fa_kernel_plan forward;
+    fa_kernel_plan backward;
+    fa_cost standard_forward;   /* unfused attention on the same shape */
+    fa_cost standard_backward;
+    fa_cost fused_forward;      /* fused attention on the same shape */
+    fa_cost fused_backward;
+} fa_plan_info;
+
+/* The planner alone: plan a problem for a described device (which need not
+ * be present). Deterministic: same inputs, same plan. */
+fa_status fa_plan_for_device(const fa_device_desc *device, const fa_attention_desc *desc,
+                             fa_plan_info *info);
+/* A printable description of a plan; truncated to fit out (always
+ * NUL-terminated). Returns the length it needed, excluding the NUL. */
+size_t fa_plan_info_format(const fa_plan_info *info, char *out, size_t out_size);
+
+typedef struct fa_plan_s *fa_plan;
+
+/* Plan a problem on a context: checks the descriptor, runs the planner on the
+ * context's device, compiles (or loads from the kernel cache) the kernels,
+ * allocates workspace. */
+fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan *plan);
+fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info);
+fa_status fa_plan_destroy(fa_plan plan);
+
+/* O and the log-sum-exp L. Buffers must belong to the plan's context and
+ * hold their tensors as the descriptor lays them out. */
+fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v,
+                     fa_buffer o, fa_buffer lse);
+/* dQ, dK, dV from Q, K, V, O, L and dO (P recomputed from L). */
+fa_status fa_backward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v,
+                      fa_buffer o, fa_buffer lse, fa_buffer dout,
+                      fa_buffer dq, fa_buffer dk, fa_buffer dv);
+
+/* Device time of the last fa_forward / fa_backward on this plan, measured
+ * with the backend's events; FA_ERR_UNSUPPORTED where it cannot time. */
+fa_status fa_plan_last_time_ms(fa_plan plan, double *ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHATTN_H */

@@ -1,0 +1,31 @@
+/* Helpers shared by the tests: random tensors, error norms. */
+#ifndef FA_TEST_UTIL_H
+#define FA_TEST_UTIL_H
+
+#include "flashattn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* xoshiro-style generator: deterministic per seed, independent of libc. */
+typedef struct fa_rng {
+    uint64_t s[2];
+} fa_rng;
+
+void fa_rng_seed(fa_rng *rng, uint64_t seed);
+uint64_t fa_rng_next(fa_rng *rng);
+/* Uniform in [lo, hi). */
+double fa_rng_uniform(fa_rng *rng, double lo, double hi);
+/* Standard normal (Box-Muller). */
+double fa_rng_normal(fa_rng *rng);
+
+/* count elements of dtype, each drawn from N(0, 1) then rounded to dtype. */
+void *fa_test_random_tensor(fa_rng *rng, fa_dtype dtype, int64_t count);
+/* Fill count elements with NaN (the poison every output gets before a run). */
+void fa_test_poison(void *data, fa_dtype dtype, int64_t count);
+
+/* ||a - b|| / ||b|| over count elements; returns INFINITY if any element of
+ * a is NaN or infinite (where b is finite). */
+double fa_test_rel_error(const void *a, const void *b, fa_dtype dtype, int64_t count);
+
+#endif

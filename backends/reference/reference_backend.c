@@ -1,0 +1,182 @@
+/* The CPU reference exposed as a device: host memory buffers, and passes
+ * computed by core/reference.c in fp64. It needs no runtime, so the API is
+ * usable (and testable) on any machine; it is ranked last when the library
+ * picks the best device. Plans are made for it like for any device, but the
+ * reference does not tile: its plan is nominal. */
+#include "backend.h"
+#include "fa_internal.h"
+#include "plan.h"
+#include "reference.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct ref_buffer {
+    unsigned char *data;
+    size_t bytes;
+    int owned;
+} ref_buffer;
+
+typedef struct ref_plan {
+    double last_ms;
+    int has_time;
+} ref_plan;
+
+static fa_status ref_init(char *reason, size_t reason_size) { return FA_SUCCESS; }
+
+static int ref_device_count(void) { return 1; }
+
+static fa_status ref_device_info(int index, fa_device_info *info) {
+    memset(info, 0, sizeof *info);
+    info->backend = FA_BACKEND_REFERENCE;
+    info->index = index;
+    strcpy(info->driver_version, fa_version(NULL, NULL, NULL));
+    fa_device_desc *d = &info->desc;
+    strcpy(d->name, "CPU reference (fp64, single thread)");
+    strcpy(d->vendor, "flashattn");
+    strcpy(d->arch, "host");
+    d->backend = FA_BACKEND_REFERENCE;
+    d->type = FA_DEVICE_CPU;
+    /* Nominal figures: the reference runs plain loops on one core. */
+    d->local_mem_bytes = 1u << 20;
+    d->max_work_group_size = 1024;
+    d->simd_width = 1;
+    d->compute_units = 1;
+    d->clock_mhz = 1000;
+    d->bandwidth_gbs = 10.0;
+    d->global_mem_bytes = (size_t)1 << 32;
+    d->fp32_flops_per_clock_cu = 2.0;
+    return FA_SUCCESS;
+}
+
+static fa_status ref_context_create(int index, void **ctx) {
+    /* The reference has no device state; any non-NULL token will do. */
+    static int token;
+    *ctx = &token;
+    return FA_SUCCESS;
+}
+
+static void ref_context_destroy(void *ctx) {}
+
+static fa_status ref_context_synchronize(void *ctx) { return FA_SUCCESS; }
+
+static fa_status ref_context_native(void *ctx, void **native_context, void **native_queue) {
+    *native_context = NULL;
+    *native_queue = NULL;
+    return FA_SUCCESS;
+}
+
+static fa_status ref_buffer_alloc(void *ctx, size_t bytes, void **buf) {
+    ref_buffer *b = malloc(sizeof *b);
+    unsigned char *data = malloc(bytes);
+    if (!b || !data) {
+        free(b);
+        free(data);
+        return fa_fail(FA_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of host memory", bytes);
+    }
+    b->data = data;
+    b->bytes = bytes;
+    b->owned = 1;
+    *buf = b;
+    return FA_SUCCESS;
+}
+
+static fa_status ref_buffer_wrap(void *ctx, void *native, size_t bytes, void **buf) {
+    ref_buffer *b = malloc(sizeof *b);
+    if (!b) return fa_fail(FA_ERR_OUT_OF_MEMORY, "buffer allocation failed");
+    b->data = native;
+    b->bytes = bytes;
+    b->owned = 0;
+    *buf = b;
+    return FA_SUCCESS;
+}
+
+static void ref_buffer_free(void *ctx, void *buf) {
+    ref_buffer *b = buf;
+    if (b->owned) free(b->data);
+    free(b);
+}
+
+static fa_status ref_buffer_upload(void *ctx, void *buf, size_t offset, const void *src, size_t bytes) {
+    memcpy(((ref_buffer *)buf)->data + offset, src, bytes);
+    return FA_SUCCESS;
+}
+
+static fa_status ref_buffer_download(void *ctx, void *buf, size_t offset, void *dst, size_t bytes) {
+    memcpy(dst, ((ref_buffer *)buf)->data + offset, bytes);
+    return FA_SUCCESS;
+}
+
+static void *ref_buffer_native(void *ctx, void *buf) { return ((ref_buffer *)buf)->data; }
+
+static fa_status ref_plan_prepare(void *ctx, const fa_plan_s *plan, void **plan_impl) {
+    ref_plan *p = calloc(1, sizeof *p);
+    if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
+    *plan_impl = p;
+    return FA_SUCCESS;
+}
+
+static void ref_plan_release(void *ctx, void *plan_impl) { free(plan_impl); }
+
+static double seconds_now(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define DATA(h) (((ref_buffer *)(h))->data)
+
+static fa_status ref_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *a) {
+    ref_plan *p = plan_impl;
+    double t0 = seconds_now();
+    fa_status st = plan->desc.algorithm == FA_ALGO_STANDARD
+                       ? fa_ref_standard_forward(&plan->desc, DATA(a->q), DATA(a->k), DATA(a->v), DATA(a->o),
+                                                 (float *)(void *)DATA(a->lse))
+                       : fa_ref_forward(&plan->desc, DATA(a->q), DATA(a->k), DATA(a->v), DATA(a->o),
+                                        (float *)(void *)DATA(a->lse));
+    p->last_ms = 1e3 * (seconds_now() - t0);
+    p->has_time = st == FA_SUCCESS;
+    return st;
+}
+
+static fa_status ref_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *a) {
+    ref_plan *p = plan_impl;
+    double t0 = seconds_now();
+    fa_status st = fa_ref_backward(&plan->desc, DATA(a->q), DATA(a->k), DATA(a->v), DATA(a->o),
+                                   (const float *)(const void *)DATA(a->lse), DATA(a->dout), DATA(a->dq),
+                                   DATA(a->dk), DATA(a->dv));
+    p->last_ms = 1e3 * (seconds_now() - t0);
+    p->has_time = st == FA_SUCCESS;
+    return st;
+}
+
+static fa_status ref_last_time_ms(void *ctx, void *plan_impl, double *ms) {
+    ref_plan *p = plan_impl;
+    if (!p->has_time) return fa_fail(FA_ERR_UNSUPPORTED, "no pass has run on this plan");
+    *ms = p->last_ms;
+    return FA_SUCCESS;
+}
+
+const fa_backend_ops fa_reference_backend = {
+    .id = FA_BACKEND_REFERENCE,
+    .name = "reference",
+    .init = ref_init,
+    .device_count = ref_device_count,
+    .device_info = ref_device_info,
+    .context_create = ref_context_create,
+    .context_destroy = ref_context_destroy,
+    .context_synchronize = ref_context_synchronize,
+    .context_native = ref_context_native,
+    .buffer_alloc = ref_buffer_alloc,
+    .buffer_wrap = ref_buffer_wrap,
+    .buffer_free = ref_buffer_free,
+    .buffer_upload = ref_buffer_upload,
+    .buffer_download = ref_buffer_download,
+    .buffer_native = ref_buffer_native,
+    .plan_prepare = ref_plan_prepare,
+    .plan_release = ref_plan_release,
+    .forward = ref_forward,
+    .backward = ref_backward,
+    .last_time_ms = ref_last_time_ms,
+};

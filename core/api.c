@@ -1,0 +1,426 @@
+/* The public API: backend registry, devices, contexts, buffers and plans.
+ * Every entry point checks its arguments here, so backends receive only
+ * valid requests. */
+#include "desc.h"
+#include "fa_internal.h"
+#include "philox.h"
+#include "plan.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- backends */
+
+const fa_backend_ops *fa_backend_ops_get(fa_backend backend) {
+    switch (backend) {
+    case FA_BACKEND_REFERENCE: return &fa_reference_backend;
+#ifdef FA_WITH_OPENCL
+    case FA_BACKEND_OPENCL: return &fa_opencl_backend;
+#endif
+#ifdef FA_WITH_CUDA
+    case FA_BACKEND_CUDA: return &fa_cuda_backend;
+#endif
+#ifdef FA_WITH_HIP
+    case FA_BACKEND_HIP: return &fa_hip_backend;
+#endif
+    default: return NULL;
+    }
+}
+
+const char *fa_backend_name(fa_backend backend) {
+    switch (backend) {
+    case FA_BACKEND_ANY: return "any";
+    case FA_BACKEND_REFERENCE: return "reference";
+    case FA_BACKEND_OPENCL: return "opencl";
+    case FA_BACKEND_CUDA: return "cuda";
+    case FA_BACKEND_HIP: return "hip";
+    default: return "unknown";
+    }
+}
+
+/* Each backend's runtime is loaded once, on first use, under one lock. */
+typedef struct backend_state {
+    int initialised;
+    fa_status status;
+    char reason[512];
+} backend_state;
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static backend_state backend_states[FA_BACKEND_COUNT];
+
+static fa_status backend_init(fa_backend backend, const fa_backend_ops **ops_out) {
+    if ((int)backend < 0 || backend >= FA_BACKEND_COUNT)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "backend = %d is not a fa_backend", (int)backend);
+    const fa_backend_ops *ops = fa_backend_ops_get(backend);
+    if (!ops)
+        return fa_fail(FA_ERR_BACKEND_UNAVAILABLE, "the %s backend was not compiled into this build",
+                       fa_backend_name(backend));
+    pthread_mutex_lock(&registry_lock);
+    backend_state *st = &backend_states[backend];
+    if (!st->initialised) {
+        st->reason[0] = '\0';
+        st->status = ops->init(st->reason, sizeof st->reason);
+        if (st->status != FA_SUCCESS && st->reason[0] == '\0')
+            snprintf(st->reason, sizeof st->reason, "%s", fa_last_error());
+        st->initialised = 1;
+    }
+    fa_status status = st->status;
+    pthread_mutex_unlock(&registry_lock);
+    if (status != FA_SUCCESS)
+        return fa_fail(FA_ERR_BACKEND_UNAVAILABLE, "%s backend unavailable: %s", fa_backend_name(backend),
+                       st->reason);
+    *ops_out = ops;
+    return FA_SUCCESS;
+}
+
+fa_status fa_backend_get_status(fa_backend backend, char *reason, size_t reason_size) {
+    const fa_backend_ops *ops = NULL;
+    fa_status status = backend_init(backend, &ops);
+    if (reason && reason_size) snprintf(reason, reason_size, "%s", status == FA_SUCCESS ? "" : fa_last_error());
+    return status;
+}
+
+/* ----------------------------------------------------------------- devices */
+
+fa_status fa_device_count(int *count) {
+    if (!count) return fa_fail(FA_ERR_NULL_POINTER, "count is NULL");
+    int total = 0;
+    for (int b = 0; b < FA_BACKEND_COUNT; b++) {
+        const fa_backend_ops *ops;
+        if (backend_init((fa_backend)b, &ops) == FA_SUCCESS) total += ops->device_count();
+    }
+    *count = total;
+    return FA_SUCCESS;
+}
+
+/* Global device index -> (backend, index within it). */
+static fa_status locate_device(int global_index, const fa_backend_ops **ops_out, int *local) {
+    if (global_index < 0) return fa_fail(FA_ERR_DEVICE_NOT_FOUND, "device index %d is negative", global_index);
+    int base = 0;
+    for (int b = 0; b < FA_BACKEND_COUNT; b++) {
+        const fa_backend_ops *ops;
+        if (backend_init((fa_backend)b, &ops) != FA_SUCCESS) continue;
+        int n = ops->device_count();
+        if (global_index < base + n) {
+            *ops_out = ops;
+            *local = global_index - base;
+            return FA_SUCCESS;
+        }
+        base += n;
+    }
+    return fa_fail(FA_ERR_DEVICE_NOT_FOUND, "device index %d: only %d devices present", global_index, base);
+}
+
+fa_status fa_device_get_info(int global_index, fa_device_info *info) {
+    if (!info) return fa_fail(FA_ERR_NULL_POINTER, "info is NULL");
+    const fa_backend_ops *ops;
+    int local;
+    FA_CHECK(locate_device(global_index, &ops, &local));
+    memset(info, 0, sizeof *info);
+    return ops->device_info(local, info);
+}
+
+/* Rank for "the best available device": GPUs first, then vendor runtimes
+ * before the portable one, the reference last. Lower is better. */
+static int device_rank(const fa_device_info *info) {
+    int backend_order = info->backend == FA_BACKEND_CUDA ? 0 : info->backend == FA_BACKEND_HIP ? 1
+                      : info->backend == FA_BACKEND_OPENCL ? 2 : 3;
+    int type_order = info->desc.type == FA_DEVICE_GPU ? 0 : info->desc.type == FA_DEVICE_ACCELERATOR ? 1 : 2;
+    if (info->backend == FA_BACKEND_REFERENCE) type_order = 3;
+    return type_order * 4 + backend_order;
+}
+
+static fa_status pick_best(fa_backend only, const fa_backend_ops **ops_out, int *local_out) {
+    int best_rank = 1 << 30;
+    const fa_backend_ops *best_ops = NULL;
+    int best_local = -1;
+    for (int b = 0; b < FA_BACKEND_COUNT; b++) {
+        if (only != FA_BACKEND_ANY && b != (int)only) continue;
+        const fa_backend_ops *ops;
+        if (backend_init((fa_backend)b, &ops) != FA_SUCCESS) {
+            if (only != FA_BACKEND_ANY) return FA_ERR_BACKEND_UNAVAILABLE; /* message already set */
+            continue;
+        }
+        for (int i = 0; i < ops->device_count(); i++) {
+            fa_device_info info;
+            memset(&info, 0, sizeof info);
+            if (ops->device_info(i, &info) != FA_SUCCESS) continue;
+            int rank = device_rank(&info);
+            if (rank < best_rank) {
+                best_rank = rank;
+                best_ops = ops;
+                best_local = i;
+            }
+        }
+    }
+    if (!best_ops)
+        return fa_fail(FA_ERR_DEVICE_NOT_FOUND, "no device found for backend %s", fa_backend_name(only));
+    *ops_out = best_ops;
+    *local_out = best_local;
+    return FA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- contexts */
+
+fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx) {
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    *ctx = NULL;
+    if (backend < FA_BACKEND_ANY || backend >= FA_BACKEND_COUNT)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "backend = %d is not a fa_backend", (int)backend);
+    const fa_backend_ops *ops = NULL;
+    int local = index;
+    if (index < 0) {
+        FA_CHECK(pick_best(backend, &ops, &local));
+    } else if (backend == FA_BACKEND_ANY) {
+        FA_CHECK(locate_device(index, &ops, &local));
+    } else {
+        FA_CHECK(backend_init(backend, &ops));
+        if (index >= ops->device_count())
+            return fa_fail(FA_ERR_DEVICE_NOT_FOUND, "%s device %d: the backend has %d devices",
+                           fa_backend_name(backend), index, ops->device_count());
+    }
+    struct fa_context_s *c = calloc(1, sizeof *c);
+    if (!c) return fa_fail(FA_ERR_OUT_OF_MEMORY, "context allocation failed");
+    c->ops = ops;
+    fa_status st = ops->context_create(local, &c->impl);
+    /* Read the description after creation: creating a context may measure
+     * what enumeration only estimated (memory bandwidth). */
+    if (st == FA_SUCCESS) st = ops->device_info(local, &c->info);
+    if (st != FA_SUCCESS) {
+        if (c->impl) ops->context_destroy(c->impl);
+        free(c);
+        return st;
+    }
+    *ctx = c;
+    return FA_SUCCESS;
+}
+
+fa_status fa_context_get_info(fa_context ctx, fa_device_info *info) {
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    if (!info) return fa_fail(FA_ERR_NULL_POINTER, "info is NULL");
+    *info = ctx->info;
+    return FA_SUCCESS;
+}
+
+fa_status fa_context_synchronize(fa_context ctx) {
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    return ctx->ops->context_synchronize(ctx->impl);
+}
+
+fa_status fa_context_get_native(fa_context ctx, void **native_context, void **native_queue) {
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    void *c = NULL, *q = NULL;
+    FA_CHECK(ctx->ops->context_native(ctx->impl, &c, &q));
+    if (native_context) *native_context = c;
+    if (native_queue) *native_queue = q;
+    return FA_SUCCESS;
+}
+
+fa_status fa_context_destroy(fa_context ctx) {
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    ctx->ops->context_destroy(ctx->impl);
+    free(ctx);
+    return FA_SUCCESS;
+}
+
+/* ----------------------------------------------------------------- buffers */
+
+static fa_status buffer_new(fa_context ctx, void *impl, size_t bytes, fa_buffer *buf) {
+    struct fa_buffer_s *b = calloc(1, sizeof *b);
+    if (!b) {
+        ctx->ops->buffer_free(ctx->impl, impl);
+        return fa_fail(FA_ERR_OUT_OF_MEMORY, "buffer handle allocation failed");
+    }
+    b->ctx = ctx;
+    b->impl = impl;
+    b->bytes = bytes;
+    *buf = b;
+    return FA_SUCCESS;
+}
+
+fa_status fa_buffer_alloc(fa_context ctx, size_t bytes, fa_buffer *buf) {
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "buf is NULL");
+    *buf = NULL;
+    if (bytes == 0) return fa_fail(FA_ERR_INVALID_SIZE, "bytes is 0");
+    void *impl = NULL;
+    FA_CHECK(ctx->ops->buffer_alloc(ctx->impl, bytes, &impl));
+    return buffer_new(ctx, impl, bytes, buf);
+}
+
+fa_status fa_buffer_wrap(fa_context ctx, void *native, size_t bytes, fa_buffer *buf) {
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    if (!native) return fa_fail(FA_ERR_NULL_POINTER, "native is NULL");
+    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "buf is NULL");
+    *buf = NULL;
+    if (bytes == 0) return fa_fail(FA_ERR_INVALID_SIZE, "bytes is 0");
+    void *impl = NULL;
+    FA_CHECK(ctx->ops->buffer_wrap(ctx->impl, native, bytes, &impl));
+    return buffer_new(ctx, impl, bytes, buf);
+}
+
+static fa_status check_range(fa_buffer buf, size_t offset, const void *host, size_t bytes, const char *host_name) {
+    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "buf is NULL");
+    if (!host) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", host_name);
+    if (offset > buf->bytes || bytes > buf->bytes - offset)
+        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "range [%zu, %zu + %zu) runs past the buffer's %zu bytes", offset,
+                       offset, bytes, buf->bytes);
+    return FA_SUCCESS;
+}
+
+fa_status fa_buffer_upload(fa_buffer buf, size_t offset, const void *src, size_t bytes) {
+    FA_CHECK(check_range(buf, offset, src, bytes, "src"));
+    if (bytes == 0) return FA_SUCCESS;
+    return buf->ctx->ops->buffer_upload(buf->ctx->impl, buf->impl, offset, src, bytes);
+}
+
+fa_status fa_buffer_download(fa_buffer buf, size_t offset, void *dst, size_t bytes) {
+    FA_CHECK(check_range(buf, offset, dst, bytes, "dst"));
+    if (bytes == 0) return FA_SUCCESS;
+    return buf->ctx->ops->buffer_download(buf->ctx->impl, buf->impl, offset, dst, bytes);
+}
+
+fa_status fa_buffer_size(fa_buffer buf, size_t *bytes) {
+    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "buf is NULL");
+    if (!bytes) return fa_fail(FA_ERR_NULL_POINTER, "bytes is NULL");
+    *bytes = buf->bytes;
+    return FA_SUCCESS;
+}
+
+fa_status fa_buffer_get_native(fa_buffer buf, void **native) {
+    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "buf is NULL");
+    if (!native) return fa_fail(FA_ERR_NULL_POINTER, "native is NULL");
+    *native = buf->ctx->ops->buffer_native(buf->ctx->impl, buf->impl);
+    return FA_SUCCESS;
+}
+
+fa_status fa_buffer_free(fa_buffer buf) {
+    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "buf is NULL");
+    buf->ctx->ops->buffer_free(buf->ctx->impl, buf->impl);
+    free(buf);
+    return FA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------- plans */
+
+static void plan_free(struct fa_plan_s *p) {
+    if (!p) return;
+    if (p->impl) p->ctx->ops->plan_release(p->ctx->impl, p->impl);
+    free(p->block_mask);
+    free(p->cu_seqlens_q);
+    free(p->cu_seqlens_k);
+    free(p);
+}
+
+/* The plan keeps its own copies of host arrays the descriptor points to, so
+ * the caller may free or change them after fa_plan_create. */
+static fa_status plan_copy_desc(struct fa_plan_s *p, const fa_attention_desc *desc) {
+    p->desc = *desc;
+    if (desc->block_mask) {
+        p->block_mask = malloc(desc->block_mask_bytes);
+        if (!p->block_mask) return fa_fail(FA_ERR_OUT_OF_MEMORY, "block mask copy failed");
+        memcpy(p->block_mask, desc->block_mask, desc->block_mask_bytes);
+        p->desc.block_mask = p->block_mask;
+    }
+    if (desc->cu_seqlens_q) {
+        size_t bytes = ((size_t)desc->batch + 1) * sizeof(int32_t);
+        p->cu_seqlens_q = malloc(bytes);
+        p->cu_seqlens_k = malloc(bytes);
+        if (!p->cu_seqlens_q || !p->cu_seqlens_k) return fa_fail(FA_ERR_OUT_OF_MEMORY, "cu_seqlens copy failed");
+        memcpy(p->cu_seqlens_q, desc->cu_seqlens_q, bytes);
+        memcpy(p->cu_seqlens_k, desc->cu_seqlens_k, bytes);
+        p->desc.cu_seqlens_q = p->cu_seqlens_q;
+        p->desc.cu_seqlens_k = p->cu_seqlens_k;
+    }
+    return FA_SUCCESS;
+}
+
+fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan *plan) {
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    *plan = NULL;
+    FA_CHECK(fa_attention_desc_check(desc));
+    struct fa_plan_s *p = calloc(1, sizeof *p);
+    if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
+    p->ctx = ctx;
+    fa_status st = plan_copy_desc(p, desc);
+    if (st == FA_SUCCESS) {
+        p->scale = fa_desc_scale(&p->desc);
+        p->dropout_threshold = fa_dropout_threshold(p->desc.dropout_p);
+        p->total_q = fa_attention_total_q(&p->desc);
+        p->total_k = fa_attention_total_k(&p->desc);
+        st = fa_plan_for_device(&ctx->info.desc, &p->desc, &p->info);
+    }
+    if (st == FA_SUCCESS) st = ctx->ops->plan_prepare(ctx->impl, p, &p->impl);
+    if (st != FA_SUCCESS) {
+        plan_free(p);
+        return st;
+    }
+    *plan = p;
+    return FA_SUCCESS;
+}
+
+fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    if (!info) return fa_fail(FA_ERR_NULL_POINTER, "info is NULL");
+    *info = plan->info;
+    return FA_SUCCESS;
+}
+
+fa_status fa_plan_destroy(fa_plan plan) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    plan_free(plan);
+    return FA_SUCCESS;
+}
+
+/* A tensor argument: present, of the plan's context, large enough. */
+static fa_status check_tensor(const struct fa_plan_s *p, fa_buffer buf, const char *name, int64_t bytes_needed) {
+    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", name);
+    if (buf->ctx != p->ctx)
+        return fa_fail(FA_ERR_FOREIGN_BUFFER, "%s belongs to another context than the plan", name);
+    if ((uint64_t)bytes_needed > buf->bytes)
+        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "%s: the tensor spans %lld bytes but the buffer holds %zu", name,
+                       (long long)bytes_needed, buf->bytes);
+    return FA_SUCCESS;
+}
+
+static int64_t tensor_bytes(const struct fa_plan_s *p, fa_tensor_role role) {
+    return fa_desc_tensor_extent(&p->desc, role) * (int64_t)fa_dtype_size(fa_desc_tensor(&p->desc, role)->dtype);
+}
+
+fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o, fa_buffer lse) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    FA_CHECK(check_tensor(plan, q, "q", tensor_bytes(plan, FA_TENSOR_Q)));
+    FA_CHECK(check_tensor(plan, k, "k", tensor_bytes(plan, FA_TENSOR_K)));
+    FA_CHECK(check_tensor(plan, v, "v", tensor_bytes(plan, FA_TENSOR_V)));
+    FA_CHECK(check_tensor(plan, o, "o", tensor_bytes(plan, FA_TENSOR_O)));
+    FA_CHECK(check_tensor(plan, lse, "lse", fa_desc_lse_bytes(&plan->desc)));
+    fa_fwd_args args = {q->impl, k->impl, v->impl, o->impl, lse->impl};
+    return plan->ctx->ops->forward(plan->ctx->impl, plan->impl, plan, &args);
+}
+
+fa_status fa_backward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o, fa_buffer lse,
+                      fa_buffer dout, fa_buffer dq, fa_buffer dk, fa_buffer dv) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    FA_CHECK(check_tensor(plan, q, "q", tensor_bytes(plan, FA_TENSOR_Q)));
+    FA_CHECK(check_tensor(plan, k, "k", tensor_bytes(plan, FA_TENSOR_K)));
+    FA_CHECK(check_tensor(plan, v, "v", tensor_bytes(plan, FA_TENSOR_V)));
+    FA_CHECK(check_tensor(plan, o, "o", tensor_bytes(plan, FA_TENSOR_O)));
+    FA_CHECK(check_tensor(plan, lse, "lse", fa_desc_lse_bytes(&plan->desc)));
+    FA_CHECK(check_tensor(plan, dout, "dout", tensor_bytes(plan, FA_TENSOR_O)));
+    FA_CHECK(check_tensor(plan, dq, "dq", tensor_bytes(plan, FA_TENSOR_Q)));
+    FA_CHECK(check_tensor(plan, dk, "dk", tensor_bytes(plan, FA_TENSOR_K)));
+    FA_CHECK(check_tensor(plan, dv, "dv", tensor_bytes(plan, FA_TENSOR_V)));
+    fa_bwd_args args = {q->impl, k->impl, v->impl, o->impl, lse->impl, dout->impl, dq->impl, dk->impl, dv->impl};
+    return plan->ctx->ops->backward(plan->ctx->impl, plan->impl, plan, &args);
+}
+
+fa_status fa_plan_last_time_ms(fa_plan plan, double *ms) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    if (!ms) return fa_fail(FA_ERR_NULL_POINTER, "ms is NULL");
+    if (!plan->ctx->ops->last_time_ms)
+        return fa_fail(FA_ERR_UNSUPPORTED, "the %s backend cannot time passes", plan->ctx->ops->name);
+    return plan->ctx->ops->last_time_ms(plan->ctx->impl, plan->impl, ms);
+}

@@ -1,0 +1,221 @@
+/* The attention descriptor: defaults, derived quantities and the full
+ * argument check every entry point relies on. */
+#include "desc.h"
+
+#include "fa_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Caps that keep every index computation inside int64 and every token count
+ * inside the int32 that cu_seqlens use. */
+#define FA_MAX_TOKENS INT32_MAX
+#define FA_MAX_HEAD_DIM 256
+
+void fa_attention_desc_init(fa_attention_desc *desc) {
+    if (!desc) return;
+    memset(desc, 0, sizeof *desc);
+    desc->q.dtype = desc->k.dtype = desc->v.dtype = desc->o.dtype = FA_DTYPE_F32;
+    desc->window_left = -1;
+    desc->window_right = -1;
+    desc->algorithm = FA_ALGO_FUSED;
+}
+
+static int64_t total_tokens(const int32_t *cu, int batch, int seqlen) {
+    if (!cu) return (int64_t)batch * seqlen;
+    return (int64_t)cu[batch] - cu[0];
+}
+
+int64_t fa_attention_total_q(const fa_attention_desc *desc) {
+    return desc ? total_tokens(desc->cu_seqlens_q, desc->batch, desc->seqlen_q) : 0;
+}
+
+int64_t fa_attention_total_k(const fa_attention_desc *desc) {
+    return desc ? total_tokens(desc->cu_seqlens_k, desc->batch, desc->seqlen_k) : 0;
+}
+
+const fa_tensor_desc *fa_desc_tensor(const fa_attention_desc *desc, fa_tensor_role role) {
+    switch (role) {
+    case FA_TENSOR_Q: return &desc->q;
+    case FA_TENSOR_K: return &desc->k;
+    case FA_TENSOR_V: return &desc->v;
+    default: return &desc->o;
+    }
+}
+
+const char *fa_tensor_role_name(fa_tensor_role role) {
+    static const char *const names[] = {"q", "k", "v", "o"};
+    return names[role];
+}
+
+fa_layout fa_desc_layout(const fa_attention_desc *desc, fa_tensor_role role) {
+    const fa_tensor_desc *t = fa_desc_tensor(desc, role);
+    int is_query = role == FA_TENSOR_Q || role == FA_TENSOR_O;
+    fa_layout l;
+    l.dtype = t->dtype;
+    l.heads = is_query ? desc->heads_q : desc->heads_kv;
+    l.seqlen = is_query ? desc->seqlen_q : desc->seqlen_k;
+    l.offset = t->offset;
+    l.stride_head = t->stride_head ? t->stride_head : desc->head_dim;
+    l.stride_seq = t->stride_seq ? t->stride_seq : (int64_t)l.heads * desc->head_dim;
+    l.stride_batch = t->stride_batch ? t->stride_batch : (int64_t)l.seqlen * l.heads * desc->head_dim;
+    return l;
+}
+
+int64_t fa_desc_tensor_extent(const fa_attention_desc *desc, fa_tensor_role role) {
+    fa_layout l = fa_desc_layout(desc, role);
+    int is_query = role == FA_TENSOR_Q || role == FA_TENSOR_O;
+    int64_t last = l.offset + (int64_t)(l.heads - 1) * l.stride_head + (desc->head_dim - 1);
+    if (desc->cu_seqlens_q) {
+        int64_t tokens = is_query ? fa_attention_total_q(desc) : fa_attention_total_k(desc);
+        const int32_t *cu = is_query ? desc->cu_seqlens_q : desc->cu_seqlens_k;
+        if (tokens == 0) return 0;
+        last += ((int64_t)cu[0] + tokens - 1) * l.stride_seq;
+    } else {
+        last += (int64_t)(desc->batch - 1) * l.stride_batch + (int64_t)(l.seqlen - 1) * l.stride_seq;
+    }
+    return last + 1;
+}
+
+int64_t fa_desc_lse_bytes(const fa_attention_desc *desc) {
+    return fa_attention_total_q(desc) * desc->heads_q * (int64_t)sizeof(float);
+}
+
+float fa_desc_scale(const fa_attention_desc *desc) {
+    if (desc->softmax_scale != 0.0f) return desc->softmax_scale;
+    return (float)(1.0 / sqrt((double)desc->head_dim));
+}
+
+static fa_status check_positive(int value, const char *name) {
+    if (value <= 0) return fa_fail(FA_ERR_INVALID_SIZE, "%s is %d, must be > 0", name, value);
+    return FA_SUCCESS;
+}
+
+static int dtype_valid(fa_dtype d) {
+    return d == FA_DTYPE_F32 || d == FA_DTYPE_F16 || d == FA_DTYPE_BF16;
+}
+
+static fa_status check_seqlens(const fa_attention_desc *d) {
+    if (!d->cu_seqlens_q != !d->cu_seqlens_k)
+        return fa_fail(FA_ERR_BAD_SEQLENS, "cu_seqlens_q and cu_seqlens_k must both be set or both be NULL");
+    if (!d->cu_seqlens_q) return FA_SUCCESS;
+    const int32_t *cus[2] = {d->cu_seqlens_q, d->cu_seqlens_k};
+    const char *names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
+    const int maxlen[2] = {d->seqlen_q, d->seqlen_k};
+    for (int which = 0; which < 2; which++) {
+        const int32_t *cu = cus[which];
+        if (cu[0] != 0)
+            return fa_fail(FA_ERR_BAD_SEQLENS, "%s[0] is %d, must be 0", names[which], (int)cu[0]);
+        for (int b = 0; b < d->batch; b++) {
+            int64_t len = (int64_t)cu[b + 1] - cu[b];
+            if (len < 0)
+                return fa_fail(FA_ERR_BAD_SEQLENS, "%s decreases at index %d (%d then %d)", names[which],
+                               b + 1, (int)cu[b], (int)cu[b + 1]);
+            if (len > maxlen[which])
+                return fa_fail(FA_ERR_BAD_SEQLENS,
+                               "%s: sequence %d has %lld tokens, more than %s = %d", names[which], b,
+                               (long long)len, which ? "seqlen_k" : "seqlen_q", maxlen[which]);
+        }
+    }
+    return FA_SUCCESS;
+}
+
+/* Strides must describe distinct elements: sorted by stride, each dimension
+ * must step past everything the smaller ones reach. */
+static fa_status check_layout(const fa_attention_desc *d, fa_tensor_role role) {
+    const fa_tensor_desc *t = fa_desc_tensor(d, role);
+    const char *name = fa_tensor_role_name(role);
+    if (t->offset < 0) return fa_fail(FA_ERR_BAD_STRIDE, "%s.offset is %lld, must be >= 0", name, (long long)t->offset);
+    if (t->stride_batch < 0 || t->stride_seq < 0 || t->stride_head < 0)
+        return fa_fail(FA_ERR_BAD_STRIDE, "%s has a negative stride", name);
+    fa_layout l = fa_desc_layout(d, role);
+    int64_t elem = (int64_t)fa_dtype_size(l.dtype);
+    const struct { int64_t v; const char *field; } aligned[] = {
+        {l.offset, "offset"}, {l.stride_batch, "stride_batch"}, {l.stride_seq, "stride_seq"},
+        {l.stride_head, "stride_head"}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(aligned); i++) {
+        if (i == 1 && d->cu_seqlens_q) continue; /* stride_batch unused with varlen */
+        if ((aligned[i].v * elem) % 16 != 0)
+            return fa_fail(FA_ERR_MISALIGNED, "%s.%s = %lld elements (%lld bytes) is not a multiple of 16 bytes",
+                           name, aligned[i].field, (long long)aligned[i].v, (long long)(aligned[i].v * elem));
+    }
+    int64_t seq_extent = d->cu_seqlens_q ? (role == FA_TENSOR_Q || role == FA_TENSOR_O ? fa_attention_total_q(d)
+                                                                                         : fa_attention_total_k(d))
+                                         : l.seqlen;
+    struct { int64_t extent, stride; } dims[4] = {
+        {d->head_dim, 1}, {l.heads, l.stride_head}, {seq_extent, l.stride_seq},
+        {d->cu_seqlens_q ? 1 : d->batch, l.stride_batch}};
+    /* Insertion sort of the three outer dimensions by stride. */
+    for (int i = 2; i < 4; i++)
+        for (int j = i; j > 1 && dims[j].stride < dims[j - 1].stride; j--) {
+            int64_t e = dims[j].extent, s = dims[j].stride;
+            dims[j] = dims[j - 1];
+            dims[j - 1].extent = e;
+            dims[j - 1].stride = s;
+        }
+    int64_t reach = d->head_dim - 1; /* largest offset reached so far */
+    for (int i = 1; i < 4; i++) {
+        if (dims[i].extent <= 1) continue;
+        if (dims[i].stride <= reach)
+            return fa_fail(FA_ERR_BAD_STRIDE,
+                           "%s strides overlap: a stride of %lld elements steps inside the %lld elements "
+                           "the smaller dimensions span",
+                           name, (long long)dims[i].stride, (long long)(reach + 1));
+        if (dims[i].stride > INT64_MAX / 4 / dims[i].extent)
+            return fa_fail(FA_ERR_BAD_STRIDE, "%s strides overflow", name);
+        reach += dims[i].stride * (dims[i].extent - 1);
+    }
+    return FA_SUCCESS;
+}
+
+fa_status fa_attention_desc_check(const fa_attention_desc *d) {
+    if (!d) return fa_fail(FA_ERR_NULL_POINTER, "desc is NULL");
+    FA_CHECK(check_positive(d->batch, "batch"));
+    FA_CHECK(check_positive(d->seqlen_q, "seqlen_q"));
+    FA_CHECK(check_positive(d->seqlen_k, "seqlen_k"));
+    FA_CHECK(check_positive(d->heads_q, "heads_q"));
+    FA_CHECK(check_positive(d->heads_kv, "heads_kv"));
+    FA_CHECK(check_positive(d->head_dim, "head_dim"));
+    if (d->head_dim % 8 != 0 || d->head_dim > FA_MAX_HEAD_DIM)
+        return fa_fail(FA_ERR_UNSUPPORTED_HEAD_DIM, "head_dim is %d: supported are multiples of 8 up to %d",
+                       d->head_dim, FA_MAX_HEAD_DIM);
+    if (d->heads_q % d->heads_kv != 0)
+        return fa_fail(FA_ERR_HEADS_MISMATCH, "heads_q = %d is not a multiple of heads_kv = %d", d->heads_q,
+                       d->heads_kv);
+    FA_CHECK(check_seqlens(d));
+    if (fa_attention_total_q(d) > FA_MAX_TOKENS || fa_attention_total_k(d) > FA_MAX_TOKENS)
+        return fa_fail(FA_ERR_INVALID_SIZE, "more than %d tokens in the batch", FA_MAX_TOKENS);
+    for (int r = FA_TENSOR_Q; r <= FA_TENSOR_O; r++)
+        if (!dtype_valid(fa_desc_tensor(d, (fa_tensor_role)r)->dtype))
+            return fa_fail(FA_ERR_INVALID_ARGUMENT, "%s.dtype = %d is not a fa_dtype",
+                           fa_tensor_role_name((fa_tensor_role)r), (int)fa_desc_tensor(d, (fa_tensor_role)r)->dtype);
+    for (int r = FA_TENSOR_K; r <= FA_TENSOR_O; r++)
+        if (fa_desc_tensor(d, (fa_tensor_role)r)->dtype != d->q.dtype)
+            return fa_fail(FA_ERR_DTYPE_MISMATCH, "%s.dtype is %s but q.dtype is %s",
+                           fa_tensor_role_name((fa_tensor_role)r),
+                           fa_dtype_name(fa_desc_tensor(d, (fa_tensor_role)r)->dtype), fa_dtype_name(d->q.dtype));
+    for (int r = FA_TENSOR_Q; r <= FA_TENSOR_O; r++) FA_CHECK(check_layout(d, (fa_tensor_role)r));
+    if (!isfinite(d->softmax_scale) || d->softmax_scale < 0.0f)
+        return fa_fail(FA_ERR_BAD_SCALE, "softmax_scale = %g: must be finite and > 0 (0 selects 1/sqrt(head_dim))",
+                       (double)d->softmax_scale);
+    if (d->causal != 0 && d->causal != 1)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "causal = %d, must be 0 or 1", d->causal);
+    if (d->block_mask) {
+        if (d->block_q <= 0 || d->block_k <= 0)
+            return fa_fail(FA_ERR_BAD_MASK, "block_q = %d and block_k = %d must be > 0 with a block mask", d->block_q,
+                           d->block_k);
+        size_t rows = ((size_t)d->seqlen_q + (size_t)d->block_q - 1) / (size_t)d->block_q;
+        size_t cols = ((size_t)d->seqlen_k + (size_t)d->block_k - 1) / (size_t)d->block_k;
+        if (d->block_mask_bytes != rows * cols)
+            return fa_fail(FA_ERR_BAD_MASK, "block_mask_bytes is %zu, expected %zu x %zu = %zu", d->block_mask_bytes,
+                           rows, cols, rows * cols);
+    } else if (d->block_mask_bytes != 0) {
+        return fa_fail(FA_ERR_BAD_MASK, "block_mask is NULL but block_mask_bytes is %zu", d->block_mask_bytes);
+    }
+    if (!isfinite(d->dropout_p) || d->dropout_p < 0.0f || d->dropout_p >= 1.0f)
+        return fa_fail(FA_ERR_BAD_DROPOUT, "dropout_p = %g, must be in [0, 1)", (double)d->dropout_p);
+    if (d->algorithm != FA_ALGO_FUSED && d->algorithm != FA_ALGO_STANDARD)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "algorithm = %d is not a fa_algorithm", (int)d->algorithm);
+    return FA_SUCCESS;
+}

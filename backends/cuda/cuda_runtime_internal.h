@@ -1,0 +1,202 @@
+/* Internal interface of the CUDA backend's runtime half (cuda_backend.c):
+ * the driver API and NVRTC loaded at run time, the context and buffer
+ * objects, error reporting. The attention half (kernels) builds on it.
+ *
+ * Two parts:
+ * - Always visible: vendor-type-free helpers, so that tests can include this
+ *   header without the CUDA toolkit's include directory.
+ * - With FA_CUDA_DRIVER_TYPES defined before inclusion (the backend's own
+ *   sources, which are compiled with the toolkit headers): the function
+ *   tables and the object layouts, in the toolkit's types.
+ *
+ * Loading (documented here because users with unusual installs need it):
+ * - The driver is opened as "libcuda.so.1", then "libcuda.so". When the
+ *   environment variable FLASHATTN_CUDA_LIBRARY is set and not empty, its
+ *   value (a file name or path) replaces that list. Tests point it at a file
+ *   that does not exist to exercise the "unavailable" path on any machine.
+ * - NVRTC is opened as libnvrtc.so.13, .12, .11.2, then unversioned, then
+ *   from /usr/local/cuda/lib64 by absolute path. FLASHATTN_NVRTC_LIBRARY
+ *   replaces that list the same way. NVRTC is independent of the driver: it
+ *   compiles kernels on machines without a GPU, and a driver without NVRTC
+ *   still serves devices and memory.
+ * - The toolkit's link stub (lib64/stubs/libcuda.so) is never opened on
+ *   purpose: it exists for linking only, and its cuInit fails.
+ *
+ * Entry points are resolved by their exported (versioned) names, not through
+ * cuGetProcAddress: the names cuda.h maps by macro (cuMemAlloc ->
+ * cuMemAlloc_v2, ...) are stable ABI that every driver since CUDA 11 exports,
+ * so one explicit list documents exactly what the backend needs. */
+#ifndef FA_CUDA_RUNTIME_INTERNAL_H
+#define FA_CUDA_RUNTIME_INTERNAL_H
+
+#include "flashattn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------------------ */
+/* Vendor-type-free part                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Device memory allocated with the driver directly, outside any fa_buffer,
+ * as an application (or another library) would: the test of zero-copy
+ * interop needs memory that flashattn did not allocate. */
+typedef struct fa_cuda_native_mem {
+    uintptr_t ptr;        /* the CUdeviceptr */
+    size_t bytes;
+    void *context;        /* CUcontext the memory belongs to */
+    void *own_context;    /* non-NULL: a context created for this memory */
+    int device;           /* CUdevice */
+} fa_cuda_native_mem;
+
+/* Allocate bytes on ctx's device (ctx must be a CUDA context). With foreign
+ * set, the memory goes into a new context of its own on the same device, so
+ * that it belongs to another context than ctx; FA_ERR_UNSUPPORTED when the
+ * driver cannot create one. */
+fa_status fa_cuda_native_alloc(fa_context ctx, size_t bytes, int foreign, fa_cuda_native_mem *mem);
+/* Synchronous copies through the memory's own context. */
+fa_status fa_cuda_native_write(const fa_cuda_native_mem *mem, size_t offset, const void *src,
+                               size_t bytes);
+fa_status fa_cuda_native_read(const fa_cuda_native_mem *mem, size_t offset, void *dst,
+                              size_t bytes);
+void fa_cuda_native_free(fa_cuda_native_mem *mem);
+
+/* Whether NVRTC could be loaded (loading it on first use); on failure the
+ * reason is written to reason. Works where the driver is missing. */
+int fa_cuda_nvrtc_available(char *reason, size_t reason_size);
+
+#ifdef FA_CUDA_DRIVER_TYPES
+
+#include <cuda.h>
+#include <nvrtc.h>
+
+#include "backend.h"
+
+/* Driver entry points, by exported name. Required ones must all resolve for
+ * the backend to be available. */
+#define FA_CU_REQUIRED(X)                                                                     \
+    X(cuGetErrorName, CUresult, (CUresult, const char **))                                    \
+    X(cuGetErrorString, CUresult, (CUresult, const char **))                                  \
+    X(cuInit, CUresult, (unsigned int))                                                       \
+    X(cuDriverGetVersion, CUresult, (int *))                                                  \
+    X(cuDeviceGet, CUresult, (CUdevice *, int))                                               \
+    X(cuDeviceGetCount, CUresult, (int *))                                                    \
+    X(cuDeviceGetName, CUresult, (char *, int, CUdevice))                                     \
+    X(cuDeviceGetAttribute, CUresult, (int *, CUdevice_attribute, CUdevice))                  \
+    X(cuDeviceTotalMem_v2, CUresult, (size_t *, CUdevice))                                    \
+    X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext *, CUdevice))                            \
+    X(cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice))                                     \
+    X(cuCtxPushCurrent_v2, CUresult, (CUcontext))                                             \
+    X(cuCtxPopCurrent_v2, CUresult, (CUcontext *))                                            \
+    X(cuCtxSynchronize, CUresult, (void))                                                     \
+    X(cuStreamCreate, CUresult, (CUstream *, unsigned int))                                   \
+    X(cuStreamDestroy_v2, CUresult, (CUstream))                                               \
+    X(cuStreamSynchronize, CUresult, (CUstream))                                              \
+    X(cuStreamWaitEvent, CUresult, (CUstream, CUevent, unsigned int))                         \
+    X(cuMemAlloc_v2, CUresult, (CUdeviceptr *, size_t))                                       \
+    X(cuMemFree_v2, CUresult, (CUdeviceptr))                                                  \
+    X(cuMemcpyHtoDAsync_v2, CUresult, (CUdeviceptr, const void *, size_t, CUstream))          \
+    X(cuMemcpyDtoHAsync_v2, CUresult, (void *, CUdeviceptr, size_t, CUstream))                \
+    X(cuMemcpyDtoDAsync_v2, CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))           \
+    X(cuMemsetD8Async, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream))              \
+    X(cuMemsetD32Async, CUresult, (CUdeviceptr, unsigned int, size_t, CUstream))              \
+    X(cuMemGetAddressRange_v2, CUresult, (CUdeviceptr *, size_t *, CUdeviceptr))              \
+    X(cuPointerGetAttribute, CUresult, (void *, CUpointer_attribute, CUdeviceptr))            \
+    X(cuModuleLoadData, CUresult, (CUmodule *, const void *))                                 \
+    X(cuModuleLoadDataEx, CUresult,                                                           \
+      (CUmodule *, const void *, unsigned int, CUjit_option *, void **))                      \
+    X(cuModuleUnload, CUresult, (CUmodule))                                                   \
+    X(cuModuleGetFunction, CUresult, (CUfunction *, CUmodule, const char *))                  \
+    X(cuFuncGetAttribute, CUresult, (int *, CUfunction_attribute, CUfunction))                \
+    X(cuFuncSetAttribute, CUresult, (CUfunction, CUfunction_attribute, int))                  \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, CUresult, (int *, CUfunction, int, size_t)) \
+    X(cuLaunchKernel, CUresult,                                                               \
+      (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,      \
+       unsigned int, unsigned int, CUstream, void **, void **))                               \
+    X(cuEventCreate, CUresult, (CUevent *, unsigned int))                                     \
+    X(cuEventRecord, CUresult, (CUevent, CUstream))                                           \
+    X(cuEventSynchronize, CUresult, (CUevent))                                                \
+    X(cuEventDestroy_v2, CUresult, (CUevent))                                                 \
+    /* Drivers of recent releases export a _v2; older ones only the plain    \
+     * name, with the same signature: the loader falls back to it. */         \
+    X(cuEventElapsedTime_v2, CUresult, (float *, CUevent, CUevent))
+
+/* Entry points only the interop tests use; NULL when missing. cuCtxCreate_v2
+ * is the pre-CUDA-13 signature, which drivers keep exporting for older
+ * applications. */
+#define FA_CU_OPTIONAL(X)                                                                     \
+    X(cuCtxCreate_v2, CUresult, (CUcontext *, unsigned int, CUdevice))                        \
+    X(cuCtxDestroy_v2, CUresult, (CUcontext))
+
+typedef struct fa_cu_api {
+#define FA_CU_MEMBER(name, ret, args) ret(CUDAAPI *name) args;
+    FA_CU_REQUIRED(FA_CU_MEMBER)
+    FA_CU_OPTIONAL(FA_CU_MEMBER)
+#undef FA_CU_MEMBER
+} fa_cu_api;
+
+#define FA_NVRTC_REQUIRED(X)                                                                  \
+    X(nvrtcGetErrorString, const char *, (nvrtcResult))                                       \
+    X(nvrtcVersion, nvrtcResult, (int *, int *))                                              \
+    X(nvrtcCreateProgram, nvrtcResult,                                                        \
+      (nvrtcProgram *, const char *, const char *, int, const char *const *,                 \
+       const char *const *))                                                                  \
+    X(nvrtcDestroyProgram, nvrtcResult, (nvrtcProgram *))                                     \
+    X(nvrtcCompileProgram, nvrtcResult, (nvrtcProgram, int, const char *const *))             \
+    X(nvrtcGetProgramLogSize, nvrtcResult, (nvrtcProgram, size_t *))                          \
+    X(nvrtcGetProgramLog, nvrtcResult, (nvrtcProgram, char *))                                \
+    X(nvrtcGetPTXSize, nvrtcResult, (nvrtcProgram, size_t *))                                 \
+    X(nvrtcGetPTX, nvrtcResult, (nvrtcProgram, char *))                                       \
+    X(nvrtcGetCUBINSize, nvrtcResult, (nvrtcProgram, size_t *))                               \
+    X(nvrtcGetCUBIN, nvrtcResult, (nvrtcProgram, char *))                                     \
+    X(nvrtcAddNameExpression, nvrtcResult, (nvrtcProgram, const char *const))                 \
+    X(nvrtcGetLoweredName, nvrtcResult, (nvrtcProgram, const char *const, const char **))
+
+#define FA_NVRTC_OPTIONAL(X)                                                                  \
+    X(nvrtcGetNumSupportedArchs, nvrtcResult, (int *))                                        \
+    X(nvrtcGetSupportedArchs, nvrtcResult, (int *))
+
+typedef struct fa_nvrtc_api {
+#define FA_NVRTC_MEMBER(name, ret, args) ret (*name) args;
+    FA_NVRTC_REQUIRED(FA_NVRTC_MEMBER)
+    FA_NVRTC_OPTIONAL(FA_NVRTC_MEMBER)
+#undef FA_NVRTC_MEMBER
+    int version_major, version_minor;
+} fa_nvrtc_api;
+
+/* The driver table; NULL unless the backend's init succeeded. */
+const fa_cu_api *fa_cuda_api(void);
+/* The NVRTC table, loading it on first use (thread-safe); NULL and the reason
+ * when it cannot be loaded. */
+const fa_nvrtc_api *fa_cuda_nvrtc(char *reason, size_t reason_size);
+
+typedef struct fa_cuda_context {
+    int index;
+    CUdevice device;
+    CUcontext context;          /* the device's primary context, retained */
+    CUstream stream;            /* non-blocking: never waits on the legacy stream */
+    int cc_major, cc_minor;     /* compute capability */
+    int sm_count;
+    size_t smem_optin;          /* shared memory per block with opt-in */
+} fa_cuda_context;
+
+typedef struct fa_cuda_buffer {
+    CUdeviceptr ptr;
+    size_t bytes;
+    int owned;                  /* 0: wrapped, the caller frees it */
+} fa_cuda_buffer;
+
+/* A driver error as a status (CUDA_ERROR_OUT_OF_MEMORY: FA_ERR_OUT_OF_MEMORY,
+ * others FA_ERR_LAUNCH) with a message naming the call and carrying the
+ * driver's error name and text. */
+fa_status fa_cuda_error(CUresult result, const char *what);
+
+/* Make ctx's context current on the calling thread for the span of a call,
+ * so that every entry point works from any thread; pop restores the
+ * caller's previous current context. */
+fa_status fa_cuda_push(const fa_cuda_context *ctx);
+void fa_cuda_pop(void);
+
+#endif /* FA_CUDA_DRIVER_TYPES */
+
+#endif

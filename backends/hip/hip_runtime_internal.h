@@ -1,0 +1,147 @@
+/* Internal interface of the HIP backend's runtime half (hip_backend.c): the
+ * HIP runtime loaded at run time, the context and buffer objects, error
+ * reporting. The attention half (kernels) builds on it.
+ *
+ * Two parts, as for CUDA: a vendor-type-free part that tests may include
+ * anywhere, and with FA_HIP_RUNTIME_TYPES defined before inclusion, the
+ * function table and object layouts in HIP's types.
+ *
+ * Loading: the runtime is opened as "libamdhip64.so", then ".so.6", ".so.5".
+ * When the environment variable FLASHATTN_HIP_LIBRARY is set and not empty,
+ * its value (a file name or path) replaces that list: tests point it at a
+ * file that does not exist to exercise the "unavailable" path, and users
+ * with a ROCm outside the loader's path can name theirs.
+ *
+ * ABI across ROCm releases: the build compiles against whichever HIP headers
+ * it finds (Debian's 5.2 here) and must run on 5.x, 6.x and later runtimes.
+ * - Functions are taken by name with the signatures of the headers; those
+ *   used here kept their signatures from 5.x on.
+ * - Device properties come from hipDeviceGetAttribute: the attribute numbers
+ *   are stable (ROCm 6 renamed retired ones instead of renumbering), while
+ *   hipDeviceProp_t changed layout in 6.0. Only the architecture name has no
+ *   attribute; it is read from hipDeviceProp_t through the entry point that
+ *   fills the 5.x layout on every runtime (hipGetDevicePropertiesR0000 where
+ *   exported, ROCm 6 on; plain hipGetDeviceProperties before), into a buffer
+ *   far larger than any layout, and kept only if it looks like "gfx...". A
+ *   future runtime that drops both would leave the architecture empty, never
+ *   overrun memory.
+ * - hipPointerAttribute_t kept its size and the offset of its device field
+ *   across 5.x and 6.x, but renumbered its memory types: only the device
+ *   field is read. */
+#ifndef FA_HIP_RUNTIME_INTERNAL_H
+#define FA_HIP_RUNTIME_INTERNAL_H
+
+#include "flashattn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------------------ */
+/* Vendor-type-free part                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Device memory allocated with hipMalloc directly, outside any fa_buffer, as
+ * an application would (zero-copy interop tests). */
+typedef struct fa_hip_native_mem {
+    void *ptr;
+    size_t bytes;
+    int device;
+} fa_hip_native_mem;
+
+/* Allocate bytes on device (an ordinal of the HIP runtime); the copies are
+ * synchronous. */
+fa_status fa_hip_native_alloc(int device, size_t bytes, fa_hip_native_mem *mem);
+fa_status fa_hip_native_write(const fa_hip_native_mem *mem, size_t offset, const void *src,
+                              size_t bytes);
+fa_status fa_hip_native_read(const fa_hip_native_mem *mem, size_t offset, void *dst, size_t bytes);
+void fa_hip_native_free(fa_hip_native_mem *mem);
+
+#ifdef FA_HIP_RUNTIME_TYPES
+
+#ifndef __HIP_PLATFORM_AMD__
+#define __HIP_PLATFORM_AMD__
+#endif
+#include <hip/hip_runtime_api.h>
+
+#include "backend.h"
+
+#define FA_HIP_REQUIRED(X)                                                                   \
+    X(hipGetErrorName, const char *, (hipError_t))                                           \
+    X(hipGetErrorString, const char *, (hipError_t))                                         \
+    X(hipInit, hipError_t, (unsigned int))                                                   \
+    X(hipRuntimeGetVersion, hipError_t, (int *))                                             \
+    X(hipGetDeviceCount, hipError_t, (int *))                                                \
+    X(hipDeviceGet, hipError_t, (hipDevice_t *, int))                                        \
+    X(hipDeviceGetName, hipError_t, (char *, int, hipDevice_t))                              \
+    X(hipDeviceGetAttribute, hipError_t, (int *, hipDeviceAttribute_t, int))                 \
+    X(hipDeviceTotalMem, hipError_t, (size_t *, hipDevice_t))                                \
+    X(hipGetDevice, hipError_t, (int *))                                                     \
+    X(hipSetDevice, hipError_t, (int))                                                       \
+    X(hipDeviceSynchronize, hipError_t, (void))                                              \
+    X(hipStreamCreateWithFlags, hipError_t, (hipStream_t *, unsigned int))                   \
+    X(hipStreamDestroy, hipError_t, (hipStream_t))                                           \
+    X(hipStreamSynchronize, hipError_t, (hipStream_t))                                       \
+    X(hipStreamWaitEvent, hipError_t, (hipStream_t, hipEvent_t, unsigned int))               \
+    X(hipMalloc, hipError_t, (void **, size_t))                                              \
+    X(hipFree, hipError_t, (void *))                                                         \
+    X(hipMemcpyAsync, hipError_t, (void *, const void *, size_t, hipMemcpyKind, hipStream_t)) \
+    X(hipMemsetAsync, hipError_t, (void *, int, size_t, hipStream_t))                        \
+    X(hipPointerGetAttributes, hipError_t, (hipPointerAttribute_t *, const void *))          \
+    X(hipModuleLoadData, hipError_t, (hipModule_t *, const void *))                          \
+    X(hipModuleUnload, hipError_t, (hipModule_t))                                            \
+    X(hipModuleGetFunction, hipError_t, (hipFunction_t *, hipModule_t, const char *))        \
+    X(hipFuncGetAttribute, hipError_t, (int *, hipFunction_attribute, hipFunction_t))        \
+    X(hipModuleLaunchKernel, hipError_t,                                                     \
+      (hipFunction_t, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,  \
+       unsigned int, unsigned int, hipStream_t, void **, void **))                           \
+    X(hipEventCreate, hipError_t, (hipEvent_t *))                                            \
+    X(hipEventRecord, hipError_t, (hipEvent_t, hipStream_t))                                 \
+    X(hipEventSynchronize, hipError_t, (hipEvent_t))                                         \
+    X(hipEventElapsedTime, hipError_t, (float *, hipEvent_t, hipEvent_t))                    \
+    X(hipEventDestroy, hipError_t, (hipEvent_t))
+
+/* NULL when the runtime lacks them; see the notes above. */
+#define FA_HIP_OPTIONAL(X)                                                                   \
+    X(hipMemGetAddressRange, hipError_t, (hipDeviceptr_t *, size_t *, hipDeviceptr_t))       \
+    X(hipGetDevicePropertiesR0000, hipError_t, (hipDeviceProp_t *, int))                     \
+    X(hipGetDeviceProperties, hipError_t, (hipDeviceProp_t *, int))
+
+typedef struct fa_hip_api {
+#define FA_HIP_MEMBER(name, ret, args) ret (*name) args;
+    FA_HIP_REQUIRED(FA_HIP_MEMBER)
+    FA_HIP_OPTIONAL(FA_HIP_MEMBER)
+#undef FA_HIP_MEMBER
+    int runtime_version;        /* HIP_VERSION encoding: major * 10^7 + minor * 10^5 + patch */
+} fa_hip_api;
+
+/* The runtime table; NULL unless the backend's init succeeded. */
+const fa_hip_api *fa_hip_api_get(void);
+
+typedef struct fa_hip_context {
+    int index;                  /* HIP device ordinal */
+    hipStream_t stream;         /* non-blocking: never waits on the null stream */
+    char arch[32];              /* "gfx90a", "" if unknown */
+    int warp_size;              /* wavefront: 64 on CDNA, 32 on RDNA */
+    int cu_count;
+    size_t lds_bytes;
+} fa_hip_context;
+
+typedef struct fa_hip_buffer {
+    void *ptr;
+    size_t bytes;
+    int owned;                  /* 0: wrapped, the caller frees it */
+} fa_hip_buffer;
+
+/* A HIP error as a status (hipErrorOutOfMemory: FA_ERR_OUT_OF_MEMORY, others
+ * FA_ERR_LAUNCH) with a message naming the call and the runtime's text. */
+fa_status fa_hip_error(hipError_t err, const char *what);
+
+/* Make ctx's device current on the calling thread for the span of a call;
+ * leave restores the caller's device, so that the application's own HIP
+ * state is left as it was. */
+fa_status fa_hip_enter(const fa_hip_context *ctx, int *previous);
+void fa_hip_leave(const fa_hip_context *ctx, int previous);
+
+#endif /* FA_HIP_RUNTIME_TYPES */
+
+#endif

@@ -1,0 +1,29 @@
+/* Command-line options shared by the tools: device selection and the
+ * attention problem. */
+#ifndef FA_CLI_H
+#define FA_CLI_H
+
+#include "flashattn.h"
+
+#include <stdint.h>
+
+typedef struct fa_cli {
+    fa_backend backend;     /* FA_BACKEND_ANY unless --backend */
+    int device;             /* -1: best */
+    const char *describe;   /* --describe KEY: a described device */
+    fa_attention_desc desc;
+    uint8_t *block_mask;    /* owned; from --block-sparse */
+    int repeats;
+    int check;              /* compare with the CPU reference */
+} fa_cli;
+
+/* Parses argv (options documented by fa_cli_usage). Unknown options and
+ * malformed values print a message and return -1; --help returns 1. */
+int fa_cli_parse(fa_cli *cli, int argc, char **argv);
+void fa_cli_usage(const char *prog, const char *extra);
+void fa_cli_free(fa_cli *cli);
+/* One line: "b=1 sq=512 sk=512 hq=4 hkv=4 d=64 fp32 causal ..." */
+void fa_cli_describe_problem(const fa_attention_desc *desc, char *out, size_t size);
+void fa_cli_print_device(const fa_device_info *info);
+
+#endif

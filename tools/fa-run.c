@@ -1,0 +1,169 @@
+/* fa-run: the main job. Runs fused attention forward and backward on a
+ * device (the best one present unless told otherwise), times both passes,
+ * and checks every output against the CPU reference. Exit status 0 only when
+ * every output is within the dtype's tolerance. */
+#include "cli.h"
+#include "dtype.h"
+#include "planner.h"
+#include "reference.h"
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct host_tensor {
+    void *data;
+    size_t bytes;
+    fa_buffer buf;
+} host_tensor;
+
+static int fail_at(const char *what) {
+    fprintf(stderr, "fa-run: %s failed: %s\n", what, fa_last_error());
+    return 1;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Runs a pass `repeats` times after one warm-up; median device time. */
+typedef fa_status (*pass_fn)(fa_plan plan, host_tensor *t);
+
+static fa_status run_forward(fa_plan plan, host_tensor *t) {
+    return fa_forward(plan, t[0].buf, t[1].buf, t[2].buf, t[3].buf, t[4].buf);
+}
+
+static fa_status run_backward(fa_plan plan, host_tensor *t) {
+    return fa_backward(plan, t[0].buf, t[1].buf, t[2].buf, t[3].buf, t[4].buf, t[5].buf, t[6].buf, t[7].buf,
+                       t[8].buf);
+}
+
+static int time_pass(fa_plan plan, fa_context ctx, host_tensor *t, pass_fn fn, int repeats, double *median_ms) {
+    double times[101];
+    if (repeats < 1) repeats = 1;
+    if (repeats > 100) repeats = 100;
+    for (int r = 0; r <= repeats; r++) {
+        if (fn(plan, t) != FA_SUCCESS) return fail_at("pass");
+        if (fa_context_synchronize(ctx) != FA_SUCCESS) return fail_at("synchronize");
+        if (fa_plan_last_time_ms(plan, &times[r]) != FA_SUCCESS) times[r] = NAN;
+    }
+    qsort(times + 1, (size_t)repeats, sizeof(double), compare_doubles); /* times[0] is the warm-up */
+    *median_ms = times[1 + repeats / 2];
+    return 0;
+}
+
+static double tolerance(fa_dtype dtype) {
+    return dtype == FA_DTYPE_F32 ? 1e-5 : dtype == FA_DTYPE_F16 ? 3e-3 : 2e-2;
+}
+
+/* Error of an output against the reference; -inf entries of L must match. */
+static int report(const char *name, const void *got, const void *ref, fa_dtype dtype, int64_t count, double tol) {
+    double err = fa_test_rel_error(got, ref, dtype, count);
+    int mismatched_inf = 0;
+    for (int64_t i = 0; i < count; i++) {
+        double a = fa_load_elem(got, dtype, i), b = fa_load_elem(ref, dtype, i);
+        if (isinf(b) && a != b) mismatched_inf++;
+    }
+    int ok = err <= tol && mismatched_inf == 0;
+    printf("  %-3s relative error %.3e (limit %.0e)%s  %s\n", name, err, tol,
+           mismatched_inf ? " with -inf mismatches" : "", ok ? "ok" : "FAIL");
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    fa_cli cli;
+    int rc = fa_cli_parse(&cli, argc, argv);
+    if (rc != 0) {
+        fa_cli_usage(argv[0], "fa-run:\n  --repeats N         timed repeats (default 10)\n"
+                              "  --no-check          skip the comparison with the CPU reference\n");
+        return rc > 0 ? 0 : 2;
+    }
+    fa_attention_desc *d = &cli.desc;
+    fa_context ctx;
+    if (fa_context_create(cli.backend, cli.device, &ctx) != FA_SUCCESS) return fail_at("fa_context_create");
+    fa_device_info info;
+    fa_context_get_info(ctx, &info);
+    char problem[256];
+    fa_cli_describe_problem(d, problem, sizeof problem);
+    printf("flashattn %s\ndevice:\n", fa_version(NULL, NULL, NULL));
+    fa_cli_print_device(&info);
+    printf("problem: %s\n", problem);
+
+    fa_plan plan;
+    if (fa_plan_create(ctx, d, &plan) != FA_SUCCESS) return fail_at("fa_plan_create");
+    fa_plan_info pinfo;
+    fa_plan_get_info(plan, &pinfo);
+    char text[4096];
+    fa_plan_info_format(&pinfo, text, sizeof text);
+    printf("plan:\n%s\n", text);
+
+    /* q k v o lse dout dq dk dv */
+    fa_dtype dt = d->q.dtype;
+    size_t es = fa_dtype_size(dt);
+    int64_t nq = fa_attention_total_q(d) * d->heads_q * d->head_dim;
+    int64_t nk = fa_attention_total_k(d) * d->heads_kv * d->head_dim;
+    int64_t nl = fa_attention_total_q(d) * d->heads_q;
+    int64_t counts[9] = {nq, nk, nk, nq, nl, nq, nq, nk, nk};
+    host_tensor t[9];
+    fa_rng rng;
+    fa_rng_seed(&rng, 20261121);
+    for (int i = 0; i < 9; i++) {
+        fa_dtype tdt = i == 4 ? FA_DTYPE_F32 : dt;
+        t[i].bytes = (size_t)counts[i] * (i == 4 ? sizeof(float) : es);
+        int is_input = i < 3 || i == 5;
+        t[i].data = is_input ? fa_test_random_tensor(&rng, tdt, counts[i]) : malloc(t[i].bytes);
+        if (!t[i].data) return fail_at("host allocation");
+        if (!is_input) fa_test_poison(t[i].data, tdt, counts[i]);
+        if (fa_buffer_alloc(ctx, t[i].bytes, &t[i].buf) != FA_SUCCESS) return fail_at("fa_buffer_alloc");
+        if (fa_buffer_upload(t[i].buf, 0, t[i].data, t[i].bytes) != FA_SUCCESS) return fail_at("fa_buffer_upload");
+    }
+
+    double fwd_ms = NAN, bwd_ms = NAN;
+    if (time_pass(plan, ctx, t, run_forward, cli.repeats, &fwd_ms)) return 1;
+    if (time_pass(plan, ctx, t, run_backward, cli.repeats, &bwd_ms)) return 1;
+    double fwd_flops = fa_attention_flops(d, FA_PASS_FORWARD), bwd_flops = fa_attention_flops(d, FA_PASS_BACKWARD);
+    printf("timing (median of %d after a warm-up):\n", cli.repeats);
+    printf("  forward  %9.3f ms  %8.3f TFLOP/s  (predicted roofline %.3f ms)\n", fwd_ms, fwd_flops / fwd_ms * 1e-9,
+           pinfo.forward.cost.roofline_ms);
+    printf("  backward %9.3f ms  %8.3f TFLOP/s  (predicted roofline %.3f ms)\n", bwd_ms, bwd_flops / bwd_ms * 1e-9,
+           pinfo.backward.cost.roofline_ms);
+
+    int ok = 1;
+    if (cli.check) {
+        void *got[9], *ref[9];
+        for (int i = 3; i < 9; i++) {
+            if (i == 5) continue;
+            got[i] = malloc(t[i].bytes);
+            ref[i] = malloc(t[i].bytes);
+            if (!got[i] || !ref[i]) return fail_at("host allocation");
+            if (fa_buffer_download(t[i].buf, 0, got[i], t[i].bytes) != FA_SUCCESS) return fail_at("download");
+        }
+        if (fa_ref_forward(d, t[0].data, t[1].data, t[2].data, ref[3], ref[4]) != FA_SUCCESS)
+            return fail_at("reference forward");
+        /* The backward reference takes the device's O and L, as the kernels did. */
+        if (fa_ref_backward(d, t[0].data, t[1].data, t[2].data, got[3], got[4], t[5].data, ref[6], ref[7], ref[8]) !=
+            FA_SUCCESS)
+            return fail_at("reference backward");
+        double tol = tolerance(dt);
+        printf("check against the CPU reference (fp64):\n");
+        static const char *const names[9] = {"q", "k", "v", "O", "L", "dO", "dQ", "dK", "dV"};
+        for (int i = 3; i < 9; i++) {
+            if (i == 5) continue;
+            ok &= report(names[i], got[i], ref[i], i == 4 ? FA_DTYPE_F32 : dt, counts[i], i == 4 ? 1e-5 : tol);
+            free(got[i]);
+            free(ref[i]);
+        }
+        printf("%s\n", ok ? "PASS" : "FAIL");
+    }
+    for (int i = 0; i < 9; i++) {
+        fa_buffer_free(t[i].buf);
+        free(t[i].data);
+    }
+    fa_plan_destroy(plan);
+    fa_context_destroy(ctx);
+    fa_cli_free(&cli);
+    return ok ? 0 : 1;
+}

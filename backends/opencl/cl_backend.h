@@ -100,10 +100,12 @@ fa_status fa_cl_error(cl_int err, const char *what);
 fa_status fa_cl_build(fa_cl_context *ctx, const char *const *paths, int path_count,
                       const char *options, cl_program *program);
 
-/* Enqueue a kernel; *event (may be NULL) gets a profiling event. */
+/* Enqueue a kernel; *event (may be NULL) gets a profiling event. A zero
+ * global size launches nothing, succeeds, and leaves *event NULL. */
 fa_status fa_cl_launch(fa_cl_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global,
                        const size_t *local, cl_event *event);
-/* Milliseconds between an event's start and end (waits for it). */
+/* Milliseconds between an event's start and end (waits for it); negative
+ * when the event cannot be timed. */
 double fa_cl_event_ms(cl_event event);
 
 /* The attention half (cl_attention.c). */

@@ -1,0 +1,764 @@
+/* The OpenCL backend's runtime half: enumeration and device description,
+ * the bandwidth probe and its cache, buffers (own and wrapped), program
+ * builds through the kernel cache, launches and event timing.
+ *
+ * fa-test-labels: device
+ *
+ * Every case skips (never passes) where no OpenCL device is present. */
+#include "harness.h"
+#include "test_util.h"
+
+#include "flashattn.h"
+
+#ifdef FA_WITH_OPENCL
+#include "backends/opencl/cl_runtime_internal.h"
+#include "plan.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* Scaffolding                                                              */
+
+static char cache_dir[64];
+static char skip_reason[600];
+
+static void remove_cache_dir(void) {
+    DIR *d = opendir(cache_dir);
+    if (d) {
+        struct dirent *e;
+        char path[512];
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(cache_dir);
+}
+
+/* Every case runs against a kernel cache of its own, made before the first
+ * library call, so entries found there were written by this process. */
+static int use_fresh_cache(void) {
+    if (cache_dir[0]) return 1;
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/fa-clrt-XXXXXX");
+    if (!mkdtemp(cache_dir)) {
+        CHECK_MSG(0, "mkdtemp failed: %s", strerror(errno));
+        cache_dir[0] = '\0';
+        return 0;
+    }
+    atexit(remove_cache_dir);
+    if (setenv("FLASHATTN_CACHE_DIR", cache_dir, 1) != 0) return 0;
+    unsetenv("FLASHATTN_NO_BANDWIDTH_PROBE");
+    return 1;
+}
+
+/* 1 when the OpenCL backend has a device; otherwise the reason is left in
+ * skip_reason. */
+static int opencl_present(void) {
+    if (!use_fresh_cache()) {
+        snprintf(skip_reason, sizeof skip_reason, "no scratch cache directory");
+        return 0;
+    }
+    char reason[512] = "";
+    if (fa_backend_get_status(FA_BACKEND_OPENCL, reason, sizeof reason) != FA_SUCCESS) {
+        snprintf(skip_reason, sizeof skip_reason, "OpenCL unavailable: %s", reason);
+        return 0;
+    }
+    return 1;
+}
+
+#define REQUIRE_OPENCL()                                                                       \
+    do {                                                                                       \
+        if (!opencl_present()) FA_SKIP(skip_reason);                                           \
+    } while (0)
+
+static fa_cl_context *cl_of(fa_context ctx) { return (fa_cl_context *)ctx->impl; }
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* Names of the cache entries starting with prefix; returns how many. */
+static int list_entries(const char *prefix, char names[][256], int max) {
+    int n = 0;
+    DIR *d = opendir(cache_dir);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || !strstr(e->d_name, ".bin")) continue;
+        if (strstr(e->d_name, ".tmp")) continue;
+        if (n < max) snprintf(names[n], 256, "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The entry of names_after missing from names_before, or NULL. */
+static const char *new_entry(char before[][256], int nb, char after[][256], int na) {
+    for (int i = 0; i < na; i++) {
+        int seen = 0;
+        for (int j = 0; j < nb; j++) seen |= strcmp(after[i], before[j]) == 0;
+        if (!seen) return after[i];
+    }
+    return NULL;
+}
+
+/* Starts as fa_cl_build starts each file, so every driver the test runs on
+ * shows it accepts the #line (PoCL names the file in its log; NVIDIA ignores
+ * the directive). */
+static const char axpb_template[] =
+    "#line 1 \"kernels_cl/axpb_test.cl\"\n"
+    "#define SALT %lluUL\n"
+    "__kernel void axpb(__global const float *x, __global float *y, float a, float b, uint n) {\n"
+    "    uint i = get_global_id(0);\n"
+    "    if (i < n) y[i] = a * x[i] + b + (float)(SALT & 0u);\n"
+    "}\n";
+
+/* Runs axpb on n fresh random inputs and checks every output; returns the
+ * kernel's device time in ms (negative when the event gave none). */
+static double run_axpb(fa_context ctx, cl_program program, fa_rng *rng, unsigned n) {
+    fa_cl_context *cl = cl_of(ctx);
+    cl_int err = CL_SUCCESS;
+    cl_kernel kernel = fa_cl.clCreateKernel(program, "axpb", &err);
+    CHECK_MSG(err == CL_SUCCESS && kernel, "clCreateKernel(axpb) = %d", (int)err);
+    if (err != CL_SUCCESS) return -1.0;
+    float *x = fa_test_random_tensor(rng, FA_DTYPE_F32, n);
+    float *y = malloc(n * sizeof *y);
+    fa_buffer bx = NULL, by = NULL;
+    double ms = -1.0;
+    CHECK_OK(fa_buffer_alloc(ctx, n * sizeof(float), &bx));
+    CHECK_OK(fa_buffer_alloc(ctx, n * sizeof(float), &by));
+    if (x && y && bx && by) {
+        fa_test_poison(y, FA_DTYPE_F32, n);
+        CHECK_OK(fa_buffer_upload(by, 0, y, n * sizeof(float)));
+        CHECK_OK(fa_buffer_upload(bx, 0, x, n * sizeof(float)));
+        float a = (float)fa_rng_uniform(rng, 0.5, 2.0), b = (float)fa_rng_uniform(rng, -1.0, 1.0);
+        cl_mem mx = fa_buffer_get_native(bx, (void **)&mx) == FA_SUCCESS ? mx : NULL;
+        cl_mem my = fa_buffer_get_native(by, (void **)&my) == FA_SUCCESS ? my : NULL;
+        cl_uint cn = n;
+        err = fa_cl.clSetKernelArg(kernel, 0, sizeof mx, &mx);
+        err |= fa_cl.clSetKernelArg(kernel, 1, sizeof my, &my);
+        err |= fa_cl.clSetKernelArg(kernel, 2, sizeof a, &a);
+        err |= fa_cl.clSetKernelArg(kernel, 3, sizeof b, &b);
+        err |= fa_cl.clSetKernelArg(kernel, 4, sizeof cn, &cn);
+        CHECK(err == CL_SUCCESS);
+        size_t local = 64, global = ((size_t)n + local - 1) / local * local;
+        cl_event ev = NULL;
+        CHECK_OK(fa_cl_launch(cl, kernel, 1, &global, &local, &ev));
+        CHECK(ev != NULL);
+        if (ev) {
+            ms = fa_cl_event_ms(ev);
+            fa_cl.clReleaseEvent(ev);
+        }
+        CHECK_OK(fa_buffer_download(by, 0, y, n * sizeof(float)));
+        unsigned bad = 0;
+        for (unsigned i = 0; i < n; i++) {
+            float want = a * x[i] + b;
+            if (!(fabsf(y[i] - want) <= 1e-5f * (1.0f + fabsf(want)))) bad++;
+        }
+        CHECK_MSG(bad == 0, "%u of %u outputs of axpb are wrong", bad, n);
+    }
+    if (bx) fa_buffer_free(bx);
+    if (by) fa_buffer_free(by);
+    fa_cl.clReleaseKernel(kernel);
+    free(x);
+    free(y);
+    return ms;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                  */
+
+FA_TEST(enumerates_every_device) {
+    REQUIRE_OPENCL();
+    /* An independent count through the loader the backend opened. */
+    cl_uint nplat = 0;
+    int direct = 0;
+    CHECK(fa_cl.clGetPlatformIDs(0, NULL, &nplat) == CL_SUCCESS);
+    cl_platform_id plats[16];
+    if (nplat > 16) nplat = 16;
+    CHECK(fa_cl.clGetPlatformIDs(nplat, plats, NULL) == CL_SUCCESS);
+    for (cl_uint p = 0; p < nplat; p++) {
+        cl_uint nd = 0;
+        if (fa_cl.clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == CL_SUCCESS) direct += (int)nd;
+    }
+    CHECK(direct > 0);
+    CHECK(fa_cl_device_count() == direct);
+
+    int count = 0, seen = 0;
+    CHECK_OK(fa_device_count(&count));
+    for (int g = 0; g < count; g++) {
+        fa_device_info info;
+        CHECK_OK(fa_device_get_info(g, &info));
+        if (info.backend != FA_BACKEND_OPENCL) continue;
+        const fa_device_desc *d = &info.desc;
+        CHECK(info.index == seen);
+        seen++;
+        printf("opencl %d: name \"%s\" vendor \"%s\" driver \"%s\" arch \"%s\" type %d\n"
+               "  local_mem %zu, max_wg %d, simd %d, CUs %d, clock %d MHz, global_mem %zu,\n"
+               "  fp32 flops/clk/CU %.0f, matrix %.0f, bandwidth %.1f GB/s (measured %d)\n",
+               info.index, d->name, d->vendor, info.driver_version, d->arch, (int)d->type, d->local_mem_bytes,
+               d->max_work_group_size, d->simd_width, d->compute_units, d->clock_mhz, d->global_mem_bytes,
+               d->fp32_flops_per_clock_cu, d->matrix_flops_per_clock_cu, d->bandwidth_gbs,
+               d->bandwidth_measured);
+        CHECK(d->backend == FA_BACKEND_OPENCL);
+        CHECK(d->name[0] != '\0' && d->name[0] != ' ');
+        CHECK(d->vendor[0] != '\0');
+        CHECK(info.driver_version[0] != '\0');
+        CHECK(d->type == FA_DEVICE_CPU || d->type == FA_DEVICE_GPU || d->type == FA_DEVICE_ACCELERATOR);
+        CHECK(d->local_mem_bytes > 0);
+        CHECK(d->max_work_group_size > 0);
+        CHECK(d->simd_width > 0 && d->simd_width <= 128);
+        CHECK(d->compute_units > 0);
+        CHECK(d->clock_mhz > 0);
+        CHECK(d->global_mem_bytes > 0);
+        CHECK(d->fp32_flops_per_clock_cu >= 2.0);
+        CHECK(d->matrix_flops_per_clock_cu == 0.0 && d->matrix_m == 0);
+        CHECK(d->bandwidth_gbs > 0.0 && isfinite(d->bandwidth_gbs));
+        if (d->type == FA_DEVICE_CPU) CHECK(d->fp32_flops_per_clock_cu == 4.0 * d->simd_width);
+
+        /* The description agrees with what the driver says right now. */
+        const fa_cl_device *dev = fa_cl_device_get(info.index);
+        CHECK(dev != NULL);
+        if (!dev) continue;
+        cl_ulong local = 0;
+        cl_uint cus = 0;
+        char name[256] = "";
+        CHECK(fa_cl.clGetDeviceInfo(dev->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL) == CL_SUCCESS);
+        CHECK(fa_cl.clGetDeviceInfo(dev->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL) == CL_SUCCESS);
+        CHECK(fa_cl.clGetDeviceInfo(dev->device, CL_DEVICE_NAME, sizeof name - 1, name, NULL) == CL_SUCCESS);
+        CHECK(d->local_mem_bytes == (size_t)local);
+        CHECK(d->compute_units == (int)cus);
+        CHECK(strstr(name, d->name) != NULL);
+    }
+    CHECK(seen == direct);
+    CHECK_STATUS(fa_cl_device_info(direct, &(fa_device_info){0}), FA_ERR_DEVICE_NOT_FOUND);
+}
+
+FA_TEST(bandwidth_measured_then_cached) {
+    REQUIRE_OPENCL();
+    fa_context probe = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &probe));
+    if (!probe) return;
+    int index = cl_of(probe)->index;
+    CHECK_OK(fa_context_destroy(probe));
+
+    /* Back to the state of a process that has not measured yet, on a cache
+     * that has no figure for the device. */
+    fa_cl_bandwidth_forget(index);
+    fa_device_info before;
+    CHECK_OK(fa_cl_device_info(index, &before));
+    CHECK(before.desc.bandwidth_measured == 0);
+    CHECK(before.desc.bandwidth_gbs > 0.0);
+    char names[8][256];
+    int entries0 = list_entries("opencl_bandwidth-", names, 8);
+    for (int i = 0; i < entries0; i++) {
+        char path[400];
+        snprintf(path, sizeof path, "%s/%.255s", cache_dir, names[i]);
+        CHECK(unlink(path) == 0);
+    }
+    int runs0 = fa_cl_bandwidth_probe_count();
+
+    /* Probe switched off: the estimate stays, marked as not measured. */
+    CHECK(setenv("FLASHATTN_NO_BANDWIDTH_PROBE", "1", 1) == 0);
+    fa_context a = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, index, &a));
+    unsetenv("FLASHATTN_NO_BANDWIDTH_PROBE");
+    if (!a) return;
+    fa_device_info ia;
+    CHECK_OK(fa_context_get_info(a, &ia));
+    CHECK(ia.desc.bandwidth_measured == 0);
+    CHECK(ia.desc.bandwidth_gbs == before.desc.bandwidth_gbs);
+    CHECK(fa_cl_bandwidth_probe_count() == runs0);
+    CHECK(list_entries("opencl_bandwidth-", names, 8) == 0);
+
+    /* The probe proper: measures once and leaves the figure on disk. */
+    double t0 = now_ms();
+    fa_cl_bandwidth_ensure(cl_of(a));
+    double measure_ms = now_ms() - t0;
+    CHECK(fa_cl_bandwidth_probe_count() == runs0 + 1);
+    CHECK(list_entries("opencl_bandwidth-", names, 8) == 1);
+    fa_device_info measured;
+    CHECK_OK(fa_cl_device_info(index, &measured));
+    CHECK(measured.desc.bandwidth_measured == 1);
+    CHECK(measured.desc.bandwidth_gbs > 0.0 && isfinite(measured.desc.bandwidth_gbs));
+    CHECK(measured.desc.bandwidth_gbs != before.desc.bandwidth_gbs);
+
+    /* A context created now reports it. */
+    fa_context b = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, index, &b));
+    if (b) {
+        fa_device_info ib;
+        CHECK_OK(fa_context_get_info(b, &ib));
+        CHECK(ib.desc.bandwidth_measured == 1 && ib.desc.bandwidth_gbs == measured.desc.bandwidth_gbs);
+        CHECK_OK(fa_context_destroy(b));
+    }
+
+    /* A new process (simulated): the figure comes from the disk cache, bit
+     * for bit, quickly and without measuring again... */
+    fa_cl_bandwidth_forget(index);
+    t0 = now_ms();
+    fa_cl_bandwidth_ensure(cl_of(a));
+    double cached_ms = now_ms() - t0;
+    fa_device_info again;
+    CHECK_OK(fa_cl_device_info(index, &again));
+    CHECK(again.desc.bandwidth_measured == 1);
+    CHECK(memcmp(&again.desc.bandwidth_gbs, &measured.desc.bandwidth_gbs, sizeof(double)) == 0);
+    CHECK(fa_cl_bandwidth_probe_count() == runs0 + 1);
+    CHECK_MSG(cached_ms < measure_ms && cached_ms < 50.0, "reading the figure took %.2f ms, measuring it %.2f ms",
+              cached_ms, measure_ms);
+    printf("bandwidth %.2f GB/s: %.2f ms to measure, %.3f ms to read from the cache\n",
+           measured.desc.bandwidth_gbs, measure_ms, cached_ms);
+    CHECK_OK(fa_context_destroy(a));
+
+    /* ... and so does the public path: a context of a fresh process. */
+    fa_cl_bandwidth_forget(index);
+    fa_context c = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, index, &c));
+    if (!c) return;
+    fa_device_info ic;
+    CHECK_OK(fa_context_get_info(c, &ic));
+    CHECK(ic.desc.bandwidth_measured == 1);
+    CHECK(memcmp(&ic.desc.bandwidth_gbs, &measured.desc.bandwidth_gbs, sizeof(double)) == 0);
+    CHECK(fa_cl_bandwidth_probe_count() == runs0 + 1);
+    CHECK_OK(fa_context_destroy(c));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Contexts and buffers                                                     */
+
+FA_TEST(context_native_and_sync) {
+    REQUIRE_OPENCL();
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, 0, &ctx));
+    if (!ctx) return;
+    void *nc = NULL, *nq = NULL;
+    CHECK_OK(fa_context_get_native(ctx, &nc, &nq));
+    CHECK(nc != NULL && nq != NULL);
+    fa_cl_context *cl = cl_of(ctx);
+    CHECK(nc == (void *)cl->context && nq == (void *)cl->queue);
+    /* The native queue runs work on the native context's memory and times
+     * it (profiling is on). */
+    cl_int err = CL_SUCCESS;
+    cl_mem mem = fa_cl.clCreateBuffer((cl_context)nc, CL_MEM_READ_WRITE, 1 << 20, NULL, &err);
+    CHECK(err == CL_SUCCESS && mem);
+    if (mem) {
+        const float pattern = 0.25f;
+        cl_event ev = NULL;
+        CHECK(fa_cl.clEnqueueFillBuffer((cl_command_queue)nq, mem, &pattern, sizeof pattern, 0, 1 << 20, 0, NULL,
+                                        &ev) == CL_SUCCESS);
+        CHECK_OK(fa_context_synchronize(ctx));
+        if (ev) {
+            CHECK(fa_cl_event_ms(ev) >= 0.0);
+            fa_cl.clReleaseEvent(ev);
+        }
+        float back[4] = {0};
+        CHECK(fa_cl.clEnqueueReadBuffer((cl_command_queue)nq, mem, CL_TRUE, 4096, sizeof back, back, 0, NULL, NULL) ==
+              CL_SUCCESS);
+        CHECK(back[0] == pattern && back[3] == pattern);
+        fa_cl.clReleaseMemObject(mem);
+    }
+    fa_device_info info;
+    CHECK_OK(fa_context_get_info(ctx, &info));
+    CHECK(info.backend == FA_BACKEND_OPENCL && info.index == 0);
+    CHECK(strcmp(info.desc.name, cl->info.desc.name) == 0);
+    CHECK_STATUS(fa_context_create(FA_BACKEND_OPENCL, fa_cl_device_count(), &(fa_context){0}),
+                 FA_ERR_DEVICE_NOT_FOUND);
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
+FA_TEST(buffer_round_trip_unaligned) {
+    REQUIRE_OPENCL();
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &ctx));
+    if (!ctx) return;
+    fa_rng rng;
+    fa_rng_seed(&rng, (uint64_t)time(NULL) ^ 0x5eedu);
+    const size_t size = 1000003; /* odd, prime */
+    unsigned char *mirror = malloc(size), *back = malloc(size);
+    fa_buffer buf = NULL;
+    CHECK_OK(fa_buffer_alloc(ctx, size, &buf));
+    if (mirror && back && buf) {
+        size_t got = 0;
+        CHECK_OK(fa_buffer_size(buf, &got));
+        CHECK(got == size);
+        for (size_t i = 0; i < size; i++) mirror[i] = (unsigned char)fa_rng_next(&rng);
+        CHECK_OK(fa_buffer_upload(buf, 0, mirror, size));
+        /* Pieces at odd offsets and lengths, including the very last byte. */
+        for (int piece = 0; piece < 40; piece++) {
+            size_t off = (size_t)(fa_rng_next(&rng) % size);
+            size_t len = 1 + (size_t)(fa_rng_next(&rng) % 9973);
+            if (len > size - off) len = size - off;
+            unsigned char chunk[9973];
+            for (size_t i = 0; i < len; i++) chunk[i] = (unsigned char)fa_rng_next(&rng);
+            memcpy(mirror + off, chunk, len);
+            CHECK_OK(fa_buffer_upload(buf, off, chunk, len));
+        }
+        unsigned char last = 0xa5;
+        mirror[size - 1] = last;
+        CHECK_OK(fa_buffer_upload(buf, size - 1, &last, 1));
+        memset(back, 0, size);
+        CHECK_OK(fa_buffer_download(buf, 0, back, size));
+        CHECK(memcmp(mirror, back, size) == 0);
+        for (int piece = 0; piece < 20; piece++) {
+            size_t off = (size_t)(fa_rng_next(&rng) % size);
+            size_t len = 1 + (size_t)(fa_rng_next(&rng) % 4099);
+            if (len > size - off) len = size - off;
+            memset(back, 0, len);
+            CHECK_OK(fa_buffer_download(buf, off, back, len));
+            CHECK_MSG(memcmp(mirror + off, back, len) == 0, "download of %zu bytes at %zu differs", len, off);
+        }
+    }
+    if (buf) CHECK_OK(fa_buffer_free(buf));
+    free(mirror);
+    free(back);
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
+FA_TEST(buffer_bounds_and_sizes) {
+    REQUIRE_OPENCL();
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &ctx));
+    if (!ctx) return;
+    fa_buffer buf = NULL;
+    CHECK_OK(fa_buffer_alloc(ctx, 1000, &buf));
+    unsigned char data[64];
+    memset(data, 0x3c, sizeof data);
+    if (buf) {
+        CHECK_STATUS(fa_buffer_upload(buf, 990, data, 11), FA_ERR_OUT_OF_BOUNDS);
+        CHECK_STATUS(fa_buffer_upload(buf, 1001, data, 0), FA_ERR_OUT_OF_BOUNDS);
+        CHECK_STATUS(fa_buffer_download(buf, SIZE_MAX - 4, data, 8), FA_ERR_OUT_OF_BOUNDS);
+        CHECK_OK(fa_buffer_upload(buf, 990, data, 10));
+        /* The backend refuses on its own too, whoever calls it. */
+        const fa_backend_ops *ops = &fa_opencl_backend;
+        CHECK_STATUS(ops->buffer_upload(ctx->impl, buf->impl, 999, data, 2), FA_ERR_OUT_OF_BOUNDS);
+        CHECK_STATUS(ops->buffer_download(ctx->impl, buf->impl, SIZE_MAX, data, 2), FA_ERR_OUT_OF_BOUNDS);
+        CHECK(strstr(fa_last_error(), "past the end") != NULL);
+        CHECK_STATUS(ops->buffer_alloc(ctx->impl, 0, &(void *){NULL}), FA_ERR_INVALID_SIZE);
+        CHECK_OK(fa_buffer_free(buf));
+    }
+    const fa_cl_device *dev = fa_cl_device_get(cl_of(ctx)->index);
+    CHECK(dev != NULL);
+    if (dev) {
+        size_t too_big = (size_t)dev->max_alloc_bytes + 4096;
+        fa_buffer big = NULL;
+        CHECK_STATUS(fa_buffer_alloc(ctx, too_big, &big), FA_ERR_OUT_OF_MEMORY);
+        char want[32];
+        snprintf(want, sizeof want, "%zu", too_big);
+        CHECK_MSG(strstr(fa_last_error(), want) != NULL, "message \"%s\" does not name %s", fa_last_error(), want);
+        CHECK(big == NULL);
+    }
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
+static cl_uint ref_count(cl_mem mem) {
+    cl_uint n = 0;
+    if (fa_cl.clGetMemObjectInfo(mem, CL_MEM_REFERENCE_COUNT, sizeof n, &n, NULL) != CL_SUCCESS) return 0;
+    return n;
+}
+
+FA_TEST(wrap_native_buffer) {
+    REQUIRE_OPENCL();
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &ctx));
+    if (!ctx) return;
+    void *nc = NULL, *nq = NULL;
+    CHECK_OK(fa_context_get_native(ctx, &nc, &nq));
+    cl_int err = CL_SUCCESS;
+    const size_t size = 4096;
+    cl_mem mem = fa_cl.clCreateBuffer((cl_context)nc, CL_MEM_READ_WRITE, size, NULL, &err);
+    CHECK(err == CL_SUCCESS && mem);
+    if (!mem) {
+        fa_context_destroy(ctx);
+        return;
+    }
+    fa_rng rng;
+    fa_rng_seed(&rng, (uint64_t)time(NULL) ^ 0xc1u);
+    unsigned char in[4096], out[4096];
+    for (size_t i = 0; i < size; i++) in[i] = (unsigned char)fa_rng_next(&rng);
+
+    fa_buffer wrapped = NULL;
+    CHECK_STATUS(fa_buffer_wrap(ctx, mem, size + 1, &wrapped), FA_ERR_OUT_OF_BOUNDS);
+    CHECK(wrapped == NULL);
+    CHECK_OK(fa_buffer_wrap(ctx, mem, size - 96, &wrapped));
+    CHECK(ref_count(mem) == 2);
+    if (wrapped) {
+        void *native = NULL;
+        CHECK_OK(fa_buffer_get_native(wrapped, &native));
+        CHECK(native == (void *)mem);
+        CHECK_OK(fa_buffer_upload(wrapped, 7, in, size - 103));
+        CHECK_STATUS(fa_buffer_upload(wrapped, 8, in, size - 103), FA_ERR_OUT_OF_BOUNDS);
+        memset(out, 0, sizeof out);
+        CHECK_OK(fa_buffer_download(wrapped, 7, out, size - 103));
+        CHECK(memcmp(in, out, size - 103) == 0);
+        CHECK_OK(fa_buffer_free(wrapped));
+    }
+    /* Still ours after fa_buffer_free, with the data written through the
+     * wrapper. */
+    CHECK(ref_count(mem) == 1);
+    memset(out, 0, sizeof out);
+    CHECK(fa_cl.clEnqueueReadBuffer((cl_command_queue)nq, mem, CL_TRUE, 7, size - 103, out, 0, NULL, NULL) ==
+          CL_SUCCESS);
+    CHECK(memcmp(in, out, size - 103) == 0);
+
+    /* A cl_mem of another cl_context on the same device is foreign. */
+    cl_device_id device = cl_of(ctx)->device;
+    cl_context other = fa_cl.clCreateContext(NULL, 1, &device, NULL, NULL, &err);
+    CHECK(err == CL_SUCCESS && other);
+    if (other) {
+        cl_mem alien = fa_cl.clCreateBuffer(other, CL_MEM_READ_WRITE, size, NULL, &err);
+        CHECK(err == CL_SUCCESS && alien);
+        if (alien) {
+            CHECK_STATUS(fa_buffer_wrap(ctx, alien, size, &wrapped), FA_ERR_FOREIGN_BUFFER);
+            CHECK(ref_count(alien) == 1);
+            fa_cl.clReleaseMemObject(alien);
+        }
+        fa_cl.clReleaseContext(other);
+    }
+    /* So is one of another flashattn context (each has its own cl_context). */
+    fa_context ctx2 = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, cl_of(ctx)->index, &ctx2));
+    if (ctx2) {
+        CHECK_STATUS(fa_buffer_wrap(ctx2, mem, size, &wrapped), FA_ERR_FOREIGN_BUFFER);
+        CHECK_OK(fa_context_destroy(ctx2));
+    }
+    CHECK(ref_count(mem) == 1);
+    fa_cl.clReleaseMemObject(mem);
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Builds                                                                   */
+
+FA_TEST(broken_source_reports_log) {
+    REQUIRE_OPENCL();
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &ctx));
+    if (!ctx) return;
+    static const char broken[] =
+        "__kernel void broken(__global float *y) {\n"
+        "    y[get_global_id(0)] = undeclared_symbol_q7 * 2.0f;\n"
+        "}\n";
+    char names0[32][256];
+    int entries = list_entries("opencl-", names0, 32);
+    cl_program program = (cl_program)(uintptr_t)1;
+    fa_cl_origin origin = FA_CL_LOADED_FROM_CACHE;
+    CHECK_STATUS(fa_cl_build_text(cl_of(ctx), broken, sizeof broken - 1, "-DX=1", 1, &program, &origin),
+                 FA_ERR_COMPILE);
+    CHECK(program == NULL);
+    /* The identifier appears only in the compiler's diagnostics. */
+    CHECK_MSG(strstr(fa_last_error(), "undeclared_symbol_q7") != NULL, "no compiler log in \"%s\"", fa_last_error());
+    CHECK(strstr(fa_last_error(), "-cl-std=CL1.2") != NULL);
+    char names[32][256];
+    CHECK(list_entries("opencl-", names, 32) == entries);
+
+    const char *paths[] = {"kernels_cl/no_such_file_here.cl"};
+    CHECK_STATUS(fa_cl_build(cl_of(ctx), paths, 1, "", &program), FA_ERR_INTERNAL);
+    CHECK(strstr(fa_last_error(), "kernels_cl/no_such_file_here.cl") != NULL);
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
+FA_TEST(build_cache_hit_corrupt_and_stale) {
+    REQUIRE_OPENCL();
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &ctx));
+    if (!ctx) return;
+    fa_cl_context *cl = cl_of(ctx);
+    fa_rng rng;
+    fa_rng_seed(&rng, (uint64_t)time(NULL) ^ (uint64_t)getpid());
+    /* A salt no earlier run has built, so the first build must compile. */
+    char source[1024];
+    int len = snprintf(source, sizeof source, axpb_template, (unsigned long long)(fa_rng_next(&rng) >> 1));
+    const char *options = "-DFA_TEST_OPTION=3";
+
+    char before[32][256], after[32][256];
+    int nb = list_entries("opencl-", before, 32);
+    cl_program p = NULL;
+    fa_cl_origin origin = FA_CL_LOADED_FROM_CACHE;
+    CHECK_OK(fa_cl_build_text(cl, source, (size_t)len, options, 1, &p, &origin));
+    CHECK(origin == FA_CL_BUILT_FROM_SOURCE);
+    int na = list_entries("opencl-", after, 32);
+    CHECK(na == nb + 1);
+    const char *entry = new_entry(before, nb, after, na);
+    CHECK(entry != NULL);
+    if (p) {
+        CHECK(run_axpb(ctx, p, &rng, 1000) >= 0.0);
+        fa_cl.clReleaseProgram(p);
+    }
+
+    /* Second build: from the cache, and it runs. */
+    p = NULL;
+    CHECK_OK(fa_cl_build_text(cl, source, (size_t)len, options, 1, &p, &origin));
+    CHECK(origin == FA_CL_LOADED_FROM_CACHE);
+    if (p) {
+        CHECK(run_axpb(ctx, p, &rng, 777) >= 0.0);
+        fa_cl.clReleaseProgram(p);
+    }
+    /* Different options are a different entry. */
+    p = NULL;
+    CHECK_OK(fa_cl_build_text(cl, source, (size_t)len, "-DFA_TEST_OPTION=4", 1, &p, &origin));
+    CHECK(origin == FA_CL_BUILT_FROM_SOURCE);
+    if (p) fa_cl.clReleaseProgram(p);
+
+    /* Corrupt the entry's payload: the build goes back to source and works. */
+    if (entry) {
+        char path[400];
+        snprintf(path, sizeof path, "%s/%.255s", cache_dir, entry);
+        FILE *f = fopen(path, "r+b");
+        CHECK(f != NULL);
+        if (f) {
+            CHECK(fseek(f, -16, SEEK_END) == 0);
+            unsigned char junk[8];
+            for (int i = 0; i < 8; i++) junk[i] = (unsigned char)(fa_rng_next(&rng) | 1u);
+            unsigned char orig[8];
+            CHECK(fread(orig, 1, 8, f) == 8);
+            for (int i = 0; i < 8; i++) junk[i] ^= orig[i];
+            CHECK(fseek(f, -16, SEEK_END) == 0);
+            CHECK(fwrite(junk, 1, 8, f) == 8);
+            fclose(f);
+        }
+        p = NULL;
+        CHECK_OK(fa_cl_build_text(cl, source, (size_t)len, options, 1, &p, &origin));
+        CHECK(origin == FA_CL_BUILT_FROM_SOURCE);
+        if (p) {
+            CHECK(run_axpb(ctx, p, &rng, 4096) >= 0.0);
+            fa_cl.clReleaseProgram(p);
+        }
+        p = NULL;
+        CHECK_OK(fa_cl_build_text(cl, source, (size_t)len, options, 1, &p, &origin));
+        CHECK(origin == FA_CL_LOADED_FROM_CACHE);
+        if (p) fa_cl.clReleaseProgram(p);
+    }
+
+    /* A well-formed entry whose binary the driver rejects (as after a driver
+     * update that kept the version string): rebuilt from source. */
+    char *full = fa_cl_full_options(options);
+    CHECK(full != NULL);
+    if (full) {
+        fa_kcache_key key;
+        fa_cl_program_key(cl, source, (size_t)len, full, &key);
+        unsigned char garbage[256];
+        for (size_t i = 0; i < sizeof garbage; i++) garbage[i] = (unsigned char)fa_rng_next(&rng);
+        CHECK_OK(fa_kcache_store(&key, garbage, sizeof garbage));
+        void *data = NULL;
+        size_t size = 0;
+        CHECK_OK(fa_kcache_load(&key, &data, &size));
+        CHECK(size == sizeof garbage && data && memcmp(data, garbage, size) == 0);
+        free(data);
+        free(full);
+        p = NULL;
+        CHECK_OK(fa_cl_build_text(cl, source, (size_t)len, options, 1, &p, &origin));
+        CHECK(origin == FA_CL_BUILT_FROM_SOURCE);
+        if (p) {
+            CHECK(run_axpb(ctx, p, &rng, 333) >= 0.0);
+            fa_cl.clReleaseProgram(p);
+        }
+        /* ... and the good binary replaced the rejected one. */
+        p = NULL;
+        CHECK_OK(fa_cl_build_text(cl, source, (size_t)len, options, 1, &p, &origin));
+        CHECK(origin == FA_CL_LOADED_FROM_CACHE);
+        if (p) fa_cl.clReleaseProgram(p);
+    }
+
+    /* use_cache = 0 neither reads nor writes entries. */
+    nb = list_entries("opencl-", before, 32);
+    p = NULL;
+    CHECK_OK(fa_cl_build_text(cl, source, (size_t)len, options, 0, &p, &origin));
+    CHECK(origin == FA_CL_BUILT_FROM_SOURCE);
+    if (p) fa_cl.clReleaseProgram(p);
+    CHECK(list_entries("opencl-", after, 32) == nb);
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
+FA_TEST(launch_and_timing) {
+    REQUIRE_OPENCL();
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &ctx));
+    if (!ctx) return;
+    fa_cl_context *cl = cl_of(ctx);
+    fa_rng rng;
+    fa_rng_seed(&rng, (uint64_t)time(NULL) ^ 0x7a11u);
+    char source[1024];
+    int len = snprintf(source, sizeof source, axpb_template, 42ull);
+    cl_program p = NULL;
+    CHECK_OK(fa_cl_build_text(cl, source, (size_t)len, "", 1, &p, NULL));
+    if (!p) {
+        fa_context_destroy(ctx);
+        return;
+    }
+    double ms = run_axpb(ctx, p, &rng, 1u << 18);
+    CHECK_MSG(ms > 0.0, "kernel time %g ms", ms);
+    printf("axpb over 2^18 floats: %.4f ms\n", ms);
+
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = fa_cl.clCreateKernel(p, "axpb", &err);
+    CHECK(err == CL_SUCCESS);
+    if (k) {
+        /* No arguments set: the driver refuses, and the code is named. */
+        size_t global = 64, local = 64;
+        cl_event ev = (cl_event)(uintptr_t)1;
+        CHECK_STATUS(fa_cl_launch(cl, k, 1, &global, &local, &ev), FA_ERR_LAUNCH);
+        CHECK(ev == NULL);
+        CHECK_MSG(strstr(fa_last_error(), "CL_INVALID_KERNEL_ARGS (-52)") != NULL, "message: %s", fa_last_error());
+        /* Sizes the caller failed to round are its bug, caught before the
+         * driver. */
+        size_t odd = 100;
+        CHECK_STATUS(fa_cl_launch(cl, k, 1, &odd, &local, NULL), FA_ERR_INTERNAL);
+        CHECK_STATUS(fa_cl_launch(cl, k, 4, &global, NULL, NULL), FA_ERR_INTERNAL);
+        fa_cl.clReleaseKernel(k);
+    }
+    CHECK(fa_cl_event_ms(NULL) < 0.0);
+    fa_cl.clReleaseProgram(p);
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
+/* Needs no device: names and statuses only. */
+FA_TEST(error_codes_named) {
+    CHECK_STATUS(fa_cl_error(CL_INVALID_VALUE, "clFoo"), FA_ERR_LAUNCH);
+    CHECK(strstr(fa_last_error(), "clFoo") != NULL);
+    CHECK(strstr(fa_last_error(), "CL_INVALID_VALUE (-30)") != NULL);
+    CHECK_STATUS(fa_cl_error(CL_OUT_OF_RESOURCES, "clBar"), FA_ERR_OUT_OF_MEMORY);
+    CHECK(strstr(fa_last_error(), "CL_OUT_OF_RESOURCES (-5)") != NULL);
+    CHECK_STATUS(fa_cl_error(CL_MEM_OBJECT_ALLOCATION_FAILURE, "x"), FA_ERR_OUT_OF_MEMORY);
+    CHECK_STATUS(fa_cl_error(CL_OUT_OF_HOST_MEMORY, "x"), FA_ERR_OUT_OF_MEMORY);
+    CHECK_STATUS(fa_cl_error(CL_INVALID_WORK_GROUP_SIZE, "x"), FA_ERR_LAUNCH);
+    CHECK(strstr(fa_last_error(), "CL_INVALID_WORK_GROUP_SIZE (-54)") != NULL);
+    CHECK_STATUS(fa_cl_error(-1001, "x"), FA_ERR_LAUNCH);
+    CHECK(strstr(fa_last_error(), "CL_PLATFORM_NOT_FOUND_KHR (-1001)") != NULL);
+    CHECK_STATUS(fa_cl_error(-12345, "x"), FA_ERR_LAUNCH);
+    CHECK(strstr(fa_last_error(), "(-12345)") != NULL);
+    CHECK(fa_cl_error_name(CL_BUILD_PROGRAM_FAILURE) && strcmp(fa_cl_error_name(CL_BUILD_PROGRAM_FAILURE),
+                                                               "CL_BUILD_PROGRAM_FAILURE") == 0);
+}
+
+#else /* !FA_WITH_OPENCL */
+
+/* Same case names, each skipping; cmake registers the definitions above. */
+#define NOT_BUILT(name) \
+    FA_TEST(name) { FA_SKIP("the OpenCL backend is not compiled into this build"); }
+NOT_BUILT(enumerates_every_device)
+NOT_BUILT(bandwidth_measured_then_cached)
+NOT_BUILT(context_native_and_sync)
+NOT_BUILT(buffer_round_trip_unaligned)
+NOT_BUILT(buffer_bounds_and_sizes)
+NOT_BUILT(wrap_native_buffer)
+NOT_BUILT(broken_source_reports_log)
+NOT_BUILT(build_cache_hit_corrupt_and_stale)
+NOT_BUILT(launch_and_timing)
+NOT_BUILT(error_codes_named)
+
+#endif
+
+FA_TEST_MAIN(FA_CASE(enumerates_every_device), FA_CASE(bandwidth_measured_then_cached),
+             FA_CASE(context_native_and_sync), FA_CASE(buffer_round_trip_unaligned),
+             FA_CASE(buffer_bounds_and_sizes), FA_CASE(wrap_native_buffer), FA_CASE(broken_source_reports_log),
+             FA_CASE(build_cache_hit_corrupt_and_stale), FA_CASE(launch_and_timing), FA_CASE(error_codes_named))

@@ -288,9 +288,11 @@ const char *fa_variant_name(fa_variant variant);
 typedef struct fa_cost {
     double hbm_read_bytes;
     double hbm_write_bytes;
-    double flops;
-    double compute_ms;          /* flops / peak rate */
-    double memory_ms;           /* bytes / bandwidth */
+    double flops;               /* useful FLOPs (masked scores not counted) */
+    double compute_ms;          /* executed tiles (masked cells included) over
+                                   the peak rate, with the last wave's tail */
+    double memory_ms;           /* bytes over the bandwidth the work-groups
+                                   in flight can draw */
     double roofline_ms;         /* max of the two */
 } fa_cost;
 

@@ -1,0 +1,133 @@
+/* Devices described by hand from their vendors' published figures, so the
+ * planner can be exercised on hardware this machine does not have.
+ *
+ * Rates are per compute unit and clock: fp32 as 2 x FMA lanes, matrix as the
+ * dense fp16/bf16 rate of the matrix units.
+ * - H100 SXM: 132 SMs of 128 FP32 lanes; 4 tensor cores per SM, 2048 dense
+ *   fp16 FMA per clock in all (989 TFLOP/s at 1830 MHz).
+ * - MI250X, one of its two GCDs: 110 CUs; fp32 counted as packed FP32
+ *   (95.7 TFLOP/s for both GCDs); MFMA fp16 1024 flops per clock per CU
+ *   (383 TFLOP/s for both GCDs at 1700 MHz).
+ * - Arc A770: 32 Xe-cores of 16 vector engines x 8 fp32 lanes; XMX 2048
+ *   fp16 flops per clock per Xe-core (138 TFLOP/s at 2100 MHz).
+ * - NVIDIA's OpenCL on an H100: local memory capped at 48 KiB, and no matrix
+ *   instruction reachable from OpenCL C.
+ * - PoCL on a 2-core AVX2 CPU: two 8-wide FMA ports per core. */
+#include "planner.h"
+
+#include <string.h>
+
+#define KIB ((size_t)1024)
+#define GIB ((size_t)1024 * 1024 * 1024)
+
+static const fa_described_device described[] = {
+    {"h100",
+     {.name = "NVIDIA H100 80GB HBM3",
+      .vendor = "NVIDIA Corporation",
+      .arch = "sm_90",
+      .backend = FA_BACKEND_CUDA,
+      .type = FA_DEVICE_GPU,
+      .local_mem_bytes = 227 * KIB,
+      .max_work_group_size = 1024,
+      .simd_width = 32,
+      .compute_units = 132,
+      .clock_mhz = 1980,
+      .bandwidth_gbs = 3350.0,
+      .bandwidth_measured = 0,
+      .global_mem_bytes = 80 * GIB,
+      .fp32_flops_per_clock_cu = 256.0,
+      .matrix_flops_per_clock_cu = 4096.0,
+      .matrix_m = 16,
+      .matrix_n = 8,
+      .matrix_k = 16}},
+    {"mi250x",
+     {.name = "AMD Instinct MI250X (one GCD)",
+      .vendor = "Advanced Micro Devices, Inc.",
+      .arch = "gfx90a",
+      .backend = FA_BACKEND_HIP,
+      .type = FA_DEVICE_GPU,
+      .local_mem_bytes = 64 * KIB,
+      .max_work_group_size = 1024,
+      .simd_width = 64,
+      .compute_units = 110,
+      .clock_mhz = 1700,
+      .bandwidth_gbs = 1600.0,
+      .bandwidth_measured = 0,
+      .global_mem_bytes = 64 * GIB,
+      .fp32_flops_per_clock_cu = 256.0,
+      .matrix_flops_per_clock_cu = 1024.0,
+      .matrix_m = 32,
+      .matrix_n = 32,
+      .matrix_k = 8}},
+    {"arc-a770",
+     {.name = "Intel(R) Arc(TM) A770 Graphics",
+      .vendor = "Intel(R) Corporation",
+      .arch = "xe-hpg",
+      .backend = FA_BACKEND_OPENCL,
+      .type = FA_DEVICE_GPU,
+      .local_mem_bytes = 64 * KIB,
+      .max_work_group_size = 1024,
+      .simd_width = 16,
+      .compute_units = 32,
+      .clock_mhz = 2100,
+      .bandwidth_gbs = 560.0,
+      .bandwidth_measured = 0,
+      .global_mem_bytes = 16 * GIB,
+      .fp32_flops_per_clock_cu = 256.0,
+      .matrix_flops_per_clock_cu = 2048.0,
+      .matrix_m = 8,
+      .matrix_n = 8,
+      .matrix_k = 16}},
+    {"nvidia-opencl",
+     {.name = "NVIDIA H100 80GB HBM3 (OpenCL)",
+      .vendor = "NVIDIA Corporation",
+      .arch = "sm_90",
+      .backend = FA_BACKEND_OPENCL,
+      .type = FA_DEVICE_GPU,
+      .local_mem_bytes = 48 * KIB,
+      .max_work_group_size = 1024,
+      .simd_width = 32,
+      .compute_units = 132,
+      .clock_mhz = 1980,
+      .bandwidth_gbs = 3350.0,
+      .bandwidth_measured = 0,
+      .global_mem_bytes = 80 * GIB,
+      .fp32_flops_per_clock_cu = 256.0,
+      .matrix_flops_per_clock_cu = 0.0,
+      .matrix_m = 0,
+      .matrix_n = 0,
+      .matrix_k = 0}},
+    {"pocl-cpu",
+     {.name = "pthread-cpu (2 cores)",
+      .vendor = "The pocl project",
+      .arch = "x86-64",
+      .backend = FA_BACKEND_OPENCL,
+      .type = FA_DEVICE_CPU,
+      .local_mem_bytes = 1024 * KIB,
+      .max_work_group_size = 4096,
+      .simd_width = 8,
+      .compute_units = 2,
+      .clock_mhz = 2600,
+      .bandwidth_gbs = 20.0,
+      .bandwidth_measured = 0,
+      .global_mem_bytes = 8 * GIB,
+      .fp32_flops_per_clock_cu = 32.0,
+      .matrix_flops_per_clock_cu = 0.0,
+      .matrix_m = 0,
+      .matrix_n = 0,
+      .matrix_k = 0}},
+};
+
+int fa_described_device_count(void) { return (int)(sizeof described / sizeof described[0]); }
+
+const fa_described_device *fa_described_device_get(int index) {
+    if (index < 0 || index >= fa_described_device_count()) return NULL;
+    return &described[index];
+}
+
+const fa_described_device *fa_described_device_find(const char *key) {
+    if (!key) return NULL;
+    for (int i = 0; i < fa_described_device_count(); i++)
+        if (strcmp(described[i].key, key) == 0) return &described[i];
+    return NULL;
+}

@@ -1,0 +1,403 @@
+/* The IO model (GUIDE section 3): predicted HBM bytes, FLOPs and roofline
+ * time of fused and of standard attention, after the FlashAttention paper's
+ * analysis. Everything here is exact integer counting carried in doubles
+ * (exact below 2^53), so the same problem always gives the same numbers.
+ *
+ * Masks are handled without ever walking the sq x sk score matrix: the
+ * causal and sliding-window masks together are a diagonal band
+ * lo <= j - i <= hi, whose cells inside a rectangle have a closed form, and
+ * the block-sparse mask is walked block by block. */
+#include "planner.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A band bound that never binds: beyond any |j - i| of a sequence. */
+#define FA_BAND_OPEN INT64_C(0x100000000)
+
+/* Key j is visible to query i (positions in one sequence) when
+ * lo <= j - i <= hi; an absent bound is FA_BAND_OPEN in size. */
+typedef struct band {
+    int64_t lo, hi;
+} band;
+
+typedef struct block_mask {
+    const uint8_t *bytes; /* NULL: no block mask */
+    size_t size;
+    int64_t block_q, block_k, stride;
+} block_mask;
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static double dtype_bytes(fa_dtype dtype) { return dtype == FA_DTYPE_F32 ? 4.0 : 2.0; }
+
+static void seq_lengths(const fa_attention_desc *d, int b, int64_t *sq, int64_t *sk) {
+    if (d->cu_seqlens_q && d->cu_seqlens_k) {
+        *sq = max64(0, (int64_t)d->cu_seqlens_q[b + 1] - d->cu_seqlens_q[b]);
+        *sk = max64(0, (int64_t)d->cu_seqlens_k[b + 1] - d->cu_seqlens_k[b]);
+    } else {
+        *sq = max64(0, d->seqlen_q);
+        *sk = max64(0, d->seqlen_k);
+    }
+}
+
+/* The header's mask rules with off = sk - sq: causal j <= i + off; window
+ * i + off - left <= j <= i + off + right. */
+static band seq_band(const fa_attention_desc *d, int64_t sq, int64_t sk) {
+    int64_t off = sk - sq;
+    band bd = {-FA_BAND_OPEN, FA_BAND_OPEN};
+    if (d->causal) bd.hi = off;
+    if (d->window_right >= 0) bd.hi = min64(bd.hi, off + d->window_right);
+    if (d->window_left >= 0) bd.lo = off - d->window_left;
+    return bd;
+}
+
+static block_mask get_block_mask(const fa_attention_desc *d) {
+    block_mask bm = {NULL, 0, 1, 1, 0};
+    if (!d->block_mask || d->block_q <= 0 || d->block_k <= 0) return bm;
+    bm.bytes = d->block_mask;
+    bm.size = d->block_mask_bytes;
+    bm.block_q = d->block_q;
+    bm.block_k = d->block_k;
+    bm.stride = ceil_div(max64(1, d->seqlen_k), d->block_k);
+    return bm;
+}
+
+/* A block past the end of a (mis-sized) mask counts as visible: the model
+ * never reads outside the caller's bytes. */
+static int block_on(const block_mask *bm, int64_t bi, int64_t bj) {
+    int64_t index = bi * bm->stride + bj;
+    if (index < 0 || (uint64_t)index >= (uint64_t)bm->size) return 1;
+    return bm->bytes[index] != 0;
+}
+
+/* Sum over x in [x0, x0 + n) of clamp(x, 0, w). */
+static int64_t sum_clamped(int64_t x0, int64_t n, int64_t w) {
+    int64_t x1 = x0 + n, total = 0;
+    int64_t a = max64(x0, 1), b = min64(x1, w + 1); /* the rising part, x in [a, b) */
+    if (b > a) {
+        /* One of the two factors is even; halve it first to stay in range. */
+        int64_t count = b - a, first_plus_last = a + b - 1;
+        total += count % 2 == 0 ? count / 2 * first_plus_last : first_plus_last / 2 * count;
+    }
+    int64_t c = max64(x0, w + 1); /* the flat part at w */
+    if (x1 > c) total += (x1 - c) * w;
+    return total;
+}
+
+/* Cells (i, j) of [r0, r1) x [c0, c1) with j - i <= t. */
+static int64_t cells_below(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t t) {
+    return sum_clamped(r0 + t - c0 + 1, r1 - r0, c1 - c0);
+}
+
+/* Cells of [r0, r1) x [c0, c1) inside the band. */
+static int64_t band_cells(const band *bd, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if (r1 <= r0 || c1 <= c0 || bd->lo > bd->hi) return 0;
+    int64_t upper = cells_below(r0, r1, c0, c1, bd->hi);
+    int64_t lower = cells_below(r0, r1, c0, c1, bd->lo - 1);
+    return max64(0, upper - lower);
+}
+
+static double seq_visible_cells(const fa_attention_desc *d, const block_mask *bm, int64_t sq, int64_t sk) {
+    band bd = seq_band(d, sq, sk);
+    if (!bm->bytes) return (double)band_cells(&bd, 0, sq, 0, sk);
+    double total = 0.0;
+    int64_t nbq = ceil_div(sq, bm->block_q), nbk = ceil_div(sk, bm->block_k);
+    for (int64_t bi = 0; bi < nbq; bi++) {
+        int64_t r0 = bi * bm->block_q, r1 = min64(sq, r0 + bm->block_q);
+        for (int64_t bj = 0; bj < nbk; bj++) {
+            if (!block_on(bm, bi, bj)) continue;
+            int64_t c0 = bj * bm->block_k, c1 = min64(sk, c0 + bm->block_k);
+            total += (double)band_cells(&bd, r0, r1, c0, c1);
+        }
+    }
+    return total;
+}
+
+/* Visible cells and all cells of the score matrices, summed over the batch
+ * (one head). */
+static double visible_cells(const fa_attention_desc *d, double *all_cells) {
+    block_mask bm = get_block_mask(d);
+    double visible = 0.0, all = 0.0;
+    for (int b = 0; b < d->batch; b++) {
+        int64_t sq, sk;
+        seq_lengths(d, b, &sq, &sk);
+        all += (double)sq * (double)sk;
+        visible += seq_visible_cells(d, &bm, sq, sk);
+    }
+    if (all_cells) *all_cells = all;
+    return visible;
+}
+
+double fa_visible_fraction(const fa_attention_desc *desc) {
+    if (!desc) return 0.0;
+    double all = 0.0, visible = visible_cells(desc, &all);
+    return all > 0.0 ? visible / all : 0.0;
+}
+
+double fa_attention_flops(const fa_attention_desc *desc, fa_pass pass) {
+    if (!desc) return 0.0;
+    double forward = 4.0 * (double)desc->head_dim * (double)desc->heads_q * visible_cells(desc, NULL);
+    return pass == FA_PASS_BACKWARD ? 2.5 * forward : forward;
+}
+
+static double simt_peak(const fa_device_desc *dev) {
+    return (double)dev->compute_units * (double)dev->clock_mhz * 1e6 * dev->fp32_flops_per_clock_cu;
+}
+
+double fa_device_peak_flops(const fa_device_desc *dev, fa_dtype dtype, int allow_tf32) {
+    if (!dev) return 0.0;
+    double simt = simt_peak(dev);
+    if (!(dev->matrix_flops_per_clock_cu > 0.0)) return simt;
+    double matrix = (double)dev->compute_units * (double)dev->clock_mhz * 1e6 * dev->matrix_flops_per_clock_cu;
+    if (dtype == FA_DTYPE_F16 || dtype == FA_DTYPE_BF16) return matrix > simt ? matrix : simt;
+    /* TF32 runs at half the fp16 matrix rate on the matrix units that have it. */
+    if (allow_tf32 && matrix / 2.0 > simt) return matrix / 2.0;
+    return simt;
+}
+
+double fa_device_bandwidth(const fa_device_desc *dev) { return dev ? dev->bandwidth_gbs * 1e9 : 0.0; }
+
+/* ------------------------------------------------------------------------ */
+/* Tiles                                                                    */
+
+/* What a tile shape leaves to compute of one sequence. A (query tile, key
+ * tile) pair is visited when the band reaches it and the block mask leaves
+ * on at least one of the blocks it overlaps: the kernels' skip rule (the band
+ * per query tile, the blocks through a per-tile map built on the host). */
+typedef struct tile_stats {
+    double pairs;      /* visited (query tile, key tile) pairs */
+    double key_rows;   /* sum over visited pairs of the key tile's rows */
+    double query_rows; /* sum over visited pairs of the query tile's rows */
+} tile_stats;
+
+/* Rows of key tiles [t0, t1] that lie inside the sequence. */
+static int64_t tile_rows(int64_t t0, int64_t t1, int64_t bc, int64_t sk) {
+    return min64(sk, (t1 + 1) * bc) - t0 * bc;
+}
+
+static void seq_tiles(const fa_attention_desc *d, const block_mask *bm, int64_t sq, int64_t sk, int64_t br,
+                      int64_t bc, tile_stats *st) {
+    band bd = seq_band(d, sq, sk);
+    if (bd.lo > bd.hi || sq <= 0 || sk <= 0) return;
+    /* Query tiles over the same block rows and key range see the same key
+     * tiles (every tile without a band), so the last answer is kept. */
+    int64_t memo_bi0 = -1, memo_bi1 = -1, memo_jlo = -1, memo_jhi = -1, memo_pairs = 0, memo_rows = 0;
+    for (int64_t r0 = 0; r0 < sq; r0 += br) {
+        int64_t r1 = min64(sq, r0 + br);
+        /* Rows [r0, r1) reach keys [r0 + lo, r1 - 1 + hi]: one interval,
+         * because the rows' intervals shift by one key per row. */
+        int64_t jlo = max64(0, r0 + bd.lo), jhi = min64(sk - 1, r1 - 1 + bd.hi);
+        if (jlo > jhi) continue;
+        int64_t pairs = 0, rows = 0;
+        if (!bm->bytes) {
+            pairs = jhi / bc - jlo / bc + 1;
+            rows = tile_rows(jlo / bc, jhi / bc, bc, sk);
+        } else {
+            /* Key tiles in reach that overlap a block left on in the query
+             * tile's block rows. Block columns come in increasing order, so a
+             * high-water mark keeps a tile from being counted twice. */
+            int64_t kt_lo = jlo / bc, kt_hi = jhi / bc, last = -1;
+            int64_t c_hi = min64(sk, (kt_hi + 1) * bc) - 1;
+            int64_t bi0 = r0 / bm->block_q, bi1 = (r1 - 1) / bm->block_q;
+            if (bi0 == memo_bi0 && bi1 == memo_bi1 && jlo == memo_jlo && jhi == memo_jhi) {
+                pairs = memo_pairs;
+                rows = memo_rows;
+            } else {
+                for (int64_t bj = kt_lo * bc / bm->block_k; bj <= c_hi / bm->block_k; bj++) {
+                    int on = 0;
+                    for (int64_t bi = bi0; bi <= bi1 && !on; bi++) on = block_on(bm, bi, bj);
+                    if (!on) continue;
+                    int64_t t0 = max64(max64(kt_lo, bj * bm->block_k / bc), last + 1);
+                    int64_t t1 = min64(kt_hi, min64(c_hi, (bj + 1) * bm->block_k - 1) / bc);
+                    if (t1 < t0) continue;
+                    pairs += t1 - t0 + 1;
+                    rows += tile_rows(t0, t1, bc, sk);
+                    last = t1;
+                }
+            }
+            memo_bi0 = bi0;
+            memo_bi1 = bi1;
+            memo_jlo = jlo;
+            memo_jhi = jhi;
+            memo_pairs = pairs;
+            memo_rows = rows;
+        }
+        st->pairs += (double)pairs;
+        st->key_rows += (double)rows;
+        st->query_rows += (double)pairs * (double)(r1 - r0);
+    }
+}
+
+/* The launch grids. Forward: one work-group per (query tile, query head,
+ * sequence, key split). Backward: one per (key tile, kv head, sequence),
+ * looping over the query heads that share the kv head. */
+static double forward_groups(const fa_attention_desc *d, int br, int split) {
+    return (double)d->batch * (double)d->heads_q * (double)ceil_div(d->seqlen_q, br) * (double)split;
+}
+
+static double backward_groups(const fa_attention_desc *d, int bc) {
+    return (double)d->batch * (double)d->heads_kv * (double)ceil_div(d->seqlen_k, bc);
+}
+
+/* Time of work spread over groups work-groups on the compute units: the last
+ * wave runs partly empty (the tail effect), and fewer work-groups than
+ * compute units leave the rest idle. */
+static double wave_time_ms(double flops, double peak, double groups, int compute_units) {
+    if (!(peak > 0.0) || !(groups > 0.0) || compute_units <= 0) return 0.0;
+    double per_cu = groups / (double)compute_units;
+    return flops / peak * (ceil(per_cu) / per_cu) * 1e3;
+}
+
+/* Memory time at the device's bandwidth, or at the share of it that groups
+ * work-groups can draw when they are fewer than the compute units (each
+ * streams through one compute unit's load units). */
+static void finish(fa_cost *c, const fa_device_desc *dev, double groups) {
+    double bw = fa_device_bandwidth(dev);
+    if (groups > 0.0 && dev->compute_units > 0 && groups < (double)dev->compute_units)
+        bw *= groups / (double)dev->compute_units;
+    c->memory_ms = bw > 0.0 ? (c->hbm_read_bytes + c->hbm_write_bytes) / bw * 1e3 : 0.0;
+    c->roofline_ms = c->compute_ms > c->memory_ms ? c->compute_ms : c->memory_ms;
+}
+
+/* OpenCL C 1.2 has no floating-point atomics, so the OpenCL backward
+ * (kernels_cl/bwd.cl) computes dQ in a kernel of its own that re-reads K and
+ * V per query tile; the other backends accumulate dQ in fp32 in global
+ * memory once per key tile. */
+static int backward_recomputes_dq(const fa_device_desc *dev) { return dev->backend == FA_BACKEND_OPENCL; }
+
+fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
+                    const fa_kernel_plan *plan) {
+    fa_cost c = {0, 0, 0, 0, 0, 0};
+    if (!dev || !desc || !plan) return c;
+    if (plan->variant == FA_VARIANT_STANDARD) return fa_io_standard(dev, desc, pass);
+    if (plan->br <= 0 || plan->bc <= 0) return c;
+
+    const double e = dtype_bytes(desc->q.dtype), dim = (double)desc->head_dim;
+    const double hq = (double)desc->heads_q, hkv = (double)desc->heads_kv;
+    const int split = pass == FA_PASS_FORWARD && plan->split_k > 1 ? plan->split_k : 1;
+    const block_mask bm = get_block_mask(desc);
+    const int recompute_dq = backward_recomputes_dq(dev);
+    double rd = 0.0, wr = 0.0, pairs = 0.0;
+
+    for (int b = 0; b < desc->batch; b++) {
+        int64_t sq64, sk64;
+        seq_lengths(desc, b, &sq64, &sk64);
+        tile_stats st = {0, 0, 0};
+        seq_tiles(desc, &bm, sq64, sk64, plan->br, plan->bc, &st);
+        const double sq = (double)sq64, sk = (double)sk64;
+        pairs += st.pairs;
+        if (pass == FA_PASS_FORWARD) {
+            /* Q once per split, K and V once per visited pair, O and L once. */
+            rd += hq * sq * dim * e * split + hq * st.key_rows * dim * e * 2.0;
+            wr += hq * sq * dim * e + hq * sq * 4.0;
+            if (split > 1) {
+                /* fp32 partial O and L of every split, written then merged. */
+                double partials = split * hq * sq * (dim + 1.0) * 4.0;
+                rd += partials;
+                wr += partials;
+            }
+        } else {
+            /* D = rowsum(dO * O) first. */
+            rd += 2.0 * hq * sq * dim * e;
+            wr += hq * sq * 4.0;
+            /* K and V read, dK and dV written once per kv head; Q, dO, L and D
+             * once per visited pair. */
+            rd += 2.0 * hkv * sk * dim * e + hq * st.query_rows * (2.0 * dim * e + 8.0);
+            wr += 2.0 * hkv * sk * dim * e;
+            if (recompute_dq) {
+                /* The dQ kernel: Q, dO, L, D once, K and V per visited pair. */
+                rd += hq * sq * (2.0 * dim * e + 8.0) + hq * st.key_rows * 2.0 * dim * e;
+                wr += hq * sq * dim * e;
+            } else {
+                /* fp32 dQ accumulator: zeroed, read and written per visited
+                 * pair, then converted to the storage dtype. */
+                wr += hq * sq * dim * 4.0;
+                rd += hq * st.query_rows * dim * 4.0;
+                wr += hq * st.query_rows * dim * 4.0;
+                rd += hq * sq * dim * 4.0;
+                wr += hq * sq * dim * e;
+            }
+        }
+    }
+
+    c.hbm_read_bytes = rd;
+    c.hbm_write_bytes = wr;
+    c.flops = fa_attention_flops(desc, pass);
+
+    /* Compute time counts the work the tiles execute: a visited tile is
+     * computed whole, masked cells included. Per cell and head dimension the
+     * forward does 2 products (4 flops), the backward 5 (10 flops), or 7
+     * (14 flops) where dQ has a kernel of its own that recomputes P and dP. */
+    const double cells = pairs * (double)plan->br * (double)plan->bc * dim * hq;
+    const double peak = plan->variant == FA_VARIANT_MMA
+                            ? fa_device_peak_flops(dev, desc->q.dtype, desc->allow_tf32)
+                            : simt_peak(dev);
+    double groups;
+    if (pass == FA_PASS_FORWARD) {
+        groups = plan->num_work_groups > 0 ? (double)plan->num_work_groups : forward_groups(desc, plan->br, split);
+        c.compute_ms = wave_time_ms(4.0 * cells, peak, groups, dev->compute_units);
+    } else {
+        groups = plan->num_work_groups > 0 ? (double)plan->num_work_groups : backward_groups(desc, plan->bc);
+        if (recompute_dq) {
+            double dq_groups = (double)desc->batch * hq * (double)ceil_div(desc->seqlen_q, plan->br);
+            c.compute_ms = wave_time_ms(8.0 * cells, peak, groups, dev->compute_units) +
+                           wave_time_ms(6.0 * cells, peak, dq_groups, dev->compute_units);
+        } else {
+            c.compute_ms = wave_time_ms(10.0 * cells, peak, groups, dev->compute_units);
+        }
+    }
+    finish(&c, dev, groups);
+    return c;
+}
+
+/* Standard attention materialises every N x N matrix in the storage dtype
+ * and computes it whole (masks are applied by the softmax, not skipped).
+ * Forward: S = Q K^T, P = softmax(S) (and L), O = P V. Backward, from
+ * (Q, K, V, O, L, dO) as the API passes no P: S = Q K^T and P = exp(S - L)
+ * again, dV = P^T dO, dP = dO V^T, D = rowsum(dO * O), dS = P * (dP - D),
+ * dQ = dS K, dK = dS^T Q; every operand read and every result written once
+ * per query head. */
+fa_cost fa_io_standard(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass) {
+    fa_cost c = {0, 0, 0, 0, 0, 0};
+    if (!dev || !desc) return c;
+    const double e = dtype_bytes(desc->q.dtype), dim = (double)desc->head_dim, hq = (double)desc->heads_q;
+    double rd = 0.0, wr = 0.0, cells_all = 0.0;
+    for (int b = 0; b < desc->batch; b++) {
+        int64_t sq64, sk64;
+        seq_lengths(desc, b, &sq64, &sk64);
+        const double sq = (double)sq64, sk = (double)sk64, nn = sq * sk * e;
+        const double qb = sq * dim * e, kb = sk * dim * e;
+        cells_all += sq * sk;
+        if (pass == FA_PASS_FORWARD) {
+            rd += hq * (qb + kb      /* S = Q K^T */
+                        + nn         /* softmax reads S */
+                        + nn + kb);  /* O = P V */
+            wr += hq * (nn + nn + sq * 4.0 + qb);
+        } else {
+            rd += hq * (qb + kb              /* S = Q K^T */
+                        + nn + sq * 4.0      /* P = exp(S - L) */
+                        + nn + qb            /* dV = P^T dO */
+                        + qb + kb            /* dP = dO V^T */
+                        + 2.0 * qb           /* D = rowsum(dO * O) */
+                        + 2.0 * nn + sq * 4.0 /* dS = P * (dP - D) */
+                        + nn + kb            /* dQ = dS K */
+                        + nn + qb);          /* dK = dS^T Q */
+            wr += hq * (nn + nn + kb + nn + sq * 4.0 + nn + qb + kb);
+        }
+    }
+    c.hbm_read_bytes = rd;
+    c.hbm_write_bytes = wr;
+    double full = 4.0 * dim * hq * cells_all;
+    c.flops = pass == FA_PASS_BACKWARD ? 2.5 * full : full;
+    /* Its products run in a vendor GEMM: on matrix units through cuBLAS; the
+     * OpenCL (CLBlast) and HIP paths use vector units. */
+    double peak = dev->backend == FA_BACKEND_CUDA ? fa_device_peak_flops(dev, desc->q.dtype, desc->allow_tf32)
+                                                  : simt_peak(dev);
+    c.compute_ms = peak > 0.0 ? c.flops / peak * 1e3 : 0.0;
+    finish(&c, dev, 0.0);
+    return c;
+}

@@ -1,0 +1,79 @@
+/* Plans as text: what fa-info and the benchmark print beside measurements. */
+#include "fa_internal.h"
+#include "planner.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+const char *fa_variant_name(fa_variant variant) {
+    switch (variant) {
+    case FA_VARIANT_SIMT: return "simt";
+    case FA_VARIANT_MMA: return "mma";
+    case FA_VARIANT_SPLITK: return "splitk";
+    case FA_VARIANT_STANDARD: return "standard";
+    default: return "unknown";
+    }
+}
+
+/* snprintf into a fixed buffer that keeps counting past its end. */
+typedef struct text {
+    char *out;
+    size_t size;
+    size_t need;
+} text;
+
+static void put(text *t, const char *fmt, ...) FA_PRINTF(2, 3);
+
+static void put(text *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n;
+    if (t->out && t->need < t->size)
+        n = vsnprintf(t->out + t->need, t->size - t->need, fmt, ap);
+    else
+        n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) t->need += (size_t)n;
+}
+
+static void put_cost(text *t, const char *indent, const fa_cost *c) {
+    put(t, "%sHBM read %.2f MB, write %.2f MB, %.3f GFLOP\n", indent, c->hbm_read_bytes / 1e6,
+        c->hbm_write_bytes / 1e6, c->flops / 1e9);
+    put(t, "%scompute %.4f ms, memory %.4f ms, roofline %.4f ms (%s-bound)\n", indent, c->compute_ms, c->memory_ms,
+        c->roofline_ms, c->compute_ms > c->memory_ms ? "compute" : "memory");
+}
+
+static void put_pass(text *t, const char *name, const fa_kernel_plan *k) {
+    if (k->variant == FA_VARIANT_STANDARD) {
+        put(t, "%s: standard (S and P in global memory), workspace %.2f MiB\n", name,
+            (double)k->workspace_bytes / (1024.0 * 1024.0));
+    } else {
+        put(t, "%s: %s, tile %d x %d (br x bc), work-group %d (simd %d), micro-tile %d x %d, split_k %d, "
+               "stages %d, %d work-groups\n",
+            name, fa_variant_name(k->variant), k->br, k->bc, k->work_group_size, k->simd_width, k->thread_rows,
+            k->thread_cols, k->split_k, k->stages, k->num_work_groups);
+        put(t, "  local memory %.1f KiB, workspace %.2f MiB\n", (double)k->local_mem_bytes / 1024.0,
+            (double)k->workspace_bytes / (1024.0 * 1024.0));
+    }
+    put_cost(t, "  ", &k->cost);
+}
+
+size_t fa_plan_info_format(const fa_plan_info *info, char *out, size_t out_size) {
+    text t = {out, out ? out_size : 0, 0};
+    if (t.size > 0) out[0] = '\0';
+    if (!info) {
+        put(&t, "(no plan)\n");
+        return t.need;
+    }
+    put(&t, "algorithm: %s\n", info->algorithm == FA_ALGO_STANDARD ? "standard" : "fused");
+    put_pass(&t, "forward", &info->forward);
+    put_pass(&t, "backward", &info->backward);
+    /* The other algorithm's prediction on the same shape. */
+    const int fused = info->algorithm != FA_ALGO_STANDARD;
+    put(&t, "%s attention, for comparison:\n", fused ? "standard" : "fused");
+    put(&t, "  forward:\n");
+    put_cost(&t, "    ", fused ? &info->standard_forward : &info->fused_forward);
+    put(&t, "  backward:\n");
+    put_cost(&t, "    ", fused ? &info->standard_backward : &info->fused_backward);
+    return t.need;
+}

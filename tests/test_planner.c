@@ -1,0 +1,472 @@
+/* The planner on described devices: valid tiles everywhere, determinism,
+ * different tiles for different local memories, monotone bytes in local
+ * memory, key splits for decoding, rejected device descriptions and the
+ * printed plan. */
+#include "harness.h"
+#include "planner.h"
+#include "test_util.h"
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+#include <stdint.h>
+
+static const fa_device_desc *device(const char *key) {
+    const fa_described_device *d = fa_described_device_find(key);
+    if (!d) {
+        fprintf(stderr, "described device %s missing\n", key);
+        exit(1);
+    }
+    return &d->desc;
+}
+
+static fa_attention_desc shape(int batch, int sq, int sk, int hq, int hkv, int dim, fa_dtype t) {
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    d.batch = batch;
+    d.seqlen_q = sq;
+    d.seqlen_k = sk;
+    d.heads_q = hq;
+    d.heads_kv = hkv;
+    d.head_dim = dim;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = t;
+    return d;
+}
+
+static double total_bytes(const fa_cost *c) { return c->hbm_read_bytes + c->hbm_write_bytes; }
+
+static int in_set(int v, const int *set, int n) {
+    for (int i = 0; i < n; i++)
+        if (set[i] == v) return 1;
+    return 0;
+}
+
+/* Every rule a kernel plan must keep; returns the number of failed checks. */
+static int check_kernel_plan(const char *what, const fa_device_desc *dev, const fa_attention_desc *d,
+                             fa_pass pass, const fa_kernel_plan *k) {
+    static const int tiles[] = {128, 64, 32, 16, 8}, threads[] = {1, 2, 4, 8};
+    int before = fa_test_failures;
+    const int dim = d->head_dim;
+    const fa_dtype t = d->q.dtype;
+    CHECK_MSG(in_set(k->br, tiles, 5) && in_set(k->bc, tiles, 5), "%s: tile %d x %d", what, k->br, k->bc);
+    CHECK_MSG(in_set(k->thread_rows, threads, 4) && in_set(k->thread_cols, threads, 4), "%s: micro-tile %d x %d",
+              what, k->thread_rows, k->thread_cols);
+    if (fa_test_failures != before) return fa_test_failures - before;
+    const int ntr = k->br / k->thread_rows, ntc = k->bc / k->thread_cols;
+    CHECK_MSG(k->br % k->thread_rows == 0 && k->bc % k->thread_cols == 0, "%s", what);
+    CHECK_MSG(k->work_group_size == ntr * ntc, "%s: work-group %d", what, k->work_group_size);
+    CHECK_MSG(k->work_group_size <= dev->max_work_group_size, "%s: work-group %d > %d", what, k->work_group_size,
+              dev->max_work_group_size);
+    CHECK_MSG(k->work_group_size < dev->simd_width || k->work_group_size % dev->simd_width == 0,
+              "%s: work-group %d vs simd %d", what, k->work_group_size, dev->simd_width);
+    CHECK_MSG(k->thread_rows * k->thread_cols <= 32, "%s: micro-tile %d x %d", what, k->thread_rows,
+              k->thread_cols);
+    CHECK(k->simd_width == dev->simd_width);
+    size_t lm = fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages);
+    CHECK_MSG(k->local_mem_bytes == lm && lm <= dev->local_mem_bytes, "%s: local memory %zu (formula %zu) of %zu",
+              what, k->local_mem_bytes, lm, dev->local_mem_bytes);
+
+    /* Which variants each backend may run. */
+    int half = t == FA_DTYPE_F16 || t == FA_DTYPE_BF16;
+    int matrix = dev->matrix_flops_per_clock_cu > 0 && dev->matrix_m > 0;
+    if (k->variant == FA_VARIANT_MMA) {
+        CHECK_MSG(dev->backend == FA_BACKEND_CUDA && matrix && (half || d->allow_tf32), "%s: mma", what);
+        CHECK(k->stages == 1 || k->stages == 2);
+        CHECK(k->work_group_size % dev->simd_width == 0);
+        CHECK(k->br % dev->matrix_m == 0 && k->bc % dev->matrix_k == 0 && dim % dev->matrix_k == 0);
+    } else {
+        CHECK_MSG(k->variant == FA_VARIANT_SIMT || (k->variant == FA_VARIANT_SPLITK && pass == FA_PASS_FORWARD),
+                  "%s: variant %s", what, fa_variant_name(k->variant));
+        CHECK_MSG(k->stages == 1, "%s: stages %d", what, k->stages);
+        /* The output micro-tile, tr rows x ceil(d / (bc / tc)) accumulators. */
+        CHECK_MSG(k->thread_rows * ((dim + ntc - 1) / ntc) <= 64, "%s: O micro-tile", what);
+    }
+    CHECK_MSG(k->split_k == 1 || (k->variant == FA_VARIANT_SPLITK && k->split_k > 1), "%s: split_k %d", what,
+              k->split_k);
+
+    /* Grid and workspace. */
+    long long groups = pass == FA_PASS_FORWARD
+                           ? (long long)d->batch * d->heads_q * ((d->seqlen_q + k->br - 1) / k->br) * k->split_k
+                           : (long long)d->batch * d->heads_kv * ((d->seqlen_k + k->bc - 1) / k->bc);
+    CHECK_MSG(k->num_work_groups == groups, "%s: %d work-groups, expected %lld", what, k->num_work_groups, groups);
+    size_t rows = (size_t)fa_attention_total_q(d) * (size_t)d->heads_q;
+    size_t ws = pass == FA_PASS_FORWARD ? (k->split_k > 1 ? (size_t)k->split_k * rows * (size_t)(dim + 1) * 4 : 0)
+                : dev->backend == FA_BACKEND_OPENCL ? rows * 4
+                                                    : rows * (size_t)(dim + 1) * 4;
+    CHECK_MSG(k->workspace_bytes == ws, "%s: workspace %zu, expected %zu", what, k->workspace_bytes, ws);
+
+    /* The cost is the IO model's for this plan. */
+    fa_cost c = fa_io_fused(dev, d, pass, k);
+    CHECK(memcmp(&c, &k->cost, sizeof c) == 0);
+    CHECK(k->cost.hbm_read_bytes > 0 && k->cost.hbm_write_bytes > 0 && k->cost.flops > 0);
+    CHECK(k->cost.roofline_ms == fmax(k->cost.compute_ms, k->cost.memory_ms));
+    return fa_test_failures - before;
+}
+
+FA_TEST(tiles_valid_on_every_device) {
+    static const int dims[] = {32, 64, 96, 128, 256}, lengths[] = {128, 512, 2048, 16384};
+    int plans = 0;
+    for (int i = 0; i < fa_described_device_count(); i++) {
+        const fa_described_device *dd = fa_described_device_get(i);
+        for (int t = 0; t < 3; t++)
+            for (size_t a = 0; a < COUNT(dims); a++)
+                for (size_t n = 0; n < COUNT(lengths); n++)
+                    for (int causal = 0; causal <= 1; causal++) {
+                        fa_attention_desc d = shape(2, lengths[n], lengths[n], 8, 2, dims[a], (fa_dtype)t);
+                        d.causal = causal;
+                        fa_plan_info p;
+                        fa_status st = fa_plan_for_device(&dd->desc, &d, &p);
+                        CHECK_MSG(st == FA_SUCCESS, "%s %s d %d N %d: %s", dd->key, fa_dtype_name((fa_dtype)t),
+                                  dims[a], lengths[n], fa_last_error());
+                        if (st != FA_SUCCESS) continue;
+                        char what[128];
+                        snprintf(what, sizeof what, "%s %s d %d N %d causal %d", dd->key,
+                                 fa_dtype_name((fa_dtype)t), dims[a], lengths[n], causal);
+                        if (check_kernel_plan(what, &dd->desc, &d, FA_PASS_FORWARD, &p.forward) ||
+                            check_kernel_plan(what, &dd->desc, &d, FA_PASS_BACKWARD, &p.backward)) {
+                            char text[4096];
+                            fa_plan_info_format(&p, text, sizeof text);
+                            fprintf(stderr, "%s\n%s", what, text);
+                        }
+                        CHECK(p.algorithm == FA_ALGO_FUSED);
+                        CHECK(memcmp(&p.fused_forward, &p.forward.cost, sizeof(fa_cost)) == 0);
+                        CHECK(memcmp(&p.fused_backward, &p.backward.cost, sizeof(fa_cost)) == 0);
+                        fa_cost sf = fa_io_standard(&dd->desc, &d, FA_PASS_FORWARD);
+                        fa_cost sb = fa_io_standard(&dd->desc, &d, FA_PASS_BACKWARD);
+                        CHECK(memcmp(&sf, &p.standard_forward, sizeof sf) == 0);
+                        CHECK(memcmp(&sb, &p.standard_backward, sizeof sb) == 0);
+                        plans++;
+                    }
+    }
+    CHECK(plans == 5 * 3 * 5 * 4 * 2);
+}
+
+FA_TEST(same_input_same_plan) {
+    int32_t cu_q[] = {0, 300, 301, 1100}, cu_k[] = {0, 500, 1500, 1600};
+    uint8_t mask[4 * 4];
+    fa_rng r;
+    fa_rng_seed(&r, 42);
+    for (size_t i = 0; i < sizeof mask; i++) mask[i] = (uint8_t)(fa_rng_next(&r) & 1);
+    for (int i = 0; i < fa_described_device_count(); i++) {
+        const fa_device_desc *dev = &fa_described_device_get(i)->desc;
+        for (int variant = 0; variant < 4; variant++) {
+            fa_attention_desc d = shape(3, 1000, 1600, 12, 4, 64, FA_DTYPE_BF16);
+            if (variant == 1) {
+                d.cu_seqlens_q = cu_q;
+                d.cu_seqlens_k = cu_k;
+                d.causal = 1;
+            } else if (variant == 2) {
+                d.block_mask = mask;
+                d.block_mask_bytes = sizeof mask;
+                d.block_q = 256;
+                d.block_k = 400;
+                d.window_left = 100;
+            } else if (variant == 3) {
+                d.algorithm = FA_ALGO_STANDARD;
+            }
+            /* Different garbage in the two outputs: the planner must write
+             * every byte, padding included. */
+            fa_plan_info a, b;
+            memset(&a, 0x00, sizeof a);
+            memset(&b, 0xA5, sizeof b);
+            CHECK_OK(fa_plan_for_device(dev, &d, &a));
+            CHECK_OK(fa_plan_for_device(dev, &d, &b));
+            CHECK(memcmp(&a, &b, sizeof a) == 0);
+            /* And a copy of the device description plans the same. */
+            fa_device_desc copy = *dev;
+            memset(&b, 0x5A, sizeof b);
+            CHECK_OK(fa_plan_for_device(&copy, &d, &b));
+            CHECK(memcmp(&a, &b, sizeof a) == 0);
+        }
+    }
+}
+
+FA_TEST(local_memory_gives_different_tiles) {
+    const char *keys[] = {"h100", "nvidia-opencl", "mi250x"};
+    for (int t = 0; t < 2; t++) {
+        fa_attention_desc d = shape(4, 4096, 4096, 16, 16, 128, t ? FA_DTYPE_F32 : FA_DTYPE_F16);
+        fa_plan_info p[3];
+        for (int i = 0; i < 3; i++) CHECK_OK(fa_plan_for_device(device(keys[i]), &d, &p[i]));
+        for (int i = 0; i < 3; i++)
+            for (int j = i + 1; j < 3; j++) {
+                CHECK_MSG(p[i].forward.br != p[j].forward.br || p[i].forward.bc != p[j].forward.bc,
+                          "%s and %s: forward tiles %d x %d", keys[i], keys[j], p[i].forward.br, p[i].forward.bc);
+                CHECK(p[i].forward.local_mem_bytes != p[j].forward.local_mem_bytes);
+            }
+        /* The largest local memory takes the tallest tiles and the fewest bytes. */
+        CHECK(p[0].forward.br >= p[1].forward.br && p[0].forward.br >= p[2].forward.br);
+        CHECK(total_bytes(&p[0].forward.cost) <= total_bytes(&p[2].forward.cost));
+        CHECK(total_bytes(&p[2].forward.cost) <= total_bytes(&p[1].forward.cost));
+    }
+}
+
+FA_TEST(more_local_memory_never_more_bytes) {
+    static const int dims[] = {64, 128, 256};
+    int compared = 0;
+    for (int i = 0; i < fa_described_device_count(); i++) {
+        fa_device_desc dev = fa_described_device_get(i)->desc;
+        for (int t = 0; t < 4; t++)
+            for (size_t a = 0; a < COUNT(dims); a++)
+                for (int causal = 0; causal <= 1; causal++)
+                    for (int decode = 0; decode <= 1; decode++) {
+                        fa_attention_desc d = decode ? shape(1, 4, 32768, 8, 8, dims[a], FA_DTYPE_F16)
+                                                     : shape(2, 2048, 2048, 8, 4, dims[a], FA_DTYPE_F16);
+                        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = t == 3 ? FA_DTYPE_F32 : (fa_dtype)t;
+                        d.allow_tf32 = t == 3;
+                        d.causal = causal;
+                        double prev[2] = {-1, -1};
+                        size_t prev_mem = 0;
+                        for (size_t mem = 16 * 1024; mem <= 256 * 1024; mem += 2 * 1024) {
+                            dev.local_mem_bytes = mem;
+                            fa_plan_info p;
+                            fa_status st = fa_plan_for_device(&dev, &d, &p);
+                            if (st != FA_SUCCESS) {
+                                /* Only too little local memory may fail, and
+                                 * never after a smaller one succeeded. */
+                                CHECK_STATUS(st, FA_ERR_UNSUPPORTED);
+                                CHECK_MSG(prev[0] < 0, "%s: plans at %zu but not at %zu bytes",
+                                          fa_described_device_get(i)->key, prev_mem, mem);
+                                continue;
+                            }
+                            double now[2] = {total_bytes(&p.forward.cost), total_bytes(&p.backward.cost)};
+                            for (int pass = 0; pass < 2; pass++) {
+                                CHECK_MSG(prev[pass] < 0 || now[pass] <= prev[pass],
+                                          "%s dtype %d d %d causal %d decode %d pass %d: %zu bytes of local "
+                                          "memory predict %.0f bytes, %zu predicted %.0f",
+                                          fa_described_device_get(i)->key, t, dims[a], causal, decode, pass, mem,
+                                          now[pass], prev_mem, prev[pass]);
+                                prev[pass] = now[pass];
+                            }
+                            prev_mem = mem;
+                            compared++;
+                        }
+                        /* Every device plans these shapes at 256 KiB. */
+                        CHECK(prev[0] >= 0);
+                    }
+    }
+    CHECK(compared > 5000);
+}
+
+FA_TEST(decoding_splits_keys) {
+    const char *gpus[] = {"h100", "mi250x", "arc-a770", "nvidia-opencl"};
+    for (size_t g = 0; g < COUNT(gpus); g++) {
+        const fa_device_desc *dev = device(gpus[g]);
+        for (int t = 0; t < 3; t++)
+            for (int sq = 1; sq <= 16; sq++) {
+                fa_attention_desc d = shape(1, sq, 32768, 8, 8, 128, (fa_dtype)t);
+                fa_plan_info p;
+                CHECK_OK(fa_plan_for_device(dev, &d, &p));
+                const fa_kernel_plan *k = &p.forward;
+                CHECK_MSG(k->variant == FA_VARIANT_SPLITK && k->split_k > 1, "%s sq %d: %s, split_k %d", gpus[g], sq,
+                          fa_variant_name(k->variant), k->split_k);
+                if (k->split_k <= 1) continue;
+                int tiles = (sq + k->br - 1) / k->br;
+                int key_tiles = (32768 + k->bc - 1) / k->bc;
+                /* The splits cover the compute units, the split before last
+                 * would not, and each split keeps at least two key tiles. */
+                CHECK(k->num_work_groups == 8 * tiles * k->split_k);
+                CHECK(k->num_work_groups >= dev->compute_units);
+                CHECK(8 * tiles * (k->split_k - 1) < dev->compute_units);
+                CHECK(2 * k->split_k <= key_tiles);
+                CHECK(k->workspace_bytes == (size_t)k->split_k * (size_t)sq * 8 * (128 + 1) * 4);
+                /* The merge's bytes are in the cost. */
+                fa_kernel_plan whole = *k;
+                whole.variant = FA_VARIANT_SIMT;
+                whole.split_k = 1;
+                whole.num_work_groups = 8 * tiles;
+                fa_cost c = fa_io_fused(dev, &d, FA_PASS_FORWARD, &whole);
+                double partials = (double)k->split_k * 8 * sq * (128 + 1) * 4;
+                CHECK_NEAR(k->cost.hbm_write_bytes - c.hbm_write_bytes, partials, 0.0);
+                CHECK(k->cost.roofline_ms < c.roofline_ms);
+                /* The backward never splits. */
+                CHECK(p.backward.split_k == 1 && p.backward.variant != FA_VARIANT_SPLITK);
+            }
+    }
+    /* A 2-core CPU is covered without splitting; long query sequences and
+     * short key sequences do not split either. */
+    fa_attention_desc d = shape(1, 1, 32768, 8, 8, 128, FA_DTYPE_F16);
+    fa_plan_info p;
+    CHECK_OK(fa_plan_for_device(device("pocl-cpu"), &d, &p));
+    CHECK(p.forward.split_k == 1 && p.forward.variant == FA_VARIANT_SIMT);
+    d = shape(1, 4096, 4096, 8, 8, 128, FA_DTYPE_F16);
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.split_k == 1 && p.forward.variant == FA_VARIANT_MMA);
+    d = shape(1, 1, 256, 8, 8, 128, FA_DTYPE_F16);
+    CHECK_OK(fa_plan_for_device(device("nvidia-opencl"), &d, &p));
+    CHECK(p.forward.split_k == 1);
+}
+
+FA_TEST(variants_by_backend) {
+    fa_attention_desc d = shape(2, 2048, 2048, 16, 16, 128, FA_DTYPE_F16);
+    fa_plan_info p;
+    /* CUDA with tensor cores: MMA for fp16, bf16 and fp32 with TF32. */
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_MMA && p.backward.variant == FA_VARIANT_MMA);
+    CHECK(p.forward.stages == 2); /* 227 KiB holds double-buffered K and V */
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_BF16;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_MMA);
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F32;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_SIMT && p.backward.variant == FA_VARIANT_SIMT);
+    d.allow_tf32 = 1;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_MMA);
+    d.allow_tf32 = 0;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F16;
+    /* A head_dim the m16n8k16 shape does not divide runs SIMT. */
+    d.head_dim = 40;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_SIMT);
+    d.head_dim = 128;
+    /* CUDA without matrix units, HIP, OpenCL (even with XMX), the reference:
+     * SIMT. */
+    fa_device_desc plain = *device("h100");
+    plain.matrix_flops_per_clock_cu = 0;
+    plain.matrix_m = plain.matrix_n = plain.matrix_k = 0;
+    fa_device_desc ref = *device("pocl-cpu");
+    ref.backend = FA_BACKEND_REFERENCE;
+    const fa_device_desc *simt[] = {&plain, device("mi250x"), device("arc-a770"), device("nvidia-opencl"), &ref};
+    for (size_t i = 0; i < COUNT(simt); i++) {
+        CHECK_OK(fa_plan_for_device(simt[i], &d, &p));
+        CHECK_MSG(p.forward.variant == FA_VARIANT_SIMT && p.backward.variant == FA_VARIANT_SIMT, "%s: %s / %s",
+                  simt[i]->name, fa_variant_name(p.forward.variant), fa_variant_name(p.backward.variant));
+        CHECK(p.forward.stages == 1 && p.backward.stages == 1);
+    }
+    /* Standard attention: no tiles, the standard cost, the fused one beside it. */
+    d.algorithm = FA_ALGO_STANDARD;
+    CHECK_OK(fa_plan_for_device(device("mi250x"), &d, &p));
+    CHECK(p.algorithm == FA_ALGO_STANDARD);
+    CHECK(p.forward.variant == FA_VARIANT_STANDARD && p.backward.variant == FA_VARIANT_STANDARD);
+    CHECK(p.forward.local_mem_bytes == 0 && p.forward.br == 0);
+    CHECK(memcmp(&p.forward.cost, &p.standard_forward, sizeof(fa_cost)) == 0);
+    CHECK(memcmp(&p.backward.cost, &p.standard_backward, sizeof(fa_cost)) == 0);
+    CHECK(p.fused_forward.hbm_read_bytes > 0 && total_bytes(&p.fused_forward) < total_bytes(&p.standard_forward));
+    /* S and P, each 2 x 16 x 2048^2 fp16. */
+    CHECK(p.forward.workspace_bytes == 2ull * 2 * 16 * 2048 * 2048 * 2);
+}
+
+FA_TEST(invalid_devices_rejected) {
+    fa_attention_desc d = shape(1, 128, 128, 4, 4, 64, FA_DTYPE_F16);
+    fa_plan_info p;
+    const fa_device_desc *good = device("h100");
+    CHECK_STATUS(fa_plan_for_device(NULL, &d, &p), FA_ERR_NULL_POINTER);
+    CHECK(strstr(fa_last_error(), "device") != NULL);
+    CHECK_STATUS(fa_plan_for_device(good, NULL, &p), FA_ERR_NULL_POINTER);
+    CHECK_STATUS(fa_plan_for_device(good, &d, NULL), FA_ERR_NULL_POINTER);
+
+    int n = 0;
+#define SPOIL(name, stmt)                                                                                    \
+    do {                                                                                                     \
+        fa_device_desc bad = *good;                                                                          \
+        fa_device_desc *x = &bad;                                                                            \
+        stmt;                                                                                                \
+        memset(&p, 0xA5, sizeof p);                                                                          \
+        CHECK_STATUS(fa_plan_for_device(x, &d, &p), FA_ERR_INVALID_ARGUMENT);                                \
+        CHECK_MSG(strstr(fa_last_error(), name) != NULL, "message \"%s\" does not name %s", fa_last_error(), \
+                  name);                                                                                     \
+        fa_plan_info zero;                                                                                   \
+        memset(&zero, 0, sizeof zero);                                                                       \
+        CHECK(memcmp(&p, &zero, sizeof p) == 0);                                                             \
+        n++;                                                                                                 \
+    } while (0)
+    SPOIL("local_mem_bytes", x->local_mem_bytes = 0);
+    SPOIL("local_mem_bytes", x->local_mem_bytes = (size_t)-4096);
+    SPOIL("max_work_group_size", x->max_work_group_size = 0);
+    SPOIL("max_work_group_size", x->max_work_group_size = -1);
+    SPOIL("simd_width", x->simd_width = 0);
+    SPOIL("compute_units", x->compute_units = -3);
+    SPOIL("clock_mhz", x->clock_mhz = 0);
+    SPOIL("bandwidth_gbs", x->bandwidth_gbs = 0.0);
+    SPOIL("bandwidth_gbs", x->bandwidth_gbs = -1.0);
+    SPOIL("bandwidth_gbs", x->bandwidth_gbs = NAN);
+    SPOIL("bandwidth_gbs", x->bandwidth_gbs = INFINITY);
+    SPOIL("fp32_flops_per_clock_cu", x->fp32_flops_per_clock_cu = 0.0);
+    SPOIL("matrix_flops_per_clock_cu", x->matrix_flops_per_clock_cu = -1.0);
+    SPOIL("backend", x->backend = (fa_backend)7);
+    SPOIL("backend", x->backend = FA_BACKEND_ANY);
+#undef SPOIL
+    CHECK(n == 15);
+
+    /* The descriptor is checked too (its own message). */
+    d.batch = 0;
+    CHECK_STATUS(fa_plan_for_device(good, &d, &p), FA_ERR_INVALID_SIZE);
+    CHECK(strstr(fa_last_error(), "batch") != NULL);
+    d.batch = 1;
+    d.head_dim = 12;
+    CHECK_STATUS(fa_plan_for_device(good, &d, &p), FA_ERR_UNSUPPORTED_HEAD_DIM);
+    d.head_dim = 64;
+
+    /* Too little local memory for any tile: unsupported, naming the field;
+     * standard attention needs none. */
+    fa_device_desc tiny = *good;
+    tiny.local_mem_bytes = 1024;
+    CHECK_STATUS(fa_plan_for_device(&tiny, &d, &p), FA_ERR_UNSUPPORTED);
+    CHECK(strstr(fa_last_error(), "local_mem_bytes") != NULL);
+    d.algorithm = FA_ALGO_STANDARD;
+    CHECK_OK(fa_plan_for_device(&tiny, &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_STANDARD && p.fused_forward.hbm_read_bytes == 0);
+    /* A success leaves no stale message. */
+    CHECK(strcmp(fa_last_error(), "") == 0);
+}
+
+FA_TEST(format_shows_plan) {
+    fa_attention_desc d = shape(4, 4096, 4096, 16, 16, 128, FA_DTYPE_F16);
+    fa_plan_info p;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    char full[8192];
+    size_t need = fa_plan_info_format(&p, full, sizeof full);
+    CHECK(need > 200 && need < sizeof full && strlen(full) == need);
+    char want[64];
+    snprintf(want, sizeof want, "tile %d x %d", p.forward.br, p.forward.bc);
+    CHECK_MSG(strstr(full, want) != NULL, "no \"%s\" in:\n%s", want, full);
+    snprintf(want, sizeof want, "tile %d x %d", p.backward.br, p.backward.bc);
+    CHECK(strstr(full, want) != NULL);
+    snprintf(want, sizeof want, "work-group %d", p.forward.work_group_size);
+    CHECK(strstr(full, want) != NULL);
+    CHECK(strstr(full, "mma") != NULL && strstr(full, "forward") && strstr(full, "backward"));
+    CHECK(strstr(full, "standard attention") != NULL && strstr(full, "roofline") != NULL);
+
+    /* Truncation: the same length needed, a NUL-terminated prefix written. */
+    for (size_t size = 0; size < 64; size += 7) {
+        char small[64];
+        memset(small, 'x', sizeof small);
+        size_t got = fa_plan_info_format(&p, size ? small : NULL, size);
+        CHECK(got == need);
+        if (size) {
+            CHECK(strlen(small) == size - 1);
+            CHECK(strncmp(small, full, size - 1) == 0);
+            CHECK(small[size] == 'x');
+        }
+    }
+    CHECK(fa_plan_info_format(NULL, NULL, 0) > 0);
+
+    CHECK(strcmp(fa_variant_name(FA_VARIANT_SIMT), "simt") == 0);
+    CHECK(strcmp(fa_variant_name(FA_VARIANT_MMA), "mma") == 0);
+    CHECK(strcmp(fa_variant_name(FA_VARIANT_SPLITK), "splitk") == 0);
+    CHECK(strcmp(fa_variant_name(FA_VARIANT_STANDARD), "standard") == 0);
+    CHECK(strcmp(fa_variant_name((fa_variant)99), "unknown") == 0);
+}
+
+FA_TEST(described_devices_table) {
+    static const char *keys[] = {"h100", "mi250x", "arc-a770", "nvidia-opencl", "pocl-cpu"};
+    CHECK(fa_described_device_count() == 5);
+    for (int i = 0; i < 5; i++) {
+        const fa_described_device *dd = fa_described_device_get(i);
+        CHECK(dd && strcmp(dd->key, keys[i]) == 0 && fa_described_device_find(keys[i]) == dd);
+        CHECK(dd->desc.name[0] && dd->desc.vendor[0] && dd->desc.global_mem_bytes > 0);
+    }
+    CHECK(fa_described_device_get(5) == NULL && fa_described_device_get(-1) == NULL);
+    CHECK(fa_described_device_find("h200") == NULL && fa_described_device_find(NULL) == NULL);
+    const fa_device_desc *h = device("h100");
+    CHECK(h->backend == FA_BACKEND_CUDA && h->local_mem_bytes == 232448 && h->compute_units == 132);
+    CHECK(h->matrix_m == 16 && h->matrix_n == 8 && h->matrix_k == 16 && strcmp(h->arch, "sm_90") == 0);
+    CHECK(device("nvidia-opencl")->local_mem_bytes == 49152 && device("nvidia-opencl")->matrix_flops_per_clock_cu == 0);
+    CHECK(device("mi250x")->simd_width == 64 && device("mi250x")->backend == FA_BACKEND_HIP);
+    CHECK(device("arc-a770")->simd_width == 16 && device("arc-a770")->backend == FA_BACKEND_OPENCL);
+    CHECK(device("pocl-cpu")->type == FA_DEVICE_CPU && device("pocl-cpu")->compute_units == 2);
+}
+
+FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan),
+             FA_CASE(local_memory_gives_different_tiles), FA_CASE(more_local_memory_never_more_bytes),
+             FA_CASE(decoding_splits_keys), FA_CASE(variants_by_backend), FA_CASE(invalid_devices_rejected),
+             FA_CASE(format_shows_plan), FA_CASE(described_devices_table))

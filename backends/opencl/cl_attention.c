@@ -1,0 +1,601 @@
+/* The attention half of the OpenCL backend: builds the kernels of
+ * kernels_cl/ for a plan's tile shape and options, owns the plan's device
+ * copies (sequence offsets, block mask, tile maps) and workspace, and
+ * launches the passes. The tiling policy is the planner's; this file only
+ * checks that a shape is one the kernels can run. */
+#include "cl_attention.h"
+
+#include "fa_internal.h"
+#include "planner.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The most fp32 accumulators one work-item may hold per output (the
+ * planner's register budget; larger would spill to memory). */
+#define FA_CL_MAX_ACCUMULATORS 64
+
+/* A tensor layout with packed strides resolved (elements). */
+typedef struct cl_layout {
+    cl_long offset, stride_batch, stride_seq, stride_head;
+} cl_layout;
+
+typedef struct cl_pass_shape {
+    int br, bc, tr, tc, wg;
+} cl_pass_shape;
+
+#define FA_CL_MAX_EVENTS 4
+
+typedef struct fa_cl_plan {
+    fa_cl_context *ctx;
+
+    cl_pass_shape fwd_shape, bwd_shape;
+    int num_splits;            /* forward key splits; 1: none */
+    cl_program fwd_program;
+    cl_kernel fwd_kernel, merge_kernel;
+    cl_program bwd_program;
+    cl_kernel dot_kernel, dkdv_kernel, dq_kernel;
+
+    cl_mem cu_q, cu_k;         /* varlen offsets */
+    cl_mem block_mask;
+    cl_mem fwd_tiles, bwd_tiles; /* block mask per (query tile, key tile) */
+    int fwd_tile_cols, bwd_tile_cols;
+    cl_mem part_o, part_l;     /* split-K partial results */
+    cl_mem dvec;               /* backward: rowsum(dO * O) */
+    cl_mem dummy;              /* bound to pointer arguments a build ignores */
+
+    cl_layout q, k, v, o;
+    int block_cols;
+    float scale_log2;
+    cl_uint drop_key0, drop_key1, drop_offset_lo;
+    float drop_scale;
+
+    char options[512];         /* build options shared by both passes */
+    int nv_options;            /* the device has cl_nv_compiler_options */
+
+    cl_event events[FA_CL_MAX_EVENTS];
+    int event_count;
+} fa_cl_plan;
+
+/* ------------------------------------------------------------------------ */
+/* Kernel arguments                                                          */
+
+typedef struct cl_args {
+    cl_kernel kernel;
+    cl_uint index;
+    cl_int err;
+    cl_uint failed_index;
+} cl_args;
+
+static void arg_raw(cl_args *a, size_t size, const void *value) {
+    if (a->err == CL_SUCCESS) {
+        a->err = fa_cl.clSetKernelArg(a->kernel, a->index, size, value);
+        if (a->err != CL_SUCCESS) a->failed_index = a->index;
+    }
+    a->index++;
+}
+
+static void arg_mem(cl_args *a, cl_mem m) { arg_raw(a, sizeof m, &m); }
+static void arg_int(cl_args *a, int v) {
+    cl_int x = v;
+    arg_raw(a, sizeof x, &x);
+}
+static void arg_uint(cl_args *a, cl_uint v) { arg_raw(a, sizeof v, &v); }
+static void arg_long(cl_args *a, int64_t v) {
+    cl_long x = v;
+    arg_raw(a, sizeof x, &x);
+}
+static void arg_float(cl_args *a, float v) {
+    cl_float x = v;
+    arg_raw(a, sizeof x, &x);
+}
+static void arg_layout(cl_args *a, const cl_layout *l) {
+    arg_long(a, l->offset);
+    arg_long(a, l->stride_batch);
+    arg_long(a, l->stride_seq);
+    arg_long(a, l->stride_head);
+}
+
+static fa_status args_done(const cl_args *a, const char *kernel) {
+    if (a->err == CL_SUCCESS) return FA_SUCCESS;
+    char what[96];
+    snprintf(what, sizeof what, "clSetKernelArg(%s, %u)", kernel, (unsigned)a->failed_index);
+    return fa_cl_error(a->err, what);
+}
+
+static cl_mem mem_of(void *buffer) { return ((fa_cl_buffer *)buffer)->mem; }
+
+/* ------------------------------------------------------------------------ */
+/* Plan preparation                                                          */
+
+static cl_layout resolve_layout(const fa_attention_desc *d, const fa_tensor_desc *t, int heads,
+                                int seqlen) {
+    cl_layout l;
+    int64_t hd = d->head_dim;
+    l.offset = t->offset;
+    l.stride_head = t->stride_head ? t->stride_head : hd;
+    l.stride_seq = t->stride_seq ? t->stride_seq : (int64_t)heads * hd;
+    l.stride_batch = t->stride_batch ? t->stride_batch : (int64_t)seqlen * heads * hd;
+    return l;
+}
+
+/* The shapes the kernels run: divisibility, work-group size, registers and
+ * local memory. */
+static fa_status check_shape(const fa_cl_context *ctx, const fa_attention_desc *d,
+                             const fa_kernel_plan *kp, fa_pass which, cl_pass_shape *shape) {
+    const char *pass = which == FA_PASS_BACKWARD ? "backward" : "forward";
+    if (kp->br <= 0 || kp->bc <= 0 || kp->thread_rows <= 0 || kp->thread_cols <= 0)
+        return fa_fail(FA_ERR_INTERNAL, "%s plan: br %d, bc %d, thread_rows %d, thread_cols %d must be > 0",
+                       pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols);
+    if (kp->br % kp->thread_rows || kp->bc % kp->thread_cols)
+        return fa_fail(FA_ERR_INTERNAL, "%s plan: br %d / thread_rows %d or bc %d / thread_cols %d is not whole",
+                       pass, kp->br, kp->thread_rows, kp->bc, kp->thread_cols);
+    int ntr = kp->br / kp->thread_rows, ntc = kp->bc / kp->thread_cols;
+    if (kp->work_group_size != ntr * ntc)
+        return fa_fail(FA_ERR_INTERNAL, "%s plan: work_group_size %d is not (br / thread_rows) * (bc / thread_cols) = %d",
+                       pass, kp->work_group_size, ntr * ntc);
+    if (kp->work_group_size > ctx->info.desc.max_work_group_size)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: work-group of %d exceeds the device's %d", pass,
+                       kp->work_group_size, ctx->info.desc.max_work_group_size);
+    int dpt = (d->head_dim + ntc - 1) / ntc;
+    if (kp->thread_rows * dpt > FA_CL_MAX_ACCUMULATORS)
+        return fa_fail(FA_ERR_INTERNAL, "%s plan: %d x %d accumulators per work-item exceed %d", pass,
+                       kp->thread_rows, dpt, FA_CL_MAX_ACCUMULATORS);
+    size_t local = fa_plan_local_mem(FA_VARIANT_SIMT, which, d, kp->br, kp->bc, 1);
+    if (local > ctx->info.desc.local_mem_bytes)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %zu bytes of local memory exceed the device's %zu", pass,
+                       local, ctx->info.desc.local_mem_bytes);
+    shape->br = kp->br;
+    shape->bc = kp->bc;
+    shape->tr = kp->thread_rows;
+    shape->tc = kp->thread_cols;
+    shape->wg = kp->work_group_size;
+    return FA_SUCCESS;
+}
+
+static fa_status create_buffer(fa_cl_plan *p, size_t bytes, const void *host, const char *what,
+                               cl_mem *out) {
+    cl_int err = CL_SUCCESS;
+    if (bytes == 0) bytes = 16; /* a zero-sized buffer is an error in OpenCL */
+    cl_mem_flags flags = CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0);
+    *out = fa_cl.clCreateBuffer(p->ctx->context, flags, bytes, (void *)host, &err);
+    if (!*out || err != CL_SUCCESS) {
+        *out = NULL;
+        if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+            err == CL_OUT_OF_HOST_MEMORY || err == CL_INVALID_BUFFER_SIZE)
+            return fa_fail(FA_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of %s on the device", bytes, what);
+        return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_MEM_OBJECT, "clCreateBuffer");
+    }
+    return FA_SUCCESS;
+}
+
+/* What the block mask leaves of each (br x bc) tile: 0 nothing, 1 part,
+ * 2 all (kernels_cl/common.h FA_TILE_*). Positions past seqlen_q/seqlen_k
+ * never count: the kernels bound-check those themselves. */
+static fa_status build_tile_map(fa_cl_plan *p, const fa_plan_s *plan, int br, int bc, cl_mem *out,
+                                 int *cols_out) {
+    const fa_attention_desc *d = &plan->desc;
+    int rows = (d->seqlen_q + br - 1) / br, cols = (d->seqlen_k + bc - 1) / bc;
+    size_t bytes = (size_t)rows * (size_t)cols;
+    uint8_t *map = malloc(bytes ? bytes : 1);
+    if (!map) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a %d x %d tile map", rows, cols);
+    for (int tq = 0; tq < rows; tq++) {
+        int64_t q_end = (int64_t)(tq + 1) * br < d->seqlen_q ? (int64_t)(tq + 1) * br : d->seqlen_q;
+        int64_t bq0 = (int64_t)tq * br / d->block_q, bq1 = (q_end - 1) / d->block_q;
+        for (int tk = 0; tk < cols; tk++) {
+            int64_t k_end = (int64_t)(tk + 1) * bc < d->seqlen_k ? (int64_t)(tk + 1) * bc : d->seqlen_k;
+            int64_t bk0 = (int64_t)tk * bc / d->block_k, bk1 = (k_end - 1) / d->block_k;
+            int any = 0, all = 1;
+            for (int64_t i = bq0; i <= bq1; i++)
+                for (int64_t j = bk0; j <= bk1; j++) {
+                    if (plan->block_mask[(size_t)i * (size_t)p->block_cols + (size_t)j])
+                        any = 1;
+                    else
+                        all = 0;
+                }
+            map[(size_t)tq * (size_t)cols + (size_t)tk] = (uint8_t)(any ? (all ? 2 : 1) : 0);
+        }
+    }
+    fa_status st = create_buffer(p, bytes, map, "the block-sparse tile map", out);
+    free(map);
+    *cols_out = cols;
+    return st;
+}
+
+static const char *dtype_option(fa_dtype t) {
+    switch (t) {
+    case FA_DTYPE_F16: return "-DDTYPE_F16";
+    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
+    default: return "-DDTYPE_F32";
+    }
+}
+
+static fa_status create_kernel(cl_program program, const char *name, cl_kernel *out) {
+    cl_int err = CL_SUCCESS;
+    *out = fa_cl.clCreateKernel(program, name, &err);
+    if (!*out || err != CL_SUCCESS) {
+        *out = NULL;
+        char what[96];
+        snprintf(what, sizeof what, "clCreateKernel(%s)", name);
+        return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, what);
+    }
+    return FA_SUCCESS;
+}
+
+/* Whether the device names an extension (a whole word of
+ * CL_DEVICE_EXTENSIONS). */
+static int device_has_extension(fa_cl_context *ctx, const char *name) {
+    size_t size = 0;
+    if (fa_cl.clGetDeviceInfo(ctx->device, CL_DEVICE_EXTENSIONS, 0, NULL, &size) != CL_SUCCESS || size == 0) return 0;
+    char *ext = malloc(size + 1);
+    if (!ext) return 0;
+    int found = 0;
+    if (fa_cl.clGetDeviceInfo(ctx->device, CL_DEVICE_EXTENSIONS, size, ext, NULL) == CL_SUCCESS) {
+        ext[size] = '\0';
+        size_t len = strlen(name);
+        for (const char *at = strstr(ext, name); at && !found; at = strstr(at + 1, name))
+            found = (at == ext || at[-1] == ' ') && (at[len] == '\0' || at[len] == ' ');
+    }
+    free(ext);
+    return found;
+}
+
+/* A work-group larger than 256 needs its registers to fit the
+ * multiprocessor's 65536 (at most 255 a thread): with
+ * cl_nv_compiler_options the budget is a build option, so a kernel that
+ * would need more spills instead of failing to launch. (NVIDIA reports
+ * CL_KERNEL_WORK_GROUP_SIZE = 256 for these kernels, yet runs 1024.) */
+static void register_option(fa_cl_plan *p, int wg, char *out, size_t size) {
+    out[0] = '\0';
+    if (wg <= 256 || !p->nv_options) return;
+    int regs = 65536 / wg / 8 * 8;
+    if (regs < 255) snprintf(out, size, " -cl-nv-maxrregcount=%d", regs);
+}
+
+static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *extra,
+                            const char *const *paths, int path_count, cl_program *program) {
+    char options[768], regs[48];
+    register_option(p, s->wg, regs, sizeof regs);
+    int n = snprintf(options, sizeof options, "-DBR=%d -DBC=%d -DTR=%d -DTC=%d %s%s%s%s", s->br, s->bc,
+                     s->tr, s->tc, p->options, extra[0] ? " " : "", extra, regs);
+    if (n < 0 || (size_t)n >= sizeof options)
+        return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit in %zu bytes", sizeof options);
+    return fa_cl_build(p->ctx, paths, path_count, options, program);
+}
+
+static fa_status prepare_forward(fa_cl_plan *p) {
+    static const char *const plain[] = {"kernels_cl/common.h", "kernels_cl/fwd.cl"};
+    static const char *const split[] = {"kernels_cl/common.h", "kernels_cl/fwd.cl", "kernels_cl/splitk.cl"};
+    if (p->num_splits > 1) {
+        FA_CHECK(build_pass(p, &p->fwd_shape, "-DSPLITK", split, 3, &p->fwd_program));
+        FA_CHECK(create_kernel(p->fwd_program, "fa_splitk_merge", &p->merge_kernel));
+    } else {
+        FA_CHECK(build_pass(p, &p->fwd_shape, "", plain, 2, &p->fwd_program));
+    }
+    return create_kernel(p->fwd_program, "fa_forward", &p->fwd_kernel);
+}
+
+static fa_status prepare_backward(fa_cl_plan *p) {
+    static const char *const paths[] = {"kernels_cl/common.h", "kernels_cl/bwd.cl"};
+    if (p->bwd_program) return FA_SUCCESS;
+    fa_status st = build_pass(p, &p->bwd_shape, "", paths, 2, &p->bwd_program);
+    if (st == FA_SUCCESS) st = create_kernel(p->bwd_program, "fa_bwd_dot", &p->dot_kernel);
+    if (st == FA_SUCCESS) st = create_kernel(p->bwd_program, "fa_bwd_dkdv", &p->dkdv_kernel);
+    if (st == FA_SUCCESS) st = create_kernel(p->bwd_program, "fa_bwd_dq", &p->dq_kernel);
+    if (st != FA_SUCCESS) {
+        /* Leave no half-built pass behind: the next call starts over. */
+        if (p->dot_kernel) fa_cl.clReleaseKernel(p->dot_kernel);
+        if (p->dkdv_kernel) fa_cl.clReleaseKernel(p->dkdv_kernel);
+        if (p->dq_kernel) fa_cl.clReleaseKernel(p->dq_kernel);
+        if (p->bwd_program) fa_cl.clReleaseProgram(p->bwd_program);
+        p->dot_kernel = p->dkdv_kernel = p->dq_kernel = NULL;
+        p->bwd_program = NULL;
+    }
+    return st;
+}
+
+static void release_events(fa_cl_plan *p) {
+    for (int i = 0; i < p->event_count; i++)
+        if (p->events[i]) fa_cl.clReleaseEvent(p->events[i]);
+    p->event_count = 0;
+}
+
+void fa_cl_plan_release(void *ctx, void *plan_impl) {
+    (void)ctx;
+    fa_cl_plan *p = plan_impl;
+    if (!p) return;
+    release_events(p);
+    cl_kernel kernels[] = {p->fwd_kernel, p->merge_kernel, p->dot_kernel, p->dkdv_kernel, p->dq_kernel};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(kernels); i++)
+        if (kernels[i]) fa_cl.clReleaseKernel(kernels[i]);
+    if (p->fwd_program) fa_cl.clReleaseProgram(p->fwd_program);
+    if (p->bwd_program) fa_cl.clReleaseProgram(p->bwd_program);
+    cl_mem mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles,
+                     p->part_o, p->part_l, p->dvec, p->dummy};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
+        if (mems[i]) fa_cl.clReleaseMemObject(mems[i]);
+    free(p);
+}
+
+fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **plan_impl) {
+    if (!plan_impl) return fa_fail(FA_ERR_NULL_POINTER, "plan_impl is NULL");
+    *plan_impl = NULL;
+    fa_cl_context *ctx = ctx_handle;
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    const fa_attention_desc *d = &plan->desc;
+    const fa_plan_info *info = &plan->info;
+
+    if (info->algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
+        return fa_fail(FA_ERR_UNSUPPORTED, "the OpenCL attention kernels run only FA_ALGO_FUSED");
+    if (info->forward.variant != FA_VARIANT_SIMT && info->forward.variant != FA_VARIANT_SPLITK)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward variant %s has no OpenCL kernel (SIMT and SPLITK do)",
+                       fa_variant_name(info->forward.variant));
+    if (info->backward.variant != FA_VARIANT_SIMT)
+        return fa_fail(FA_ERR_UNSUPPORTED, "backward variant %s has no OpenCL kernel (SIMT does)",
+                       fa_variant_name(info->backward.variant));
+    if (d->head_dim % 8 || d->head_dim < 8 || d->head_dim > 256)
+        return fa_fail(FA_ERR_UNSUPPORTED_HEAD_DIM, "head_dim %d is not a multiple of 8 in [8, 256]", d->head_dim);
+    if (d->q.dtype != d->k.dtype || d->q.dtype != d->v.dtype || d->q.dtype != d->o.dtype)
+        return fa_fail(FA_ERR_DTYPE_MISMATCH, "the OpenCL kernels need q, k, v and o of one dtype");
+
+    fa_cl_plan *p = calloc(1, sizeof *p);
+    if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for an OpenCL plan");
+    p->ctx = ctx;
+    fa_status st = check_shape(ctx, d, &info->forward, FA_PASS_FORWARD, &p->fwd_shape);
+    if (st == FA_SUCCESS) st = check_shape(ctx, d, &info->backward, FA_PASS_BACKWARD, &p->bwd_shape);
+    if (st != FA_SUCCESS) {
+        free(p);
+        return st;
+    }
+    p->num_splits = info->forward.variant == FA_VARIANT_SPLITK && info->forward.split_k > 1
+                        ? info->forward.split_k
+                        : 1;
+
+    p->q = resolve_layout(d, &d->q, d->heads_q, d->seqlen_q);
+    p->k = resolve_layout(d, &d->k, d->heads_kv, d->seqlen_k);
+    p->v = resolve_layout(d, &d->v, d->heads_kv, d->seqlen_k);
+    p->o = resolve_layout(d, &d->o, d->heads_q, d->seqlen_q);
+    p->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
+    int dropout = d->dropout_p > 0.0f;
+    p->drop_key0 = (cl_uint)(uint32_t)d->dropout_seed;
+    p->drop_key1 = (cl_uint)((uint32_t)(d->dropout_seed >> 32) + (uint32_t)(d->dropout_offset >> 32));
+    p->drop_offset_lo = (cl_uint)(uint32_t)d->dropout_offset;
+    p->drop_scale = dropout ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
+    int window = d->window_left >= 0 || d->window_right >= 0;
+    int varlen = plan->cu_seqlens_q != NULL;
+    int blocks = plan->block_mask != NULL;
+    snprintf(p->options, sizeof p->options, "-DHEAD_DIM=%d %s%s%s%s%s%s", d->head_dim,
+             dtype_option(d->q.dtype), d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "",
+             blocks ? " -DBLOCK_MASK" : "", dropout ? " -DDROPOUT" : "", varlen ? " -DVARLEN" : "");
+
+    p->nv_options = device_has_extension(ctx, "cl_nv_compiler_options");
+    st = create_buffer(p, 16, NULL, "a placeholder buffer", &p->dummy);
+    if (st == FA_SUCCESS && varlen) {
+        size_t bytes = ((size_t)d->batch + 1) * sizeof(int32_t);
+        st = create_buffer(p, bytes, plan->cu_seqlens_q, "cu_seqlens_q", &p->cu_q);
+        if (st == FA_SUCCESS) st = create_buffer(p, bytes, plan->cu_seqlens_k, "cu_seqlens_k", &p->cu_k);
+    }
+    if (st == FA_SUCCESS && blocks) {
+        p->block_cols = (d->seqlen_k + d->block_k - 1) / d->block_k;
+        st = create_buffer(p, d->block_mask_bytes, plan->block_mask, "the block mask", &p->block_mask);
+        if (st == FA_SUCCESS)
+            st = build_tile_map(p, plan, p->fwd_shape.br, p->fwd_shape.bc, &p->fwd_tiles, &p->fwd_tile_cols);
+        if (st == FA_SUCCESS)
+            st = build_tile_map(p, plan, p->bwd_shape.br, p->bwd_shape.bc, &p->bwd_tiles, &p->bwd_tile_cols);
+    }
+    if (st == FA_SUCCESS && p->num_splits > 1) {
+        size_t rows = (size_t)p->num_splits * (size_t)d->heads_q * (size_t)plan->total_q;
+        st = create_buffer(p, rows * (size_t)d->head_dim * sizeof(float), NULL, "split-K partial outputs",
+                           &p->part_o);
+        if (st == FA_SUCCESS)
+            st = create_buffer(p, rows * sizeof(float), NULL, "split-K partial log-sum-exps", &p->part_l);
+    }
+    if (st == FA_SUCCESS)
+        st = create_buffer(p, (size_t)d->heads_q * (size_t)plan->total_q * sizeof(float), NULL,
+                           "the backward row sums", &p->dvec);
+    if (st == FA_SUCCESS) st = prepare_forward(p);
+    if (st == FA_SUCCESS) st = prepare_backward(p);
+    if (st != FA_SUCCESS) {
+        fa_cl_plan_release(ctx, p);
+        return st;
+    }
+    *plan_impl = p;
+    return FA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Passes                                                                    */
+
+static cl_mem or_dummy(const fa_cl_plan *p, cl_mem m) { return m ? m : p->dummy; }
+
+/* The arguments fa_forward and the backward kernels share after their
+ * tensors (sizes, masks, dropout), in the kernels' order. */
+static void mask_args(cl_args *a, const fa_cl_plan *p, const fa_plan_s *plan, cl_mem tiles, int tile_cols) {
+    const fa_attention_desc *d = &plan->desc;
+    arg_mem(a, or_dummy(p, p->cu_q));
+    arg_mem(a, or_dummy(p, p->cu_k));
+    arg_int(a, d->window_left);
+    arg_int(a, d->window_right);
+    arg_mem(a, or_dummy(p, p->block_mask));
+    arg_int(a, d->block_mask ? d->block_q : 1);
+    arg_int(a, d->block_mask ? d->block_k : 1);
+    arg_int(a, p->block_cols);
+    arg_mem(a, or_dummy(p, tiles));
+    arg_int(a, tile_cols);
+    arg_uint(a, p->drop_key0);
+    arg_uint(a, p->drop_key1);
+    arg_uint(a, p->drop_offset_lo);
+    arg_uint(a, plan->dropout_threshold);
+    arg_float(a, p->drop_scale);
+}
+
+static fa_status launch(fa_cl_plan *p, cl_kernel kernel, cl_uint dims, const size_t *global,
+                        const size_t *local) {
+    cl_event *ev = p->event_count < FA_CL_MAX_EVENTS ? &p->events[p->event_count] : NULL;
+    fa_status st = fa_cl_launch(p->ctx, kernel, dims, global, local, ev);
+    if (st == FA_SUCCESS && ev && *ev) p->event_count++;
+    return st;
+}
+
+fa_status fa_cl_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args) {
+    (void)ctx;
+    fa_cl_plan *p = plan_impl;
+    if (!p || !plan || !args) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
+    const fa_attention_desc *d = &plan->desc;
+    release_events(p);
+
+    cl_args a = {p->fwd_kernel, 0, CL_SUCCESS, 0};
+    arg_mem(&a, mem_of(args->q));
+    arg_mem(&a, mem_of(args->k));
+    arg_mem(&a, mem_of(args->v));
+    arg_mem(&a, mem_of(args->o));
+    arg_mem(&a, mem_of(args->lse));
+    arg_layout(&a, &p->q);
+    arg_layout(&a, &p->k);
+    arg_layout(&a, &p->v);
+    arg_layout(&a, &p->o);
+    arg_int(&a, d->seqlen_q);
+    arg_int(&a, d->seqlen_k);
+    arg_int(&a, d->heads_q);
+    arg_int(&a, d->heads_q / d->heads_kv);
+    arg_long(&a, plan->total_q);
+    arg_float(&a, p->scale_log2);
+    mask_args(&a, p, plan, p->fwd_tiles, p->fwd_tile_cols);
+    arg_int(&a, p->num_splits);
+    arg_mem(&a, or_dummy(p, p->part_o));
+    arg_mem(&a, or_dummy(p, p->part_l));
+    FA_CHECK(args_done(&a, "fa_forward"));
+
+    const cl_pass_shape *s = &p->fwd_shape;
+    size_t tiles = (size_t)(d->seqlen_q + s->br - 1) / (size_t)s->br;
+    size_t global[3] = {tiles * (size_t)s->wg, (size_t)d->heads_q, (size_t)d->batch * (size_t)p->num_splits};
+    size_t local[3] = {(size_t)s->wg, 1, 1};
+    FA_CHECK(launch(p, p->fwd_kernel, 3, global, local));
+    if (p->num_splits == 1) return FA_SUCCESS;
+
+    cl_args m = {p->merge_kernel, 0, CL_SUCCESS, 0};
+    arg_mem(&m, p->part_o);
+    arg_mem(&m, p->part_l);
+    arg_mem(&m, mem_of(args->o));
+    arg_mem(&m, mem_of(args->lse));
+    arg_layout(&m, &p->o);
+    arg_int(&m, d->seqlen_q);
+    arg_int(&m, d->heads_q);
+    arg_long(&m, plan->total_q);
+    arg_mem(&m, or_dummy(p, p->cu_q));
+    arg_int(&m, p->num_splits);
+    FA_CHECK(args_done(&m, "fa_splitk_merge"));
+    size_t mglobal[3] = {(size_t)d->head_dim, (size_t)d->seqlen_q, (size_t)d->batch * (size_t)d->heads_q};
+    return launch(p, p->merge_kernel, 3, mglobal, NULL);
+}
+
+/* The backward kernels' shared arguments (FA_BWD_PARAMS in bwd.cl). */
+static void bwd_common_args(cl_args *a, const fa_cl_plan *p, const fa_plan_s *plan) {
+    const fa_attention_desc *d = &plan->desc;
+    arg_layout(a, &p->q);
+    arg_layout(a, &p->k);
+    arg_layout(a, &p->v);
+    arg_layout(a, &p->o);
+    arg_int(a, d->seqlen_q);
+    arg_int(a, d->seqlen_k);
+    arg_int(a, d->heads_q);
+    arg_int(a, d->heads_q / d->heads_kv);
+    arg_long(a, plan->total_q);
+    arg_float(a, p->scale_log2);
+    arg_float(a, plan->scale);
+    mask_args(a, p, plan, p->bwd_tiles, p->bwd_tile_cols);
+}
+
+fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args) {
+    (void)ctx;
+    fa_cl_plan *p = plan_impl;
+    if (!p || !plan || !args) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
+    const fa_attention_desc *d = &plan->desc;
+    FA_CHECK(prepare_backward(p));
+    release_events(p);
+
+    cl_args a = {p->dot_kernel, 0, CL_SUCCESS, 0};
+    arg_mem(&a, mem_of(args->o));
+    arg_mem(&a, mem_of(args->dout));
+    arg_mem(&a, p->dvec);
+    arg_layout(&a, &p->o);
+    arg_int(&a, d->seqlen_q);
+    arg_int(&a, d->heads_q);
+    arg_long(&a, plan->total_q);
+    arg_mem(&a, or_dummy(p, p->cu_q));
+    FA_CHECK(args_done(&a, "fa_bwd_dot"));
+    size_t dot_global[2] = {((size_t)d->seqlen_q + 63) / 64 * 64, (size_t)d->batch * (size_t)d->heads_q};
+    size_t dot_local[2] = {64, 1};
+    FA_CHECK(launch(p, p->dot_kernel, 2, dot_global, dot_local));
+
+    const cl_pass_shape *s = &p->bwd_shape;
+    cl_args kv = {p->dkdv_kernel, 0, CL_SUCCESS, 0};
+    arg_mem(&kv, mem_of(args->q));
+    arg_mem(&kv, mem_of(args->k));
+    arg_mem(&kv, mem_of(args->v));
+    arg_mem(&kv, mem_of(args->lse));
+    arg_mem(&kv, mem_of(args->dout));
+    arg_mem(&kv, p->dvec);
+    arg_mem(&kv, mem_of(args->dk));
+    arg_mem(&kv, mem_of(args->dv));
+    bwd_common_args(&kv, p, plan);
+    FA_CHECK(args_done(&kv, "fa_bwd_dkdv"));
+    size_t ktiles = (size_t)(d->seqlen_k + s->bc - 1) / (size_t)s->bc;
+    size_t kv_global[3] = {ktiles * (size_t)s->wg, (size_t)d->heads_kv, (size_t)d->batch};
+    size_t local[3] = {(size_t)s->wg, 1, 1};
+    FA_CHECK(launch(p, p->dkdv_kernel, 3, kv_global, local));
+
+    cl_args q = {p->dq_kernel, 0, CL_SUCCESS, 0};
+    arg_mem(&q, mem_of(args->q));
+    arg_mem(&q, mem_of(args->k));
+    arg_mem(&q, mem_of(args->v));
+    arg_mem(&q, mem_of(args->lse));
+    arg_mem(&q, mem_of(args->dout));
+    arg_mem(&q, p->dvec);
+    arg_mem(&q, mem_of(args->dq));
+    bwd_common_args(&q, p, plan);
+    FA_CHECK(args_done(&q, "fa_bwd_dq"));
+    size_t qtiles = (size_t)(d->seqlen_q + s->br - 1) / (size_t)s->br;
+    size_t q_global[3] = {qtiles * (size_t)s->wg, (size_t)d->heads_q, (size_t)d->batch};
+    return launch(p, p->dq_kernel, 3, q_global, local);
+}
+
+fa_status fa_cl_last_time_ms(void *ctx, void *plan_impl, double *ms) {
+    (void)ctx;
+    fa_cl_plan *p = plan_impl;
+    if (!p || !ms) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "ms");
+    if (p->event_count == 0) return fa_fail(FA_ERR_UNSUPPORTED, "no OpenCL attention pass has run on this plan");
+    double total = 0.0;
+    for (int i = 0; i < p->event_count; i++) {
+        double t = fa_cl_event_ms(p->events[i]);
+        if (t < 0.0) return fa_fail(FA_ERR_UNSUPPORTED, "the OpenCL queue could not time the last pass");
+        total += t;
+    }
+    *ms = total;
+    return FA_SUCCESS;
+}
+
+fa_status fa_cl_plan_kernel_local_mem(void *plan_impl, fa_pass pass, size_t *bytes) {
+    fa_cl_plan *p = plan_impl;
+    if (!p || !bytes) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "bytes");
+    *bytes = 0;
+    if (pass == FA_PASS_BACKWARD) FA_CHECK(prepare_backward(p));
+    cl_kernel kernels[3] = {NULL, NULL, NULL};
+    if (pass == FA_PASS_FORWARD) {
+        kernels[0] = p->fwd_kernel;
+    } else {
+        kernels[0] = p->dkdv_kernel;
+        kernels[1] = p->dq_kernel;
+    }
+    for (int i = 0; i < 3 && kernels[i]; i++) {
+        cl_ulong local = 0;
+        cl_int err = fa_cl.clGetKernelWorkGroupInfo(kernels[i], p->ctx->device, CL_KERNEL_LOCAL_MEM_SIZE,
+                                                    sizeof local, &local, NULL);
+        if (err != CL_SUCCESS) return fa_cl_error(err, "clGetKernelWorkGroupInfo(CL_KERNEL_LOCAL_MEM_SIZE)");
+        if ((size_t)local > *bytes) *bytes = (size_t)local;
+    }
+    return FA_SUCCESS;
+}

@@ -1,0 +1,340 @@
+/* Shared by every attention program (OpenCL C 1.2, no extension needed):
+ * storage dtypes, Philox4x32-10 dropout, masks, and the tile geometry that
+ * the build options fix.
+ *
+ * Build options (all set by backends/opencl/cl_attention.c from the plan):
+ *   HEAD_DIM BR BC TR TC          tile shape: a work-group holds a BR x BC
+ *                                 score tile, each work-item a TR x TC
+ *                                 micro-tile of it
+ *   DTYPE_F32 | DTYPE_F16 | DTYPE_BF16   storage dtype of Q, K, V, O and grads
+ *   CAUSAL WINDOW BLOCK_MASK DROPOUT VARLEN   options present in the plan
+ *
+ * Indexing conventions: a work-item is (tr, tc) with tc the fastest. Its
+ * micro-tile of scores is rows tr * TR + i and columns tc * TC + j, read from
+ * transposed local tiles as whole vectors; the output columns (head
+ * dimensions) it accumulates are tc + u * NTC, so that neighbouring
+ * work-items touch neighbouring words of V and of the outputs. */
+
+#define NTR (BR / TR) /* work-items along the rows of a tile */
+#define NTC (BC / TC) /* work-items along the columns of a tile */
+#define WG_SIZE (NTR * NTC)
+#define D8 (HEAD_DIM / 8)
+
+/* Helpers are static: OpenCL C 1.2 follows C99, where a plain inline
+ * definition may leave an undefined symbol when the compiler declines to
+ * inline it. */
+#define FA_FN static inline
+
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.69314718055994531f
+
+/* ------------------------------------------------------------------------ */
+/* Storage dtypes. Every load widens to fp32; every store rounds to nearest */
+/* even. Chunks of 8 elements are one 16- or 32-byte access (offsets and    */
+/* strides are multiples of 16 bytes and HEAD_DIM of 8).                    */
+/* ------------------------------------------------------------------------ */
+
+#if defined(DTYPE_F32)
+typedef float store_t;
+#define LOAD8(p, i) vload8(0, (p) + (i))
+#define STORE1(p, i, val) ((p)[i] = (val))
+#elif defined(DTYPE_F16)
+/* half is only used as a pointer type: vload_half/vstore_half need no
+ * cl_khr_fp16. */
+typedef half store_t;
+#define LOAD8(p, i) vload_half8(0, (p) + (i))
+#define STORE1(p, i, val) vstore_half_rte((val), 0, (p) + (i))
+#elif defined(DTYPE_BF16)
+typedef ushort store_t;
+
+FA_FN float8 bf16_load8(__global const ushort *p) {
+    return as_float8(convert_uint8(vload8(0, p)) << (uint8)16);
+}
+
+/* Round to nearest even on the bits; a NaN stays a (quiet) NaN instead of
+ * rounding up into the infinity pattern. */
+FA_FN ushort bf16_round(float f) {
+    uint u = as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
+    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+#define LOAD8(p, i) bf16_load8((p) + (i))
+#define STORE1(p, i, val) ((p)[i] = bf16_round(val))
+#else
+#error "one of DTYPE_F32, DTYPE_F16, DTYPE_BF16 must be defined"
+#endif
+
+/* Scatter the 8 values of a chunk into a transposed local tile: element x of
+ * row r goes to dst[x * ld + r]. */
+#define STORE8_T(dst, ld, x0, r, val)                                          \
+    do {                                                                       \
+        (dst)[((x0) + 0) * (ld) + (r)] = (val).s0;                             \
+        (dst)[((x0) + 1) * (ld) + (r)] = (val).s1;                             \
+        (dst)[((x0) + 2) * (ld) + (r)] = (val).s2;                             \
+        (dst)[((x0) + 3) * (ld) + (r)] = (val).s3;                             \
+        (dst)[((x0) + 4) * (ld) + (r)] = (val).s4;                             \
+        (dst)[((x0) + 5) * (ld) + (r)] = (val).s5;                             \
+        (dst)[((x0) + 6) * (ld) + (r)] = (val).s6;                             \
+        (dst)[((x0) + 7) * (ld) + (r)] = (val).s7;                             \
+    } while (0)
+
+/* Moves of N = 1, 2, 4 or 8 consecutive floats between a local tile and a
+ * private array, as one wide access: the local offset is a multiple of N
+ * and tiles are declared FA_LOCAL_ALIGN, so the vector is aligned.
+ * FA_VLOAD_TR/TC pick the widest form the micro-tile allows. */
+#define FA_LOCAL_ALIGN __attribute__((aligned(32)))
+#define FA_VLOAD_1(dst, p) ((dst)[0] = *(p))
+#define FA_VLOAD_2(dst, p) vstore2(*(__local const float2 *)(p), 0, (dst))
+#define FA_VLOAD_4(dst, p) vstore4(*(__local const float4 *)(p), 0, (dst))
+#define FA_VLOAD_8(dst, p) vstore8(*(__local const float8 *)(p), 0, (dst))
+#define FA_VSTORE_1(src, p) (*(p) = (src)[0])
+#define FA_VSTORE_2(src, p) (*(__local float2 *)(p) = vload2(0, (src)))
+#define FA_VSTORE_4(src, p) (*(__local float4 *)(p) = vload4(0, (src)))
+#define FA_VSTORE_8(src, p) (*(__local float8 *)(p) = vload8(0, (src)))
+#define FA_CAT_(a, b) a##b
+#define FA_CAT(a, b) FA_CAT_(a, b)
+#define FA_VLOAD(n, dst, p) FA_CAT(FA_VLOAD_, n)(dst, p)
+#define FA_VSTORE(n, src, p) FA_CAT(FA_VSTORE_, n)(src, p)
+/* Other widths (a forced 3 or 6, say) move element by element. */
+#define FA_VLOAD_ANY(n, dst, p)                                                \
+    do {                                                                       \
+        for (int k_ = 0; k_ < (n); k_++) (dst)[k_] = (p)[k_];                  \
+    } while (0)
+#define FA_VSTORE_ANY(n, src, p)                                               \
+    do {                                                                       \
+        for (int k_ = 0; k_ < (n); k_++) (p)[k_] = (src)[k_];                  \
+    } while (0)
+#if TR == 1 || TR == 2 || TR == 4 || TR == 8
+#define FA_VLOAD_TR(dst, p) FA_VLOAD(TR, dst, p)
+#define FA_VSTORE_TR(src, p) FA_VSTORE(TR, src, p)
+#else
+#define FA_VLOAD_TR(dst, p) FA_VLOAD_ANY(TR, dst, p)
+#define FA_VSTORE_TR(src, p) FA_VSTORE_ANY(TR, src, p)
+#endif
+#if TC == 1 || TC == 2 || TC == 4 || TC == 8
+#define FA_VLOAD_TC(dst, p) FA_VLOAD(TC, dst, p)
+#define FA_VSTORE_TC(src, p) FA_VSTORE(TC, src, p)
+#else
+#define FA_VLOAD_TC(dst, p) FA_VLOAD_ANY(TC, dst, p)
+#define FA_VSTORE_TC(src, p) FA_VSTORE_ANY(TC, src, p)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Sequences: where each tensor of one (batch, head) pair starts.           */
+/* ------------------------------------------------------------------------ */
+
+/* Element strides of one tensor, packed strides already resolved on the
+ * host; long because tensors may exceed 2^31 elements. */
+typedef struct fa_layout {
+    long offset, stride_batch, stride_seq, stride_head;
+} fa_layout;
+
+/* Lengths of sequence b and the token index of its first element: with
+ * VARLEN from the cumulative offsets, else b * seqlen. */
+typedef struct fa_seq {
+    int len_q, len_k;
+    long start_q, start_k;
+} fa_seq;
+
+FA_FN fa_seq fa_seq_of(int b, int seqlen_q, int seqlen_k, __global const int *cu_q,
+                        __global const int *cu_k) {
+    fa_seq s;
+#ifdef VARLEN
+    s.start_q = cu_q[b];
+    s.len_q = cu_q[b + 1] - cu_q[b];
+    s.start_k = cu_k[b];
+    s.len_k = cu_k[b + 1] - cu_k[b];
+#else
+    s.start_q = (long)b * seqlen_q;
+    s.len_q = seqlen_q;
+    s.start_k = (long)b * seqlen_k;
+    s.len_k = seqlen_k;
+#endif
+    return s;
+}
+
+/* Element index of (sequence b, token t, head h, dim 0). */
+FA_FN long fa_row_index(fa_layout l, int b, long start, int t, int h) {
+#ifdef VARLEN
+    return l.offset + (start + t) * l.stride_seq + (long)h * l.stride_head;
+#else
+    return l.offset + (long)b * l.stride_batch + (long)t * l.stride_seq + (long)h * l.stride_head;
+#endif
+}
+
+/* Index of L (and of the backward pass's D) for (b, h, t): [batch, heads,
+ * seqlen] packed, or [heads, total_q] with VARLEN. */
+FA_FN long fa_lse_index(int b, int h, int t, int heads_q, int seqlen_q, long start_q,
+                         long total_q) {
+#ifdef VARLEN
+    return (long)h * total_q + start_q + t;
+#else
+    return ((long)b * heads_q + h) * seqlen_q + t;
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Masks (include/flashattn.h), on positions within one sequence.           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fa_mask {
+    int len_q, len_k;
+    int window_left, window_right; /* negative: unlimited */
+    int block_q, block_k, block_cols;
+} fa_mask;
+
+FA_FN bool fa_visible(const fa_mask *m, __global const uchar *block_mask, int i, int j) {
+    /* Padding rows (i >= len_q) see nothing: their results are never stored,
+     * and the block mask has no entries for them. */
+    if (j >= m->len_k || i >= m->len_q) return false;
+    int diag = i + m->len_k - m->len_q;
+#ifdef CAUSAL
+    if (j > diag) return false;
+#endif
+#ifdef WINDOW
+    if (m->window_left >= 0 && j < diag - m->window_left) return false;
+    if (m->window_right >= 0 && j > diag + m->window_right) return false;
+#endif
+#ifdef BLOCK_MASK
+    if (!block_mask[(long)(i / m->block_q) * m->block_cols + j / m->block_k]) return false;
+#endif
+    return true;
+}
+
+/* The key range [*lo, *hi) that rows [r0, r1] may see under the causal and
+ * window masks (the block mask is handled per tile). */
+FA_FN void fa_key_range(const fa_mask *m, int r0, int r1, int *lo, int *hi) {
+    int off = m->len_k - m->len_q;
+    int a = 0, b = m->len_k;
+#ifdef CAUSAL
+    b = min(b, r1 + off + 1);
+#endif
+#ifdef WINDOW
+    if (m->window_right >= 0) b = min(b, r1 + off + m->window_right + 1);
+    if (m->window_left >= 0) a = max(a, r0 + off - m->window_left);
+#endif
+    *lo = a;
+    *hi = max(a, b);
+}
+
+/* The query range [*lo, *hi) that may see keys [c0, c1]. */
+FA_FN void fa_query_range(const fa_mask *m, int c0, int c1, int *lo, int *hi) {
+    int off = m->len_k - m->len_q;
+    int a = 0, b = m->len_q;
+#ifdef CAUSAL
+    a = max(a, c0 - off);
+#endif
+#ifdef WINDOW
+    if (m->window_right >= 0) a = max(a, c0 - off - m->window_right);
+    if (m->window_left >= 0) b = min(b, c1 - off + m->window_left + 1);
+#endif
+    *lo = a;
+    *hi = max(a, b);
+}
+
+/* Tile classes: the host's tile map says, per (query tile, key tile), what
+ * the block mask leaves of it (0 nothing, 1 part, 2 all). */
+#define FA_TILE_SKIP 0
+#define FA_TILE_PARTIAL 1
+#define FA_TILE_FULL 2
+
+/* Skipping a tile is part of the loop control (the next tile worth
+ * computing), never a branch around barriers in the loop body: every
+ * work-item of a group runs the same iterations, and compilers that turn a
+ * work-group into loops over work-items (PoCL) see plain loops. */
+
+/* First key tile >= t (and < t_end) the block mask leaves anything of, for
+ * the query tile starting at q0. */
+FA_FN int fa_next_key_tile(__global const uchar *tile_map, int tile_cols, int q0, int t, int t_end) {
+#ifdef BLOCK_MASK
+    const long row = (long)(q0 / BR) * tile_cols;
+    while (t < t_end && tile_map[row + t] == FA_TILE_SKIP) t++;
+#endif
+    return t;
+}
+
+/* First query tile >= t (and < t_end) the block mask leaves anything of,
+ * for the key tile starting at k0. */
+FA_FN int fa_next_query_tile(__global const uchar *tile_map, int tile_cols, int k0, int t, int t_end) {
+#ifdef BLOCK_MASK
+    while (t < t_end && tile_map[(long)t * tile_cols + k0 / BC] == FA_TILE_SKIP) t++;
+#endif
+    return t;
+}
+
+/* Whether every element of the tile [q0, q0 + BR) x [k0, k0 + BC) is
+ * visible (FA_TILE_FULL: no per-element test needed) or only some
+ * (FA_TILE_PARTIAL). Only queries below len_q count: the rows past it are
+ * padding whose results are never stored. */
+FA_FN int fa_tile_class(const fa_mask *m, __global const uchar *tile_map, int tile_cols, int q0,
+                        int k0) {
+#ifdef BLOCK_MASK
+    if (tile_map[(long)(q0 / BR) * tile_cols + k0 / BC] != FA_TILE_FULL) return FA_TILE_PARTIAL;
+#endif
+    int r1 = min(q0 + BR, m->len_q) - 1;
+    int c1 = k0 + BC - 1;
+    if (c1 >= m->len_k) return FA_TILE_PARTIAL;
+    int off = m->len_k - m->len_q;
+#ifdef CAUSAL
+    if (c1 > q0 + off) return FA_TILE_PARTIAL;
+#endif
+#ifdef WINDOW
+    if (m->window_right >= 0 && c1 > q0 + off + m->window_right) return FA_TILE_PARTIAL;
+    if (m->window_left >= 0 && k0 < r1 + off - m->window_left) return FA_TILE_PARTIAL;
+#endif
+    return FA_TILE_FULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dropout: Philox4x32-10 exactly as core/philox.h defines it.              */
+/* ------------------------------------------------------------------------ */
+
+FA_FN uint4 fa_philox(uint4 c, uint k0, uint k1) {
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        uint hi0 = mul_hi(0xD2511F53u, c.x), lo0 = 0xD2511F53u * c.x;
+        uint hi1 = mul_hi(0xCD9E8D57u, c.z), lo1 = 0xCD9E8D57u * c.z;
+        c = (uint4)(hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0);
+    }
+    return c;
+}
+
+typedef struct fa_dropout {
+    uint key0, key1, offset_lo, threshold;
+    float keep_scale; /* 1 / (1 - p) */
+} fa_dropout;
+
+/* Marks the dropped elements of a local tile by flipping their sign bit
+ * (values are probabilities, so >= 0; a dropped 0 becomes -0). Element
+ * (r, c) lives at tile[r * rs + c * cs] and stands for query q0 + r, key
+ * k0 + c of sequence b, head h. One Philox call covers four neighbouring
+ * keys, and the work-group shares the calls: BR * BC / 4 of them per tile
+ * whatever the micro-tiling. Barriers are the caller's. */
+FA_FN void fa_dropout_mark(__local float *tile, int rs, int cs, const fa_dropout *dp, int b,
+                            int h, int heads_q, int q0, int k0) {
+    uint bh = (uint)b * (uint)heads_q + (uint)h;
+#if BC % 4 == 0
+    for (int e = get_local_id(0); e < BR * (BC / 4); e += WG_SIZE) {
+        int r = e % BR, g = e / BR;
+        uint col = (uint)(k0 + 4 * g);
+        uint4 rnd = fa_philox((uint4)(col >> 2, (uint)(q0 + r), bh, dp->offset_lo), dp->key0, dp->key1);
+        __local float *t = tile + r * rs + 4 * g * cs;
+        if (rnd.x < dp->threshold) t[0] = -t[0];
+        if (rnd.y < dp->threshold) t[cs] = -t[cs];
+        if (rnd.z < dp->threshold) t[2 * cs] = -t[2 * cs];
+        if (rnd.w < dp->threshold) t[3 * cs] = -t[3 * cs];
+    }
+#else
+    for (int e = get_local_id(0); e < BR * BC; e += WG_SIZE) {
+        int r = e % BR, c = e / BR;
+        uint col = (uint)(k0 + c);
+        uint4 rnd = fa_philox((uint4)(col >> 2, (uint)(q0 + r), bh, dp->offset_lo), dp->key0, dp->key1);
+        uint w = (col & 3u) == 0u ? rnd.x : (col & 3u) == 1u ? rnd.y : (col & 3u) == 2u ? rnd.z : rnd.w;
+        if (w < dp->threshold) tile[r * rs + c * cs] = -tile[r * rs + c * cs];
+    }
+#endif
+}

@@ -1,0 +1,232 @@
+/* Forward pass (FlashAttention-2 work partitioning): one work-group per
+ * (query tile of BR rows, query head, sequence [, key split]). The Q tile
+ * stays in local memory; K and V tiles stream through it; each work-item
+ * keeps a TR x TC micro-tile of the scores and TR x DPT of the output
+ * accumulator in registers; local tiles are read as vectors of TR or TC.
+ *
+ * Local memory, exactly fa_plan_local_mem's SIMT forward figure:
+ *   Qt [HEAD_DIM][BR]   Q transposed (fp32)
+ *   Kt [HEAD_DIM][BC]   K tile transposed
+ *   Vs [BC][HEAD_DIM]   V tile
+ *   Pt [BC][BR]         scores, then probabilities, transposed
+ *
+ * Softmax runs in base 2: scores are scaled by scale * log2(e) once, so
+ * exp2 does the work of exp and L converts back to natural log at the end.
+ *
+ * With SPLITK the key range is cut into num_splits parts (grid dimension 2
+ * is sequence * num_splits + split); each work-group writes its normalised
+ * partial output and log-sum-exp in fp32 to part_o / part_l, which
+ * fa_splitk_merge (splitk.cl) combines. */
+
+/* Output columns per work-item: the NTC work-items of a row group share
+ * the HEAD_DIM columns of its rows (column tc + u * NTC). */
+#define DPT ((HEAD_DIM + NTC - 1) / NTC)
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+fa_forward(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+           __global store_t *o, __global float *lse,
+           long q_off, long q_sb, long q_ss, long q_sh,
+           long k_off, long k_sb, long k_ss, long k_sh,
+           long v_off, long v_sb, long v_ss, long v_sh,
+           long o_off, long o_sb, long o_ss, long o_sh,
+           int seqlen_q, int seqlen_k, int heads_q, int group, long total_q, float scale_log2,
+           __global const int *cu_q, __global const int *cu_k,
+           int window_left, int window_right,
+           __global const uchar *block_mask, int block_q, int block_k, int block_cols,
+           __global const uchar *tile_map, int tile_cols,
+           uint drop_key0, uint drop_key1, uint drop_offset_lo, uint drop_threshold,
+           float drop_scale,
+           int num_splits, __global float *part_o, __global float *part_l) {
+    __local float Qt[HEAD_DIM * BR] FA_LOCAL_ALIGN;
+    __local float Kt[HEAD_DIM * BC] FA_LOCAL_ALIGN;
+    __local float Vs[BC * HEAD_DIM] FA_LOCAL_ALIGN;
+    __local float Pt[BC * BR] FA_LOCAL_ALIGN;
+
+    const int lid = get_local_id(0);
+    const int tr = lid / NTC, tc = lid % NTC;
+    const int q0 = get_group_id(0) * BR;
+    const int h = get_group_id(1);
+    const int b = get_group_id(2) / num_splits;
+    const int split = get_group_id(2) % num_splits;
+    const int hk = h / group;
+
+    const fa_seq seq = fa_seq_of(b, seqlen_q, seqlen_k, cu_q, cu_k);
+    if (q0 >= seq.len_q) return; /* the whole work-group: no barrier missed */
+
+    fa_mask mask;
+    mask.len_q = seq.len_q;
+    mask.len_k = seq.len_k;
+    mask.window_left = window_left;
+    mask.window_right = window_right;
+    mask.block_q = block_q;
+    mask.block_k = block_k;
+    mask.block_cols = block_cols;
+
+    fa_layout lq = {q_off, q_sb, q_ss, q_sh}, lk = {k_off, k_sb, k_ss, k_sh};
+    fa_layout lv = {v_off, v_sb, v_ss, v_sh}, lo = {o_off, o_sb, o_ss, o_sh};
+    const long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
+    const long k_base = fa_row_index(lk, b, seq.start_k, 0, hk);
+    const long v_base = fa_row_index(lv, b, seq.start_k, 0, hk);
+
+#ifdef DROPOUT
+    fa_dropout drop;
+    drop.key0 = drop_key0;
+    drop.key1 = drop_key1;
+    drop.offset_lo = drop_offset_lo;
+    drop.threshold = drop_threshold;
+    drop.keep_scale = drop_scale;
+#endif
+
+    /* Q tile, rows past the sequence zero-filled. */
+    for (int e = lid; e < BR * D8; e += WG_SIZE) {
+        int r = e / D8, x0 = (e % D8) * 8;
+        float8 val = (float8)(0.0f);
+        if (q0 + r < seq.len_q) val = LOAD8(q, q_base + (long)r * q_ss + x0);
+        STORE8_T(Qt, BR, x0, r, val);
+    }
+
+    /* Key tiles this query tile can see, then this split's share of them. */
+    const int r_last = min(q0 + BR, seq.len_q) - 1;
+    int k_lo, k_hi;
+    fa_key_range(&mask, q0, r_last, &k_lo, &k_hi);
+    int t_begin = k_lo / BC, t_end = (k_hi + BC - 1) / BC;
+    if (k_hi <= k_lo) t_end = t_begin;
+#ifdef SPLITK
+    {
+        int per = (t_end - t_begin + num_splits - 1) / num_splits;
+        int s_begin = min(t_end, t_begin + split * per);
+        t_end = min(t_end, s_begin + per);
+        t_begin = s_begin;
+    }
+#endif
+
+    float m[TR], l[TR], acc[TR][DPT];
+    for (int i = 0; i < TR; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        for (int c = 0; c < DPT; c++) acc[i][c] = 0.0f;
+    }
+
+    for (int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end); t < t_end;
+         t = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end)) {
+        const int k0 = t * BC;
+        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0);
+
+        /* K transposed and V as is; keys past the sequence zero-filled. */
+        for (int e = lid; e < BC * D8; e += WG_SIZE) {
+            int c = e / D8, x0 = (e % D8) * 8;
+            float8 kv = (float8)(0.0f), vv = (float8)(0.0f);
+            if (k0 + c < seq.len_k) {
+                kv = LOAD8(k, k_base + (long)(k0 + c) * k_ss + x0);
+                vv = LOAD8(v, v_base + (long)(k0 + c) * v_ss + x0);
+            }
+            STORE8_T(Kt, BC, x0, c, kv);
+            vstore8(vv, 0, Vs + c * HEAD_DIM + x0);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* Scores of the micro-tile, in base 2. */
+        float s[TR][TC];
+        for (int i = 0; i < TR; i++)
+            for (int j = 0; j < TC; j++) s[i][j] = 0.0f;
+        for (int x = 0; x < HEAD_DIM; x++) {
+            float a[TR], bk[TC];
+            FA_VLOAD_TR(a, Qt + x * BR + tr * TR);
+            FA_VLOAD_TC(bk, Kt + x * BC + tc * TC);
+            for (int i = 0; i < TR; i++)
+                for (int j = 0; j < TC; j++) s[i][j] = fma(a[i], bk[j], s[i][j]);
+        }
+        for (int j = 0; j < TC; j++) {
+            float col[TR];
+            for (int i = 0; i < TR; i++) {
+                s[i][j] *= scale_log2;
+                if (cls == FA_TILE_PARTIAL &&
+                    !fa_visible(&mask, block_mask, q0 + tr * TR + i, k0 + tc * TC + j))
+                    s[i][j] = -INFINITY;
+                col[i] = s[i][j];
+            }
+            FA_VSTORE_TR(col, Pt + (tc * TC + j) * BR + tr * TR);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* New running maxima over the whole rows; alpha rescales what was
+         * accumulated under the old ones. A row that has seen no visible key
+         * keeps m = -inf and exponentiates against 0 instead (no inf - inf). */
+        float alpha[TR], m_use[TR], mx[TR];
+        for (int i = 0; i < TR; i++) mx[i] = m[i];
+        for (int c = 0; c < BC; c++) {
+            float pc[TR];
+            FA_VLOAD_TR(pc, Pt + c * BR + tr * TR);
+            for (int i = 0; i < TR; i++) mx[i] = fmax(mx[i], pc[i]);
+        }
+        for (int i = 0; i < TR; i++) {
+            m_use[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
+            alpha[i] = exp2(m[i] - m_use[i]);
+            m[i] = mx[i];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int j = 0; j < TC; j++) {
+            float col[TR];
+            for (int i = 0; i < TR; i++) col[i] = exp2(s[i][j] - m_use[i]);
+            FA_VSTORE_TR(col, Pt + (tc * TC + j) * BR + tr * TR);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#ifdef DROPOUT
+        fa_dropout_mark(Pt, 1, BR, &drop, b, h, heads_q, q0, k0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+
+        /* One rescale per key tile, then O += P V. The row sums l take the
+         * probabilities before dropout (the sign only marks dropped ones). */
+        for (int i = 0; i < TR; i++) {
+            l[i] *= alpha[i];
+            for (int c = 0; c < DPT; c++) acc[i][c] *= alpha[i];
+        }
+        for (int c = 0; c < BC; c++) {
+            float vv[DPT];
+            for (int u = 0; u < DPT; u++) {
+#if HEAD_DIM % NTC == 0
+                vv[u] = Vs[c * HEAD_DIM + tc + u * NTC];
+#else
+                vv[u] = Vs[c * HEAD_DIM + min(tc + u * NTC, HEAD_DIM - 1)];
+#endif
+            }
+            float pc[TR];
+            FA_VLOAD_TR(pc, Pt + c * BR + tr * TR);
+            for (int i = 0; i < TR; i++) {
+                float p = pc[i];
+#ifdef DROPOUT
+                l[i] += fabs(p);
+                p = fmax(p, 0.0f);
+#else
+                l[i] += p;
+#endif
+                for (int u = 0; u < DPT; u++) acc[i][u] = fma(p, vv[u], acc[i][u]);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    /* Normalise once; a row with no visible key gives O = 0, L = -inf. */
+    for (int i = 0; i < TR; i++) {
+        const int r = q0 + tr * TR + i;
+        if (r >= seq.len_q) continue;
+        const float inv = l[i] > 0.0f ? drop_scale / l[i] : 0.0f;
+        const float lse_r = m[i] == -INFINITY ? -INFINITY : (m[i] + log2(l[i])) * FA_LN2;
+#ifdef SPLITK
+        const long row = (long)(split * heads_q + h) * total_q + seq.start_q + r;
+        for (int u = 0; u < DPT; u++) {
+            const int x = tc + u * NTC;
+            if (x < HEAD_DIM) part_o[row * HEAD_DIM + x] = acc[i][u] * inv;
+        }
+        if (tc == 0) part_l[row] = lse_r;
+#else
+        const long o_row = fa_row_index(lo, b, seq.start_q, r, h);
+        for (int u = 0; u < DPT; u++) {
+            const int x = tc + u * NTC;
+            if (x < HEAD_DIM) STORE1(o, o_row + x, acc[i][u] * inv);
+        }
+        if (tc == 0) lse[fa_lse_index(b, h, r, heads_q, seqlen_q, seq.start_q, total_q)] = lse_r;
+#endif
+    }
+}

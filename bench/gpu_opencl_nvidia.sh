@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# On an NVIDIA GPU machine: build, run the OpenCL test suite through NVIDIA's
+# OpenCL at larger sizes, then benchmark the OpenCL backend beside PyTorch
+# SDPA on the same GPU in the same run. Writes logs and JSON lines to $OUT
+# (default ./gpu-out). Usage: bench/gpu_opencl_nvidia.sh [tests|bench|all]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+
+# NVIDIA's OpenCL library through the ICD loader (the image's vendor list
+# names only a PoCL that is not installed).
+lib=""
+for candidate in /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1 /usr/lib/libnvidia-opencl.so.1 \
+                 /usr/local/nvidia/lib64/libnvidia-opencl.so.1 /usr/lib64/libnvidia-opencl.so.1; do
+  [ -e "$candidate" ] && { lib=$candidate; break; }
+done
+[ -n "$lib" ] || lib=$(ldconfig -p | awk '/libnvidia-opencl.so.1/ {print $NF; exit}')
+[ -n "$lib" ] || { echo "no libnvidia-opencl.so.1 found" >&2; exit 1; }
+mkdir -p /tmp/fa-icd
+echo "$lib" > /tmp/fa-icd/nvidia.icd
+export OCL_ICD_VENDORS=/tmp/fa-icd
+export FLASHATTN_CACHE_DIR=/tmp/fa-kernel-cache
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
+cmake -S . -B build-gpu -DFA_WERROR=ON -DFA_HIP=OFF -DCMAKE_BUILD_TYPE=Release > "$out/cmake.log" 2>&1 || { cat "$out/cmake.log"; exit 1; }
+cmake --build build-gpu -j16 > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+build-gpu/fa-info --backend opencl --seqlen 4096 --dim 128 2>&1 | tee "$out/fa-info.txt"
+
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  # The OpenCL suite at its larger sizes (FA_TEST_LARGE=1: N up to 16k).
+  FA_TEST_LARGE=1 ctest --test-dir build-gpu -R "opencl_" --output-on-failure -j4 --timeout 600 \
+    > "$out/opencl-tests.log" 2>&1
+  echo "opencl tests: exit $?"; grep -E "tests passed|FAILED|Failed|Skipped" "$out/opencl-tests.log" | head -40
+fi
+
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  json="$out/bench.jsonl"
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  for dtype in fp32 fp16 bf16; do
+    for dim in 64 128; do
+      build-gpu/fa-bench --backend opencl --dtype "$dtype" --dim "$dim" --seqlens 1024,2048,4096,8192,16384 \
+        --repeats 10 --json "$json" --label "$commit" 2>/dev/null | tee -a "$out/bench.txt"
+    done
+  done
+  python3 bench/sdpa_peer.py --dtypes fp32,fp16,bf16 --dims 64,128 --seqlens 1024,2048,4096,8192,16384 \
+    --causal 0 --backends flash,cudnn,efficient --json "$json" --label "$commit" > "$out/peer.log" 2>&1
+  python3 bench/ratio_table.py "$json" --ours opencl --peers efficient,flash | tee "$out/ratio.md"
+fi

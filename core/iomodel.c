@@ -252,6 +252,24 @@ static double wave_time_ms(double flops, double peak, double groups, int compute
     return flops / peak * (ceil(per_cu) / per_cu) * 1e3;
 }
 
+/* SIMT kernels feed their FMAs from local memory. A work-item holding a
+ * tr x tc micro-tile of the scores reads tr + tc words per tr * tc FMAs, and
+ * for its tr x dpt share of O (dpt = head_dim over the bc / tc work-items of
+ * a row) tr + dpt words per tr * dpt FMAs. Local memory delivers about one
+ * word per four FMA lanes and clock (32 banks of 4 bytes against 128 lanes
+ * on NVIDIA and AMD compute units alike), so micro-tiles that read more than
+ * a quarter word per FMA leave the FMA units waiting by that factor. */
+#define FA_FMA_LANES_PER_LOCAL_WORD 4.0
+
+static double simt_local_factor(const fa_attention_desc *d, const fa_kernel_plan *p) {
+    const double tr = p->thread_rows > 0 ? p->thread_rows : 1, tc = p->thread_cols > 0 ? p->thread_cols : 1;
+    const double row_items = (double)p->bc / tc;
+    const double dpt = ceil((double)d->head_dim / row_items);
+    const double reads_s = (tr + tc) / (tr * tc), reads_o = (tr + dpt) / (tr * dpt);
+    const double factor = FA_FMA_LANES_PER_LOCAL_WORD * 0.5 * (reads_s + reads_o);
+    return factor > 1.0 ? factor : 1.0;
+}
+
 /* Memory time at the device's bandwidth, or at the share of it that groups
  * work-groups can draw when they are fewer than the compute units (each
  * streams through one compute unit's load units). */
@@ -335,7 +353,7 @@ fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa
     const double cells = pairs * (double)plan->br * (double)plan->bc * dim * hq;
     const double peak = plan->variant == FA_VARIANT_MMA
                             ? fa_device_peak_flops(dev, desc->q.dtype, desc->allow_tf32)
-                            : simt_peak(dev);
+                            : simt_peak(dev) / simt_local_factor(desc, plan);
     double groups;
     if (pass == FA_PASS_FORWARD) {
         groups = plan->num_work_groups > 0 ? (double)plan->num_work_groups : forward_groups(desc, plan->br, split);

@@ -20,7 +20,8 @@
  *    compute units (or, where no candidate can, come as close as the best
  *    candidate in the family). Among adequate candidates the fewest predicted
  *    HBM bytes win; then the smallest predicted roofline time (the IO model's,
- *    whose compute time carries the tail effect of the last wave); then the
+ *    whose compute time carries the tail effect of the last wave and, for
+ *    SIMT, the local-memory reads each micro-tile needs per FMA); then the
  *    least compute time (the least work wasted on padded tile rows); then full
  *    SIMD groups; then larger br, larger bc, more stages, fewer thread_rows,
  *    fewer thread_cols.
@@ -51,6 +52,14 @@
 /* Decoding splits keys when they span at least this many of the largest key
  * tiles, so every candidate gets two splits of two tiles or more. */
 #define FA_SPLIT_MIN_KEY_TILES 4
+/* Drivers keep a few bytes of a work-group's local memory for themselves
+ * (NVIDIA's OpenCL: 4), so a kernel declaring the full reported size fails
+ * to launch; plans leave this much unused. */
+#define FA_LOCAL_MEM_RESERVE 256
+
+static size_t usable_local_mem(const fa_device_desc *dev) {
+    return dev->local_mem_bytes > FA_LOCAL_MEM_RESERVE ? dev->local_mem_bytes - FA_LOCAL_MEM_RESERVE : 0;
+}
 
 static const int tile_sizes[] = {128, 64, 32, 16, 8};
 static const int thread_sizes[] = {1, 2, 4, 8};
@@ -315,28 +324,28 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                 c.split = split;
                 c.groups = group_count(desc, pass, br, bc, split);
                 c.inadequate = c.groups < bar;
-                int costed = 0;
                 for (int stages = max_stages; stages >= 1; stages--) {
                     c.stages = stages;
                     c.local_mem = fa_plan_local_mem(variant, pass, desc, br, bc, stages);
-                    if (c.local_mem > dev->local_mem_bytes) continue;
-                    if (!costed) {
-                        /* Cost depends on neither the layout nor the stages. */
-                        fa_kernel_plan kp;
-                        memset(&kp, 0, sizeof kp);
-                        kp.variant = variant;
-                        kp.br = br;
-                        kp.bc = bc;
-                        kp.split_k = split;
-                        kp.num_work_groups = c.groups > INT_MAX ? INT_MAX : (int)c.groups;
-                        c.cost = fa_io_fused(dev, desc, pass, &kp);
-                        costed = 1;
-                    }
+                    if (c.local_mem > usable_local_mem(dev)) continue;
                     for (size_t a = 0; a < FA_ARRAY_SIZE(thread_sizes); a++)
                         for (size_t b = 0; b < FA_ARRAY_SIZE(thread_sizes); b++) {
                             c.tr = thread_sizes[a];
                             c.tc = thread_sizes[b];
                             if (!layout_ok(dev, desc, variant, pass, br, bc, c.tr, c.tc)) continue;
+                            /* Bytes depend on the tile only; compute time
+                             * also on the micro-tile (local-memory reads per
+                             * FMA in SIMT kernels). */
+                            fa_kernel_plan kp;
+                            memset(&kp, 0, sizeof kp);
+                            kp.variant = variant;
+                            kp.br = br;
+                            kp.bc = bc;
+                            kp.thread_rows = c.tr;
+                            kp.thread_cols = c.tc;
+                            kp.split_k = split;
+                            kp.num_work_groups = c.groups > INT_MAX ? INT_MAX : (int)c.groups;
+                            c.cost = fa_io_fused(dev, desc, pass, &kp);
                             c.wgs = (br / c.tr) * (bc / c.tc);
                             c.partial_simd = c.wgs < dev->simd_width;
                             if (!found || better(&c, best)) {
@@ -360,9 +369,9 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
     if (!found && fam == FAMILY_MMA) found = plan_family(dev, desc, pass, FAMILY_SIMT, &best);
     if (!found)
         return fa_fail(FA_ERR_UNSUPPORTED,
-                       "no %s tile fits: device->local_mem_bytes = %zu, the smallest tile (8 x 8) needs %zu "
+                       "no %s tile fits: device->local_mem_bytes = %zu (%d kept for the driver), the smallest tile (8 x 8) needs %zu "
                        "at head_dim %d",
-                       pass == FA_PASS_FORWARD ? "forward" : "backward", dev->local_mem_bytes,
+                       pass == FA_PASS_FORWARD ? "forward" : "backward", dev->local_mem_bytes, FA_LOCAL_MEM_RESERVE,
                        fa_plan_local_mem(FA_VARIANT_SIMT, pass, desc, 8, 8, 1), desc->head_dim);
     out->variant = best.variant;
     out->br = best.br;

@@ -88,7 +88,7 @@ fa_status fa_device_count(int *count) {
     if (!count) return fa_fail(FA_ERR_NULL_POINTER, "count is NULL");
     int total = 0;
     for (int b = 0; b < FA_BACKEND_COUNT; b++) {
-        const fa_backend_ops *ops;
+        const fa_backend_ops *ops = NULL;
         if (backend_init((fa_backend)b, &ops) == FA_SUCCESS) total += ops->device_count();
     }
     *count = total;
@@ -100,7 +100,7 @@ static fa_status locate_device(int global_index, const fa_backend_ops **ops_out,
     if (global_index < 0) return fa_fail(FA_ERR_DEVICE_NOT_FOUND, "device index %d is negative", global_index);
     int base = 0;
     for (int b = 0; b < FA_BACKEND_COUNT; b++) {
-        const fa_backend_ops *ops;
+        const fa_backend_ops *ops = NULL;
         if (backend_init((fa_backend)b, &ops) != FA_SUCCESS) continue;
         int n = ops->device_count();
         if (global_index < base + n) {
@@ -115,8 +115,8 @@ static fa_status locate_device(int global_index, const fa_backend_ops **ops_out,
 
 fa_status fa_device_get_info(int global_index, fa_device_info *info) {
     if (!info) return fa_fail(FA_ERR_NULL_POINTER, "info is NULL");
-    const fa_backend_ops *ops;
-    int local;
+    const fa_backend_ops *ops = NULL;
+    int local = 0;
     FA_CHECK(locate_device(global_index, &ops, &local));
     memset(info, 0, sizeof *info);
     return ops->device_info(local, info);
@@ -138,7 +138,7 @@ static fa_status pick_best(fa_backend only, const fa_backend_ops **ops_out, int 
     int best_local = -1;
     for (int b = 0; b < FA_BACKEND_COUNT; b++) {
         if (only != FA_BACKEND_ANY && b != (int)only) continue;
-        const fa_backend_ops *ops;
+        const fa_backend_ops *ops = NULL;
         if (backend_init((fa_backend)b, &ops) != FA_SUCCESS) {
             if (only != FA_BACKEND_ANY) return FA_ERR_BACKEND_UNAVAILABLE; /* message already set */
             continue;

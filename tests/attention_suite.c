@@ -45,6 +45,10 @@ fa_context suite_context(void) {
     if (st != FA_SUCCESS) {
         snprintf(g_skip, sizeof g_skip, "no %s device: %s (%s)", g_backend->name, fa_status_string(st), fa_last_error());
         g_ctx = NULL;
+    } else {
+        fa_device_info info;
+        if (fa_context_get_info(g_ctx, &info) == FA_SUCCESS)
+            fprintf(stderr, "  running on %s: %s (driver %s)\n", g_backend->name, info.desc.name, info.driver_version);
     }
     return g_ctx;
 }

@@ -37,7 +37,7 @@ fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then
   json="$out/bench.jsonl"
-  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  commit=${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
   for dtype in fp32 fp16 bf16; do
     for dim in 64 128; do
       build-gpu/fa-bench --backend opencl --dtype "$dtype" --dim "$dim" --seqlens 1024,2048,4096,8192,16384 \

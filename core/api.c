@@ -347,7 +347,7 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
     p->ctx = ctx;
     fa_status st = plan_copy_desc(p, desc);
     if (st == FA_SUCCESS) {
-        p->scale = fa_desc_scale(&p->desc);
+        p->scale = (float)fa_desc_scale(&p->desc);
         p->dropout_threshold = fa_dropout_threshold(p->desc.dropout_p);
         p->total_q = fa_attention_total_q(&p->desc);
         p->total_k = fa_attention_total_k(&p->desc);

@@ -82,9 +82,9 @@ int64_t fa_desc_lse_bytes(const fa_attention_desc *desc) {
     return fa_attention_total_q(desc) * desc->heads_q * (int64_t)sizeof(float);
 }
 
-float fa_desc_scale(const fa_attention_desc *desc) {
-    if (desc->softmax_scale != 0.0f) return desc->softmax_scale;
-    return (float)(1.0 / sqrt((double)desc->head_dim));
+double fa_desc_scale(const fa_attention_desc *desc) {
+    if (desc->softmax_scale != 0.0f) return (double)desc->softmax_scale;
+    return 1.0 / sqrt((double)desc->head_dim);
 }
 
 static fa_status check_positive(int value, const char *name) {

@@ -31,7 +31,8 @@ const char *fa_tensor_role_name(fa_tensor_role role);
 int64_t fa_desc_tensor_extent(const fa_attention_desc *desc, fa_tensor_role role);
 /* Bytes of the log-sum-exp tensor (fp32, packed). */
 int64_t fa_desc_lse_bytes(const fa_attention_desc *desc);
-/* softmax_scale resolved (0 -> 1/sqrt(head_dim)). */
-float fa_desc_scale(const fa_attention_desc *desc);
+/* softmax_scale resolved (0 -> 1/sqrt(head_dim), exact in double; kernels
+ * receive it rounded to float). */
+double fa_desc_scale(const fa_attention_desc *desc);
 
 #endif

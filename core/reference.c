@@ -3,6 +3,8 @@
  * everywhere except in the one place it matters (no quadratic scratch). */
 #include "reference.h"
 
+#include "desc.h"
+
 #include "dtype.h"
 #include "fa_internal.h"
 #include "philox.h"
@@ -11,8 +13,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* A tensor layout with packed (0) strides resolved and the token ranges of
- * its side (queries or keys) attached. */
+/* A tensor layout (core/desc.c resolves packed strides) with the token
+ * ranges of its side, queries or keys, attached. */
 typedef struct ref_layout {
     int64_t offset, stride_batch, stride_seq, stride_head;
     int heads;
@@ -20,17 +22,17 @@ typedef struct ref_layout {
     const int32_t *cu;     /* NULL: fixed-length batch */
 } ref_layout;
 
-static ref_layout resolve_layout(const fa_attention_desc *desc, const fa_tensor_desc *t, int heads,
-                                 int is_query) {
+static ref_layout resolve_layout(const fa_attention_desc *desc, fa_tensor_role role) {
+    fa_layout r = fa_desc_layout(desc, role);
+    int is_query = role == FA_TENSOR_Q || role == FA_TENSOR_O;
     ref_layout l;
-    int64_t d = desc->head_dim;
-    l.heads = heads;
-    l.seqlen = is_query ? desc->seqlen_q : desc->seqlen_k;
+    l.offset = r.offset;
+    l.stride_batch = r.stride_batch;
+    l.stride_seq = r.stride_seq;
+    l.stride_head = r.stride_head;
+    l.heads = r.heads;
+    l.seqlen = r.seqlen;
     l.cu = is_query ? desc->cu_seqlens_q : desc->cu_seqlens_k;
-    l.offset = t->offset;
-    l.stride_head = t->stride_head ? t->stride_head : d;
-    l.stride_seq = t->stride_seq ? t->stride_seq : (int64_t)heads * d;
-    l.stride_batch = t->stride_batch ? t->stride_batch : (int64_t)l.seqlen * heads * d;
     return l;
 }
 
@@ -53,24 +55,14 @@ typedef struct ref_layouts {
 
 static ref_layouts resolve_all(const fa_attention_desc *desc) {
     ref_layouts r;
-    r.q = resolve_layout(desc, &desc->q, desc->heads_q, 1);
-    r.k = resolve_layout(desc, &desc->k, desc->heads_kv, 0);
-    r.v = resolve_layout(desc, &desc->v, desc->heads_kv, 0);
-    r.o = resolve_layout(desc, &desc->o, desc->heads_q, 1);
+    r.q = resolve_layout(desc, FA_TENSOR_Q);
+    r.k = resolve_layout(desc, FA_TENSOR_K);
+    r.v = resolve_layout(desc, FA_TENSOR_V);
+    r.o = resolve_layout(desc, FA_TENSOR_O);
     return r;
 }
 
-static double resolved_scale(const fa_attention_desc *desc) {
-    if (desc->softmax_scale != 0.0f) return (double)desc->softmax_scale;
-    return 1.0 / sqrt((double)desc->head_dim);
-}
-
-static int64_t total_q(const fa_attention_desc *desc) {
-    if (desc->cu_seqlens_q) return (int64_t)desc->cu_seqlens_q[desc->batch] - desc->cu_seqlens_q[0];
-    return (int64_t)desc->batch * desc->seqlen_q;
-}
-
-static int64_t lse_count(const fa_attention_desc *desc) { return total_q(desc) * desc->heads_q; }
+static int64_t lse_count(const fa_attention_desc *desc) { return fa_attention_total_q(desc) * desc->heads_q; }
 
 static int max_seq_k(const fa_attention_desc *desc) {
     if (!desc->cu_seqlens_k) return desc->seqlen_k;
@@ -125,18 +117,13 @@ void fa_ref_seq_k(const fa_attention_desc *desc, int b, int64_t *start, int *len
     }
 }
 
-/* The signature carries no role, so the side is told by which of the
- * descriptor's own tensor fields the layout is: k and v are key tensors,
- * anything else (q, o, or a caller's copy) is taken as a query tensor. */
-int64_t fa_ref_index(const fa_attention_desc *desc, const fa_tensor_desc *layout, int heads,
-                     int b, int t, int h, int x) {
-    int is_query = !(layout == &desc->k || layout == &desc->v);
-    ref_layout l = resolve_layout(desc, layout, heads, is_query);
+int64_t fa_ref_index(const fa_attention_desc *desc, fa_tensor_role role, int b, int t, int h, int x) {
+    ref_layout l = resolve_layout(desc, role);
     return layout_row(&l, b, t, h) + x;
 }
 
 int64_t fa_ref_lse_index(const fa_attention_desc *desc, int b, int h, int t) {
-    if (desc->cu_seqlens_q) return (int64_t)h * total_q(desc) + desc->cu_seqlens_q[b] + t;
+    if (desc->cu_seqlens_q) return (int64_t)h * fa_attention_total_q(desc) + desc->cu_seqlens_q[b] + t;
     return ((int64_t)b * desc->heads_q + h) * desc->seqlen_q + t;
 }
 
@@ -153,9 +140,8 @@ static int64_t layout_span(const fa_attention_desc *desc, const ref_layout *l) {
     return span;
 }
 
-int64_t fa_ref_tensor_span(const fa_attention_desc *desc, const fa_tensor_desc *layout, int heads,
-                           int is_query) {
-    ref_layout l = resolve_layout(desc, layout, heads, is_query);
+int64_t fa_ref_tensor_span(const fa_attention_desc *desc, fa_tensor_role role) {
+    ref_layout l = resolve_layout(desc, role);
     return layout_span(desc, &l);
 }
 
@@ -201,7 +187,7 @@ void fa_ref_forward_f64(const fa_attention_desc *desc, const double *q, const do
     ref_layouts L = resolve_all(desc);
     const int d = desc->head_dim;
     const int group = desc->heads_q / desc->heads_kv;
-    const double scale = resolved_scale(desc);
+    const double scale = fa_desc_scale(desc);
     const ref_dropout drop = dropout_setup(desc);
     /* Scores of one row. Should the allocation fail, the scores are
      * recomputed instead: same numbers, more time. */
@@ -260,7 +246,7 @@ void fa_ref_backward_f64(const fa_attention_desc *desc, const double *q, const d
     ref_layouts L = resolve_all(desc);
     const int d = desc->head_dim;
     const int group = desc->heads_q / desc->heads_kv;
-    const double scale = resolved_scale(desc);
+    const double scale = fa_desc_scale(desc);
     const ref_dropout drop = dropout_setup(desc);
 
     zero_tensor(desc, &L.k, dk);
@@ -463,7 +449,7 @@ fa_status fa_ref_standard_forward(const fa_attention_desc *desc, const void *q, 
     const int d = desc->head_dim;
     const int group = desc->heads_q / desc->heads_kv;
     const fa_dtype dt = desc->q.dtype;
-    const float scale = (float)resolved_scale(desc);
+    const float scale = (float)fa_desc_scale(desc);
     const ref_dropout drop = dropout_setup(desc);
     const float keep_scale = (float)drop.keep_scale;
     int longest = max_seq_k(desc);

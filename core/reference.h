@@ -19,6 +19,7 @@
 #ifndef FA_REFERENCE_H
 #define FA_REFERENCE_H
 
+#include "desc.h"
 #include "flashattn.h"
 
 #include <stdint.h>
@@ -32,16 +33,14 @@ int fa_ref_visible(const fa_attention_desc *desc, int sq, int sk, int i, int j);
 void fa_ref_seq_q(const fa_attention_desc *desc, int b, int64_t *start, int *len);
 void fa_ref_seq_k(const fa_attention_desc *desc, int b, int64_t *start, int *len);
 
-/* Element index of (b, token t within sequence b, head h, dim x) in a tensor
- * laid out by layout (strides resolved: 0 means packed). */
-int64_t fa_ref_index(const fa_attention_desc *desc, const fa_tensor_desc *layout, int heads,
-                     int b, int t, int h, int x);
+/* Element index of (b, token t within sequence b, head h, dim x) in the
+ * tensor of that role (dQ, dK, dV, dO share the layouts of Q, K, V, O). */
+int64_t fa_ref_index(const fa_attention_desc *desc, fa_tensor_role role, int b, int t, int h, int x);
 /* Index of L for (b, h, t). */
 int64_t fa_ref_lse_index(const fa_attention_desc *desc, int b, int h, int t);
 
-/* Number of elements a tensor spans (max index + 1) for the given layout. */
-int64_t fa_ref_tensor_span(const fa_attention_desc *desc, const fa_tensor_desc *layout, int heads,
-                           int is_query);
+/* Number of elements a tensor spans (max index + 1), offset included. */
+int64_t fa_ref_tensor_span(const fa_attention_desc *desc, fa_tensor_role role);
 
 /* fp64 core on double arrays (laid out as the descriptor says; dtypes in the
  * descriptor are ignored). The desc must have passed fa_attention_desc_check. */

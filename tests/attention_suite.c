@@ -78,11 +78,13 @@ typedef struct tensor {
     fa_buffer dev;
 } tensor;
 
+/* The API's extent and the reference's span are computed independently;
+ * they must agree, and the buffer holds either. */
 static int64_t tensor_count(const fa_attention_desc *d, fa_tensor_role role) {
-    const fa_tensor_desc *t = fa_desc_tensor(d, role);
-    int heads = role == FA_TENSOR_K || role == FA_TENSOR_V ? d->heads_kv : d->heads_q;
     int64_t a = fa_desc_tensor_extent(d, role);
-    int64_t b = fa_ref_tensor_span(d, t, heads, role == FA_TENSOR_Q || role == FA_TENSOR_O);
+    int64_t b = fa_ref_tensor_span(d, role);
+    CHECK_MSG(a == b, "tensor %d: the API's extent %lld differs from the reference's span %lld", (int)role,
+              (long long)a, (long long)b);
     return a > b ? a : b;
 }
 
@@ -104,13 +106,12 @@ static int seq_len(const fa_attention_desc *d, fa_tensor_role role, int b) {
 typedef void (*elem_fn)(int64_t index, void *user);
 
 static void for_each_elem(const fa_attention_desc *d, fa_tensor_role role, elem_fn fn, void *user) {
-    const fa_tensor_desc *t = fa_desc_tensor(d, role);
     int heads = tensor_heads(d, role);
     for (int b = 0; b < d->batch; b++) {
         int len = seq_len(d, role, b);
         for (int s = 0; s < len; s++)
             for (int h = 0; h < heads; h++) {
-                int64_t row = fa_ref_index(d, t, heads, b, s, h, 0);
+                int64_t row = fa_ref_index(d, role, b, s, h, 0);
                 for (int x = 0; x < d->head_dim; x++) fn(row + x, user);
             }
     }
@@ -246,7 +247,7 @@ static void fill_nan_keys(const fa_attention_desc *d, fa_tensor_role role, void 
         int len = seq_len(d, role, b);
         for (int s = k0; s < k1 && s < len; s++)
             for (int h = 0; h < d->heads_kv; h++) {
-                int64_t row = fa_ref_index(d, t, d->heads_kv, b, s, h, 0);
+                int64_t row = fa_ref_index(d, role, b, s, h, 0);
                 for (int x = 0; x < d->head_dim; x++) fa_store_elem(data, t->dtype, row + x, NAN);
             }
     }

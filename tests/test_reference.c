@@ -848,16 +848,15 @@ FA_TEST(index_helpers_follow_layout_rules) {
         CHECK_OK(fa_attention_desc_check(&d));
         int bad = 0;
         for (int role = 0; role < 4; role++) {
-            const fa_tensor_desc *td = role_desc(&d, role);
             int heads = role_heads(&d, role), is_q = role_is_query(role);
             tensor_map m = map_make(&d, role);
-            CHECK(fa_ref_tensor_span(&d, td, heads, is_q) == m.span);
+            CHECK(fa_ref_tensor_span(&d, (fa_tensor_role)role) == m.span);
             free(m.covered);
             for (int b = 0; b < d.batch; b++)
                 for (int t = 0; t < spec_len(&d, is_q, b); t++)
                     for (int h = 0; h < heads; h++)
                         for (int x = 0; x < d.head_dim; x += 3)
-                            bad += fa_ref_index(&d, td, heads, b, t, h, x) !=
+                            bad += fa_ref_index(&d, (fa_tensor_role)role, b, t, h, x) !=
                                    spec_index(&d, role, b, t, h, x);
         }
         for (int b = 0; b < d.batch; b++) {
@@ -929,7 +928,7 @@ static void check_storage_dtype(const dtype_bounds *bd, uint64_t seed) {
     CHECK_OK(fa_attention_desc_check(&d));
     int64_t n[4];
     for (int r = 0; r < 4; r++)
-        n[r] = fa_ref_tensor_span(&d, role_desc(&d, r), role_heads(&d, r), role_is_query(r));
+        n[r] = fa_ref_tensor_span(&d, (fa_tensor_role)r);
     int64_t nl = spec_total_q(&d) * d.heads_q;
     fa_rng rng;
     fa_rng_seed(&rng, seed);

@@ -5,6 +5,7 @@
  * checks that a shape is one the kernels can run. */
 #include "cl_attention.h"
 
+#include "desc.h"
 #include "fa_internal.h"
 #include "planner.h"
 
@@ -110,14 +111,9 @@ static cl_mem mem_of(void *buffer) { return ((fa_cl_buffer *)buffer)->mem; }
 /* ------------------------------------------------------------------------ */
 /* Plan preparation                                                          */
 
-static cl_layout resolve_layout(const fa_attention_desc *d, const fa_tensor_desc *t, int heads,
-                                int seqlen) {
-    cl_layout l;
-    int64_t hd = d->head_dim;
-    l.offset = t->offset;
-    l.stride_head = t->stride_head ? t->stride_head : hd;
-    l.stride_seq = t->stride_seq ? t->stride_seq : (int64_t)heads * hd;
-    l.stride_batch = t->stride_batch ? t->stride_batch : (int64_t)seqlen * heads * hd;
+static cl_layout resolve_layout(const fa_attention_desc *d, fa_tensor_role role) {
+    fa_layout r = fa_desc_layout(d, role);
+    cl_layout l = {r.offset, r.stride_batch, r.stride_seq, r.stride_head};
     return l;
 }
 
@@ -354,10 +350,10 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
                         ? info->forward.split_k
                         : 1;
 
-    p->q = resolve_layout(d, &d->q, d->heads_q, d->seqlen_q);
-    p->k = resolve_layout(d, &d->k, d->heads_kv, d->seqlen_k);
-    p->v = resolve_layout(d, &d->v, d->heads_kv, d->seqlen_k);
-    p->o = resolve_layout(d, &d->o, d->heads_q, d->seqlen_q);
+    p->q = resolve_layout(d, FA_TENSOR_Q);
+    p->k = resolve_layout(d, FA_TENSOR_K);
+    p->v = resolve_layout(d, FA_TENSOR_V);
+    p->o = resolve_layout(d, FA_TENSOR_O);
     p->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
     int dropout = d->dropout_p > 0.0f;
     p->drop_key0 = (cl_uint)(uint32_t)d->dropout_seed;

@@ -805,8 +805,9 @@ static int fits_here(const fa_attention_desc *d, const suite_tiles *f, const sui
 /* The tiles the planner picks on each described device, run here on small
  * problems: the kernels must be right for every shape the planner emits,
  * not only for PoCL's. Training shapes (8 x 16 heads x 2048) give the large
- * tiles, a decoding shape (4 queries, 8192 keys) the split-K plans; both
- * plans are taken whatever variant they name (MMA tiles run as SIMT). */
+ * tiles, a decoding shape (4 queries, 8192 keys) the split-K plans. Where
+ * a device would use matrix units (MMA, the CUDA backend's), its fp32 plan
+ * is taken instead. */
 void suite_described_devices(void) {
     SUITE_REQUIRE();
     static const char *const keys[] = {"h100", "mi250x", "arc-a770", "nvidia-opencl", "pocl-cpu"};
@@ -821,12 +822,19 @@ void suite_described_devices(void) {
             big.causal = j == 1;
             fa_plan_info info;
             fa_status st = fa_plan_for_device(&dev->desc, &big, &info);
+            if (st == FA_SUCCESS && (info.forward.variant == FA_VARIANT_MMA || info.backward.variant == FA_VARIANT_MMA)) {
+                /* Matrix-unit tiles are the CUDA backend's; the device's fp32
+                 * (SIMT) plan runs here instead. */
+                big.q.dtype = big.k.dtype = big.v.dtype = big.o.dtype = FA_DTYPE_F32;
+                st = fa_plan_for_device(&dev->desc, &big, &info);
+            }
             CHECK_MSG(st == FA_SUCCESS, "planning for %s: %s", keys[i], fa_last_error());
             if (st != FA_SUCCESS) continue;
             suite_tiles f = {info.forward.br, info.forward.bc, info.forward.thread_rows, info.forward.thread_cols,
                        info.forward.variant == FA_VARIANT_SPLITK ? info.forward.split_k : 1};
             suite_tiles b = {info.backward.br, info.backward.bc, info.backward.thread_rows, info.backward.thread_cols, 1};
-            fa_attention_desc d = decode ? make_desc(dt, 1, 4, 1100, 4, 1, dim) : make_desc(dt, 1, 150, 170, 2, 1, dim);
+            fa_attention_desc d = decode ? make_desc(big.q.dtype, 1, 4, 1100, 4, 1, dim)
+                                         : make_desc(big.q.dtype, 1, 150, 170, 2, 1, dim);
             d.causal = big.causal;
             char name[96];
             snprintf(name, sizeof name, "%s%s d%d %dx%d/%dx%d s%d, %dx%d/%dx%d", keys[i], decode ? " decode" : "", dim,

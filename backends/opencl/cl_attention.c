@@ -4,6 +4,7 @@
  * launches the passes. The tiling policy is the planner's; this file only
  * checks that a shape is one the kernels can run. */
 #include "cl_attention.h"
+#include "cl_standard.h"
 
 #include "desc.h"
 #include "fa_internal.h"
@@ -30,6 +31,7 @@ typedef struct cl_pass_shape {
 #define FA_CL_MAX_EVENTS 4
 
 typedef struct fa_cl_plan {
+    fa_cl_plan_kind kind;      /* FA_CL_PLAN_FUSED; first, see cl_backend.h */
     fa_cl_context *ctx;
 
     cl_pass_shape fwd_shape, bwd_shape;
@@ -300,6 +302,10 @@ static void release_events(fa_cl_plan *p) {
 
 void fa_cl_plan_release(void *ctx, void *plan_impl) {
     (void)ctx;
+    if (fa_cl_standard_owns(plan_impl)) {
+        fa_cl_standard_release(plan_impl);
+        return;
+    }
     fa_cl_plan *p = plan_impl;
     if (!p) return;
     release_events(p);
@@ -324,6 +330,7 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     const fa_attention_desc *d = &plan->desc;
     const fa_plan_info *info = &plan->info;
 
+    if (d->algorithm == FA_ALGO_STANDARD) return fa_cl_standard_prepare(ctx, plan, plan_impl);
     if (info->algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
         return fa_fail(FA_ERR_UNSUPPORTED, "the OpenCL attention kernels run only FA_ALGO_FUSED");
     if (info->forward.variant != FA_VARIANT_SIMT && info->forward.variant != FA_VARIANT_SPLITK)
@@ -338,6 +345,7 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
         return fa_fail(FA_ERR_DTYPE_MISMATCH, "the OpenCL kernels need q, k, v and o of one dtype");
 
     fa_cl_plan *p = calloc(1, sizeof *p);
+    if (p) p->kind = FA_CL_PLAN_FUSED;
     if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for an OpenCL plan");
     p->ctx = ctx;
     fa_status st = check_shape(ctx, d, &info->forward, FA_PASS_FORWARD, &p->fwd_shape);
@@ -438,6 +446,7 @@ static fa_status launch(fa_cl_plan *p, cl_kernel kernel, cl_uint dims, const siz
 
 fa_status fa_cl_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args) {
     (void)ctx;
+    if (plan && plan->desc.algorithm == FA_ALGO_STANDARD) return fa_cl_standard_forward(plan_impl, plan, args);
     fa_cl_plan *p = plan_impl;
     if (!p || !plan || !args) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
     const fa_attention_desc *d = &plan->desc;
@@ -507,6 +516,7 @@ static void bwd_common_args(cl_args *a, const fa_cl_plan *p, const fa_plan_s *pl
 
 fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args) {
     (void)ctx;
+    if (plan && plan->desc.algorithm == FA_ALGO_STANDARD) return fa_cl_standard_backward(plan_impl, plan, args);
     fa_cl_plan *p = plan_impl;
     if (!p || !plan || !args) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
     const fa_attention_desc *d = &plan->desc;
@@ -561,6 +571,7 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
 
 fa_status fa_cl_last_time_ms(void *ctx, void *plan_impl, double *ms) {
     (void)ctx;
+    if (fa_cl_standard_owns(plan_impl)) return fa_cl_standard_last_time_ms(plan_impl, ms);
     fa_cl_plan *p = plan_impl;
     if (!p || !ms) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "ms");
     if (p->event_count == 0) return fa_fail(FA_ERR_UNSUPPORTED, "no OpenCL attention pass has run on this plan");

@@ -90,6 +90,14 @@ typedef struct fa_cl_buffer {
     size_t bytes;
 } fa_cl_buffer;
 
+/* Every plan object of the OpenCL backend starts with its kind, so the
+ * entry points that receive only the object (release, timing) can tell the
+ * fused kernels' plans from standard attention's. */
+typedef enum fa_cl_plan_kind {
+    FA_CL_PLAN_FUSED = 1,
+    FA_CL_PLAN_STANDARD = 2
+} fa_cl_plan_kind;
+
 /* An OpenCL error as a status with a message naming the call and the code. */
 fa_status fa_cl_error(cl_int err, const char *what);
 

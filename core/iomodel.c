@@ -283,9 +283,12 @@ static void finish(fa_cost *c, const fa_device_desc *dev, double groups) {
 
 /* OpenCL C 1.2 has no floating-point atomics, so the OpenCL backward
  * (kernels_cl/bwd.cl) computes dQ in a kernel of its own that re-reads K and
- * V per query tile; the other backends accumulate dQ in fp32 in global
- * memory once per key tile. */
-static int backward_recomputes_dq(const fa_device_desc *dev) { return dev->backend == FA_BACKEND_OPENCL; }
+ * V per query tile; so does the CUDA backward in deterministic mode, where
+ * atomics would make the sums' order depend on timing. Otherwise the
+ * backends accumulate dQ in fp32 in global memory once per key tile. */
+static int backward_recomputes_dq(const fa_device_desc *dev, const fa_attention_desc *desc) {
+    return dev->backend == FA_BACKEND_OPENCL || (dev->backend == FA_BACKEND_CUDA && desc->deterministic);
+}
 
 fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                     const fa_kernel_plan *plan) {
@@ -298,7 +301,7 @@ fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa
     const double hq = (double)desc->heads_q, hkv = (double)desc->heads_kv;
     const int split = pass == FA_PASS_FORWARD && plan->split_k > 1 ? plan->split_k : 1;
     const block_mask bm = get_block_mask(desc);
-    const int recompute_dq = backward_recomputes_dq(dev);
+    const int recompute_dq = backward_recomputes_dq(dev, desc);
     double rd = 0.0, wr = 0.0, pairs = 0.0;
 
     for (int b = 0; b < desc->batch; b++) {

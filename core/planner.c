@@ -76,8 +76,10 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
     case FA_VARIANT_STANDARD:
         return 0;
     case FA_VARIANT_MMA:
+        /* kernels_cuda/fwd_mma.cu: Q, and K and V per stage. */
         if (pass == FA_PASS_FORWARD) return e * (r * d + st * 2 * c * d);
-        return e * (2 * c * d + st * 2 * r * d) + 4 * 2 * r + e * r * c;
+        /* kernels_cuda/bwd_mma.cu: K and V; Q, dO, L and D per stage; dS. */
+        return e * (2 * c * d + st * 2 * r * d + r * c) + 4 * 2 * st * r;
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:
@@ -170,6 +172,61 @@ static int mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc,
     return 1;
 }
 
+/* The tensor-core kernels (kernels_cuda/fwd_mma.cu, bwd_mma.cu): 4 or 8
+ * whole warps, each owning one or two strips of matrix_m rows of the tile
+ * (query rows forward, key rows backward) and holding, per thread, fp32
+ * accumulators for its strips: forward the output (d / 2 per strip) and the
+ * scores (bc / 2); backward dK and dV (d per strip) and the transposed
+ * scores and their gradient (br per strip), which also feed the next
+ * products as operands (half as many registers again in fp16/bf16, three
+ * times as many on TF32). The budgets keep all that within the 255 registers a
+ * thread has, with room for addresses: the kernels compile without
+ * spilling (tests/test_cuda_compile.c checks every shape planned here). */
+#define FA_MMA_MAX_STRIPS 2
+#define FA_MMA_FWD_REGS 160
+#define FA_MMA_FWD_REGS_TF32 136
+#define FA_MMA_BWD_REGS_16 176
+#define FA_MMA_BWD_REGS_TF32 192
+#define FA_MMA_MIN_OTHER 32
+
+/* Whether a strip count and the tile's other side (bc forward, br
+ * backward) fit the register budgets. */
+static int mma_regs_ok(const fa_attention_desc *desc, fa_pass pass, int strips, int other) {
+    const int d = desc->head_dim;
+    if (pass == FA_PASS_FORWARD)
+        return strips * (d + other) / 2 <= (desc->q.dtype == FA_DTYPE_F32 ? FA_MMA_FWD_REGS_TF32 : FA_MMA_FWD_REGS);
+    if (strips * d > FA_MMA_MAX_ACCUMULATORS) return 0;
+    if (desc->q.dtype == FA_DTYPE_F32) return strips * (d + 4 * other) <= FA_MMA_BWD_REGS_TF32;
+    return strips * (2 * d + 3 * other) <= 2 * FA_MMA_BWD_REGS_16;
+}
+
+static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                         int wgs) {
+    const int simd = dev->simd_width, d = desc->head_dim;
+    if (wgs < simd || wgs % simd) return 0;
+    const int warps = wgs / simd;
+    if (warps != 4 && warps != 8) return 0;
+    const int rows = pass == FA_PASS_FORWARD ? br : bc;
+    if (rows % (dev->matrix_m * warps)) return 0;
+    const int strips = rows / (dev->matrix_m * warps);
+    if (strips > FA_MMA_MAX_STRIPS) return 0;
+    /* Forward: two strips a warp halve the shared-memory reads per matrix
+     * product, and four warps of two strips ran faster on an H200 than
+     * eight of one at head_dim 64 and 128; eight warps only where the
+     * output accumulators leave no room for two strips. */
+    if (pass == FA_PASS_FORWARD && warps == 8 && d <= 128) return 0;
+    /* Backward at head_dim 64 and below: four warps of 64 keys ran faster
+     * on an H200 than eight of 128 (161 against 150 TFLOP/s, bf16, 8k). */
+    if (pass == FA_PASS_BACKWARD && warps == 8 && d <= 64) return 0;
+    /* The tile's other side (keys forward, queries backward) is 32 or more
+     * wherever the registers of one strip a warp allow it: narrower tiles
+     * read fewer masked rows but pay the per-tile work (rescale, barriers,
+     * loads) more often. */
+    const int other = pass == FA_PASS_FORWARD ? bc : br;
+    if (other < FA_MMA_MIN_OTHER && mma_regs_ok(desc, pass, 1, FA_MMA_MIN_OTHER)) return 0;
+    return mma_regs_ok(desc, pass, strips, other);
+}
+
 /* A work-group of (br / tr) x (bc / tc) work-items, each holding a tr x tc
  * micro-tile of the scores. */
 static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
@@ -178,16 +235,7 @@ static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, f
     const int ntr = br / tr, ntc = bc / tc, wgs = ntr * ntc, simd = dev->simd_width, d = desc->head_dim;
     if (wgs > dev->max_work_group_size) return 0;
     if (wgs >= simd && wgs % simd) return 0;
-    if (variant == FA_VARIANT_MMA) {
-        /* Whole warps, each owning a strip of matrix_m rows of the tile
-         * (query rows forward, key rows backward). */
-        if (wgs < simd) return 0;
-        const int warps = wgs / simd;
-        const int rows = pass == FA_PASS_FORWARD ? br : bc;
-        if (rows % (dev->matrix_m * warps)) return 0;
-        const long acc = pass == FA_PASS_FORWARD ? (long)br * d : 2L * bc * d;
-        return acc <= (long)FA_MMA_MAX_ACCUMULATORS * wgs;
-    }
+    if (variant == FA_VARIANT_MMA) return mma_layout_ok(dev, desc, pass, br, bc, wgs);
     /* O (forward) or the dQ-side rows (backward): tr rows x ceil(d / ntc)
      * head dimensions per work-item. */
     const int dpt = (d + ntc - 1) / ntc;

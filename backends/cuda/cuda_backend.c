@@ -8,8 +8,7 @@
  * a driver; without one the backend reports itself unavailable with the
  * loader's reason.
  *
- * The attention kernels are not part of this build: plan_prepare, forward
- * and backward answer FA_ERR_UNSUPPORTED. */
+ * Plans, passes and timing are the attention half's (cuda_attention.c). */
 #define FA_CUDA_DRIVER_TYPES
 #include "cuda_runtime_internal.h"
 
@@ -681,61 +680,6 @@ static void *cuda_buffer_native(void *handle, void *buf_handle) {
     return (void *)(uintptr_t)buf->ptr;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Plans: the kernels are not in this build                                 */
-/* ------------------------------------------------------------------------ */
-
-static fa_status cuda_no_kernels(void) {
-    char nvrtc_why[FA_CUDA_REASON_SIZE];
-    if (fa_cuda_nvrtc(nvrtc_why, sizeof nvrtc_why))
-        return fa_fail(FA_ERR_UNSUPPORTED,
-                       "the CUDA attention kernels are not in this build; the CUDA backend "
-                       "offers devices, contexts and memory only");
-    return fa_fail(FA_ERR_UNSUPPORTED,
-                   "the CUDA attention kernels are not in this build; the CUDA backend offers "
-                   "devices, contexts and memory only (and NVRTC, needed to compile kernels, is "
-                   "missing: %s)",
-                   nvrtc_why);
-}
-
-static fa_status cuda_plan_prepare(void *handle, const fa_plan_s *plan, void **plan_impl) {
-    (void)handle;
-    (void)plan;
-    if (plan_impl) *plan_impl = NULL;
-    return cuda_no_kernels();
-}
-
-static void cuda_plan_release(void *handle, void *plan_impl) {
-    (void)handle;
-    (void)plan_impl;
-}
-
-static fa_status cuda_forward(void *handle, void *plan_impl, const fa_plan_s *plan,
-                              const fa_fwd_args *args) {
-    (void)handle;
-    (void)plan_impl;
-    (void)plan;
-    (void)args;
-    return cuda_no_kernels();
-}
-
-static fa_status cuda_backward(void *handle, void *plan_impl, const fa_plan_s *plan,
-                               const fa_bwd_args *args) {
-    (void)handle;
-    (void)plan_impl;
-    (void)plan;
-    (void)args;
-    return cuda_no_kernels();
-}
-
-static fa_status cuda_last_time_ms(void *handle, void *plan_impl, double *ms) {
-    (void)handle;
-    (void)plan_impl;
-    if (ms) *ms = 0.0;
-    return fa_fail(FA_ERR_UNSUPPORTED,
-                   "no CUDA pass can be timed: the CUDA attention kernels are not in this build");
-}
-
 const fa_backend_ops fa_cuda_backend = {
     .id = FA_BACKEND_CUDA,
     .name = "cuda",
@@ -752,11 +696,11 @@ const fa_backend_ops fa_cuda_backend = {
     .buffer_upload = cuda_buffer_upload,
     .buffer_download = cuda_buffer_download,
     .buffer_native = cuda_buffer_native,
-    .plan_prepare = cuda_plan_prepare,
-    .plan_release = cuda_plan_release,
-    .forward = cuda_forward,
-    .backward = cuda_backward,
-    .last_time_ms = cuda_last_time_ms,
+    .plan_prepare = fa_cuda_plan_prepare,
+    .plan_release = fa_cuda_plan_release,
+    .forward = fa_cuda_forward,
+    .backward = fa_cuda_backward,
+    .last_time_ms = fa_cuda_last_time_ms,
 };
 
 /* ------------------------------------------------------------------------ */

@@ -65,6 +65,46 @@ void fa_cuda_native_free(fa_cuda_native_mem *mem);
  * reason is written to reason. Works where the driver is missing. */
 int fa_cuda_nvrtc_available(char *reason, size_t reason_size);
 
+/* ------------------------------------------------------------------------ */
+/* The attention half (cuda_attention.c)                                    */
+
+struct fa_plan_s;
+
+/* One compiled kernel as ptxas reported it (-1 where the compile log says
+ * nothing, e.g. a binary built before the log was kept). */
+typedef struct fa_cuda_kernel_report {
+    char program[16];           /* "fwd_mma", "bwd_mma", "simt" */
+    char kernel[32];            /* entry point */
+    char options[512];          /* the plan's -D options */
+    char arch[16];              /* "sm_90" */
+    fa_pass pass;
+    int threads;                /* block size it is launched with */
+    size_t shared_bytes;        /* dynamic shared memory per block */
+    int tensor_cores;           /* 1: an mma.sync program */
+    int registers, spill_stores, spill_loads, stack_bytes;
+    int from_cache;             /* 1: the binary came from the kernel cache */
+    int real_code;              /* 1: CUBIN (SASS) for arch; 0: PTX */
+    size_t binary_bytes;
+    double compile_seconds;     /* 0 for a cache hit */
+} fa_cuda_kernel_report;
+
+/* Compiles with NVRTC, through the kernel cache, every program a plan needs
+ * (both passes) for compute capability cc_major.cc_minor, exactly as
+ * plan creation on such a device would: no device is needed. Reports one
+ * entry per kernel into reports (up to max_reports); *count receives how
+ * many kernels there were. FA_ERR_UNSUPPORTED for a plan the kernels cannot
+ * run, FA_ERR_COMPILE with the log for a compile error. */
+fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info *info, int cc_major,
+                               int cc_minor, fa_cuda_kernel_report *reports, int max_reports, int *count);
+
+/* The backend's plan_prepare / plan_release, reachable by tests that
+ * rebuild a plan's kernels for other tiles. */
+fa_status fa_cuda_plan_prepare(void *ctx, const struct fa_plan_s *plan, void **plan_impl);
+void fa_cuda_plan_release(void *ctx, void *plan_impl);
+/* Shared memory (static + dynamic, bytes) of the largest kernel of a pass
+ * of a prepared plan, as the driver loaded it. */
+fa_status fa_cuda_plan_shared_bytes(void *plan_impl, fa_pass pass, size_t *bytes);
+
 #ifdef FA_CUDA_DRIVER_TYPES
 
 #include <cuda.h>
@@ -196,6 +236,11 @@ fa_status fa_cuda_error(CUresult result, const char *what);
  * caller's previous current context. */
 fa_status fa_cuda_push(const fa_cuda_context *ctx);
 void fa_cuda_pop(void);
+
+/* The attention passes (cuda_attention.c), as the ops table takes them. */
+fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args);
+fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
+fa_status fa_cuda_last_time_ms(void *ctx, void *plan_impl, double *ms);
 
 #endif /* FA_CUDA_DRIVER_TYPES */
 

@@ -1,0 +1,940 @@
+/* The attention half of the CUDA backend: compiles the kernels of
+ * kernels_cuda/ with NVRTC for a plan's tile shapes and options (through the
+ * kernel cache, as CUBIN for the device's own architecture), owns the plan's
+ * device copies (sequence offsets, block mask, tile maps) and workspace, and
+ * launches the passes. The tiling policy is the planner's; this file checks
+ * that a plan is one the kernels can run and refuses anything else.
+ *
+ * Programs. A pass is one NVRTC program (one .cu file and the shared .cuh
+ * headers) compiled with the plan's constants as -D options, so that every
+ * loop over a tile unrolls:
+ *   forward MMA     fwd_mma.cu   fa_fwd_mma
+ *   forward SIMT    simt.cu      fa_fwd_simt [, fa_splitk_merge]
+ *   backward MMA    bwd_mma.cu   fa_bwd_dot, fa_bwd_dkdv_mma, then
+ *                                fa_bwd_dq_convert (dQ by atomics) or
+ *                                fa_bwd_dq_mma (deterministic)
+ *   backward SIMT   simt.cu      fa_bwd_dot, fa_bwd_dkdv_simt, then
+ *                                fa_bwd_dq_convert or fa_bwd_dq_simt
+ * The kernels take one parameter block (fa_cuda_params, mirrored field for
+ * field by struct fa_params in kernels_cuda/common.cuh). */
+#define FA_CUDA_DRIVER_TYPES
+#include "cuda_runtime_internal.h"
+
+#include "desc.h"
+#include "fa_internal.h"
+#include "kcache.h"
+#include "kernel_sources.h"
+#include "plan.h"
+#include "planner.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CU_MAX_KERNELS 3
+#define CU_DEFINES_SIZE 512
+#define CU_ROWWISE_THREADS 256 /* ROWWISE_THREADS in kernels_cuda/rowwise.cuh */
+#define CU_ROWWISE_ROWS 32     /* ROWWISE_ROWS */
+#define CU_MAX_THREADS 1024
+/* The deterministic dQ kernel's tile (bwd_mma.cu DQ_*): 64 query rows in
+ * four warps of 16, 64 keys per step (32 on TF32, whose operands take
+ * twice the registers), within the registers a thread has. */
+#define CU_DQ_BR 64
+#define CU_DQ_WARPS 4
+static int dq_bc(const fa_attention_desc *d) { return d->q.dtype == FA_DTYPE_F32 ? 32 : 64; }
+/* Forward: Q fragments stay in registers while the thread's accumulators
+ * leave them room (fwd_mma.cu QREG). */
+#define CU_QREG_BUDGET 160
+
+static const char *const cu_header_paths[] = {"kernels_cuda/common.cuh", "kernels_cuda/mma.cuh",
+                                              "kernels_cuda/rowwise.cuh"};
+static const char *const cu_header_names[] = {"common.cuh", "mma.cuh", "rowwise.cuh"};
+#define CU_HEADER_COUNT 3
+
+/* ------------------------------------------------------------------------ */
+/* Kernel parameters                                                         */
+
+typedef struct fa_cuda_params {
+    CUdeviceptr q, k, v, o, lse, dout, dq, dk, dv, dvec, dq_acc, cu_q, cu_k, block_mask, tile_map, part_o,
+        part_l;
+    int64_t q_off, q_sb, q_ss, q_sh;
+    int64_t k_off, k_sb, k_ss, k_sh;
+    int64_t v_off, v_sb, v_ss, v_sh;
+    int64_t o_off, o_sb, o_ss, o_sh;
+    int64_t total_q;
+    int seqlen_q, seqlen_k, heads_q, group, batch;
+    int window_left, window_right;
+    int block_q, block_k, block_cols, tile_cols;
+    uint32_t drop_key0, drop_key1, drop_offset_lo, drop_threshold;
+    float scale, scale_log2, drop_scale;
+    int num_splits;
+} fa_cuda_params;
+
+_Static_assert(sizeof(fa_cuda_params) == 17 * 8 + 17 * 8 + 19 * 4 + 4, "fa_cuda_params has padding");
+
+/* ------------------------------------------------------------------------ */
+/* Program specifications: what a pass compiles and launches                 */
+
+typedef struct cu_kernel_spec {
+    const char *name;
+    int threads;
+    size_t smem; /* dynamic shared memory per block */
+} cu_kernel_spec;
+
+typedef struct cu_program_spec {
+    const char *file; /* "kernels_cuda/fwd_mma.cu" */
+    const char *short_name;
+    char defines[CU_DEFINES_SIZE];
+    int nkernels;
+    cu_kernel_spec kernels[CU_MAX_KERNELS];
+    int tensor_cores;
+} cu_program_spec;
+
+static int cu_mma_ok(const fa_kernel_plan *kp) { return kp->variant == FA_VARIANT_MMA; }
+
+static const char *dtype_define(fa_dtype t) {
+    switch (t) {
+    case FA_DTYPE_F16: return "-DDTYPE_F16";
+    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
+    default: return "-DDTYPE_F32";
+    }
+}
+
+static void common_defines(const fa_attention_desc *d, char *out, size_t size) {
+    int window = d->window_left >= 0 || d->window_right >= 0;
+    snprintf(out, size, "-DHEAD_DIM=%d %s%s%s%s%s%s", d->head_dim, dtype_define(d->q.dtype),
+             d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "", d->block_mask ? " -DBLOCK_MASK" : "",
+             d->dropout_p > 0.0f ? " -DDROPOUT" : "", d->cu_seqlens_q ? " -DVARLEN" : "");
+}
+
+static fa_status append_define(cu_program_spec *s, const char *fmt, int a, int b, int c, int e) {
+    size_t len = strlen(s->defines);
+    int n = snprintf(s->defines + len, sizeof s->defines - len, fmt, a, b, c, e);
+    if (n < 0 || (size_t)n >= sizeof s->defines - len)
+        return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit in %zu bytes", sizeof s->defines);
+    return FA_SUCCESS;
+}
+
+static size_t dq_mma_smem(const fa_attention_desc *d) {
+    size_t e = d->q.dtype == FA_DTYPE_F32 ? 4 : 2;
+    return e * (size_t)d->head_dim * (size_t)(2 * CU_DQ_BR + 2 * dq_bc(d));
+}
+
+/* Shapes the kernels can run, with a message naming what is wrong. */
+static fa_status check_mma(const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass, int cc_major) {
+    const char *what = pass == FA_PASS_FORWARD ? "forward" : "backward";
+    if (cc_major < 8)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: the tensor-core kernels need sm_80 or later (device: sm_%d)",
+                       what, cc_major);
+    if (d->q.dtype == FA_DTYPE_F32 && !d->allow_tf32)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: fp32 on tensor cores needs desc->allow_tf32", what);
+    const int wgs = kp->work_group_size;
+    if (wgs != 128 && wgs != 256)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: the tensor-core kernels run 4 or 8 warps, not %d threads", what,
+                       wgs);
+    const int warps = wgs / 32, rows = pass == FA_PASS_FORWARD ? kp->br : kp->bc;
+    if (rows % (16 * warps) || rows / (16 * warps) > 2 || kp->br % 16 || kp->bc % 16 || d->head_dim % 16)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "%s plan: tile %d x %d with %d warps at head_dim %d is not a tensor-core shape (each warp "
+                       "owns one or two strips of 16 %s; br, bc and head_dim multiples of 16)",
+                       what, kp->br, kp->bc, warps, d->head_dim, pass == FA_PASS_FORWARD ? "queries" : "keys");
+    if (kp->stages != 1 && kp->stages != 2)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %d stages (the kernels run 1 or 2)", what, kp->stages);
+    return FA_SUCCESS;
+}
+
+static fa_status check_simt(const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass) {
+    const char *what = pass == FA_PASS_FORWARD ? "forward" : "backward";
+    (void)d;
+    if (kp->br <= 0 || kp->bc <= 0 || kp->thread_rows <= 0 || kp->thread_cols <= 0 || kp->br % kp->thread_rows ||
+        kp->bc % kp->thread_cols)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: tile %d x %d does not split into %d x %d micro-tiles", what,
+                       kp->br, kp->bc, kp->thread_rows, kp->thread_cols);
+    const int ntr = kp->br / kp->thread_rows, ntc = kp->bc / kp->thread_cols;
+    if (kp->work_group_size > CU_MAX_THREADS)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: a block of %d threads (CUDA blocks hold at most %d)", what,
+                       kp->work_group_size, CU_MAX_THREADS);
+    if (kp->work_group_size != ntr * ntc)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: work_group_size %d is not (br / thread_rows) * (bc / thread_cols) = %d",
+                       what, kp->work_group_size, ntr * ntc);
+    if (pass == FA_PASS_FORWARD && kp->variant == FA_VARIANT_SPLITK && kp->split_k < 2)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: split-K with %d splits", kp->split_k);
+    return FA_SUCCESS;
+}
+
+static int qreg_fits(const fa_attention_desc *d, int strips, int bc) {
+    int q_regs = d->q.dtype == FA_DTYPE_F32 ? d->head_dim / 2 : d->head_dim / 4;
+    return strips * (d->head_dim / 2 + bc / 2 + q_regs) <= CU_QREG_BUDGET;
+}
+
+static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major,
+                              cu_program_spec *s) {
+    memset(s, 0, sizeof *s);
+    common_defines(d, s->defines, sizeof s->defines);
+    if (cu_mma_ok(kp)) {
+        FA_CHECK(check_mma(d, kp, FA_PASS_FORWARD, cc_major));
+        const int warps = kp->work_group_size / 32, strips = kp->br / (16 * warps);
+        s->file = "kernels_cuda/fwd_mma.cu";
+        s->short_name = "fwd_mma";
+        s->tensor_cores = 1;
+        FA_CHECK(append_define(s, " -DFWD -DBR=%d -DBC=%d -DWARPS=%d -DSTAGES=%d", kp->br, kp->bc, warps, kp->stages));
+        if (qreg_fits(d, strips, kp->bc)) FA_CHECK(append_define(s, " -DQREG", 0, 0, 0, 0));
+        s->nkernels = 1;
+        s->kernels[0] = (cu_kernel_spec){"fa_fwd_mma", kp->work_group_size,
+                                         fa_plan_local_mem(FA_VARIANT_MMA, FA_PASS_FORWARD, d, kp->br, kp->bc,
+                                                           kp->stages)};
+        return FA_SUCCESS;
+    }
+    if (kp->variant != FA_VARIANT_SIMT && kp->variant != FA_VARIANT_SPLITK)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward variant %s has no CUDA kernel", fa_variant_name(kp->variant));
+    FA_CHECK(check_simt(d, kp, FA_PASS_FORWARD));
+    s->file = "kernels_cuda/simt.cu";
+    s->short_name = "simt";
+    FA_CHECK(append_define(s, " -DFWD -DBR=%d -DBC=%d -DTR=%d -DTC=%d", kp->br, kp->bc, kp->thread_rows,
+                           kp->thread_cols));
+    s->nkernels = 1;
+    s->kernels[0] = (cu_kernel_spec){"fa_fwd_simt", kp->work_group_size,
+                                     fa_plan_local_mem(FA_VARIANT_SIMT, FA_PASS_FORWARD, d, kp->br, kp->bc, 1)};
+    if (kp->variant == FA_VARIANT_SPLITK && kp->split_k > 1) {
+        FA_CHECK(append_define(s, " -DSPLITK", 0, 0, 0, 0));
+        s->kernels[s->nkernels++] = (cu_kernel_spec){"fa_splitk_merge", CU_ROWWISE_THREADS, 0};
+    }
+    return FA_SUCCESS;
+}
+
+static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major,
+                               cu_program_spec *s) {
+    memset(s, 0, sizeof *s);
+    common_defines(d, s->defines, sizeof s->defines);
+    const int atomic = !d->deterministic;
+    s->kernels[0] = (cu_kernel_spec){"fa_bwd_dot", CU_ROWWISE_THREADS, 0};
+    if (cu_mma_ok(kp)) {
+        FA_CHECK(check_mma(d, kp, FA_PASS_BACKWARD, cc_major));
+        s->file = "kernels_cuda/bwd_mma.cu";
+        s->short_name = "bwd_mma";
+        s->tensor_cores = 1;
+        FA_CHECK(append_define(s, " -DBWD -DBR=%d -DBC=%d -DWARPS=%d -DSTAGES=%d", kp->br, kp->bc,
+                               kp->work_group_size / 32, kp->stages));
+        s->kernels[1] = (cu_kernel_spec){"fa_bwd_dkdv_mma", kp->work_group_size,
+                                         fa_plan_local_mem(FA_VARIANT_MMA, FA_PASS_BACKWARD, d, kp->br, kp->bc,
+                                                           kp->stages)};
+        if (atomic) {
+            FA_CHECK(append_define(s, " -DDQ_ATOMIC", 0, 0, 0, 0));
+            s->kernels[2] = (cu_kernel_spec){"fa_bwd_dq_convert", CU_ROWWISE_THREADS, 0};
+        } else {
+            FA_CHECK(append_define(s, " -DDQ_BR=%d -DDQ_BC=%d -DDQ_WARPS=%d", CU_DQ_BR, dq_bc(d), CU_DQ_WARPS, 0));
+            s->kernels[2] = (cu_kernel_spec){"fa_bwd_dq_mma", CU_DQ_WARPS * 32, dq_mma_smem(d)};
+        }
+        s->nkernels = 3;
+        return FA_SUCCESS;
+    }
+    if (kp->variant != FA_VARIANT_SIMT)
+        return fa_fail(FA_ERR_UNSUPPORTED, "backward variant %s has no CUDA kernel", fa_variant_name(kp->variant));
+    FA_CHECK(check_simt(d, kp, FA_PASS_BACKWARD));
+    s->file = "kernels_cuda/simt.cu";
+    s->short_name = "simt";
+    FA_CHECK(append_define(s, " -DBWD -DBR=%d -DBC=%d -DTR=%d -DTC=%d", kp->br, kp->bc, kp->thread_rows,
+                           kp->thread_cols));
+    const size_t smem = fa_plan_local_mem(FA_VARIANT_SIMT, FA_PASS_BACKWARD, d, kp->br, kp->bc, 1);
+    s->kernels[1] = (cu_kernel_spec){"fa_bwd_dkdv_simt", kp->work_group_size, smem};
+    if (atomic) {
+        FA_CHECK(append_define(s, " -DDQ_ATOMIC", 0, 0, 0, 0));
+        s->kernels[2] = (cu_kernel_spec){"fa_bwd_dq_convert", CU_ROWWISE_THREADS, 0};
+    } else {
+        /* fa_bwd_dq_simt: Qt, dOt, Kt, Vt, dSt, Ls, Ds (within the budget). */
+        const size_t dim = (size_t)d->head_dim, r = (size_t)kp->br, c = (size_t)kp->bc;
+        s->kernels[2] = (cu_kernel_spec){"fa_bwd_dq_simt", kp->work_group_size, 4 * (2 * dim * r + 2 * dim * c + c * r + 2 * r)};
+    }
+    s->nkernels = 3;
+    return FA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Compiling                                                                 */
+
+/* The architecture NVRTC compiles for: the device's own (real code, CUBIN)
+ * when NVRTC knows it, else the newest virtual one below it (PTX, which the
+ * driver finishes). */
+static void choose_arch(const fa_nvrtc_api *nv, int major, int minor, char *arch, size_t size, int *cubin) {
+    int want = major * 10 + minor, best = -1, exact = 0;
+    int n = 0;
+    if (nv->nvrtcGetNumSupportedArchs && nv->nvrtcGetSupportedArchs &&
+        nv->nvrtcGetNumSupportedArchs(&n) == NVRTC_SUCCESS && n > 0 && n < 256) {
+        int archs[256];
+        if (nv->nvrtcGetSupportedArchs(archs) == NVRTC_SUCCESS) {
+            for (int i = 0; i < n; i++) {
+                if (archs[i] == want) exact = 1;
+                if (archs[i] <= want && archs[i] > best) best = archs[i];
+            }
+        }
+    } else {
+        exact = 1;
+    }
+    if (exact || best < 0) {
+        snprintf(arch, size, "sm_%d", want);
+        *cubin = 1;
+    } else {
+        snprintf(arch, size, "compute_%d", best);
+        *cubin = 0;
+    }
+}
+
+/* A compiled program: the binary and the compiler's log. */
+typedef struct cu_binary {
+    void *data;
+    size_t size;
+    int cubin;       /* 0: PTX text */
+    char *log;       /* NUL-terminated, never NULL on success */
+    int from_cache;
+    double seconds;
+} cu_binary;
+
+static void binary_free(cu_binary *b) {
+    free(b->data);
+    free(b->log);
+    memset(b, 0, sizeof *b);
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Source text of the program and its headers, as the cache key sees it. */
+static char *combined_source(const fa_kernel_source *main_src, const fa_kernel_source *const *hdr, size_t *size) {
+    size_t total = main_src->size + 1;
+    for (int i = 0; i < CU_HEADER_COUNT; i++) total += hdr[i]->size + strlen(cu_header_names[i]) + 16;
+    char *buf = malloc(total + 1);
+    if (!buf) return NULL;
+    size_t at = 0;
+    memcpy(buf, main_src->text, main_src->size);
+    at += main_src->size;
+    for (int i = 0; i < CU_HEADER_COUNT; i++) {
+        at += (size_t)snprintf(buf + at, total + 1 - at, "\n//@@ %s\n", cu_header_names[i]);
+        memcpy(buf + at, hdr[i]->text, hdr[i]->size);
+        at += hdr[i]->size;
+    }
+    buf[at] = '\0';
+    *size = at;
+    return buf;
+}
+
+static fa_status nvrtc_fail(const fa_nvrtc_api *nv, nvrtcResult r, const char *what) {
+    const char *text = nv->nvrtcGetErrorString ? nv->nvrtcGetErrorString(r) : NULL;
+    return fa_fail(FA_ERR_COMPILE, "%s: %s", what, text ? text : "NVRTC error");
+}
+
+#define CU_MAX_OPTIONS 32
+
+/* Whether a compile log holds ptxas' report of every kernel of a program
+ * (--ptxas-options=-v). Only such logs are cached, and a cached binary
+ * counts as a hit only beside one: the reports of registers and spills
+ * must not depend on which process compiled first. */
+static int log_reports_all(const cu_program_spec *spec, const char *log) {
+    if (!log) return 0;
+    for (int i = 0; i < spec->nkernels; i++) {
+        char needle[96];
+        snprintf(needle, sizeof needle, "Compiling entry function '%s'", spec->kernels[i].name);
+        const char *at = strstr(log, needle);
+        if (!at || !strstr(at, "Used ")) return 0;
+    }
+    return 1;
+}
+
+static fa_status compile_program(const cu_program_spec *spec, int major, int minor, cu_binary *out) {
+    memset(out, 0, sizeof *out);
+    char why[512];
+    const fa_nvrtc_api *nv = fa_cuda_nvrtc(why, sizeof why);
+    if (!nv) return fa_fail(FA_ERR_UNSUPPORTED, "the CUDA kernels are compiled at run time, and NVRTC is missing: %s", why);
+    const fa_kernel_source *main_src = fa_kernel_source_find(spec->file);
+    const fa_kernel_source *hdr[CU_HEADER_COUNT];
+    if (!main_src) return fa_fail(FA_ERR_INTERNAL, "kernel source %s is not embedded in the library", spec->file);
+    for (int i = 0; i < CU_HEADER_COUNT; i++) {
+        hdr[i] = fa_kernel_source_find(cu_header_paths[i]);
+        if (!hdr[i]) return fa_fail(FA_ERR_INTERNAL, "kernel source %s is not embedded in the library", cu_header_paths[i]);
+    }
+
+    char arch[32], arch_opt[64];
+    choose_arch(nv, major, minor, arch, sizeof arch, &out->cubin);
+    snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch);
+
+    /* Options: the architecture, then the program's defines, one each. */
+    char defines[CU_DEFINES_SIZE];
+    snprintf(defines, sizeof defines, "%s", spec->defines);
+    const char *opts[CU_MAX_OPTIONS];
+    int nopt = 0;
+    opts[nopt++] = arch_opt;
+    opts[nopt++] = "-std=c++17";
+    opts[nopt++] = "--ptxas-options=-v";
+    char *save = NULL;
+    for (char *tok = strtok_r(defines, " ", &save); tok && nopt < CU_MAX_OPTIONS; tok = strtok_r(NULL, " ", &save))
+        opts[nopt++] = tok;
+    char joined[CU_DEFINES_SIZE + 128];
+    size_t jl = 0;
+    joined[0] = '\0';
+    for (int i = 0; i < nopt; i++) jl += (size_t)snprintf(joined + jl, sizeof joined - jl, "%s%s", i ? " " : "", opts[i]);
+
+    size_t src_size = 0;
+    char *source = combined_source(main_src, hdr, &src_size);
+    if (!source) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for the kernel source");
+    char driver[64];
+    snprintf(driver, sizeof driver, "nvrtc %d.%d", nv->version_major, nv->version_minor);
+    fa_kcache_key key = {"cuda", source, src_size, joined, arch, driver};
+    fa_kcache_key log_key = {"cuda_log", source, src_size, joined, arch, driver};
+
+    /* A hit needs the binary and its log (the report of registers and
+     * spills); a binary without its log is compiled again. */
+    void *bin = NULL, *logd = NULL;
+    size_t bin_size = 0, cached_log_size = 0;
+    if (fa_kcache_load(&key, &bin, &bin_size) == FA_SUCCESS && bin_size > 0 &&
+        fa_kcache_load(&log_key, &logd, &cached_log_size) == FA_SUCCESS) {
+        char *text = malloc(cached_log_size + 1);
+        if (text) {
+            memcpy(text, logd, cached_log_size);
+            text[cached_log_size] = '\0';
+        }
+        if (text && log_reports_all(spec, text)) {
+            out->data = bin;
+            out->size = bin_size;
+            out->from_cache = 1;
+            out->log = text;
+            free(logd);
+            free(source);
+            return FA_SUCCESS;
+        }
+        free(text);
+    }
+    free(bin);
+    free(logd);
+
+    double t0 = now_seconds();
+    nvrtcProgram prog = NULL;
+    const char *htext[CU_HEADER_COUNT];
+    for (int i = 0; i < CU_HEADER_COUNT; i++) htext[i] = hdr[i]->text;
+    nvrtcResult r = nv->nvrtcCreateProgram(&prog, main_src->text, spec->file + strlen("kernels_cuda/"),
+                                           CU_HEADER_COUNT, htext, cu_header_names);
+    if (r != NVRTC_SUCCESS) {
+        free(source);
+        return nvrtc_fail(nv, r, "nvrtcCreateProgram");
+    }
+    nvrtcResult cr = nv->nvrtcCompileProgram(prog, nopt, opts);
+    size_t log_size = 0;
+    char *log = NULL;
+    if (nv->nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS) {
+        log = malloc(log_size + 1);
+        if (log && nv->nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
+        if (log) log[log_size] = '\0';
+    }
+    fa_status st = FA_SUCCESS;
+    if (cr != NVRTC_SUCCESS) {
+        st = fa_fail(FA_ERR_COMPILE, "NVRTC could not compile %s for %s (%s): %s", spec->file, arch, joined,
+                     nv->nvrtcGetErrorString(cr));
+        fa_fail_append("\n");
+        fa_fail_append(log ? log : "(no log)");
+    } else {
+        size_t size = 0;
+        r = out->cubin ? nv->nvrtcGetCUBINSize(prog, &size) : nv->nvrtcGetPTXSize(prog, &size);
+        if (r == NVRTC_SUCCESS && size > 0) {
+            out->data = malloc(size);
+            if (!out->data)
+                st = fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a %zu-byte kernel binary", size);
+            else
+                r = out->cubin ? nv->nvrtcGetCUBIN(prog, out->data) : nv->nvrtcGetPTX(prog, out->data);
+            out->size = size;
+        }
+        if (st == FA_SUCCESS && (r != NVRTC_SUCCESS || size == 0))
+            st = nvrtc_fail(nv, r, out->cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX");
+    }
+    nv->nvrtcDestroyProgram(&prog);
+    out->seconds = now_seconds() - t0;
+    out->log = log ? log : calloc(1, 1);
+    if (st == FA_SUCCESS && !out->log) st = fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a compile log");
+    if (st == FA_SUCCESS) {
+        /* A cache that cannot be written costs only the next compile. The
+         * log goes first: a process that finds the binary finds its log. */
+        if (log_reports_all(spec, out->log)) (void)fa_kcache_store(&log_key, out->log, strlen(out->log));
+        (void)fa_kcache_store(&key, out->data, out->size);
+        fa_clear_error();
+    } else {
+        binary_free(out);
+    }
+    free(source);
+    return st;
+}
+
+/* ptxas' report of one kernel, from the compile log. */
+static void parse_report(const char *log, const char *kernel, fa_cuda_kernel_report *rep) {
+    rep->registers = rep->spill_stores = rep->spill_loads = rep->stack_bytes = -1;
+    if (!log) return;
+    char needle[96];
+    snprintf(needle, sizeof needle, "Compiling entry function '%s'", kernel);
+    const char *at = strstr(log, needle);
+    if (!at) return;
+    at += strlen(needle);
+    const char *next = strstr(at, "Compiling entry function");
+    const char *end = next ? next : at + strlen(at);
+    for (const char *line = at; line && line < end; line = strchr(line, '\n')) {
+        line++;
+        if (line >= end) break;
+        const char *s;
+        int a, b2, c;
+        if ((s = strstr(line, "bytes stack frame")) && s < end && sscanf(line, "ptxas . %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &a, &b2, &c) == 3) {
+            rep->stack_bytes = a;
+            rep->spill_stores = b2;
+            rep->spill_loads = c;
+        } else if ((s = strstr(line, "Used ")) && s < end && sscanf(s, "Used %d registers", &a) == 1) {
+            rep->registers = a;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Plans                                                                     */
+
+typedef struct cu_pass {
+    cu_program_spec spec;
+    CUmodule module;
+    CUfunction fn[CU_MAX_KERNELS];
+} cu_pass;
+
+typedef struct fa_cuda_plan {
+    fa_cuda_context *ctx;
+    cu_pass fwd, bwd;
+    int num_splits;
+    CUdeviceptr cu_q, cu_k, block_mask, fwd_tiles, bwd_tiles, dq_tiles, part_o, part_l, dvec, dq_acc;
+    int fwd_tile_cols, bwd_tile_cols, dq_tile_cols;
+    fa_cuda_params base;
+    CUevent ev_start, ev_stop;
+    int timed; /* a pass was recorded between the two events */
+} fa_cuda_plan;
+
+static const fa_cu_api *cu(void) { return fa_cuda_api(); }
+
+static fa_status device_alloc(size_t bytes, const void *host, const char *what, CUdeviceptr *out, CUstream stream) {
+    if (bytes == 0) bytes = 16;
+    CUresult r = cu()->cuMemAlloc_v2(out, bytes);
+    if (r != CUDA_SUCCESS) {
+        *out = 0;
+        char text[128];
+        snprintf(text, sizeof text, "cuMemAlloc(%zu bytes of %s)", bytes, what);
+        return fa_cuda_error(r, text);
+    }
+    if (host) {
+        r = cu()->cuMemcpyHtoDAsync_v2(*out, host, bytes, stream);
+        if (r == CUDA_SUCCESS) r = cu()->cuStreamSynchronize(stream);
+        if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuMemcpyHtoD (plan data)");
+    }
+    return FA_SUCCESS;
+}
+
+/* What the block mask leaves of each (br x bc) tile: 0 nothing, 1 part,
+ * 2 all (kernels_cuda/common.cuh TILE_*). */
+static fa_status build_tile_map(fa_cuda_plan *p, const fa_plan_s *plan, int br, int bc, CUdeviceptr *out,
+                                int *cols_out) {
+    const fa_attention_desc *d = &plan->desc;
+    const int rows = (d->seqlen_q + br - 1) / br, cols = (d->seqlen_k + bc - 1) / bc;
+    const int block_cols = (d->seqlen_k + d->block_k - 1) / d->block_k;
+    size_t bytes = (size_t)rows * (size_t)cols;
+    uint8_t *map = malloc(bytes ? bytes : 1);
+    if (!map) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a %d x %d tile map", rows, cols);
+    for (int tq = 0; tq < rows; tq++) {
+        /* Block rows from the tile's first row to its last row in range. */
+        const int last_row = ((tq + 1) * br < d->seqlen_q ? (tq + 1) * br : d->seqlen_q) - 1;
+        const int bi0 = tq * br / d->block_q, bi1 = last_row / d->block_q;
+        for (int tk = 0; tk < cols; tk++) {
+            const int last_col = ((tk + 1) * bc < d->seqlen_k ? (tk + 1) * bc : d->seqlen_k) - 1;
+            const int bj0 = tk * bc / d->block_k, bj1 = last_col / d->block_k;
+            int any = 0, all = 1;
+            for (int i = bi0; i <= bi1; i++)
+                for (int j = bj0; j <= bj1; j++) {
+                    if (plan->block_mask[(size_t)i * (size_t)block_cols + (size_t)j])
+                        any = 1;
+                    else
+                        all = 0;
+                }
+            map[(size_t)tq * (size_t)cols + (size_t)tk] = (uint8_t)(any ? (all ? 2 : 1) : 0);
+        }
+    }
+    fa_status st = device_alloc(bytes, map, "the block-sparse tile map", out, p->ctx->stream);
+    free(map);
+    *cols_out = cols;
+    return st;
+}
+
+static fa_status load_pass(fa_cuda_plan *p, cu_pass *pass) {
+    cu_binary bin;
+    FA_CHECK(compile_program(&pass->spec, p->ctx->cc_major, p->ctx->cc_minor, &bin));
+    CUresult r = cu()->cuModuleLoadData(&pass->module, bin.data);
+    binary_free(&bin);
+    if (r != CUDA_SUCCESS) {
+        pass->module = NULL;
+        char what[160];
+        snprintf(what, sizeof what, "cuModuleLoadData(%s)", pass->spec.file);
+        return fa_cuda_error(r, what);
+    }
+    for (int i = 0; i < pass->spec.nkernels; i++) {
+        const cu_kernel_spec *k = &pass->spec.kernels[i];
+        r = cu()->cuModuleGetFunction(&pass->fn[i], pass->module, k->name);
+        if (r != CUDA_SUCCESS) {
+            char what[160];
+            snprintf(what, sizeof what, "cuModuleGetFunction(%s)", k->name);
+            return fa_cuda_error(r, what);
+        }
+        if (k->smem > p->ctx->smem_optin)
+            return fa_fail(FA_ERR_UNSUPPORTED, "%s needs %zu bytes of shared memory, the device offers %zu", k->name,
+                           k->smem, p->ctx->smem_optin);
+        /* Beyond 48 KiB a kernel must opt in to its dynamic shared memory. */
+        if (k->smem > 48 * 1024) {
+            r = cu()->cuFuncSetAttribute(pass->fn[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)k->smem);
+            if (r != CUDA_SUCCESS) {
+                char what[160];
+                snprintf(what, sizeof what, "cuFuncSetAttribute(%s, %zu bytes of shared memory)", k->name, k->smem);
+                return fa_cuda_error(r, what);
+            }
+        }
+        int max_threads = 0;
+        if (cu()->cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, pass->fn[i]) ==
+                CUDA_SUCCESS &&
+            max_threads < k->threads)
+            return fa_fail(FA_ERR_UNSUPPORTED, "%s: a block of %d threads exceeds what the compiled kernel allows (%d)",
+                           k->name, k->threads, max_threads);
+    }
+    return FA_SUCCESS;
+}
+
+void fa_cuda_plan_release(void *ctx_handle, void *plan_impl) {
+    (void)ctx_handle;
+    fa_cuda_plan *p = plan_impl;
+    if (!p) return;
+    if (fa_cuda_push(p->ctx) == FA_SUCCESS) {
+        /* Passes still queued may use the plan's memory. */
+        (void)cu()->cuStreamSynchronize(p->ctx->stream);
+        if (p->fwd.module) (void)cu()->cuModuleUnload(p->fwd.module);
+        if (p->bwd.module) (void)cu()->cuModuleUnload(p->bwd.module);
+        CUdeviceptr mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles,
+                              p->dq_tiles, p->part_o, p->part_l, p->dvec, p->dq_acc};
+        for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
+            if (mems[i]) (void)cu()->cuMemFree_v2(mems[i]);
+        if (p->ev_start) (void)cu()->cuEventDestroy_v2(p->ev_start);
+        if (p->ev_stop) (void)cu()->cuEventDestroy_v2(p->ev_stop);
+        fa_cuda_pop();
+    }
+    free(p);
+}
+
+static void set_layout(int64_t *dst, const fa_attention_desc *d, fa_tensor_role role) {
+    fa_layout l = fa_desc_layout(d, role);
+    dst[0] = l.offset;
+    dst[1] = l.stride_batch;
+    dst[2] = l.stride_seq;
+    dst[3] = l.stride_head;
+}
+
+static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
+    const fa_attention_desc *d = &plan->desc;
+    const fa_plan_info *info = &plan->info;
+    CUstream stream = p->ctx->stream;
+    FA_CHECK(forward_spec(d, &info->forward, p->ctx->cc_major, &p->fwd.spec));
+    FA_CHECK(backward_spec(d, &info->backward, p->ctx->cc_major, &p->bwd.spec));
+    p->num_splits = info->forward.variant == FA_VARIANT_SPLITK && info->forward.split_k > 1 ? info->forward.split_k : 1;
+    if ((int64_t)d->batch * p->num_splits > 65535 || d->heads_q > 65535)
+        return fa_fail(FA_ERR_UNSUPPORTED, "batch * splits (%lld) and heads_q (%d) must each be at most 65535",
+                       (long long)d->batch * p->num_splits, d->heads_q);
+
+    fa_cuda_params *b = &p->base;
+    memset(b, 0, sizeof *b);
+    int64_t lay[4];
+    set_layout(lay, d, FA_TENSOR_Q);
+    b->q_off = lay[0], b->q_sb = lay[1], b->q_ss = lay[2], b->q_sh = lay[3];
+    set_layout(lay, d, FA_TENSOR_K);
+    b->k_off = lay[0], b->k_sb = lay[1], b->k_ss = lay[2], b->k_sh = lay[3];
+    set_layout(lay, d, FA_TENSOR_V);
+    b->v_off = lay[0], b->v_sb = lay[1], b->v_ss = lay[2], b->v_sh = lay[3];
+    set_layout(lay, d, FA_TENSOR_O);
+    b->o_off = lay[0], b->o_sb = lay[1], b->o_ss = lay[2], b->o_sh = lay[3];
+    b->total_q = plan->total_q;
+    b->seqlen_q = d->seqlen_q;
+    b->seqlen_k = d->seqlen_k;
+    b->heads_q = d->heads_q;
+    b->group = d->heads_q / d->heads_kv;
+    b->batch = d->batch;
+    b->window_left = d->window_left;
+    b->window_right = d->window_right;
+    b->block_q = d->block_mask ? d->block_q : 1;
+    b->block_k = d->block_mask ? d->block_k : 1;
+    b->block_cols = d->block_mask ? (d->seqlen_k + d->block_k - 1) / d->block_k : 0;
+    b->drop_key0 = (uint32_t)d->dropout_seed;
+    b->drop_key1 = (uint32_t)(d->dropout_seed >> 32) + (uint32_t)(d->dropout_offset >> 32);
+    b->drop_offset_lo = (uint32_t)d->dropout_offset;
+    b->drop_threshold = plan->dropout_threshold;
+    b->scale = plan->scale;
+    b->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
+    b->drop_scale = d->dropout_p > 0.0f ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
+    b->num_splits = p->num_splits;
+
+    const size_t rows = (size_t)d->heads_q * (size_t)plan->total_q;
+    if (plan->cu_seqlens_q) {
+        size_t bytes = ((size_t)d->batch + 1) * sizeof(int32_t);
+        FA_CHECK(device_alloc(bytes, plan->cu_seqlens_q, "cu_seqlens_q", &p->cu_q, stream));
+        FA_CHECK(device_alloc(bytes, plan->cu_seqlens_k, "cu_seqlens_k", &p->cu_k, stream));
+    }
+    if (plan->block_mask) {
+        FA_CHECK(device_alloc(d->block_mask_bytes, plan->block_mask, "the block mask", &p->block_mask, stream));
+        FA_CHECK(build_tile_map(p, plan, info->forward.br, info->forward.bc, &p->fwd_tiles, &p->fwd_tile_cols));
+        FA_CHECK(build_tile_map(p, plan, info->backward.br, info->backward.bc, &p->bwd_tiles, &p->bwd_tile_cols));
+        if (cu_mma_ok(&info->backward) && d->deterministic)
+            FA_CHECK(build_tile_map(p, plan, CU_DQ_BR, dq_bc(d), &p->dq_tiles, &p->dq_tile_cols));
+    }
+    if (p->num_splits > 1) {
+        size_t prow = (size_t)p->num_splits * rows;
+        FA_CHECK(device_alloc(prow * (size_t)d->head_dim * sizeof(float), NULL, "split-K partial outputs", &p->part_o,
+                              stream));
+        FA_CHECK(device_alloc(prow * sizeof(float), NULL, "split-K partial log-sum-exps", &p->part_l, stream));
+    }
+    FA_CHECK(device_alloc(rows * sizeof(float), NULL, "the backward row sums", &p->dvec, stream));
+    if (!d->deterministic)
+        FA_CHECK(device_alloc(rows * (size_t)d->head_dim * sizeof(float), NULL, "the dQ accumulator", &p->dq_acc,
+                              stream));
+    b->cu_q = p->cu_q;
+    b->cu_k = p->cu_k;
+    b->block_mask = p->block_mask;
+    b->part_o = p->part_o;
+    b->part_l = p->part_l;
+    b->dvec = p->dvec;
+    b->dq_acc = p->dq_acc;
+
+    CUresult r = cu()->cuEventCreate(&p->ev_start, CU_EVENT_DEFAULT);
+    if (r == CUDA_SUCCESS) r = cu()->cuEventCreate(&p->ev_stop, CU_EVENT_DEFAULT);
+    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventCreate");
+
+    FA_CHECK(load_pass(p, &p->fwd));
+    return load_pass(p, &p->bwd);
+}
+
+fa_status fa_cuda_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **plan_impl) {
+    if (!plan_impl) return fa_fail(FA_ERR_NULL_POINTER, "plan_impl is NULL");
+    *plan_impl = NULL;
+    fa_cuda_context *ctx = ctx_handle;
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    const fa_attention_desc *d = &plan->desc;
+    if (plan->info.algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
+        return fa_fail(FA_ERR_UNSUPPORTED, "the CUDA attention kernels run only FA_ALGO_FUSED");
+    if (d->head_dim % 8 || d->head_dim < 8 || d->head_dim > 256)
+        return fa_fail(FA_ERR_UNSUPPORTED_HEAD_DIM, "head_dim %d is not a multiple of 8 in [8, 256]", d->head_dim);
+    if (d->q.dtype != d->k.dtype || d->q.dtype != d->v.dtype || d->q.dtype != d->o.dtype)
+        return fa_fail(FA_ERR_DTYPE_MISMATCH, "the CUDA kernels need q, k, v and o of one dtype");
+    fa_cuda_plan *p = calloc(1, sizeof *p);
+    if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a CUDA plan");
+    p->ctx = ctx;
+    fa_status st = fa_cuda_push(ctx);
+    if (st != FA_SUCCESS) {
+        free(p);
+        return st;
+    }
+    st = prepare_inner(p, plan);
+    fa_cuda_pop();
+    if (st != FA_SUCCESS) {
+        fa_cuda_plan_release(ctx, p);
+        return st;
+    }
+    *plan_impl = p;
+    return FA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Passes                                                                    */
+
+static fa_status check_aligned(void *buf, const char *name, CUdeviceptr *out) {
+    const fa_cuda_buffer *b = buf;
+    if (b->ptr % 16)
+        return fa_fail(FA_ERR_MISALIGNED, "%s: device address 0x%llx is not 16-byte aligned", name,
+                       (unsigned long long)b->ptr);
+    *out = b->ptr;
+    return FA_SUCCESS;
+}
+
+static fa_status launch(fa_cuda_plan *p, const cu_pass *pass, int index, unsigned gx, unsigned gy, unsigned gz,
+                        const fa_cuda_params *params) {
+    if (gx == 0 || gy == 0 || gz == 0) return FA_SUCCESS;
+    const cu_kernel_spec *k = &pass->spec.kernels[index];
+    void *args[] = {(void *)params};
+    CUresult r = cu()->cuLaunchKernel(pass->fn[index], gx, gy, gz, (unsigned)k->threads, 1, 1, (unsigned)k->smem,
+                                      p->ctx->stream, args, NULL);
+    if (r != CUDA_SUCCESS) {
+        char what[128];
+        snprintf(what, sizeof what, "cuLaunchKernel(%s, grid %u x %u x %u, %d threads, %zu bytes)", k->name, gx, gy,
+                 gz, k->threads, k->smem);
+        return fa_cuda_error(r, what);
+    }
+    return FA_SUCCESS;
+}
+
+static unsigned tiles_of(int n, int t) { return (unsigned)((n + t - 1) / t); }
+
+static fa_status forward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_fwd_args *args) {
+    const fa_attention_desc *d = &plan->desc;
+    fa_cuda_params prm = p->base;
+    FA_CHECK(check_aligned(args->q, "q", &prm.q));
+    FA_CHECK(check_aligned(args->k, "k", &prm.k));
+    FA_CHECK(check_aligned(args->v, "v", &prm.v));
+    FA_CHECK(check_aligned(args->o, "o", &prm.o));
+    FA_CHECK(check_aligned(args->lse, "lse", &prm.lse));
+    prm.tile_map = p->fwd_tiles;
+    prm.tile_cols = p->fwd_tile_cols;
+    p->timed = 0;
+    CUresult r = cu()->cuEventRecord(p->ev_start, p->ctx->stream);
+    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
+    const fa_kernel_plan *kp = &plan->info.forward;
+    FA_CHECK(launch(p, &p->fwd, 0, tiles_of(d->seqlen_q, kp->br), (unsigned)d->heads_q,
+                    (unsigned)(d->batch * p->num_splits), &prm));
+    if (p->num_splits > 1)
+        FA_CHECK(launch(p, &p->fwd, 1, tiles_of(d->seqlen_q, CU_ROWWISE_ROWS), (unsigned)d->heads_q, (unsigned)d->batch,
+                        &prm));
+    r = cu()->cuEventRecord(p->ev_stop, p->ctx->stream);
+    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
+    p->timed = 1;
+    return FA_SUCCESS;
+}
+
+fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args) {
+    (void)ctx;
+    fa_cuda_plan *p = plan_impl;
+    if (!p || !plan || !args)
+        return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
+    FA_CHECK(fa_cuda_push(p->ctx));
+    fa_status st = forward_inner(p, plan, args);
+    fa_cuda_pop();
+    return st;
+}
+
+static fa_status backward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_bwd_args *args) {
+    const fa_attention_desc *d = &plan->desc;
+    fa_cuda_params prm = p->base;
+    FA_CHECK(check_aligned(args->q, "q", &prm.q));
+    FA_CHECK(check_aligned(args->k, "k", &prm.k));
+    FA_CHECK(check_aligned(args->v, "v", &prm.v));
+    FA_CHECK(check_aligned(args->o, "o", &prm.o));
+    FA_CHECK(check_aligned(args->lse, "lse", &prm.lse));
+    FA_CHECK(check_aligned(args->dout, "dout", &prm.dout));
+    FA_CHECK(check_aligned(args->dq, "dq", &prm.dq));
+    FA_CHECK(check_aligned(args->dk, "dk", &prm.dk));
+    FA_CHECK(check_aligned(args->dv, "dv", &prm.dv));
+    const fa_kernel_plan *kp = &plan->info.backward;
+    const unsigned row_groups = tiles_of(d->seqlen_q, CU_ROWWISE_ROWS), hq = (unsigned)d->heads_q, nb = (unsigned)d->batch;
+    p->timed = 0;
+    CUresult r = cu()->cuEventRecord(p->ev_start, p->ctx->stream);
+    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
+    if (p->dq_acc) {
+        size_t words = (size_t)d->heads_q * (size_t)plan->total_q * (size_t)d->head_dim;
+        r = cu()->cuMemsetD32Async(p->dq_acc, 0u, words, p->ctx->stream);
+        if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuMemsetD32Async (dQ accumulator)");
+    }
+    FA_CHECK(launch(p, &p->bwd, 0, row_groups, hq, nb, &prm));
+    prm.tile_map = p->bwd_tiles;
+    prm.tile_cols = p->bwd_tile_cols;
+    FA_CHECK(launch(p, &p->bwd, 1, tiles_of(d->seqlen_k, kp->bc), (unsigned)d->heads_kv, nb, &prm));
+    if (p->dq_acc) {
+        FA_CHECK(launch(p, &p->bwd, 2, row_groups, hq, nb, &prm));
+    } else if (cu_mma_ok(kp)) {
+        prm.tile_map = p->dq_tiles;
+        prm.tile_cols = p->dq_tile_cols;
+        FA_CHECK(launch(p, &p->bwd, 2, tiles_of(d->seqlen_q, CU_DQ_BR), hq, nb, &prm));
+    } else {
+        FA_CHECK(launch(p, &p->bwd, 2, tiles_of(d->seqlen_q, kp->br), hq, nb, &prm));
+    }
+    r = cu()->cuEventRecord(p->ev_stop, p->ctx->stream);
+    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
+    p->timed = 1;
+    return FA_SUCCESS;
+}
+
+fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args) {
+    (void)ctx;
+    fa_cuda_plan *p = plan_impl;
+    if (!p || !plan || !args)
+        return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
+    FA_CHECK(fa_cuda_push(p->ctx));
+    fa_status st = backward_inner(p, plan, args);
+    fa_cuda_pop();
+    return st;
+}
+
+fa_status fa_cuda_last_time_ms(void *ctx, void *plan_impl, double *ms) {
+    (void)ctx;
+    fa_cuda_plan *p = plan_impl;
+    if (!p || !ms) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "ms");
+    *ms = 0.0;
+    if (!p->timed) return fa_fail(FA_ERR_UNSUPPORTED, "no CUDA attention pass has run on this plan");
+    FA_CHECK(fa_cuda_push(p->ctx));
+    float t = 0.0f;
+    CUresult r = cu()->cuEventSynchronize(p->ev_stop);
+    if (r == CUDA_SUCCESS) r = cu()->cuEventElapsedTime_v2(&t, p->ev_start, p->ev_stop);
+    fa_cuda_pop();
+    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventElapsedTime");
+    *ms = (double)t;
+    return FA_SUCCESS;
+}
+
+fa_status fa_cuda_plan_shared_bytes(void *plan_impl, fa_pass pass, size_t *bytes) {
+    fa_cuda_plan *p = plan_impl;
+    if (!p || !bytes) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "bytes");
+    const cu_pass *ps = pass == FA_PASS_FORWARD ? &p->fwd : &p->bwd;
+    *bytes = 0;
+    FA_CHECK(fa_cuda_push(p->ctx));
+    fa_status st = FA_SUCCESS;
+    for (int i = 0; i < ps->spec.nkernels; i++) {
+        int stat = 0;
+        CUresult r = cu()->cuFuncGetAttribute(&stat, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, ps->fn[i]);
+        if (r != CUDA_SUCCESS) {
+            st = fa_cuda_error(r, "cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)");
+            break;
+        }
+        size_t total = (size_t)stat + ps->spec.kernels[i].smem;
+        if (total > *bytes) *bytes = total;
+    }
+    fa_cuda_pop();
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Compiling without a device (tests, tools)                                 */
+
+fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info *info, int cc_major, int cc_minor,
+                               fa_cuda_kernel_report *reports, int max_reports, int *count) {
+    if (!desc || !info || !count) return fa_fail(FA_ERR_NULL_POINTER, "desc, info or count is NULL");
+    *count = 0;
+    cu_program_spec specs[2];
+    FA_CHECK(forward_spec(desc, &info->forward, cc_major, &specs[0]));
+    FA_CHECK(backward_spec(desc, &info->backward, cc_major, &specs[1]));
+    for (int s = 0; s < 2; s++) {
+        cu_binary bin;
+        FA_CHECK(compile_program(&specs[s], cc_major, cc_minor, &bin));
+        for (int i = 0; i < specs[s].nkernels; i++) {
+            if (*count < max_reports && reports) {
+                fa_cuda_kernel_report *rep = &reports[*count];
+                memset(rep, 0, sizeof *rep);
+                snprintf(rep->program, sizeof rep->program, "%s", specs[s].short_name);
+                snprintf(rep->kernel, sizeof rep->kernel, "%s", specs[s].kernels[i].name);
+                snprintf(rep->options, sizeof rep->options, "%s", specs[s].defines);
+                snprintf(rep->arch, sizeof rep->arch, "sm_%d%d", cc_major, cc_minor);
+                rep->pass = s == 0 ? FA_PASS_FORWARD : FA_PASS_BACKWARD;
+                rep->threads = specs[s].kernels[i].threads;
+                rep->shared_bytes = specs[s].kernels[i].smem;
+                rep->tensor_cores = specs[s].tensor_cores;
+                rep->from_cache = bin.from_cache;
+                rep->compile_seconds = bin.seconds;
+                rep->binary_bytes = bin.size;
+                rep->real_code = bin.cubin;
+                parse_report(bin.log, specs[s].kernels[i].name, rep);
+            }
+            (*count)++;
+        }
+        binary_free(&bin);
+    }
+    return FA_SUCCESS;
+}

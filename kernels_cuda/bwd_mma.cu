@@ -1,0 +1,480 @@
+/* Backward pass on tensor cores (FlashAttention-2): dQ, dK, dV from Q, K, V,
+ * O, L and dO, P recomputed on chip from L. Run in this order:
+ *
+ *   fa_bwd_dot          D = rowsum(dO * O) (rowwise.cuh)
+ *   fa_bwd_dkdv_mma     one block per (key tile of BC keys, kv head, sequence):
+ *                       K and V stay in shared memory while the block loops
+ *                       over the query heads sharing the kv head and over the
+ *                       query tiles that see the keys; each warp owns KT strips
+ *                       of 16 keys and keeps their dK and dV in registers (GQA
+ *                       sums there, no atomics). With DQ_ATOMIC the block also
+ *                       adds dS K into the fp32 dQ accumulator.
+ *   fa_bwd_dq_convert   dQ = scale * accumulator (rowwise.cuh), or, without
+ *                       DQ_ATOMIC (deterministic mode):
+ *   fa_bwd_dq_mma       one block per (query tile, query head, sequence),
+ *                       looping over key tiles with P and dS recomputed; every
+ *                       sum has a fixed order, so results are bit-identical
+ *                       run to run.
+ *
+ * The key-side kernel computes the transposed products, so the warp that
+ * owns a key strip holds S^T and dP^T as C fragments and feeds them straight
+ * back as A operands:
+ *   S^T = K Q^T,  dP^T = V dO^T,  P = exp2(S^T * scale log2 e - L log2 e),
+ *   dS = P * (z keep_scale dP - D),  dV += (z keep_scale P)^T dO,  dK += dS^T Q
+ * (z the dropout keep bit). A row with L = -inf (no visible key) takes
+ * L = +inf here, which makes its P exactly 0 instead of exp(-inf + inf).
+ *
+ * Options: BWD, BR BC WARPS STAGES (query tiles in flight), DQ_ATOMIC; the
+ * dQ kernel DQ_BR DQ_BC DQ_WARPS.
+ *
+ * Shared memory of fa_bwd_dkdv_mma, exactly fa_plan_local_mem's MMA
+ * backward figure: Ks, Vs [BC x HEAD_DIM]; Qs, dOs [STAGES][BR x HEAD_DIM];
+ * dSt [BC x BR] (dS transposed, for dQ); Ls, Ds [STAGES][BR] fp32. */
+#include "rowwise.cuh"
+#include "common.cuh"
+#include "mma.cuh"
+
+#define THREADS (WARPS * 32)
+#define KT (BC / (16 * WARPS))
+#define NQ (BR / 8)
+#define KQ (BR / 16)
+#define DT (HEAD_DIM / 8)
+#define KS (HEAD_DIM / 16)
+
+#if BC % (16 * WARPS) != 0 || BR % 16 != 0 || HEAD_DIM % 16 != 0
+#error "bwd_mma: BC must be a multiple of 16 * WARPS, BR and HEAD_DIM of 16"
+#endif
+
+#ifdef DQ_ATOMIC
+/* n-tiles of dQ per warp and unit: four share each dS fragment where the
+ * head dimension allows. */
+#if DT % 4 == 0
+#define DQ_UNIT 4
+#else
+#define DQ_UNIT 2
+#endif
+
+/* acc += v, two neighbouring floats of the fp32 accumulator. */
+FA_DEV void red_add2(float *addr, float v0, float v1) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(addr), "f"(v0), "f"(v1) : "memory");
+#else
+    atomicAdd(addr, v0);
+    atomicAdd(addr + 1, v1);
+#endif
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const fa_params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    constexpr u32 KV_BYTES = BC * HEAD_DIM * ELEM_BYTES, QT_BYTES = BR * HEAD_DIM * ELEM_BYTES;
+    const u32 k_sm = smem_u32(smem);
+    const u32 v_sm = k_sm + KV_BYTES;
+    const u32 q_sm = v_sm + KV_BYTES;
+    const u32 do_sm = q_sm + STAGES * QT_BYTES;
+    const u32 ds_sm = do_sm + STAGES * QT_BYTES;
+    float *Ls = (float *)(smem + 2 * KV_BYTES + 2 * STAGES * QT_BYTES + BC * BR * ELEM_BYTES);
+    float *Ds = Ls + STAGES * BR;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int tk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    const fa_seq seq = seq_of(p, b);
+    const int k0 = tk * BC;
+    if (k0 >= seq.len_k) return;
+    const fa_mask mask = mask_of(p, seq);
+    const float sl2 = p.scale_log2;
+    const int key_base = warp * KT * 16;
+
+    int r_lo, r_hi;
+    query_range(mask, k0, min(k0 + BC, seq.len_k) - 1, &r_lo, &r_hi);
+    const int t_begin = r_lo / BR, t_end = r_hi > r_lo ? (r_hi + BR - 1) / BR : t_begin;
+
+    /* The (query head, query tile) steps, in order; the query range and the
+     * tile map do not depend on the head. */
+    int hh = 0, tq = next_query_tile(p, tk, t_begin, t_end);
+    if (tq >= t_end) hh = p.group;
+
+    load_tile_async<BC, THREADS>(k_sm, (const elem_t *)p.k + K_ROW(p, b, seq, k0, hk), p.k_ss, seq.len_k - k0, tid);
+    load_tile_async<BC, THREADS>(v_sm, (const elem_t *)p.v + V_ROW(p, b, seq, k0, hk), p.v_ss, seq.len_k - k0, tid);
+
+/* Queue the loads of step (hh, tq) into buffer st. */
+#define LOAD_STEP(HH, TQ, ST)                                                                          \
+    do {                                                                                               \
+        const int h_ = hk * p.group + (HH), q0_ = (TQ) * BR;                                           \
+        load_tile_async<BR, THREADS>(q_sm + (ST) * QT_BYTES, (const elem_t *)p.q + Q_ROW(p, b, seq, q0_, h_), \
+                                     p.q_ss, seq.len_q - q0_, tid);                                    \
+        load_tile_async<BR, THREADS>(do_sm + (ST) * QT_BYTES,                                          \
+                                     (const elem_t *)p.dout + O_ROW(p, b, seq, q0_, h_), p.o_ss,       \
+                                     seq.len_q - q0_, tid);                                            \
+        for (int i_ = tid; i_ < BR; i_ += THREADS) {                                                   \
+            float l_ = FA_INF, d_ = 0.0f;                                                              \
+            if (q0_ + i_ < seq.len_q) {                                                                \
+                const i64 li_ = lse_index(p, b, h_, q0_ + i_, seq.start_q);                            \
+                const float lv_ = p.lse[li_];                                                          \
+                l_ = lv_ == -FA_INF ? FA_INF : lv_ * FA_LOG2E;                                         \
+                d_ = p.dvec[li_];                                                                      \
+            }                                                                                          \
+            Ls[(ST) * BR + i_] = l_;                                                                   \
+            Ds[(ST) * BR + i_] = d_;                                                                   \
+        }                                                                                              \
+    } while (0)
+
+    if (hh < p.group) LOAD_STEP(hh, tq, 0);
+    cp_async_commit();
+
+    float dk[KT][DT][4], dv[KT][DT][4];
+#pragma unroll
+    for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+        for (int j = 0; j < DT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[kt][j][e] = dv[kt][j][e] = 0.0f;
+
+    int st = 0;
+    while (hh < p.group) {
+        const int h = hk * p.group + hh, q0 = tq * BR, cur_t = tq;
+        /* The next step. */
+        tq = next_query_tile(p, tk, tq + 1, t_end);
+        if (tq >= t_end) {
+            hh++;
+            tq = next_query_tile(p, tk, t_begin, t_end);
+        }
+        const bool more = hh < p.group;
+#if STAGES == 2
+        if (more) LOAD_STEP(hh, tq, st ^ 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+#else
+        cp_async_wait<0>();
+#endif
+        __syncthreads();
+        const u32 qb = q_sm + (u32)st * QT_BYTES, ob = do_sm + (u32)st * QT_BYTES;
+        const float *Lb = Ls + st * BR, *Db = Ds + st * BR;
+
+        /* S^T = K Q^T and dP^T = V dO^T */
+        float sacc[KT][NQ][4], pacc[KT][NQ][4];
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+            for (int j = 0; j < NQ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) sacc[kt][j][e] = pacc[kt][j][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            u32 ak[KT][AREGS], av[KT][AREGS];
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++) {
+                load_a<BC>(k_sm, key_base + kt * 16, ks, ak[kt], lane);
+                load_a<BC>(v_sm, key_base + kt * 16, ks, av[kt], lane);
+            }
+#pragma unroll
+            for (int j = 0; j < NQ; j += 2) {
+                u32 b0[BREGS], b1[BREGS];
+                load_b2<BR>(qb, j * 8, ks, b0, b1, lane);
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) {
+                    mma16(sacc[kt][j], ak[kt], b0);
+                    mma16(sacc[kt][j + 1], ak[kt], b1);
+                }
+                load_b2<BR>(ob, j * 8, ks, b0, b1, lane);
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) {
+                    mma16(pacc[kt][j], av[kt], b0);
+                    mma16(pacc[kt][j + 1], av[kt], b1);
+                }
+            }
+        }
+
+        /* P and dS, element by element. */
+        const bool full = tile_full(p, mask, cur_t, tk, q0, k0, BR, BC);
+#ifdef DROPOUT
+        const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
+#endif
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+            for (int j = 0; j < NQ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int kl = key_base + kt * 16 + g + 8 * (e >> 1), ql = 8 * j + 2 * t4 + (e & 1);
+                    const bool seen = full || visible(mask, q0 + ql, k0 + kl);
+                    const float pv = fa_exp2(fmaf(sacc[kt][j][e], sl2, -Lb[ql]));
+                    float z = 1.0f;
+#ifdef DROPOUT
+                    z = dropout_keep(p, bh, q0 + ql, k0 + kl) ? p.drop_scale : 0.0f;
+#endif
+                    /* Selected, not multiplied: a hidden key contributes
+                     * nothing even where its K or V is not finite. */
+                    pacc[kt][j][e] = seen ? pv * (pacc[kt][j][e] * z - Db[ql]) : 0.0f;
+                    sacc[kt][j][e] = seen ? pv * z : 0.0f;
+                }
+
+        /* dV += (z P)^T dO and dK += dS^T Q, k over the tile's queries. */
+#pragma unroll
+        for (int kq = 0; kq < KQ; kq++) {
+            u32 ap[KT][AREGS], as[KT][AREGS];
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++) {
+                c_to_a(sacc[kt][2 * kq], sacc[kt][2 * kq + 1], ap[kt]);
+                c_to_a(pacc[kt][2 * kq], pacc[kt][2 * kq + 1], as[kt]);
+            }
+#pragma unroll
+            for (int j = 0; j < DT; j += 2) {
+                u32 b0[BREGS], b1[BREGS];
+                load_bt2<BR>(ob, kq, j, b0, b1, lane);
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) {
+                    mma16(dv[kt][j], ap[kt], b0);
+                    mma16(dv[kt][j + 1], ap[kt], b1);
+                }
+                load_bt2<BR>(qb, kq, j, b0, b1, lane);
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) {
+                    mma16(dk[kt][j], as[kt], b0);
+                    mma16(dk[kt][j + 1], as[kt], b1);
+                }
+            }
+        }
+
+#ifdef DQ_ATOMIC
+        /* dQ += dS K through shared memory: dS^T goes in, then each warp takes
+         * (16 queries x 8 DQ_UNIT dims) units of the tile's dQ and adds them
+         * to the accumulator. */
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+            for (int j = 0; j < NQ; j++) store_c<BC>(smem + (ds_sm - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
+        __syncthreads();
+        for (int u = warp; u < KQ * (DT / DQ_UNIT); u += WARPS) {
+            const int mq = u % KQ, j0 = (u / KQ) * DQ_UNIT;
+            float acc[DQ_UNIT][4];
+#pragma unroll
+            for (int n = 0; n < DQ_UNIT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+#pragma unroll
+            for (int kb = 0; kb < BC / 16; kb++) {
+                u32 a[AREGS];
+                load_at<BC>(ds_sm, mq * 16, kb, a, lane);
+#pragma unroll
+                for (int n = 0; n < DQ_UNIT; n += 2) {
+                    u32 b0[BREGS], b1[BREGS];
+                    load_bt2<BC>(k_sm, kb, j0 + n, b0, b1, lane);
+                    mma16(acc[n], a, b0);
+                    mma16(acc[n + 1], a, b1);
+                }
+            }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int r = q0 + mq * 16 + g + 8 * hf;
+                if (r < seq.len_q) {
+                    float *row = p.dq_acc + lse_index(p, b, h, r, seq.start_q) * HEAD_DIM;
+#pragma unroll
+                    for (int n = 0; n < DQ_UNIT; n++)
+                        red_add2(row + 8 * (j0 + n) + 2 * t4, acc[n][2 * hf], acc[n][2 * hf + 1]);
+                }
+            }
+        }
+#else
+        (void)ds_sm;
+        (void)h;
+#endif
+        __syncthreads(); /* the buffers of this step may be refilled */
+#if STAGES == 2
+        st ^= 1;
+#else
+        if (more) LOAD_STEP(hh, tq, 0);
+        cp_async_commit();
+#endif
+    }
+#undef LOAD_STEP
+    cp_async_wait<0>();
+    __syncthreads();
+
+    /* dK (scaled) and dV through the K and V tiles, then 16-byte stores. */
+    unsigned char *k_tile = smem, *v_tile = smem + KV_BYTES;
+#pragma unroll
+    for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+        for (int j = 0; j < DT; j++) {
+            float sk[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) sk[e] = dk[kt][j][e] * p.scale;
+            store_c<BC>(k_tile, key_base + kt * 16, j, sk, lane);
+            store_c<BC>(v_tile, key_base + kt * 16, j, dv[kt][j], lane);
+        }
+    __syncthreads();
+    store_tile<BC, THREADS>((elem_t *)p.dk + K_ROW(p, b, seq, k0, hk), p.k_ss, k_tile, seq.len_k - k0, tid);
+    store_tile<BC, THREADS>((elem_t *)p.dv + V_ROW(p, b, seq, k0, hk), p.v_ss, v_tile, seq.len_k - k0, tid);
+}
+
+#ifndef DQ_ATOMIC
+/* ------------------------------------------------------------------------ */
+/* dQ without atomics: one block per (query tile, query head, sequence).      */
+/* Shared memory: Qs, dOs [DQ_BR x HEAD_DIM], Ks, Vs [DQ_BC x HEAD_DIM].      */
+
+#define DQ_THREADS (DQ_WARPS * 32)
+#define DQ_MT (DQ_BR / (16 * DQ_WARPS))
+#define DQ_NT (DQ_BC / 8)
+#define DQ_KP (DQ_BC / 16)
+
+#if DQ_BR % (16 * DQ_WARPS) != 0 || DQ_BC % 16 != 0
+#error "bwd_mma: DQ_BR must be a multiple of 16 * DQ_WARPS, DQ_BC of 16"
+#endif
+
+extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const fa_params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    constexpr u32 QT_BYTES = DQ_BR * HEAD_DIM * ELEM_BYTES, KV_BYTES = DQ_BC * HEAD_DIM * ELEM_BYTES;
+    const u32 q_sm = smem_u32(smem), do_sm = q_sm + QT_BYTES, k_sm = do_sm + QT_BYTES, v_sm = k_sm + KV_BYTES;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    int tq = blockIdx.x;
+#ifdef CAUSAL
+    tq = (int)gridDim.x - 1 - tq;
+#endif
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+    const fa_seq seq = seq_of(p, b);
+    const int q0 = tq * DQ_BR;
+    if (q0 >= seq.len_q) return;
+    const fa_mask mask = mask_of(p, seq);
+    const float sl2 = p.scale_log2;
+    const int row_base = warp * DQ_MT * 16;
+#ifdef DROPOUT
+    const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
+#endif
+
+    /* L (in log2 units, +inf for rows without keys or past the end) and D
+     * of the thread's rows. */
+    float l2[DQ_MT][2], dd[DQ_MT][2];
+#pragma unroll
+    for (int mt = 0; mt < DQ_MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = q0 + row_base + mt * 16 + g + 8 * hf;
+            l2[mt][hf] = FA_INF;
+            dd[mt][hf] = 0.0f;
+            if (r < seq.len_q) {
+                const i64 li = lse_index(p, b, h, r, seq.start_q);
+                const float lv = p.lse[li];
+                l2[mt][hf] = lv == -FA_INF ? FA_INF : lv * FA_LOG2E;
+                dd[mt][hf] = p.dvec[li];
+            }
+        }
+
+    const elem_t *kg = (const elem_t *)p.k + K_ROW(p, b, seq, 0, hk);
+    const elem_t *vg = (const elem_t *)p.v + V_ROW(p, b, seq, 0, hk);
+    load_tile_async<DQ_BR, DQ_THREADS>(q_sm, (const elem_t *)p.q + Q_ROW(p, b, seq, q0, h), p.q_ss,
+                                       seq.len_q - q0, tid);
+    load_tile_async<DQ_BR, DQ_THREADS>(do_sm, (const elem_t *)p.dout + O_ROW(p, b, seq, q0, h), p.o_ss,
+                                       seq.len_q - q0, tid);
+    cp_async_commit();
+
+    int k_lo, k_hi;
+    key_range(mask, q0, min(q0 + DQ_BR, seq.len_q) - 1, &k_lo, &k_hi);
+    const int t_begin = k_lo / DQ_BC, t_end = k_hi > k_lo ? (k_hi + DQ_BC - 1) / DQ_BC : t_begin;
+
+    float acc[DQ_MT][DT][4];
+#pragma unroll
+    for (int mt = 0; mt < DQ_MT; mt++)
+#pragma unroll
+        for (int j = 0; j < DT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mt][j][e] = 0.0f;
+
+    for (int t = next_key_tile(p, tq, t_begin, t_end); t < t_end; t = next_key_tile(p, tq, t + 1, t_end)) {
+        const int k0 = t * DQ_BC;
+        load_tile_async<DQ_BC, DQ_THREADS>(k_sm, kg + (i64)k0 * p.k_ss, p.k_ss, seq.len_k - k0, tid);
+        load_tile_async<DQ_BC, DQ_THREADS>(v_sm, vg + (i64)k0 * p.v_ss, p.v_ss, seq.len_k - k0, tid);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+
+        float s[DQ_MT][DQ_NT][4], dp[DQ_MT][DQ_NT][4];
+#pragma unroll
+        for (int mt = 0; mt < DQ_MT; mt++)
+#pragma unroll
+            for (int j = 0; j < DQ_NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][j][e] = dp[mt][j][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            u32 aq[DQ_MT][AREGS], ao[DQ_MT][AREGS];
+#pragma unroll
+            for (int mt = 0; mt < DQ_MT; mt++) {
+                load_a<DQ_BR>(q_sm, row_base + mt * 16, ks, aq[mt], lane);
+                load_a<DQ_BR>(do_sm, row_base + mt * 16, ks, ao[mt], lane);
+            }
+#pragma unroll
+            for (int j = 0; j < DQ_NT; j += 2) {
+                u32 b0[BREGS], b1[BREGS];
+                load_b2<DQ_BC>(k_sm, j * 8, ks, b0, b1, lane);
+#pragma unroll
+                for (int mt = 0; mt < DQ_MT; mt++) {
+                    mma16(s[mt][j], aq[mt], b0);
+                    mma16(s[mt][j + 1], aq[mt], b1);
+                }
+                load_b2<DQ_BC>(v_sm, j * 8, ks, b0, b1, lane);
+#pragma unroll
+                for (int mt = 0; mt < DQ_MT; mt++) {
+                    mma16(dp[mt][j], ao[mt], b0);
+                    mma16(dp[mt][j + 1], ao[mt], b1);
+                }
+            }
+        }
+
+        const bool full = tile_full(p, mask, tq, t, q0, k0, DQ_BR, DQ_BC);
+#pragma unroll
+        for (int mt = 0; mt < DQ_MT; mt++)
+#pragma unroll
+            for (int j = 0; j < DQ_NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int hf = e >> 1;
+                    const int r = q0 + row_base + mt * 16 + g + 8 * hf, c = k0 + 8 * j + 2 * t4 + (e & 1);
+                    const bool seen = full || visible(mask, r, c);
+                    const float pv = fa_exp2(fmaf(s[mt][j][e], sl2, -l2[mt][hf]));
+                    float z = 1.0f;
+#ifdef DROPOUT
+                    z = dropout_keep(p, bh, r, c) ? p.drop_scale : 0.0f;
+#endif
+                    dp[mt][j][e] = seen ? pv * (dp[mt][j][e] * z - dd[mt][hf]) : 0.0f;
+                }
+
+        /* dQ += dS K */
+#pragma unroll
+        for (int kp = 0; kp < DQ_KP; kp++) {
+            u32 a[DQ_MT][AREGS];
+#pragma unroll
+            for (int mt = 0; mt < DQ_MT; mt++) c_to_a(dp[mt][2 * kp], dp[mt][2 * kp + 1], a[mt]);
+#pragma unroll
+            for (int j = 0; j < DT; j += 2) {
+                u32 b0[BREGS], b1[BREGS];
+                load_bt2<DQ_BC>(k_sm, kp, j, b0, b1, lane);
+#pragma unroll
+                for (int mt = 0; mt < DQ_MT; mt++) {
+                    mma16(acc[mt][j], a[mt], b0);
+                    mma16(acc[mt][j + 1], a[mt], b1);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    unsigned char *q_tile = smem;
+#pragma unroll
+    for (int mt = 0; mt < DQ_MT; mt++)
+#pragma unroll
+        for (int j = 0; j < DT; j++) {
+            float v[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[e] = acc[mt][j][e] * p.scale;
+            store_c<DQ_BR>(q_tile, row_base + mt * 16, j, v, lane);
+        }
+    __syncthreads();
+    store_tile<DQ_BR, DQ_THREADS>((elem_t *)p.dq + Q_ROW(p, b, seq, q0, h), p.q_ss, q_tile, seq.len_q - q0, tid);
+}
+#endif

@@ -1,0 +1,382 @@
+/* Shared by every CUDA attention program (compiled by NVRTC, no system
+ * header): fixed-width types, storage dtypes, the kernels' parameter block,
+ * Philox4x32-10 dropout, masks and sequence geometry.
+ *
+ * Compile-time options (backends/cuda/cuda_attention.c sets them from the
+ * plan):
+ *   HEAD_DIM                              head dimension
+ *   DTYPE_F32 | DTYPE_F16 | DTYPE_BF16    storage dtype of Q, K, V, O, grads
+ *   CAUSAL WINDOW BLOCK_MASK DROPOUT VARLEN   options present in the plan
+ * and per kernel family the tile shape (see each file). */
+#ifndef FA_CUDA_COMMON_CUH
+#define FA_CUDA_COMMON_CUH
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+#define FA_DEV static __device__ __forceinline__
+
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.69314718055994531f
+#define FA_INF __int_as_float(0x7f800000)
+
+/* ------------------------------------------------------------------------ */
+/* The parameter block every kernel takes by value. The host mirrors it     */
+/* field for field (cuda_attention.c, fa_cuda_params): 8-byte fields first, */
+/* so both compilers lay it out without padding questions.                  */
+/* ------------------------------------------------------------------------ */
+
+struct fa_params {
+    const void *q, *k, *v;
+    void *o;
+    float *lse;
+    const void *dout;
+    void *dq, *dk, *dv;
+    float *dvec;     /* backward: D = rowsum(dO * O), laid out as L */
+    float *dq_acc;   /* backward: fp32 dQ accumulator [heads_q][total_q][HEAD_DIM] */
+    const int *cu_q, *cu_k;
+    const u8 *block_mask;
+    const u8 *tile_map; /* per (query tile, key tile) of this kernel's shape */
+    float *part_o, *part_l;
+    i64 q_off, q_sb, q_ss, q_sh;
+    i64 k_off, k_sb, k_ss, k_sh;
+    i64 v_off, v_sb, v_ss, v_sh;
+    i64 o_off, o_sb, o_ss, o_sh;
+    i64 total_q;
+    int seqlen_q, seqlen_k, heads_q, group, batch;
+    int window_left, window_right;
+    int block_q, block_k, block_cols, tile_cols;
+    u32 drop_key0, drop_key1, drop_offset_lo, drop_threshold;
+    float scale, scale_log2, drop_scale;
+    int num_splits;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Storage dtypes                                                            */
+/* ------------------------------------------------------------------------ */
+
+FA_DEV float f16_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+FA_DEV u16 f32_to_f16(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+FA_DEV float bf16_to_f32(u16 b) { return __uint_as_float((u32)b << 16); }
+
+/* Round to nearest even on the bits (any architecture); a NaN stays a quiet
+ * NaN instead of rounding into the infinity pattern. */
+FA_DEV u16 f32_to_bf16(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
+    return (u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+#if defined(DTYPE_F32)
+typedef float elem_t;
+#define ELEM_BYTES 4
+FA_DEV float to_f32(float x) { return x; }
+FA_DEV float from_f32(float x) { return x; }
+#elif defined(DTYPE_F16)
+typedef u16 elem_t;
+#define ELEM_BYTES 2
+FA_DEV float to_f32(u16 x) { return f16_to_f32(x); }
+FA_DEV u16 from_f32(float x) { return f32_to_f16(x); }
+#elif defined(DTYPE_BF16)
+typedef u16 elem_t;
+#define ELEM_BYTES 2
+FA_DEV float to_f32(u16 x) { return bf16_to_f32(x); }
+FA_DEV u16 from_f32(float x) { return f32_to_bf16(x); }
+#else
+#error "one of DTYPE_F32, DTYPE_F16, DTYPE_BF16 must be defined"
+#endif
+
+/* Elements in one 16-byte chunk, and chunks in a row of HEAD_DIM. */
+#define CHUNK_ELEMS (16 / ELEM_BYTES)
+#define ROW_CHUNKS (HEAD_DIM / CHUNK_ELEMS)
+
+/* Eight consecutive elements (16-byte aligned: offsets and strides are
+ * multiples of 16 bytes, HEAD_DIM of 8) widened to fp32. */
+FA_DEV void load8(const elem_t *p, float out[8]) {
+#if defined(DTYPE_F32)
+    float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+#else
+    uint4 w = *(const uint4 *)p;
+    u32 words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        out[2 * i] = to_f32((u16)(words[i] & 0xffffu));
+        out[2 * i + 1] = to_f32((u16)(words[i] >> 16));
+    }
+#endif
+}
+
+FA_DEV void store8(elem_t *p, const float in[8]) {
+#if defined(DTYPE_F32)
+    *(float4 *)p = make_float4(in[0], in[1], in[2], in[3]);
+    *(float4 *)(p + 4) = make_float4(in[4], in[5], in[6], in[7]);
+#else
+    u32 w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = (u32)from_f32(in[2 * i]) | ((u32)from_f32(in[2 * i + 1]) << 16);
+    *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fast special functions                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* 2^x; exact 0 for -inf. */
+FA_DEV float fa_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sequences and layouts                                                     */
+/* ------------------------------------------------------------------------ */
+
+struct fa_seq {
+    int len_q, len_k;
+    i64 start_q, start_k;
+};
+
+FA_DEV fa_seq seq_of(const fa_params &p, int b) {
+    fa_seq s;
+#ifdef VARLEN
+    s.start_q = p.cu_q[b];
+    s.len_q = p.cu_q[b + 1] - p.cu_q[b];
+    s.start_k = p.cu_k[b];
+    s.len_k = p.cu_k[b + 1] - p.cu_k[b];
+#else
+    s.start_q = (i64)b * p.seqlen_q;
+    s.len_q = p.seqlen_q;
+    s.start_k = (i64)b * p.seqlen_k;
+    s.len_k = p.seqlen_k;
+#endif
+    return s;
+}
+
+/* Element index of (sequence b, token t, head h, dim 0) in a layout. */
+FA_DEV i64 row_index(i64 off, i64 sb, i64 ss, i64 sh, int b, i64 start, int t, int h) {
+#ifdef VARLEN
+    (void)sb;
+    return off + (start + t) * ss + (i64)h * sh;
+#else
+    (void)start;
+    return off + (i64)b * sb + (i64)t * ss + (i64)h * sh;
+#endif
+}
+
+#define Q_ROW(p, b, s, t, h) row_index((p).q_off, (p).q_sb, (p).q_ss, (p).q_sh, b, (s).start_q, t, h)
+#define K_ROW(p, b, s, t, h) row_index((p).k_off, (p).k_sb, (p).k_ss, (p).k_sh, b, (s).start_k, t, h)
+#define V_ROW(p, b, s, t, h) row_index((p).v_off, (p).v_sb, (p).v_ss, (p).v_sh, b, (s).start_k, t, h)
+#define O_ROW(p, b, s, t, h) row_index((p).o_off, (p).o_sb, (p).o_ss, (p).o_sh, b, (s).start_q, t, h)
+
+/* Index of L (and of D, and of the row of the dQ accumulator) for (b, h, t):
+ * [batch, heads, seqlen] packed, or [heads, total_q] with VARLEN. */
+FA_DEV i64 lse_index(const fa_params &p, int b, int h, int t, i64 start_q) {
+#ifdef VARLEN
+    return (i64)h * p.total_q + start_q + t;
+#else
+    (void)start_q;
+    return ((i64)b * p.heads_q + h) * p.seqlen_q + t;
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Masks (include/flashattn.h), on positions within one sequence             */
+/* ------------------------------------------------------------------------ */
+
+struct fa_mask {
+    int len_q, len_k;
+    int window_left, window_right;
+    int block_q, block_k, block_cols;
+    const u8 *block_mask;
+};
+
+FA_DEV fa_mask mask_of(const fa_params &p, const fa_seq &s) {
+    fa_mask m;
+    m.len_q = s.len_q;
+    m.len_k = s.len_k;
+    m.window_left = p.window_left;
+    m.window_right = p.window_right;
+    m.block_q = p.block_q;
+    m.block_k = p.block_k;
+    m.block_cols = p.block_cols;
+    m.block_mask = p.block_mask;
+    return m;
+}
+
+/* Rows past len_q see nothing: their results are never stored, and the
+ * block mask has no entries for them. */
+FA_DEV bool visible(const fa_mask &m, int i, int j) {
+    if (j >= m.len_k || i >= m.len_q) return false;
+#if defined(CAUSAL) || defined(WINDOW)
+    const int diag = i + m.len_k - m.len_q;
+#endif
+#ifdef CAUSAL
+    if (j > diag) return false;
+#endif
+#ifdef WINDOW
+    if (m.window_left >= 0 && j < diag - m.window_left) return false;
+    if (m.window_right >= 0 && j > diag + m.window_right) return false;
+#endif
+#ifdef BLOCK_MASK
+    if (!m.block_mask[(i64)(i / m.block_q) * m.block_cols + j / m.block_k]) return false;
+#endif
+    return true;
+}
+
+/* Keys [*lo, *hi) that rows [r0, r1] may see under the causal and window
+ * masks (the block mask is handled per tile). */
+FA_DEV void key_range(const fa_mask &m, int r0, int r1, int *lo, int *hi) {
+    int a = 0, b = m.len_k;
+#if defined(CAUSAL) || defined(WINDOW)
+    const int off = m.len_k - m.len_q;
+#else
+    (void)r0;
+    (void)r1;
+#endif
+#ifdef CAUSAL
+    b = min(b, r1 + off + 1);
+#endif
+#ifdef WINDOW
+    if (m.window_right >= 0) b = min(b, r1 + off + m.window_right + 1);
+    if (m.window_left >= 0) a = max(a, r0 + off - m.window_left);
+#endif
+    *lo = a;
+    *hi = max(a, b);
+}
+
+/* Queries [*lo, *hi) that may see keys [c0, c1]. */
+FA_DEV void query_range(const fa_mask &m, int c0, int c1, int *lo, int *hi) {
+    int a = 0, b = m.len_q;
+#if defined(CAUSAL) || defined(WINDOW)
+    const int off = m.len_k - m.len_q;
+#else
+    (void)c0;
+    (void)c1;
+#endif
+#ifdef CAUSAL
+    a = max(a, c0 - off);
+#endif
+#ifdef WINDOW
+    if (m.window_right >= 0) a = max(a, c0 - off - m.window_right);
+    if (m.window_left >= 0) b = min(b, c1 - off + m.window_left + 1);
+#endif
+    *lo = a;
+    *hi = max(a, b);
+}
+
+/* What the block mask leaves of a (query tile, key tile): the host's tile
+ * map (cuda_attention.c) holds 0 nothing, 1 part, 2 all. */
+#define TILE_SKIP 0
+#define TILE_PARTIAL 1
+#define TILE_FULL 2
+
+/* First key tile >= t (and < t_end) the block mask leaves anything of, for
+ * query tile tq. */
+FA_DEV int next_key_tile(const fa_params &p, int tq, int t, int t_end) {
+#ifdef BLOCK_MASK
+    const i64 row = (i64)tq * p.tile_cols;
+    while (t < t_end && p.tile_map[row + t] == TILE_SKIP) t++;
+#else
+    (void)p;
+    (void)tq;
+#endif
+    return t;
+}
+
+/* First query tile >= t (and < t_end) the block mask leaves anything of,
+ * for key tile tk. */
+FA_DEV int next_query_tile(const fa_params &p, int tk, int t, int t_end) {
+#ifdef BLOCK_MASK
+    while (t < t_end && p.tile_map[(i64)t * p.tile_cols + tk] == TILE_SKIP) t++;
+#else
+    (void)p;
+    (void)tk;
+#endif
+    return t;
+}
+
+/* Whether every element of [q0, q0 + br) x [k0, k0 + bc) is visible (no
+ * per-element test needed). Rows past len_q do not count: their results
+ * are never stored. */
+FA_DEV bool tile_full(const fa_params &p, const fa_mask &m, int tq, int tk, int q0, int k0, int br, int bc) {
+#ifdef BLOCK_MASK
+    if (p.tile_map[(i64)tq * p.tile_cols + tk] != TILE_FULL) return false;
+#else
+    (void)p;
+    (void)tq;
+    (void)tk;
+#endif
+    const int c1 = k0 + bc - 1;
+    if (c1 >= m.len_k) return false;
+#if defined(CAUSAL) || defined(WINDOW)
+    const int r1 = min(q0 + br, m.len_q) - 1, off = m.len_k - m.len_q;
+    (void)r1;
+#else
+    (void)q0;
+    (void)br;
+#endif
+#ifdef CAUSAL
+    if (c1 > q0 + off) return false;
+#endif
+#ifdef WINDOW
+    if (m.window_right >= 0 && c1 > q0 + off + m.window_right) return false;
+    if (m.window_left >= 0 && k0 < r1 + off - m.window_left) return false;
+#endif
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dropout: Philox4x32-10 exactly as core/philox.h defines it                */
+/* ------------------------------------------------------------------------ */
+
+FA_DEV uint4 philox(u32 c0, u32 c1, u32 c2, u32 c3, u32 k0, u32 k1) {
+#pragma unroll
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        u32 hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        u32 hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        u32 n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+    }
+    return make_uint4(c0, c1, c2, c3);
+}
+
+/* The four random words of (row, columns 4g .. 4g + 3) of one (sequence,
+ * head): bh = batch * heads_q + head. */
+FA_DEV uint4 dropout_words(const fa_params &p, u32 bh, int row, int col4) {
+    return philox((u32)col4 >> 2, (u32)row, bh, p.drop_offset_lo, p.drop_key0, p.drop_key1);
+}
+
+FA_DEV u32 word_of(uint4 w, int i) {
+    return i == 0 ? w.x : i == 1 ? w.y : i == 2 ? w.z : w.w;
+}
+
+/* Whether element (row, col) is kept. */
+FA_DEV bool dropout_keep(const fa_params &p, u32 bh, int row, int col) {
+    return word_of(dropout_words(p, bh, row, col & ~3), col & 3) >= p.drop_threshold;
+}
+
+#endif

@@ -1,0 +1,297 @@
+/* Forward pass on tensor cores (FlashAttention-2 work partitioning): one
+ * thread block per (query tile of BR rows, query head, sequence). Each warp
+ * owns MT strips of 16 query rows and keeps their scores, running maxima,
+ * row sums and output accumulator in registers, so the softmax needs no
+ * exchange between warps. K and V tiles stream through shared memory with
+ * cp.async; O is rescaled once per key tile and normalised once at the end.
+ *
+ * Options: BR BC WARPS STAGES (1: K and V single-buffered, the load of one
+ * overlapping the use of the other; 2: both double-buffered, the next tile
+ * loading during the whole current one), QREG (Q fragments held in
+ * registers for the whole kernel, else re-read from shared memory).
+ *
+ * Shared memory, exactly fa_plan_local_mem's MMA forward figure:
+ *   Qs [BR x HEAD_DIM], Ks [STAGES][BC x HEAD_DIM], Vs [STAGES][BC x HEAD_DIM]
+ * all chunk-major (mma.cuh); Qs holds O at the end for coalesced stores.
+ *
+ * Softmax in base 2: the row maximum m is kept in score units and every
+ * probability is one ex2 of fma(s, scale * log2 e, -m * scale * log2 e). */
+#include "common.cuh"
+#include "mma.cuh"
+
+#define THREADS (WARPS * 32)
+#define MT (BR / (16 * WARPS))
+#define NT (BC / 8)
+#define DT (HEAD_DIM / 8)
+#define KS (HEAD_DIM / 16)
+#define KP (BC / 16)
+
+#if BR % (16 * WARPS) != 0 || BC % 16 != 0 || HEAD_DIM % 16 != 0
+#error "fwd_mma: BR must be a multiple of 16 * WARPS, BC and HEAD_DIM of 16"
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const u32 q_sm = smem_u32(smem);
+    const u32 k_sm = q_sm + BR * HEAD_DIM * ELEM_BYTES;
+    const u32 v_sm = k_sm + STAGES * BC * HEAD_DIM * ELEM_BYTES;
+    constexpr u32 KV_BYTES = BC * HEAD_DIM * ELEM_BYTES;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    int tq = blockIdx.x;
+#ifdef CAUSAL
+    /* The last query tiles see the most keys: start them first. */
+    tq = (int)gridDim.x - 1 - tq;
+#endif
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+    const fa_seq seq = seq_of(p, b);
+    const int q0 = tq * BR;
+    if (q0 >= seq.len_q) return;
+    const fa_mask mask = mask_of(p, seq);
+
+    const elem_t *qg = (const elem_t *)p.q + Q_ROW(p, b, seq, q0, h);
+    const elem_t *kg = (const elem_t *)p.k + K_ROW(p, b, seq, 0, hk);
+    const elem_t *vg = (const elem_t *)p.v + V_ROW(p, b, seq, 0, hk);
+
+    int k_lo, k_hi;
+    key_range(mask, q0, min(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
+    const int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+    const int row_base = warp * MT * 16; /* first row of this warp in the tile */
+    const float sl2 = p.scale_log2;
+#ifdef DROPOUT
+    const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
+#endif
+
+    float o_acc[MT][DT][4];
+    float m_run[MT][2], l_run[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int j = 0; j < DT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o_acc[mt][j][e] = 0.0f;
+        m_run[mt][0] = m_run[mt][1] = -FA_INF;
+        l_run[mt][0] = l_run[mt][1] = 0.0f;
+    }
+#ifdef QREG
+    u32 qa[MT][KS][AREGS];
+#endif
+
+    int t = next_key_tile(p, tq, t_begin, t_end);
+    load_tile_async<BR, THREADS>(q_sm, qg, p.q_ss, seq.len_q - q0, tid);
+    if (t < t_end) {
+        load_tile_async<BC, THREADS>(k_sm, kg + (i64)t * BC * p.k_ss, p.k_ss, seq.len_k - t * BC, tid);
+#if STAGES == 2
+        load_tile_async<BC, THREADS>(v_sm, vg + (i64)t * BC * p.v_ss, p.v_ss, seq.len_k - t * BC, tid);
+#endif
+    }
+    cp_async_commit();
+
+    int stage = 0;
+    bool first = true;
+    while (t < t_end) {
+        const int tn = next_key_tile(p, tq, t + 1, t_end);
+        const int k0 = t * BC;
+        const u32 kb = k_sm + (u32)stage * KV_BYTES, vb = v_sm + (u32)stage * KV_BYTES;
+#if STAGES == 2
+        if (tn < t_end) {
+            const u32 off = (u32)(stage ^ 1) * KV_BYTES;
+            load_tile_async<BC, THREADS>(k_sm + off, kg + (i64)tn * BC * p.k_ss, p.k_ss, seq.len_k - tn * BC, tid);
+            load_tile_async<BC, THREADS>(v_sm + off, vg + (i64)tn * BC * p.v_ss, p.v_ss, seq.len_k - tn * BC, tid);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+#else
+        cp_async_wait<0>();
+        __syncthreads(); /* K(t) is in; every warp is done with V(t - 1) */
+        load_tile_async<BC, THREADS>(v_sm, vg + (i64)k0 * p.v_ss, p.v_ss, seq.len_k - k0, tid);
+        cp_async_commit();
+#endif
+#ifdef QREG
+        if (first) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) load_a<BR>(q_sm, row_base + mt * 16, ks, qa[mt][ks], lane);
+        }
+#endif
+        first = false;
+        (void)first;
+
+        /* S = Q K^T */
+        float s[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][j][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+#ifdef QREG
+#define A_FRAG(mt) qa[mt][ks]
+#else
+            u32 a[MT][AREGS];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) load_a<BR>(q_sm, row_base + mt * 16, ks, a[mt], lane);
+#define A_FRAG(mt) a[mt]
+#endif
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                u32 b0[BREGS], b1[BREGS];
+                load_b2<BC>(kb, j * 8, ks, b0, b1, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16(s[mt][j], A_FRAG(mt), b0);
+                    mma16(s[mt][j + 1], A_FRAG(mt), b1);
+                }
+            }
+#undef A_FRAG
+        }
+
+        /* Masks: whole tiles need no per-element test. */
+        if (!tile_full(p, mask, tq, t, q0, k0, BR, BC)) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = q0 + row_base + mt * 16 + g + 8 * (e >> 1);
+                        const int c = k0 + 8 * j + 2 * t4 + (e & 1);
+                        if (!visible(mask, r, c)) s[mt][j][e] = -FA_INF;
+                    }
+        }
+
+        /* Online softmax: new maxima, one rescale of O and l. */
+        float alpha_of[MT][2];
+        bool moved = false;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                float mx = m_run[mt][hf];
+#pragma unroll
+                for (int j = 0; j < NT; j++) mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                /* A row that has seen no visible key keeps m = -inf and
+                 * exponentiates against 0 instead (no inf - inf). */
+                const float m_use = mx == -FA_INF ? 0.0f : mx * sl2;
+                const float alpha = fa_exp2(m_run[mt][hf] * sl2 - m_use);
+                m_run[mt][hf] = mx;
+                float sum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
+                        const float pv = fa_exp2(fmaf(s[mt][j][e], sl2, -m_use));
+                        s[mt][j][e] = pv;
+                        sum += pv;
+                    }
+                l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
+                alpha_of[mt][hf] = alpha;
+                moved |= alpha != 1.0f;
+            }
+        }
+        /* Once the maxima settle, most tiles move none of the warp's rows:
+         * alpha is then exactly 1 and the rescale can be left out. */
+        if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < DT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) o_acc[mt][j][e] *= alpha_of[mt][e >> 1];
+        }
+
+#ifdef DROPOUT
+        /* Lanes t and t ^ 1 hold the two halves of one group of four keys:
+         * each computes the Philox words of one of the two rows and hands the
+         * other its half. The row sums above already have P before dropout. */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int r_g = q0 + row_base + mt * 16 + g;
+            const int odd = t4 & 1;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const int col4 = (k0 + 8 * j + 2 * t4) & ~3;
+                const uint4 w = dropout_words(p, bh, r_g + 8 * odd, col4);
+                const u32 give0 = odd ? w.x : w.z, give1 = odd ? w.y : w.w;
+                const u32 got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
+                const u32 got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+                const u32 lo0 = odd ? got0 : w.x, lo1 = odd ? got1 : w.y; /* row g */
+                const u32 hi0 = odd ? w.z : got0, hi1 = odd ? w.w : got1; /* row g + 8 */
+                if (lo0 < p.drop_threshold) s[mt][j][0] = 0.0f;
+                if (lo1 < p.drop_threshold) s[mt][j][1] = 0.0f;
+                if (hi0 < p.drop_threshold) s[mt][j][2] = 0.0f;
+                if (hi1 < p.drop_threshold) s[mt][j][3] = 0.0f;
+            }
+        }
+#endif
+
+#if STAGES == 1
+        cp_async_wait<0>();
+        __syncthreads(); /* V(t) is in; every warp is done with K(t) */
+        if (tn < t_end) {
+            load_tile_async<BC, THREADS>(k_sm, kg + (i64)tn * BC * p.k_ss, p.k_ss, seq.len_k - tn * BC, tid);
+        }
+        cp_async_commit();
+#endif
+
+        /* O += P V */
+#pragma unroll
+        for (int kp = 0; kp < KP; kp++) {
+            u32 a[MT][AREGS];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) c_to_a(s[mt][2 * kp], s[mt][2 * kp + 1], a[mt]);
+#pragma unroll
+            for (int j = 0; j < DT; j += 2) {
+                u32 b0[BREGS], b1[BREGS];
+                load_bt2<BC>(vb, kp, j, b0, b1, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16(o_acc[mt][j], a[mt], b0);
+                    mma16(o_acc[mt][j + 1], a[mt], b1);
+                }
+            }
+        }
+#if STAGES == 2
+        __syncthreads(); /* this stage may be refilled next iteration */
+        stage ^= 1;
+#endif
+        t = tn;
+    }
+    cp_async_wait<0>();
+    __syncthreads(); /* Qs is free for O */
+
+    /* Normalise once; a row with no visible key gives O = 0, L = -inf. */
+    unsigned char *o_tile = smem;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float l = l_run[mt][hf];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l > 0.0f ? p.drop_scale / l : 0.0f;
+#pragma unroll
+            for (int j = 0; j < DT; j++) {
+                o_acc[mt][j][2 * hf] *= inv;
+                o_acc[mt][j][2 * hf + 1] *= inv;
+            }
+            const int r = q0 + row_base + mt * 16 + g + 8 * hf;
+            if (t4 == 0 && r < seq.len_q) {
+                const float m = m_run[mt][hf];
+                p.lse[lse_index(p, b, h, r, seq.start_q)] =
+                    m == -FA_INF ? -FA_INF : (m * sl2 + log2f(l)) * FA_LN2;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < DT; j++) store_c<BR>(o_tile, row_base + mt * 16, j, o_acc[mt][j], lane);
+    }
+    __syncthreads();
+    store_tile<BR, THREADS>((elem_t *)p.o + O_ROW(p, b, seq, q0, h), p.o_ss, o_tile, seq.len_q - q0, tid);
+}

@@ -1,0 +1,262 @@
+/* Tensor-core building blocks for sm_80 and later: asynchronous copies,
+ * ldmatrix, mma.sync, and the fragment loaders of the attention kernels.
+ *
+ * Shared tiles are "chunk-major": a tile of ROWS rows by HEAD_DIM (or any
+ * width) elements is cut into 16-byte chunks, and chunk c of row r lives at
+ * byte (c * ROWS + r) * 16. Eight consecutive rows of one chunk column (one
+ * ldmatrix block) are then 128 consecutive bytes: every ldmatrix, and every
+ * cp.async that fills the tile eight rows at a time, touches all 32 banks
+ * once, for any width and without padding (so tiles take exactly the bytes
+ * the planner budgets).
+ *
+ * Fragments (warp lane = 4 * g + t):
+ * - fp16/bf16: mma.m16n8k16. A (16 x 16) in 4 registers, B (16 x 8) in 2,
+ *   C (16 x 8 fp32) in 4: c0, c1 = (row g, cols 2t, 2t + 1), c2, c3 = row g + 8.
+ * - fp32 inputs on TF32 units: a "k16 step" is two mma.m16n8k8, so A takes
+ *   8 registers and B 4, and C is laid out as above. Products whose k runs
+ *   over head dimensions use the natural k order (ldmatrix delivers it on
+ *   32-bit data too). Products whose k runs over the keys or queries of a
+ *   score tile take A straight from a C fragment: within each group of 8, k
+ *   slot t stands for column 2t and slot t + 4 for column 2t + 1 (a sum does
+ *   not care about the order), and the B operand is read in the same order. */
+#ifndef FA_CUDA_MMA_CUH
+#define FA_CUDA_MMA_CUH
+
+#include "common.cuh"
+
+#if ELEM_BYTES == 2
+#define AREGS 4
+#define BREGS 2
+#else
+#define AREGS 8
+#define BREGS 4
+#endif
+
+FA_DEV u32 smem_u32(const void *p) { return (u32)__cvta_generic_to_shared(p); }
+
+/* 16 bytes global -> shared; src_bytes 0 writes zeros (rows past the end of
+ * a sequence) and reads nothing. */
+FA_DEV void cp_async16(u32 dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+FA_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> FA_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+FA_DEV void ldsm_x4(u32 addr, u32 &r0, u32 &r1, u32 &r2, u32 &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+FA_DEV void ldsm_x4_t(u32 addr, u32 &r0, u32 &r1, u32 &r2, u32 &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+FA_DEV u32 to_tf32(float f) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    return r;
+}
+
+/* Two fp32 values as one register of the storage type's pairs (lo in the
+ * low half), rounded to nearest even. */
+FA_DEV u32 pack2(float lo, float hi) {
+    u32 r;
+#if defined(DTYPE_F16)
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#elif defined(DTYPE_BF16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+    r = 0;
+    (void)lo;
+    (void)hi;
+#endif
+    return r;
+}
+
+/* c += a b over one k16 step. */
+FA_DEV void mma16(float c[4], const u32 *a, const u32 *b) {
+#if defined(DTYPE_F16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#elif defined(DTYPE_BF16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[4 * h]), "r"(a[4 * h + 1]), "r"(a[4 * h + 2]), "r"(a[4 * h + 3]),
+                       "r"(b[2 * h]), "r"(b[2 * h + 1]));
+#endif
+}
+
+/* Byte address of chunk c of row r in a chunk-major tile of ROWS rows. */
+template <int ROWS> FA_DEV u32 chunk_addr(u32 base, int r, int c) { return base + (u32)((c * ROWS + r) * 16); }
+
+/* Word address (4-byte units from base) of fp32 element (r, x) of a
+ * chunk-major fp32 tile of ROWS rows. */
+template <int ROWS> FA_DEV int f32_word(int r, int x) { return ((x >> 2) * ROWS + r) * 4 + (x & 3); }
+
+/* A operand: rows r0 .. r0 + 15 of a tile whose rows are the m dimension,
+ * k16 step s over its columns. */
+template <int ROWS> FA_DEV void load_a(u32 base, int r0, int s, u32 *a, int lane) {
+    const int bi = lane >> 3, r = r0 + (bi & 1) * 8 + (lane & 7);
+#if ELEM_BYTES == 2
+    ldsm_x4(chunk_addr<ROWS>(base, r, 2 * s + (bi >> 1)), a[0], a[1], a[2], a[3]);
+#else
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        ldsm_x4(chunk_addr<ROWS>(base, r, 4 * s + 2 * h + (bi >> 1)), a[4 * h], a[4 * h + 1], a[4 * h + 2],
+                a[4 * h + 3]);
+#pragma unroll
+        for (int i = 0; i < 4; i++) a[4 * h + i] = to_tf32(__uint_as_float(a[4 * h + i]));
+    }
+#endif
+}
+
+/* B operands of two n-tiles (rows n0 .. n0 + 15 of a tile whose rows are
+ * the n dimension, k along its columns), k16 step s. */
+template <int ROWS> FA_DEV void load_b2(u32 base, int n0, int s, u32 *b0, u32 *b1, int lane) {
+    const int bi = lane >> 3;
+#if ELEM_BYTES == 2
+    ldsm_x4(chunk_addr<ROWS>(base, n0 + (bi >> 1) * 8 + (lane & 7), 2 * s + (bi & 1)), b0[0], b0[1], b1[0],
+            b1[1]);
+#else
+    ldsm_x4(chunk_addr<ROWS>(base, n0 + (lane & 7), 4 * s + bi), b0[0], b0[1], b0[2], b0[3]);
+    ldsm_x4(chunk_addr<ROWS>(base, n0 + 8 + (lane & 7), 4 * s + bi), b1[0], b1[1], b1[2], b1[3]);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        b0[i] = to_tf32(__uint_as_float(b0[i]));
+        b1[i] = to_tf32(__uint_as_float(b1[i]));
+    }
+#endif
+}
+
+/* B operands of n-tiles j and j + 1 from a tile whose rows are the k
+ * dimension (k16 step s: rows 16 s ..) and whose columns are n. */
+template <int ROWS> FA_DEV void load_bt2(u32 base, int s, int j, u32 *b0, u32 *b1, int lane) {
+#if ELEM_BYTES == 2
+    const int bi = lane >> 3;
+    ldsm_x4_t(chunk_addr<ROWS>(base, 16 * s + (bi & 1) * 8 + (lane & 7), j + (bi >> 1)), b0[0], b0[1], b1[0],
+              b1[1]);
+#else
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+        u32 *b = n ? b1 : b0;
+        const int x = 8 * (j + n) + g;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = 16 * s + 8 * h + 2 * t;
+            float v0, v1;
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v0) : "r"(base + 4u * (u32)f32_word<ROWS>(r, x)));
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v1) : "r"(base + 4u * (u32)f32_word<ROWS>(r + 1, x)));
+            b[2 * h] = to_tf32(v0);
+            b[2 * h + 1] = to_tf32(v1);
+        }
+    }
+#endif
+}
+
+/* A operand (m-tile of rows m0 .. m0 + 15, k16 step s) from a tile stored
+ * transposed: its rows are the k dimension, its columns the m dimension. */
+template <int ROWS> FA_DEV void load_at(u32 base, int m0, int s, u32 *a, int lane) {
+#if ELEM_BYTES == 2
+    const int bi = lane >> 3;
+    ldsm_x4_t(chunk_addr<ROWS>(base, 16 * s + (bi >> 1) * 8 + (lane & 7), (m0 >> 3) + (bi & 1)), a[0], a[1], a[2],
+              a[3]);
+#else
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = 16 * s + 8 * h + 2 * t;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            /* slot order: (g, 2t), (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1) */
+            const int m = m0 + g + 8 * (i & 1), k = r + (i >> 1);
+            float v;
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(base + 4u * (u32)f32_word<ROWS>(k, m)));
+            a[4 * h + i] = to_tf32(v);
+        }
+    }
+#endif
+}
+
+/* A operand for k16 step s from two C fragments (n-tiles 2s and 2s + 1 of
+ * a score tile the warp holds). */
+FA_DEV void c_to_a(const float *c0, const float *c1, u32 *a) {
+#if ELEM_BYTES == 2
+    a[0] = pack2(c0[0], c0[1]);
+    a[1] = pack2(c0[2], c0[3]);
+    a[2] = pack2(c1[0], c1[1]);
+    a[3] = pack2(c1[2], c1[3]);
+#else
+    a[0] = to_tf32(c0[0]);
+    a[1] = to_tf32(c0[2]);
+    a[2] = to_tf32(c0[1]);
+    a[3] = to_tf32(c0[3]);
+    a[4] = to_tf32(c1[0]);
+    a[5] = to_tf32(c1[2]);
+    a[6] = to_tf32(c1[1]);
+    a[7] = to_tf32(c1[3]);
+#endif
+}
+
+/* Fills a chunk-major tile of ROWS rows from global memory rows
+ * src + r * stride (elements); rows >= valid are zero-filled. Eight
+ * consecutive threads take eight rows of one chunk column, so each 8-thread
+ * phase of shared stores covers all banks, and each row is read 64 bytes
+ * (4 chunks) at a time by a warp. */
+template <int ROWS, int NTHREADS>
+FA_DEV void load_tile_async(u32 dst, const elem_t *src, i64 stride, int valid, int tid) {
+    constexpr int TOTAL = ROWS * ROW_CHUNKS;
+#pragma unroll 4
+    for (int e = tid; e < TOTAL; e += NTHREADS) {
+        const int ri = e & 7, rest = e >> 3;
+        const int c = rest % ROW_CHUNKS, r = (rest / ROW_CHUNKS) * 8 + ri;
+        const bool ok = r < valid;
+        const elem_t *g = ok ? src + (i64)r * stride + c * CHUNK_ELEMS : src;
+        cp_async16(chunk_addr<ROWS>(dst, r, c), g, ok ? 16 : 0);
+    }
+}
+
+/* Writes the first `valid` rows of a chunk-major tile to global memory,
+ * 16 bytes per thread and access. */
+template <int ROWS, int NTHREADS>
+FA_DEV void store_tile(elem_t *dst, i64 stride, const unsigned char *tile, int valid, int tid) {
+    constexpr int TOTAL = ROWS * ROW_CHUNKS;
+#pragma unroll 4
+    for (int e = tid; e < TOTAL; e += NTHREADS) {
+        const int ri = e & 7, rest = e >> 3;
+        const int c = rest % ROW_CHUNKS, r = (rest / ROW_CHUNKS) * 8 + ri;
+        if (r < valid)
+            *(uint4 *)(dst + (i64)r * stride + c * CHUNK_ELEMS) = *(const uint4 *)(tile + (c * ROWS + r) * 16);
+    }
+}
+
+/* Stores the C fragment values (row g / g + 8 of an m-tile at r0, n-tile
+ * columns 8 j + 2 t, + 1) into a chunk-major tile of the storage type,
+ * rounded once. */
+template <int ROWS> FA_DEV void store_c(unsigned char *tile, int r0, int j, const float *c, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int r = r0 + g + 8 * hf, x = 8 * j + 2 * t;
+#if ELEM_BYTES == 2
+        (void)x;
+        *(u32 *)(tile + (j * ROWS + r) * 16 + t * 4) = pack2(c[2 * hf], c[2 * hf + 1]);
+#else
+        *(float2 *)(tile + 4 * f32_word<ROWS>(r, x)) = make_float2(c[2 * hf], c[2 * hf + 1]);
+#endif
+    }
+}
+
+#endif

@@ -1,0 +1,105 @@
+/* Small kernels the programs of a pass share: the backward pre-pass
+ * D = rowsum(dO * O) and the conversion of the fp32 dQ accumulator (with
+ * BWD), the split-K merge of the forward pass (with FWD and SPLITK).
+ * Memory-bound: 16-byte accesses, eight threads per row. */
+#ifndef FA_CUDA_ROWWISE_CUH
+#define FA_CUDA_ROWWISE_CUH
+
+#include "common.cuh"
+
+#define ROWWISE_THREADS 256
+#define ROWWISE_ROWS (ROWWISE_THREADS / 8) /* rows per block */
+
+/* Block (x: group of ROWWISE_ROWS rows, y: query head, z: sequence); thread
+ * (row, lane8) covers chunks lane8, lane8 + 8, ... of its row. */
+#define ROWWISE_SETUP()                                            \
+    const int lane8 = threadIdx.x & 7;                             \
+    const int r = blockIdx.x * ROWWISE_ROWS + (threadIdx.x >> 3);  \
+    const int h = blockIdx.y, b = blockIdx.z;                      \
+    const fa_seq seq = seq_of(p, b);                               \
+    if (r >= seq.len_q) return
+
+#ifdef BWD
+/* D = rowsum(dO * O) of the values as stored, in fp32. */
+extern "C" __global__ void __launch_bounds__(ROWWISE_THREADS) fa_bwd_dot(const fa_params p) {
+    ROWWISE_SETUP();
+    const i64 row = O_ROW(p, b, seq, r, h);
+    const elem_t *o = (const elem_t *)p.o + row, *g = (const elem_t *)p.dout + row;
+    float acc = 0.0f;
+    for (int x0 = lane8 * 8; x0 < HEAD_DIM; x0 += 64) {
+        float a[8], c[8];
+        load8(o + x0, a);
+        load8(g + x0, c);
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc = fmaf(a[i], c[i], acc);
+    }
+    /* The eight lanes of a row leave together or not at all. */
+    const unsigned lanes = 0xffu << (threadIdx.x & 24);
+    acc += __shfl_xor_sync(lanes, acc, 4);
+    acc += __shfl_xor_sync(lanes, acc, 2);
+    acc += __shfl_xor_sync(lanes, acc, 1);
+    if (lane8 == 0) p.dvec[lse_index(p, b, h, r, seq.start_q)] = acc;
+}
+
+/* dQ = scale * accumulator, rounded once to the storage dtype. */
+extern "C" __global__ void __launch_bounds__(ROWWISE_THREADS) fa_bwd_dq_convert(const fa_params p) {
+    ROWWISE_SETUP();
+    const float *acc = p.dq_acc + lse_index(p, b, h, r, seq.start_q) * HEAD_DIM;
+    elem_t *dq = (elem_t *)p.dq + Q_ROW(p, b, seq, r, h);
+    for (int x0 = lane8 * 8; x0 < HEAD_DIM; x0 += 64) {
+        float v[8];
+        const float4 a = *(const float4 *)(acc + x0), c = *(const float4 *)(acc + x0 + 4);
+        v[0] = a.x * p.scale;
+        v[1] = a.y * p.scale;
+        v[2] = a.z * p.scale;
+        v[3] = a.w * p.scale;
+        v[4] = c.x * p.scale;
+        v[5] = c.y * p.scale;
+        v[6] = c.z * p.scale;
+        v[7] = c.w * p.scale;
+        store8(dq + x0, v);
+    }
+}
+
+#endif
+
+#if defined(FWD) && defined(SPLITK)
+/* Split-K merge (decoding): every split s left a normalised partial output
+ * O_s and its log-sum-exp L_s (fp32, [split][heads_q][total_q]); the row is
+ * their log-sum-exp weighted mean:
+ *   L = log sum_s exp(L_s),   O = sum_s exp(L_s - L) O_s.
+ * A split that saw no key has L_s = -inf and weighs nothing; a row no split
+ * saw anything of gets O = 0, L = -inf. The splits are summed in order:
+ * the result does not depend on timing. */
+extern "C" __global__ void __launch_bounds__(ROWWISE_THREADS) fa_splitk_merge(const fa_params p) {
+    ROWWISE_SETUP();
+    const i64 row = (i64)h * p.total_q + seq.start_q + r;
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
+    float mx = -FA_INF;
+    for (int s = 0; s < p.num_splits; s++) mx = fmaxf(mx, p.part_l[s * split_stride + row]);
+    float lse_r = -FA_INF, wsum = 0.0f;
+    if (mx != -FA_INF) {
+        for (int s = 0; s < p.num_splits; s++) wsum += expf(p.part_l[s * split_stride + row] - mx);
+        lse_r = mx + logf(wsum);
+    }
+    elem_t *o = (elem_t *)p.o + O_ROW(p, b, seq, r, h);
+    for (int x0 = lane8 * 8; x0 < HEAD_DIM; x0 += 64) {
+        float v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = 0.0f;
+        if (mx != -FA_INF) {
+            for (int s = 0; s < p.num_splits; s++) {
+                const i64 i = s * split_stride + row;
+                const float w = expf(p.part_l[i] - mx) / wsum;
+                const float *po = p.part_o + i * HEAD_DIM + x0;
+#pragma unroll
+                for (int e = 0; e < 8; e++) v[e] = fmaf(w, po[e], v[e]);
+            }
+        }
+        store8(o + x0, v);
+    }
+    if (lane8 == 0) p.lse[lse_index(p, b, h, r, seq.start_q)] = lse_r;
+}
+#endif
+
+#endif

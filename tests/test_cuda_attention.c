@@ -1,0 +1,985 @@
+/* The CUDA attention kernels against the fp64 CPU reference, through the
+ * public API, on the best CUDA device: first the attention suite every
+ * backend runs (tests/attention_suite.c), then this backend's own cases: the
+ * tensor-core kernels (fp16, bf16, TF32) in every shape they take and with
+ * every option, the planner's choice of them, dropout bits read off their
+ * output, the deterministic dQ kernel. Every run starts from fresh random
+ * inputs and NaN-poisoned outputs; every element of every output is checked,
+ * and the gaps between strided elements must stay untouched.
+ *
+ * fa-test-labels: device */
+#include "attention_suite.h"
+#include "harness.h"
+#include "test_util.h"
+
+#include "desc.h"
+#include "dtype.h"
+#include "fa_internal.h"
+#include "flashattn.h"
+#include "philox.h"
+#include "plan.h"
+#include "planner.h"
+#include "reference.h"
+
+#ifdef FA_WITH_CUDA
+#include "backends/cuda/cuda_runtime_internal.h"
+#endif
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                   */
+
+static fa_context g_ctx;
+static char g_skip[512];
+
+static fa_context test_context(void) {
+#ifdef FA_WITH_CUDA
+    if (g_ctx) return g_ctx;
+    fa_status st = fa_context_create(FA_BACKEND_CUDA, -1, &g_ctx);
+    if (st != FA_SUCCESS) {
+        snprintf(g_skip, sizeof g_skip, "no CUDA device: %s (%s)", fa_status_string(st), fa_last_error());
+        g_ctx = NULL;
+        return NULL;
+    }
+    char why[256];
+    if (!fa_cuda_nvrtc_available(why, sizeof why)) {
+        snprintf(g_skip, sizeof g_skip, "a CUDA device but no NVRTC to compile kernels: %s", why);
+        fa_context_destroy(g_ctx);
+        g_ctx = NULL;
+    }
+    return g_ctx;
+#else
+    snprintf(g_skip, sizeof g_skip, "the CUDA backend is not built into this library");
+    return NULL;
+#endif
+}
+
+#define REQUIRE_CUDA()                                                                     \
+    do {                                                                                   \
+        if (!test_context()) FA_SKIP(g_skip);                                              \
+    } while (0)
+
+static int device_cc(void) {
+    fa_device_info info;
+    if (!g_ctx || fa_context_get_info(g_ctx, &info) != FA_SUCCESS) return 0;
+    int major = 0, minor = 0;
+    if (sscanf(info.desc.arch, "sm_%1d%d", &major, &minor) != 2) return 0;
+    return major * 10 + minor;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Forced tiles                                                              */
+
+/* A kernel plan to run instead of the planner's: variant, tile, threads,
+ * micro-tile (SIMT), stages, splits. */
+typedef struct tiles {
+    fa_variant variant;
+    int br, bc, threads, tr, tc, stages, split;
+} tiles;
+
+static void apply_tiles(fa_kernel_plan *kp, const tiles *t, fa_pass pass, const fa_attention_desc *desc) {
+    kp->variant = t->variant;
+    kp->br = t->br;
+    kp->bc = t->bc;
+    kp->work_group_size = t->threads;
+    kp->thread_rows = t->tr;
+    kp->thread_cols = t->tc;
+    kp->stages = t->stages > 0 ? t->stages : 1;
+    kp->split_k = t->split > 1 ? t->split : 1;
+    kp->local_mem_bytes =
+        fa_plan_local_mem(t->variant == FA_VARIANT_MMA ? FA_VARIANT_MMA : FA_VARIANT_SIMT, pass, desc, t->br, t->bc,
+                          kp->stages);
+}
+
+static tiles simt(int br, int bc, int tr, int tc) {
+    tiles t = {FA_VARIANT_SIMT, br, bc, (br / tr) * (bc / tc), tr, tc, 1, 1};
+    return t;
+}
+
+static tiles mma(int br, int bc, int warps, int stages) {
+    tiles t = {FA_VARIANT_MMA, br, bc, warps * 32, 1, 1, stages, 1};
+    return t;
+}
+
+static tiles from_plan(const fa_kernel_plan *kp) {
+    tiles t = {kp->variant, kp->br, kp->bc, kp->work_group_size, kp->thread_rows, kp->thread_cols, kp->stages,
+               kp->split_k};
+    return t;
+}
+
+/* Rebuilds a plan's kernels for other tiles: the test stands in for the
+ * planner. */
+static fa_status force_tiles(fa_plan plan, const tiles *fwd, const tiles *bwd) {
+#ifdef FA_WITH_CUDA
+    fa_cuda_plan_release(plan->ctx->impl, plan->impl);
+    plan->impl = NULL;
+    if (fwd) apply_tiles(&plan->info.forward, fwd, FA_PASS_FORWARD, &plan->desc);
+    if (bwd) apply_tiles(&plan->info.backward, bwd, FA_PASS_BACKWARD, &plan->desc);
+    return fa_cuda_plan_prepare(plan->ctx->impl, plan, &plan->impl);
+#else
+    (void)plan;
+    (void)fwd;
+    (void)bwd;
+    return FA_ERR_UNSUPPORTED;
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tensors                                                                   */
+
+static double tol_for(const fa_attention_desc *d) {
+    switch (d->q.dtype) {
+    case FA_DTYPE_F16: return 3e-3;
+    case FA_DTYPE_BF16: return 2e-2;
+    default: return d->allow_tf32 && device_cc() >= 80 ? 5e-3 : 1e-5;
+    }
+}
+
+typedef struct tensor {
+    int64_t count;
+    size_t bytes;
+    void *host;
+    fa_buffer dev;
+} tensor;
+
+static int tensor_heads(const fa_attention_desc *d, fa_tensor_role role) {
+    return role == FA_TENSOR_K || role == FA_TENSOR_V ? d->heads_kv : d->heads_q;
+}
+
+static int seq_len(const fa_attention_desc *d, fa_tensor_role role, int b) {
+    int64_t start;
+    int len;
+    if (role == FA_TENSOR_K || role == FA_TENSOR_V)
+        fa_ref_seq_k(d, b, &start, &len);
+    else
+        fa_ref_seq_q(d, b, &start, &len);
+    return len;
+}
+
+static int64_t tensor_count(const fa_attention_desc *d, fa_tensor_role role) {
+    int64_t a = fa_desc_tensor_extent(d, role);
+    int64_t b = fa_ref_tensor_span(d, role);
+    return a > b ? a : b;
+}
+
+typedef void (*elem_fn)(int64_t index, void *user);
+
+static void for_each_elem(const fa_attention_desc *d, fa_tensor_role role, elem_fn fn, void *user) {
+    int heads = tensor_heads(d, role);
+    for (int b = 0; b < d->batch; b++) {
+        int len = seq_len(d, role, b);
+        for (int s = 0; s < len; s++)
+            for (int h = 0; h < heads; h++) {
+                int64_t row = fa_ref_index(d, role, b, s, h, 0);
+                for (int x = 0; x < d->head_dim; x++) fn(row + x, user);
+            }
+    }
+}
+
+static void mark_elem(int64_t index, void *user) { ((unsigned char *)user)[index] = 1; }
+
+typedef struct gather_state {
+    const void *src;
+    fa_dtype dtype;
+    double *dst;
+    int64_t n;
+} gather_state;
+
+static void gather_elem(int64_t index, void *user) {
+    gather_state *g = user;
+    g->dst[g->n++] = fa_load_elem(g->src, g->dtype, index);
+}
+
+static double *gather(const fa_attention_desc *d, fa_tensor_role role, const void *src, int64_t *n) {
+    int64_t total = 0;
+    for (int b = 0; b < d->batch; b++) total += (int64_t)seq_len(d, role, b) * tensor_heads(d, role) * d->head_dim;
+    gather_state g = {src, d->q.dtype, malloc((size_t)(total + 1) * sizeof(double)), 0};
+    if (g.dst) for_each_elem(d, role, gather_elem, &g);
+    *n = g.n;
+    return g.dst;
+}
+
+static int tensor_init(tensor *t, fa_context ctx, const fa_attention_desc *d, fa_tensor_role role) {
+    t->count = tensor_count(d, role);
+    t->bytes = (size_t)t->count * fa_dtype_size(d->q.dtype);
+    t->host = malloc(t->bytes + 16);
+    t->dev = NULL;
+    if (!t->host) return 0;
+    return fa_buffer_alloc(ctx, t->bytes ? t->bytes : 16, &t->dev) == FA_SUCCESS;
+}
+
+static void tensor_free(tensor *t) {
+    free(t->host);
+    if (t->dev) fa_buffer_free(t->dev);
+    t->host = NULL;
+    t->dev = NULL;
+}
+
+/* ||got - want|| / ||want|| over the layout's elements (non-finite: inf);
+ * a gradient that is exactly zero in fp64 is measured against the unit
+ * scale of the inputs. Also checks the gaps still hold the poison. */
+static double compare_tensor(const fa_attention_desc *d, fa_tensor_role role, const void *got, const void *want,
+                             const void *poison, int64_t count, const char *what) {
+    int64_t n1 = 0, n2 = 0;
+    double *a = gather(d, role, got, &n1), *b = gather(d, role, want, &n2);
+    double err = INFINITY;
+    if (a && b && n1 == n2) {
+        double num = 0.0, den = 0.0;
+        int finite = 1;
+        for (int64_t i = 0; i < n1; i++) {
+            if (!isfinite(a[i])) finite = 0;
+            num += (a[i] - b[i]) * (a[i] - b[i]);
+            den += b[i] * b[i];
+        }
+        if (finite) err = den > 0.0 ? sqrt(num / den) : (n1 > 0 ? sqrt(num / (double)n1) : 0.0);
+    }
+    free(a);
+    free(b);
+    unsigned char *map = calloc((size_t)count + 1, 1);
+    int64_t touched = 0;
+    size_t es = fa_dtype_size(d->q.dtype);
+    if (map) {
+        for_each_elem(d, role, mark_elem, map);
+        for (int64_t i = 0; i < count; i++)
+            if (!map[i] && memcmp((const char *)got + i * (int64_t)es, (const char *)poison + i * (int64_t)es, es))
+                touched++;
+    }
+    CHECK_MSG(map && touched == 0, "%s: %lld elements outside the layout were written", what, (long long)touched);
+    free(map);
+    return err;
+}
+
+/* L: -inf rows must match exactly, the rest to fp32 accuracy. */
+static void compare_lse(const float *got, const float *want, int64_t n, const char *name, double tol) {
+    int64_t inf_mismatch = 0;
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isinf(want[i]) && want[i] < 0) {
+            if (!(isinf(got[i]) && got[i] < 0)) inf_mismatch++;
+            continue;
+        }
+        if (!isfinite(got[i])) {
+            inf_mismatch++;
+            continue;
+        }
+        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        den += (double)want[i] * want[i];
+    }
+    double err = den > 0 ? sqrt(num / den) : sqrt(num);
+    CHECK_MSG(inf_mismatch == 0, "%s: %lld L values differ in finiteness from the reference", name,
+              (long long)inf_mismatch);
+    CHECK_MSG(err < tol, "%s: L relative error %.3g", name, err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* One case                                                                  */
+
+typedef struct run_opts {
+    const tiles *fwd, *bwd;   /* forced kernel plans, NULL: the planner's */
+    int backward;             /* also run and check the backward pass */
+    int twice;                /* backward twice: results bit-identical */
+    int nan_k0, nan_k1;       /* keys [nan_k0, nan_k1) of K and V set to NaN */
+    uint64_t seed;
+} run_opts;
+
+typedef struct run_result {
+    double err_o, err_std, err_dq, err_dk, err_dv;
+    double *o;
+    int64_t o_count;
+    double fwd_ms, bwd_ms;
+    fa_plan_info info;
+} run_result;
+
+static void fill_nan_keys(const fa_attention_desc *d, fa_tensor_role role, void *data, int k0, int k1) {
+    const fa_tensor_desc *t = fa_desc_tensor(d, role);
+    for (int b = 0; b < d->batch; b++) {
+        int len = seq_len(d, role, b);
+        for (int s = k0; s < k1 && s < len; s++)
+            for (int h = 0; h < d->heads_kv; h++) {
+                int64_t row = fa_ref_index(d, role, b, s, h, 0);
+                for (int x = 0; x < d->head_dim; x++) fa_store_elem(data, t->dtype, row + x, NAN);
+            }
+    }
+}
+
+static uint64_t case_seed(const char *name, uint64_t extra) {
+    uint64_t h = 1469598103934665603ull ^ extra;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    const char *env = getenv("FA_TEST_SEED");
+    if (env) h ^= strtoull(env, NULL, 0) * 0x9e3779b97f4a7c15ull;
+    return h;
+}
+
+/* The kernels ask for exactly the shared memory the planner budgets. */
+static void check_shared_mem(const char *name, fa_plan plan) {
+#ifdef FA_WITH_CUDA
+    const fa_kernel_plan *kp[2] = {&plan->info.forward, &plan->info.backward};
+    for (int pass = 0; pass < 2; pass++) {
+        size_t got = 0;
+        fa_status st = fa_cuda_plan_shared_bytes(plan->impl, (fa_pass)pass, &got);
+        fa_variant v = kp[pass]->variant == FA_VARIANT_MMA ? FA_VARIANT_MMA : FA_VARIANT_SIMT;
+        size_t want = fa_plan_local_mem(v, (fa_pass)pass, &plan->desc, kp[pass]->br, kp[pass]->bc, kp[pass]->stages);
+        CHECK_MSG(st == FA_SUCCESS && got == want, "%s: %s kernels use %zu bytes of shared memory, the plan %zu", name,
+                  pass ? "backward" : "forward", got, want);
+    }
+#else
+    (void)name;
+    (void)plan;
+#endif
+}
+
+static const char *vname(const fa_kernel_plan *kp) { return fa_variant_name(kp->variant); }
+
+static void run_case(const char *name, const fa_attention_desc *d, const run_opts *opt, run_result *res) {
+    fa_context ctx = test_context();
+    memset(res, 0, sizeof *res);
+    res->err_o = res->err_dq = res->err_dk = res->err_dv = INFINITY;
+    if (!ctx) return;
+    clock_t t0 = clock();
+    const fa_dtype dt = d->q.dtype;
+    const double tol = tol_for(d);
+    fa_rng rng;
+    fa_rng_seed(&rng, case_seed(name, opt->seed));
+
+    fa_plan plan = NULL;
+    fa_status st = fa_plan_create(ctx, d, &plan);
+    CHECK_MSG(st == FA_SUCCESS, "%s: fa_plan_create: %s (%s)", name, fa_status_string(st), fa_last_error());
+    if (st != FA_SUCCESS) return;
+    if (opt->fwd || opt->bwd) {
+        st = force_tiles(plan, opt->fwd, opt->bwd);
+        CHECK_MSG(st == FA_SUCCESS, "%s: forcing tiles: %s (%s)", name, fa_status_string(st), fa_last_error());
+        if (st != FA_SUCCESS) {
+            fa_plan_destroy(plan);
+            return;
+        }
+    }
+    res->info = plan->info;
+    check_shared_mem(name, plan);
+
+    tensor q, k, v, o, dout, dq, dk, dv;
+    tensor *all[] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};
+    const fa_tensor_role roles[] = {FA_TENSOR_Q, FA_TENSOR_K, FA_TENSOR_V, FA_TENSOR_O,
+                                    FA_TENSOR_O, FA_TENSOR_Q, FA_TENSOR_K, FA_TENSOR_V};
+    int ok = 1;
+    for (int i = 0; i < 8; i++) ok &= tensor_init(all[i], ctx, d, roles[i]);
+    const int64_t nl = (int64_t)d->heads_q * fa_attention_total_q(d);
+    const size_t lse_bytes = (size_t)(nl > 0 ? nl : 1) * sizeof(float);
+    float *lse = malloc(lse_bytes), *lse_ref = malloc(lse_bytes), *lse_poison = malloc(lse_bytes);
+    fa_buffer lse_dev = NULL;
+    ok &= lse && lse_ref && lse_poison && fa_buffer_alloc(ctx, lse_bytes, &lse_dev) == FA_SUCCESS;
+    void *o_ref = malloc(o.bytes + 16), *o_std = malloc(o.bytes + 16), *poison_o = malloc(o.bytes + 16);
+    void *dq_ref = malloc(dq.bytes + 16), *dk_ref = malloc(dk.bytes + 16), *dv_ref = malloc(dv.bytes + 16);
+    void *poison_q = malloc(q.bytes + 16), *poison_k = malloc(k.bytes + 16), *poison_v = malloc(v.bytes + 16);
+    ok &= o_ref && o_std && poison_o && dq_ref && dk_ref && dv_ref && poison_q && poison_k && poison_v;
+    CHECK_MSG(ok, "%s: allocation failed", name);
+    if (!ok) goto done;
+
+    for (int i = 0; i < 5; i++) {
+        void *r = fa_test_random_tensor(&rng, dt, all[i]->count);
+        if (r) memcpy(all[i]->host, r, all[i]->bytes);
+        free(r);
+    }
+    if (opt->nan_k1 > opt->nan_k0) {
+        fill_nan_keys(d, FA_TENSOR_K, k.host, opt->nan_k0, opt->nan_k1);
+        fill_nan_keys(d, FA_TENSOR_V, v.host, opt->nan_k0, opt->nan_k1);
+    }
+    fa_test_poison(poison_o, dt, o.count);
+    fa_test_poison(poison_q, dt, q.count);
+    fa_test_poison(poison_k, dt, k.count);
+    fa_test_poison(poison_v, dt, v.count);
+    fa_test_poison(lse_poison, FA_DTYPE_F32, nl);
+    memcpy(o_ref, poison_o, o.bytes);
+
+    CHECK_OK(fa_ref_forward(d, q.host, k.host, v.host, o_ref, lse_ref));
+    CHECK_OK(fa_buffer_upload(q.dev, 0, q.host, q.bytes));
+    CHECK_OK(fa_buffer_upload(k.dev, 0, k.host, k.bytes));
+    CHECK_OK(fa_buffer_upload(v.dev, 0, v.host, v.bytes));
+    CHECK_OK(fa_buffer_upload(o.dev, 0, poison_o, o.bytes));
+    CHECK_OK(fa_buffer_upload(lse_dev, 0, lse_poison, lse_bytes));
+    CHECK_OK(fa_forward(plan, q.dev, k.dev, v.dev, o.dev, lse_dev));
+    CHECK_OK(fa_buffer_download(o.dev, 0, o.host, o.bytes));
+    CHECK_OK(fa_buffer_download(lse_dev, 0, lse, lse_bytes));
+    CHECK_OK(fa_plan_last_time_ms(plan, &res->fwd_ms));
+    CHECK_MSG(res->fwd_ms > 0.0, "%s: forward time %g ms", name, res->fwd_ms);
+
+    char what[200];
+    snprintf(what, sizeof what, "%s O", name);
+    res->err_o = compare_tensor(d, FA_TENSOR_O, o.host, o_ref, poison_o, o.count, what);
+    CHECK_MSG(res->err_o < tol, "%s: O relative error %.3g (limit %.1g)", name, res->err_o, tol);
+    /* TF32 rounds Q and K to 10-bit mantissas before the scores. */
+    compare_lse(lse, lse_ref, nl, name, d->q.dtype == FA_DTYPE_F32 && d->allow_tf32 ? 2e-3 : 1e-5);
+    res->o = gather(d, FA_TENSOR_O, o.host, &res->o_count);
+    if (dt != FA_DTYPE_F32 && opt->nan_k1 <= opt->nan_k0) {
+        memcpy(o_std, poison_o, o.bytes);
+        CHECK_OK(fa_ref_standard_forward(d, q.host, k.host, v.host, o_std, NULL));
+        res->err_std = compare_tensor(d, FA_TENSOR_O, o_std, o_ref, poison_o, o.count, "standard O");
+        CHECK_MSG(res->err_o <= 2.0 * res->err_std, "%s: O error %.3g is more than twice unfused attention's %.3g",
+                  name, res->err_o, res->err_std);
+    }
+
+    if (opt->backward) {
+        /* Both sides differentiate the reference's O and L, so the
+         * comparison measures the backward pass alone. */
+        memcpy(dq_ref, poison_q, dq.bytes);
+        memcpy(dk_ref, poison_k, dk.bytes);
+        memcpy(dv_ref, poison_v, dv.bytes);
+        CHECK_OK(fa_ref_backward(d, q.host, k.host, v.host, o_ref, lse_ref, dout.host, dq_ref, dk_ref, dv_ref));
+        CHECK_OK(fa_buffer_upload(o.dev, 0, o_ref, o.bytes));
+        CHECK_OK(fa_buffer_upload(lse_dev, 0, lse_ref, lse_bytes));
+        CHECK_OK(fa_buffer_upload(dout.dev, 0, dout.host, dout.bytes));
+        void *first[3] = {NULL, NULL, NULL};
+        for (int run = 0; run < (opt->twice ? 2 : 1); run++) {
+            CHECK_OK(fa_buffer_upload(dq.dev, 0, poison_q, dq.bytes));
+            CHECK_OK(fa_buffer_upload(dk.dev, 0, poison_k, dk.bytes));
+            CHECK_OK(fa_buffer_upload(dv.dev, 0, poison_v, dv.bytes));
+            CHECK_OK(fa_backward(plan, q.dev, k.dev, v.dev, o.dev, lse_dev, dout.dev, dq.dev, dk.dev, dv.dev));
+            CHECK_OK(fa_buffer_download(dq.dev, 0, dq.host, dq.bytes));
+            CHECK_OK(fa_buffer_download(dk.dev, 0, dk.host, dk.bytes));
+            CHECK_OK(fa_buffer_download(dv.dev, 0, dv.host, dv.bytes));
+            CHECK_OK(fa_plan_last_time_ms(plan, &res->bwd_ms));
+            CHECK_MSG(res->bwd_ms > 0.0, "%s: backward time %g ms", name, res->bwd_ms);
+            if (run == 0) {
+                snprintf(what, sizeof what, "%s dQ", name);
+                res->err_dq = compare_tensor(d, FA_TENSOR_Q, dq.host, dq_ref, poison_q, dq.count, what);
+                snprintf(what, sizeof what, "%s dK", name);
+                res->err_dk = compare_tensor(d, FA_TENSOR_K, dk.host, dk_ref, poison_k, dk.count, what);
+                snprintf(what, sizeof what, "%s dV", name);
+                res->err_dv = compare_tensor(d, FA_TENSOR_V, dv.host, dv_ref, poison_v, dv.count, what);
+                CHECK_MSG(res->err_dq < tol, "%s: dQ relative error %.3g (limit %.1g)", name, res->err_dq, tol);
+                CHECK_MSG(res->err_dk < tol, "%s: dK relative error %.3g (limit %.1g)", name, res->err_dk, tol);
+                CHECK_MSG(res->err_dv < tol, "%s: dV relative error %.3g (limit %.1g)", name, res->err_dv, tol);
+                if (opt->twice) {
+                    first[0] = malloc(dq.bytes + 1);
+                    first[1] = malloc(dk.bytes + 1);
+                    first[2] = malloc(dv.bytes + 1);
+                    if (first[0] && first[1] && first[2]) {
+                        memcpy(first[0], dq.host, dq.bytes);
+                        memcpy(first[1], dk.host, dk.bytes);
+                        memcpy(first[2], dv.host, dv.bytes);
+                    }
+                }
+            } else if (first[0] && first[1] && first[2]) {
+                CHECK_MSG(memcmp(first[0], dq.host, dq.bytes) == 0, "%s: dQ differs between two runs", name);
+                CHECK_MSG(memcmp(first[1], dk.host, dk.bytes) == 0, "%s: dK differs between two runs", name);
+                CHECK_MSG(memcmp(first[2], dv.host, dv.bytes) == 0, "%s: dV differs between two runs", name);
+            }
+        }
+        for (int i = 0; i < 3; i++) free(first[i]);
+    }
+    fprintf(stderr, "  %-36s %-4s f %-5s %3dx%-3d b %-5s %3dx%-3d O %.2e", name, fa_dtype_name(dt),
+            vname(&plan->info.forward), plan->info.forward.br, plan->info.forward.bc, vname(&plan->info.backward),
+            plan->info.backward.br, plan->info.backward.bc, res->err_o);
+    if (res->err_std > 0) fprintf(stderr, " (unfused %.2e)", res->err_std);
+    if (opt->backward) fprintf(stderr, " dQ %.2e dK %.2e dV %.2e", res->err_dq, res->err_dk, res->err_dv);
+    fprintf(stderr, " [%.1f s cpu]\n", (double)(clock() - t0) / CLOCKS_PER_SEC);
+
+done:
+    for (int i = 0; i < 8; i++) tensor_free(all[i]);
+    if (lse_dev) fa_buffer_free(lse_dev);
+    free(lse);
+    free(lse_ref);
+    free(lse_poison);
+    free(o_ref);
+    free(o_std);
+    free(poison_o);
+    free(dq_ref);
+    free(dk_ref);
+    free(dv_ref);
+    free(poison_q);
+    free(poison_k);
+    free(poison_v);
+    fa_plan_destroy(plan);
+}
+
+static uint8_t *random_block_mask(fa_attention_desc *d, int bq, int bk, uint64_t seed) {
+    int rows = (d->seqlen_q + bq - 1) / bq, cols = (d->seqlen_k + bk - 1) / bk;
+    uint8_t *m = malloc((size_t)rows * (size_t)cols);
+    if (!m) return NULL;
+    fa_rng rng;
+    fa_rng_seed(&rng, seed);
+    for (int i = 0; i < rows * cols; i++) m[i] = fa_rng_uniform(&rng, 0, 1) < 0.5;
+    /* One block row wholly masked: its rows see no key (L = -inf, O = 0). */
+    for (int j = 0; j < cols; j++) m[(rows / 2) * cols + j] = 0;
+    d->block_mask = m;
+    d->block_mask_bytes = (size_t)rows * (size_t)cols;
+    d->block_q = bq;
+    d->block_k = bk;
+    return m;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The shared suite                                                          */
+
+#ifdef FA_WITH_CUDA
+/* Suite tiles are FP32-pipe shapes (micro-tiles, optional key splits). */
+static fa_status suite_force(fa_plan plan, const suite_tiles *fwd, const suite_tiles *bwd) {
+    tiles f, b;
+    if (fwd) {
+        f = simt(fwd->br, fwd->bc, fwd->tr, fwd->tc);
+        if (fwd->tr <= 0 || fwd->tc <= 0) f.threads = 0;
+        if (fwd->split > 1) {
+            f.variant = FA_VARIANT_SPLITK;
+            f.split = fwd->split;
+        }
+    }
+    if (bwd) {
+        b = simt(bwd->br, bwd->bc, bwd->tr, bwd->tc);
+        if (bwd->tr <= 0 || bwd->tc <= 0) b.threads = 0;
+    }
+    return force_tiles(plan, fwd ? &f : NULL, bwd ? &b : NULL);
+}
+
+static void suite_check(const char *name, fa_plan plan) { check_shared_mem(name, plan); }
+
+static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 1, suite_force, suite_check};
+#else
+static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 0, NULL, NULL};
+#endif
+
+#define SUITE_CASE(name)                                                                   \
+    do {                                                                                   \
+        suite_use_backend(&cuda_suite);                                                    \
+        suite_##name();                                                                    \
+    } while (0)
+
+FA_TEST(dtypes) { SUITE_CASE(dtypes); }
+FA_TEST(head_dims) { SUITE_CASE(head_dims); }
+FA_TEST(causal) { SUITE_CASE(causal); }
+FA_TEST(sliding_window) { SUITE_CASE(sliding_window); }
+FA_TEST(block_sparse) { SUITE_CASE(block_sparse); }
+FA_TEST(block_sparse_skips_tiles) { SUITE_CASE(block_sparse_skips_tiles); }
+FA_TEST(dropout) { SUITE_CASE(dropout); }
+FA_TEST(dropout_mask_bits) { SUITE_CASE(dropout_mask_bits); }
+FA_TEST(gqa_mqa) { SUITE_CASE(gqa_mqa); }
+FA_TEST(varlen) { SUITE_CASE(varlen); }
+FA_TEST(decoding_splitk) { SUITE_CASE(decoding_splitk); }
+FA_TEST(lengths) { SUITE_CASE(lengths); }
+FA_TEST(strides_offsets) { SUITE_CASE(strides_offsets); }
+FA_TEST(deterministic_backward) { SUITE_CASE(deterministic_backward); }
+FA_TEST(described_devices) { SUITE_CASE(described_devices); }
+FA_TEST(rejects_bad_tiles) { SUITE_CASE(rejects_bad_tiles); }
+FA_TEST(long_sequences) { SUITE_CASE(long_sequences); }
+
+/* ------------------------------------------------------------------------ */
+/* This backend's cases                                                      */
+
+static fa_attention_desc make_desc(fa_dtype dt, int batch, int sq, int sk, int hq, int hkv, int d) {
+    fa_attention_desc desc;
+    fa_attention_desc_init(&desc);
+    desc.batch = batch;
+    desc.seqlen_q = sq;
+    desc.seqlen_k = sk;
+    desc.heads_q = hq;
+    desc.heads_kv = hkv;
+    desc.head_dim = d;
+    desc.q.dtype = desc.k.dtype = desc.v.dtype = desc.o.dtype = dt;
+    return desc;
+}
+
+/* The tensor-core dtypes: fp16, bf16 and fp32 on TF32 units. */
+static fa_attention_desc mma_desc(int which, int batch, int sq, int sk, int hq, int hkv, int d) {
+    const fa_dtype dts[] = {FA_DTYPE_F16, FA_DTYPE_BF16, FA_DTYPE_F32};
+    fa_attention_desc desc = make_desc(dts[which], batch, sq, sk, hq, hkv, d);
+    desc.allow_tf32 = which == 2;
+    return desc;
+}
+
+static void run_full(const char *name, const fa_attention_desc *desc, const tiles *f, const tiles *b, int backward,
+                     run_result *res) {
+    run_opts opt = {f, b, backward, 0, 0, 0, 0};
+    run_case(name, desc, &opt, res);
+    free(res->o);
+    res->o = NULL;
+}
+
+static void run(const char *name, const fa_attention_desc *desc, int backward) {
+    run_result res;
+    run_full(name, desc, NULL, NULL, backward, &res);
+}
+
+static void run_tiles(const char *name, const fa_attention_desc *desc, const tiles *f, const tiles *b, int backward) {
+    run_result res;
+    run_full(name, desc, f, b, backward, &res);
+}
+
+#define REQUIRE_MMA()                                                                      \
+    do {                                                                                   \
+        REQUIRE_CUDA();                                                                    \
+        if (device_cc() < 80) FA_SKIP("the tensor-core kernels need sm_80 or later");      \
+    } while (0)
+
+/* The variants the planner picks for desc on this device. */
+static void expect_variants(const char *name, const fa_attention_desc *d, fa_variant fwd, fa_variant bwd) {
+    fa_plan plan = NULL;
+    CHECK_OK(fa_plan_create(g_ctx, d, &plan));
+    if (!plan) return;
+    CHECK_MSG(plan->info.forward.variant == fwd && plan->info.backward.variant == bwd, "%s: planned %s / %s", name,
+              vname(&plan->info.forward), vname(&plan->info.backward));
+    fa_plan_destroy(plan);
+}
+
+FA_TEST(mma_dtypes) {
+    REQUIRE_MMA();
+    for (int w = 0; w < 3; w++) {
+        fa_attention_desc d = mma_desc(w, 2, 130, 150, 2, 2, 64);
+        run("mma dtypes b2 h2 130x150 d64", &d, 1);
+        expect_variants("mma dtypes", &d, FA_VARIANT_MMA, FA_VARIANT_MMA);
+    }
+    /* fp32 without TF32 stays on the FP32 pipes; so does a head_dim the
+     * m16n8k16 shape does not divide. */
+    fa_attention_desc d = make_desc(FA_DTYPE_F32, 2, 130, 150, 2, 2, 64);
+    expect_variants("fp32", &d, FA_VARIANT_SIMT, FA_VARIANT_SIMT);
+    d = make_desc(FA_DTYPE_F16, 2, 130, 150, 2, 2, 40);
+    expect_variants("fp16 d40", &d, FA_VARIANT_SIMT, FA_VARIANT_SIMT);
+}
+
+FA_TEST(mma_head_dims) {
+    REQUIRE_MMA();
+    const int dims[] = {16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256};
+    for (int w = 0; w < 3; w++)
+        for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++) {
+            if (w == 2 && dims[i] % 32) continue;
+            fa_attention_desc d = mma_desc(w, 1, 70, 90, 2, 1, dims[i]);
+            char name[64];
+            snprintf(name, sizeof name, "mma head_dim %d", dims[i]);
+            run(name, &d, 1);
+        }
+}
+
+FA_TEST(mma_masks) {
+    REQUIRE_MMA();
+    const int shapes[][2] = {{50, 140}, {100, 100}, {140, 50}, {300, 257}};
+    static const int32_t cu_q[] = {0, 5, 5, 82, 150};
+    static const int32_t cu_k[] = {0, 33, 45, 145, 145};
+    for (int w = 0; w < 3; w++) {
+        for (int i = 0; i < 4; i++) {
+            fa_attention_desc d = mma_desc(w, 2, shapes[i][0], shapes[i][1], 2, 2, 64);
+            d.causal = 1;
+            char name[64];
+            snprintf(name, sizeof name, "mma causal %dx%d", shapes[i][0], shapes[i][1]);
+            run(name, &d, 1);
+        }
+        const int win[][3] = {{20, 5, 0}, {-1, 10, 0}, {40, 0, 1}, {100, 100, 0}};
+        for (int i = 0; i < 4; i++) {
+            fa_attention_desc d = mma_desc(w, 1, 150, i % 2 ? 110 : 170, 2, 2, 32);
+            d.window_left = win[i][0];
+            d.window_right = win[i][1];
+            d.causal = win[i][2];
+            run("mma window", &d, 1);
+        }
+        fa_attention_desc d = mma_desc(w, 2, 150, 170, 2, 2, 64);
+        uint8_t *m = random_block_mask(&d, 16, 24, 11 + (uint64_t)w);
+        run("mma block-sparse 16x24", &d, 1);
+        free(m);
+        d = mma_desc(w, 1, 300, 300, 2, 2, 128);
+        m = random_block_mask(&d, 64, 64, 13);
+        d.causal = 1;
+        run("mma block-sparse 64x64 causal", &d, 1);
+        free(m);
+        d = mma_desc(w, 4, 77, 100, 4, 2, 64);
+        d.cu_seqlens_q = cu_q;
+        d.cu_seqlens_k = cu_k;
+        d.causal = 1;
+        run("mma varlen causal gqa", &d, 1);
+        d = mma_desc(w, 1, 200, 300, 8, 1, 128);
+        run("mma mqa 8/1 d128", &d, 1);
+        const int lens[] = {1, 7, 127, 1000};
+        for (int i = 0; i < 4; i++) {
+            d = mma_desc(w, 1, lens[i], lens[i], 1, 1, 64);
+            char name[64];
+            snprintf(name, sizeof name, "mma length %d", lens[i]);
+            run(name, &d, 1);
+        }
+    }
+    fa_attention_desc d = mma_desc(1, 1, 2049, 2049, 1, 1, 64);
+    d.causal = 1;
+    run("mma length 2049 causal", &d, 1);
+    /* Padded rows and offsets (16-byte multiples), and varlen strides. */
+    d = mma_desc(0, 2, 70, 90, 4, 2, 64);
+    d.q.offset = 24;
+    d.q.stride_seq = 4 * 64 + 16;
+    d.q.stride_batch = 70 * d.q.stride_seq;
+    d.k.offset = 8;
+    d.k.stride_seq = 2 * 64 + 8;
+    d.k.stride_head = 64;
+    d.k.stride_batch = 90 * d.k.stride_seq + 32;
+    d.v.offset = 64;
+    d.v.stride_head = 72;
+    d.v.stride_seq = 2 * 72;
+    d.v.stride_batch = (int64_t)90 * 2 * 72 + 8;
+    d.o.offset = 40;
+    d.o.stride_seq = 4 * 64 + 8;
+    d.o.stride_batch = 70 * d.o.stride_seq;
+    d.causal = 1;
+    run("mma padded strides and offsets", &d, 1);
+    static const int32_t vq[] = {0, 30, 100};
+    static const int32_t vk[] = {0, 55, 90};
+    d = mma_desc(1, 2, 70, 55, 2, 2, 32);
+    d.cu_seqlens_q = vq;
+    d.cu_seqlens_k = vk;
+    d.q.offset = 16;
+    d.q.stride_seq = 2 * 32 + 8;
+    d.o.stride_head = 40;
+    d.o.stride_seq = 2 * 40;
+    run("mma varlen strides", &d, 1);
+}
+
+FA_TEST(mma_dropout) {
+    REQUIRE_MMA();
+    static const int32_t cu_q[] = {0, 5, 5, 82, 150};
+    static const int32_t cu_k[] = {0, 33, 45, 145, 145};
+    for (int w = 0; w < 3; w++) {
+        fa_attention_desc d = mma_desc(w, 2, 100, 120, 2, 2, 64);
+        d.dropout_p = 0.17f;
+        d.dropout_seed = 0x123456789abcdefull;
+        d.dropout_offset = 0x500000007ull;
+        run("mma dropout 0.17", &d, 1);
+        d = mma_desc(w, 1, 90, 90, 3, 1, 32);
+        d.causal = 1;
+        d.dropout_p = 0.5f;
+        d.dropout_seed = 42;
+        run("mma dropout 0.5 causal mqa", &d, 1);
+        d = mma_desc(w, 4, 77, 100, 4, 2, 64);
+        d.cu_seqlens_q = cu_q;
+        d.cu_seqlens_k = cu_k;
+        d.causal = 1;
+        d.dropout_p = 0.1f;
+        d.dropout_seed = 5;
+        run("mma varlen causal dropout gqa", &d, 1);
+    }
+}
+
+/* With V the identity (key j carries a 1 in dimension j), O[i][j] is
+ * P[i][j] z_ij / (1 - p): the kernel's dropout mask can be read off O and
+ * compared bit for bit with fa_dropout_keep. */
+static void mask_bits(const fa_attention_desc *proto) {
+    fa_context ctx = g_ctx;
+    const int sq = 40, sk = 64, dim = 64, heads = 2;
+    fa_attention_desc d = *proto;
+    d.batch = 2;
+    d.seqlen_q = sq;
+    d.seqlen_k = sk;
+    d.heads_q = d.heads_kv = heads;
+    d.head_dim = dim;
+    d.dropout_p = 0.25f;
+    d.dropout_seed = 0xfeedface12345ull;
+    d.dropout_offset = 3;
+    d.softmax_scale = 0.05f; /* keeps every P comfortably above 0 */
+    const fa_dtype dt = d.q.dtype;
+    const size_t nq = (size_t)2 * sq * heads * dim, nk = (size_t)2 * sk * heads * dim, es = fa_dtype_size(dt);
+    fa_rng rng;
+    fa_rng_seed(&rng, case_seed("mma_dropout_mask_bits", (uint64_t)dt * 2 + (uint64_t)d.allow_tf32));
+    void *q = fa_test_random_tensor(&rng, dt, (int64_t)nq);
+    void *k = fa_test_random_tensor(&rng, dt, (int64_t)nk);
+    void *v = calloc(nk, es), *o = malloc(nq * es);
+    fa_buffer bq = NULL, bk = NULL, bv = NULL, bo = NULL, bl = NULL;
+    fa_plan plan = NULL;
+    CHECK(q && k && v && o);
+    if (!(q && k && v && o)) goto out;
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < sk; j++)
+            for (int h = 0; h < heads; h++) fa_store_elem(v, dt, (((int64_t)b * sk + j) * heads + h) * dim + j, 1.0);
+    fa_test_poison(o, dt, (int64_t)nq);
+    CHECK_OK(fa_plan_create(ctx, &d, &plan));
+    CHECK_OK(fa_buffer_alloc(ctx, nq * es, &bq));
+    CHECK_OK(fa_buffer_alloc(ctx, nk * es, &bk));
+    CHECK_OK(fa_buffer_alloc(ctx, nk * es, &bv));
+    CHECK_OK(fa_buffer_alloc(ctx, nq * es, &bo));
+    CHECK_OK(fa_buffer_alloc(ctx, (size_t)2 * heads * sq * 4, &bl));
+    if (!plan || !bq || !bk || !bv || !bo || !bl) goto out;
+    CHECK_MSG(plan->info.forward.variant == FA_VARIANT_MMA, "mask bits: forward planned %s",
+              vname(&plan->info.forward));
+    CHECK_OK(fa_buffer_upload(bq, 0, q, nq * es));
+    CHECK_OK(fa_buffer_upload(bk, 0, k, nk * es));
+    CHECK_OK(fa_buffer_upload(bv, 0, v, nk * es));
+    CHECK_OK(fa_buffer_upload(bo, 0, o, nq * es));
+    CHECK_OK(fa_forward(plan, bq, bk, bv, bo, bl));
+    CHECK_OK(fa_buffer_download(bo, 0, o, nq * es));
+    int64_t wrong = 0, dropped = 0, total = 0;
+    for (int b = 0; b < 2; b++)
+        for (int h = 0; h < heads; h++)
+            for (int i = 0; i < sq; i++)
+                for (int j = 0; j < sk; j++) {
+                    double val = fa_load_elem(o, dt, (((int64_t)b * sq + i) * heads + h) * dim + j);
+                    int keep = fa_dropout_keep(d.dropout_seed, d.dropout_offset, d.dropout_p, b, h, heads, i, j);
+                    wrong += (val != 0.0) != keep || !isfinite(val);
+                    dropped += !keep;
+                    total++;
+                }
+    CHECK_MSG(wrong == 0, "%s%s: %lld of %lld dropout decisions differ from the reference", fa_dtype_name(dt),
+              d.allow_tf32 ? " tf32" : "", (long long)wrong, (long long)total);
+    CHECK_MSG(dropped > total / 8 && dropped < total / 2, "%lld of %lld dropped at p = 0.25", (long long)dropped,
+              (long long)total);
+out:
+    if (plan) fa_plan_destroy(plan);
+    fa_buffer bufs[] = {bq, bk, bv, bo, bl};
+    for (int i = 0; i < 5; i++)
+        if (bufs[i]) fa_buffer_free(bufs[i]);
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+}
+
+FA_TEST(mma_dropout_mask_bits) {
+    REQUIRE_MMA();
+    for (int w = 0; w < 3; w++) {
+        fa_attention_desc d = mma_desc(w, 1, 1, 1, 1, 1, 64);
+        mask_bits(&d);
+    }
+}
+
+/* Keys 32..63 are hidden from every query by the block mask and hold NaN in
+ * K and V: a forward kernel that computed those 16-key tiles instead of
+ * skipping them would carry the NaN into O. */
+FA_TEST(mma_block_sparse_skips_tiles) {
+    REQUIRE_MMA();
+    uint8_t mask[24];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 6; j++) mask[i * 6 + j] = (uint8_t)(j == 2 || j == 3 ? 0 : (i + j) % 3 != 0);
+    for (int w = 0; w < 3; w++) {
+        fa_attention_desc d = mma_desc(w, 1, 64, 96, 2, 2, 32);
+        d.block_mask = mask;
+        d.block_mask_bytes = sizeof mask;
+        d.block_q = 16;
+        d.block_k = 16;
+        const tiles f = mma(64, 16, 4, 2), b = simt(16, 16, 2, 2);
+        run_opts opt = {&f, &b, 1, 0, 32, 64, 0};
+        run_result res;
+        run_case("mma block-sparse NaN skipped", &d, &opt, &res);
+        int64_t nonfinite = 0;
+        for (int64_t i = 0; i < res.o_count; i++) nonfinite += !isfinite(res.o[i]);
+        CHECK_MSG(res.o && nonfinite == 0, "%lld non-finite O values: masked tiles were computed",
+                  (long long)nonfinite);
+        free(res.o);
+    }
+}
+
+/* The dQ kernel of deterministic mode: bit-identical twice, and right with
+ * every mask (its tile map differs from the key-side kernel's). */
+FA_TEST(mma_deterministic_backward) {
+    REQUIRE_MMA();
+    for (int w = 0; w < 3; w++) {
+        fa_attention_desc d = mma_desc(w, 2, 110, 130, 4, 2, 64);
+        d.causal = 1;
+        d.dropout_p = 0.2f;
+        d.dropout_seed = 1234;
+        d.deterministic = 1;
+        run_opts opt = {NULL, NULL, 1, 1, 0, 0, 0};
+        run_result res;
+        run_case("mma deterministic backward", &d, &opt, &res);
+        CHECK(res.info.backward.variant == FA_VARIANT_MMA);
+        free(res.o);
+        d = mma_desc(w, 1, 300, 260, 2, 2, 128);
+        uint8_t *m = random_block_mask(&d, 32, 48, 21);
+        d.window_left = 90;
+        d.deterministic = 1;
+        run_case("mma deterministic block-sparse window", &d, &opt, &res);
+        free(res.o);
+        free(m);
+    }
+}
+
+/* Every tensor-core shape the kernels take: 4 and 8 warps, one and two
+ * strips a warp, tile widths 16 to 128, one and two stages, Q fragments in
+ * registers or not (large head dims). */
+FA_TEST(mma_shapes) {
+    REQUIRE_MMA();
+    const struct {
+        int dim;
+        tiles f, b;
+    } shapes[] = {
+        {64, {FA_VARIANT_MMA, 64, 64, 128, 1, 1, 1, 1}, {FA_VARIANT_MMA, 64, 64, 128, 1, 1, 1, 1}},
+        {64, {FA_VARIANT_MMA, 128, 32, 128, 1, 1, 2, 1}, {FA_VARIANT_MMA, 32, 128, 128, 1, 1, 2, 1}},
+        {64, {FA_VARIANT_MMA, 128, 64, 256, 1, 1, 2, 1}, {FA_VARIANT_MMA, 64, 128, 256, 1, 1, 2, 1}},
+        {32, {FA_VARIANT_MMA, 128, 128, 256, 1, 1, 1, 1}, {FA_VARIANT_MMA, 16, 128, 128, 1, 1, 1, 1}},
+        {128, {FA_VARIANT_MMA, 64, 16, 128, 1, 1, 2, 1}, {FA_VARIANT_MMA, 16, 64, 128, 1, 1, 1, 1}},
+        {256, {FA_VARIANT_MMA, 64, 32, 128, 1, 1, 1, 1}, {FA_VARIANT_SIMT, 16, 32, 128, 2, 2, 1, 1}},
+    };
+    for (size_t i = 0; i < FA_ARRAY_SIZE(shapes); i++)
+        for (int w = 0; w < 3; w++) {
+            fa_attention_desc d = mma_desc(w, 2, 200, 230, 2, 1, shapes[i].dim);
+            d.causal = (int)(i % 2);
+            char name[96];
+            snprintf(name, sizeof name, "mma d%d %dx%d/%d s%d, %dx%d/%d", shapes[i].dim, shapes[i].f.br,
+                     shapes[i].f.bc, shapes[i].f.threads, shapes[i].f.stages, shapes[i].b.br, shapes[i].b.bc,
+                     shapes[i].b.threads);
+            run_tiles(name, &d, &shapes[i].f, &shapes[i].b, 1);
+        }
+}
+
+/* The plans the planner makes for training and decoding shapes on the
+ * described H100 and on this device, tensor-core tiles run as such, on
+ * small problems. */
+FA_TEST(mma_planned_tiles) {
+    REQUIRE_MMA();
+    fa_device_info here;
+    CHECK_OK(fa_context_get_info(g_ctx, &here));
+    const fa_device_desc *devs[] = {&fa_described_device_find("h100")->desc, &here.desc};
+    const char *names[] = {"h100", "this device"};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 5; j++) {
+            const int decode = j == 4, dim = j == 1 ? 128 : j == 2 ? 256 : j == 3 ? 96 : 64;
+            const int w = j % 3;
+            fa_attention_desc big = decode ? mma_desc(w, 2, 4, 8192, 16, 2, dim) : mma_desc(w, 8, 2048, 2048, 16, 16, dim);
+            big.causal = j == 1;
+            fa_plan_info info;
+            fa_status st = fa_plan_for_device(devs[i], &big, &info);
+            CHECK_MSG(st == FA_SUCCESS, "planning for %s: %s", names[i], fa_last_error());
+            if (st != FA_SUCCESS) continue;
+            if (info.forward.local_mem_bytes > here.desc.local_mem_bytes ||
+                info.backward.local_mem_bytes > here.desc.local_mem_bytes)
+                continue;
+            if (!decode) CHECK_MSG(info.forward.variant == FA_VARIANT_MMA, "%s d%d: forward %s", names[i], dim,
+                                   vname(&info.forward));
+            tiles f = from_plan(&info.forward), b = from_plan(&info.backward);
+            fa_attention_desc d = decode ? mma_desc(w, 1, 4, 1100, 4, 1, dim) : mma_desc(w, 1, 150, 170, 2, 1, dim);
+            d.causal = big.causal;
+            char name[96];
+            snprintf(name, sizeof name, "%s%s d%d planned", names[i], decode ? " decode" : "", dim);
+            run_tiles(name, &d, &f, &b, !decode);
+        }
+}
+
+/* Shapes no kernel runs are refused with a status and leave no plan. */
+FA_TEST(mma_rejects_bad_tiles) {
+    REQUIRE_MMA();
+    fa_attention_desc d = make_desc(FA_DTYPE_F16, 1, 64, 64, 1, 1, 64);
+    fa_plan plan = NULL;
+    CHECK_OK(fa_plan_create(g_ctx, &d, &plan));
+    if (!plan) return;
+    const tiles bad[] = {
+        {FA_VARIANT_MMA, 64, 64, 96, 1, 1, 1, 1},   /* three warps */
+        {FA_VARIANT_MMA, 256, 64, 128, 1, 1, 1, 1}, /* four strips a warp */
+        {FA_VARIANT_MMA, 64, 24, 128, 1, 1, 1, 1},  /* bc not a multiple of 16 */
+        {FA_VARIANT_MMA, 64, 64, 128, 1, 1, 3, 1},  /* three stages */
+    };
+    for (size_t i = 0; i < FA_ARRAY_SIZE(bad); i++) {
+        fa_status st = force_tiles(plan, &bad[i], NULL);
+        CHECK_MSG(st == FA_ERR_UNSUPPORTED && plan->impl == NULL, "bad tile %zu accepted: %s", i,
+                  fa_status_string(st));
+    }
+    const tiles fine = mma(64, 64, 4, 2);
+    CHECK_OK(force_tiles(plan, &fine, NULL));
+    fa_plan_destroy(plan);
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F32;
+    CHECK_OK(fa_plan_create(g_ctx, &d, &plan));
+    if (!plan) return;
+    CHECK_STATUS(force_tiles(plan, &fine, NULL), FA_ERR_UNSUPPORTED); /* fp32 without allow_tf32 */
+    fa_plan_destroy(plan);
+}
+
+FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),
+             FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
+             FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(lengths), FA_CASE(strides_offsets),
+             FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
+             FA_CASE(long_sequences), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims), FA_CASE(mma_masks),
+             FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits), FA_CASE(mma_block_sparse_skips_tiles),
+             FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes), FA_CASE(mma_planned_tiles),
+             FA_CASE(mma_rejects_bad_tiles))

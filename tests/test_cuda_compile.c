@@ -1,0 +1,377 @@
+/* The CUDA kernels compiled by NVRTC without a GPU: every program the
+ * planner can ask for on a described H100 (sm_90) and A100 (sm_80), for
+ * every dtype (fp32 on the FP32 pipes and on TF32 tensor cores), head
+ * dimensions from 8 to 256, plain and fully masked options (causal, window,
+ * block-sparse, dropout, varlen, deterministic) and decoding (split-K). The
+ * tensor-core kernels must not spill: ptxas' own report (the compile log of
+ * --ptxas-options=-v) is read for every kernel, and a table of registers
+ * and spills is printed. Runs wherever NVRTC loads; skips otherwise.
+ *
+ * fa-test-labels: compile */
+#include "harness.h"
+#include "test_util.h"
+
+#include "fa_internal.h"
+#include "flashattn.h"
+#include "planner.h"
+
+#ifdef FA_WITH_CUDA
+#include "backends/cuda/cuda_runtime_internal.h"
+#endif
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef FA_WITH_CUDA
+
+static char g_skip[512];
+
+static int nvrtc_here(void) {
+    char why[400];
+    if (fa_cuda_nvrtc_available(why, sizeof why)) return 1;
+    snprintf(g_skip, sizeof g_skip, "NVRTC cannot be loaded here: %s", why);
+    return 0;
+}
+
+#define REQUIRE_NVRTC()                                                                    \
+    do {                                                                                   \
+        if (!nvrtc_here()) FA_SKIP(g_skip);                                                \
+    } while (0)
+
+/* An A100 (SXM, 40 GB) described by hand: 108 SMs, 163 KiB of shared memory
+ * per block with opt-in, 2048 dense fp16 flops per clock and SM. */
+static fa_device_desc a100(void) {
+    fa_device_desc d = fa_described_device_find("h100")->desc;
+    snprintf(d.name, sizeof d.name, "NVIDIA A100-SXM4-40GB");
+    snprintf(d.arch, sizeof d.arch, "sm_80");
+    d.local_mem_bytes = 166912;
+    d.compute_units = 108;
+    d.clock_mhz = 1410;
+    d.bandwidth_gbs = 1555.0;
+    d.fp32_flops_per_clock_cu = 128.0;
+    d.matrix_flops_per_clock_cu = 2048.0;
+    return d;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Jobs: one plan each, compiled on a small pool of threads                  */
+
+#define MAX_REPORTS 8
+
+typedef struct job {
+    char label[96];
+    fa_attention_desc desc;
+    fa_plan_info info;
+    int cc_major, cc_minor;
+    fa_status status;
+    char error[1024];
+    fa_cuda_kernel_report reports[MAX_REPORTS];
+    int count;
+} job;
+
+typedef struct pool {
+    job *jobs;
+    int njobs;
+    int next;
+    pthread_mutex_t lock;
+} pool;
+
+static void *worker(void *arg) {
+    pool *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        int i = p->next++;
+        pthread_mutex_unlock(&p->lock);
+        if (i >= p->njobs) return NULL;
+        job *j = &p->jobs[i];
+        j->status = fa_cuda_compile_plan(&j->desc, &j->info, j->cc_major, j->cc_minor, j->reports, MAX_REPORTS,
+                                         &j->count);
+        if (j->status != FA_SUCCESS) snprintf(j->error, sizeof j->error, "%s", fa_last_error());
+    }
+}
+
+static void run_jobs(job *jobs, int n) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cores > 1 ? (cores > 4 ? 4 : (int)cores) : 1;
+    pool p = {jobs, n, 0, PTHREAD_MUTEX_INITIALIZER};
+    pthread_t tid[4];
+    int started = 0;
+    for (int i = 0; i < threads; i++)
+        if (pthread_create(&tid[started], NULL, worker, &p) == 0) started++;
+    if (started == 0) worker(&p);
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The problems                                                              */
+
+typedef enum dmode { MODE_F16, MODE_BF16, MODE_TF32, MODE_F32, MODE_COUNT } dmode;
+static const char *const mode_names[] = {"fp16", "bf16", "tf32", "fp32"};
+
+static const int32_t cu_q[] = {0, 700, 1900, 2048, 4000};
+static const int32_t cu_k[] = {0, 900, 1900, 2100, 4096};
+static uint8_t g_mask[64 * 64];
+
+static fa_attention_desc problem(dmode mode, int dim, int option_set) {
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    fa_dtype t = mode == MODE_F16 ? FA_DTYPE_F16 : mode == MODE_BF16 ? FA_DTYPE_BF16 : FA_DTYPE_F32;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = t;
+    d.allow_tf32 = mode == MODE_TF32;
+    d.head_dim = dim;
+    d.heads_q = 16;
+    d.heads_kv = 4;
+    if (option_set == 2) {
+        /* Decoding: a few queries over many keys. */
+        d.batch = 2;
+        d.seqlen_q = 4;
+        d.seqlen_k = 8192;
+        return d;
+    }
+    d.batch = 4;
+    d.seqlen_q = d.seqlen_k = 2048;
+    if (option_set == 1) {
+        d.causal = 1;
+        d.window_left = 700;
+        d.window_right = 0;
+        d.dropout_p = 0.1f;
+        d.dropout_seed = 1;
+        d.cu_seqlens_q = cu_q;
+        d.cu_seqlens_k = cu_k;
+        d.block_q = d.block_k = 64;
+        d.block_mask = g_mask;
+        d.block_mask_bytes = (size_t)32 * 32;
+        d.deterministic = 1;
+    }
+    return d;
+}
+
+static const int dims[] = {8, 32, 40, 64, 80, 96, 128, 192, 256};
+
+/* Builds the job list for one device; returns the number of jobs. */
+static int make_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job *jobs, int cap) {
+    for (size_t i = 0; i < sizeof g_mask; i++) g_mask[i] = (uint8_t)((i * 7 + 3) % 5 != 0);
+    int n = 0;
+    for (int m = 0; m < MODE_COUNT; m++)
+        for (size_t di = 0; di < FA_ARRAY_SIZE(dims); di++)
+            for (int os = 0; os < 3; os++) {
+                if (n >= cap) return n;
+                job *j = &jobs[n];
+                memset(j, 0, sizeof *j);
+                j->desc = problem((dmode)m, dims[di], os);
+                j->cc_major = cc_major;
+                j->cc_minor = cc_minor;
+                snprintf(j->label, sizeof j->label, "%s d%d %s", mode_names[m], dims[di],
+                         os == 0 ? "plain" : os == 1 ? "all-options" : "decode");
+                fa_status st = fa_plan_for_device(dev, &j->desc, &j->info);
+                CHECK_MSG(st == FA_SUCCESS, "%s: planning failed: %s", j->label, fa_last_error());
+                if (st == FA_SUCCESS) n++;
+            }
+    return n;
+}
+
+static void print_and_check(const char *device, job *jobs, int n) {
+    printf("\n%-8s %-28s %-8s %-18s %5s %5s %6s %6s %7s %s\n", "device", "problem", "program", "kernel", "thr",
+           "regs", "spillS", "spillL", "smem", "plan");
+    int kernels = 0, mma_kernels = 0, mma_programs_seen = 0;
+    double seconds = 0.0;
+    for (int i = 0; i < n; i++) {
+        job *j = &jobs[i];
+        CHECK_MSG(j->status == FA_SUCCESS, "%s %s: %s (%s)", device, j->label, fa_status_string(j->status), j->error);
+        if (j->status != FA_SUCCESS) continue;
+        CHECK_MSG(j->count >= 2 && j->count <= MAX_REPORTS, "%s %s: %d kernels", device, j->label, j->count);
+        const fa_kernel_plan *f = &j->info.forward, *b = &j->info.backward;
+        char plan[96];
+        snprintf(plan, sizeof plan, "f %s %dx%d/%d s%d k%d, b %s %dx%d/%d", fa_variant_name(f->variant), f->br,
+                 f->bc, f->work_group_size, f->stages, f->split_k, fa_variant_name(b->variant), b->br, b->bc,
+                 b->work_group_size);
+        for (int k = 0; k < j->count && k < MAX_REPORTS; k++) {
+            const fa_cuda_kernel_report *r = &j->reports[k];
+            kernels++;
+            seconds += r->compile_seconds;
+            printf("%-8s %-28s %-8s %-18s %5d %5d %6d %6d %7zu %s\n", r->arch, j->label, r->program, r->kernel,
+                   r->threads, r->registers, r->spill_stores, r->spill_loads, r->shared_bytes, k == 0 ? plan : "");
+            CHECK_MSG(r->real_code, "%s %s %s: compiled to PTX, not to the architecture's own code", r->arch,
+                      j->label, r->kernel);
+            CHECK_MSG(r->registers > 0 && r->registers <= 255, "%s %s %s: ptxas reported %d registers", r->arch,
+                      j->label, r->kernel, r->registers);
+            /* The planner's local-memory budget is what the kernels ask for. */
+            if (strstr(r->kernel, "fwd_mma") || strstr(r->kernel, "fwd_simt"))
+                CHECK_MSG(r->shared_bytes == f->local_mem_bytes, "%s %s %s: %zu bytes of shared memory, plan %zu",
+                          r->arch, j->label, r->kernel, r->shared_bytes, f->local_mem_bytes);
+            if (strstr(r->kernel, "dkdv"))
+                CHECK_MSG(r->shared_bytes == b->local_mem_bytes, "%s %s %s: %zu bytes of shared memory, plan %zu",
+                          r->arch, j->label, r->kernel, r->shared_bytes, b->local_mem_bytes);
+            if (r->tensor_cores && strstr(r->kernel, "_mma")) {
+                mma_kernels++;
+                CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
+                          "%s %s %s spills: %d bytes stored, %d loaded, %d bytes of stack (options %s)", r->arch,
+                          j->label, r->kernel, r->spill_stores, r->spill_loads, r->stack_bytes, r->options);
+            }
+        }
+        if (f->variant == FA_VARIANT_MMA || b->variant == FA_VARIANT_MMA) mma_programs_seen++;
+    }
+    printf("%s: %d plans, %d kernels (%d on tensor cores), %.1f s of compiling (0 for cache hits)\n", device, n,
+           kernels, mma_kernels, seconds);
+    /* The sweep reaches the tensor-core kernels of every dtype mode but fp32. */
+    CHECK_MSG(mma_programs_seen >= 3 * 6, "only %d plans use tensor cores", mma_programs_seen);
+}
+
+static void sweep(const char *device, const fa_device_desc *dev, int cc_major, int cc_minor) {
+    const int cap = MODE_COUNT * (int)FA_ARRAY_SIZE(dims) * 3;
+    job *jobs = calloc((size_t)cap, sizeof *jobs);
+    CHECK(jobs != NULL);
+    if (!jobs) return;
+    int n = make_jobs(dev, cc_major, cc_minor, jobs, cap);
+    CHECK(n == cap);
+    run_jobs(jobs, n);
+    print_and_check(device, jobs, n);
+    /* Every dtype, head dimension and option set planned tensor-core
+     * kernels wherever the m16n8k16 shape divides the head dimension. */
+    for (int i = 0; i < n; i++) {
+        const fa_attention_desc *d = &jobs[i].desc;
+        int mma_dtype = d->q.dtype != FA_DTYPE_F32 || d->allow_tf32;
+        if (mma_dtype && d->head_dim % 16 == 0 && d->seqlen_q > 16 && d->head_dim <= 128)
+            CHECK_MSG(jobs[i].info.forward.variant == FA_VARIANT_MMA, "%s %s: forward %s", device, jobs[i].label,
+                      fa_variant_name(jobs[i].info.forward.variant));
+        if (!mma_dtype || d->head_dim % 16)
+            CHECK_MSG(jobs[i].info.forward.variant != FA_VARIANT_MMA && jobs[i].info.backward.variant != FA_VARIANT_MMA,
+                      "%s %s: tensor cores planned", device, jobs[i].label);
+    }
+    free(jobs);
+}
+
+#endif /* FA_WITH_CUDA */
+
+#ifdef FA_WITH_CUDA
+#define REQUIRE_CUDA_BUILD() ((void)0)
+#else
+#define REQUIRE_CUDA_BUILD() FA_SKIP("the CUDA backend is not built into this library")
+#define REQUIRE_NVRTC() ((void)0)
+#endif
+
+FA_TEST(h100_sm90_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    sweep("h100", &fa_described_device_find("h100")->desc, 9, 0);
+#endif
+}
+
+FA_TEST(a100_sm80_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    fa_device_desc d = a100();
+    sweep("a100", &d, 8, 0);
+#endif
+}
+
+/* A second compile of the same program comes from the kernel cache with
+ * the same binary size and ptxas report. */
+FA_TEST(kernel_cache_roundtrip) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    char dir[] = "/tmp/fa-cuda-cache-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const char *old = getenv("FLASHATTN_CACHE_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("FLASHATTN_CACHE_DIR", dir, 1);
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    d.batch = 1;
+    d.seqlen_q = d.seqlen_k = 512;
+    d.heads_q = d.heads_kv = 4;
+    d.head_dim = 64;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_BF16;
+    d.softmax_scale = 0.37f; /* any: the scale is a run-time argument */
+    fa_plan_info info;
+    CHECK_OK(fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info));
+    fa_cuda_kernel_report a[MAX_REPORTS], b[MAX_REPORTS];
+    int na = 0, nb = 0;
+    CHECK_OK(fa_cuda_compile_plan(&d, &info, 9, 0, a, MAX_REPORTS, &na));
+    CHECK_OK(fa_cuda_compile_plan(&d, &info, 9, 0, b, MAX_REPORTS, &nb));
+    CHECK(na == nb && na >= 2);
+    for (int i = 0; i < na && i < nb && i < MAX_REPORTS; i++) {
+        CHECK_MSG(!a[i].from_cache && b[i].from_cache, "%s: first from cache %d, second %d", a[i].kernel,
+                  a[i].from_cache, b[i].from_cache);
+        CHECK(a[i].binary_bytes == b[i].binary_bytes && a[i].binary_bytes > 0);
+        CHECK(a[i].registers == b[i].registers && a[i].spill_stores == b[i].spill_stores);
+        CHECK(strcmp(a[i].kernel, b[i].kernel) == 0);
+    }
+    /* The kernels take the scale at run time: another scale, same binaries. */
+    d.softmax_scale = 0.0f;
+    fa_plan_info info2;
+    CHECK_OK(fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info2));
+    CHECK_OK(fa_cuda_compile_plan(&d, &info2, 9, 0, b, MAX_REPORTS, &nb));
+    for (int i = 0; i < nb && i < MAX_REPORTS; i++) CHECK_MSG(b[i].from_cache, "%s recompiled", b[i].kernel);
+    if (saved) {
+        setenv("FLASHATTN_CACHE_DIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("FLASHATTN_CACHE_DIR");
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+#endif
+}
+
+/* An architecture NVRTC does not know is a compile error carrying NVRTC's
+ * own message; a plan the kernels cannot run is refused before compiling. */
+FA_TEST(errors_are_reported) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    const char *old = getenv("FLASHATTN_CACHE_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("FLASHATTN_CACHE_DIR", "off", 1);
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    d.batch = 1;
+    d.seqlen_q = d.seqlen_k = 256;
+    d.heads_q = d.heads_kv = 2;
+    d.head_dim = 64;
+    fa_plan_info info;
+    CHECK_OK(fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info));
+    CHECK(info.forward.variant == FA_VARIANT_SIMT);
+    int n = 0;
+    fa_status st = fa_cuda_compile_plan(&d, &info, 1, 0, NULL, 0, &n);
+    CHECK_MSG(st == FA_ERR_COMPILE, "sm_10: %s (%s)", fa_status_string(st), fa_last_error());
+    CHECK_MSG(strstr(fa_last_error(), "sm_10") != NULL && strstr(fa_last_error(), "NVRTC") != NULL, "message: %s",
+              fa_last_error());
+
+    /* Tensor-core plans: before sm_80, with a warp count, tile or head_dim
+     * the kernels do not have. */
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F16;
+    CHECK_OK(fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info));
+    CHECK(info.forward.variant == FA_VARIANT_MMA && info.backward.variant == FA_VARIANT_MMA);
+    CHECK_STATUS(fa_cuda_compile_plan(&d, &info, 7, 5, NULL, 0, &n), FA_ERR_UNSUPPORTED);
+    fa_plan_info bad = info;
+    bad.forward.work_group_size = 96;
+    CHECK_STATUS(fa_cuda_compile_plan(&d, &bad, 9, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED);
+    bad = info;
+    bad.backward.bc = 24;
+    CHECK_STATUS(fa_cuda_compile_plan(&d, &bad, 9, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED);
+    d.head_dim = 40;
+    CHECK_STATUS(fa_cuda_compile_plan(&d, &info, 9, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED);
+    d.head_dim = 64;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F32;
+    CHECK_STATUS(fa_cuda_compile_plan(&d, &info, 9, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED); /* no allow_tf32 */
+    if (saved) {
+        setenv("FLASHATTN_CACHE_DIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("FLASHATTN_CACHE_DIR");
+    }
+#endif
+}
+
+
+FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(kernel_cache_roundtrip),
+             FA_CASE(errors_are_reported))

@@ -5,10 +5,12 @@
  * The HIP headers supply types only; every entry point comes from dlopen of
  * libamdhip64 (names, overrides and the ABI caveats across ROCm releases are
  * in hip_runtime_internal.h). Without a runtime or without an AMD GPU the
- * backend reports itself unavailable with the runtime's reason.
+ * backend reports itself unavailable with the runtime's reason. The
+ * attention half (plans, kernels, launches) is hip_attention.c.
  *
- * The attention kernels are not part of this build: plan_prepare, forward
- * and backward answer FA_ERR_UNSUPPORTED. */
+ * Built with FA_HIP_NVIDIA, the default library is the mapping of HIP onto
+ * CUDA (backends/hip_nvidia), and an NVIDIA device describes itself as one:
+ * vendor NVIDIA, architecture sm_XY. */
 #define FA_HIP_RUNTIME_TYPES
 #include "hip_runtime_internal.h"
 
@@ -108,6 +110,9 @@ static const hip_arch_rates hip_rates[] = {
     {"gfx950", 256.0, 4096.0, 32, 32, 8},
     {"gfx11", 256.0, 512.0, 16, 16, 16},
     {"gfx12", 256.0, 1024.0, 16, 16, 16},
+    /* NVIDIA through the mapping: FMA rate of sm_80+ SMs; the HIP kernels
+     * use no matrix units there. */
+    {"sm_", 256.0, 0.0, 0, 0, 0},
 };
 
 static void hip_fill_rates(fa_device_desc *d) {
@@ -143,7 +148,8 @@ static void hip_arch_name(int index, char *arch, size_t arch_size) {
     if (get(&buf->props, index) == hipSuccess) {
         const char *name = buf->props.gcnArchName;
         size_t len = strnlen(name, sizeof buf->props.gcnArchName);
-        if (len < sizeof buf->props.gcnArchName && strncmp(name, "gfx", 3) == 0) {
+        /* gfx names from AMD's runtime; sm_XY from the mapping onto CUDA. */
+        if (len < sizeof buf->props.gcnArchName && (strncmp(name, "gfx", 3) == 0 || strncmp(name, "sm_", 3) == 0)) {
             size_t stop = strcspn(name, ":");
             if (stop >= arch_size) stop = arch_size - 1;
             memcpy(arch, name, stop);
@@ -216,6 +222,7 @@ static int hip_describe_device(int index, fa_device_info *info, char *why, size_
     }
 
     hip_arch_name(index, d->arch, sizeof d->arch);
+    if (strncmp(d->arch, "sm_", 3) == 0) snprintf(d->vendor, sizeof d->vendor, "NVIDIA");
     d->local_mem_bytes = (size_t)lds;
     d->max_work_group_size = threads;
     d->simd_width = warp;        /* wavefront 64 (CDNA) or 32 (RDNA): as reported */
@@ -231,8 +238,13 @@ static int hip_describe_device(int index, fa_device_info *info, char *why, size_
 
 static void hip_load(void) {
     char why[FA_HIP_REASON_SIZE];
+#ifdef FA_HIP_DEFAULT_LIBRARY
+    static const char *const defaults[] = {FA_HIP_DEFAULT_LIBRARY, "libamdhip64.so", "libamdhip64.so.6",
+                                           "libamdhip64.so.5", NULL};
+#else
     static const char *const defaults[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5",
                                            NULL};
+#endif
     const char *override_list[2] = {NULL, NULL};
     const char *const *names = defaults;
     const char *env = getenv("FLASHATTN_HIP_LIBRARY");
@@ -593,50 +605,6 @@ static void *hip_buffer_native(void *handle, void *buf_handle) {
 /* Plans: the kernels are not in this build                                 */
 /* ------------------------------------------------------------------------ */
 
-static fa_status hip_no_kernels(void) {
-    return fa_fail(FA_ERR_UNSUPPORTED,
-                   "the HIP attention kernels are not in this build; the HIP backend offers "
-                   "devices, contexts and memory only");
-}
-
-static fa_status hip_plan_prepare(void *handle, const fa_plan_s *plan, void **plan_impl) {
-    (void)handle;
-    (void)plan;
-    if (plan_impl) *plan_impl = NULL;
-    return hip_no_kernels();
-}
-
-static void hip_plan_release(void *handle, void *plan_impl) {
-    (void)handle;
-    (void)plan_impl;
-}
-
-static fa_status hip_forward(void *handle, void *plan_impl, const fa_plan_s *plan,
-                             const fa_fwd_args *args) {
-    (void)handle;
-    (void)plan_impl;
-    (void)plan;
-    (void)args;
-    return hip_no_kernels();
-}
-
-static fa_status hip_backward(void *handle, void *plan_impl, const fa_plan_s *plan,
-                              const fa_bwd_args *args) {
-    (void)handle;
-    (void)plan_impl;
-    (void)plan;
-    (void)args;
-    return hip_no_kernels();
-}
-
-static fa_status hip_last_time_ms(void *handle, void *plan_impl, double *ms) {
-    (void)handle;
-    (void)plan_impl;
-    if (ms) *ms = 0.0;
-    return fa_fail(FA_ERR_UNSUPPORTED,
-                   "no HIP pass can be timed: the HIP attention kernels are not in this build");
-}
-
 const fa_backend_ops fa_hip_backend = {
     .id = FA_BACKEND_HIP,
     .name = "hip",
@@ -653,11 +621,11 @@ const fa_backend_ops fa_hip_backend = {
     .buffer_upload = hip_buffer_upload,
     .buffer_download = hip_buffer_download,
     .buffer_native = hip_buffer_native,
-    .plan_prepare = hip_plan_prepare,
-    .plan_release = hip_plan_release,
-    .forward = hip_forward,
-    .backward = hip_backward,
-    .last_time_ms = hip_last_time_ms,
+    .plan_prepare = fa_hip_plan_prepare,
+    .plan_release = fa_hip_plan_release,
+    .forward = fa_hip_forward,
+    .backward = fa_hip_backward,
+    .last_time_ms = fa_hip_last_time_ms,
 };
 
 /* ------------------------------------------------------------------------ */

@@ -31,6 +31,7 @@
 #ifndef FA_HIP_RUNTIME_INTERNAL_H
 #define FA_HIP_RUNTIME_INTERNAL_H
 
+#include "backend.h"
 #include "flashattn.h"
 
 #include <stddef.h>
@@ -55,6 +56,58 @@ fa_status fa_hip_native_write(const fa_hip_native_mem *mem, size_t offset, const
                               size_t bytes);
 fa_status fa_hip_native_read(const fa_hip_native_mem *mem, size_t offset, void *dst, size_t bytes);
 void fa_hip_native_free(fa_hip_native_mem *mem);
+
+/* ------------------------------------------------------------------------ */
+/* Attention half (hip_attention.c)                                         */
+/* ------------------------------------------------------------------------ */
+
+#define FA_HIP_MAX_DEFINES 16
+#define FA_HIP_DEFINE_SIZE 40
+
+/* The kernels of one pass as the backend builds them: the kernels_hip/
+ * sources in order, the -D options fixed by the plan, the entry points.
+ * The CI compile check builds exactly these for AMD targets. */
+typedef struct fa_hip_program {
+    const char *paths[4];
+    int path_count;
+    char defines[FA_HIP_MAX_DEFINES][FA_HIP_DEFINE_SIZE];
+    int define_count;
+    const char *kernels[3];
+    int kernel_count;
+} fa_hip_program;
+
+/* The program of a pass for a kernel plan (SIMT or SPLITK forward, SIMT
+ * backward) on a target whose wavefront is wave lanes wide. Checks the
+ * shape the kernels need (divisibility, accumulators per work-item). */
+fa_status fa_hip_program_for(const fa_attention_desc *desc, const fa_kernel_plan *kp, fa_pass pass, int wave,
+                             fa_hip_program *out);
+
+/* The program's full source text as compiled for arch (the NVIDIA prelude
+ * first when arch is "sm_*"), malloc'ed; *size without the NUL. */
+fa_status fa_hip_program_source(const fa_hip_program *prog, const char *arch, char **text, size_t *size);
+
+/* Compile a program with hiprtc for arch ("gfx90a", "sm_90") into a code
+ * object (malloc'ed, caller frees), through the kernel cache. Needs only
+ * hiprtc (libamdhip64 on ROCm 5, libhiprtc from ROCm 6 on), not a device.
+ * FA_ERR_COMPILE carries the compiler's log. */
+fa_status fa_hip_compile(const char *arch, const fa_hip_program *prog, void **code, size_t *size);
+
+/* The backend's plan operations (also called by tests that force tiles). */
+fa_status fa_hip_plan_prepare(void *ctx, const fa_plan_s *plan, void **plan_impl);
+void fa_hip_plan_release(void *ctx, void *plan_impl);
+fa_status fa_hip_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args);
+fa_status fa_hip_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
+fa_status fa_hip_last_time_ms(void *ctx, void *plan_impl, double *ms);
+
+/* What the runtime reports of the largest kernel of a pass of a prepared
+ * plan: static local memory, registers and private (scratch) bytes per
+ * work-item (hipFuncGetAttribute). */
+typedef struct fa_hip_kernel_usage {
+    size_t local_bytes;
+    int registers;
+    size_t private_bytes;
+} fa_hip_kernel_usage;
+fa_status fa_hip_plan_kernel_usage(void *plan_impl, fa_pass pass, fa_hip_kernel_usage *usage);
 
 #ifdef FA_HIP_RUNTIME_TYPES
 

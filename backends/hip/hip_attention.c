@@ -1,0 +1,904 @@
+/* The attention half of the HIP backend: compiles the kernels of
+ * kernels_hip/ with hiprtc for a plan's tile shape and options (through the
+ * kernel cache), owns the plan's device copies (sequence offsets, block
+ * mask, tile maps) and workspace, and launches the passes. The kernels are
+ * the OpenCL ones' twins: same plans (br, bc, thread_rows, thread_cols,
+ * work_group_size, split_k), same arguments, same results.
+ *
+ * hiprtc: ROCm 5 exports it from libamdhip64 itself, ROCm 6 from a library
+ * of its own. It is looked up in the HIP runtime library first (the one
+ * FLASHATTN_HIP_LIBRARY names, else the build's default), then in
+ * libhiprtc. Compiling needs no device, so the CI compile check uses the
+ * same path on machines without a GPU.
+ *
+ * Build options: "--offload-arch=<arch>" (the device's gcnArchName, or
+ * "sm_XX" through the NVIDIA mapping in backends/hip_nvidia/, which then
+ * also gets kernels_hip/hip_nvidia_prelude.h in front of the source), "-O3",
+ * and the plan's -D constants, WAVE among them: the wavefront width comes
+ * from the device description, never from an assumption. */
+#define FA_HIP_RUNTIME_TYPES
+#include "hip_runtime_internal.h"
+
+#include <hip/hiprtc.h>
+
+#include "desc.h"
+#include "dynlib.h"
+#include "fa_internal.h"
+#include "kcache.h"
+#include "kernel_sources.h"
+#include "plan.h"
+#include "planner.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The most fp32 accumulators one work-item may hold per output (the
+ * planner's register budget). */
+#define FA_HIP_MAX_ACCUMULATORS 64
+/* Grid dimensions y and z: 65535 on every HIP and CUDA device. */
+#define FA_HIP_MAX_GRID_YZ 65535u
+#define FA_HIP_PRELUDE "kernels_hip/hip_nvidia_prelude.h"
+
+/* ------------------------------------------------------------------------ */
+/* hiprtc                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#define FA_HIPRTC_FUNCTIONS(X)                                                                     \
+    X(hiprtcGetErrorString, const char *, (hiprtcResult))                                          \
+    X(hiprtcVersion, hiprtcResult, (int *, int *))                                                 \
+    X(hiprtcCreateProgram, hiprtcResult,                                                           \
+      (hiprtcProgram *, const char *, const char *, int, const char **, const char **))            \
+    X(hiprtcCompileProgram, hiprtcResult, (hiprtcProgram, int, const char **))                     \
+    X(hiprtcDestroyProgram, hiprtcResult, (hiprtcProgram *))                                       \
+    X(hiprtcGetProgramLogSize, hiprtcResult, (hiprtcProgram, size_t *))                            \
+    X(hiprtcGetProgramLog, hiprtcResult, (hiprtcProgram, char *))                                  \
+    X(hiprtcGetCodeSize, hiprtcResult, (hiprtcProgram, size_t *))                                  \
+    X(hiprtcGetCode, hiprtcResult, (hiprtcProgram, char *))
+
+typedef struct hip_rtc_api {
+#define FA_HIPRTC_MEMBER(name, ret, args) ret (*name) args;
+    FA_HIPRTC_FUNCTIONS(FA_HIPRTC_MEMBER)
+#undef FA_HIPRTC_MEMBER
+    char version[32];
+} hip_rtc_api;
+
+static pthread_once_t rtc_once = PTHREAD_ONCE_INIT;
+static hip_rtc_api rtc_api;
+static int rtc_loaded;
+static char rtc_reason[1100];
+
+static int rtc_symbols(void *lib, hip_rtc_api *api, char *why, size_t why_size) {
+#define FA_HIPRTC_LOAD(name, ret, args)                                                            \
+    {                                                                                              \
+        void *sym = fa_dynlib_symbol(lib, #name, why, why_size);                                   \
+        if (!sym) return 0;                                                                        \
+        memcpy(&api->name, &sym, sizeof sym);                                                      \
+    }
+    FA_HIPRTC_FUNCTIONS(FA_HIPRTC_LOAD)
+#undef FA_HIPRTC_LOAD
+    return 1;
+}
+
+static void rtc_load(void) {
+    static const char *const runtimes[] = {
+#ifdef FA_HIP_DEFAULT_LIBRARY
+        FA_HIP_DEFAULT_LIBRARY,
+#endif
+        "libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5", NULL};
+    static const char *const standalone[] = {"libhiprtc.so", "libhiprtc.so.6", "libhiprtc.so.5", NULL};
+    const char *override_list[2] = {NULL, NULL};
+    const char *const *names = runtimes;
+    const char *env = getenv("FLASHATTN_HIP_LIBRARY");
+    if (env && env[0]) {
+        override_list[0] = env;
+        names = override_list;
+    }
+    char why[512], why2[512];
+    hip_rtc_api api;
+    memset(&api, 0, sizeof api);
+    void *lib = fa_dynlib_open(names, why, sizeof why);
+    int ok = lib && rtc_symbols(lib, &api, why, sizeof why);
+    if (!ok) {
+        /* The runtime stays open (the backend holds it too); hiprtc may
+         * live beside it. */
+        void *rtc = fa_dynlib_open(standalone, why2, sizeof why2);
+        ok = rtc && rtc_symbols(rtc, &api, why2, sizeof why2);
+        if (!ok) {
+            snprintf(rtc_reason, sizeof rtc_reason, "hiprtc not found: %s; %s", why, why2);
+            return;
+        }
+    }
+    int major = 0, minor = 0;
+    if (api.hiprtcVersion(&major, &minor) != HIPRTC_SUCCESS) major = minor = 0;
+    snprintf(api.version, sizeof api.version, "hiprtc %d.%d", major, minor);
+    rtc_api = api;
+    rtc_loaded = 1;
+}
+
+static const hip_rtc_api *rtc_get(void) {
+    pthread_once(&rtc_once, rtc_load);
+    if (!rtc_loaded) {
+        (void)fa_fail(FA_ERR_BACKEND_UNAVAILABLE, "%s", rtc_reason);
+        return NULL;
+    }
+    return &rtc_api;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Programs                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static int add_define(fa_hip_program *p, const char *fmt, int value, int with_value) {
+    if (p->define_count >= FA_HIP_MAX_DEFINES) return 0;
+    char *dst = p->defines[p->define_count];
+    int n = with_value ? snprintf(dst, FA_HIP_DEFINE_SIZE, fmt, value)
+                       : snprintf(dst, FA_HIP_DEFINE_SIZE, "%s", fmt);
+    if (n < 0 || n >= FA_HIP_DEFINE_SIZE) return 0;
+    p->define_count++;
+    return 1;
+}
+
+static const char *dtype_define(fa_dtype t) {
+    switch (t) {
+    case FA_DTYPE_F16: return "-DDTYPE_F16";
+    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
+    default: return "-DDTYPE_F32";
+    }
+}
+
+fa_status fa_hip_program_for(const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass, int wave,
+                             fa_hip_program *out) {
+    if (!d || !kp || !out) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !d ? "desc" : !kp ? "plan" : "out");
+    memset(out, 0, sizeof *out);
+    const char *name = pass == FA_PASS_BACKWARD ? "backward" : "forward";
+    if (pass == FA_PASS_FORWARD && kp->variant != FA_VARIANT_SIMT && kp->variant != FA_VARIANT_SPLITK)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward variant %s has no HIP kernel (SIMT and SPLITK do)",
+                       fa_variant_name(kp->variant));
+    if (pass == FA_PASS_BACKWARD && kp->variant != FA_VARIANT_SIMT)
+        return fa_fail(FA_ERR_UNSUPPORTED, "backward variant %s has no HIP kernel (SIMT does)",
+                       fa_variant_name(kp->variant));
+    if (d->head_dim % 8 || d->head_dim < 8 || d->head_dim > 256)
+        return fa_fail(FA_ERR_UNSUPPORTED_HEAD_DIM, "head_dim %d is not a multiple of 8 in [8, 256]", d->head_dim);
+    if (wave <= 0 || (wave & (wave - 1)))
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "wavefront width %d is not a power of two", wave);
+    if (kp->br <= 0 || kp->bc <= 0 || kp->thread_rows <= 0 || kp->thread_cols <= 0)
+        return fa_fail(FA_ERR_INTERNAL, "%s plan: br %d, bc %d, thread_rows %d, thread_cols %d must be > 0", name,
+                       kp->br, kp->bc, kp->thread_rows, kp->thread_cols);
+    if (kp->br % kp->thread_rows || kp->bc % kp->thread_cols)
+        return fa_fail(FA_ERR_INTERNAL, "%s plan: br %d / thread_rows %d or bc %d / thread_cols %d is not whole",
+                       name, kp->br, kp->thread_rows, kp->bc, kp->thread_cols);
+    const int ntr = kp->br / kp->thread_rows, ntc = kp->bc / kp->thread_cols;
+    if (kp->work_group_size != ntr * ntc)
+        return fa_fail(FA_ERR_INTERNAL, "%s plan: work_group_size %d is not (br / thread_rows) * (bc / thread_cols) = %d",
+                       name, kp->work_group_size, ntr * ntc);
+    const int dpt = (d->head_dim + ntc - 1) / ntc;
+    if (kp->thread_rows * dpt > FA_HIP_MAX_ACCUMULATORS)
+        return fa_fail(FA_ERR_INTERNAL, "%s plan: %d x %d accumulators per work-item exceed %d", name,
+                       kp->thread_rows, dpt, FA_HIP_MAX_ACCUMULATORS);
+
+    int ok = add_define(out, "-DHEAD_DIM=%d", d->head_dim, 1) && add_define(out, "-DBR=%d", kp->br, 1) &&
+             add_define(out, "-DBC=%d", kp->bc, 1) && add_define(out, "-DTR=%d", kp->thread_rows, 1) &&
+             add_define(out, "-DTC=%d", kp->thread_cols, 1) && add_define(out, "-DWAVE=%d", wave, 1) &&
+             add_define(out, dtype_define(d->q.dtype), 0, 0);
+    if (ok && d->causal) ok = add_define(out, "-DCAUSAL", 0, 0);
+    if (ok && (d->window_left >= 0 || d->window_right >= 0)) ok = add_define(out, "-DWINDOW", 0, 0);
+    if (ok && d->block_mask) ok = add_define(out, "-DBLOCK_MASK", 0, 0);
+    if (ok && d->dropout_p > 0.0f) ok = add_define(out, "-DDROPOUT", 0, 0);
+    if (ok && d->cu_seqlens_q) ok = add_define(out, "-DVARLEN", 0, 0);
+    const int split = pass == FA_PASS_FORWARD && kp->variant == FA_VARIANT_SPLITK && kp->split_k > 1;
+    if (ok && split) ok = add_define(out, "-DSPLITK", 0, 0);
+    if (!ok) return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit");
+
+    out->paths[out->path_count++] = "kernels_hip/common.h";
+    if (pass == FA_PASS_FORWARD) {
+        out->paths[out->path_count++] = "kernels_hip/fwd.hip";
+        out->kernels[out->kernel_count++] = "fa_forward";
+        if (split) {
+            out->paths[out->path_count++] = "kernels_hip/splitk.hip";
+            out->kernels[out->kernel_count++] = "fa_splitk_merge";
+        }
+    } else {
+        out->paths[out->path_count++] = "kernels_hip/bwd.hip";
+        out->kernels[out->kernel_count++] = "fa_bwd_dot";
+        out->kernels[out->kernel_count++] = "fa_bwd_dkdv";
+        out->kernels[out->kernel_count++] = "fa_bwd_dq";
+    }
+    return FA_SUCCESS;
+}
+
+static int is_nvidia_arch(const char *arch) { return arch && strncmp(arch, "sm_", 3) == 0; }
+
+fa_status fa_hip_program_source(const fa_hip_program *prog, const char *arch, char **text_out, size_t *size_out) {
+    if (!prog || !text_out || !size_out)
+        return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !prog ? "prog" : !text_out ? "text" : "size");
+    *text_out = NULL;
+    *size_out = 0;
+    const char *paths[5];
+    int count = 0;
+    if (is_nvidia_arch(arch)) paths[count++] = FA_HIP_PRELUDE;
+    for (int i = 0; i < prog->path_count && count < 5; i++) paths[count++] = prog->paths[i];
+    const fa_kernel_source *srcs[5];
+    size_t total = 1;
+    for (int i = 0; i < count; i++) {
+        srcs[i] = fa_kernel_source_find(paths[i]);
+        if (!srcs[i])
+            return fa_fail(FA_ERR_INTERNAL, "kernel source \"%s\" is not embedded in this library", paths[i]);
+        total += srcs[i]->size + strlen(srcs[i]->path) + 32;
+    }
+    char *text = malloc(total);
+    if (!text) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for %zu bytes of kernel source", total);
+    size_t at = 0;
+    for (int i = 0; i < count; i++) {
+        /* Each file is preceded by a #line naming it, so the compiler's log
+         * points into the file rather than into the concatenation. */
+        at += (size_t)snprintf(text + at, total - at, "#line 1 \"%s\"\n", srcs[i]->path);
+        memcpy(text + at, srcs[i]->text, srcs[i]->size);
+        at += srcs[i]->size;
+        if (srcs[i]->size == 0 || srcs[i]->text[srcs[i]->size - 1] != '\n') text[at++] = '\n';
+    }
+    text[at] = '\0';
+    *text_out = text;
+    *size_out = at;
+    return FA_SUCCESS;
+}
+
+static void rtc_describe(const hip_rtc_api *api, hiprtcResult r, char *out, size_t size) {
+    const char *s = api->hiprtcGetErrorString ? api->hiprtcGetErrorString(r) : NULL;
+    snprintf(out, size, "%s (%d)", s ? s : "hiprtc error", (int)r);
+}
+
+/* One hiprtc compile, no cache. */
+static fa_status rtc_compile(const hip_rtc_api *api, const char *source, const char *const *options, int count,
+                             void **code, size_t *size) {
+    hiprtcProgram prog = NULL;
+    char text[256];
+    hiprtcResult r = api->hiprtcCreateProgram(&prog, source, "flashattn.hip", 0, NULL, NULL);
+    if (r != HIPRTC_SUCCESS) {
+        rtc_describe(api, r, text, sizeof text);
+        return fa_fail(r == HIPRTC_ERROR_OUT_OF_MEMORY ? FA_ERR_OUT_OF_MEMORY : FA_ERR_COMPILE,
+                       "hiprtcCreateProgram: %s", text);
+    }
+    /* hiprtc's signature lacks the const of its strings; it does not write. */
+    const char **opts = malloc((size_t)count * sizeof *opts);
+    if (!opts) {
+        api->hiprtcDestroyProgram(&prog);
+        return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for %d build options", count);
+    }
+    for (int i = 0; i < count; i++) opts[i] = options[i];
+    r = api->hiprtcCompileProgram(prog, count, opts);
+    free(opts);
+    if (r != HIPRTC_SUCCESS) {
+        rtc_describe(api, r, text, sizeof text);
+        size_t log_size = 0;
+        char *log = NULL;
+        if (api->hiprtcGetProgramLogSize(prog, &log_size) == HIPRTC_SUCCESS && log_size > 0) {
+            log = malloc(log_size + 1);
+            if (log && api->hiprtcGetProgramLog(prog, log) == HIPRTC_SUCCESS)
+                log[log_size] = '\0';
+            else if (log)
+                log[0] = '\0';
+        }
+        fa_status st = fa_fail(FA_ERR_COMPILE, "hiprtcCompileProgram: %s; options:", text);
+        for (int i = 0; i < count; i++) {
+            fa_fail_append(" ");
+            fa_fail_append(options[i]);
+        }
+        fa_fail_append("\nlog:\n");
+        fa_fail_append(log && log[0] ? log : "(empty)");
+        free(log);
+        api->hiprtcDestroyProgram(&prog);
+        return st;
+    }
+    size_t n = 0;
+    r = api->hiprtcGetCodeSize(prog, &n);
+    void *buf = r == HIPRTC_SUCCESS && n > 0 ? malloc(n) : NULL;
+    if (buf) r = api->hiprtcGetCode(prog, buf);
+    api->hiprtcDestroyProgram(&prog);
+    if (!buf || r != HIPRTC_SUCCESS) {
+        free(buf);
+        if (r == HIPRTC_SUCCESS && n > 0) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for %zu bytes of code", n);
+        rtc_describe(api, r, text, sizeof text);
+        return fa_fail(FA_ERR_COMPILE, "hiprtcGetCode: %s (%zu bytes)", text, n);
+    }
+    *code = buf;
+    *size = n;
+    return FA_SUCCESS;
+}
+
+/* The compile with an explicit runtime version for the cache key (the
+ * device's runtime when there is one; hiprtc's own version otherwise). */
+static fa_status compile_cached(const char *arch, const char *runtime, const fa_hip_program *prog, void **code,
+                                size_t *size) {
+    if (!arch || !arch[0])
+        return fa_fail(FA_ERR_UNSUPPORTED, "the device's architecture is unknown: cannot compile HIP kernels for it");
+    const hip_rtc_api *api = rtc_get();
+    if (!api) return FA_ERR_BACKEND_UNAVAILABLE;
+    char *source = NULL;
+    size_t source_size = 0;
+    FA_CHECK(fa_hip_program_source(prog, arch, &source, &source_size));
+
+    char arch_option[64];
+    snprintf(arch_option, sizeof arch_option, "--offload-arch=%s", arch);
+    const char *options[FA_HIP_MAX_DEFINES + 2];
+    int count = 0;
+    options[count++] = arch_option;
+    options[count++] = "-O3";
+    for (int i = 0; i < prog->define_count; i++) options[count++] = prog->defines[i];
+    char joined[FA_HIP_MAX_DEFINES * (FA_HIP_DEFINE_SIZE + 1) + 96];
+    size_t at = 0;
+    for (int i = 0; i < count; i++) {
+        int n = snprintf(joined + at, sizeof joined - at, "%s%s", i ? " " : "", options[i]);
+        if (n > 0) at += (size_t)n < sizeof joined - at ? (size_t)n : sizeof joined - at - 1;
+    }
+    char driver[96];
+    snprintf(driver, sizeof driver, "%s; %s", runtime ? runtime : "no runtime", api->version);
+    fa_kcache_key key = {"hip", source, source_size, joined, arch, driver};
+    if (fa_kcache_load(&key, code, size) == FA_SUCCESS && *size > 0) {
+        free(source);
+        return FA_SUCCESS;
+    }
+    fa_status st = rtc_compile(api, source, options, count, code, size);
+    /* A cache that cannot be written costs only the next compile. */
+    if (st == FA_SUCCESS) (void)fa_kcache_store(&key, *code, *size);
+    free(source);
+    return st;
+}
+
+fa_status fa_hip_compile(const char *arch, const fa_hip_program *prog, void **code, size_t *size) {
+    if (!arch || !prog || !code || !size)
+        return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !arch ? "arch" : !prog ? "prog" : !code ? "code" : "size");
+    *code = NULL;
+    *size = 0;
+    return compile_cached(arch, NULL, prog, code, size);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Plans                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct hip_pass {
+    int br, bc, tr, tc, wg;
+    hipModule_t module;
+    hipFunction_t fn[3];
+    int fn_count;
+} hip_pass;
+
+typedef struct fa_hip_plan {
+    fa_hip_context *ctx;
+    hip_pass fwd, bwd;
+    int num_splits;             /* forward key splits; 1: none */
+
+    void *cu_q, *cu_k;          /* varlen offsets */
+    void *block_mask;
+    void *fwd_tiles, *bwd_tiles; /* block mask per (query tile, key tile) */
+    int fwd_tile_cols, bwd_tile_cols;
+    void *part_o, *part_l;      /* split-K partial results */
+    void *dvec;                 /* backward: rowsum(dO * O) */
+
+    fa_layout q, k, v, o;
+    int block_cols;
+    float scale_log2;
+    uint32_t drop_key0, drop_key1, drop_offset_lo;
+    float drop_scale;
+
+    hipEvent_t start, stop;
+    int timed;                  /* start and stop hold the last pass */
+} fa_hip_plan;
+
+/* The architecture to compile for: the device description's, else the
+ * runtime's gcnArchName when it names one ("gfx...", or "sm_..." through
+ * the NVIDIA mapping). */
+static void target_arch(const fa_hip_context *ctx, char *arch, size_t size) {
+    snprintf(arch, size, "%s", ctx->arch);
+    if (arch[0]) return;
+    const fa_hip_api *api = fa_hip_api_get();
+    if (!api) return;
+    hipError_t (*get)(hipDeviceProp_t *, int) = api->hipGetDevicePropertiesR0000;
+    if (!get && api->runtime_version / 10000000 == 5) get = api->hipGetDeviceProperties;
+    if (!get) return;
+    /* Room for any layout a runtime might write (as hip_backend.c). */
+    union {
+        hipDeviceProp_t props;
+        unsigned char room[16384];
+    } *buf = calloc(1, sizeof *buf);
+    if (!buf) return;
+    if (get(&buf->props, ctx->index) == hipSuccess) {
+        const char *name = buf->props.gcnArchName;
+        size_t len = strnlen(name, sizeof buf->props.gcnArchName);
+        if (len < sizeof buf->props.gcnArchName && (strncmp(name, "gfx", 3) == 0 || strncmp(name, "sm_", 3) == 0)) {
+            size_t stop = strcspn(name, ":");
+            if (stop >= size) stop = size - 1;
+            memcpy(arch, name, stop);
+            arch[stop] = '\0';
+        }
+    }
+    free(buf);
+}
+
+static fa_status device_alloc(size_t bytes, const void *host, const char *what, void **out) {
+    const fa_hip_api *api = fa_hip_api_get();
+    *out = NULL;
+    if (bytes == 0) bytes = 16;
+    hipError_t err = api->hipMalloc(out, bytes);
+    if (err != hipSuccess) {
+        *out = NULL;
+        char where[128];
+        snprintf(where, sizeof where, "hipMalloc(%zu bytes of %s)", bytes, what);
+        return fa_hip_error(err, where);
+    }
+    if (host) {
+        err = api->hipMemcpyAsync(*out, host, bytes, hipMemcpyHostToDevice, NULL);
+        if (err == hipSuccess) err = api->hipDeviceSynchronize();
+        if (err != hipSuccess) {
+            (void)api->hipFree(*out);
+            *out = NULL;
+            return fa_hip_error(err, what);
+        }
+    }
+    return FA_SUCCESS;
+}
+
+/* What the block mask leaves of each (br x bc) tile: 0 nothing, 1 part,
+ * 2 all (kernels_hip/common.h FA_TILE_*). Positions past seqlen_q/seqlen_k
+ * never count: the kernels bound-check those themselves. */
+static fa_status build_tile_map(fa_hip_plan *p, const fa_plan_s *plan, int br, int bc, void **out, int *cols_out) {
+    const fa_attention_desc *d = &plan->desc;
+    const int rows = (d->seqlen_q + br - 1) / br, cols = (d->seqlen_k + bc - 1) / bc;
+    const size_t bytes = (size_t)rows * (size_t)cols;
+    uint8_t *map = malloc(bytes ? bytes : 1);
+    if (!map) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a %d x %d tile map", rows, cols);
+    for (int tq = 0; tq < rows; tq++) {
+        int64_t q_end = (int64_t)(tq + 1) * br < d->seqlen_q ? (int64_t)(tq + 1) * br : d->seqlen_q;
+        int64_t bq0 = (int64_t)tq * br / d->block_q, bq1 = (q_end - 1) / d->block_q;
+        for (int tk = 0; tk < cols; tk++) {
+            int64_t k_end = (int64_t)(tk + 1) * bc < d->seqlen_k ? (int64_t)(tk + 1) * bc : d->seqlen_k;
+            int64_t bk0 = (int64_t)tk * bc / d->block_k, bk1 = (k_end - 1) / d->block_k;
+            int any = 0, all = 1;
+            for (int64_t i = bq0; i <= bq1; i++)
+                for (int64_t j = bk0; j <= bk1; j++) {
+                    if (plan->block_mask[(size_t)i * (size_t)p->block_cols + (size_t)j])
+                        any = 1;
+                    else
+                        all = 0;
+                }
+            map[(size_t)tq * (size_t)cols + (size_t)tk] = (uint8_t)(any ? (all ? 2 : 1) : 0);
+        }
+    }
+    fa_status st = device_alloc(bytes, map, "the block-sparse tile map", out);
+    free(map);
+    *cols_out = cols;
+    return st;
+}
+
+/* Work-group, local memory and grid limits of this device for a pass. */
+static fa_status check_fit(const fa_hip_context *ctx, const fa_plan_s *plan, const fa_kernel_plan *kp, fa_pass pass) {
+    const char *name = pass == FA_PASS_BACKWARD ? "backward" : "forward";
+    const fa_device_desc *dev = &plan->ctx->info.desc;
+    if (kp->work_group_size > dev->max_work_group_size)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: work-group of %d exceeds the device's %d", name,
+                       kp->work_group_size, dev->max_work_group_size);
+    size_t local = fa_plan_local_mem(FA_VARIANT_SIMT, pass, &plan->desc, kp->br, kp->bc, 1);
+    if (local > ctx->lds_bytes)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %zu bytes of local memory exceed the device's %zu", name, local,
+                       ctx->lds_bytes);
+    return FA_SUCCESS;
+}
+
+static fa_status load_pass(fa_hip_plan *p, const char *arch, const char *runtime, const fa_hip_program *prog,
+                           hip_pass *pass) {
+    const fa_hip_api *api = fa_hip_api_get();
+    void *code = NULL;
+    size_t size = 0;
+    FA_CHECK(compile_cached(arch, runtime, prog, &code, &size));
+    hipError_t err = api->hipModuleLoadData(&pass->module, code);
+    free(code);
+    if (err != hipSuccess) {
+        pass->module = NULL;
+        return fa_hip_error(err, "hipModuleLoadData");
+    }
+    for (int i = 0; i < prog->kernel_count; i++) {
+        err = api->hipModuleGetFunction(&pass->fn[i], pass->module, prog->kernels[i]);
+        if (err != hipSuccess) {
+            char what[96];
+            snprintf(what, sizeof what, "hipModuleGetFunction(%s)", prog->kernels[i]);
+            return fa_hip_error(err, what);
+        }
+    }
+    pass->fn_count = prog->kernel_count;
+    (void)p;
+    return FA_SUCCESS;
+}
+
+static void release_plan(fa_hip_plan *p) {
+    const fa_hip_api *api = fa_hip_api_get();
+    if (!api) {
+        free(p);
+        return;
+    }
+    int previous;
+    int entered = fa_hip_enter(p->ctx, &previous) == FA_SUCCESS;
+    /* Kernels of the plan may still run on the context's stream. */
+    (void)api->hipStreamSynchronize(p->ctx->stream);
+    if (p->fwd.module) (void)api->hipModuleUnload(p->fwd.module);
+    if (p->bwd.module) (void)api->hipModuleUnload(p->bwd.module);
+    void *mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles, p->part_o, p->part_l, p->dvec};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
+        if (mems[i]) (void)api->hipFree(mems[i]);
+    if (p->start) (void)api->hipEventDestroy(p->start);
+    if (p->stop) (void)api->hipEventDestroy(p->stop);
+    if (entered) fa_hip_leave(p->ctx, previous);
+    free(p);
+}
+
+void fa_hip_plan_release(void *ctx, void *plan_impl) {
+    (void)ctx;
+    if (plan_impl) release_plan(plan_impl);
+}
+
+static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
+    const fa_attention_desc *d = &plan->desc;
+    const fa_plan_info *info = &plan->info;
+    const fa_hip_api *api = fa_hip_api_get();
+    fa_hip_context *ctx = p->ctx;
+
+    fa_hip_program fwd_prog, bwd_prog;
+    FA_CHECK(fa_hip_program_for(d, &info->forward, FA_PASS_FORWARD, ctx->warp_size, &fwd_prog));
+    FA_CHECK(fa_hip_program_for(d, &info->backward, FA_PASS_BACKWARD, ctx->warp_size, &bwd_prog));
+    FA_CHECK(check_fit(ctx, plan, &info->forward, FA_PASS_FORWARD));
+    FA_CHECK(check_fit(ctx, plan, &info->backward, FA_PASS_BACKWARD));
+    const fa_kernel_plan *kp[2] = {&info->forward, &info->backward};
+    hip_pass *hp[2] = {&p->fwd, &p->bwd};
+    for (int i = 0; i < 2; i++) {
+        hp[i]->br = kp[i]->br;
+        hp[i]->bc = kp[i]->bc;
+        hp[i]->tr = kp[i]->thread_rows;
+        hp[i]->tc = kp[i]->thread_cols;
+        hp[i]->wg = kp[i]->work_group_size;
+    }
+    p->num_splits = info->forward.variant == FA_VARIANT_SPLITK && info->forward.split_k > 1 ? info->forward.split_k : 1;
+
+    p->q = fa_desc_layout(d, FA_TENSOR_Q);
+    p->k = fa_desc_layout(d, FA_TENSOR_K);
+    p->v = fa_desc_layout(d, FA_TENSOR_V);
+    p->o = fa_desc_layout(d, FA_TENSOR_O);
+    p->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
+    const int dropout = d->dropout_p > 0.0f;
+    p->drop_key0 = (uint32_t)d->dropout_seed;
+    p->drop_key1 = (uint32_t)(d->dropout_seed >> 32) + (uint32_t)(d->dropout_offset >> 32);
+    p->drop_offset_lo = (uint32_t)d->dropout_offset;
+    p->drop_scale = dropout ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
+
+    hipError_t err = api->hipEventCreate(&p->start);
+    if (err == hipSuccess) err = api->hipEventCreate(&p->stop);
+    if (err != hipSuccess) return fa_hip_error(err, "hipEventCreate");
+
+    if (plan->cu_seqlens_q) {
+        size_t bytes = ((size_t)d->batch + 1) * sizeof(int32_t);
+        FA_CHECK(device_alloc(bytes, plan->cu_seqlens_q, "cu_seqlens_q", &p->cu_q));
+        FA_CHECK(device_alloc(bytes, plan->cu_seqlens_k, "cu_seqlens_k", &p->cu_k));
+    }
+    if (plan->block_mask) {
+        p->block_cols = (d->seqlen_k + d->block_k - 1) / d->block_k;
+        FA_CHECK(device_alloc(d->block_mask_bytes, plan->block_mask, "the block mask", &p->block_mask));
+        FA_CHECK(build_tile_map(p, plan, p->fwd.br, p->fwd.bc, &p->fwd_tiles, &p->fwd_tile_cols));
+        FA_CHECK(build_tile_map(p, plan, p->bwd.br, p->bwd.bc, &p->bwd_tiles, &p->bwd_tile_cols));
+    }
+    if (p->num_splits > 1) {
+        size_t rows = (size_t)p->num_splits * (size_t)d->heads_q * (size_t)plan->total_q;
+        FA_CHECK(device_alloc(rows * (size_t)d->head_dim * sizeof(float), NULL, "split-K partial outputs", &p->part_o));
+        FA_CHECK(device_alloc(rows * sizeof(float), NULL, "split-K partial log-sum-exps", &p->part_l));
+    }
+    FA_CHECK(device_alloc((size_t)d->heads_q * (size_t)plan->total_q * sizeof(float), NULL, "the backward row sums",
+                          &p->dvec));
+
+    char arch[64], runtime[48];
+    target_arch(ctx, arch, sizeof arch);
+    const int v = api->runtime_version;
+    snprintf(runtime, sizeof runtime, "hip %d.%d.%d", v / 10000000, (v / 100000) % 100, v % 100000);
+    FA_CHECK(load_pass(p, arch, runtime, &fwd_prog, &p->fwd));
+    return load_pass(p, arch, runtime, &bwd_prog, &p->bwd);
+}
+
+fa_status fa_hip_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **plan_impl) {
+    if (!plan_impl) return fa_fail(FA_ERR_NULL_POINTER, "plan_impl is NULL");
+    *plan_impl = NULL;
+    fa_hip_context *ctx = ctx_handle;
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    const fa_attention_desc *d = &plan->desc;
+    if (plan->info.algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
+        return fa_fail(FA_ERR_UNSUPPORTED, "the HIP attention kernels run only FA_ALGO_FUSED");
+    if (d->q.dtype != d->k.dtype || d->q.dtype != d->v.dtype || d->q.dtype != d->o.dtype)
+        return fa_fail(FA_ERR_DTYPE_MISMATCH, "the HIP kernels need q, k, v and o of one dtype");
+    if (!fa_hip_api_get()) return fa_fail(FA_ERR_BACKEND_UNAVAILABLE, "the HIP runtime is not loaded");
+
+    fa_hip_plan *p = calloc(1, sizeof *p);
+    if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a HIP plan");
+    p->ctx = ctx;
+    int previous;
+    fa_status st = fa_hip_enter(ctx, &previous);
+    if (st != FA_SUCCESS) {
+        free(p);
+        return st;
+    }
+    st = prepare(p, plan);
+    fa_hip_leave(ctx, previous);
+    if (st != FA_SUCCESS) {
+        release_plan(p);
+        return st;
+    }
+    *plan_impl = p;
+    return FA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Launches                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define FA_HIP_MAX_ARGS 64
+
+/* Kernel arguments as hipModuleLaunchKernel takes them: one pointer per
+ * argument, to a value of the kernel's parameter type. */
+typedef struct hip_args {
+    union {
+        void *ptr;
+        int64_t i64;
+        int32_t i32;
+        uint32_t u32;
+        float f32;
+    } slot[FA_HIP_MAX_ARGS];
+    void *ptrs[FA_HIP_MAX_ARGS];
+    int count;
+} hip_args;
+
+static void *arg_slot(hip_args *a) {
+    if (a->count >= FA_HIP_MAX_ARGS) return NULL;
+    a->ptrs[a->count] = &a->slot[a->count];
+    return &a->slot[a->count++];
+}
+static void arg_ptr(hip_args *a, void *v) {
+    void *s = arg_slot(a);
+    if (s) memcpy(s, &v, sizeof v);
+}
+static void arg_i64(hip_args *a, int64_t v) {
+    void *s = arg_slot(a);
+    if (s) memcpy(s, &v, sizeof v);
+}
+static void arg_int(hip_args *a, int v) {
+    int32_t x = v;
+    void *s = arg_slot(a);
+    if (s) memcpy(s, &x, sizeof x);
+}
+static void arg_u32(hip_args *a, uint32_t v) {
+    void *s = arg_slot(a);
+    if (s) memcpy(s, &v, sizeof v);
+}
+static void arg_float(hip_args *a, float v) {
+    void *s = arg_slot(a);
+    if (s) memcpy(s, &v, sizeof v);
+}
+static void arg_layout(hip_args *a, const fa_layout *l) {
+    arg_i64(a, l->offset);
+    arg_i64(a, l->stride_batch);
+    arg_i64(a, l->stride_seq);
+    arg_i64(a, l->stride_head);
+}
+
+static void *ptr_of(void *buffer) { return ((fa_hip_buffer *)buffer)->ptr; }
+
+/* The arguments fa_forward and the backward kernels share after their
+ * tensors (sizes, masks, dropout), in the kernels' order. */
+static void mask_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *plan, void *tiles, int tile_cols) {
+    const fa_attention_desc *d = &plan->desc;
+    arg_ptr(a, p->cu_q);
+    arg_ptr(a, p->cu_k);
+    arg_int(a, d->window_left);
+    arg_int(a, d->window_right);
+    arg_ptr(a, p->block_mask);
+    arg_int(a, d->block_mask ? d->block_q : 1);
+    arg_int(a, d->block_mask ? d->block_k : 1);
+    arg_int(a, p->block_cols);
+    arg_ptr(a, tiles);
+    arg_int(a, tile_cols);
+    arg_u32(a, p->drop_key0);
+    arg_u32(a, p->drop_key1);
+    arg_u32(a, p->drop_offset_lo);
+    arg_u32(a, plan->dropout_threshold);
+    arg_float(a, p->drop_scale);
+}
+
+static fa_status launch(const fa_hip_plan *p, hipFunction_t fn, const char *name, size_t gx, size_t gy, size_t gz,
+                        unsigned block, hip_args *a) {
+    if (a->count >= FA_HIP_MAX_ARGS) return fa_fail(FA_ERR_INTERNAL, "%s: too many kernel arguments", name);
+    if (gx == 0 || gy == 0 || gz == 0) return FA_SUCCESS;
+    if (gx > 0x7fffffffu || gy > FA_HIP_MAX_GRID_YZ || gz > FA_HIP_MAX_GRID_YZ)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s: grid %zu x %zu x %zu exceeds the device's (2^31 - 1) x %u x %u", name,
+                       gx, gy, gz, FA_HIP_MAX_GRID_YZ, FA_HIP_MAX_GRID_YZ);
+    const fa_hip_api *api = fa_hip_api_get();
+    hipError_t err = api->hipModuleLaunchKernel(fn, (unsigned)gx, (unsigned)gy, (unsigned)gz, block, 1, 1, 0,
+                                                p->ctx->stream, a->ptrs, NULL);
+    if (err != hipSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "hipModuleLaunchKernel(%s)", name);
+        return fa_hip_error(err, what);
+    }
+    return FA_SUCCESS;
+}
+
+static fa_status record(fa_hip_plan *p, hipEvent_t ev) {
+    hipError_t err = fa_hip_api_get()->hipEventRecord(ev, p->ctx->stream);
+    return err == hipSuccess ? FA_SUCCESS : fa_hip_error(err, "hipEventRecord");
+}
+
+static fa_status run_forward(fa_hip_plan *p, const fa_plan_s *plan, const fa_fwd_args *args) {
+    const fa_attention_desc *d = &plan->desc;
+    hip_args a = {0};
+    arg_ptr(&a, ptr_of(args->q));
+    arg_ptr(&a, ptr_of(args->k));
+    arg_ptr(&a, ptr_of(args->v));
+    arg_ptr(&a, ptr_of(args->o));
+    arg_ptr(&a, ptr_of(args->lse));
+    arg_layout(&a, &p->q);
+    arg_layout(&a, &p->k);
+    arg_layout(&a, &p->v);
+    arg_layout(&a, &p->o);
+    arg_int(&a, d->seqlen_q);
+    arg_int(&a, d->seqlen_k);
+    arg_int(&a, d->heads_q);
+    arg_int(&a, d->heads_q / d->heads_kv);
+    arg_i64(&a, plan->total_q);
+    arg_float(&a, p->scale_log2);
+    mask_args(&a, p, plan, p->fwd_tiles, p->fwd_tile_cols);
+    arg_int(&a, p->num_splits);
+    arg_ptr(&a, p->part_o);
+    arg_ptr(&a, p->part_l);
+    const size_t tiles = ((size_t)d->seqlen_q + (size_t)p->fwd.br - 1) / (size_t)p->fwd.br;
+    FA_CHECK(launch(p, p->fwd.fn[0], "fa_forward", tiles, (size_t)d->heads_q, (size_t)d->batch * (size_t)p->num_splits,
+                    (unsigned)p->fwd.wg, &a));
+    if (p->num_splits == 1) return FA_SUCCESS;
+
+    hip_args m = {0};
+    arg_ptr(&m, p->part_o);
+    arg_ptr(&m, p->part_l);
+    arg_ptr(&m, ptr_of(args->o));
+    arg_ptr(&m, ptr_of(args->lse));
+    arg_layout(&m, &p->o);
+    arg_int(&m, d->seqlen_q);
+    arg_int(&m, d->heads_q);
+    arg_i64(&m, plan->total_q);
+    arg_ptr(&m, p->cu_q);
+    arg_int(&m, p->num_splits);
+    return launch(p, p->fwd.fn[1], "fa_splitk_merge", (size_t)d->seqlen_q, (size_t)d->heads_q, (size_t)d->batch,
+                  (unsigned)d->head_dim, &m);
+}
+
+fa_status fa_hip_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args) {
+    (void)ctx;
+    fa_hip_plan *p = plan_impl;
+    if (!p || !plan || !args)
+        return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
+    int previous;
+    FA_CHECK(fa_hip_enter(p->ctx, &previous));
+    p->timed = 0;
+    fa_status st = record(p, p->start);
+    if (st == FA_SUCCESS) st = run_forward(p, plan, args);
+    if (st == FA_SUCCESS) st = record(p, p->stop);
+    if (st == FA_SUCCESS) p->timed = 1;
+    fa_hip_leave(p->ctx, previous);
+    return st;
+}
+
+/* The backward kernels' shared arguments (FA_BWD_PARAMS in bwd.hip). */
+static void bwd_common_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *plan) {
+    const fa_attention_desc *d = &plan->desc;
+    arg_layout(a, &p->q);
+    arg_layout(a, &p->k);
+    arg_layout(a, &p->v);
+    arg_layout(a, &p->o);
+    arg_int(a, d->seqlen_q);
+    arg_int(a, d->seqlen_k);
+    arg_int(a, d->heads_q);
+    arg_int(a, d->heads_q / d->heads_kv);
+    arg_i64(a, plan->total_q);
+    arg_float(a, p->scale_log2);
+    arg_float(a, plan->scale);
+    mask_args(a, p, plan, p->bwd_tiles, p->bwd_tile_cols);
+}
+
+static fa_status run_backward(fa_hip_plan *p, const fa_plan_s *plan, const fa_bwd_args *args) {
+    const fa_attention_desc *d = &plan->desc;
+    hip_args a = {0};
+    arg_ptr(&a, ptr_of(args->o));
+    arg_ptr(&a, ptr_of(args->dout));
+    arg_ptr(&a, p->dvec);
+    arg_layout(&a, &p->o);
+    arg_int(&a, d->seqlen_q);
+    arg_int(&a, d->heads_q);
+    arg_i64(&a, plan->total_q);
+    arg_ptr(&a, p->cu_q);
+    FA_CHECK(launch(p, p->bwd.fn[0], "fa_bwd_dot", ((size_t)d->seqlen_q + 63) / 64, (size_t)d->heads_q,
+                    (size_t)d->batch, 64, &a));
+
+    hip_args kv = {0};
+    arg_ptr(&kv, ptr_of(args->q));
+    arg_ptr(&kv, ptr_of(args->k));
+    arg_ptr(&kv, ptr_of(args->v));
+    arg_ptr(&kv, ptr_of(args->lse));
+    arg_ptr(&kv, ptr_of(args->dout));
+    arg_ptr(&kv, p->dvec);
+    arg_ptr(&kv, ptr_of(args->dk));
+    arg_ptr(&kv, ptr_of(args->dv));
+    bwd_common_args(&kv, p, plan);
+    const size_t ktiles = ((size_t)d->seqlen_k + (size_t)p->bwd.bc - 1) / (size_t)p->bwd.bc;
+    FA_CHECK(launch(p, p->bwd.fn[1], "fa_bwd_dkdv", ktiles, (size_t)d->heads_kv, (size_t)d->batch,
+                    (unsigned)p->bwd.wg, &kv));
+
+    hip_args q = {0};
+    arg_ptr(&q, ptr_of(args->q));
+    arg_ptr(&q, ptr_of(args->k));
+    arg_ptr(&q, ptr_of(args->v));
+    arg_ptr(&q, ptr_of(args->lse));
+    arg_ptr(&q, ptr_of(args->dout));
+    arg_ptr(&q, p->dvec);
+    arg_ptr(&q, ptr_of(args->dq));
+    bwd_common_args(&q, p, plan);
+    const size_t qtiles = ((size_t)d->seqlen_q + (size_t)p->bwd.br - 1) / (size_t)p->bwd.br;
+    return launch(p, p->bwd.fn[2], "fa_bwd_dq", qtiles, (size_t)d->heads_q, (size_t)d->batch, (unsigned)p->bwd.wg,
+                  &q);
+}
+
+fa_status fa_hip_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args) {
+    (void)ctx;
+    fa_hip_plan *p = plan_impl;
+    if (!p || !plan || !args)
+        return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
+    int previous;
+    FA_CHECK(fa_hip_enter(p->ctx, &previous));
+    p->timed = 0;
+    fa_status st = record(p, p->start);
+    if (st == FA_SUCCESS) st = run_backward(p, plan, args);
+    if (st == FA_SUCCESS) st = record(p, p->stop);
+    if (st == FA_SUCCESS) p->timed = 1;
+    fa_hip_leave(p->ctx, previous);
+    return st;
+}
+
+fa_status fa_hip_last_time_ms(void *ctx, void *plan_impl, double *ms) {
+    (void)ctx;
+    fa_hip_plan *p = plan_impl;
+    if (!p || !ms) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "ms");
+    *ms = 0.0;
+    if (!p->timed) return fa_fail(FA_ERR_UNSUPPORTED, "no HIP attention pass has run on this plan");
+    const fa_hip_api *api = fa_hip_api_get();
+    int previous;
+    FA_CHECK(fa_hip_enter(p->ctx, &previous));
+    float t = 0.0f;
+    hipError_t err = api->hipEventSynchronize(p->stop);
+    if (err == hipSuccess) err = api->hipEventElapsedTime(&t, p->start, p->stop);
+    fa_hip_leave(p->ctx, previous);
+    if (err != hipSuccess) return fa_hip_error(err, "hipEventElapsedTime");
+    *ms = (double)t;
+    return FA_SUCCESS;
+}
+
+fa_status fa_hip_plan_kernel_usage(void *plan_impl, fa_pass pass, fa_hip_kernel_usage *usage) {
+    fa_hip_plan *p = plan_impl;
+    if (!p || !usage) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "usage");
+    memset(usage, 0, sizeof *usage);
+    const fa_hip_api *api = fa_hip_api_get();
+    const hip_pass *hp = pass == FA_PASS_BACKWARD ? &p->bwd : &p->fwd;
+    for (int i = 0; i < hp->fn_count; i++) {
+        int local = 0, regs = 0, priv = 0;
+        hipError_t err = api->hipFuncGetAttribute(&local, HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, hp->fn[i]);
+        if (err == hipSuccess) err = api->hipFuncGetAttribute(&regs, HIP_FUNC_ATTRIBUTE_NUM_REGS, hp->fn[i]);
+        if (err == hipSuccess) err = api->hipFuncGetAttribute(&priv, HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, hp->fn[i]);
+        if (err != hipSuccess) return fa_hip_error(err, "hipFuncGetAttribute");
+        if ((size_t)local > usage->local_bytes) usage->local_bytes = (size_t)local;
+        if (regs > usage->registers) usage->registers = regs;
+        if ((size_t)priv > usage->private_bytes) usage->private_bytes = (size_t)priv;
+    }
+    return FA_SUCCESS;
+}

@@ -1,0 +1,466 @@
+/* Shared by every HIP attention program: storage dtypes, Philox4x32-10
+ * dropout, masks, and the tile geometry that the build options fix. The
+ * HIP twin of kernels_cl/common.h: the same algorithm and the same
+ * semantics, in HIP C++ for hiprtc (and hipcc), with no header included so
+ * that the same text compiles under hiprtc's built-in declarations, under
+ * hipcc, and under NVRTC behind hip_nvidia_prelude.h.
+ *
+ * Build options (all set by backends/hip/hip_attention.c from the plan):
+ *   HEAD_DIM BR BC TR TC          tile shape: a work-group holds a BR x BC
+ *                                 score tile, each work-item a TR x TC
+ *                                 micro-tile of it
+ *   WAVE                          the target's wavefront (warp) width, from
+ *                                 the device description: 64 on CDNA, 32 on
+ *                                 RDNA and NVIDIA; never assumed
+ *   DTYPE_F32 | DTYPE_F16 | DTYPE_BF16   storage dtype of Q, K, V, O and grads
+ *   CAUSAL WINDOW BLOCK_MASK DROPOUT VARLEN   options present in the plan
+ *
+ * Indexing conventions: a work-item is (tr, tc) with tc the fastest. Its
+ * micro-tile of scores is rows tr * TR + i and columns tc * TC + j, read from
+ * transposed local tiles as whole vectors; the output columns (head
+ * dimensions) it accumulates are tc + u * NTC, so that neighbouring
+ * work-items touch neighbouring words of V and of the outputs. */
+
+#ifndef WAVE
+#error "WAVE (the wavefront width of the target) must be defined"
+#endif
+
+#define NTR (BR / TR) /* work-items along the rows of a tile */
+#define NTC (BC / TC) /* work-items along the columns of a tile */
+#define WG_SIZE (NTR * NTC)
+#define D8 (HEAD_DIM / 8)
+
+#define FA_FN static __device__ __forceinline__
+/* Kernels keep C names (no mangling) so the host finds them by name; the
+ * exact work-group size lets the compiler budget registers for it. */
+#define FA_KERNEL extern "C" __global__ __launch_bounds__(WG_SIZE)
+#define FA_KERNEL_ANY extern "C" __global__
+
+typedef long long fa_long;
+typedef unsigned int fa_uint;
+typedef unsigned short fa_ushort;
+typedef unsigned char fa_uchar;
+
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.69314718055994531f
+#define FA_INF __int_as_float(0x7f800000)
+
+FA_FN int fa_imin(int a, int b) { return a < b ? a : b; }
+FA_FN int fa_imax(int a, int b) { return a > b ? a : b; }
+
+/* Wide moves: 16 bytes per access where the address allows it. */
+struct alignas(16) fa_f32x4 {
+    float x, y, z, w;
+};
+struct alignas(8) fa_f32x2 {
+    float x, y;
+};
+struct alignas(16) fa_u32x4 {
+    fa_uint x, y, z, w;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Storage dtypes. Every load widens to fp32; every store rounds to nearest */
+/* even. Chunks of 8 elements are one or two 16-byte accesses (offsets and  */
+/* strides are multiples of 16 bytes and HEAD_DIM of 8).                   */
+/* ------------------------------------------------------------------------ */
+
+#ifndef FA_HIP_ON_CUDA
+/* AMD: the compiler's _Float16 converts in hardware (round to nearest even,
+ * NaN and infinities kept). The NVIDIA prelude defines these two itself. */
+FA_FN float fa_half_to_float(fa_ushort h) { return (float)__builtin_bit_cast(_Float16, h); }
+FA_FN fa_ushort fa_float_to_half(float f) { return __builtin_bit_cast(fa_ushort, (_Float16)f); }
+#endif
+
+/* Eight 16-bit words of one 16-byte load, in memory order. */
+FA_FN void fa_unpack16(fa_u32x4 w, fa_ushort out[8]) {
+    const fa_uint words[4] = {w.x, w.y, w.z, w.w};
+    for (int k = 0; k < 4; k++) {
+        out[2 * k] = (fa_ushort)(words[k] & 0xffffu);
+        out[2 * k + 1] = (fa_ushort)(words[k] >> 16);
+    }
+}
+
+#if defined(DTYPE_F32)
+typedef float store_t;
+FA_FN void fa_load8(const float *__restrict__ p, fa_long i, float out[8]) {
+    const fa_f32x4 a = *(const fa_f32x4 *)(p + i);
+    const fa_f32x4 b = *(const fa_f32x4 *)(p + i + 4);
+    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+}
+FA_FN void fa_store1(float *p, fa_long i, float val) { p[i] = val; }
+#elif defined(DTYPE_F16)
+typedef fa_ushort store_t;
+FA_FN void fa_load8(const fa_ushort *__restrict__ p, fa_long i, float out[8]) {
+    fa_ushort h[8];
+    fa_unpack16(*(const fa_u32x4 *)(p + i), h);
+    for (int k = 0; k < 8; k++) out[k] = fa_half_to_float(h[k]);
+}
+FA_FN void fa_store1(fa_ushort *p, fa_long i, float val) { p[i] = fa_float_to_half(val); }
+#elif defined(DTYPE_BF16)
+typedef fa_ushort store_t;
+FA_FN void fa_load8(const fa_ushort *__restrict__ p, fa_long i, float out[8]) {
+    fa_ushort h[8];
+    fa_unpack16(*(const fa_u32x4 *)(p + i), h);
+    for (int k = 0; k < 8; k++) out[k] = __uint_as_float((fa_uint)h[k] << 16);
+}
+/* Round to nearest even on the bits; a NaN stays a (quiet) NaN instead of
+ * rounding up into the infinity pattern. Written as a select, not a branch:
+ * a branch in the store loops keeps the compiler from unrolling them, and
+ * the accumulators they index then live in scratch memory. */
+FA_FN fa_ushort fa_bf16_round(float f) {
+    const fa_uint u = __float_as_uint(f);
+    const fa_uint rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const fa_uint quiet = (u >> 16) | 0x40u;
+    return (fa_ushort)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
+FA_FN void fa_store1(fa_ushort *p, fa_long i, float val) { p[i] = fa_bf16_round(val); }
+#else
+#error "one of DTYPE_F32, DTYPE_F16, DTYPE_BF16 must be defined"
+#endif
+
+/* Scatter the 8 values of a chunk into a transposed local tile: element x of
+ * row r goes to dst[x * ld + r]. */
+FA_FN void fa_store8_t(float *dst, int ld, int x0, int r, const float val[8]) {
+    for (int k = 0; k < 8; k++) dst[(x0 + k) * ld + r] = val[k];
+}
+
+/* Eight consecutive floats into a local tile (offset a multiple of 8). */
+FA_FN void fa_store8(float *dst, const float val[8]) {
+    fa_f32x4 a, b;
+    a.x = val[0]; a.y = val[1]; a.z = val[2]; a.w = val[3];
+    b.x = val[4]; b.y = val[5]; b.z = val[6]; b.w = val[7];
+    *(fa_f32x4 *)dst = a;
+    *(fa_f32x4 *)(dst + 4) = b;
+}
+
+/* Moves of n = 1, 2, 4 or 8 consecutive floats between a local tile and a
+ * private array, as one wide access: the local offset is a multiple of n
+ * and tiles are declared FA_LOCAL_ALIGN, so the vector is aligned. n is a
+ * compile-time constant at every call (TR or TC), so only one branch
+ * survives; other widths (a forced 3 or 6) move element by element. */
+FA_FN void fa_lds_get(float *dst, const float *p, const int n) {
+    if (n == 1) {
+        dst[0] = p[0];
+    } else if (n == 2) {
+        const fa_f32x2 v = *(const fa_f32x2 *)p;
+        dst[0] = v.x; dst[1] = v.y;
+    } else if (n == 4 || n == 8) {
+        for (int k = 0; k < n; k += 4) {
+            const fa_f32x4 v = *(const fa_f32x4 *)(p + k);
+            dst[k] = v.x; dst[k + 1] = v.y; dst[k + 2] = v.z; dst[k + 3] = v.w;
+        }
+    } else {
+        for (int k = 0; k < n; k++) dst[k] = p[k];
+    }
+}
+
+FA_FN void fa_lds_put(const float *src, float *p, const int n) {
+    if (n == 1) {
+        p[0] = src[0];
+    } else if (n == 2) {
+        fa_f32x2 v;
+        v.x = src[0]; v.y = src[1];
+        *(fa_f32x2 *)p = v;
+    } else if (n == 4 || n == 8) {
+        for (int k = 0; k < n; k += 4) {
+            fa_f32x4 v;
+            v.x = src[k]; v.y = src[k + 1]; v.z = src[k + 2]; v.w = src[k + 3];
+            *(fa_f32x4 *)(p + k) = v;
+        }
+    } else {
+        for (int k = 0; k < n; k++) p[k] = src[k];
+    }
+}
+
+#define FA_LOCAL_ALIGN __attribute__((aligned(32)))
+
+/* ------------------------------------------------------------------------ */
+/* Row reductions across the NTC work-items that share a row of the tile.   */
+/* They are lanes tr * NTC .. tr * NTC + NTC - 1 of one wavefront whenever  */
+/* NTC is a power of two no wider than WAVE (work-items fill wavefronts in  */
+/* order); then a butterfly of cross-lane exchanges replaces the round trip */
+/* through local memory. Otherwise the kernels take the local-memory path.  */
+/* ------------------------------------------------------------------------ */
+
+#if (NTC & (NTC - 1)) == 0 && NTC <= WAVE
+#define FA_ROW_EXCHANGE 1
+#else
+#define FA_ROW_EXCHANGE 0
+#endif
+
+#if FA_ROW_EXCHANGE
+FA_FN float fa_row_max(float v) {
+    for (int m = NTC / 2; m > 0; m /= 2) v = fmaxf(v, __shfl_xor(v, m, NTC));
+    return v;
+}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Sequences: where each tensor of one (batch, head) pair starts.           */
+/* ------------------------------------------------------------------------ */
+
+/* Element strides of one tensor, packed strides already resolved on the
+ * host; 64-bit because tensors may exceed 2^31 elements. */
+struct fa_layout {
+    fa_long offset, stride_batch, stride_seq, stride_head;
+};
+
+/* Lengths of sequence b and the token index of its first element: with
+ * VARLEN from the cumulative offsets, else b * seqlen. */
+struct fa_seq {
+    int len_q, len_k;
+    fa_long start_q, start_k;
+};
+
+FA_FN fa_seq fa_seq_of(int b, int seqlen_q, int seqlen_k, const int *cu_q, const int *cu_k) {
+    fa_seq s;
+#ifdef VARLEN
+    s.start_q = cu_q[b];
+    s.len_q = cu_q[b + 1] - cu_q[b];
+    s.start_k = cu_k[b];
+    s.len_k = cu_k[b + 1] - cu_k[b];
+#else
+    (void)cu_q;
+    (void)cu_k;
+    s.start_q = (fa_long)b * seqlen_q;
+    s.len_q = seqlen_q;
+    s.start_k = (fa_long)b * seqlen_k;
+    s.len_k = seqlen_k;
+#endif
+    return s;
+}
+
+/* Element index of (sequence b, token t, head h, dim 0). */
+FA_FN fa_long fa_row_index(fa_layout l, int b, fa_long start, int t, int h) {
+#ifdef VARLEN
+    (void)b;
+    return l.offset + (start + t) * l.stride_seq + (fa_long)h * l.stride_head;
+#else
+    (void)start;
+    return l.offset + (fa_long)b * l.stride_batch + (fa_long)t * l.stride_seq + (fa_long)h * l.stride_head;
+#endif
+}
+
+/* Index of L (and of the backward pass's D) for (b, h, t): [batch, heads,
+ * seqlen] packed, or [heads, total_q] with VARLEN. */
+FA_FN fa_long fa_lse_index(int b, int h, int t, int heads_q, int seqlen_q, fa_long start_q, fa_long total_q) {
+#ifdef VARLEN
+    (void)b;
+    (void)seqlen_q;
+    return (fa_long)h * total_q + start_q + t;
+#else
+    (void)start_q;
+    (void)total_q;
+    return ((fa_long)b * heads_q + h) * seqlen_q + t;
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Masks (include/flashattn.h), on positions within one sequence.           */
+/* ------------------------------------------------------------------------ */
+
+struct fa_mask {
+    int len_q, len_k;
+    int window_left, window_right; /* negative: unlimited */
+    int block_q, block_k, block_cols;
+};
+
+FA_FN bool fa_visible(const fa_mask &m, const fa_uchar *block_mask, int i, int j) {
+    /* Padding rows (i >= len_q) see nothing: their results are never stored,
+     * and the block mask has no entries for them. */
+    if (j >= m.len_k || i >= m.len_q) return false;
+    const int diag = i + m.len_k - m.len_q;
+    (void)diag;
+    (void)block_mask;
+#ifdef CAUSAL
+    if (j > diag) return false;
+#endif
+#ifdef WINDOW
+    if (m.window_left >= 0 && j < diag - m.window_left) return false;
+    if (m.window_right >= 0 && j > diag + m.window_right) return false;
+#endif
+#ifdef BLOCK_MASK
+    if (!block_mask[(fa_long)(i / m.block_q) * m.block_cols + j / m.block_k]) return false;
+#endif
+    return true;
+}
+
+/* The key range [*lo, *hi) that rows [r0, r1] may see under the causal and
+ * window masks (the block mask is handled per tile). */
+FA_FN void fa_key_range(const fa_mask &m, int r0, int r1, int *lo, int *hi) {
+    const int off = m.len_k - m.len_q;
+    int a = 0, b = m.len_k;
+    (void)off;
+    (void)r0;
+    (void)r1;
+#ifdef CAUSAL
+    b = fa_imin(b, r1 + off + 1);
+#endif
+#ifdef WINDOW
+    if (m.window_right >= 0) b = fa_imin(b, r1 + off + m.window_right + 1);
+    if (m.window_left >= 0) a = fa_imax(a, r0 + off - m.window_left);
+#endif
+    *lo = a;
+    *hi = fa_imax(a, b);
+}
+
+/* The query range [*lo, *hi) that may see keys [c0, c1]. */
+FA_FN void fa_query_range(const fa_mask &m, int c0, int c1, int *lo, int *hi) {
+    const int off = m.len_k - m.len_q;
+    int a = 0, b = m.len_q;
+    (void)off;
+    (void)c0;
+    (void)c1;
+#ifdef CAUSAL
+    a = fa_imax(a, c0 - off);
+#endif
+#ifdef WINDOW
+    if (m.window_right >= 0) a = fa_imax(a, c0 - off - m.window_right);
+    if (m.window_left >= 0) b = fa_imin(b, c1 - off + m.window_left + 1);
+#endif
+    *lo = a;
+    *hi = fa_imax(a, b);
+}
+
+/* Tile classes: the host's tile map says, per (query tile, key tile), what
+ * the block mask leaves of it (0 nothing, 1 part, 2 all). */
+#define FA_TILE_SKIP 0
+#define FA_TILE_PARTIAL 1
+#define FA_TILE_FULL 2
+
+/* Skipping a tile is part of the loop control (the next tile worth
+ * computing), never a branch around barriers in the loop body: every
+ * work-item of a group runs the same iterations. */
+
+/* First key tile >= t (and < t_end) the block mask leaves anything of, for
+ * the query tile starting at q0. */
+FA_FN int fa_next_key_tile(const fa_uchar *tile_map, int tile_cols, int q0, int t, int t_end) {
+#ifdef BLOCK_MASK
+    const fa_long row = (fa_long)(q0 / BR) * tile_cols;
+    while (t < t_end && tile_map[row + t] == FA_TILE_SKIP) t++;
+#else
+    (void)tile_map;
+    (void)tile_cols;
+    (void)q0;
+    (void)t_end;
+#endif
+    return t;
+}
+
+/* First query tile >= t (and < t_end) the block mask leaves anything of,
+ * for the key tile starting at k0. */
+FA_FN int fa_next_query_tile(const fa_uchar *tile_map, int tile_cols, int k0, int t, int t_end) {
+#ifdef BLOCK_MASK
+    while (t < t_end && tile_map[(fa_long)t * tile_cols + k0 / BC] == FA_TILE_SKIP) t++;
+#else
+    (void)tile_map;
+    (void)tile_cols;
+    (void)k0;
+    (void)t_end;
+#endif
+    return t;
+}
+
+/* Whether every element of the tile [q0, q0 + BR) x [k0, k0 + BC) is
+ * visible (FA_TILE_FULL: no per-element test needed) or only some
+ * (FA_TILE_PARTIAL). Only queries below len_q count: the rows past it are
+ * padding whose results are never stored. */
+FA_FN int fa_tile_class(const fa_mask &m, const fa_uchar *tile_map, int tile_cols, int q0, int k0) {
+#ifdef BLOCK_MASK
+    if (tile_map[(fa_long)(q0 / BR) * tile_cols + k0 / BC] != FA_TILE_FULL) return FA_TILE_PARTIAL;
+#else
+    (void)tile_map;
+    (void)tile_cols;
+#endif
+    const int r1 = fa_imin(q0 + BR, m.len_q) - 1;
+    const int c1 = k0 + BC - 1;
+    if (c1 >= m.len_k) return FA_TILE_PARTIAL;
+    const int off = m.len_k - m.len_q;
+    (void)r1;
+    (void)off;
+#ifdef CAUSAL
+    if (c1 > q0 + off) return FA_TILE_PARTIAL;
+#endif
+#ifdef WINDOW
+    if (m.window_right >= 0 && c1 > q0 + off + m.window_right) return FA_TILE_PARTIAL;
+    if (m.window_left >= 0 && k0 < r1 + off - m.window_left) return FA_TILE_PARTIAL;
+#endif
+    return FA_TILE_FULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dropout: Philox4x32-10 exactly as core/philox.h defines it.              */
+/* ------------------------------------------------------------------------ */
+
+struct fa_u4 {
+    fa_uint x, y, z, w;
+};
+
+FA_FN fa_u4 fa_philox(fa_u4 c, fa_uint k0, fa_uint k1) {
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        const fa_uint hi0 = __umulhi(0xD2511F53u, c.x), lo0 = 0xD2511F53u * c.x;
+        const fa_uint hi1 = __umulhi(0xCD9E8D57u, c.z), lo1 = 0xCD9E8D57u * c.z;
+        fa_u4 n;
+        n.x = hi1 ^ c.y ^ k0;
+        n.y = lo1;
+        n.z = hi0 ^ c.w ^ k1;
+        n.w = lo0;
+        c = n;
+    }
+    return c;
+}
+
+struct fa_dropout {
+    fa_uint key0, key1, offset_lo, threshold;
+    float keep_scale; /* 1 / (1 - p) */
+};
+
+FA_FN bool fa_signbit(float v) { return (__float_as_uint(v) >> 31) != 0u; }
+
+/* Marks the dropped elements of a local tile by flipping their sign bit
+ * (values are probabilities, so >= 0; a dropped 0 becomes -0). Element
+ * (r, c) lives at tile[r * rs + c * cs] and stands for query q0 + r, key
+ * k0 + c of sequence b, head h. One Philox call covers four neighbouring
+ * keys, and the work-group shares the calls: BR * BC / 4 of them per tile
+ * whatever the micro-tiling. Barriers are the caller's. */
+FA_FN void fa_dropout_mark(float *tile, int rs, int cs, const fa_dropout &dp, int b, int h, int heads_q, int q0,
+                           int k0) {
+    const fa_uint bh = (fa_uint)b * (fa_uint)heads_q + (fa_uint)h;
+#if BC % 4 == 0
+    for (int e = (int)threadIdx.x; e < BR * (BC / 4); e += WG_SIZE) {
+        const int r = e % BR, g = e / BR;
+        const fa_uint col = (fa_uint)(k0 + 4 * g);
+        fa_u4 ctr;
+        ctr.x = col >> 2;
+        ctr.y = (fa_uint)(q0 + r);
+        ctr.z = bh;
+        ctr.w = dp.offset_lo;
+        const fa_u4 rnd = fa_philox(ctr, dp.key0, dp.key1);
+        float *t = tile + r * rs + 4 * g * cs;
+        if (rnd.x < dp.threshold) t[0] = -t[0];
+        if (rnd.y < dp.threshold) t[cs] = -t[cs];
+        if (rnd.z < dp.threshold) t[2 * cs] = -t[2 * cs];
+        if (rnd.w < dp.threshold) t[3 * cs] = -t[3 * cs];
+    }
+#else
+    for (int e = (int)threadIdx.x; e < BR * BC; e += WG_SIZE) {
+        const int r = e % BR, c = e / BR;
+        const fa_uint col = (fa_uint)(k0 + c);
+        fa_u4 ctr;
+        ctr.x = col >> 2;
+        ctr.y = (fa_uint)(q0 + r);
+        ctr.z = bh;
+        ctr.w = dp.offset_lo;
+        const fa_u4 rnd = fa_philox(ctr, dp.key0, dp.key1);
+        const fa_uint sel = col & 3u;
+        const fa_uint w = sel == 0u ? rnd.x : sel == 1u ? rnd.y : sel == 2u ? rnd.z : rnd.w;
+        if (w < dp.threshold) tile[r * rs + c * cs] = -tile[r * rs + c * cs];
+    }
+#endif
+}

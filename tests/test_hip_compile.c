@@ -1,0 +1,905 @@
+/* The HIP kernels compiled for AMD GPUs that are not here (GUIDE section
+ * 5). The programs of the plans the planner makes for the described MI250X
+ * (wavefront 64) and for a described RX 6800 XT (gfx1030, wavefront 32),
+ * over dtypes, head dimensions, forward, split-K and backward, are compiled
+ * with Debian's hipcc: the MI250X's for gfx908, gfx90a and gfx940, and,
+ * rebuilt for a 32-wide wavefront, with the RX 6800 XT's own for gfx1030
+ * (HIP runs gfx10 in wave32 only). Programs with every optional feature
+ * (causal, window, block mask, dropout, varlen) are compiled for gfx90a and
+ * gfx1030. The resource use the compiler records in each code object is
+ * printed as a table. Scratch memory in a main variant (no optional
+ * feature) fails, as does local memory other than the planner's budget.
+ * The runtime path (hiprtc) and, where the NVIDIA mapping is built, NVRTC
+ * behind it compile a sample too.
+ *
+ * Without a HIP compiler these cases skip.
+ *
+ * fa-test-labels: compile */
+#include "harness.h"
+#include "test_util.h"
+
+#include "fa_internal.h"
+#include "flashattn.h"
+#include "planner.h"
+
+#ifdef FA_WITH_HIP
+#include "backends/hip/hip_runtime_internal.h"
+#endif
+
+#include <errno.h>
+#include <stddef.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef FA_HIPCC_PATH
+#define FA_HIPCC_PATH "hipcc"
+#endif
+
+#ifdef FA_WITH_HIP
+
+extern char **environ;
+
+/* ------------------------------------------------------------------------ */
+/* Described devices                                                         */
+
+/* An RDNA2 card, described from its data sheet (72 CUs at up to 2250 MHz,
+ * 512 GB/s, wave32, 64 KiB of LDS per work-group, no matrix units): the
+ * planner's wavefront-32 AMD plans. */
+static fa_device_desc gfx1030_device(void) {
+    fa_device_desc d;
+    memset(&d, 0, sizeof d);
+    snprintf(d.name, sizeof d.name, "AMD Radeon RX 6800 XT");
+    snprintf(d.vendor, sizeof d.vendor, "Advanced Micro Devices, Inc.");
+    snprintf(d.arch, sizeof d.arch, "gfx1030");
+    d.backend = FA_BACKEND_HIP;
+    d.type = FA_DEVICE_GPU;
+    d.local_mem_bytes = 64 * 1024;
+    d.max_work_group_size = 1024;
+    d.simd_width = 32;
+    d.compute_units = 72;
+    d.clock_mhz = 2250;
+    d.bandwidth_gbs = 512.0;
+    d.global_mem_bytes = (size_t)16 << 30;
+    d.fp32_flops_per_clock_cu = 128.0;
+    return d;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Code objects: the AMDGPU metadata note (msgpack) of an ELF               */
+
+typedef struct kernel_usage {
+    char name[48];
+    long vgpr, sgpr, agpr, lds, scratch, vgpr_spill, sgpr_spill, wave;
+} kernel_usage;
+
+#define MAX_KERNELS 4
+
+typedef struct mp {
+    const unsigned char *p, *end;
+    int bad;
+} mp;
+
+static uint64_t mp_be(mp *m, int n) {
+    uint64_t v = 0;
+    if (m->end - m->p < n) {
+        m->bad = 1;
+        return 0;
+    }
+    for (int i = 0; i < n; i++) v = (v << 8) | m->p[i];
+    m->p += n;
+    return v;
+}
+
+/* Reads one value's header: kind 'u' (unsigned, in *v), 's' (string of *v
+ * bytes at *s), 'm' (map of *v pairs), 'a' (array of *v), 'x' (anything
+ * else, already skipped). */
+static char mp_head(mp *m, uint64_t *v, const unsigned char **s) {
+    if (m->p >= m->end) {
+        m->bad = 1;
+        return 'x';
+    }
+    unsigned c = *m->p++;
+    *v = 0;
+    if (c <= 0x7f) {
+        *v = c;
+        return 'u';
+    }
+    if (c >= 0xe0) return 'x';
+    if ((c & 0xe0) == 0xa0) {
+        /* fixstr */
+        uint64_t len = c & 0x1f;
+        if ((uint64_t)(m->end - m->p) < len) {
+            m->bad = 1;
+            return 'x';
+        }
+        *s = m->p;
+        *v = len;
+        m->p += len;
+        return 's';
+    }
+    if ((c & 0xf0) == 0x80) {
+        *v = c & 0x0f;
+        return 'm';
+    }
+    if ((c & 0xf0) == 0x90) {
+        *v = c & 0x0f;
+        return 'a';
+    }
+    uint64_t n = 0;
+    switch (c) {
+    case 0xc0: case 0xc2: case 0xc3: return 'x';
+    case 0xcc: *v = mp_be(m, 1); return 'u';
+    case 0xcd: *v = mp_be(m, 2); return 'u';
+    case 0xce: *v = mp_be(m, 4); return 'u';
+    case 0xcf: *v = mp_be(m, 8); return 'u';
+    case 0xd0: m->p += 1; return 'x';
+    case 0xd1: m->p += 2; return 'x';
+    case 0xd2: case 0xca: m->p += 4; return 'x';
+    case 0xd3: case 0xcb: m->p += 8; return 'x';
+    case 0xd4: m->p += 2; return 'x';
+    case 0xd5: m->p += 3; return 'x';
+    case 0xd6: m->p += 5; return 'x';
+    case 0xd7: m->p += 9; return 'x';
+    case 0xd8: m->p += 17; return 'x';
+    case 0xc4: case 0xd9: n = mp_be(m, 1); break;
+    case 0xc5: case 0xda: n = mp_be(m, 2); break;
+    case 0xc6: case 0xdb: n = mp_be(m, 4); break;
+    case 0xc7: n = mp_be(m, 1) + 1; break;
+    case 0xc8: n = mp_be(m, 2) + 1; break;
+    case 0xc9: n = mp_be(m, 4) + 1; break;
+    case 0xdc: *v = mp_be(m, 2); return 'a';
+    case 0xdd: *v = mp_be(m, 4); return 'a';
+    case 0xde: *v = mp_be(m, 2); return 'm';
+    case 0xdf: *v = mp_be(m, 4); return 'm';
+    default: m->bad = 1; return 'x';
+    }
+    if ((uint64_t)(m->end - m->p) < n) {
+        m->bad = 1;
+        return 'x';
+    }
+    if (c >= 0xd9 && c <= 0xdb) {
+        *s = m->p;
+        *v = n;
+        m->p += n;
+        return 's';
+    }
+    m->p += n;
+    return 'x';
+}
+
+static void mp_skip(mp *m, int depth) {
+    uint64_t v;
+    const unsigned char *s;
+    char k = mp_head(m, &v, &s);
+    if (depth > 32) {
+        m->bad = 1;
+        return;
+    }
+    if (k == 'm') v *= 2;
+    if (k == 'm' || k == 'a')
+        for (uint64_t i = 0; i < v && !m->bad; i++) mp_skip(m, depth + 1);
+}
+
+static int mp_key_is(const unsigned char *s, uint64_t n, const char *key) {
+    return strlen(key) == n && memcmp(s, key, n) == 0;
+}
+
+static void read_kernel(mp *m, uint64_t pairs, kernel_usage *k) {
+    static const struct {
+        const char *key;
+        size_t offset;
+    } fields[] = {
+        {".vgpr_count", offsetof(kernel_usage, vgpr)},
+        {".sgpr_count", offsetof(kernel_usage, sgpr)},
+        {".agpr_count", offsetof(kernel_usage, agpr)},
+        {".group_segment_fixed_size", offsetof(kernel_usage, lds)},
+        {".private_segment_fixed_size", offsetof(kernel_usage, scratch)},
+        {".vgpr_spill_count", offsetof(kernel_usage, vgpr_spill)},
+        {".sgpr_spill_count", offsetof(kernel_usage, sgpr_spill)},
+        {".wavefront_size", offsetof(kernel_usage, wave)},
+    };
+    for (uint64_t i = 0; i < pairs && !m->bad; i++) {
+        uint64_t n, v;
+        const unsigned char *s = NULL, *vs = NULL;
+        if (mp_head(m, &n, &s) != 's') {
+            m->bad = 1;
+            return;
+        }
+        const unsigned char *save = m->p;
+        char kind = mp_head(m, &v, &vs);
+        if (mp_key_is(s, n, ".name") && kind == 's') {
+            size_t len = v < sizeof k->name - 1 ? (size_t)v : sizeof k->name - 1;
+            memcpy(k->name, vs, len);
+            k->name[len] = '\0';
+            continue;
+        }
+        int used = 0;
+        for (size_t f = 0; f < FA_ARRAY_SIZE(fields) && kind == 'u'; f++)
+            if (mp_key_is(s, n, fields[f].key)) {
+                *(long *)((char *)k + fields[f].offset) = (long)v;
+                used = 1;
+            }
+        if (!used && (kind == 'm' || kind == 'a')) {
+            m->p = save;
+            mp_skip(m, 0);
+        }
+    }
+}
+
+/* The kernels' resource use from a code object; the number of kernels
+ * found, -1 when the file is no AMDGPU code object. */
+static int read_code_object(const unsigned char *elf, size_t size, kernel_usage *out, int max) {
+    if (size < 64 || memcmp(elf, "\177ELF", 4) != 0 || elf[4] != 2 || elf[5] != 1) return -1;
+    uint64_t shoff = 0, shentsize = 0, shnum = 0;
+    for (int i = 7; i >= 0; i--) shoff = (shoff << 8) | elf[0x28 + i];
+    shentsize = (uint64_t)elf[0x3a] | (uint64_t)elf[0x3b] << 8;
+    shnum = (uint64_t)elf[0x3c] | (uint64_t)elf[0x3d] << 8;
+    int found = 0;
+    for (uint64_t sct = 0; sct < shnum; sct++) {
+        uint64_t at = shoff + sct * shentsize;
+        if (at + 64 > size) return -1;
+        const unsigned char *sh = elf + at;
+        uint32_t type = (uint32_t)sh[4] | (uint32_t)sh[5] << 8 | (uint32_t)sh[6] << 16 | (uint32_t)sh[7] << 24;
+        if (type != 7) continue; /* SHT_NOTE */
+        uint64_t off = 0, len = 0;
+        for (int i = 7; i >= 0; i--) {
+            off = (off << 8) | sh[0x18 + i];
+            len = (len << 8) | sh[0x20 + i];
+        }
+        if (off > size || len > size - off) return -1;
+        const unsigned char *note = elf + off, *nend = elf + off + len;
+        while (nend - note >= 12) {
+            uint32_t namesz = (uint32_t)note[0] | (uint32_t)note[1] << 8 | (uint32_t)note[2] << 16 | (uint32_t)note[3] << 24;
+            uint32_t descsz = (uint32_t)note[4] | (uint32_t)note[5] << 8 | (uint32_t)note[6] << 16 | (uint32_t)note[7] << 24;
+            uint32_t ntype = (uint32_t)note[8] | (uint32_t)note[9] << 8 | (uint32_t)note[10] << 16 | (uint32_t)note[11] << 24;
+            size_t name_pad = (namesz + 3u) & ~3u, desc_pad = (descsz + 3u) & ~3u;
+            if ((size_t)(nend - note) < 12 + name_pad + desc_pad) break;
+            const unsigned char *desc = note + 12 + name_pad;
+            if (ntype == 32 && namesz == 7 && memcmp(note + 12, "AMDGPU", 7) == 0) {
+                mp m = {desc, desc + descsz, 0};
+                uint64_t pairs;
+                const unsigned char *s;
+                if (mp_head(&m, &pairs, &s) != 'm') return -1;
+                for (uint64_t i = 0; i < pairs && !m.bad; i++) {
+                    uint64_t n, count;
+                    if (mp_head(&m, &n, &s) != 's') return -1;
+                    if (!mp_key_is(s, n, "amdhsa.kernels")) {
+                        mp_skip(&m, 0);
+                        continue;
+                    }
+                    if (mp_head(&m, &count, &s) != 'a') return -1;
+                    for (uint64_t kx = 0; kx < count && !m.bad; kx++) {
+                        uint64_t kp;
+                        if (mp_head(&m, &kp, &s) != 'm') return -1;
+                        kernel_usage k;
+                        memset(&k, 0, sizeof k);
+                        read_kernel(&m, kp, &k);
+                        if (found < max) out[found++] = k;
+                    }
+                }
+                if (m.bad) return -1;
+            }
+            note += 12 + name_pad + desc_pad;
+        }
+    }
+    return found;
+}
+
+static unsigned char *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n > 0 && fseek(f, 0, SEEK_SET) == 0) {
+            buf = malloc((size_t)n);
+            if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+                free(buf);
+                buf = NULL;
+            }
+            *size = (size_t)n;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The programs the planner emits                                           */
+
+typedef struct variant {
+    fa_pass pass;
+    fa_dtype dtype;
+    int head_dim, wave;
+    int main;                 /* no optional feature */
+    unsigned targets;         /* bit t: compiled for targets[t] */
+    size_t local_budget;      /* fa_plan_local_mem of the tile */
+    fa_kernel_plan kp;
+    fa_hip_program prog;
+} variant;
+
+#define MAX_VARIANTS 512
+
+typedef struct variant_set {
+    variant v[MAX_VARIANTS];
+    int count;
+    int overflow;
+} variant_set;
+
+typedef struct target {
+    const char *arch;
+    int wave;
+} target;
+
+/* gfx1030 runs HIP in wave32 only (ROCm refuses its wave64 mode), so the
+ * MI250X's tiles reach it rebuilt for a 32-wide wavefront. */
+static const target targets[] = {{"gfx908", 64}, {"gfx90a", 64}, {"gfx940", 64}, {"gfx1030", 32}};
+#define T_GFX908 (1u << 0)
+#define T_GFX90A (1u << 1)
+#define T_GFX940 (1u << 2)
+#define T_GFX1030 (1u << 3)
+
+static int same_program(const fa_hip_program *a, const fa_hip_program *b) {
+    if (a->define_count != b->define_count || a->path_count != b->path_count) return 0;
+    for (int i = 0; i < a->define_count; i++)
+        if (strcmp(a->defines[i], b->defines[i]) != 0) return 0;
+    for (int i = 0; i < a->path_count; i++)
+        if (strcmp(a->paths[i], b->paths[i]) != 0) return 0;
+    return 1;
+}
+
+static const int32_t varlen_cu[] = {0, 1000, 3000};
+static uint8_t block_mask_bytes[64 * 64];
+
+/* Every optional feature at once: causal, window, block mask, dropout,
+ * varlen (on the shapes whose batch the offsets fit). */
+static void set_all_features(fa_attention_desc *d) {
+    d->causal = 1;
+    d->window_left = 256;
+    d->window_right = 0;
+    d->dropout_p = 0.1f;
+    d->dropout_seed = 1;
+    d->block_q = 64;
+    d->block_k = 64;
+    int rows = (d->seqlen_q + 63) / 64, cols = (d->seqlen_k + 63) / 64;
+    d->block_mask = block_mask_bytes;
+    d->block_mask_bytes = (size_t)rows * (size_t)cols;
+    if (d->batch == 2 && d->seqlen_q == d->seqlen_k && d->seqlen_q >= 2000) {
+        d->cu_seqlens_q = varlen_cu;
+        d->cu_seqlens_k = varlen_cu;
+    }
+}
+
+static void add_variant(variant_set *set, const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass,
+                        int wave, int features, unsigned mask) {
+    variant v;
+    memset(&v, 0, sizeof v);
+    fa_status st = fa_hip_program_for(d, kp, pass, wave, &v.prog);
+    CHECK_MSG(st == FA_SUCCESS, "no HIP program for a %s plan %dx%d/%dx%d at head_dim %d: %s",
+              pass == FA_PASS_FORWARD ? "forward" : "backward", kp->br, kp->bc, kp->thread_rows, kp->thread_cols,
+              d->head_dim, fa_last_error());
+    if (st != FA_SUCCESS) return;
+    for (int i = 0; i < set->count; i++)
+        if (set->v[i].wave == wave && same_program(&set->v[i].prog, &v.prog)) {
+            set->v[i].targets |= mask;
+            return;
+        }
+    if (set->count >= MAX_VARIANTS) {
+        set->overflow = 1;
+        return;
+    }
+    v.pass = pass;
+    v.dtype = d->q.dtype;
+    v.head_dim = d->head_dim;
+    v.wave = wave;
+    v.main = !features;
+    v.targets = mask;
+    v.kp = *kp;
+    v.local_budget = fa_plan_local_mem(FA_VARIANT_SIMT, pass, d, kp->br, kp->bc, 1);
+    set->v[set->count++] = v;
+}
+
+/* The programs of the plans a device gets for training shapes, a small
+ * batch and decoding (the split-K plans), every head dimension, the given
+ * dtypes, with no optional feature or with all of them; built for a
+ * wavefront of wave lanes and the targets in mask. */
+static void enumerate(const fa_device_desc *dev, int wave, int features, const fa_dtype *dtypes, int ndtypes,
+                      unsigned mask, variant_set *set) {
+    static const int shapes[][4] = {{8, 2048, 2048, 16}, {2, 2048, 2048, 16}, {1, 512, 512, 8},
+                                    {2, 4, 8192, 16}, {1, 1, 4096, 32}};
+    static const int dims[] = {32, 64, 96, 128, 256};
+    memset(block_mask_bytes, 1, sizeof block_mask_bytes);
+    for (int t = 0; t < ndtypes; t++)
+        for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
+            for (size_t s = 0; s < FA_ARRAY_SIZE(shapes); s++) {
+                fa_attention_desc d;
+                fa_attention_desc_init(&d);
+                d.batch = shapes[s][0];
+                d.seqlen_q = shapes[s][1];
+                d.seqlen_k = shapes[s][2];
+                d.heads_q = d.heads_kv = shapes[s][3];
+                d.head_dim = dims[i];
+                d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dtypes[t];
+                if (features) set_all_features(&d);
+                fa_plan_info info;
+                fa_status st = fa_plan_for_device(dev, &d, &info);
+                CHECK_MSG(st == FA_SUCCESS, "planning for %s: %s", dev->name, fa_last_error());
+                if (st != FA_SUCCESS) continue;
+                add_variant(set, &d, &info.forward, FA_PASS_FORWARD, wave, features, mask);
+                add_variant(set, &d, &info.backward, FA_PASS_BACKWARD, wave, features, mask);
+            }
+}
+
+static void variant_label(const variant *v, char *out, size_t size) {
+    snprintf(out, size, "%s %-4s d%-3d %3dx%-3d %dx%d wg%-4d w%d %s",
+             v->pass == FA_PASS_FORWARD ? (v->kp.variant == FA_VARIANT_SPLITK ? "splitk" : "fwd   ") : "bwd   ",
+             fa_dtype_name(v->dtype), v->head_dim, v->kp.br, v->kp.bc, v->kp.thread_rows, v->kp.thread_cols,
+             v->kp.work_group_size, v->wave, v->main ? "-" : "all");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Compiling with hipcc, a few at a time                                    */
+
+typedef struct job {
+    int variant, target;
+    pid_t pid;
+    int status;               /* exit status; -1 not run */
+    kernel_usage k[MAX_KERNELS];
+    int kernels;
+} job;
+
+static const char *hipcc_path(void) {
+    const char *env = getenv("FA_HIPCC");
+    return env && env[0] ? env : FA_HIPCC_PATH;
+}
+
+/* Runs argv with stdout and stderr to log; the child's pid, or -1. */
+static pid_t spawn(char *const *argv, const char *log) {
+    posix_spawn_file_actions_t fa;
+    if (posix_spawn_file_actions_init(&fa) != 0) return -1;
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid = -1;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    return rc == 0 ? pid : -1;
+}
+
+static int wait_exit(pid_t pid) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+typedef struct work {
+    char dir[256];
+    const variant_set *set;
+    job *jobs;
+    int count;
+} work;
+
+static void job_paths(const work *w, int j, char *src, char *obj, char *log, size_t size) {
+    snprintf(src, size, "%s/v%d.hip", w->dir, w->jobs[j].variant);
+    snprintf(obj, size, "%s/j%d.o", w->dir, j);
+    snprintf(log, size, "%s/j%d.log", w->dir, j);
+}
+
+static pid_t start_job(const work *w, int j) {
+    const job *jb = &w->jobs[j];
+    const variant *v = &w->set->v[jb->variant];
+    const target *t = &targets[jb->target];
+    char src[320], obj[320], log[320], arch[64];
+    job_paths(w, j, src, obj, log, sizeof src);
+    snprintf(arch, sizeof arch, "--offload-arch=%s", t->arch);
+    char *argv[48];
+    int n = 0;
+    argv[n++] = (char *)hipcc_path();
+    argv[n++] = (char *)"--cuda-device-only";
+    argv[n++] = (char *)"--no-gpu-bundle-output";
+    argv[n++] = arch;
+    argv[n++] = (char *)"-O3";
+    /* hiprtc's implicit header, so that hipcc sees what hiprtc sees. */
+    argv[n++] = (char *)"-include";
+    argv[n++] = (char *)"hip/hip_runtime.h";
+    for (int i = 0; i < v->prog.define_count; i++) argv[n++] = (char *)v->prog.defines[i];
+    argv[n++] = (char *)"-c";
+    argv[n++] = src;
+    argv[n++] = (char *)"-o";
+    argv[n++] = obj;
+    argv[n] = NULL;
+    return spawn(argv, log);
+}
+
+static void finish_job(work *w, int j, int status) {
+    job *jb = &w->jobs[j];
+    char src[320], obj[320], log[320];
+    job_paths(w, j, src, obj, log, sizeof src);
+    jb->status = status;
+    if (status == 0) {
+        size_t size = 0;
+        unsigned char *elf = read_file(obj, &size);
+        jb->kernels = elf ? read_code_object(elf, size, jb->k, MAX_KERNELS) : -1;
+        free(elf);
+    } else {
+        size_t size = 0;
+        unsigned char *text = read_file(log, &size);
+        fprintf(stderr, "  hipcc failed (%d) for %s:\n%.*s\n", status, targets[jb->target].arch, (int)(size > 4000 ? 4000 : size),
+                text ? (const char *)text : "(no log)");
+        free(text);
+    }
+    remove(obj);
+    remove(log);
+}
+
+/* Every job, at most `parallel` compilers at a time. */
+static void run_jobs(work *w, int parallel) {
+    int next = 0, running = 0;
+    int *slot = malloc((size_t)parallel * sizeof *slot);
+    if (!slot) return;
+    for (int i = 0; i < parallel; i++) slot[i] = -1;
+    while (next < w->count || running > 0) {
+        for (int i = 0; i < parallel && next < w->count; i++) {
+            if (slot[i] >= 0) continue;
+            w->jobs[next].pid = start_job(w, next);
+            if (w->jobs[next].pid < 0) {
+                w->jobs[next].status = 127;
+                next++;
+                continue;
+            }
+            slot[i] = next++;
+            running++;
+        }
+        if (running == 0) break;
+        int status = 0;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        for (int i = 0; i < parallel; i++)
+            if (slot[i] >= 0 && w->jobs[slot[i]].pid == pid) {
+                finish_job(w, slot[i], WIFEXITED(status) ? WEXITSTATUS(status) : 128);
+                slot[i] = -1;
+                running--;
+            }
+    }
+    free(slot);
+}
+
+static int write_source(const char *path, const fa_hip_program *prog) {
+    char *text = NULL;
+    size_t size = 0;
+    if (fa_hip_program_source(prog, "gfx90a", &text, &size) != FA_SUCCESS) return 0;
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(text, 1, size, f) == size;
+    if (f) ok &= fclose(f) == 0;
+    free(text);
+    return ok;
+}
+
+static int hipcc_works(void) {
+    char log[64];
+    snprintf(log, sizeof log, "/tmp/fa-hipcc-%ld.log", (long)getpid());
+    char *argv[] = {(char *)hipcc_path(), (char *)"--version", NULL};
+    pid_t pid = spawn(argv, log);
+    int ok = pid > 0 && wait_exit(pid) == 0;
+    remove(log);
+    return ok;
+}
+
+static int cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+}
+
+#endif /* FA_WITH_HIP */
+
+/* ------------------------------------------------------------------------ */
+/* Cases                                                                     */
+
+/* Every planner variant for every AMD target, with its resource use. */
+FA_TEST(amd_targets) {
+#ifndef FA_WITH_HIP
+    FA_SKIP("the HIP backend is not built into this library");
+#else
+    /* hipcc otherwise asks the (absent) GPUs for a default target first. */
+    setenv("HCC_AMDGPU_TARGET", "gfx90a", 1);
+    if (!hipcc_works()) FA_SKIP("no HIP compiler (hipcc) runs here");
+    static variant_set set;
+    memset(&set, 0, sizeof set);
+    const fa_described_device *mi = fa_described_device_find("mi250x");
+    CHECK(mi != NULL);
+    if (!mi) return;
+    const fa_device_desc rdna = gfx1030_device();
+    static const fa_dtype all_dtypes[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
+    /* With every optional feature on: fp32 and bf16, the two load and
+     * store paths (fp16 differs from bf16 only in the conversion), for one
+     * target of each wavefront width; a budget of about five minutes on
+     * two cores leaves no room for more. */
+    static const fa_dtype feature_dtypes[] = {FA_DTYPE_F32, FA_DTYPE_BF16};
+    enumerate(&mi->desc, 64, 0, all_dtypes, 3, T_GFX908 | T_GFX90A | T_GFX940, &set);
+    enumerate(&mi->desc, 32, 0, all_dtypes, 3, T_GFX1030, &set);
+    enumerate(&rdna, 32, 0, all_dtypes, 3, T_GFX1030, &set);
+    enumerate(&mi->desc, 64, 1, feature_dtypes, 2, T_GFX90A, &set);
+    enumerate(&rdna, 32, 1, feature_dtypes, 2, T_GFX1030, &set);
+    CHECK_MSG(!set.overflow, "more than %d distinct programs", MAX_VARIANTS);
+
+    work w;
+    memset(&w, 0, sizeof w);
+    w.set = &set;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(w.dir, sizeof w.dir, "%s/fa-hip-compile-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    CHECK_MSG(mkdtemp(w.dir) != NULL, "mkdtemp(%s) failed", w.dir);
+    w.jobs = calloc((size_t)set.count * FA_ARRAY_SIZE(targets), sizeof *w.jobs);
+    CHECK(w.jobs != NULL);
+    if (!w.jobs) return;
+    for (int i = 0; i < set.count; i++) {
+        char src[320];
+        snprintf(src, sizeof src, "%s/v%d.hip", w.dir, i);
+        CHECK_MSG(write_source(src, &set.v[i].prog), "cannot write %s", src);
+        for (size_t t = 0; t < FA_ARRAY_SIZE(targets); t++)
+            if (set.v[i].targets & (1u << t)) {
+                w.jobs[w.count].variant = i;
+                w.jobs[w.count].target = (int)t;
+                w.jobs[w.count].status = -1;
+                w.count++;
+            }
+    }
+    const int parallel = cpu_count();
+    fprintf(stderr, "%d distinct programs, %d compiles, %d at a time\n", set.count, w.count, parallel);
+    time_t t0 = time(NULL);
+    run_jobs(&w, parallel);
+    fprintf(stderr, "compiled in %ld s\n", (long)(time(NULL) - t0));
+
+    /* The table: one row per program and target, one column group per
+     * kernel (VGPRs, SGPRs, AGPRs, LDS bytes, scratch bytes per lane). */
+    printf("%-50s %-8s %s\n", "program (pass dtype dim tile threads wg wave features)", "target",
+           "kernel: vgpr/sgpr/agpr lds scratch");
+    int failed = 0, scratch_main = 0, scratch_other = 0, lds_wrong = 0;
+    for (int j = 0; j < w.count; j++) {
+        const job *jb = &w.jobs[j];
+        const variant *v = &set.v[jb->variant];
+        const target *t = &targets[jb->target];
+        char label[96];
+        variant_label(v, label, sizeof label);
+        const char *tname = t->arch;
+        if (jb->status != 0 || jb->kernels != v->prog.kernel_count) {
+            failed++;
+            printf("%-50s %-8s FAILED (status %d, %d kernels)\n", label, tname, jb->status, jb->kernels);
+            continue;
+        }
+        printf("%-50s %-8s", label, tname);
+        for (int k = 0; k < jb->kernels; k++) {
+            const kernel_usage *u = &jb->k[k];
+            printf(" %s: %ld/%ld/%ld %ld %ld", u->name + 3, u->vgpr, u->sgpr, u->agpr, u->lds, u->scratch);
+            if (u->scratch > 0) {
+                if (v->main)
+                    scratch_main++;
+                else
+                    scratch_other++;
+            }
+            /* The forward and dK/dV kernels declare exactly the planner's
+             * budget, the dQ kernel no more than it. */
+            const int exact = strcmp(u->name, "fa_forward") == 0 || strcmp(u->name, "fa_bwd_dkdv") == 0;
+            const int bounded = strcmp(u->name, "fa_bwd_dq") == 0;
+            if ((exact && (size_t)u->lds != v->local_budget) || (bounded && (size_t)u->lds > v->local_budget)) {
+                lds_wrong++;
+                printf(" [LDS %ld, budget %zu]", u->lds, v->local_budget);
+            }
+            if (u->wave != t->wave) printf(" [wave %ld]", u->wave);
+        }
+        printf("\n");
+    }
+    printf("%d programs x targets, %d failed; scratch in %d main and %d optional-feature kernels\n", w.count, failed,
+           scratch_main, scratch_other);
+    CHECK_MSG(failed == 0, "%d compiles failed", failed);
+    CHECK_MSG(scratch_main == 0, "%d kernels of main variants use scratch memory", scratch_main);
+    CHECK_MSG(lds_wrong == 0, "%d kernels declare other local memory than the planner budgets", lds_wrong);
+    for (int i = 0; i < set.count; i++) {
+        char src[320];
+        snprintf(src, sizeof src, "%s/v%d.hip", w.dir, i);
+        remove(src);
+    }
+    rmdir(w.dir);
+    free(w.jobs);
+#endif
+}
+
+#ifdef FA_WITH_HIP
+static fa_attention_desc small_desc(fa_dtype dt, int dim) {
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    d.batch = 1;
+    d.seqlen_q = d.seqlen_k = 256;
+    d.heads_q = d.heads_kv = 2;
+    d.head_dim = dim;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dt;
+    return d;
+}
+
+static fa_kernel_plan tile(int br, int bc, int tr, int tc) {
+    fa_kernel_plan kp;
+    memset(&kp, 0, sizeof kp);
+    kp.variant = FA_VARIANT_SIMT;
+    kp.br = br;
+    kp.bc = bc;
+    kp.thread_rows = tr;
+    kp.thread_cols = tc;
+    kp.work_group_size = (br / tr) * (bc / tc);
+    kp.split_k = 1;
+    kp.stages = 1;
+    return kp;
+}
+
+/* Compiles a program with the runtime path and checks the code object
+ * holds its kernels. */
+static void rtc_sample(const char *arch, const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass,
+                       int wave, int is_elf) {
+    fa_hip_program prog;
+    CHECK_OK(fa_hip_program_for(d, kp, pass, wave, &prog));
+    void *code = NULL;
+    size_t size = 0;
+    fa_status st = fa_hip_compile(arch, &prog, &code, &size);
+    CHECK_MSG(st == FA_SUCCESS, "hiprtc for %s: %s", arch, fa_last_error());
+    if (st != FA_SUCCESS) return;
+    CHECK_MSG(size > 64 && (!is_elf || memcmp(code, "\177ELF", 4) == 0), "%s: %zu bytes, not a code object", arch,
+              size);
+    if (is_elf) {
+        kernel_usage k[MAX_KERNELS];
+        int n = read_code_object(code, size, k, MAX_KERNELS);
+        CHECK_MSG(n == prog.kernel_count, "%s: %d kernels in the code object, %d expected", arch, n,
+                  prog.kernel_count);
+        for (int i = 0; i < n; i++) {
+            int listed = 0;
+            for (int j = 0; j < prog.kernel_count; j++) listed |= strcmp(k[i].name, prog.kernels[j]) == 0;
+            CHECK_MSG(listed, "%s: unexpected kernel %s", arch, k[i].name);
+            CHECK_MSG(k[i].wave == wave, "%s: %s built for wavefront %ld, not %d", arch, k[i].name, k[i].wave, wave);
+        }
+    } else {
+        for (int j = 0; j < prog.kernel_count; j++) {
+            const char *name = prog.kernels[j];
+            size_t len = strlen(name);
+            int seen = 0;
+            for (size_t at = 0; at + len <= size && !seen; at++) seen = memcmp((const char *)code + at, name, len) == 0;
+            CHECK_MSG(seen, "%s: kernel %s not in the code", arch, name);
+        }
+    }
+    free(code);
+}
+#endif
+
+/* hiprtc, as the backend calls it at run time: a sample of programs for
+ * the AMD targets whose code objects hiprtc of ROCm 5.2 produces (its
+ * gfx940 support aborts; hipcc covers gfx940 above), and a compile error
+ * that reaches the caller with the compiler's log. */
+FA_TEST(hiprtc_runtime_path) {
+#ifndef FA_WITH_HIP
+    FA_SKIP("the HIP backend is not built into this library");
+#else
+    /* The AMD runtime's hiprtc, not the NVIDIA mapping's. */
+    setenv("FLASHATTN_HIP_LIBRARY", "libamdhip64.so", 1);
+    setenv("FLASHATTN_CACHE_DIR", "off", 1);
+    fa_hip_program probe;
+    fa_attention_desc d = small_desc(FA_DTYPE_F16, 64);
+    fa_kernel_plan kp = tile(32, 32, 2, 2);
+    CHECK_OK(fa_hip_program_for(&d, &kp, FA_PASS_FORWARD, 64, &probe));
+    void *code = NULL;
+    size_t size = 0;
+    fa_status st = fa_hip_compile("gfx90a", &probe, &code, &size);
+    free(code);
+    if (st == FA_ERR_BACKEND_UNAVAILABLE) FA_SKIP("no hiprtc here (libamdhip64 or libhiprtc)");
+    CHECK_MSG(st == FA_SUCCESS, "hiprtc: %s", fa_last_error());
+
+    rtc_sample("gfx908", &d, &kp, FA_PASS_BACKWARD, 64, 1);
+    d = small_desc(FA_DTYPE_BF16, 128);
+    d.causal = 1;
+    d.dropout_p = 0.2f;
+    kp = tile(16, 32, 1, 1);
+    rtc_sample("gfx90a", &d, &kp, FA_PASS_BACKWARD, 64, 1);
+    kp = tile(64, 16, 1, 1);
+    rtc_sample("gfx1030", &d, &kp, FA_PASS_FORWARD, 32, 1);
+
+    /* Without WAVE the source stops at its #error: FA_ERR_COMPILE, with the
+     * compiler's words in the message. */
+    fa_hip_program broken = probe;
+    int w = 0;
+    for (int i = 0; i < broken.define_count; i++)
+        if (strncmp(broken.defines[i], "-DWAVE=", 7) != 0) memcpy(broken.defines[w++], broken.defines[i], FA_HIP_DEFINE_SIZE);
+    broken.define_count = w;
+    code = NULL;
+    st = fa_hip_compile("gfx90a", &broken, &code, &size);
+    free(code);
+    CHECK_STATUS(st, FA_ERR_COMPILE);
+    CHECK_MSG(strstr(fa_last_error(), "WAVE") != NULL, "the compile log is missing: %s", fa_last_error());
+#endif
+}
+
+/* The NVIDIA mapping's hiprtc (NVRTC) on the same programs, prelude
+ * included: needs the mapping library of an FA_HIP_NVIDIA build and the
+ * CUDA toolkit's NVRTC, not a GPU. */
+FA_TEST(nvidia_mapping_compiles) {
+#if !defined(FA_WITH_HIP) || !defined(FA_HIP_ON_CUDA_LIBRARY)
+    FA_SKIP("the HIP-on-CUDA mapping is not built (FA_HIP_NVIDIA=OFF)");
+#else
+    setenv("FLASHATTN_HIP_LIBRARY", FA_HIP_ON_CUDA_LIBRARY, 1);
+    setenv("FLASHATTN_CACHE_DIR", "off", 1);
+    fa_attention_desc d = small_desc(FA_DTYPE_F16, 64);
+    fa_kernel_plan kp = tile(32, 32, 2, 2);
+    fa_hip_program prog;
+    CHECK_OK(fa_hip_program_for(&d, &kp, FA_PASS_FORWARD, 32, &prog));
+    void *code = NULL;
+    size_t size = 0;
+    fa_status st = fa_hip_compile("sm_90", &prog, &code, &size);
+    free(code);
+    if (st == FA_ERR_BACKEND_UNAVAILABLE || (st == FA_ERR_COMPILE && strstr(fa_last_error(), "NVRTC not found")))
+        FA_SKIP("no NVRTC here");
+    CHECK_MSG(st == FA_SUCCESS, "NVRTC through the mapping: %s", fa_last_error());
+    const fa_dtype dts[] = {FA_DTYPE_F32, FA_DTYPE_BF16};
+    for (int i = 0; i < 2; i++) {
+        d = small_desc(dts[i], 128);
+        d.causal = 1;
+        d.dropout_p = 0.1f;
+        d.window_left = 30;
+        /* Within CUDA's 48 KiB of static shared memory at head_dim 128. */
+        kp = tile(8, 32, 1, 2);
+        rtc_sample("sm_80", &d, &kp, FA_PASS_BACKWARD, 32, 0);
+        kp.variant = FA_VARIANT_SPLITK;
+        kp.split_k = 4;
+        rtc_sample("sm_90", &d, &kp, FA_PASS_FORWARD, 32, 0);
+    }
+    /* An AMD architecture is refused by the mapping, with a reason. */
+    code = NULL;
+    st = fa_hip_compile("gfx90a", &prog, &code, &size);
+    free(code);
+    CHECK_STATUS(st, FA_ERR_COMPILE);
+    CHECK_MSG(strstr(fa_last_error(), "gfx90a") != NULL, "no reason given: %s", fa_last_error());
+#endif
+}
+
+/* Shapes the kernels cannot run are refused before any compile. */
+FA_TEST(program_checks) {
+#ifndef FA_WITH_HIP
+    FA_SKIP("the HIP backend is not built into this library");
+#else
+    fa_attention_desc d = small_desc(FA_DTYPE_F32, 64);
+    fa_hip_program prog;
+    fa_kernel_plan kp = tile(16, 16, 4, 4);
+    CHECK_OK(fa_hip_program_for(&d, &kp, FA_PASS_FORWARD, 64, &prog));
+    CHECK(prog.kernel_count == 1 && strcmp(prog.kernels[0], "fa_forward") == 0);
+    int has_wave = 0;
+    for (int i = 0; i < prog.define_count; i++) has_wave |= strcmp(prog.defines[i], "-DWAVE=64") == 0;
+    CHECK_MSG(has_wave, "the wavefront width is not a build option");
+    CHECK_OK(fa_hip_program_for(&d, &kp, FA_PASS_BACKWARD, 32, &prog));
+    CHECK(prog.kernel_count == 3);
+    kp.variant = FA_VARIANT_SPLITK;
+    kp.split_k = 3;
+    CHECK_OK(fa_hip_program_for(&d, &kp, FA_PASS_FORWARD, 32, &prog));
+    CHECK(prog.kernel_count == 2 && strcmp(prog.kernels[1], "fa_splitk_merge") == 0);
+    kp = tile(16, 16, 3, 2);
+    kp.work_group_size = 40;
+    CHECK_STATUS(fa_hip_program_for(&d, &kp, FA_PASS_FORWARD, 64, &prog), FA_ERR_INTERNAL);
+    kp = tile(16, 16, 4, 4);
+    kp.work_group_size = 7;
+    CHECK_STATUS(fa_hip_program_for(&d, &kp, FA_PASS_FORWARD, 64, &prog), FA_ERR_INTERNAL);
+    kp = tile(16, 16, 4, 4);
+    CHECK_STATUS(fa_hip_program_for(&d, &kp, FA_PASS_FORWARD, 48, &prog), FA_ERR_INVALID_ARGUMENT);
+    kp.variant = FA_VARIANT_MMA;
+    CHECK_STATUS(fa_hip_program_for(&d, &kp, FA_PASS_FORWARD, 64, &prog), FA_ERR_UNSUPPORTED);
+    kp = tile(16, 16, 4, 4);
+    d.head_dim = 260;
+    CHECK_STATUS(fa_hip_program_for(&d, &kp, FA_PASS_FORWARD, 64, &prog), FA_ERR_UNSUPPORTED_HEAD_DIM);
+    CHECK_STATUS(fa_hip_program_for(NULL, &kp, FA_PASS_FORWARD, 64, &prog), FA_ERR_NULL_POINTER);
+#endif
+}
+
+FA_TEST_MAIN(FA_CASE(amd_targets), FA_CASE(hiprtc_runtime_path), FA_CASE(nvidia_mapping_compiles),
+             FA_CASE(program_checks))

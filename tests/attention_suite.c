@@ -257,7 +257,7 @@ static const char *dname(fa_dtype t) { return fa_dtype_name(t); }
 
 /* Inputs differ from case to case (the seed hashes the case name) and, with
  * FA_TEST_SEED set, from run to run; failures print the seed. */
-static uint64_t case_seed(const char *name, uint64_t extra) {
+uint64_t suite_case_seed(const char *name, uint64_t extra) {
     uint64_t h = 1469598103934665603ull ^ extra;
     for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
     const char *env = getenv("FA_TEST_SEED");
@@ -277,7 +277,7 @@ static void run_case(const char *name, const fa_attention_desc *desc, const run_
     fa_dtype dt = d->q.dtype;
     double tol = tol_for(dt);
     fa_rng rng;
-    const uint64_t seed = case_seed(name, opt->seed);
+    const uint64_t seed = suite_case_seed(name, opt->seed);
     const int failures_before = fa_test_failures;
     fa_rng_seed(&rng, seed);
 
@@ -439,7 +439,7 @@ done:
 /* ------------------------------------------------------------------------ */
 /* Cases                                                                     */
 
-static fa_attention_desc make_desc(fa_dtype dt, int batch, int sq, int sk, int hq, int hkv, int d) {
+fa_attention_desc suite_desc(fa_dtype dt, int batch, int sq, int sk, int hq, int hkv, int d) {
     fa_attention_desc desc;
     fa_attention_desc_init(&desc);
     desc.batch = batch;
@@ -471,7 +471,7 @@ void suite_dtypes(void) {
     SUITE_REQUIRE();
     const fa_dtype dts[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     for (int i = 0; i < 3; i++) {
-        fa_attention_desc d = make_desc(dts[i], 2, 130, 150, 2, 2, 64);
+        fa_attention_desc d = suite_desc(dts[i], 2, 130, 150, 2, 2, 64);
         run("dtypes b2 h2 130x150 d64", &d, 1);
     }
 }
@@ -480,12 +480,12 @@ void suite_head_dims(void) {
     SUITE_REQUIRE();
     const int dims[] = {8, 32, 40, 96, 128, 256};
     for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++) {
-        fa_attention_desc d = make_desc(FA_DTYPE_F32, 1, 70, 90, 2, 2, dims[i]);
+        fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 70, 90, 2, 2, dims[i]);
         char name[64];
         snprintf(name, sizeof name, "head_dim %d", dims[i]);
         run(name, &d, 1);
     }
-    fa_attention_desc d = make_desc(FA_DTYPE_BF16, 1, 45, 60, 2, 1, 256);
+    fa_attention_desc d = suite_desc(FA_DTYPE_BF16, 1, 45, 60, 2, 1, 256);
     run("head_dim 256 mqa", &d, 1);
 }
 
@@ -493,13 +493,13 @@ void suite_causal(void) {
     SUITE_REQUIRE();
     const int shapes[][2] = {{50, 140}, {100, 100}, {140, 50}};
     for (int i = 0; i < 3; i++) {
-        fa_attention_desc d = make_desc(FA_DTYPE_F32, 2, shapes[i][0], shapes[i][1], 2, 2, 64);
+        fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, shapes[i][0], shapes[i][1], 2, 2, 64);
         d.causal = 1;
         char name[64];
         snprintf(name, sizeof name, "causal %dx%d", shapes[i][0], shapes[i][1]);
         run(name, &d, 1);
     }
-    fa_attention_desc d = make_desc(FA_DTYPE_F16, 1, 120, 97, 2, 2, 64);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F16, 1, 120, 97, 2, 2, 64);
     d.causal = 1;
     run("causal 120x97", &d, 1);
 }
@@ -508,7 +508,7 @@ void suite_sliding_window(void) {
     SUITE_REQUIRE();
     const int w[][3] = {{20, 5, 0}, {30, -1, 0}, {-1, 10, 0}, {40, 0, 1}, {7, 3, 1}};
     for (size_t i = 0; i < FA_ARRAY_SIZE(w); i++) {
-        fa_attention_desc d = make_desc(FA_DTYPE_F32, 1, 150, i % 2 ? 110 : 170, 2, 2, 32);
+        fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 150, i % 2 ? 110 : 170, 2, 2, 32);
         d.window_left = w[i][0];
         d.window_right = w[i][1];
         d.causal = w[i][2];
@@ -521,7 +521,7 @@ void suite_sliding_window(void) {
 
 /* A random block mask with about half the blocks visible and one whole
  * block row masked (its rows see no key: L = -inf, O = 0, dQ = 0). */
-static uint8_t *random_block_mask(fa_attention_desc *d, int bq, int bk, uint64_t seed) {
+uint8_t *suite_random_block_mask(fa_attention_desc *d, int bq, int bk, uint64_t seed) {
     int rows = (d->seqlen_q + bq - 1) / bq, cols = (d->seqlen_k + bk - 1) / bk;
     uint8_t *m = malloc((size_t)rows * (size_t)cols);
     if (!m) return NULL;
@@ -538,12 +538,12 @@ static uint8_t *random_block_mask(fa_attention_desc *d, int bq, int bk, uint64_t
 
 void suite_block_sparse(void) {
     SUITE_REQUIRE();
-    fa_attention_desc d = make_desc(FA_DTYPE_F32, 2, 150, 170, 2, 2, 64);
-    uint8_t *m = random_block_mask(&d, 16, 24, 11);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, 150, 170, 2, 2, 64);
+    uint8_t *m = suite_random_block_mask(&d, 16, 24, 11);
     run("block-sparse 16x24", &d, 1);
     free(m);
-    d = make_desc(FA_DTYPE_F16, 1, 200, 130, 2, 2, 32);
-    m = random_block_mask(&d, 40, 8, 12);
+    d = suite_desc(FA_DTYPE_F16, 1, 200, 130, 2, 2, 32);
+    m = suite_random_block_mask(&d, 40, 8, 12);
     d.causal = 1;
     run("block-sparse 40x8 causal", &d, 1);
     free(m);
@@ -554,7 +554,7 @@ void suite_block_sparse(void) {
  * skipping them would carry the NaN into O (0 * NaN) and the gradients. */
 void suite_block_sparse_skips_tiles(void) {
     SUITE_REQUIRE();
-    fa_attention_desc d = make_desc(FA_DTYPE_F32, 1, 64, 96, 2, 2, 32);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 64, 96, 2, 2, 32);
     int rows = 4, cols = 6;
     uint8_t mask[24];
     for (int i = 0; i < rows; i++)
@@ -575,19 +575,19 @@ void suite_block_sparse_skips_tiles(void) {
 
 void suite_dropout(void) {
     SUITE_REQUIRE();
-    fa_attention_desc d = make_desc(FA_DTYPE_F32, 2, 100, 120, 2, 2, 64);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, 100, 120, 2, 2, 64);
     d.dropout_p = 0.17f;
     d.dropout_seed = 0x123456789abcdefull;
     d.dropout_offset = 0x500000007ull;
     run("dropout 0.17", &d, 1);
-    d = make_desc(FA_DTYPE_F16, 1, 90, 90, 3, 1, 32);
+    d = suite_desc(FA_DTYPE_F16, 1, 90, 90, 3, 1, 32);
     d.causal = 1;
     d.dropout_p = 0.5f;
     d.dropout_seed = 42;
     run("dropout 0.5 causal mqa", &d, 1);
     /* Tiles whose width is not a multiple of four (one Philox call per
      * element instead of per four). */
-    d = make_desc(FA_DTYPE_F32, 1, 37, 41, 2, 2, 16);
+    d = suite_desc(FA_DTYPE_F32, 1, 37, 41, 2, 2, 16);
     d.dropout_p = 0.3f;
     d.dropout_seed = 7;
     d.dropout_offset = 99;
@@ -602,14 +602,14 @@ void suite_dropout_mask_bits(void) {
     fa_context ctx = suite_context();
     if (!ctx) FA_SKIP(g_skip);
     const int sq = 40, sk = 64, dim = 64, heads = 2;
-    fa_attention_desc d = make_desc(FA_DTYPE_F32, 2, sq, sk, heads, heads, dim);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, sq, sk, heads, heads, dim);
     d.dropout_p = 0.25f;
     d.dropout_seed = 0xfeedface12345ull;
     d.dropout_offset = 3;
     d.softmax_scale = 0.05f; /* keeps every P comfortably above 0 */
     size_t nq = (size_t)2 * sq * heads * dim, nk = (size_t)2 * sk * heads * dim;
     fa_rng rng;
-    fa_rng_seed(&rng, case_seed("dropout_mask_bits", 0));
+    fa_rng_seed(&rng, suite_case_seed("dropout_mask_bits", 0));
     float *q = fa_test_random_tensor(&rng, FA_DTYPE_F32, (int64_t)nq);
     float *k = fa_test_random_tensor(&rng, FA_DTYPE_F32, (int64_t)nk);
     float *v = calloc(nk, sizeof(float));
@@ -666,9 +666,9 @@ out:
 
 void suite_gqa_mqa(void) {
     SUITE_REQUIRE();
-    fa_attention_desc d = make_desc(FA_DTYPE_F32, 2, 90, 110, 6, 2, 32);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, 90, 110, 6, 2, 32);
     run("gqa 6/2", &d, 1);
-    d = make_desc(FA_DTYPE_BF16, 1, 100, 80, 4, 1, 64);
+    d = suite_desc(FA_DTYPE_BF16, 1, 100, 80, 4, 1, 64);
     d.causal = 1;
     run("mqa 4/1 causal", &d, 1);
 }
@@ -678,11 +678,11 @@ void suite_varlen(void) {
     /* Sequence 1 has no queries, sequence 3 no keys (its rows: L = -inf). */
     static const int32_t cu_q[] = {0, 5, 5, 82, 150};
     static const int32_t cu_k[] = {0, 33, 45, 145, 145};
-    fa_attention_desc d = make_desc(FA_DTYPE_F32, 4, 77, 100, 2, 2, 32);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 4, 77, 100, 2, 2, 32);
     d.cu_seqlens_q = cu_q;
     d.cu_seqlens_k = cu_k;
     run("varlen", &d, 1);
-    d = make_desc(FA_DTYPE_F16, 4, 77, 100, 4, 2, 64);
+    d = suite_desc(FA_DTYPE_F16, 4, 77, 100, 4, 2, 64);
     d.cu_seqlens_q = cu_q;
     d.cu_seqlens_k = cu_k;
     d.causal = 1;
@@ -695,7 +695,7 @@ void suite_decoding_splitk(void) {
     SUITE_REQUIRE();
     const int sqs[] = {1, 7, 16};
     for (int i = 0; i < 3; i++) {
-        fa_attention_desc d = make_desc(FA_DTYPE_F16, 2, sqs[i], 2100, 4, 1, 64);
+        fa_attention_desc d = suite_desc(FA_DTYPE_F16, 2, sqs[i], 2100, 4, 1, 64);
         d.causal = i == 1;
         const suite_tiles t = {16, 64, 1, 4, 4 + i};
         char name[64];
@@ -703,17 +703,17 @@ void suite_decoding_splitk(void) {
         run_tiles(name, &d, &t, NULL, 0);
     }
     /* More splits than key tiles: some splits see nothing and weigh 0. */
-    fa_attention_desc d = make_desc(FA_DTYPE_F32, 1, 3, 150, 2, 2, 32);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 3, 150, 2, 2, 32);
     const suite_tiles t = {8, 32, 1, 2, 8};
     run_tiles("decode 3x150 split 8", &d, &t, NULL, 0);
     static const int32_t cu_q[] = {0, 1, 3, 4};
     static const int32_t cu_k[] = {0, 700, 2300, 2301};
-    d = make_desc(FA_DTYPE_BF16, 3, 2, 1600, 2, 2, 64);
+    d = suite_desc(FA_DTYPE_BF16, 3, 2, 1600, 2, 2, 64);
     d.cu_seqlens_q = cu_q;
     d.cu_seqlens_k = cu_k;
     d.window_left = 500;
     run_tiles("decode varlen window split 4", &d, &(suite_tiles){16, 32, 1, 2, 4}, NULL, 0);
-    d = make_desc(FA_DTYPE_F16, 1, 4, 3000, 8, 1, 128);
+    d = suite_desc(FA_DTYPE_F16, 1, 4, 3000, 8, 1, 128);
     run("decode planner's own plan", &d, 0);
 }
 
@@ -721,15 +721,15 @@ void suite_lengths(void) {
     SUITE_REQUIRE();
     const int lens[] = {1, 7, 127, 1000};
     for (int i = 0; i < 4; i++) {
-        fa_attention_desc d = make_desc(FA_DTYPE_F32, 1, lens[i], lens[i], 1, 1, 16);
+        fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, lens[i], lens[i], 1, 1, 16);
         char name[64];
         snprintf(name, sizeof name, "length %d", lens[i]);
         run(name, &d, 1);
     }
-    fa_attention_desc d = make_desc(FA_DTYPE_F32, 1, 4097, 4097, 1, 1, 8);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 4097, 4097, 1, 1, 8);
     d.causal = 1;
     run("length 4097 causal", &d, 1);
-    d = make_desc(FA_DTYPE_F32, 1, 7, 1000, 1, 1, 16);
+    d = suite_desc(FA_DTYPE_F32, 1, 7, 1000, 1, 1, 16);
     run("length 7x1000", &d, 1);
 }
 
@@ -737,7 +737,7 @@ void suite_strides_offsets(void) {
     SUITE_REQUIRE();
     /* BHSD: [batch, heads, seq, dim]. */
     const int b = 2, sq = 70, sk = 90, hq = 4, hkv = 2, dim = 32;
-    fa_attention_desc d = make_desc(FA_DTYPE_F32, b, sq, sk, hq, hkv, dim);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, b, sq, sk, hq, hkv, dim);
     fa_tensor_desc *t[] = {&d.q, &d.k, &d.v, &d.o};
     for (int i = 0; i < 4; i++) {
         int heads = i == 1 || i == 2 ? hkv : hq, seq = i == 1 || i == 2 ? sk : sq;
@@ -747,7 +747,7 @@ void suite_strides_offsets(void) {
     }
     run("bhsd", &d, 1);
     /* Padded rows and offsets (in elements, 16-byte multiples). */
-    d = make_desc(FA_DTYPE_F16, b, sq, sk, hq, hkv, 64);
+    d = suite_desc(FA_DTYPE_F16, b, sq, sk, hq, hkv, 64);
     d.q.offset = 24;
     d.q.stride_seq = hq * 64 + 16;
     d.q.stride_batch = sq * d.q.stride_seq;
@@ -766,7 +766,7 @@ void suite_strides_offsets(void) {
     run("padded strides and offsets", &d, 1);
     static const int32_t cu_q[] = {0, 30, 100};
     static const int32_t cu_k[] = {0, 55, 90};
-    d = make_desc(FA_DTYPE_BF16, 2, 70, 55, 2, 2, 32);
+    d = suite_desc(FA_DTYPE_BF16, 2, 70, 55, 2, 2, 32);
     d.cu_seqlens_q = cu_q;
     d.cu_seqlens_k = cu_k;
     d.q.offset = 16;
@@ -778,7 +778,7 @@ void suite_strides_offsets(void) {
 
 void suite_deterministic_backward(void) {
     SUITE_REQUIRE();
-    fa_attention_desc d = make_desc(FA_DTYPE_F16, 2, 110, 130, 4, 2, 64);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F16, 2, 110, 130, 4, 2, 64);
     d.causal = 1;
     d.dropout_p = 0.2f;
     d.dropout_seed = 1234;
@@ -818,7 +818,7 @@ void suite_described_devices(void) {
         for (int j = 0; j < 3; j++) {
             const int decode = j == 2, dim = j == 1 ? 128 : 64;
             const fa_dtype dt = j == 1 ? FA_DTYPE_BF16 : FA_DTYPE_F16;
-            fa_attention_desc big = decode ? make_desc(dt, 2, 4, 8192, 16, 2, dim) : make_desc(dt, 8, 2048, 2048, 16, 16, dim);
+            fa_attention_desc big = decode ? suite_desc(dt, 2, 4, 8192, 16, 2, dim) : suite_desc(dt, 8, 2048, 2048, 16, 16, dim);
             big.causal = j == 1;
             fa_plan_info info;
             fa_status st = fa_plan_for_device(&dev->desc, &big, &info);
@@ -833,8 +833,8 @@ void suite_described_devices(void) {
             suite_tiles f = {info.forward.br, info.forward.bc, info.forward.thread_rows, info.forward.thread_cols,
                        info.forward.variant == FA_VARIANT_SPLITK ? info.forward.split_k : 1};
             suite_tiles b = {info.backward.br, info.backward.bc, info.backward.thread_rows, info.backward.thread_cols, 1};
-            fa_attention_desc d = decode ? make_desc(big.q.dtype, 1, 4, 1100, 4, 1, dim)
-                                         : make_desc(big.q.dtype, 1, 150, 170, 2, 1, dim);
+            fa_attention_desc d = decode ? suite_desc(big.q.dtype, 1, 4, 1100, 4, 1, dim)
+                                         : suite_desc(big.q.dtype, 1, 150, 170, 2, 1, dim);
             d.causal = big.causal;
             char name[96];
             snprintf(name, sizeof name, "%s%s d%d %dx%d/%dx%d s%d, %dx%d/%dx%d", keys[i], decode ? " decode" : "", dim,
@@ -854,7 +854,7 @@ void suite_described_devices(void) {
 void suite_rejects_bad_tiles(void) {
     SUITE_REQUIRE();
     if (!g_backend->force_tiles) FA_SKIP("this backend's test cannot force tile shapes");
-    fa_attention_desc d = make_desc(FA_DTYPE_F32, 1, 16, 16, 1, 1, 32);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 16, 16, 1, 1, 32);
     fa_plan plan = NULL;
     CHECK_OK(fa_plan_create(suite_context(), &d, &plan));
     if (!plan) return;
@@ -876,15 +876,15 @@ void suite_long_sequences(void) {
     SUITE_REQUIRE();
     const char *env = getenv("FA_TEST_LARGE");
     if (!env || strcmp(env, "1") != 0) FA_SKIP("set FA_TEST_LARGE=1 to run sequences up to 16k (GPU machines)");
-    fa_attention_desc d = make_desc(FA_DTYPE_F16, 1, 16384, 16384, 1, 1, 64);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F16, 1, 16384, 16384, 1, 1, 64);
     d.causal = 1;
     run("long 16k causal fp16 d64", &d, 1);
-    d = make_desc(FA_DTYPE_BF16, 1, 8192, 8192, 2, 1, 128);
+    d = suite_desc(FA_DTYPE_BF16, 1, 8192, 8192, 2, 1, 128);
     run("long 8k bf16 d128 mqa", &d, 1);
-    d = make_desc(FA_DTYPE_F32, 1, 4096, 4096, 2, 2, 128);
+    d = suite_desc(FA_DTYPE_F32, 1, 4096, 4096, 2, 2, 128);
     d.window_left = 1024;
     d.window_right = 0;
     run("long 4k fp32 d128 window", &d, 1);
-    d = make_desc(FA_DTYPE_F16, 1, 16, 16384, 4, 1, 128);
+    d = suite_desc(FA_DTYPE_F16, 1, 16, 16384, 4, 1, 128);
     run("long decode 16x16k fp16 d128", &d, 0);
 }

@@ -7,6 +7,8 @@
 #include "flashattn.h"
 #include "plan.h"
 
+#include <stdint.h>
+
 /* A tile shape to run instead of the planner's. */
 typedef struct suite_tiles {
     int br, bc, tr, tc, split;
@@ -26,6 +28,16 @@ typedef struct suite_backend {
 } suite_backend;
 
 void suite_use_backend(const suite_backend *backend);
+
+/* Helpers the backends' own cases share with the suite. */
+/* A descriptor with packed tensors of one dtype and no options set. */
+fa_attention_desc suite_desc(fa_dtype dtype, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv,
+                             int head_dim);
+/* A random block mask (about half the blocks visible, one whole block row
+ * masked) set into d; the caller frees the returned bytes. */
+uint8_t *suite_random_block_mask(fa_attention_desc *d, int block_q, int block_k, uint64_t seed);
+/* A seed per case name (and extra), varied run to run by FA_TEST_SEED. */
+uint64_t suite_case_seed(const char *name, uint64_t extra);
 /* The backend's best device, shared by the cases; NULL when absent. */
 fa_context suite_context(void);
 

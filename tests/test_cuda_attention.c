@@ -83,6 +83,7 @@ typedef struct tiles {
     int br, bc, threads, tr, tc, stages, split;
 } tiles;
 
+#ifdef FA_WITH_CUDA
 static void apply_tiles(fa_kernel_plan *kp, const tiles *t, fa_pass pass, const fa_attention_desc *desc) {
     kp->variant = t->variant;
     kp->br = t->br;
@@ -96,6 +97,7 @@ static void apply_tiles(fa_kernel_plan *kp, const tiles *t, fa_pass pass, const 
         fa_plan_local_mem(t->variant == FA_VARIANT_MMA ? FA_VARIANT_MMA : FA_VARIANT_SIMT, pass, desc, t->br, t->bc,
                           kp->stages);
 }
+#endif
 
 static tiles simt(int br, int bc, int tr, int tc) {
     tiles t = {FA_VARIANT_SIMT, br, bc, (br / tr) * (bc / tc), tr, tc, 1, 1};
@@ -308,13 +310,6 @@ static void fill_nan_keys(const fa_attention_desc *d, fa_tensor_role role, void 
     }
 }
 
-static uint64_t case_seed(const char *name, uint64_t extra) {
-    uint64_t h = 1469598103934665603ull ^ extra;
-    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    const char *env = getenv("FA_TEST_SEED");
-    if (env) h ^= strtoull(env, NULL, 0) * 0x9e3779b97f4a7c15ull;
-    return h;
-}
 
 /* The kernels ask for exactly the shared memory the planner budgets. */
 static void check_shared_mem(const char *name, fa_plan plan) {
@@ -345,7 +340,7 @@ static void run_case(const char *name, const fa_attention_desc *d, const run_opt
     const fa_dtype dt = d->q.dtype;
     const double tol = tol_for(d);
     fa_rng rng;
-    fa_rng_seed(&rng, case_seed(name, opt->seed));
+    fa_rng_seed(&rng, suite_case_seed(name, opt->seed));
 
     fa_plan plan = NULL;
     fa_status st = fa_plan_create(ctx, d, &plan);
@@ -497,21 +492,6 @@ done:
     fa_plan_destroy(plan);
 }
 
-static uint8_t *random_block_mask(fa_attention_desc *d, int bq, int bk, uint64_t seed) {
-    int rows = (d->seqlen_q + bq - 1) / bq, cols = (d->seqlen_k + bk - 1) / bk;
-    uint8_t *m = malloc((size_t)rows * (size_t)cols);
-    if (!m) return NULL;
-    fa_rng rng;
-    fa_rng_seed(&rng, seed);
-    for (int i = 0; i < rows * cols; i++) m[i] = fa_rng_uniform(&rng, 0, 1) < 0.5;
-    /* One block row wholly masked: its rows see no key (L = -inf, O = 0). */
-    for (int j = 0; j < cols; j++) m[(rows / 2) * cols + j] = 0;
-    d->block_mask = m;
-    d->block_mask_bytes = (size_t)rows * (size_t)cols;
-    d->block_q = bq;
-    d->block_k = bk;
-    return m;
-}
 
 /* ------------------------------------------------------------------------ */
 /* The shared suite                                                          */
@@ -569,23 +549,11 @@ FA_TEST(long_sequences) { SUITE_CASE(long_sequences); }
 /* ------------------------------------------------------------------------ */
 /* This backend's cases                                                      */
 
-static fa_attention_desc make_desc(fa_dtype dt, int batch, int sq, int sk, int hq, int hkv, int d) {
-    fa_attention_desc desc;
-    fa_attention_desc_init(&desc);
-    desc.batch = batch;
-    desc.seqlen_q = sq;
-    desc.seqlen_k = sk;
-    desc.heads_q = hq;
-    desc.heads_kv = hkv;
-    desc.head_dim = d;
-    desc.q.dtype = desc.k.dtype = desc.v.dtype = desc.o.dtype = dt;
-    return desc;
-}
 
 /* The tensor-core dtypes: fp16, bf16 and fp32 on TF32 units. */
 static fa_attention_desc mma_desc(int which, int batch, int sq, int sk, int hq, int hkv, int d) {
     const fa_dtype dts[] = {FA_DTYPE_F16, FA_DTYPE_BF16, FA_DTYPE_F32};
-    fa_attention_desc desc = make_desc(dts[which], batch, sq, sk, hq, hkv, d);
+    fa_attention_desc desc = suite_desc(dts[which], batch, sq, sk, hq, hkv, d);
     desc.allow_tf32 = which == 2;
     return desc;
 }
@@ -633,9 +601,9 @@ FA_TEST(mma_dtypes) {
     }
     /* fp32 without TF32 stays on the FP32 pipes; so does a head_dim the
      * m16n8k16 shape does not divide. */
-    fa_attention_desc d = make_desc(FA_DTYPE_F32, 2, 130, 150, 2, 2, 64);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, 130, 150, 2, 2, 64);
     expect_variants("fp32", &d, FA_VARIANT_SIMT, FA_VARIANT_SIMT);
-    d = make_desc(FA_DTYPE_F16, 2, 130, 150, 2, 2, 40);
+    d = suite_desc(FA_DTYPE_F16, 2, 130, 150, 2, 2, 40);
     expect_variants("fp16 d40", &d, FA_VARIANT_SIMT, FA_VARIANT_SIMT);
 }
 
@@ -674,11 +642,11 @@ FA_TEST(mma_masks) {
             run("mma window", &d, 1);
         }
         fa_attention_desc d = mma_desc(w, 2, 150, 170, 2, 2, 64);
-        uint8_t *m = random_block_mask(&d, 16, 24, 11 + (uint64_t)w);
+        uint8_t *m = suite_random_block_mask(&d, 16, 24, 11 + (uint64_t)w);
         run("mma block-sparse 16x24", &d, 1);
         free(m);
         d = mma_desc(w, 1, 300, 300, 2, 2, 128);
-        m = random_block_mask(&d, 64, 64, 13);
+        m = suite_random_block_mask(&d, 64, 64, 13);
         d.causal = 1;
         run("mma block-sparse 64x64 causal", &d, 1);
         free(m);
@@ -774,7 +742,7 @@ static void mask_bits(const fa_attention_desc *proto) {
     const fa_dtype dt = d.q.dtype;
     const size_t nq = (size_t)2 * sq * heads * dim, nk = (size_t)2 * sk * heads * dim, es = fa_dtype_size(dt);
     fa_rng rng;
-    fa_rng_seed(&rng, case_seed("mma_dropout_mask_bits", (uint64_t)dt * 2 + (uint64_t)d.allow_tf32));
+    fa_rng_seed(&rng, suite_case_seed("mma_dropout_mask_bits", (uint64_t)dt * 2 + (uint64_t)d.allow_tf32));
     void *q = fa_test_random_tensor(&rng, dt, (int64_t)nq);
     void *k = fa_test_random_tensor(&rng, dt, (int64_t)nk);
     void *v = calloc(nk, es), *o = malloc(nq * es);
@@ -877,7 +845,7 @@ FA_TEST(mma_deterministic_backward) {
         CHECK(res.info.backward.variant == FA_VARIANT_MMA);
         free(res.o);
         d = mma_desc(w, 1, 300, 260, 2, 2, 128);
-        uint8_t *m = random_block_mask(&d, 32, 48, 21);
+        uint8_t *m = suite_random_block_mask(&d, 32, 48, 21);
         d.window_left = 90;
         d.deterministic = 1;
         run_case("mma deterministic block-sparse window", &d, &opt, &res);
@@ -950,7 +918,7 @@ FA_TEST(mma_planned_tiles) {
 /* Shapes no kernel runs are refused with a status and leave no plan. */
 FA_TEST(mma_rejects_bad_tiles) {
     REQUIRE_MMA();
-    fa_attention_desc d = make_desc(FA_DTYPE_F16, 1, 64, 64, 1, 1, 64);
+    fa_attention_desc d = suite_desc(FA_DTYPE_F16, 1, 64, 64, 1, 1, 64);
     fa_plan plan = NULL;
     CHECK_OK(fa_plan_create(g_ctx, &d, &plan));
     if (!plan) return;

@@ -16,6 +16,7 @@
  * CLBlast cannot be loaded (except the case that checks that refusal).
  *
  * fa-test-labels: device */
+#include "attention_suite.h"
 #include "harness.h"
 #include "test_util.h"
 
@@ -68,15 +69,7 @@ static fa_context context(void) {
 }
 
 static fa_attention_desc make_desc(fa_dtype dt, int batch, int sq, int sk, int hq, int hkv, int dim) {
-    fa_attention_desc d;
-    fa_attention_desc_init(&d);
-    d.batch = batch;
-    d.seqlen_q = sq;
-    d.seqlen_k = sk;
-    d.heads_q = hq;
-    d.heads_kv = hkv;
-    d.head_dim = dim;
-    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dt;
+    fa_attention_desc d = suite_desc(dt, batch, sq, sk, hq, hkv, dim);
     d.algorithm = FA_ALGO_STANDARD;
     return d;
 }
@@ -230,13 +223,6 @@ static void tensor_free(tensor *t) {
     t->dev = NULL;
 }
 
-static uint64_t name_seed(const char *name) {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    const char *env = getenv("FA_TEST_SEED");
-    if (env) h ^= strtoull(env, NULL, 0) * 0x9e3779b97f4a7c15ull;
-    return h;
-}
 
 typedef struct run_opts {
     int backward;   /* also run and check the backward pass */
@@ -250,7 +236,7 @@ static void run_case(const char *name, const fa_attention_desc *d, run_opts opt)
     fa_context ctx = blas_context();
     if (!ctx) return;
     const fa_dtype dt = d->q.dtype;
-    const uint64_t seed = name_seed(name);
+    const uint64_t seed = suite_case_seed(name, 0);
     const int failures_before = fa_test_failures;
     fa_rng rng;
     fa_rng_seed(&rng, seed);
@@ -472,30 +458,16 @@ FA_TEST(sliding_window) {
 
 /* About half the blocks on, and one whole block row off: its rows see no
  * key (L = -inf, O = 0, dQ = 0). */
-static uint8_t *random_block_mask(fa_attention_desc *d, int bq, int bk, uint64_t seed) {
-    int rows = (d->seqlen_q + bq - 1) / bq, cols = (d->seqlen_k + bk - 1) / bk;
-    uint8_t *m = malloc((size_t)rows * (size_t)cols);
-    if (!m) return NULL;
-    fa_rng rng;
-    fa_rng_seed(&rng, seed);
-    for (int i = 0; i < rows * cols; i++) m[i] = fa_rng_uniform(&rng, 0, 1) < 0.5;
-    for (int j = 0; j < cols; j++) m[(rows / 2) * cols + j] = 0;
-    d->block_mask = m;
-    d->block_mask_bytes = (size_t)rows * (size_t)cols;
-    d->block_q = bq;
-    d->block_k = bk;
-    return m;
-}
 
 FA_TEST(block_sparse) {
     REQUIRE_BLAS();
     fa_attention_desc d = make_desc(FA_DTYPE_F32, 2, 150, 170, 2, 2, 64);
-    uint8_t *m = random_block_mask(&d, 16, 24, 11);
+    uint8_t *m = suite_random_block_mask(&d, 16, 24, 11);
     CHECK(m != NULL);
     if (m) run("block-sparse 16x24", &d, 1);
     free(m);
     d = make_desc(FA_DTYPE_F16, 1, 200, 130, 2, 2, 32);
-    m = random_block_mask(&d, 40, 8, 12);
+    m = suite_random_block_mask(&d, 40, 8, 12);
     d.causal = 1;
     CHECK(m != NULL);
     if (m) run("block-sparse 40x8 causal fp16", &d, 1);
@@ -530,7 +502,7 @@ FA_TEST(dropout_mask_bits) {
     d.softmax_scale = 0.05f; /* keeps every P well above 0 */
     size_t nq = (size_t)2 * sq * heads * dim, nk = (size_t)2 * sk * heads * dim;
     fa_rng rng;
-    fa_rng_seed(&rng, name_seed("dropout_mask_bits"));
+    fa_rng_seed(&rng, suite_case_seed("dropout_mask_bits", 0));
     float *q = fa_test_random_tensor(&rng, FA_DTYPE_F32, (int64_t)nq);
     float *k = fa_test_random_tensor(&rng, FA_DTYPE_F32, (int64_t)nk);
     float *v = calloc(nk, sizeof(float));
@@ -804,7 +776,7 @@ FA_TEST(device_memory) {
     CHECK(ok);
     if (ok) {
         fa_rng rng;
-        fa_rng_seed(&rng, name_seed("device_memory"));
+        fa_rng_seed(&rng, suite_case_seed("device_memory", 0));
         for (int i = 0; i < 6; i++) {
             if (i == 4) continue; /* L: the forward pass writes it */
             void *r = fa_test_random_tensor(&rng, FA_DTYPE_F32, (int64_t)sizes[i]);

@@ -4,28 +4,16 @@
 # SDPA on the same GPU in the same run. Writes logs and JSON lines to $OUT
 # (default ./gpu-out). Usage: bench/gpu_opencl_nvidia.sh [tests|bench|all]
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 what=${1:-all}
-out=${OUT:-$PWD/gpu-out}
-mkdir -p "$out"
+# shellcheck source=bench/gpu_env.sh
+. bench/gpu_env.sh
+fa_nvidia_opencl || exit 1
 
-# NVIDIA's OpenCL library through the ICD loader (the image's vendor list
-# names only a PoCL that is not installed).
-lib=""
-for candidate in /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1 /usr/lib/libnvidia-opencl.so.1 \
-                 /usr/local/nvidia/lib64/libnvidia-opencl.so.1 /usr/lib64/libnvidia-opencl.so.1; do
-  [ -e "$candidate" ] && { lib=$candidate; break; }
-done
-[ -n "$lib" ] || lib=$(ldconfig -p | awk '/libnvidia-opencl.so.1/ {print $NF; exit}')
-[ -n "$lib" ] || { echo "no libnvidia-opencl.so.1 found" >&2; exit 1; }
-mkdir -p /tmp/fa-icd
-echo "$lib" > /tmp/fa-icd/nvidia.icd
-export OCL_ICD_VENDORS=/tmp/fa-icd
-export FLASHATTN_CACHE_DIR=/tmp/fa-kernel-cache
-
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
-cmake -S . -B build-gpu -DFA_WERROR=ON -DFA_HIP=OFF -DCMAKE_BUILD_TYPE=Release > "$out/cmake.log" 2>&1 || { cat "$out/cmake.log"; exit 1; }
-cmake --build build-gpu -j16 > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+fa_gpu_info
+# Every switch is given: build-gpu keeps what other scripts configured.
+fa_gpu_build build-gpu "" -DFA_OPENCL=ON -DFA_CUDA=AUTO -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF \
+  -DCMAKE_BUILD_TYPE=Release || exit 1
 build-gpu/fa-info --backend opencl --seqlen 4096 --dim 128 2>&1 | tee "$out/fa-info.txt"
 
 if [ "$what" = tests ] || [ "$what" = all ]; then

@@ -160,14 +160,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             for (int j = 0; j < NQ; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) sacc[kt][j][e] = pacc[kt][j][e] = 0.0f;
+        /* One product after the other: the operand fragments of only one
+         * are live at a time (registers are this kernel's limit). */
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
-            u32 ak[KT][AREGS], av[KT][AREGS];
+            u32 ak[KT][AREGS];
 #pragma unroll
-            for (int kt = 0; kt < KT; kt++) {
-                load_a<BC>(k_sm, key_base + kt * 16, ks, ak[kt], lane);
-                load_a<BC>(v_sm, key_base + kt * 16, ks, av[kt], lane);
-            }
+            for (int kt = 0; kt < KT; kt++) load_a<BC>(k_sm, key_base + kt * 16, ks, ak[kt], lane);
 #pragma unroll
             for (int j = 0; j < NQ; j += 2) {
                 u32 b0[BREGS], b1[BREGS];
@@ -177,6 +176,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
                     mma16(sacc[kt][j], ak[kt], b0);
                     mma16(sacc[kt][j + 1], ak[kt], b1);
                 }
+            }
+        }
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            u32 av[KT][AREGS];
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++) load_a<BC>(v_sm, key_base + kt * 16, ks, av[kt], lane);
+#pragma unroll
+            for (int j = 0; j < NQ; j += 2) {
+                u32 b0[BREGS], b1[BREGS];
                 load_b2<BR>(ob, j * 8, ks, b0, b1, lane);
 #pragma unroll
                 for (int kt = 0; kt < KT; kt++) {
@@ -210,41 +219,49 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
                     sacc[kt][j][e] = seen ? pv * z : 0.0f;
                 }
 
+#ifdef DQ_ATOMIC
+        /* dS^T into shared memory for dQ += dS K below, before the floats
+         * are packed into operands and die. */
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+            for (int j = 0; j < NQ; j++) store_c<BC>(smem + (ds_sm - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
+#endif
+        /* P and dS as operands, all at once: in fp16/bf16 that halves the
+         * registers they hold through the products (this kernel's limit). */
+        u32 ap[KT][KQ][AREGS], as[KT][KQ][AREGS];
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+            for (int kq = 0; kq < KQ; kq++) {
+                c_to_a(sacc[kt][2 * kq], sacc[kt][2 * kq + 1], ap[kt][kq]);
+                c_to_a(pacc[kt][2 * kq], pacc[kt][2 * kq + 1], as[kt][kq]);
+            }
+
         /* dV += (z P)^T dO and dK += dS^T Q, k over the tile's queries. */
 #pragma unroll
         for (int kq = 0; kq < KQ; kq++) {
-            u32 ap[KT][AREGS], as[KT][AREGS];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++) {
-                c_to_a(sacc[kt][2 * kq], sacc[kt][2 * kq + 1], ap[kt]);
-                c_to_a(pacc[kt][2 * kq], pacc[kt][2 * kq + 1], as[kt]);
-            }
 #pragma unroll
             for (int j = 0; j < DT; j += 2) {
                 u32 b0[BREGS], b1[BREGS];
                 load_bt2<BR>(ob, kq, j, b0, b1, lane);
 #pragma unroll
                 for (int kt = 0; kt < KT; kt++) {
-                    mma16(dv[kt][j], ap[kt], b0);
-                    mma16(dv[kt][j + 1], ap[kt], b1);
+                    mma16(dv[kt][j], ap[kt][kq], b0);
+                    mma16(dv[kt][j + 1], ap[kt][kq], b1);
                 }
                 load_bt2<BR>(qb, kq, j, b0, b1, lane);
 #pragma unroll
                 for (int kt = 0; kt < KT; kt++) {
-                    mma16(dk[kt][j], as[kt], b0);
-                    mma16(dk[kt][j + 1], as[kt], b1);
+                    mma16(dk[kt][j], as[kt][kq], b0);
+                    mma16(dk[kt][j + 1], as[kt][kq], b1);
                 }
             }
         }
 
 #ifdef DQ_ATOMIC
-        /* dQ += dS K through shared memory: dS^T goes in, then each warp takes
-         * (16 queries x 8 DQ_UNIT dims) units of the tile's dQ and adds them
-         * to the accumulator. */
-#pragma unroll
-        for (int kt = 0; kt < KT; kt++)
-#pragma unroll
-            for (int j = 0; j < NQ; j++) store_c<BC>(smem + (ds_sm - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
+        /* dQ += dS K: each warp takes (16 queries x 8 DQ_UNIT dims) units of
+         * the tile's dQ and adds them to the accumulator. */
         __syncthreads();
         for (int u = warp; u < KQ * (DT / DQ_UNIT); u += WARPS) {
             const int mq = u % KQ, j0 = (u / KQ) * DQ_UNIT;

@@ -232,6 +232,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
         }
 #endif
 
+        /* P as the next product's A operand now: in fp16/bf16 that halves
+         * the registers the scores hold through the P V loop. */
+        u32 pa[MT][KP][AREGS];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int kp = 0; kp < KP; kp++) c_to_a(s[mt][2 * kp], s[mt][2 * kp + 1], pa[mt][kp]);
+
 #if STAGES == 1
         cp_async_wait<0>();
         __syncthreads(); /* V(t) is in; every warp is done with K(t) */
@@ -244,17 +252,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
         /* O += P V */
 #pragma unroll
         for (int kp = 0; kp < KP; kp++) {
-            u32 a[MT][AREGS];
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) c_to_a(s[mt][2 * kp], s[mt][2 * kp + 1], a[mt]);
 #pragma unroll
             for (int j = 0; j < DT; j += 2) {
                 u32 b0[BREGS], b1[BREGS];
                 load_bt2<BC>(vb, kp, j, b0, b1, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mma16(o_acc[mt][j], a[mt], b0);
-                    mma16(o_acc[mt][j + 1], a[mt], b1);
+                    mma16(o_acc[mt][j], pa[mt][kp], b0);
+                    mma16(o_acc[mt][j + 1], pa[mt][kp], b1);
                 }
             }
         }

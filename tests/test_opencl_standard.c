@@ -799,6 +799,7 @@ FA_TEST(device_memory) {
 #endif
 }
 
+#ifdef FA_WITH_OPENCL
 /* The check itself: with CLBlast unloadable, a standard plan fails with
  * FA_ERR_UNSUPPORTED and a message naming CLBlast and the file tried, and
  * the fused path is unaffected. */
@@ -815,6 +816,7 @@ static void expect_missing_clblast(fa_context ctx) {
     CHECK_OK(fa_plan_create(ctx, &d, &plan));
     if (plan) fa_plan_destroy(plan);
 }
+#endif
 
 FA_TEST(clblast_missing) {
     fa_context ctx = context();

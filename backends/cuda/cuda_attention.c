@@ -1,9 +1,10 @@
 /* The attention half of the CUDA backend: compiles the kernels of
- * kernels_cuda/ with NVRTC for a plan's tile shapes and options (through the
- * kernel cache, as CUBIN for the device's own architecture), owns the plan's
- * device copies (sequence offsets, block mask, tile maps) and workspace, and
- * launches the passes. The tiling policy is the planner's; this file checks
- * that a plan is one the kernels can run and refuses anything else.
+ * kernels_cuda/ with NVRTC for a plan's tile shapes and options (through
+ * cuda_compile.c: the kernel cache, CUBIN for the device's own
+ * architecture), owns the plan's device copies (sequence offsets, block
+ * mask, tile maps) and workspace, and launches the passes. The tiling
+ * policy is the planner's; this file checks that a plan is one the kernels
+ * can run and refuses anything else.
  *
  * Programs. A pass is one NVRTC program (one .cu file and the shared .cuh
  * headers) compiled with the plan's constants as -D options, so that every
@@ -19,11 +20,11 @@
  * field by struct fa_params in kernels_cuda/common.cuh). */
 #define FA_CUDA_DRIVER_TYPES
 #include "cuda_runtime_internal.h"
+#include "cuda_compile.h"
+#include "cuda_standard.h"
 
 #include "desc.h"
 #include "fa_internal.h"
-#include "kcache.h"
-#include "kernel_sources.h"
 #include "plan.h"
 #include "planner.h"
 
@@ -32,7 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define CU_MAX_KERNELS 3
 #define CU_DEFINES_SIZE 512
@@ -51,7 +51,6 @@ static int dq_bc(const fa_attention_desc *d) { return d->q.dtype == FA_DTYPE_F32
 
 static const char *const cu_header_paths[] = {"kernels_cuda/common.cuh", "kernels_cuda/mma.cuh",
                                               "kernels_cuda/rowwise.cuh"};
-static const char *const cu_header_names[] = {"common.cuh", "mma.cuh", "rowwise.cuh"};
 #define CU_HEADER_COUNT 3
 
 /* ------------------------------------------------------------------------ */
@@ -253,243 +252,15 @@ static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan 
 }
 
 /* ------------------------------------------------------------------------ */
-/* Compiling                                                                 */
+/* Compiling (cuda_compile.c)                                                */
 
-/* The architecture NVRTC compiles for: the device's own (real code, CUBIN)
- * when NVRTC knows it, else the newest virtual one below it (PTX, which the
- * driver finishes). */
-static void choose_arch(const fa_nvrtc_api *nv, int major, int minor, char *arch, size_t size, int *cubin) {
-    int want = major * 10 + minor, best = -1, exact = 0;
-    int n = 0;
-    if (nv->nvrtcGetNumSupportedArchs && nv->nvrtcGetSupportedArchs &&
-        nv->nvrtcGetNumSupportedArchs(&n) == NVRTC_SUCCESS && n > 0 && n < 256) {
-        int archs[256];
-        if (nv->nvrtcGetSupportedArchs(archs) == NVRTC_SUCCESS) {
-            for (int i = 0; i < n; i++) {
-                if (archs[i] == want) exact = 1;
-                if (archs[i] <= want && archs[i] > best) best = archs[i];
-            }
-        }
-    } else {
-        exact = 1;
-    }
-    if (exact || best < 0) {
-        snprintf(arch, size, "sm_%d", want);
-        *cubin = 1;
-    } else {
-        snprintf(arch, size, "compute_%d", best);
-        *cubin = 0;
-    }
-}
+_Static_assert(CU_MAX_KERNELS <= FA_CUDA_MAX_KERNELS, "a pass has more kernels than a compile reports");
 
-/* A compiled program: the binary and the compiler's log. */
-typedef struct cu_binary {
-    void *data;
-    size_t size;
-    int cubin;       /* 0: PTX text */
-    char *log;       /* NUL-terminated, never NULL on success */
-    int from_cache;
-    double seconds;
-} cu_binary;
-
-static void binary_free(cu_binary *b) {
-    free(b->data);
-    free(b->log);
-    memset(b, 0, sizeof *b);
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Source text of the program and its headers, as the cache key sees it. */
-static char *combined_source(const fa_kernel_source *main_src, const fa_kernel_source *const *hdr, size_t *size) {
-    size_t total = main_src->size + 1;
-    for (int i = 0; i < CU_HEADER_COUNT; i++) total += hdr[i]->size + strlen(cu_header_names[i]) + 16;
-    char *buf = malloc(total + 1);
-    if (!buf) return NULL;
-    size_t at = 0;
-    memcpy(buf, main_src->text, main_src->size);
-    at += main_src->size;
-    for (int i = 0; i < CU_HEADER_COUNT; i++) {
-        at += (size_t)snprintf(buf + at, total + 1 - at, "\n//@@ %s\n", cu_header_names[i]);
-        memcpy(buf + at, hdr[i]->text, hdr[i]->size);
-        at += hdr[i]->size;
-    }
-    buf[at] = '\0';
-    *size = at;
-    return buf;
-}
-
-static fa_status nvrtc_fail(const fa_nvrtc_api *nv, nvrtcResult r, const char *what) {
-    const char *text = nv->nvrtcGetErrorString ? nv->nvrtcGetErrorString(r) : NULL;
-    return fa_fail(FA_ERR_COMPILE, "%s: %s", what, text ? text : "NVRTC error");
-}
-
-#define CU_MAX_OPTIONS 32
-
-/* Whether a compile log holds ptxas' report of every kernel of a program
- * (--ptxas-options=-v). Only such logs are cached, and a cached binary
- * counts as a hit only beside one: the reports of registers and spills
- * must not depend on which process compiled first. */
-static int log_reports_all(const cu_program_spec *spec, const char *log) {
-    if (!log) return 0;
-    for (int i = 0; i < spec->nkernels; i++) {
-        char needle[96];
-        snprintf(needle, sizeof needle, "Compiling entry function '%s'", spec->kernels[i].name);
-        const char *at = strstr(log, needle);
-        if (!at || !strstr(at, "Used ")) return 0;
-    }
-    return 1;
-}
-
-static fa_status compile_program(const cu_program_spec *spec, int major, int minor, cu_binary *out) {
-    memset(out, 0, sizeof *out);
-    char why[512];
-    const fa_nvrtc_api *nv = fa_cuda_nvrtc(why, sizeof why);
-    if (!nv) return fa_fail(FA_ERR_UNSUPPORTED, "the CUDA kernels are compiled at run time, and NVRTC is missing: %s", why);
-    const fa_kernel_source *main_src = fa_kernel_source_find(spec->file);
-    const fa_kernel_source *hdr[CU_HEADER_COUNT];
-    if (!main_src) return fa_fail(FA_ERR_INTERNAL, "kernel source %s is not embedded in the library", spec->file);
-    for (int i = 0; i < CU_HEADER_COUNT; i++) {
-        hdr[i] = fa_kernel_source_find(cu_header_paths[i]);
-        if (!hdr[i]) return fa_fail(FA_ERR_INTERNAL, "kernel source %s is not embedded in the library", cu_header_paths[i]);
-    }
-
-    char arch[32], arch_opt[64];
-    choose_arch(nv, major, minor, arch, sizeof arch, &out->cubin);
-    snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch);
-
-    /* Options: the architecture, then the program's defines, one each. */
-    char defines[CU_DEFINES_SIZE];
-    snprintf(defines, sizeof defines, "%s", spec->defines);
-    const char *opts[CU_MAX_OPTIONS];
-    int nopt = 0;
-    opts[nopt++] = arch_opt;
-    opts[nopt++] = "-std=c++17";
-    opts[nopt++] = "--ptxas-options=-v";
-    char *save = NULL;
-    for (char *tok = strtok_r(defines, " ", &save); tok && nopt < CU_MAX_OPTIONS; tok = strtok_r(NULL, " ", &save))
-        opts[nopt++] = tok;
-    char joined[CU_DEFINES_SIZE + 128];
-    size_t jl = 0;
-    joined[0] = '\0';
-    for (int i = 0; i < nopt; i++) jl += (size_t)snprintf(joined + jl, sizeof joined - jl, "%s%s", i ? " " : "", opts[i]);
-
-    size_t src_size = 0;
-    char *source = combined_source(main_src, hdr, &src_size);
-    if (!source) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for the kernel source");
-    char driver[64];
-    snprintf(driver, sizeof driver, "nvrtc %d.%d", nv->version_major, nv->version_minor);
-    fa_kcache_key key = {"cuda", source, src_size, joined, arch, driver};
-    fa_kcache_key log_key = {"cuda_log", source, src_size, joined, arch, driver};
-
-    /* A hit needs the binary and its log (the report of registers and
-     * spills); a binary without its log is compiled again. */
-    void *bin = NULL, *logd = NULL;
-    size_t bin_size = 0, cached_log_size = 0;
-    if (fa_kcache_load(&key, &bin, &bin_size) == FA_SUCCESS && bin_size > 0 &&
-        fa_kcache_load(&log_key, &logd, &cached_log_size) == FA_SUCCESS) {
-        char *text = malloc(cached_log_size + 1);
-        if (text) {
-            memcpy(text, logd, cached_log_size);
-            text[cached_log_size] = '\0';
-        }
-        if (text && log_reports_all(spec, text)) {
-            out->data = bin;
-            out->size = bin_size;
-            out->from_cache = 1;
-            out->log = text;
-            free(logd);
-            free(source);
-            return FA_SUCCESS;
-        }
-        free(text);
-    }
-    free(bin);
-    free(logd);
-
-    double t0 = now_seconds();
-    nvrtcProgram prog = NULL;
-    const char *htext[CU_HEADER_COUNT];
-    for (int i = 0; i < CU_HEADER_COUNT; i++) htext[i] = hdr[i]->text;
-    nvrtcResult r = nv->nvrtcCreateProgram(&prog, main_src->text, spec->file + strlen("kernels_cuda/"),
-                                           CU_HEADER_COUNT, htext, cu_header_names);
-    if (r != NVRTC_SUCCESS) {
-        free(source);
-        return nvrtc_fail(nv, r, "nvrtcCreateProgram");
-    }
-    nvrtcResult cr = nv->nvrtcCompileProgram(prog, nopt, opts);
-    size_t log_size = 0;
-    char *log = NULL;
-    if (nv->nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS) {
-        log = malloc(log_size + 1);
-        if (log && nv->nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
-        if (log) log[log_size] = '\0';
-    }
-    fa_status st = FA_SUCCESS;
-    if (cr != NVRTC_SUCCESS) {
-        st = fa_fail(FA_ERR_COMPILE, "NVRTC could not compile %s for %s (%s): %s", spec->file, arch, joined,
-                     nv->nvrtcGetErrorString(cr));
-        fa_fail_append("\n");
-        fa_fail_append(log ? log : "(no log)");
-    } else {
-        size_t size = 0;
-        r = out->cubin ? nv->nvrtcGetCUBINSize(prog, &size) : nv->nvrtcGetPTXSize(prog, &size);
-        if (r == NVRTC_SUCCESS && size > 0) {
-            out->data = malloc(size);
-            if (!out->data)
-                st = fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a %zu-byte kernel binary", size);
-            else
-                r = out->cubin ? nv->nvrtcGetCUBIN(prog, out->data) : nv->nvrtcGetPTX(prog, out->data);
-            out->size = size;
-        }
-        if (st == FA_SUCCESS && (r != NVRTC_SUCCESS || size == 0))
-            st = nvrtc_fail(nv, r, out->cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX");
-    }
-    nv->nvrtcDestroyProgram(&prog);
-    out->seconds = now_seconds() - t0;
-    out->log = log ? log : calloc(1, 1);
-    if (st == FA_SUCCESS && !out->log) st = fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a compile log");
-    if (st == FA_SUCCESS) {
-        /* A cache that cannot be written costs only the next compile. The
-         * log goes first: a process that finds the binary finds its log. */
-        if (log_reports_all(spec, out->log)) (void)fa_kcache_store(&log_key, out->log, strlen(out->log));
-        (void)fa_kcache_store(&key, out->data, out->size);
-        fa_clear_error();
-    } else {
-        binary_free(out);
-    }
-    free(source);
-    return st;
-}
-
-/* ptxas' report of one kernel, from the compile log. */
-static void parse_report(const char *log, const char *kernel, fa_cuda_kernel_report *rep) {
-    rep->registers = rep->spill_stores = rep->spill_loads = rep->stack_bytes = -1;
-    if (!log) return;
-    char needle[96];
-    snprintf(needle, sizeof needle, "Compiling entry function '%s'", kernel);
-    const char *at = strstr(log, needle);
-    if (!at) return;
-    at += strlen(needle);
-    const char *next = strstr(at, "Compiling entry function");
-    const char *end = next ? next : at + strlen(at);
-    for (const char *line = at; line && line < end; line = strchr(line, '\n')) {
-        line++;
-        if (line >= end) break;
-        const char *s;
-        int a, b2, c;
-        if ((s = strstr(line, "bytes stack frame")) && s < end && sscanf(line, "ptxas . %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &a, &b2, &c) == 3) {
-            rep->stack_bytes = a;
-            rep->spill_stores = b2;
-            rep->spill_loads = c;
-        } else if ((s = strstr(line, "Used ")) && s < end && sscanf(s, "Used %d registers", &a) == 1) {
-            rep->registers = a;
-        }
-    }
+static fa_status compile_program(const cu_program_spec *spec, int major, int minor, fa_cuda_binary *out) {
+    const char *names[CU_MAX_KERNELS];
+    for (int i = 0; i < spec->nkernels; i++) names[i] = spec->kernels[i].name;
+    const fa_cuda_program prog = {spec->file, cu_header_paths, CU_HEADER_COUNT, spec->defines, names, spec->nkernels};
+    return fa_cuda_compile(&prog, major, minor, 1, out);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -566,10 +337,10 @@ static fa_status build_tile_map(fa_cuda_plan *p, const fa_plan_s *plan, int br, 
 }
 
 static fa_status load_pass(fa_cuda_plan *p, cu_pass *pass) {
-    cu_binary bin;
+    fa_cuda_binary bin;
     FA_CHECK(compile_program(&pass->spec, p->ctx->cc_major, p->ctx->cc_minor, &bin));
     CUresult r = cu()->cuModuleLoadData(&pass->module, bin.data);
-    binary_free(&bin);
+    fa_cuda_binary_free(&bin);
     if (r != CUDA_SUCCESS) {
         pass->module = NULL;
         char what[160];
@@ -608,6 +379,10 @@ static fa_status load_pass(fa_cuda_plan *p, cu_pass *pass) {
 
 void fa_cuda_plan_release(void *ctx_handle, void *plan_impl) {
     (void)ctx_handle;
+    if (fa_cuda_standard_owns(plan_impl)) {
+        fa_cuda_standard_release(plan_impl);
+        return;
+    }
     fa_cuda_plan *p = plan_impl;
     if (!p) return;
     if (fa_cuda_push(p->ctx) == FA_SUCCESS) {
@@ -722,6 +497,7 @@ fa_status fa_cuda_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **p
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     const fa_attention_desc *d = &plan->desc;
+    if (d->algorithm == FA_ALGO_STANDARD) return fa_cuda_standard_prepare(ctx, plan, plan_impl);
     if (plan->info.algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
         return fa_fail(FA_ERR_UNSUPPORTED, "the CUDA attention kernels run only FA_ALGO_FUSED");
     if (d->head_dim % 8 || d->head_dim < 8 || d->head_dim > 256)
@@ -803,6 +579,7 @@ static fa_status forward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_
 
 fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args) {
     (void)ctx;
+    if (plan && plan->desc.algorithm == FA_ALGO_STANDARD) return fa_cuda_standard_forward(plan_impl, plan, args);
     fa_cuda_plan *p = plan_impl;
     if (!p || !plan || !args)
         return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
@@ -855,6 +632,7 @@ static fa_status backward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa
 
 fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args) {
     (void)ctx;
+    if (plan && plan->desc.algorithm == FA_ALGO_STANDARD) return fa_cuda_standard_backward(plan_impl, plan, args);
     fa_cuda_plan *p = plan_impl;
     if (!p || !plan || !args)
         return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
@@ -866,6 +644,7 @@ fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, co
 
 fa_status fa_cuda_last_time_ms(void *ctx, void *plan_impl, double *ms) {
     (void)ctx;
+    if (fa_cuda_standard_owns(plan_impl)) return fa_cuda_standard_last_time_ms(plan_impl, ms);
     fa_cuda_plan *p = plan_impl;
     if (!p || !ms) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "ms");
     *ms = 0.0;
@@ -912,29 +691,20 @@ fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info
     FA_CHECK(forward_spec(desc, &info->forward, cc_major, &specs[0]));
     FA_CHECK(backward_spec(desc, &info->backward, cc_major, &specs[1]));
     for (int s = 0; s < 2; s++) {
-        cu_binary bin;
+        fa_cuda_binary bin;
         FA_CHECK(compile_program(&specs[s], cc_major, cc_minor, &bin));
         for (int i = 0; i < specs[s].nkernels; i++) {
             if (*count < max_reports && reports) {
                 fa_cuda_kernel_report *rep = &reports[*count];
-                memset(rep, 0, sizeof *rep);
-                snprintf(rep->program, sizeof rep->program, "%s", specs[s].short_name);
-                snprintf(rep->kernel, sizeof rep->kernel, "%s", specs[s].kernels[i].name);
-                snprintf(rep->options, sizeof rep->options, "%s", specs[s].defines);
-                snprintf(rep->arch, sizeof rep->arch, "sm_%d%d", cc_major, cc_minor);
+                *rep = bin.reports[i];
                 rep->pass = s == 0 ? FA_PASS_FORWARD : FA_PASS_BACKWARD;
                 rep->threads = specs[s].kernels[i].threads;
                 rep->shared_bytes = specs[s].kernels[i].smem;
                 rep->tensor_cores = specs[s].tensor_cores;
-                rep->from_cache = bin.from_cache;
-                rep->compile_seconds = bin.seconds;
-                rep->binary_bytes = bin.size;
-                rep->real_code = bin.cubin;
-                parse_report(bin.log, specs[s].kernels[i].name, rep);
             }
             (*count)++;
         }
-        binary_free(&bin);
+        fa_cuda_binary_free(&bin);
     }
     return FA_SUCCESS;
 }

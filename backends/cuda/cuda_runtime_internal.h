@@ -70,10 +70,12 @@ int fa_cuda_nvrtc_available(char *reason, size_t reason_size);
 
 struct fa_plan_s;
 
-/* One compiled kernel as ptxas reported it (-1 where the compile log says
- * nothing, e.g. a binary built before the log was kept). */
+/* One compiled kernel (cuda_compile.c). Registers and stack bytes are read
+ * from the CUBIN; spill stores and loads from ptxas' report in NVRTC's log,
+ * or 0 where the log has none and the stack frame is empty (nothing
+ * spilled). -1 where neither says (PTX without a report). */
 typedef struct fa_cuda_kernel_report {
-    char program[16];           /* "fwd_mma", "bwd_mma", "simt" */
+    char program[16];           /* "fwd_mma", "bwd_mma", "simt", "standard" */
     char kernel[32];            /* entry point */
     char options[512];          /* the plan's -D options */
     char arch[16];              /* "sm_90" */
@@ -96,6 +98,14 @@ typedef struct fa_cuda_kernel_report {
  * run, FA_ERR_COMPILE with the log for a compile error. */
 fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info *info, int cc_major,
                                int cc_minor, fa_cuda_kernel_report *reports, int max_reports, int *count);
+
+/* The same for standard attention (cuda_standard.c): compiles
+ * kernels_cuda/standard.cu, through the kernel cache, for the options of
+ * desc (dtype, masks, dropout, varlen) as plan creation would, and reports
+ * its kernels (std_softmax, std_probs, std_dscores, std_rowdot, std_rows;
+ * *count receives 5). */
+fa_status fa_cuda_standard_compile_kernels(const fa_attention_desc *desc, int cc_major, int cc_minor,
+                                           fa_cuda_kernel_report *reports, int max_reports, int *count);
 
 /* The backend's plan_prepare / plan_release, reachable by tests that
  * rebuild a plan's kernels for other tiles. */

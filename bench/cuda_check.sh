@@ -7,21 +7,18 @@
 # (default ./gpu-out).
 # Usage: bench/cuda_check.sh [tests|bench|tiles|sanitize|all]...
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out=${OUT:-$PWD/gpu-out}
-mkdir -p "$out"
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=bench/gpu_env.sh
+. bench/gpu_env.sh
 steps=${*:-all}
 want() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
-export FLASHATTN_CACHE_DIR=${FLASHATTN_CACHE_DIR:-/tmp/fa-kernel-cache}
-t_start=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t_start )) s] $*"; }
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
-cat "$out/gpu.txt"
+fa_gpu_info
 stamp "configure and build"
-# Only what this check needs: other backends' files do not stop it.
-cmake -S . -B build-gpu -DFA_WERROR=ON -DFA_HIP=OFF -DFA_OPENCL=OFF > "$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
-cmake --build build-gpu -j16 --target test_cuda_attention test_cuda_compile test_vendor_runtimes fa-bench fa-run > "$out/build.log" 2>&1 || { grep -E "error|warning" "$out/build.log" | head -40; exit 1; }
+# Only what this check needs: other backends' files do not stop it. (Every
+# switch is given: build-gpu keeps what other scripts configured.)
+fa_gpu_build build-gpu "test_cuda_attention test_cuda_compile test_cuda_standard test_cuda_standard_compile test_cubin_info test_vendor_runtimes fa-bench fa-info fa-run" \
+  -DFA_CUDA=ON -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DFA_OPENCL=OFF || exit 1
 
 # A small program that times tile shapes the planner may pick: it rebuilds
 # a plan's kernels for each shape (as the tests do) and reports the median
@@ -75,9 +72,11 @@ int main(int argc, char **argv) {
            fa_variant_name(pb->variant), pb->br, pb->bc, pb->work_group_size, pb->stages);
     double f0 = time_pass(p, t, 0), b0 = time_pass(p, t, 1);
     printf("  planned            fwd %8.3f ms %6.1f TF/s   bwd %8.3f ms %6.1f TF/s\n", f0, flops / f0 * 1e-9, b0, 2.5 * flops / b0 * 1e-9);
-    shape fs[] = {{FA_VARIANT_MMA,128,64,256,1,1,2},{FA_VARIANT_MMA,128,32,128,1,1,2},{FA_VARIANT_MMA,128,32,128,1,1,1},
-                  {FA_VARIANT_MMA,64,64,128,1,1,2}};
-    shape bs[] = {{FA_VARIANT_MMA,64,128,256,1,1,2},{FA_VARIANT_MMA,32,128,256,1,1,1},{FA_VARIANT_MMA,64,64,128,1,1,2}};
+    shape fs[] = {{FA_VARIANT_MMA,128,128,128,1,1,1},{FA_VARIANT_MMA,128,128,128,1,1,2},{FA_VARIANT_MMA,128,64,128,1,1,1},
+                  {FA_VARIANT_MMA,128,64,128,1,1,2},{FA_VARIANT_MMA,128,32,128,1,1,2},{FA_VARIANT_MMA,128,64,256,1,1,2},
+                  {FA_VARIANT_MMA,128,128,256,1,1,1},{FA_VARIANT_MMA,64,64,128,1,1,2}};
+    shape bs[] = {{FA_VARIANT_MMA,64,128,256,1,1,2},{FA_VARIANT_MMA,32,128,256,1,1,2},{FA_VARIANT_MMA,64,64,128,1,1,2},
+                  {FA_VARIANT_MMA,32,128,128,1,1,2},{FA_VARIANT_MMA,128,64,128,1,1,1},{FA_VARIANT_MMA,64,128,256,1,1,1}};
     for (int pass = 0; pass < 2; pass++) {
         shape *sh = pass ? bs : fs; int ns = pass ? (int)(sizeof bs / sizeof bs[0]) : (int)(sizeof fs / sizeof fs[0]);
         for (int i = 0; i < ns; i++) {

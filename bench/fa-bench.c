@@ -239,6 +239,7 @@ typedef struct record {
     int d, n, b, h, h_kv, causal;
     double fwd_ms, bwd_ms, fwdbwd_ms, fwd_tflops, bwd_tflops, fwdbwd_tflops;
     double pred_fwd_bytes, pred_bwd_bytes, roofline_fwd_ms, roofline_bwd_ms;
+    double pred_fwd_tile_bytes, pred_bwd_tile_bytes;
     double device_bytes, tensor_bytes, workspace_bytes;
     int br, bc, wg;
     int has_timing, has_fwdbwd, has_memory, has_error;
@@ -276,6 +277,8 @@ static const field fields[] = {
     F(fwdbwd_tflops, K_TFLOPS, G_FWDBWD),
     F(pred_fwd_bytes, K_BYTES, G_TIMING),
     F(pred_bwd_bytes, K_BYTES, G_TIMING),
+    F(pred_fwd_tile_bytes, K_BYTES, G_TIMING),
+    F(pred_bwd_tile_bytes, K_BYTES, G_TIMING),
     F(roofline_fwd_ms, K_MS, G_TIMING),
     F(roofline_bwd_ms, K_MS, G_TIMING),
     F(device_bytes, K_BYTES, G_MEMORY),
@@ -831,8 +834,12 @@ int main(int argc, char **argv) {
                 rec.fwd_tflops = r.fwd_ms > 0 ? ff / r.fwd_ms * 1e-9 : 0;
                 rec.bwd_tflops = r.bwd_ms > 0 ? fb / r.bwd_ms * 1e-9 : 0;
                 rec.fwdbwd_tflops = r.fwdbwd_ms > 0 ? (ff + fb) / r.fwdbwd_ms * 1e-9 : 0;
-                rec.pred_fwd_bytes = cf->hbm_read_bytes + cf->hbm_write_bytes;
-                rec.pred_bwd_bytes = cb->hbm_read_bytes + cb->hbm_write_bytes;
+                /* DRAM bytes (re-reads the last-level cache serves left
+                 * out), and every tile load (the traffic the tiles decide). */
+                rec.pred_fwd_bytes = cf->dram_read_bytes + cf->dram_write_bytes;
+                rec.pred_bwd_bytes = cb->dram_read_bytes + cb->dram_write_bytes;
+                rec.pred_fwd_tile_bytes = cf->hbm_read_bytes + cf->hbm_write_bytes;
+                rec.pred_bwd_tile_bytes = cb->hbm_read_bytes + cb->hbm_write_bytes;
                 rec.roofline_fwd_ms = cf->roofline_ms;
                 rec.roofline_bwd_ms = cb->roofline_ms;
                 rec.br = r.info.forward.br;

@@ -19,6 +19,7 @@
 
 #define KIB ((size_t)1024)
 #define GIB ((size_t)1024 * 1024 * 1024)
+#define MIB ((size_t)1024 * 1024)
 
 static const fa_described_device described[] = {
     {"h100",
@@ -39,7 +40,8 @@ static const fa_described_device described[] = {
       .matrix_flops_per_clock_cu = 4096.0,
       .matrix_m = 16,
       .matrix_n = 8,
-      .matrix_k = 16}},
+      .matrix_k = 16,
+      .l2_cache_bytes = 50 * MIB}},
     {"mi250x",
      {.name = "AMD Instinct MI250X (one GCD)",
       .vendor = "Advanced Micro Devices, Inc.",
@@ -58,7 +60,8 @@ static const fa_described_device described[] = {
       .matrix_flops_per_clock_cu = 1024.0,
       .matrix_m = 32,
       .matrix_n = 32,
-      .matrix_k = 8}},
+      .matrix_k = 8,
+      .l2_cache_bytes = 8 * MIB}},
     {"arc-a770",
      {.name = "Intel(R) Arc(TM) A770 Graphics",
       .vendor = "Intel(R) Corporation",
@@ -77,7 +80,8 @@ static const fa_described_device described[] = {
       .matrix_flops_per_clock_cu = 2048.0,
       .matrix_m = 8,
       .matrix_n = 8,
-      .matrix_k = 16}},
+      .matrix_k = 16,
+      .l2_cache_bytes = 16 * MIB}},
     {"nvidia-opencl",
      {.name = "NVIDIA H100 80GB HBM3 (OpenCL)",
       .vendor = "NVIDIA Corporation",
@@ -96,7 +100,8 @@ static const fa_described_device described[] = {
       .matrix_flops_per_clock_cu = 0.0,
       .matrix_m = 0,
       .matrix_n = 0,
-      .matrix_k = 0}},
+      .matrix_k = 0,
+      .l2_cache_bytes = 50 * MIB}},
     {"pocl-cpu",
      {.name = "pthread-cpu (2 cores)",
       .vendor = "The pocl project",
@@ -115,7 +120,8 @@ static const fa_described_device described[] = {
       .matrix_flops_per_clock_cu = 0.0,
       .matrix_m = 0,
       .matrix_n = 0,
-      .matrix_k = 0}},
+      .matrix_k = 0,
+      .l2_cache_bytes = 0}},
 };
 
 int fa_described_device_count(void) { return (int)(sizeof described / sizeof described[0]); }

@@ -258,16 +258,47 @@ static double wave_time_ms(double flops, double peak, double groups, int compute
  * a row) tr + dpt words per tr * dpt FMAs. Local memory delivers about one
  * word per four FMA lanes and clock (32 banks of 4 bytes against 128 lanes
  * on NVIDIA and AMD compute units alike), so micro-tiles that read more than
- * a quarter word per FMA leave the FMA units waiting by that factor. */
+ * a quarter word per FMA leave the FMA units waiting by that factor. The
+ * streaming forward (FA_VARIANT_SIMT_STREAM) reads the same words per FMA:
+ * it splits the products over head_dim and over the tile into chunks, but
+ * every chunk is read by the same micro-tiles. */
 #define FA_FMA_LANES_PER_LOCAL_WORD 4.0
+
+static double local_factor(double reads_per_fma) {
+    const double factor = FA_FMA_LANES_PER_LOCAL_WORD * reads_per_fma;
+    return factor > 1.0 ? factor : 1.0;
+}
 
 static double simt_local_factor(const fa_attention_desc *d, const fa_kernel_plan *p) {
     const double tr = p->thread_rows > 0 ? p->thread_rows : 1, tc = p->thread_cols > 0 ? p->thread_cols : 1;
     const double row_items = (double)p->bc / tc;
     const double dpt = ceil((double)d->head_dim / row_items);
     const double reads_s = (tr + tc) / (tr * tc), reads_o = (tr + dpt) / (tr * dpt);
-    const double factor = FA_FMA_LANES_PER_LOCAL_WORD * 0.5 * (reads_s + reads_o);
-    return factor > 1.0 ? factor : 1.0;
+    return local_factor(0.5 * (reads_s + reads_o));
+}
+
+/* The streaming backward kernels (kernels_cl/bwd.cl), product by product.
+ * S and dP: a tr x tc micro-tile, tr + tc words per tr * tc FMAs each. dV
+ * and dK: a work-item sums tc keys x kd dimensions (kd = head_dim over the
+ * br / tr work-items of a key column), tc + kd words per tc * kd FMAs each.
+ * dQ: tr rows x qd dimensions (qd = head_dim over the bc / tc work-items of
+ * a row), tr + qd words per tr * qd FMAs. The dK/dV kernel computes S, dP,
+ * dV and dK (and dQ where it adds dQ to an accumulator); the dQ kernel of
+ * deterministic mode S, dP and dQ. Factors of the dK/dV kernel (*kv) and
+ * of the dQ kernel (*q). */
+static void stream_backward_factors(const fa_attention_desc *d, const fa_kernel_plan *p, int dq_kernel,
+                                    double *kv, double *q) {
+    const double tr = p->thread_rows > 0 ? p->thread_rows : 1, tc = p->thread_cols > 0 ? p->thread_cols : 1;
+    const double dim = d->head_dim;
+    const double kd = ceil(dim / ((double)p->br / tr)), qd = ceil(dim / ((double)p->bc / tc));
+    const double s = (tr + tc) / (tr * tc), k = (tc + kd) / (tc * kd), r = (tr + qd) / (tr * qd);
+    if (dq_kernel) {
+        *kv = local_factor((2.0 * s + 2.0 * k) / 4.0);
+        *q = local_factor((2.0 * s + r) / 3.0);
+    } else {
+        *kv = local_factor((2.0 * s + 2.0 * k + r) / 5.0);
+        *q = *kv;
+    }
 }
 
 /* Memory time at the device's bandwidth, or at the share of it that groups
@@ -281,18 +312,47 @@ static void finish(fa_cost *c, const fa_device_desc *dev, double groups) {
     c->roofline_ms = c->compute_ms > c->memory_ms ? c->compute_ms : c->memory_ms;
 }
 
-/* OpenCL C 1.2 has no floating-point atomics, so the OpenCL backward
+/* OpenCL C 1.2 has no floating-point atomics, so the OpenCL SIMT backward
  * (kernels_cl/bwd.cl) computes dQ in a kernel of its own that re-reads K and
- * V per query tile; so does the CUDA backward in deterministic mode, where
- * atomics would make the sums' order depend on timing. Otherwise the
- * backends accumulate dQ in fp32 in global memory once per key tile. */
-static int backward_recomputes_dq(const fa_device_desc *dev, const fa_attention_desc *desc) {
-    return dev->backend == FA_BACKEND_OPENCL || (dev->backend == FA_BACKEND_CUDA && desc->deterministic);
+ * V per query tile; so do the CUDA backward and the OpenCL streaming one
+ * (which adds through an integer compare-and-swap, or the hardware's float
+ * add where the device has one) in deterministic mode, where atomics would
+ * make the sums' order depend on timing. Otherwise the backends accumulate
+ * dQ in fp32 in global memory once per key tile. */
+static int backward_recomputes_dq(const fa_device_desc *dev, const fa_attention_desc *desc,
+                                  const fa_kernel_plan *plan) {
+    if (dev->backend == FA_BACKEND_OPENCL) return plan->variant != FA_VARIANT_SIMT_STREAM || desc->deterministic;
+    return dev->backend == FA_BACKEND_CUDA && desc->deterministic;
+}
+
+/* A sequence's tensors read and written once each by a fused pass: the
+ * traffic of fa_io_fused with every re-read served by a cache. */
+static void once_traffic(const fa_attention_desc *desc, fa_pass pass, int recompute_dq, int split, double sq,
+                         double sk, double *rd, double *wr) {
+    const double e = dtype_bytes(desc->q.dtype), dim = (double)desc->head_dim;
+    const double hq = (double)desc->heads_q, hkv = (double)desc->heads_kv;
+    if (pass == FA_PASS_FORWARD) {
+        *rd += hq * sq * dim * e * split + 2.0 * hkv * sk * dim * e;
+        *wr += hq * sq * dim * e + hq * sq * 4.0;
+        if (split > 1) {
+            *rd += split * hq * sq * (dim + 1.0) * 4.0;
+            *wr += split * hq * sq * (dim + 1.0) * 4.0;
+        }
+        return;
+    }
+    /* D from O and dO; K, V, Q, dO, L, D in; dK, dV, dQ out (through the
+     * fp32 accumulator: zeroed, summed in the cache, read to convert). */
+    *rd += 2.0 * hq * sq * dim * e + 2.0 * hkv * sk * dim * e + hq * sq * (2.0 * dim * e + 8.0);
+    *wr += hq * sq * 4.0 + 2.0 * hkv * sk * dim * e + hq * sq * dim * e;
+    if (!recompute_dq) {
+        *rd += hq * sq * dim * 4.0;
+        *wr += hq * sq * dim * 4.0;
+    }
 }
 
 fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                     const fa_kernel_plan *plan) {
-    fa_cost c = {0, 0, 0, 0, 0, 0};
+    fa_cost c = {0, 0, 0, 0, 0, 0, 0, 0};
     if (!dev || !desc || !plan) return c;
     if (plan->variant == FA_VARIANT_STANDARD) return fa_io_standard(dev, desc, pass);
     if (plan->br <= 0 || plan->bc <= 0) return c;
@@ -301,8 +361,11 @@ fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa
     const double hq = (double)desc->heads_q, hkv = (double)desc->heads_kv;
     const int split = pass == FA_PASS_FORWARD && plan->split_k > 1 ? plan->split_k : 1;
     const block_mask bm = get_block_mask(desc);
-    const int recompute_dq = backward_recomputes_dq(dev, desc);
+    const int recompute_dq = backward_recomputes_dq(dev, desc, plan);
     double rd = 0.0, wr = 0.0, pairs = 0.0;
+    /* Each tensor once (the bytes no tile shape avoids), and the largest
+     * working set the work-groups of one head re-read. */
+    double once_rd = 0.0, once_wr = 0.0, head_set = 0.0, head_groups = 1.0;
 
     for (int b = 0; b < desc->batch; b++) {
         int64_t sq64, sk64;
@@ -311,8 +374,20 @@ fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa
         seq_tiles(desc, &bm, sq64, sk64, plan->br, plan->bc, &st);
         const double sq = (double)sq64, sk = (double)sk64;
         pairs += st.pairs;
+        once_traffic(desc, pass, recompute_dq, split, sq, sk, &once_rd, &once_wr);
+        const double set = pass == FA_PASS_FORWARD ? 2.0 * sk * dim * e
+                                                   : sq * (2.0 * dim * e + 8.0 + (recompute_dq ? 0.0 : dim * 4.0));
+        if (set > head_set) {
+            head_set = set;
+            head_groups = pass == FA_PASS_FORWARD ? ceil(sq / plan->br) * split : ceil(sk / plan->bc);
+        }
         if (pass == FA_PASS_FORWARD) {
-            /* Q once per split, K and V once per visited pair, O and L once. */
+            /* Q once per split, K and V once per visited pair, O and L once.
+             * The streaming kernels read the work-group's own Q tile again
+             * for every key tile (backward: K and V of the key tile for
+             * every query tile, and Q and dO of a query tile a second time
+             * for dK and dV): re-reads of the same few kilobytes within
+             * microseconds, which the cache serves, not HBM. */
             rd += hq * sq * dim * e * split + hq * st.key_rows * dim * e * 2.0;
             wr += hq * sq * dim * e + hq * sq * 4.0;
             if (split > 1) {
@@ -347,6 +422,12 @@ fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa
 
     c.hbm_read_bytes = rd;
     c.hbm_write_bytes = wr;
+    /* One work-group per compute unit in flight (the fewest), launched
+     * head by head: they span this many heads' working sets at once. */
+    const double heads_in_flight = ceil((double)(dev->compute_units > 0 ? dev->compute_units : 1) / head_groups);
+    const int cached = dev->l2_cache_bytes > 0 && heads_in_flight * head_set <= (double)dev->l2_cache_bytes;
+    c.dram_read_bytes = cached && once_rd < rd ? once_rd : rd;
+    c.dram_write_bytes = cached && once_wr < wr ? once_wr : wr;
     c.flops = fa_attention_flops(desc, pass);
 
     /* Compute time counts the work the tiles execute: a visited tile is
@@ -357,6 +438,14 @@ fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa
     const double peak = plan->variant == FA_VARIANT_MMA
                             ? fa_device_peak_flops(dev, desc->q.dtype, desc->allow_tf32)
                             : simt_peak(dev) / simt_local_factor(desc, plan);
+    /* The streaming backward's kernels, each with its own reads per FMA. */
+    double peak_kv = peak, peak_q = peak;
+    if (pass == FA_PASS_BACKWARD && plan->variant == FA_VARIANT_SIMT_STREAM) {
+        double fkv, fq;
+        stream_backward_factors(desc, plan, recompute_dq, &fkv, &fq);
+        peak_kv = simt_peak(dev) / fkv;
+        peak_q = simt_peak(dev) / fq;
+    }
     double groups;
     if (pass == FA_PASS_FORWARD) {
         groups = plan->num_work_groups > 0 ? (double)plan->num_work_groups : forward_groups(desc, plan->br, split);
@@ -365,10 +454,10 @@ fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa
         groups = plan->num_work_groups > 0 ? (double)plan->num_work_groups : backward_groups(desc, plan->bc);
         if (recompute_dq) {
             double dq_groups = (double)desc->batch * hq * (double)ceil_div(desc->seqlen_q, plan->br);
-            c.compute_ms = wave_time_ms(8.0 * cells, peak, groups, dev->compute_units) +
-                           wave_time_ms(6.0 * cells, peak, dq_groups, dev->compute_units);
+            c.compute_ms = wave_time_ms(8.0 * cells, peak_kv, groups, dev->compute_units) +
+                           wave_time_ms(6.0 * cells, peak_q, dq_groups, dev->compute_units);
         } else {
-            c.compute_ms = wave_time_ms(10.0 * cells, peak, groups, dev->compute_units);
+            c.compute_ms = wave_time_ms(10.0 * cells, peak_kv, groups, dev->compute_units);
         }
     }
     finish(&c, dev, groups);
@@ -383,7 +472,7 @@ fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa
  * dQ = dS K, dK = dS^T Q; every operand read and every result written once
  * per query head. */
 fa_cost fa_io_standard(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass) {
-    fa_cost c = {0, 0, 0, 0, 0, 0};
+    fa_cost c = {0, 0, 0, 0, 0, 0, 0, 0};
     if (!dev || !desc) return c;
     const double e = dtype_bytes(desc->q.dtype), dim = (double)desc->head_dim, hq = (double)desc->heads_q;
     double rd = 0.0, wr = 0.0, cells_all = 0.0;
@@ -412,6 +501,9 @@ fa_cost fa_io_standard(const fa_device_desc *dev, const fa_attention_desc *desc,
     }
     c.hbm_read_bytes = rd;
     c.hbm_write_bytes = wr;
+    /* S, P and dP stream through once each: nothing is re-read. */
+    c.dram_read_bytes = rd;
+    c.dram_write_bytes = wr;
     double full = 4.0 * dim * hq * cells_all;
     c.flops = pass == FA_PASS_BACKWARD ? 2.5 * full : full;
     /* Its products run in a vendor GEMM: on matrix units through cuBLAS; the

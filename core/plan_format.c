@@ -10,6 +10,7 @@ const char *fa_variant_name(fa_variant variant) {
     case FA_VARIANT_SIMT: return "simt";
     case FA_VARIANT_MMA: return "mma";
     case FA_VARIANT_SPLITK: return "splitk";
+    case FA_VARIANT_SIMT_STREAM: return "simt-stream";
     case FA_VARIANT_STANDARD: return "standard";
     default: return "unknown";
     }
@@ -39,6 +40,9 @@ static void put(text *t, const char *fmt, ...) {
 static void put_cost(text *t, const char *indent, const fa_cost *c) {
     put(t, "%sHBM read %.2f MB, write %.2f MB, %.3f GFLOP\n", indent, c->hbm_read_bytes / 1e6,
         c->hbm_write_bytes / 1e6, c->flops / 1e9);
+    if (c->dram_read_bytes != c->hbm_read_bytes || c->dram_write_bytes != c->hbm_write_bytes)
+        put(t, "%sDRAM after the last-level cache: read %.2f MB, write %.2f MB\n", indent,
+            c->dram_read_bytes / 1e6, c->dram_write_bytes / 1e6);
     put(t, "%scompute %.4f ms, memory %.4f ms, roofline %.4f ms (%s-bound)\n", indent, c->compute_ms, c->memory_ms,
         c->roofline_ms, c->compute_ms > c->memory_ms ? "compute" : "memory");
 }

@@ -7,13 +7,15 @@
  * How a pass is planned
  * ---------------------
  * 1. The tile family: OpenCL C 1.2 has no matrix instructions, so OpenCL
- *    plans SIMT tiles; CUDA plans MMA tiles for fp16/bf16 (fp32 with
+ *    plans SIMT tiles, for the SIMT kernels and for the streaming ones
+ *    (FA_VARIANT_SIMT_STREAM, below); CUDA plans MMA tiles for fp16/bf16 (fp32 with
  *    allow_tf32) on a device with matrix units, SIMT otherwise; HIP and the
  *    CPU reference plan SIMT. A forward pass whose smallest tiles (8 rows)
  *    still leave compute units idle, over keys long enough to split
  *    (decoding), plans SIMT tiles with and without key splits (SPLITK).
  * 2. Candidates: br, bc in {128, 64, 32, 16, 8}, thread_rows and
- *    thread_cols in {1, 2, 4, 8}, stages 1 (SIMT: OpenCL has no asynchronous
+ *    thread_cols in {1, 2, 4, 8} (MMA: the accumulator fragments' shape,
+ *    mma_micro_tile_ok), stages 1 (SIMT: OpenCL has no asynchronous
  *    copy it can rely on) or 1 and 2 (MMA), filtered by the work-group limit,
  *    whole SIMD groups, the register budget and local memory.
  * 3. The choice: a candidate is adequate when its work-groups cover the
@@ -24,7 +26,7 @@
  *    SIMT, the local-memory reads each micro-tile needs per FMA); then the
  *    least compute time (the least work wasted on padded tile rows); then full
  *    SIMD groups; then larger br, larger bc, more stages, fewer thread_rows,
- *    fewer thread_cols.
+ *    fewer thread_cols, less local memory.
  *
  * Why bytes before time: it makes the planner monotone in local memory. The
  * adequacy test does not depend on local memory, and within a family the
@@ -63,8 +65,80 @@ static size_t usable_local_mem(const fa_device_desc *dev) {
 
 static const int tile_sizes[] = {128, 64, 32, 16, 8};
 static const int thread_sizes[] = {1, 2, 4, 8};
+/* MMA micro-tiles (mma_micro_tile_ok) reach a quarter of a 128-wide tile. */
+static const int mma_thread_sizes[] = {1, 2, 4, 8, 16, 32};
+
+static const int *micro_tile_sizes(fa_variant variant, size_t *count) {
+    if (variant == FA_VARIANT_MMA) {
+        *count = FA_ARRAY_SIZE(mma_thread_sizes);
+        return mma_thread_sizes;
+    }
+    *count = FA_ARRAY_SIZE(thread_sizes);
+    return thread_sizes;
+}
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Streaming SIMT tiles
+ * --------------------
+ * The SIMT kernels hold whole-head_dim fp32 tiles of Q, K and V in local
+ * memory, so at head_dim 128 in 48 KiB only tiny tiles fit. The streaming
+ * kernels hold one br x bc tile of scores (probabilities, dS) and stream
+ * the operands through local memory in chunks:
+ *   A  the products over head_dim (S = Q K^T, and dP = dO V^T backward) in
+ *      chunks of dc dimensions: dc x (br + bc) words per operand pair;
+ *   R  the products over the tile (O += P V, dV += P^T dO, dK += dS^T Q,
+ *      dQ += dS K) in chunks of whole rows of one head_dim-wide operand.
+ * The work-group's own operand (Q forward, K and V backward) is read again
+ * from global memory for every tile: the same few kilobytes each time,
+ * served by the cache, which costs less than the registers holding it would
+ * take from the accumulators. The loads of the next chunk are issued into
+ * registers before the current chunk is computed, so their latency hides
+ * behind it.
+ * A, and the tile with R, are never live together and share their words;
+ * the backward adds L and D of the query tile. The kernels derive the same
+ * chunk sizes from the tile shape with the preprocessor (FA_ROWS_OF in
+ * kernels_cl/common.h, DC in fwd.cl and bwd.cl). */
+#define FA_STREAM_ROW_WORDS 2048   /* one chunk of R: rows x head_dim words */
+#define FA_STREAM_A_FLOOR 8192     /* A may take this many words where the tile and R take fewer */
+
+typedef struct stream_geometry {
+    int dc;                        /* head dimensions per chunk of A */
+    size_t a_words, tr_words, extra_words;
+    int r_units;                   /* 8-word loads per chunk of R */
+} stream_geometry;
+
+/* Rows of a head_dim-wide operand per chunk of R: the whole side when it is
+ * small (or not a power of two), else the largest power of two within
+ * FA_STREAM_ROW_WORDS, which divides the side. */
+static int stream_rows(int side, int d) {
+    if ((int64_t)side * d <= FA_STREAM_ROW_WORDS || (side & (side - 1)) != 0) return side;
+    int rows = 1;
+    while (rows * 2 * d <= FA_STREAM_ROW_WORDS) rows *= 2;
+    return rows;
+}
+
+static stream_geometry stream_geom(fa_pass pass, int d, int br, int bc) {
+    stream_geometry g;
+    const int ops = pass == FA_PASS_FORWARD ? 1 : 2;
+    int rows = stream_rows(bc, d);
+    if (pass == FA_PASS_BACKWARD && stream_rows(br, d) > rows) rows = stream_rows(br, d);
+    /* The tile is padded to 8 words so that R starts aligned for vectors. */
+    const size_t t = ((size_t)br * (size_t)bc + 7) / 8 * 8, r = (size_t)rows * (size_t)d;
+    const size_t limit = t + r > FA_STREAM_A_FLOOR ? t + r : FA_STREAM_A_FLOOR;
+    static const int chunks[] = {64, 32, 16};
+    g.dc = 8;
+    for (size_t i = 0; i < FA_ARRAY_SIZE(chunks); i++)
+        if (d % chunks[i] == 0 && (size_t)ops * (size_t)chunks[i] * (size_t)(br + bc) <= limit) {
+            g.dc = chunks[i];
+            break;
+        }
+    g.a_words = (size_t)ops * (size_t)g.dc * (size_t)(br + bc);
+    g.tr_words = t + r;
+    g.extra_words = pass == FA_PASS_BACKWARD ? 2 * (size_t)br : 0;
+    g.r_units = rows * (d / 8);
+    return g;
+}
 
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br, int bc,
                          int stages) {
@@ -72,6 +146,10 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
     const size_t d = (size_t)desc->head_dim, r = (size_t)br, c = (size_t)bc;
     const size_t st = stages > 1 ? (size_t)stages : 1;
     const size_t e = desc->q.dtype == FA_DTYPE_F32 ? 4 : 2;
+    if (variant == FA_VARIANT_SIMT_STREAM) {
+        const stream_geometry g = stream_geom(pass, desc->head_dim, br, bc);
+        return 4 * ((g.a_words > g.tr_words ? g.a_words : g.tr_words) + g.extra_words);
+    }
     switch (variant) {
     case FA_VARIANT_STANDARD:
         return 0;
@@ -183,21 +261,43 @@ static int mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc,
  * thread has, with room for addresses: the kernels compile without
  * spilling (tests/test_cuda_compile.c checks every shape planned here). */
 #define FA_MMA_MAX_STRIPS 2
-#define FA_MMA_FWD_REGS 160
+#define FA_MMA_FWD_REGS 192
+#define FA_MMA_FWD_REGS_TWO_STAGES 160
 #define FA_MMA_FWD_REGS_TF32 136
 #define FA_MMA_BWD_REGS_16 176
+/* On sm_90 the dQ update is one vector reduction per pair (bwd_mma.cu
+ * red_add2), and 64 x 128 tiles at head_dim 128 (four warps of 2 x 16
+ * keys at 64) compile without spilling: the budget there is this, for
+ * problems without dropout, windows, block masks or varlen (their bounds
+ * and Philox state take the registers the larger tile would use). */
+#define FA_MMA_BWD_REGS_16_SM90 224
+/* Query tiles double-buffered in the backward only up to this many
+ * elements per tile: each stage's copies take address registers. */
+#define FA_MMA_BWD_TWO_STAGE_ELEMS 4096
 #define FA_MMA_BWD_REGS_TF32 192
 #define FA_MMA_MIN_OTHER 32
 
 /* Whether a strip count and the tile's other side (bc forward, br
  * backward) fit the register budgets. */
-static int mma_regs_ok(const fa_attention_desc *desc, fa_pass pass, int strips, int other) {
+/* 90 for "sm_90", 0 where the device names no CUDA architecture. */
+static int sm_version(const fa_device_desc *dev) {
+    int v = 0;
+    if (strncmp(dev->arch, "sm_", 3) != 0) return 0;
+    for (const char *c = dev->arch + 3; *c >= '0' && *c <= '9'; c++) v = 10 * v + (*c - '0');
+    return v;
+}
+
+static int mma_regs_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int strips,
+                       int other) {
     const int d = desc->head_dim;
     if (pass == FA_PASS_FORWARD)
         return strips * (d + other) / 2 <= (desc->q.dtype == FA_DTYPE_F32 ? FA_MMA_FWD_REGS_TF32 : FA_MMA_FWD_REGS);
     if (strips * d > FA_MMA_MAX_ACCUMULATORS) return 0;
     if (desc->q.dtype == FA_DTYPE_F32) return strips * (d + 4 * other) <= FA_MMA_BWD_REGS_TF32;
-    return strips * (2 * d + 3 * other) <= 2 * FA_MMA_BWD_REGS_16;
+    const int lean = desc->dropout_p == 0.0f && desc->window_left < 0 && desc->window_right < 0 &&
+                     !desc->block_mask && !desc->cu_seqlens_q;
+    const int budget = sm_version(dev) >= 90 && lean ? FA_MMA_BWD_REGS_16_SM90 : FA_MMA_BWD_REGS_16;
+    return strips * (2 * d + 3 * other) <= 2 * budget;
 }
 
 static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
@@ -223,19 +323,89 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
      * read fewer masked rows but pay the per-tile work (rescale, barriers,
      * loads) more often. */
     const int other = pass == FA_PASS_FORWARD ? bc : br;
-    if (other < FA_MMA_MIN_OTHER && mma_regs_ok(desc, pass, 1, FA_MMA_MIN_OTHER)) return 0;
-    return mma_regs_ok(desc, pass, strips, other);
+    if (other < FA_MMA_MIN_OTHER && mma_regs_ok(dev, desc, pass, 1, FA_MMA_MIN_OTHER)) return 0;
+    return mma_regs_ok(dev, desc, pass, strips, other);
+}
+
+/* The forward's second K/V stage costs a few registers of addresses: with
+ * accumulators near the budget (128 x 64 at head_dim 128) it spilled, so
+ * there it runs one stage, the loads of K and V overlapping each other's
+ * products (fwd_mma.cu). */
+static int mma_stages_ok(const fa_attention_desc *desc, fa_pass pass, int br, int bc, int tr, int stages) {
+    if (stages == 1 || desc->q.dtype == FA_DTYPE_F32) return 1;
+    if (pass == FA_PASS_BACKWARD) return br * desc->head_dim <= FA_MMA_BWD_TWO_STAGE_ELEMS;
+    const int strips = tr / 2;
+    return strips * (desc->head_dim + bc) / 2 <= FA_MMA_FWD_REGS_TWO_STAGES;
+}
+
+/* An MMA plan's micro-tile is the scores one thread holds in the matrix
+ * instructions' accumulator fragments: per strip of matrix_m rows a warp
+ * owns, two rows of it and a quarter of the tile's other side (m16n8
+ * fragments: lanes in groups of four share a row). Forward the strips are
+ * query rows (tr = 2 * strips, tc = bc / 4); backward they are key rows
+ * (tr = br / 4, tc = 2 * strips). So (br / tr) * (bc / tc) is the thread
+ * count, as for SIMT plans, while the fragments, not a product cap, bound
+ * the registers (mma_regs_ok). */
+static int mma_micro_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                             int tr, int tc) {
+    if (br % tr || bc % tc) return 0;
+    const int wgs = (br / tr) * (bc / tc), simd = dev->simd_width;
+    if (wgs > dev->max_work_group_size || wgs < simd || wgs % simd || dev->matrix_m <= 0) return 0;
+    const int rows = pass == FA_PASS_FORWARD ? br : bc, warps = wgs / simd;
+    if (rows % (dev->matrix_m * warps)) return 0;
+    const int strips = rows / (dev->matrix_m * warps), other = pass == FA_PASS_FORWARD ? bc : br;
+    const int want_tr = pass == FA_PASS_FORWARD ? 2 * strips : other / 4;
+    const int want_tc = pass == FA_PASS_FORWARD ? other / 4 : 2 * strips;
+    if (tr != want_tr || tc != want_tc) return 0;
+    return mma_layout_ok(dev, desc, pass, br, bc, wgs);
+}
+
+/* Registers of a streaming work-item, in fp32 words: its micro-tile of the
+ * scores (and of dP backward), its accumulators (O forward; dK and dV
+ * backward, beside its share of dQ, which the dK/dV kernel sums in the
+ * registers the scores no longer need) and the staged loads of one chunk.
+ * Compiled for sm_90 (OpenCL C through LLVM's NVPTX back end and ptxas, a
+ * stand-in for NVIDIA's OpenCL compiler), the kernels take about
+ * FA_STREAM_OVERHEAD registers more than these words for addresses,
+ * indices and masks, and spill once the words pass FA_STREAM_MAX_LIVE. A
+ * work-group's registers must also fit one register file (64 K on NVIDIA
+ * and AMD compute units), or it cannot be launched. */
+#define FA_STREAM_MAX_LIVE 128
+#define FA_STREAM_OVERHEAD 112
+#define FA_STREAM_REGISTER_FILE 65536
+
+static int stream_layout_ok(const fa_attention_desc *desc, fa_pass pass, int br, int bc, int tr, int tc) {
+    const int ntr = br / tr, ntc = bc / tc, wgs = ntr * ntc, d = desc->head_dim;
+    const stream_geometry g = stream_geom(pass, d, br, bc);
+    /* Each operand's units of a chunk of A are spread over the work-group
+     * on their own (kernels_cl/common.h). */
+    const int ops = pass == FA_PASS_FORWARD ? 1 : 2, dc8 = g.dc / 8;
+    const int a_items = ops * (int)(ceil_div(br * dc8, wgs) + ceil_div(bc * dc8, wgs));
+    const int r_items = (int)ceil_div(g.r_units, wgs);
+    const int stage = 8 * (a_items > r_items ? a_items : r_items);
+    /* O forward, dQ backward: tr rows x ceil(d / ntc) dimensions. */
+    const int rows_acc = tr * ((d + ntc - 1) / ntc);
+    if (rows_acc > FA_SIMT_MAX_ACCUMULATORS) return 0;
+    int live = tr * tc + rows_acc + stage;
+    if (pass == FA_PASS_BACKWARD) {
+        /* dK and dV: tc keys x ceil(d / ntr) dimensions each. */
+        const int keys_acc = 2 * tc * ((d + ntr - 1) / ntr);
+        if (keys_acc > FA_SIMT_MAX_ACCUMULATORS) return 0;
+        live = keys_acc + (2 * tr * tc > rows_acc ? 2 * tr * tc : rows_acc) + stage;
+    }
+    return live <= FA_STREAM_MAX_LIVE && (int64_t)(live + FA_STREAM_OVERHEAD) * wgs <= FA_STREAM_REGISTER_FILE;
 }
 
 /* A work-group of (br / tr) x (bc / tc) work-items, each holding a tr x tc
  * micro-tile of the scores. */
 static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
                      int br, int bc, int tr, int tc) {
+    if (variant == FA_VARIANT_MMA) return mma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
     if (br % tr || bc % tc || tr * tc > FA_MAX_THREAD_TILE) return 0;
     const int ntr = br / tr, ntc = bc / tc, wgs = ntr * ntc, simd = dev->simd_width, d = desc->head_dim;
     if (wgs > dev->max_work_group_size) return 0;
     if (wgs >= simd && wgs % simd) return 0;
-    if (variant == FA_VARIANT_MMA) return mma_layout_ok(dev, desc, pass, br, bc, wgs);
+    if (variant == FA_VARIANT_SIMT_STREAM) return stream_layout_ok(desc, pass, br, bc, tr, tc);
     /* O (forward) or the dQ-side rows (backward): tr rows x ceil(d / ntc)
      * head dimensions per work-item. */
     const int dpt = (d + ntc - 1) / ntc;
@@ -250,9 +420,11 @@ static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, f
 
 static int any_layout(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
                       int br, int bc) {
-    for (size_t i = 0; i < FA_ARRAY_SIZE(thread_sizes); i++)
-        for (size_t j = 0; j < FA_ARRAY_SIZE(thread_sizes); j++)
-            if (layout_ok(dev, desc, variant, pass, br, bc, thread_sizes[i], thread_sizes[j])) return 1;
+    size_t n;
+    const int *sizes = micro_tile_sizes(variant, &n);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            if (layout_ok(dev, desc, variant, pass, br, bc, sizes[i], sizes[j])) return 1;
     return 0;
 }
 
@@ -275,7 +447,18 @@ static int64_t group_count(const fa_attention_desc *desc, fa_pass pass, int br, 
 }
 
 /* The variants a family tries, in a fixed order. */
-static int family_variants(family fam, fa_pass pass, fa_variant out[2]) {
+/* OpenCL runs the SIMT tiles in either of two kernels (the SIMT ones and
+ * the streaming ones); the model picks. */
+/* The streaming kernels only where the SIMT ones' whole-head_dim tiles get
+ * small: on an H200 through NVIDIA's OpenCL (fp32, 16k tokens) they ran
+ * 18.2 / 15.1 TFLOP/s forward / backward at head_dim 128 against 16.6 / 8.2,
+ * but 14.8 / 13.3 at head_dim 64 against 25.0 / 15.2. The model ranks tiles
+ * by bytes, which favours the streaming kernels' larger tiles at 64 too;
+ * there the local-memory feed, not HBM, is what binds. */
+#define FA_STREAM_MIN_HEAD_DIM 96
+
+static int family_variants(const fa_device_desc *dev, const fa_attention_desc *desc, family fam, fa_pass pass,
+                           fa_variant out[2]) {
     switch (fam) {
     case FAMILY_MMA: out[0] = FA_VARIANT_MMA; return 1;
     case FAMILY_DECODE:
@@ -287,7 +470,11 @@ static int family_variants(family fam, fa_pass pass, fa_variant out[2]) {
         out[0] = FA_VARIANT_SIMT;
         return 1;
     case FAMILY_SIMT:
-    default: out[0] = FA_VARIANT_SIMT; return 1;
+    default:
+        out[0] = FA_VARIANT_SIMT;
+        if (dev->backend != FA_BACKEND_OPENCL || desc->head_dim < FA_STREAM_MIN_HEAD_DIM) return 1;
+        out[1] = FA_VARIANT_SIMT_STREAM;
+        return 2;
     }
 }
 
@@ -323,16 +510,22 @@ static int better(const candidate *a, const candidate *b) {
     if (a->stages != b->stages) return a->stages > b->stages;
     if (a->tr != b->tr) return a->tr < b->tr;
     if (a->tc != b->tc) return a->tc < b->tc;
+    /* The same tiles in two kernels: the one with less local memory leaves
+     * room for more work-groups per compute unit. */
+    if (a->local_mem != b->local_mem) return a->local_mem < b->local_mem;
     return a->variant < b->variant;
 }
 
-static size_t workspace_bytes(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int split) {
+static size_t workspace_bytes(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
+                              fa_variant variant, int split) {
     const size_t rows = (size_t)fa_attention_total_q(desc) * (size_t)desc->heads_q;
     const size_t d = (size_t)desc->head_dim;
     if (pass == FA_PASS_FORWARD) return split > 1 ? (size_t)split * rows * (d + 1) * 4 : 0;
     /* D per row; the fp32 dQ accumulator where dQ is summed over key tiles
-     * (OpenCL computes dQ in a kernel of its own instead). */
-    if (dev->backend == FA_BACKEND_OPENCL) return rows * 4;
+     * (OpenCL's SIMT kernels, and its streaming ones in deterministic mode,
+     * compute dQ in a kernel of their own instead). */
+    if (dev->backend == FA_BACKEND_OPENCL && (variant != FA_VARIANT_SIMT_STREAM || desc->deterministic))
+        return rows * 4;
     return rows * (d + 1) * 4;
 }
 
@@ -340,7 +533,7 @@ static size_t workspace_bytes(const fa_device_desc *dev, const fa_attention_desc
 static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, family fam,
                        candidate *best) {
     fa_variant variants[2];
-    const int nvar = family_variants(fam, pass, variants);
+    const int nvar = family_variants(dev, desc, fam, pass, variants);
 
     /* The adequacy bar, from every candidate of the family whatever its
      * local memory. */
@@ -376,11 +569,14 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                     c.stages = stages;
                     c.local_mem = fa_plan_local_mem(variant, pass, desc, br, bc, stages);
                     if (c.local_mem > usable_local_mem(dev)) continue;
-                    for (size_t a = 0; a < FA_ARRAY_SIZE(thread_sizes); a++)
-                        for (size_t b = 0; b < FA_ARRAY_SIZE(thread_sizes); b++) {
-                            c.tr = thread_sizes[a];
-                            c.tc = thread_sizes[b];
+                    size_t n_sizes;
+                    const int *sizes = micro_tile_sizes(variant, &n_sizes);
+                    for (size_t a = 0; a < n_sizes; a++)
+                        for (size_t b = 0; b < n_sizes; b++) {
+                            c.tr = sizes[a];
+                            c.tc = sizes[b];
                             if (!layout_ok(dev, desc, variant, pass, br, bc, c.tr, c.tc)) continue;
+                            if (variant == FA_VARIANT_MMA && !mma_stages_ok(desc, pass, br, bc, c.tr, stages)) continue;
                             /* Bytes depend on the tile only; compute time
                              * also on the micro-tile (local-memory reads per
                              * FMA in SIMT kernels). */
@@ -432,7 +628,7 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
     out->stages = best.stages;
     out->num_work_groups = best.groups > INT_MAX ? INT_MAX : (int)best.groups;
     out->local_mem_bytes = best.local_mem;
-    out->workspace_bytes = workspace_bytes(dev, desc, pass, best.split);
+    out->workspace_bytes = workspace_bytes(dev, desc, pass, best.variant, best.split);
     out->cost = best.cost;
     return FA_SUCCESS;
 }

@@ -121,6 +121,7 @@ typedef struct fa_device_desc {
     double fp32_flops_per_clock_cu;   /* vector FMA rate: 2 * lanes */
     double matrix_flops_per_clock_cu; /* fp16/bf16 matrix units; 0: none */
     int matrix_m, matrix_n, matrix_k; /* matrix-instruction shape; 0: none */
+    size_t l2_cache_bytes;      /* last-level cache the compute units share; 0: unknown */
 } fa_device_desc;
 
 typedef struct fa_device_info {
@@ -279,7 +280,9 @@ typedef enum fa_variant {
     FA_VARIANT_SIMT = 0,      /* scalar FMA, any device */
     FA_VARIANT_MMA = 1,       /* matrix units (tensor cores, MFMA, XMX) */
     FA_VARIANT_SPLITK = 2,    /* decoding: keys split, merged through L */
-    FA_VARIANT_STANDARD = 3   /* unfused: S and P in global memory */
+    FA_VARIANT_STANDARD = 3,  /* unfused: S and P in global memory */
+    FA_VARIANT_SIMT_STREAM = 4 /* scalar FMA, operands streamed through local
+                                  memory in head_dim chunks (OpenCL, large d) */
 } fa_variant;
 
 const char *fa_variant_name(fa_variant variant);
@@ -294,6 +297,13 @@ typedef struct fa_cost {
     double memory_ms;           /* bytes over the bandwidth the work-groups
                                    in flight can draw */
     double roofline_ms;         /* max of the two */
+    /* What reaches DRAM: hbm_* counts every tile load (the traffic the tile
+     * shape decides, which the planner minimises); where the work-groups in
+     * flight re-read a working set that fits in the device's last-level
+     * cache, those re-reads are cache hits and DRAM sees each tensor once.
+     * Equal to hbm_* where it does not fit or the cache size is unknown. */
+    double dram_read_bytes;
+    double dram_write_bytes;
 } fa_cost;
 
 typedef struct fa_kernel_plan {

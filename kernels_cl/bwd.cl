@@ -1,16 +1,26 @@
 /* Backward pass: dQ, dK, dV from Q, K, V, O, L and dO, recomputing P on chip
- * from L. Three kernels, run in this order:
+ * from L. Kernels, run in this order:
  *
  *   fa_bwd_dot   D = rowsum(dO * O), one value per (row, head), laid out as L
- *   fa_bwd_dkdv  one work-group per (key tile of BC keys, kv head, sequence):
- *                K and V stay in local memory while the work-group loops over
- *                the query heads that share the kv head and the query tiles
- *                that can see the keys; dK and dV are summed in registers, so
- *                GQA needs no atomics
+ *                (and, with DQ_ATOMIC, zeroes the fp32 dQ accumulator)
+ *   fa_bwd_dkdv  one work-group per (key tile of BC keys, kv head, sequence),
+ *                looping over the query heads that share the kv head and the
+ *                query tiles that can see the keys; dK and dV are summed in
+ *                registers, so GQA needs no atomics
  *   fa_bwd_dq    one work-group per (query tile, query head, sequence), looping
  *                over key tiles and recomputing P and dS
  *
- * Every sum has a fixed order, so results are bit-identical run to run.
+ * SIMT (default): K and V stay in local memory in fa_bwd_dkdv, Q and dO in
+ * fa_bwd_dq, each over the whole head_dim. Every sum has a fixed order, so
+ * results are bit-identical run to run.
+ *
+ * FA_STREAM: no operand tile over the whole head_dim in local memory (see
+ * common.h). S and dP stream Q, dO, K and V in chunks of DC dimensions; dV,
+ * dK (and dQ) stream rows of dO, Q (and K) beside the BR x BC tile of P,
+ * then of dS. With DQ_ATOMIC (not deterministic) fa_bwd_dkdv also adds its
+ * share of dQ to an fp32 accumulator with atomics, and fa_bwd_dq_convert
+ * scales and stores it in place of fa_bwd_dq; without it fa_bwd_dq runs as
+ * above, and results are bit-identical run to run.
  *
  * With s = q.k (scaled), P = exp(s - L), dropout keep bit z and
  * keep_scale = 1 / (1 - p):
@@ -19,6 +29,7 @@
  * A row with L = -inf (no visible key) takes L = +inf here, which makes its
  * P exactly 0 instead of exp(-inf + inf). */
 
+#ifndef FA_STREAM
 #define DPT ((HEAD_DIM + NTC - 1) / NTC)
 /* Keys of the dK/dV accumulators per work-item (key tr + j * NTR). */
 #define KPT ((BC + NTR - 1) / NTR)
@@ -44,6 +55,7 @@
 #define KEY_CLAMP(c) (c)
 #else
 #define KEY_CLAMP(c) min((c), BC - 1)
+#endif
 #endif
 
 /* The arguments every backward kernel shares after its tensors. */
@@ -82,7 +94,11 @@
 
 __kernel void fa_bwd_dot(__global const store_t *o, __global const store_t *dout,
                          __global float *dvec, long o_off, long o_sb, long o_ss, long o_sh,
-                         int seqlen_q, int heads_q, long total_q, __global const int *cu_q) {
+                         int seqlen_q, int heads_q, long total_q, __global const int *cu_q
+#ifdef DQ_ATOMIC
+                         , __global float *dq_acc
+#endif
+                         ) {
     const int t = get_global_id(0);
     const int b = get_global_id(1) / heads_q, h = get_global_id(1) % heads_q;
 #ifdef VARLEN
@@ -100,8 +116,14 @@ __kernel void fa_bwd_dot(__global const store_t *o, __global const store_t *dout
         acc = fma(LOAD8(o, row + x0), LOAD8(dout, row + x0), acc);
     float4 a4 = acc.lo + acc.hi;
     float2 a2 = a4.lo + a4.hi;
-    dvec[fa_lse_index(b, h, t, heads_q, seqlen_q, start_q, total_q)] = a2.x + a2.y;
+    const long li = fa_lse_index(b, h, t, heads_q, seqlen_q, start_q, total_q);
+    dvec[li] = a2.x + a2.y;
+#ifdef DQ_ATOMIC
+    for (int x0 = 0; x0 < HEAD_DIM; x0 += 8) vstore8((float8)(0.0f), 0, dq_acc + li * HEAD_DIM + x0);
+#endif
 }
+
+#ifndef FA_STREAM
 
 /* P (before dropout) and dP of a work-item's micro-tile, for rows stored at
  * Ls/Ds[r], from dot products already in s and dp; then dropout and dS.
@@ -411,3 +433,512 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
         }
     }
 }
+
+#else /* FA_STREAM */
+
+/* Rows per chunk of R (query rows of dO and Q for dV and dK, key rows of K
+ * for dQ) and head dimensions per chunk of S and dP (region A):
+ * core/planner.c's stream_geom. */
+#define RQ FA_ROWS_OF(BR)
+#define RK FA_ROWS_OF(BC)
+#define FA_R_WORDS (FA_MAX(RQ, RK) * HEAD_DIM)
+#define FA_TR_WORDS (FA_T_WORDS + FA_R_WORDS)
+#define FA_A_LIMIT FA_MAX(FA_TR_WORDS, 8192)
+#if HEAD_DIM % 64 == 0 && 2 * 64 * (BR + BC) <= FA_A_LIMIT
+#define DC 64
+#elif HEAD_DIM % 32 == 0 && 2 * 32 * (BR + BC) <= FA_A_LIMIT
+#define DC 32
+#elif HEAD_DIM % 16 == 0 && 2 * 16 * (BR + BC) <= FA_A_LIMIT
+#define DC 16
+#else
+#define DC 8
+#endif
+#define FA_A_WORDS (2 * DC * (BR + BC))
+#define FA_MAIN_WORDS FA_MAX(FA_A_WORDS, FA_TR_WORDS)
+#define NKC (HEAD_DIM / DC)         /* chunks of S and dP */
+#define NRQ (BR / RQ)               /* chunks of dO (dV) and of Q (dK) */
+#define NRK (BC / RK)               /* chunks of K (dQ) */
+#define QN FA_COLS_ITEMS(BR, DC / 8) /* stage units of a chunk of Q (or dO), K (or V) */
+#define KN FA_COLS_ITEMS(BC, DC / 8)
+#define NST FA_MAX(2 * (QN + KN), FA_MAX(FA_ROWS_ITEMS(RQ), FA_ROWS_ITEMS(RK)))
+
+/* dK and dV of a work-item: its TC keys (those of its micro-tile) x KGS
+ * groups of KG dimensions spread over the NTR work-items of a key column.
+ * dQ: its TR rows x QGS groups of QG dimensions spread over the NTC
+ * work-items of a row (common.h). */
+#if HEAD_DIM % (4 * NTR) == 0
+#define KG 4
+#elif HEAD_DIM % (2 * NTR) == 0
+#define KG 2
+#else
+#define KG 1
+#endif
+#define KGS FA_GROUPS_OF(NTR, KG)
+#define K_DIM(u, g) (((u) * NTR + tr) * KG + (g))
+#if KGS * KG * NTR == HEAD_DIM
+#define K_DIM_READ(x) (x)
+#else
+#define K_DIM_READ(x) min((x), HEAD_DIM - 1)
+#endif
+#if HEAD_DIM % (4 * NTC) == 0
+#define QG 4
+#elif HEAD_DIM % (2 * NTC) == 0
+#define QG 2
+#else
+#define QG 1
+#endif
+#define QGS FA_GROUPS_OF(NTC, QG)
+#define Q_DIM(u, g) (((u) * NTC + tc) * QG + (g))
+#if QGS * QG * NTC == HEAD_DIM
+#define Q_DIM_READ(x) (x)
+#else
+#define Q_DIM_READ(x) min((x), HEAD_DIM - 1)
+#endif
+/* dS is read four keys of a row at a time where rows allow. */
+#if BC % 4 == 0 && RK % 4 == 0
+#define DQ_STEP 4
+#else
+#define DQ_STEP 1
+#endif
+
+/* Local memory of both kernels: region A (Q, dO, K and V chunks,
+ * transposed) shares its words with regions T (P, then dS, row-major) and R
+ * (rows of dO, Q or K); L and D of the query tile follow. */
+#define FA_BWD_LOCAL()                                                                     \
+    __local float smem[FA_MAIN_WORDS + 2 * BR] FA_LOCAL_ALIGN;                             \
+    __local float *const Qc = smem;                              /* [DC][BR] */            \
+    __local float *const dOc = smem + DC * BR;                   /* [DC][BR] */            \
+    __local float *const Kc = smem + 2 * DC * BR;                /* [DC][BC] */            \
+    __local float *const Vc = smem + 2 * DC * BR + DC * BC;      /* [DC][BC] */            \
+    __local float *const Ts = smem;                              /* [BR][BC] */            \
+    __local float *const Rr = smem + FA_T_WORDS;                 /* [rows][HEAD_DIM] */    \
+    __local float *const Ls = smem + FA_MAIN_WORDS;                                        \
+    __local float *const Ds = smem + FA_MAIN_WORDS + BR
+
+/* The stage: a chunk of A for query rows at qb_/ob_ (valid_q of them) and
+ * key rows at kb_/vb_ (valid_k), dimensions x0_ on; or RQ / RK rows of one
+ * operand at base_ (valid_ of them). */
+#define BWD_FETCH_A(qb_, ob_, valid_q, kb_, vb_, valid_k, x0_)                             \
+    do {                                                                                   \
+        FA_UNROLL for (int s_ = 0; s_ < QN; s_++) {                                        \
+            st[s_] = fa_stream_load_cols(q, (qb_), q_ss, BR, DC / 8, (valid_q), (x0_), lid, s_); \
+            st[QN + s_] = fa_stream_load_cols(dout, (ob_), o_ss, BR, DC / 8, (valid_q), (x0_), lid, s_); \
+        }                                                                                  \
+        FA_UNROLL for (int s_ = 0; s_ < KN; s_++) {                                        \
+            st[2 * QN + s_] = fa_stream_load_cols(k, (kb_), k_ss, BC, DC / 8, (valid_k), (x0_), lid, s_); \
+            st[2 * QN + KN + s_] = fa_stream_load_cols(v, (vb_), v_ss, BC, DC / 8, (valid_k), (x0_), lid, s_); \
+        }                                                                                  \
+    } while (0)
+#define BWD_PUT_A()                                                                        \
+    do {                                                                                   \
+        FA_UNROLL for (int s_ = 0; s_ < QN; s_++) {                                        \
+            fa_stream_store_cols(Qc, BR, DC / 8, lid, s_, st[s_]);                         \
+            fa_stream_store_cols(dOc, BR, DC / 8, lid, s_, st[QN + s_]);                   \
+        }                                                                                  \
+        FA_UNROLL for (int s_ = 0; s_ < KN; s_++) {                                        \
+            fa_stream_store_cols(Kc, BC, DC / 8, lid, s_, st[2 * QN + s_]);                \
+            fa_stream_store_cols(Vc, BC, DC / 8, lid, s_, st[2 * QN + KN + s_]);           \
+        }                                                                                  \
+    } while (0)
+#define BWD_FETCH_ROWS(src_, base_, stride_, rows_, valid_)                                \
+    do {                                                                                   \
+        FA_UNROLL for (int s_ = 0; s_ < FA_ROWS_ITEMS(rows_); s_++)                        \
+            st[s_] = fa_stream_load_rows((src_), (base_), (stride_), (rows_), (valid_), lid, s_); \
+    } while (0)
+#define BWD_PUT_ROWS(rows_)                                                                \
+    do {                                                                                   \
+        FA_UNROLL for (int s_ = 0; s_ < FA_ROWS_ITEMS(rows_); s_++)                        \
+            fa_stream_store_rows(Rr, (rows_), lid, s_, st[s_]);                            \
+    } while (0)
+
+/* L (in base 2; +inf for a row that sees no key) and D of the query tile at
+ * q0 of head h into Ls and Ds. */
+#define BWD_LOAD_LD(q0_, h_)                                                               \
+    do {                                                                                   \
+        for (int r_ = lid; r_ < BR; r_ += WG_SIZE) {                                       \
+            float lv_ = INFINITY, dv_ = 0.0f;                                              \
+            if ((q0_) + r_ < seq.len_q) {                                                  \
+                const long li_ = fa_lse_index(b, (h_), (q0_) + r_, heads_q, seqlen_q, seq.start_q, total_q); \
+                const float L_ = lse[li_];                                                 \
+                lv_ = L_ == -INFINITY ? INFINITY : L_ * FA_LOG2E;                          \
+                dv_ = dvec[li_];                                                           \
+            }                                                                              \
+            Ls[r_] = lv_;                                                                  \
+            Ds[r_] = dv_;                                                                  \
+        }                                                                                  \
+    } while (0)
+
+/* S and dP of the micro-tile from the chunks of A in local memory. */
+#define BWD_PRODUCTS()                                                                     \
+    do {                                                                                   \
+        for (int x = 0; x < DC; x++) {                                                     \
+            float a[TR], g[TR], kk[TC], vv[TC];                                            \
+            FA_VLOAD_TR(a, Qc + x * BR + tr * TR);                                         \
+            FA_VLOAD_TR(g, dOc + x * BR + tr * TR);                                        \
+            FA_VLOAD_TC(kk, Kc + x * BC + tc * TC);                                        \
+            FA_VLOAD_TC(vv, Vc + x * BC + tc * TC);                                        \
+            FA_UNROLL for (int i = 0; i < TR; i++)                                         \
+                FA_UNROLL for (int j = 0; j < TC; j++) {                                   \
+                    s[i][j] = fma(a[i], kk[j], s[i][j]);                                   \
+                    dp[i][j] = fma(g[i], vv[j], dp[i][j]);                                 \
+                }                                                                          \
+        }                                                                                  \
+    } while (0)
+
+/* From S and dP of the micro-tile (rows q0 + tr * TR + i, keys k0 + tc * TC
+ * + j): P * z * keep_scale into s, dS into dp. Dropout marks P in Ts (the
+ * caller's barriers around it are inside). */
+#ifdef DROPOUT
+#define BWD_DROPOUT_MARK()                                                                 \
+    do {                                                                                   \
+        FA_UNROLL for (int i = 0; i < TR; i++) FA_VSTORE_TC(s[i], Ts + (tr * TR + i) * BC + tc * TC); \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                      \
+        fa_dropout_mark(Ts, BC, 1, &drop, b, h, heads_q, q0, k0);                          \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                      \
+        FA_UNROLL for (int i = 0; i < TR; i++) FA_VLOAD_TC(z[i], Ts + (tr * TR + i) * BC + tc * TC); \
+    } while (0)
+#define BWD_KEEP(i, j) (!signbit(z[i][j]))
+#else
+#define BWD_DROPOUT_MARK() ((void)0)
+#define BWD_KEEP(i, j) 1
+#endif
+#define BWD_SOFTMAX_GRAD()                                                                 \
+    do {                                                                                   \
+        FA_UNROLL for (int i = 0; i < TR; i++)                                             \
+            FA_UNROLL for (int j = 0; j < TC; j++) {                                       \
+                float pv = exp2(s[i][j] * scale_log2 - Ls[tr * TR + i]);                   \
+                if (cls == FA_TILE_PARTIAL &&                                              \
+                    !fa_visible(&mask, block_mask, q0 + tr * TR + i, k0 + tc * TC + j))    \
+                    pv = 0.0f;                                                             \
+                s[i][j] = pv;                                                              \
+            }                                                                              \
+        float z[TR][TC];                                                                   \
+        (void)z;                                                                           \
+        BWD_DROPOUT_MARK();                                                                \
+        FA_UNROLL for (int i = 0; i < TR; i++)                                             \
+            FA_UNROLL for (int j = 0; j < TC; j++) {                                       \
+                const float z_ = BWD_KEEP(i, j) ? drop_scale : 0.0f, pv = s[i][j];         \
+                s[i][j] = pv * z_;                                                         \
+                dp[i][j] = pv * (dp[i][j] * z_ - Ds[tr * TR + i]);                         \
+            }                                                                              \
+    } while (0)
+
+/* acc[i][...] += sum over RK keys (from column c0_ of Ts) of Ts[row][key] *
+ * Rr[key][its dims]: the dQ += dS K step of both kernels. */
+#define BWD_DQ_STEP(acc_, c0_)                                                             \
+    do {                                                                                   \
+        for (int c_ = 0; c_ < RK; c_ += DQ_STEP) {                                         \
+            float pr[TR][DQ_STEP];                                                         \
+            FA_UNROLL for (int i = 0; i < TR; i++)                                         \
+                FA_CAT(FA_VLOAD_, DQ_STEP)(pr[i], Ts + (tr * TR + i) * BC + (c0_) + c_);   \
+            FA_UNROLL for (int e = 0; e < DQ_STEP; e++) {                                  \
+                float kr[QGS * QG];                                                        \
+                FA_UNROLL for (int u = 0; u < QGS; u++)                                    \
+                    FA_VLOAD(QG, kr + u * QG, Rr + (c_ + e) * HEAD_DIM + Q_DIM_READ(Q_DIM(u, 0))); \
+                FA_UNROLL for (int i = 0; i < TR; i++)                                     \
+                    FA_UNROLL for (int x = 0; x < QGS * QG; x++) acc_[i][x] = fma(pr[i][e], kr[x], acc_[i][x]); \
+            }                                                                              \
+        }                                                                                  \
+    } while (0)
+
+/* acc[j][...] += sum over RQ rows (from row r0_ of Ts) of Ts[row][its key j]
+ * * Rr[row][its dims]: the dV += P^T dO and dK += dS^T Q steps. */
+#define BWD_KEY_STEP(acc_, r0_)                                                            \
+    do {                                                                                   \
+        for (int r_ = 0; r_ < RQ; r_++) {                                                  \
+            float pv[TC], gv[KGS * KG];                                                    \
+            FA_VLOAD_TC(pv, Ts + ((r0_) + r_) * BC + tc * TC);                             \
+            FA_UNROLL for (int u = 0; u < KGS; u++)                                        \
+                FA_VLOAD(KG, gv + u * KG, Rr + r_ * HEAD_DIM + K_DIM_READ(K_DIM(u, 0)));   \
+            FA_UNROLL for (int j = 0; j < TC; j++)                                         \
+                FA_UNROLL for (int x = 0; x < KGS * KG; x++) acc_[j][x] = fma(pv[j], gv[x], acc_[j][x]); \
+        }                                                                                  \
+    } while (0)
+
+/* The query tiles of a key tile, in the order fa_bwd_dkdv visits them:
+ * visit v is query head hk * group + v / n of the group and query tile
+ * t_begin + (v % n + rot) % n. With DQ_ATOMIC the work-groups of one head
+ * start at different query tiles (rot), so that their dQ additions do not
+ * pile onto the same rows at once. Returns the first visit >= v that the
+ * block mask leaves anything of. */
+FA_FN int fa_stream_next_visit(__global const uchar *tile_map, int tile_cols, int k0, int v, int total, int n,
+                                int t_begin, int rot) {
+#ifdef BLOCK_MASK
+    while (v < total && tile_map[(long)(t_begin + (v % n + rot) % n) * tile_cols + k0 / BC] == FA_TILE_SKIP) v++;
+#else
+    (void)tile_map;
+    (void)tile_cols;
+    (void)k0;
+    (void)n;
+    (void)t_begin;
+    (void)rot;
+#endif
+    return v;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+            __global const float *lse, __global const store_t *dout, __global const float *dvec,
+            __global store_t *dk, __global store_t *dv, FA_BWD_PARAMS, __global float *dq_acc) {
+    FA_BWD_LOCAL();
+    const int lid = get_local_id(0);
+    const int tr = lid / NTC, tc = lid % NTC;
+    const int k0 = get_group_id(0) * BC;
+    const int hk = get_group_id(1);
+    const int b = get_group_id(2);
+    const fa_seq seq = fa_seq_of(b, seqlen_q, seqlen_k, cu_q, cu_k);
+    if (k0 >= seq.len_k) return;
+    FA_BWD_SETUP();
+    (void)drop;
+    (void)dq_acc;
+
+    const long kt_base = fa_row_index(lk, b, seq.start_k, k0, hk);
+    const long vt_base = fa_row_index(lv, b, seq.start_k, k0, hk);
+    const int valid_k = seq.len_k - k0;
+
+    float acc_k[TC][KGS * KG], acc_v[TC][KGS * KG];
+    FA_UNROLL for (int j = 0; j < TC; j++)
+        FA_UNROLL for (int x = 0; x < KGS * KG; x++) acc_k[j][x] = acc_v[j][x] = 0.0f;
+
+    int r_lo, r_hi;
+    fa_query_range(&mask, k0, min(k0 + BC, seq.len_k) - 1, &r_lo, &r_hi);
+    const int t_begin = r_lo / BR, n_t = r_hi > r_lo ? (r_hi + BR - 1) / BR - t_begin : 0;
+    const int total = group * n_t;
+#ifdef DQ_ATOMIC
+    const int rot = n_t > 0 ? (int)(get_group_id(0) % (uint)n_t) : 0;
+#else
+    const int rot = 0;
+#endif
+
+    float8 st[NST];
+    int vis = fa_stream_next_visit(tile_map, tile_cols, k0, 0, total, n_t, t_begin, rot);
+    if (vis < total) {
+        const int h0 = hk * group + vis / n_t, qa = (t_begin + (vis % n_t + rot) % n_t) * BR;
+        BWD_FETCH_A(fa_row_index(lq, b, seq.start_q, qa, h0), fa_row_index(lo, b, seq.start_q, qa, h0),
+                    seq.len_q - qa, kt_base, vt_base, valid_k, 0);
+    }
+    while (vis < total) {
+        const int h = hk * group + vis / n_t;
+        const int q0 = (t_begin + (vis % n_t + rot) % n_t) * BR;
+        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0);
+        const long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
+        const long o_base = fa_row_index(lo, b, seq.start_q, q0, h);
+        const int valid_q = seq.len_q - q0;
+        const int vis_next = fa_stream_next_visit(tile_map, tile_cols, k0, vis + 1, total, n_t, t_begin, rot);
+        const int h_next = hk * group + (vis_next < total ? vis_next / n_t : 0);
+        const int q_next = vis_next < total ? (t_begin + (vis_next % n_t + rot) % n_t) * BR : 0;
+
+        /* S and dP, DC dimensions at a time; the last chunk's loads fetch
+         * the first rows of dO. */
+        BWD_LOAD_LD(q0, h);
+        float s[TR][TC], dp[TR][TC];
+        FA_UNROLL for (int i = 0; i < TR; i++)
+            FA_UNROLL for (int j = 0; j < TC; j++) s[i][j] = dp[i][j] = 0.0f;
+        for (int kc = 0; kc < NKC; kc++) {
+            BWD_PUT_A();
+            if (kc + 1 < NKC)
+                BWD_FETCH_A(q_base, o_base, valid_q, kt_base, vt_base, valid_k, (kc + 1) * DC);
+            else
+                BWD_FETCH_ROWS(dout, o_base, o_ss, RQ, valid_q);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            BWD_PRODUCTS();
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        BWD_SOFTMAX_GRAD();
+
+        /* dV += P^T dO, RQ rows of dO at a time. */
+        FA_UNROLL for (int i = 0; i < TR; i++) FA_VSTORE_TC(s[i], Ts + (tr * TR + i) * BC + tc * TC);
+        for (int c = 0; c < NRQ; c++) {
+            BWD_PUT_ROWS(RQ);
+            if (c + 1 < NRQ)
+                BWD_FETCH_ROWS(dout, o_base + (long)(c + 1) * RQ * o_ss, o_ss, RQ, valid_q - (c + 1) * RQ);
+            else
+                BWD_FETCH_ROWS(q, q_base, q_ss, RQ, valid_q);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            BWD_KEY_STEP(acc_v, c * RQ);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+
+        /* dK += dS^T Q, RQ rows of Q at a time. */
+        FA_UNROLL for (int i = 0; i < TR; i++) FA_VSTORE_TC(dp[i], Ts + (tr * TR + i) * BC + tc * TC);
+        for (int c = 0; c < NRQ; c++) {
+            BWD_PUT_ROWS(RQ);
+            if (c + 1 < NRQ)
+                BWD_FETCH_ROWS(q, q_base + (long)(c + 1) * RQ * q_ss, q_ss, RQ, valid_q - (c + 1) * RQ);
+#ifdef DQ_ATOMIC
+            else
+                BWD_FETCH_ROWS(k, kt_base, k_ss, RK, valid_k);
+#else
+            else if (vis_next < total)
+                BWD_FETCH_A(fa_row_index(lq, b, seq.start_q, q_next, h_next),
+                            fa_row_index(lo, b, seq.start_q, q_next, h_next), seq.len_q - q_next, kt_base,
+                            vt_base, valid_k, 0);
+#endif
+            barrier(CLK_LOCAL_MEM_FENCE);
+            BWD_KEY_STEP(acc_k, c * RQ);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+
+#ifdef DQ_ATOMIC
+        /* This key tile's share of dQ = dS K, RK rows of K at a time (dS is
+         * still in Ts), added to the fp32 accumulator. */
+        float dq[TR][QGS * QG];
+        FA_UNROLL for (int i = 0; i < TR; i++)
+            FA_UNROLL for (int x = 0; x < QGS * QG; x++) dq[i][x] = 0.0f;
+        for (int c = 0; c < NRK; c++) {
+            BWD_PUT_ROWS(RK);
+            if (c + 1 < NRK)
+                BWD_FETCH_ROWS(k, kt_base + (long)(c + 1) * RK * k_ss, k_ss, RK, valid_k - (c + 1) * RK);
+            else if (vis_next < total)
+                BWD_FETCH_A(fa_row_index(lq, b, seq.start_q, q_next, h_next),
+                            fa_row_index(lo, b, seq.start_q, q_next, h_next), seq.len_q - q_next, kt_base,
+                            vt_base, valid_k, 0);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            BWD_DQ_STEP(dq, c * RK);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        FA_UNROLL for (int i = 0; i < TR; i++) {
+            const int r = q0 + tr * TR + i;
+            if (r >= seq.len_q) continue;
+            volatile __global float *row =
+                dq_acc + fa_lse_index(b, h, r, heads_q, seqlen_q, seq.start_q, total_q) * HEAD_DIM;
+            FA_UNROLL for (int u = 0; u < QGS; u++)
+                FA_UNROLL for (int g = 0; g < QG; g++) {
+                    const int x = Q_DIM(u, g);
+                    if (x < HEAD_DIM) fa_atomic_add(row + x, dq[i][u * QG + g]);
+                }
+        }
+#endif
+        vis = vis_next;
+    }
+
+    FA_UNROLL for (int j = 0; j < TC; j++) {
+        const int c = tc * TC + j;
+        if (k0 + c >= seq.len_k) continue;
+        FA_UNROLL for (int u = 0; u < KGS; u++)
+            FA_UNROLL for (int g = 0; g < KG; g++) {
+                const int x = K_DIM(u, g);
+                if (x >= HEAD_DIM) continue;
+                STORE1(dk, kt_base + (long)c * k_ss + x, acc_k[j][u * KG + g] * scale);
+                STORE1(dv, vt_base + (long)c * v_ss + x, acc_v[j][u * KG + g]);
+            }
+    }
+}
+
+#ifdef DQ_ATOMIC
+/* dQ = scale * the fp32 accumulator, in the storage dtype: one work-item
+ * per (8 dimensions, row t, sequence * heads_q + head). */
+__kernel void fa_bwd_dq_convert(__global const float *dq_acc, __global store_t *dq, long q_off, long q_sb,
+                                long q_ss, long q_sh, int seqlen_q, int heads_q, long total_q,
+                                __global const int *cu_q, float scale) {
+    const int x0 = get_global_id(0) * 8;
+    const int t = get_global_id(1);
+    const int b = get_global_id(2) / heads_q, h = get_global_id(2) % heads_q;
+    if (x0 >= HEAD_DIM) return;
+#ifdef VARLEN
+    const long start_q = cu_q[b];
+    const int len_q = cu_q[b + 1] - cu_q[b];
+#else
+    const long start_q = (long)b * seqlen_q;
+    const int len_q = seqlen_q;
+#endif
+    if (t >= len_q) return;
+    fa_layout lq = {q_off, q_sb, q_ss, q_sh};
+    const long row = fa_row_index(lq, b, start_q, t, h);
+    const float8 val = vload8(0, dq_acc + fa_lse_index(b, h, t, heads_q, seqlen_q, start_q, total_q) * HEAD_DIM + x0);
+    float out[8];
+    vstore8(val * scale, 0, out);
+    FA_UNROLL for (int e = 0; e < 8; e++) STORE1(dq, row + x0 + e, out[e]);
+}
+
+#else
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+          __global const float *lse, __global const store_t *dout, __global const float *dvec,
+          __global store_t *dq, FA_BWD_PARAMS) {
+    FA_BWD_LOCAL();
+    const int lid = get_local_id(0);
+    const int tr = lid / NTC, tc = lid % NTC;
+    const int q0 = get_group_id(0) * BR;
+    const int h = get_group_id(1);
+    const int b = get_group_id(2);
+    const int hk = h / group;
+    const fa_seq seq = fa_seq_of(b, seqlen_q, seqlen_k, cu_q, cu_k);
+    if (q0 >= seq.len_q) return;
+    FA_BWD_SETUP();
+    (void)drop;
+
+    const long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
+    const long o_base = fa_row_index(lo, b, seq.start_q, q0, h);
+    const long k_base = fa_row_index(lk, b, seq.start_k, 0, hk);
+    const long v_base = fa_row_index(lv, b, seq.start_k, 0, hk);
+    const int valid_q = seq.len_q - q0;
+    BWD_LOAD_LD(q0, h);
+
+    float acc[TR][QGS * QG];
+    FA_UNROLL for (int i = 0; i < TR; i++)
+        FA_UNROLL for (int x = 0; x < QGS * QG; x++) acc[i][x] = 0.0f;
+
+    int k_lo, k_hi;
+    fa_key_range(&mask, q0, min(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
+    const int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+
+    float8 st[NST];
+    int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end);
+    if (t < t_end)
+        BWD_FETCH_A(q_base, o_base, valid_q, k_base + (long)t * BC * k_ss, v_base + (long)t * BC * v_ss,
+                    seq.len_k - t * BC, 0);
+    while (t < t_end) {
+        const int k0 = t * BC;
+        const int t_next = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end);
+        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0);
+        const long kt_base = k_base + (long)k0 * k_ss, vt_base = v_base + (long)k0 * v_ss;
+        const int valid_k = seq.len_k - k0;
+
+        float s[TR][TC], dp[TR][TC];
+        FA_UNROLL for (int i = 0; i < TR; i++)
+            FA_UNROLL for (int j = 0; j < TC; j++) s[i][j] = dp[i][j] = 0.0f;
+        for (int kc = 0; kc < NKC; kc++) {
+            BWD_PUT_A();
+            if (kc + 1 < NKC)
+                BWD_FETCH_A(q_base, o_base, valid_q, kt_base, vt_base, valid_k, (kc + 1) * DC);
+            else
+                BWD_FETCH_ROWS(k, kt_base, k_ss, RK, valid_k);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            BWD_PRODUCTS();
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        BWD_SOFTMAX_GRAD();
+
+        /* dQ += dS K, RK rows of K at a time. */
+        FA_UNROLL for (int i = 0; i < TR; i++) FA_VSTORE_TC(dp[i], Ts + (tr * TR + i) * BC + tc * TC);
+        for (int c = 0; c < NRK; c++) {
+            BWD_PUT_ROWS(RK);
+            if (c + 1 < NRK)
+                BWD_FETCH_ROWS(k, kt_base + (long)(c + 1) * RK * k_ss, k_ss, RK, valid_k - (c + 1) * RK);
+            else if (t_next < t_end)
+                BWD_FETCH_A(q_base, o_base, valid_q, k_base + (long)t_next * BC * k_ss,
+                            v_base + (long)t_next * BC * v_ss, seq.len_k - t_next * BC, 0);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            BWD_DQ_STEP(acc, c * RK);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        t = t_next;
+    }
+
+    FA_UNROLL for (int i = 0; i < TR; i++) {
+        const int r = q0 + tr * TR + i;
+        if (r >= seq.len_q) continue;
+        const long row = fa_row_index(lq, b, seq.start_q, r, h);
+        FA_UNROLL for (int u = 0; u < QGS; u++)
+            FA_UNROLL for (int g = 0; g < QG; g++) {
+                const int x = Q_DIM(u, g);
+                if (x < HEAD_DIM) STORE1(dq, row + x, acc[i][u * QG + g] * scale);
+            }
+    }
+}
+
+#endif /* DQ_ATOMIC */
+
+#endif /* FA_STREAM */

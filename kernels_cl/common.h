@@ -8,6 +8,8 @@
  *                                 micro-tile of it
  *   DTYPE_F32 | DTYPE_F16 | DTYPE_BF16   storage dtype of Q, K, V, O and grads
  *   CAUSAL WINDOW BLOCK_MASK DROPOUT VARLEN   options present in the plan
+ *   FA_STREAM                     the streaming kernels (below) instead of
+ *                                 the SIMT ones
  *
  * Indexing conventions: a work-item is (tr, tc) with tc the fastest. Its
  * micro-tile of scores is rows tr * TR + i and columns tc * TC + j, read from
@@ -118,6 +120,147 @@ FA_FN ushort bf16_round(float f) {
 #else
 #define FA_VLOAD_TC(dst, p) FA_VLOAD_ANY(TC, dst, p)
 #define FA_VSTORE_TC(src, p) FA_VSTORE_ANY(TC, src, p)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Streaming kernels (FA_STREAM): no tile of Q, K or V over the whole       */
+/* head_dim in local memory. Products over head_dim stream both operands    */
+/* in chunks of DC dimensions (region A); products over the tile stream     */
+/* whole rows of one head_dim-wide operand (region R) beside the tile of    */
+/* probabilities or dS (region T). Loads of the next chunk go to registers  */
+/* (a "stage" of 8-element units per work-item) before the current chunk is */
+/* computed, and are stored to local memory after it. The chunk sizes are   */
+/* the planner's (core/planner.c, stream_geom): change both together.       */
+/* ------------------------------------------------------------------------ */
+
+#ifdef FA_STREAM
+/* Loops whose counter indexes a private array are unrolled whole on GPUs
+ * (the host sets FA_UNROLL_PRIVATE): an array indexed at run time lives in
+ * slow private memory there, not in registers. A CPU compiler gains only
+ * compile time from it. */
+#ifdef FA_UNROLL_PRIVATE
+#define FA_UNROLL _Pragma("unroll")
+#else
+#define FA_UNROLL
+#endif
+#define FA_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define FA_POW2(n) (((n) & ((n) - 1)) == 0)
+/* The largest power of two of rows whose head_dim words fit in 2048. */
+#if HEAD_DIM <= 8
+#define FA_ROW_CAP 256
+#elif HEAD_DIM <= 16
+#define FA_ROW_CAP 128
+#elif HEAD_DIM <= 32
+#define FA_ROW_CAP 64
+#elif HEAD_DIM <= 64
+#define FA_ROW_CAP 32
+#elif HEAD_DIM <= 128
+#define FA_ROW_CAP 16
+#else
+#define FA_ROW_CAP 8
+#endif
+/* Rows per chunk of R for a tile side of n rows: all of them when they are
+ * few (or not a power of two), else FA_ROW_CAP, which divides n. */
+#define FA_ROWS_OF(n) (((n) * HEAD_DIM <= 2048 || !FA_POW2(n)) ? (n) : FA_ROW_CAP)
+/* The tile region, padded so that R starts on a 32-byte boundary. */
+#define FA_T_WORDS ((BR * BC + 7) / 8 * 8)
+
+/* Accumulators over head dimensions are spread over n work-items in
+ * groups of G consecutive dimensions: group u of work-item w covers
+ * dimensions (u * n + w) * G ... + G - 1, so that neighbouring work-items
+ * read neighbouring vectors of a row. G is the widest of 4, 2, 1 that tiles
+ * HEAD_DIM exactly (the kernels pick it with #if); with G = 1 the last
+ * group may run past HEAD_DIM, and those dimensions are read clamped and
+ * never stored. */
+#define FA_GROUPS_OF(n, g) ((HEAD_DIM + (g) * (n) - 1) / ((g) * (n)))
+
+/* Loads of the next chunk into the stage, and their stores to local memory.
+ * A chunk is made of units of 8 consecutive elements of one row; unit s of
+ * a work-item (s = 0, 1, ...) is chosen so that, wherever the work-group
+ * size allows, all units of a work-item share their row or their column
+ * and their addresses differ by constants (few address registers). Rows
+ * [0, valid) of a source are read, the rest zero-filled. */
+
+/* dc8 * 8 dimensions from x0 of `rows` rows, units spread row-fastest: the
+ * transposed local copy (element x of row r at x * rows + r) is then
+ * stored without bank conflicts. */
+#define FA_COLS_ITEMS(rows, dc8) (((rows) * (dc8) + WG_SIZE - 1) / WG_SIZE)
+#define FA_COLS_UNIT(rows, lid, s, r, xu)                                                  \
+    do {                                                                                   \
+        if (WG_SIZE % (rows) == 0) {                                                       \
+            (r) = (lid) % (rows);                                                          \
+            (xu) = (lid) / (rows) + (s) * (WG_SIZE / (rows));                              \
+        } else {                                                                           \
+            (r) = ((lid) + (s) * WG_SIZE) % (rows);                                        \
+            (xu) = ((lid) + (s) * WG_SIZE) / (rows);                                       \
+        }                                                                                  \
+    } while (0)
+
+FA_FN float8 fa_stream_load_cols(__global const store_t *p, long base, long stride, int rows, int dc8,
+                                  int valid, int x0, int lid, int s) {
+    int r, xu;
+    FA_COLS_UNIT(rows, lid, s, r, xu);
+    float8 val = (float8)(0.0f);
+    if (xu < dc8 && r < valid) val = LOAD8(p, base + (long)r * stride + x0 + xu * 8);
+    return val;
+}
+
+FA_FN void fa_stream_store_cols(__local float *dst, int rows, int dc8, int lid, int s, float8 val) {
+    int r, xu;
+    FA_COLS_UNIT(rows, lid, s, r, xu);
+    if (xu < dc8) STORE8_T(dst + xu * 8 * rows, rows, 0, r, val);
+}
+
+/* Whole rows (all HEAD_DIM dimensions) of `rows` rows, units spread along
+ * the row: the global reads coalesce and the local copy is row-major. */
+#define FA_ROWS_ITEMS(rows) (((rows) * D8 + WG_SIZE - 1) / WG_SIZE)
+#define FA_ROWS_UNIT(lid, s, r, xu)                                                        \
+    do {                                                                                   \
+        if (WG_SIZE % D8 == 0) {                                                           \
+            (xu) = (lid) % D8;                                                             \
+            (r) = (lid) / D8 + (s) * (WG_SIZE / D8);                                       \
+        } else {                                                                           \
+            (xu) = ((lid) + (s) * WG_SIZE) % D8;                                           \
+            (r) = ((lid) + (s) * WG_SIZE) / D8;                                            \
+        }                                                                                  \
+    } while (0)
+
+FA_FN float8 fa_stream_load_rows(__global const store_t *p, long base, long stride, int rows, int valid, int lid,
+                                  int s) {
+    int r, xu;
+    FA_ROWS_UNIT(lid, s, r, xu);
+    float8 val = (float8)(0.0f);
+    if (r < rows && r < valid) val = LOAD8(p, base + (long)r * stride + xu * 8);
+    return val;
+}
+
+FA_FN void fa_stream_store_rows(__local float *dst, int rows, int lid, int s, float8 val) {
+    int r, xu;
+    FA_ROWS_UNIT(lid, s, r, xu);
+    if (r < rows) vstore8(val, 0, dst + r * HEAD_DIM + xu * 8);
+}
+
+/* Adds v to *p atomically (OpenCL C 1.2 has no float atomics): the
+ * hardware's float add through inline PTX on NVIDIA (FA_NV_PTX, set by the
+ * host where the device takes NVIDIA's compiler options), else a
+ * compare-and-swap loop on the bits. */
+FA_FN void fa_atomic_add(volatile __global float *p, float v) {
+#ifdef FA_NV_PTX
+    __asm__ __volatile__("red.global.add.f32 [%0], %1;" : : "l"(p), "f"(v) : "memory");
+#else
+    union {
+        uint u;
+        float f;
+    } seen, want;
+    seen.f = *p;
+    for (;;) {
+        want.f = seen.f + v;
+        const uint got = atomic_cmpxchg((volatile __global uint *)p, seen.u, want.u);
+        if (got == seen.u) break;
+        seen.u = got;
+    }
+#endif
+}
 #endif
 
 /* ------------------------------------------------------------------------ */

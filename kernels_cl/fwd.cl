@@ -1,22 +1,31 @@
 /* Forward pass (FlashAttention-2 work partitioning): one work-group per
- * (query tile of BR rows, query head, sequence [, key split]). The Q tile
- * stays in local memory; K and V tiles stream through it; each work-item
- * keeps a TR x TC micro-tile of the scores and TR x DPT of the output
- * accumulator in registers; local tiles are read as vectors of TR or TC.
+ * (query tile of BR rows, query head, sequence [, key split]); each
+ * work-item keeps a TR x TC micro-tile of the scores and its share of the
+ * output accumulator in registers. Two kernels, chosen at build time:
  *
- * Local memory, exactly fa_plan_local_mem's SIMT forward figure:
+ * SIMT (default): the Q tile stays in local memory; K and V tiles stream
+ * through it; local tiles are read as vectors of TR or TC. Local memory,
+ * exactly fa_plan_local_mem's SIMT forward figure:
  *   Qt [HEAD_DIM][BR]   Q transposed (fp32)
  *   Kt [HEAD_DIM][BC]   K tile transposed
  *   Vs [BC][HEAD_DIM]   V tile
  *   Pt [BC][BR]         scores, then probabilities, transposed
  *
+ * FA_STREAM: no operand tile over the whole head_dim in local memory (see
+ * common.h): S = Q K^T in chunks of DC dimensions of Q and K, O += P V in
+ * chunks of KV rows of V, beside the BC x BR tile of probabilities
+ * (transposed, as Pt above); local memory is fa_plan_local_mem's streaming
+ * forward figure.
+ *
  * Softmax runs in base 2: scores are scaled by scale * log2(e) once, so
  * exp2 does the work of exp and L converts back to natural log at the end.
  *
- * With SPLITK the key range is cut into num_splits parts (grid dimension 2
- * is sequence * num_splits + split); each work-group writes its normalised
- * partial output and log-sum-exp in fp32 to part_o / part_l, which
- * fa_splitk_merge (splitk.cl) combines. */
+ * With SPLITK (SIMT only) the key range is cut into num_splits parts (grid
+ * dimension 2 is sequence * num_splits + split); each work-group writes its
+ * normalised partial output and log-sum-exp in fp32 to part_o / part_l,
+ * which fa_splitk_merge (splitk.cl) combines. */
+
+#ifndef FA_STREAM
 
 /* Output columns per work-item: the NTC work-items of a row group share
  * the HEAD_DIM columns of its rows (column tc + u * NTC). */
@@ -230,3 +239,278 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
 #endif
     }
 }
+
+#else /* FA_STREAM */
+
+#ifdef SPLITK
+#error "the streaming forward runs without key splits"
+#endif
+
+/* Keys per chunk of V (region R) and head dimensions per chunk of Q K^T
+ * (region A): core/planner.c's stream_geom. */
+#define KV FA_ROWS_OF(BC)
+#define FA_R_WORDS (KV * HEAD_DIM)
+#define FA_TR_WORDS (FA_T_WORDS + FA_R_WORDS)
+#define FA_A_LIMIT FA_MAX(FA_TR_WORDS, 8192)
+#if HEAD_DIM % 64 == 0 && 64 * (BR + BC) <= FA_A_LIMIT
+#define DC 64
+#elif HEAD_DIM % 32 == 0 && 32 * (BR + BC) <= FA_A_LIMIT
+#define DC 32
+#elif HEAD_DIM % 16 == 0 && 16 * (BR + BC) <= FA_A_LIMIT
+#define DC 16
+#else
+#define DC 8
+#endif
+#define FA_A_WORDS (DC * (BR + BC))
+#define NKC (HEAD_DIM / DC)         /* chunks of Q K^T per key tile */
+#define NVC (BC / KV)               /* chunks of P V per key tile */
+#define QN FA_COLS_ITEMS(BR, DC / 8) /* stage units of a chunk of Q, K, V */
+#define KN FA_COLS_ITEMS(BC, DC / 8)
+#define VN FA_ROWS_ITEMS(KV)
+#define NST FA_MAX(QN + KN, VN)
+
+/* Output dimensions of a work-item: OPT groups of OG (common.h). */
+#if HEAD_DIM % (4 * NTC) == 0
+#define OG 4
+#elif HEAD_DIM % (2 * NTC) == 0
+#define OG 2
+#else
+#define OG 1
+#endif
+#define OPT FA_GROUPS_OF(NTC, OG)
+#define O_DIM(u, g) (((u) * NTC + tc) * OG + (g))
+#if OPT * OG * NTC == HEAD_DIM
+#define O_DIM_READ(x) (x)
+#else
+#define O_DIM_READ(x) min((x), HEAD_DIM - 1)
+#endif
+
+/* The stage: loads of the next chunk, and their stores to local memory. */
+#define FWD_FETCH_QK(k0_, x0_)                                                             \
+    do {                                                                                   \
+        FA_UNROLL for (int s_ = 0; s_ < QN; s_++)                                          \
+            st[s_] = fa_stream_load_cols(q, q_base, q_ss, BR, DC / 8, seq.len_q - q0, (x0_), lid, s_); \
+        FA_UNROLL for (int s_ = 0; s_ < KN; s_++)                                          \
+            st[QN + s_] = fa_stream_load_cols(k, k_base + (long)(k0_) * k_ss, k_ss, BC, DC / 8, seq.len_k - (k0_), \
+                                              (x0_), lid, s_);                             \
+    } while (0)
+#define FWD_PUT_QK()                                                                       \
+    do {                                                                                   \
+        FA_UNROLL for (int s_ = 0; s_ < QN; s_++) fa_stream_store_cols(Qc, BR, DC / 8, lid, s_, st[s_]); \
+        FA_UNROLL for (int s_ = 0; s_ < KN; s_++) fa_stream_store_cols(Kc, BC, DC / 8, lid, s_, st[QN + s_]); \
+    } while (0)
+#define FWD_FETCH_V(r0_)                                                                   \
+    do {                                                                                   \
+        FA_UNROLL for (int s_ = 0; s_ < VN; s_++)                                          \
+            st[s_] = fa_stream_load_rows(v, v_base + (long)(r0_) * v_ss, v_ss, KV, seq.len_k - (r0_), lid, s_); \
+    } while (0)
+#define FWD_PUT_V()                                                                        \
+    do {                                                                                   \
+        FA_UNROLL for (int s_ = 0; s_ < VN; s_++) fa_stream_store_rows(Vr, KV, lid, s_, st[s_]); \
+    } while (0)
+
+/* O += P V over the KV keys of chunk vc_ (rows of V in Vr); the row sums l
+ * take the probabilities before dropout (the sign only marks dropped
+ * ones). */
+#ifdef DROPOUT
+#define FWD_ROW_SUM(i_, p_)                                                                \
+    do {                                                                                   \
+        l[i_] += fabs(p_);                                                                 \
+        (p_) = fmax((p_), 0.0f);                                                           \
+    } while (0)
+#else
+#define FWD_ROW_SUM(i_, p_) (l[i_] += (p_))
+#endif
+#define FWD_PV(vc_)                                                                        \
+    do {                                                                                   \
+        for (int c = 0; c < KV; c++) {                                                     \
+            float pc[TR], vv[OPT * OG];                                                    \
+            FA_VLOAD_TR(pc, Pt + ((vc_) * KV + c) * BR + tr * TR);                         \
+            FA_UNROLL for (int u = 0; u < OPT; u++)                                        \
+                FA_VLOAD(OG, vv + u * OG, Vr + c * HEAD_DIM + O_DIM_READ(O_DIM(u, 0)));    \
+            FA_UNROLL for (int i = 0; i < TR; i++) {                                       \
+                float p = pc[i];                                                           \
+                FWD_ROW_SUM(i, p);                                                         \
+                FA_UNROLL for (int x = 0; x < OPT * OG; x++) acc[i][x] = fma(p, vv[x], acc[i][x]); \
+            }                                                                              \
+        }                                                                                  \
+    } while (0)
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+fa_forward(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+           __global store_t *o, __global float *lse,
+           long q_off, long q_sb, long q_ss, long q_sh,
+           long k_off, long k_sb, long k_ss, long k_sh,
+           long v_off, long v_sb, long v_ss, long v_sh,
+           long o_off, long o_sb, long o_ss, long o_sh,
+           int seqlen_q, int seqlen_k, int heads_q, int group, long total_q, float scale_log2,
+           __global const int *cu_q, __global const int *cu_k,
+           int window_left, int window_right,
+           __global const uchar *block_mask, int block_q, int block_k, int block_cols,
+           __global const uchar *tile_map, int tile_cols,
+           uint drop_key0, uint drop_key1, uint drop_offset_lo, uint drop_threshold,
+           float drop_scale,
+           int num_splits, __global float *part_o, __global float *part_l) {
+    /* Region A (Q and K chunks) shares its words with regions T (the
+     * probabilities) and R (rows of V): never live together. */
+    __local float smem[FA_MAX(FA_A_WORDS, FA_TR_WORDS)] FA_LOCAL_ALIGN;
+    __local float *const Qc = smem;              /* [DC][BR] */
+    __local float *const Kc = smem + DC * BR;    /* [DC][BC] */
+    __local float *const Pt = smem;              /* [BC][BR] */
+    __local float *const Vr = smem + FA_T_WORDS; /* [KV][HEAD_DIM] */
+    (void)num_splits;
+    (void)part_o;
+    (void)part_l;
+
+    const int lid = get_local_id(0);
+    const int tr = lid / NTC, tc = lid % NTC;
+    const int q0 = get_group_id(0) * BR;
+    const int h = get_group_id(1);
+    const int b = get_group_id(2);
+    const int hk = h / group;
+
+    const fa_seq seq = fa_seq_of(b, seqlen_q, seqlen_k, cu_q, cu_k);
+    if (q0 >= seq.len_q) return; /* the whole work-group: no barrier missed */
+
+    fa_mask mask;
+    mask.len_q = seq.len_q;
+    mask.len_k = seq.len_k;
+    mask.window_left = window_left;
+    mask.window_right = window_right;
+    mask.block_q = block_q;
+    mask.block_k = block_k;
+    mask.block_cols = block_cols;
+
+    fa_layout lq = {q_off, q_sb, q_ss, q_sh}, lk = {k_off, k_sb, k_ss, k_sh};
+    fa_layout lv = {v_off, v_sb, v_ss, v_sh}, lo = {o_off, o_sb, o_ss, o_sh};
+    const long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
+    const long k_base = fa_row_index(lk, b, seq.start_k, 0, hk);
+    const long v_base = fa_row_index(lv, b, seq.start_k, 0, hk);
+
+#ifdef DROPOUT
+    fa_dropout drop;
+    drop.key0 = drop_key0;
+    drop.key1 = drop_key1;
+    drop.offset_lo = drop_offset_lo;
+    drop.threshold = drop_threshold;
+    drop.keep_scale = drop_scale;
+#endif
+
+    const int r_last = min(q0 + BR, seq.len_q) - 1;
+    int k_lo, k_hi;
+    fa_key_range(&mask, q0, r_last, &k_lo, &k_hi);
+    const int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+
+    float m[TR], l[TR], acc[TR][OPT * OG];
+    FA_UNROLL for (int i = 0; i < TR; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        FA_UNROLL for (int x = 0; x < OPT * OG; x++) acc[i][x] = 0.0f;
+    }
+
+    float8 st[NST];
+    int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end);
+    if (t < t_end) FWD_FETCH_QK(t * BC, 0);
+    while (t < t_end) {
+        const int k0 = t * BC;
+        const int t_next = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end);
+        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0);
+
+        /* S = Q K^T, DC dimensions at a time; the last chunk's loads fetch
+         * the first rows of V. */
+        float s[TR][TC];
+        FA_UNROLL for (int i = 0; i < TR; i++)
+            FA_UNROLL for (int j = 0; j < TC; j++) s[i][j] = 0.0f;
+        for (int kc = 0; kc < NKC; kc++) {
+            FWD_PUT_QK();
+            if (kc + 1 < NKC)
+                FWD_FETCH_QK(k0, (kc + 1) * DC);
+            else
+                FWD_FETCH_V(k0);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int x = 0; x < DC; x++) {
+                float a[TR], bk[TC];
+                FA_VLOAD_TR(a, Qc + x * BR + tr * TR);
+                FA_VLOAD_TC(bk, Kc + x * BC + tc * TC);
+                FA_UNROLL for (int i = 0; i < TR; i++)
+                    FA_UNROLL for (int j = 0; j < TC; j++) s[i][j] = fma(a[i], bk[j], s[i][j]);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+
+        /* Row maxima: each work-item leaves the maxima of its TC columns in
+         * the first of them, reads its rows' NTC partial maxima, and only
+         * then (a barrier later) overwrites its cells with probabilities. */
+        float mx[TR];
+        FA_UNROLL for (int i = 0; i < TR; i++) {
+            mx[i] = -INFINITY;
+            FA_UNROLL for (int j = 0; j < TC; j++) {
+                s[i][j] *= scale_log2;
+                if (cls == FA_TILE_PARTIAL && !fa_visible(&mask, block_mask, q0 + tr * TR + i, k0 + tc * TC + j))
+                    s[i][j] = -INFINITY;
+                mx[i] = fmax(mx[i], s[i][j]);
+            }
+        }
+        FA_VSTORE_TR(mx, Pt + tc * TC * BR + tr * TR);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        FA_UNROLL for (int i = 0; i < TR; i++) mx[i] = m[i];
+        for (int w = 0; w < NTC; w++) {
+            float pm[TR];
+            FA_VLOAD_TR(pm, Pt + w * TC * BR + tr * TR);
+            FA_UNROLL for (int i = 0; i < TR; i++) mx[i] = fmax(mx[i], pm[i]);
+        }
+        /* A row that has seen no visible key keeps m = -inf and exponentiates
+         * against 0 instead (no inf - inf). */
+        float alpha[TR], m_use[TR];
+        FA_UNROLL for (int i = 0; i < TR; i++) {
+            m_use[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
+            alpha[i] = exp2(m[i] - m_use[i]);
+            m[i] = mx[i];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        FA_UNROLL for (int j = 0; j < TC; j++) {
+            float col[TR];
+            FA_UNROLL for (int i = 0; i < TR; i++) col[i] = exp2(s[i][j] - m_use[i]);
+            FA_VSTORE_TR(col, Pt + (tc * TC + j) * BR + tr * TR);
+        }
+#ifdef DROPOUT
+        barrier(CLK_LOCAL_MEM_FENCE);
+        fa_dropout_mark(Pt, 1, BR, &drop, b, h, heads_q, q0, k0);
+#endif
+
+        /* One rescale per key tile, then O += P V, KV rows of V at a time
+         * (the loads of the first were issued with the last chunk of K). */
+        FA_UNROLL for (int i = 0; i < TR; i++) {
+            l[i] *= alpha[i];
+            FA_UNROLL for (int x = 0; x < OPT * OG; x++) acc[i][x] *= alpha[i];
+        }
+        for (int vc = 0; vc < NVC; vc++) {
+            FWD_PUT_V();
+            if (vc + 1 < NVC)
+                FWD_FETCH_V(k0 + (vc + 1) * KV);
+            else if (t_next < t_end)
+                FWD_FETCH_QK(t_next * BC, 0);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            FWD_PV(vc);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        t = t_next;
+    }
+
+    /* Normalise once; a row with no visible key gives O = 0, L = -inf. */
+    FA_UNROLL for (int i = 0; i < TR; i++) {
+        const int r = q0 + tr * TR + i;
+        if (r >= seq.len_q) continue;
+        const float inv = l[i] > 0.0f ? drop_scale / l[i] : 0.0f;
+        const float lse_r = m[i] == -INFINITY ? -INFINITY : (m[i] + log2(l[i])) * FA_LN2;
+        const long o_row = fa_row_index(lo, b, seq.start_q, r, h);
+        FA_UNROLL for (int u = 0; u < OPT; u++)
+            FA_UNROLL for (int g = 0; g < OG; g++) {
+                const int x = O_DIM(u, g);
+                if (x < HEAD_DIM) STORE1(o, o_row + x, acc[i][u * OG + g] * inv);
+            }
+        if (tc == 0) lse[fa_lse_index(b, h, r, heads_q, seqlen_q, seq.start_q, total_q)] = lse_r;
+    }
+}
+
+#endif /* FA_STREAM */

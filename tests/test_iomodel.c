@@ -246,6 +246,19 @@ FA_TEST(tile_visits_brute_force) {
         fa_cost f = fa_io_fused(cuda, d, FA_PASS_FORWARD, &kp);
         fa_cost a = fa_io_fused(cuda, d, FA_PASS_BACKWARD, &kp);
         fa_cost o = fa_io_fused(opencl, d, FA_PASS_BACKWARD, &kp);
+        /* OpenCL's streaming kernels: the forward's bytes, and the fp32 dQ
+         * accumulator backward (a dQ kernel of its own in deterministic
+         * mode). */
+        fa_kernel_plan ks = kp;
+        ks.variant = FA_VARIANT_SIMT_STREAM;
+        fa_cost sf = fa_io_fused(opencl, d, FA_PASS_FORWARD, &ks);
+        fa_cost sa = fa_io_fused(opencl, d, FA_PASS_BACKWARD, &ks);
+        fa_attention_desc det = *d;
+        det.deterministic = 1;
+        fa_cost sd = fa_io_fused(opencl, &det, FA_PASS_BACKWARD, &ks);
+        CHECK_MSG(sf.hbm_read_bytes == fwd_rd && sf.hbm_write_bytes == fwd_wr, "case %d: streaming forward", it);
+        CHECK_MSG(sa.hbm_read_bytes == acc_rd && sa.hbm_write_bytes == acc_wr, "case %d: streaming backward", it);
+        CHECK_MSG(sd.hbm_read_bytes == cl_rd && sd.hbm_write_bytes == cl_wr, "case %d: deterministic streaming", it);
         CHECK_MSG(f.hbm_read_bytes == fwd_rd && f.hbm_write_bytes == fwd_wr,
                   "case %d (%d x %d, br %d bc %d): forward %.0f/%.0f, expected %.0f/%.0f", it, d->seqlen_q,
                   d->seqlen_k, kp.br, kp.bc, f.hbm_read_bytes, f.hbm_write_bytes, fwd_rd, fwd_wr);
@@ -315,8 +328,11 @@ FA_TEST(fused_bytes_scale_d2_over_m) {
     /* Through the planner, on SIMT tiles (fp32 in local memory):
      * 64 KiB fits br = 128 at d = 64 but only br = 64 at d = 128, and
      * 128 KiB fits br = 128 at d = 128 again, so the K/V term goes as
-     * d^2 / M: x4 for d doubled, /2 for M doubled. */
+     * d^2 / M: x4 for d doubled, /2 for M doubled. (On a backend without
+     * the streaming kernels, which hold no tile over the whole head_dim
+     * and so escape the law; see below.) */
     fa_device_desc dev = *device("pocl-cpu");
+    dev.backend = FA_BACKEND_HIP;
     fa_attention_desc d64 = shape(2, 4096, 4096, 8, 8, 64, FA_DTYPE_F32);
     fa_attention_desc d128 = shape(2, 4096, 4096, 8, 8, 128, FA_DTYPE_F32);
     fa_plan_info a, b, c;
@@ -330,6 +346,13 @@ FA_TEST(fused_bytes_scale_d2_over_m) {
            kc = kv_term(&d128, &c.forward.cost);
     CHECK_NEAR(kb / ka, 4.0, 1e-12);
     CHECK_NEAR(kc / kb, 0.5, 1e-12);
+    /* OpenCL's streaming kernels keep br = 128 at d = 128 in 64 KiB: the
+     * K/V term only doubles with d. */
+    dev.backend = FA_BACKEND_OPENCL;
+    dev.local_mem_bytes = 64 * 1024;
+    CHECK_OK(fa_plan_for_device(&dev, &d128, &c));
+    CHECK(c.forward.variant == FA_VARIANT_SIMT_STREAM && c.forward.br == 128);
+    CHECK_NEAR(kv_term(&d128, &c.forward.cost) / ka, 2.0, 1e-12);
 }
 
 FA_TEST(fused_below_standard) {
@@ -460,7 +483,53 @@ FA_TEST(peak_rates_and_roofline) {
     }
 }
 
+/* The streaming kernels' compute time, by hand, for NVIDIA's OpenCL's
+ * head_dim 128 tiles (128 x 64, micro-tile 8 x 4: 16 x 16 work-items).
+ * Forward: the SIMT forward's local-memory reads per FMA. Backward, per
+ * product: S and dP read 8 + 4 words per 32 FMAs; dV and dK 4 keys + 8
+ * dimensions (128 over 16 rows of work-items) per 32; dQ 8 rows + 8
+ * dimensions (128 over 16 columns) per 64. At a quarter word per FMA lane
+ * the factor is 4 x the mean over the products each kernel runs. */
+FA_TEST(streaming_compute_time) {
+    const fa_device_desc *dev = device("nvidia-opencl");
+    fa_attention_desc d = shape(4, 4096, 4096, 16, 16, 128, FA_DTYPE_F32);
+    fa_kernel_plan kp;
+    memset(&kp, 0, sizeof kp);
+    kp.variant = FA_VARIANT_SIMT_STREAM;
+    kp.br = 128;
+    kp.bc = 64;
+    kp.thread_rows = 8;
+    kp.thread_cols = 4;
+    kp.split_k = 1;
+    const double peak = 132.0 * 1980e6 * 256.0, n = 4096.0;
+    const double cells = 4.0 * n * n * 128.0 * 16.0; /* every tile visited, none padded */
+    const double s = 12.0 / 32.0, k = 12.0 / 32.0, q = 16.0 / 64.0;
+
+    kp.num_work_groups = 4 * 16 * 32;
+    fa_cost f = fa_io_fused(dev, &d, FA_PASS_FORWARD, &kp);
+    fa_kernel_plan simt = kp;
+    simt.variant = FA_VARIANT_SIMT;
+    fa_cost fs = fa_io_fused(dev, &d, FA_PASS_FORWARD, &simt);
+    CHECK_NEAR(f.compute_ms, fs.compute_ms, 0.0);
+    CHECK(f.hbm_read_bytes == fs.hbm_read_bytes && f.hbm_write_bytes == fs.hbm_write_bytes);
+
+    kp.num_work_groups = 4 * 16 * 64;
+    const double waves_kv = 32.0 / (4096.0 / 132.0), waves_q = 16.0 / (2048.0 / 132.0);
+    fa_cost b = fa_io_fused(dev, &d, FA_PASS_BACKWARD, &kp);
+    double want = 10.0 * cells / (peak / (4.0 * (2 * s + 2 * k + q) / 5.0)) * waves_kv * 1e3;
+    CHECK_NEAR(b.compute_ms, want, 1e-9 * want);
+    fa_attention_desc det = d;
+    det.deterministic = 1;
+    fa_cost bd = fa_io_fused(dev, &det, FA_PASS_BACKWARD, &kp);
+    want = 8.0 * cells / (peak / (4.0 * (2 * s + 2 * k) / 4.0)) * waves_kv * 1e3 +
+           6.0 * cells / (peak / (4.0 * (2 * s + q) / 3.0)) * waves_q * 1e3;
+    CHECK_NEAR(bd.compute_ms, want, 1e-9 * want);
+    /* Adding dQ with atomics does less work than recomputing P and dP. */
+    CHECK(b.compute_ms < bd.compute_ms);
+}
+
 FA_TEST_MAIN(FA_CASE(flops_known_shapes), FA_CASE(causal_flops_half), FA_CASE(visible_fraction_brute_force),
              FA_CASE(visible_fraction_long_sequences), FA_CASE(tile_visits_brute_force),
              FA_CASE(fused_bytes_scale_n2), FA_CASE(fused_bytes_scale_d2_over_m), FA_CASE(fused_below_standard),
-             FA_CASE(standard_bytes_grow_n2), FA_CASE(splitk_partials_cost), FA_CASE(peak_rates_and_roofline))
+             FA_CASE(standard_bytes_grow_n2), FA_CASE(splitk_partials_cost), FA_CASE(peak_rates_and_roofline),
+             FA_CASE(streaming_compute_time))

@@ -48,8 +48,19 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     const int dim = d->head_dim;
     const fa_dtype t = d->q.dtype;
     CHECK_MSG(in_set(k->br, tiles, 5) && in_set(k->bc, tiles, 5), "%s: tile %d x %d", what, k->br, k->bc);
-    CHECK_MSG(in_set(k->thread_rows, threads, 4) && in_set(k->thread_cols, threads, 4), "%s: micro-tile %d x %d",
-              what, k->thread_rows, k->thread_cols);
+    /* SIMT micro-tiles come from {1, 2, 4, 8}; an MMA plan's is its fragments'
+     * shape (two rows per 16-row strip, a quarter of the other side). */
+    if (k->variant == FA_VARIANT_MMA) {
+        const int warps = k->work_group_size / dev->simd_width;
+        const int strips = (pass == FA_PASS_FORWARD ? k->br : k->bc) / (16 * (warps > 0 ? warps : 1));
+        const int tr = pass == FA_PASS_FORWARD ? 2 * strips : k->br / 4;
+        const int tc = pass == FA_PASS_FORWARD ? k->bc / 4 : 2 * strips;
+        CHECK_MSG(strips >= 1 && strips <= 2 && k->thread_rows == tr && k->thread_cols == tc,
+                  "%s: mma micro-tile %d x %d, fragments %d x %d", what, k->thread_rows, k->thread_cols, tr, tc);
+    } else {
+        CHECK_MSG(in_set(k->thread_rows, threads, 4) && in_set(k->thread_cols, threads, 4),
+                  "%s: micro-tile %d x %d", what, k->thread_rows, k->thread_cols);
+    }
     if (fa_test_failures != before) return fa_test_failures - before;
     const int ntr = k->br / k->thread_rows, ntc = k->bc / k->thread_cols;
     CHECK_MSG(k->br % k->thread_rows == 0 && k->bc % k->thread_cols == 0, "%s", what);
@@ -58,8 +69,8 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
               dev->max_work_group_size);
     CHECK_MSG(k->work_group_size < dev->simd_width || k->work_group_size % dev->simd_width == 0,
               "%s: work-group %d vs simd %d", what, k->work_group_size, dev->simd_width);
-    CHECK_MSG(k->thread_rows * k->thread_cols <= 32, "%s: micro-tile %d x %d", what, k->thread_rows,
-              k->thread_cols);
+    CHECK_MSG(k->variant == FA_VARIANT_MMA || k->thread_rows * k->thread_cols <= 32, "%s: micro-tile %d x %d", what,
+              k->thread_rows, k->thread_cols);
     CHECK(k->simd_width == dev->simd_width);
     size_t lm = fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages);
     CHECK_MSG(k->local_mem_bytes == lm && lm <= dev->local_mem_bytes, "%s: local memory %zu (formula %zu) of %zu",
@@ -74,8 +85,14 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         CHECK(k->work_group_size % dev->simd_width == 0);
         CHECK(k->br % dev->matrix_m == 0 && k->bc % dev->matrix_k == 0 && dim % dev->matrix_k == 0);
     } else {
-        CHECK_MSG(k->variant == FA_VARIANT_SIMT || (k->variant == FA_VARIANT_SPLITK && pass == FA_PASS_FORWARD),
-                  "%s: variant %s", what, fa_variant_name(k->variant));
+        /* The streaming kernels are OpenCL's, without key splits. */
+        CHECK_MSG(k->variant == FA_VARIANT_SIMT || (k->variant == FA_VARIANT_SPLITK && pass == FA_PASS_FORWARD) ||
+                      (k->variant == FA_VARIANT_SIMT_STREAM && dev->backend == FA_BACKEND_OPENCL),
+                  "%s: variant %s (%d)", what, fa_variant_name(k->variant), (int)k->variant);
+        /* Their dK/dV micro-tile: thread_cols keys x ceil(d / (br /
+         * thread_rows)) dimensions, twice. */
+        if (k->variant == FA_VARIANT_SIMT_STREAM && pass == FA_PASS_BACKWARD)
+            CHECK_MSG(2 * k->thread_cols * ((dim + ntr - 1) / ntr) <= 64, "%s: dK/dV micro-tile", what);
         CHECK_MSG(k->stages == 1, "%s: stages %d", what, k->stages);
         /* The output micro-tile, tr rows x ceil(d / (bc / tc)) accumulators. */
         CHECK_MSG(k->thread_rows * ((dim + ntc - 1) / ntc) <= 64, "%s: O micro-tile", what);
@@ -89,9 +106,13 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
                            : (long long)d->batch * d->heads_kv * ((d->seqlen_k + k->bc - 1) / k->bc);
     CHECK_MSG(k->num_work_groups == groups, "%s: %d work-groups, expected %lld", what, k->num_work_groups, groups);
     size_t rows = (size_t)fa_attention_total_q(d) * (size_t)d->heads_q;
+    /* Backward: D, and the fp32 dQ accumulator except where dQ has a
+     * kernel of its own (OpenCL's SIMT kernels; its streaming ones in
+     * deterministic mode). */
+    int dq_kernel = dev->backend == FA_BACKEND_OPENCL && (k->variant != FA_VARIANT_SIMT_STREAM || d->deterministic);
     size_t ws = pass == FA_PASS_FORWARD ? (k->split_k > 1 ? (size_t)k->split_k * rows * (size_t)(dim + 1) * 4 : 0)
-                : dev->backend == FA_BACKEND_OPENCL ? rows * 4
-                                                    : rows * (size_t)(dim + 1) * 4;
+                : dq_kernel             ? rows * 4
+                                        : rows * (size_t)(dim + 1) * 4;
     CHECK_MSG(k->workspace_bytes == ws, "%s: workspace %zu, expected %zu", what, k->workspace_bytes, ws);
 
     /* The cost is the IO model's for this plan. */
@@ -181,11 +202,17 @@ FA_TEST(same_input_same_plan) {
 }
 
 FA_TEST(local_memory_gives_different_tiles) {
-    const char *keys[] = {"h100", "nvidia-opencl", "mi250x"};
+    /* Kernels that hold tiles over the whole head_dim in local memory:
+     * NVIDIA's OpenCL description on a backend without the streaming
+     * kernels stands for 48 KiB. */
+    const char *keys[] = {"h100", "nvidia-opencl as SIMT", "mi250x"};
+    fa_device_desc simt48 = *device("nvidia-opencl");
+    simt48.backend = FA_BACKEND_HIP;
+    const fa_device_desc *devs[] = {device("h100"), &simt48, device("mi250x")};
     for (int t = 0; t < 2; t++) {
         fa_attention_desc d = shape(4, 4096, 4096, 16, 16, 128, t ? FA_DTYPE_F32 : FA_DTYPE_F16);
         fa_plan_info p[3];
-        for (int i = 0; i < 3; i++) CHECK_OK(fa_plan_for_device(device(keys[i]), &d, &p[i]));
+        for (int i = 0; i < 3; i++) CHECK_OK(fa_plan_for_device(devs[i], &d, &p[i]));
         for (int i = 0; i < 3; i++)
             for (int j = i + 1; j < 3; j++) {
                 CHECK_MSG(p[i].forward.br != p[j].forward.br || p[i].forward.bc != p[j].forward.bc,
@@ -196,6 +223,22 @@ FA_TEST(local_memory_gives_different_tiles) {
         CHECK(p[0].forward.br >= p[1].forward.br && p[0].forward.br >= p[2].forward.br);
         CHECK(total_bytes(&p[0].forward.cost) <= total_bytes(&p[2].forward.cost));
         CHECK(total_bytes(&p[2].forward.cost) <= total_bytes(&p[1].forward.cost));
+
+        /* The streaming kernels hold no tile over the whole head_dim, so the
+         * same 48 KiB takes 128-row tiles at head_dim 128: half the K/V
+         * re-reads of the SIMT tiles, and fewer predicted bytes and less
+         * predicted time in both passes. */
+        fa_plan_info s;
+        CHECK_OK(fa_plan_for_device(device("nvidia-opencl"), &d, &s));
+        CHECK_MSG(s.forward.variant == FA_VARIANT_SIMT_STREAM && s.backward.variant == FA_VARIANT_SIMT_STREAM,
+                  "nvidia-opencl %s: %d / %d", fa_dtype_name(d.q.dtype), (int)s.forward.variant,
+                  (int)s.backward.variant);
+        CHECK(s.forward.br == 128 && p[1].forward.br <= 64);
+        CHECK(s.forward.local_mem_bytes <= 48 * 1024 && s.backward.local_mem_bytes <= 48 * 1024);
+        CHECK(total_bytes(&s.forward.cost) < total_bytes(&p[1].forward.cost));
+        CHECK(total_bytes(&s.backward.cost) < total_bytes(&p[1].backward.cost));
+        CHECK(s.forward.cost.roofline_ms < p[1].forward.cost.roofline_ms);
+        CHECK(s.backward.cost.roofline_ms < p[1].backward.cost.roofline_ms);
     }
 }
 
@@ -301,7 +344,13 @@ FA_TEST(variants_by_backend) {
     /* CUDA with tensor cores: MMA for fp16, bf16 and fp32 with TF32. */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_MMA && p.backward.variant == FA_VARIANT_MMA);
-    CHECK(p.forward.stages == 2); /* 227 KiB holds double-buffered K and V */
+    /* 227 KiB would hold double-buffered K and V, but the 128 x 64 tile's
+     * accumulators leave no registers for the second stage's addresses. */
+    CHECK(p.forward.br == 128 && p.forward.bc == 64 && p.forward.stages == 1);
+    d.head_dim = 64; /* 128 x 32 would have room, 128 x 128 has not */
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.br == 128 && p.forward.bc == 128 && p.forward.stages == 1);
+    d.head_dim = 128;
     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_BF16;
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_MMA);
@@ -319,7 +368,8 @@ FA_TEST(variants_by_backend) {
     CHECK(p.forward.variant == FA_VARIANT_SIMT);
     d.head_dim = 128;
     /* CUDA without matrix units, HIP, OpenCL (even with XMX), the reference:
-     * SIMT. */
+     * SIMT tiles, which OpenCL also runs in its streaming kernels (at
+     * head_dim 128 in 48 or 64 KiB they take the larger tiles). */
     fa_device_desc plain = *device("h100");
     plain.matrix_flops_per_clock_cu = 0;
     plain.matrix_m = plain.matrix_n = plain.matrix_k = 0;
@@ -328,8 +378,9 @@ FA_TEST(variants_by_backend) {
     const fa_device_desc *simt[] = {&plain, device("mi250x"), device("arc-a770"), device("nvidia-opencl"), &ref};
     for (size_t i = 0; i < COUNT(simt); i++) {
         CHECK_OK(fa_plan_for_device(simt[i], &d, &p));
-        CHECK_MSG(p.forward.variant == FA_VARIANT_SIMT && p.backward.variant == FA_VARIANT_SIMT, "%s: %s / %s",
-                  simt[i]->name, fa_variant_name(p.forward.variant), fa_variant_name(p.backward.variant));
+        const fa_variant want = simt[i]->backend == FA_BACKEND_OPENCL ? FA_VARIANT_SIMT_STREAM : FA_VARIANT_SIMT;
+        CHECK_MSG(p.forward.variant == want && p.backward.variant == want, "%s: %s / %s", simt[i]->name,
+                  fa_variant_name(p.forward.variant), fa_variant_name(p.backward.variant));
         CHECK(p.forward.stages == 1 && p.backward.stages == 1);
     }
     /* Standard attention: no tiles, the standard cost, the fused one beside it. */

@@ -231,6 +231,9 @@ static int cuda_describe_device(int index, fa_device_info *info, int cc[2], char
         CUDA_SUCCESS)
         bus_bits = 0;
 
+    int l2 = 0;
+    if (cuda_api.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev) != CUDA_SUCCESS) l2 = 0;
+
     size_t total = 0;
     r = cuda_api.cuDeviceTotalMem_v2(&total, dev);
     if (r != CUDA_SUCCESS) {
@@ -252,6 +255,7 @@ static int cuda_describe_device(int index, fa_device_info *info, int cc[2], char
     d->bandwidth_gbs = 2.0 * (double)mem_clock_khz * (double)bus_bits / 8.0 / 1e6;
     d->bandwidth_measured = 0;
     d->global_mem_bytes = total;
+    d->l2_cache_bytes = l2 > 0 ? (size_t)l2 : 0;
     d->fp32_flops_per_clock_cu = sm_fp32_flops_per_clock(major, minor);
     d->matrix_flops_per_clock_cu = sm_matrix_flops_per_clock(major, minor);
     if (major >= 8) {

@@ -26,6 +26,7 @@ typedef struct cl_layout {
 
 typedef struct cl_pass_shape {
     int br, bc, tr, tc, wg;
+    int stream;                /* the streaming kernels (FA_STREAM) */
 } cl_pass_shape;
 
 #define FA_CL_MAX_EVENTS 4
@@ -39,7 +40,8 @@ typedef struct fa_cl_plan {
     cl_program fwd_program;
     cl_kernel fwd_kernel, merge_kernel;
     cl_program bwd_program;
-    cl_kernel dot_kernel, dkdv_kernel, dq_kernel;
+    cl_kernel dot_kernel, dkdv_kernel, dq_kernel; /* dq_kernel: fa_bwd_dq_convert with dq_atomic */
+    int dq_atomic;             /* streaming backward adding dQ with atomics */
 
     cl_mem cu_q, cu_k;         /* varlen offsets */
     cl_mem block_mask;
@@ -47,6 +49,7 @@ typedef struct fa_cl_plan {
     int fwd_tile_cols, bwd_tile_cols;
     cl_mem part_o, part_l;     /* split-K partial results */
     cl_mem dvec;               /* backward: rowsum(dO * O) */
+    cl_mem dq_acc;             /* backward with dq_atomic: fp32 dQ */
     cl_mem dummy;              /* bound to pointer arguments a build ignores */
 
     cl_layout q, k, v, o;
@@ -141,7 +144,18 @@ static fa_status check_shape(const fa_cl_context *ctx, const fa_attention_desc *
     if (kp->thread_rows * dpt > FA_CL_MAX_ACCUMULATORS)
         return fa_fail(FA_ERR_INTERNAL, "%s plan: %d x %d accumulators per work-item exceed %d", pass,
                        kp->thread_rows, dpt, FA_CL_MAX_ACCUMULATORS);
-    size_t local = fa_plan_local_mem(FA_VARIANT_SIMT, which, d, kp->br, kp->bc, 1);
+    const int stream = kp->variant == FA_VARIANT_SIMT_STREAM;
+    if (stream && which == FA_PASS_BACKWARD) {
+        /* dK and dV: thread_cols keys x ceil(head_dim / (br / thread_rows)) each. */
+        int kdpt = (d->head_dim + ntr - 1) / ntr;
+        if (2 * kp->thread_cols * kdpt > FA_CL_MAX_ACCUMULATORS)
+            return fa_fail(FA_ERR_INTERNAL, "%s plan: 2 x %d x %d dK/dV accumulators per work-item exceed %d", pass,
+                           kp->thread_cols, kdpt, FA_CL_MAX_ACCUMULATORS);
+    }
+    if (stream && kp->split_k > 1)
+        return fa_fail(FA_ERR_INTERNAL, "%s plan: the streaming kernels do not split keys (split_k %d)", pass,
+                       kp->split_k);
+    size_t local = fa_plan_local_mem(stream ? FA_VARIANT_SIMT_STREAM : FA_VARIANT_SIMT, which, d, kp->br, kp->bc, 1);
     if (local > ctx->info.desc.local_mem_bytes)
         return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %zu bytes of local memory exceed the device's %zu", pass,
                        local, ctx->info.desc.local_mem_bytes);
@@ -150,6 +164,7 @@ static fa_status check_shape(const fa_cl_context *ctx, const fa_attention_desc *
     shape->tr = kp->thread_rows;
     shape->tc = kp->thread_cols;
     shape->wg = kp->work_group_size;
+    shape->stream = stream;
     return FA_SUCCESS;
 }
 
@@ -270,7 +285,7 @@ static fa_status prepare_forward(fa_cl_plan *p) {
         FA_CHECK(build_pass(p, &p->fwd_shape, "-DSPLITK", split, 3, &p->fwd_program));
         FA_CHECK(create_kernel(p->fwd_program, "fa_splitk_merge", &p->merge_kernel));
     } else {
-        FA_CHECK(build_pass(p, &p->fwd_shape, "", plain, 2, &p->fwd_program));
+        FA_CHECK(build_pass(p, &p->fwd_shape, p->fwd_shape.stream ? "-DFA_STREAM" : "", plain, 2, &p->fwd_program));
     }
     return create_kernel(p->fwd_program, "fa_forward", &p->fwd_kernel);
 }
@@ -278,10 +293,21 @@ static fa_status prepare_forward(fa_cl_plan *p) {
 static fa_status prepare_backward(fa_cl_plan *p) {
     static const char *const paths[] = {"kernels_cl/common.h", "kernels_cl/bwd.cl"};
     if (p->bwd_program) return FA_SUCCESS;
-    fa_status st = build_pass(p, &p->bwd_shape, "", paths, 2, &p->bwd_program);
+    const char *options = !p->bwd_shape.stream ? ""
+                          : !p->dq_atomic      ? "-DFA_STREAM"
+                          : p->nv_options      ? "-DFA_STREAM -DDQ_ATOMIC -DFA_NV_PTX"
+                                               : "-DFA_STREAM -DDQ_ATOMIC";
+    fa_status st = build_pass(p, &p->bwd_shape, options, paths, 2, &p->bwd_program);
+    if (st == FA_ERR_COMPILE && p->dq_atomic && p->nv_options) {
+        /* A compiler that takes NVIDIA's options but not the inline PTX
+         * float add gets the compare-and-swap loop instead. */
+        st = build_pass(p, &p->bwd_shape, "-DFA_STREAM -DDQ_ATOMIC", paths, 2, &p->bwd_program);
+        if (st == FA_SUCCESS) fa_clear_error();
+    }
     if (st == FA_SUCCESS) st = create_kernel(p->bwd_program, "fa_bwd_dot", &p->dot_kernel);
     if (st == FA_SUCCESS) st = create_kernel(p->bwd_program, "fa_bwd_dkdv", &p->dkdv_kernel);
-    if (st == FA_SUCCESS) st = create_kernel(p->bwd_program, "fa_bwd_dq", &p->dq_kernel);
+    if (st == FA_SUCCESS)
+        st = create_kernel(p->bwd_program, p->dq_atomic ? "fa_bwd_dq_convert" : "fa_bwd_dq", &p->dq_kernel);
     if (st != FA_SUCCESS) {
         /* Leave no half-built pass behind: the next call starts over. */
         if (p->dot_kernel) fa_cl.clReleaseKernel(p->dot_kernel);
@@ -315,7 +341,7 @@ void fa_cl_plan_release(void *ctx, void *plan_impl) {
     if (p->fwd_program) fa_cl.clReleaseProgram(p->fwd_program);
     if (p->bwd_program) fa_cl.clReleaseProgram(p->bwd_program);
     cl_mem mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles,
-                     p->part_o, p->part_l, p->dvec, p->dummy};
+                     p->part_o, p->part_l, p->dvec, p->dq_acc, p->dummy};
     for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
         if (mems[i]) fa_cl.clReleaseMemObject(mems[i]);
     free(p);
@@ -333,12 +359,14 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     if (d->algorithm == FA_ALGO_STANDARD) return fa_cl_standard_prepare(ctx, plan, plan_impl);
     if (info->algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
         return fa_fail(FA_ERR_UNSUPPORTED, "the OpenCL attention kernels run only FA_ALGO_FUSED");
-    if (info->forward.variant != FA_VARIANT_SIMT && info->forward.variant != FA_VARIANT_SPLITK)
-        return fa_fail(FA_ERR_UNSUPPORTED, "forward variant %s has no OpenCL kernel (SIMT and SPLITK do)",
-                       fa_variant_name(info->forward.variant));
-    if (info->backward.variant != FA_VARIANT_SIMT)
-        return fa_fail(FA_ERR_UNSUPPORTED, "backward variant %s has no OpenCL kernel (SIMT does)",
-                       fa_variant_name(info->backward.variant));
+    if (info->forward.variant != FA_VARIANT_SIMT && info->forward.variant != FA_VARIANT_SPLITK &&
+        info->forward.variant != FA_VARIANT_SIMT_STREAM)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "forward variant %s (%d) has no OpenCL kernel (SIMT, streaming SIMT and SPLITK do)",
+                       fa_variant_name(info->forward.variant), (int)info->forward.variant);
+    if (info->backward.variant != FA_VARIANT_SIMT && info->backward.variant != FA_VARIANT_SIMT_STREAM)
+        return fa_fail(FA_ERR_UNSUPPORTED, "backward variant %s (%d) has no OpenCL kernel (SIMT and streaming SIMT do)",
+                       fa_variant_name(info->backward.variant), (int)info->backward.variant);
     if (d->head_dim % 8 || d->head_dim < 8 || d->head_dim > 256)
         return fa_fail(FA_ERR_UNSUPPORTED_HEAD_DIM, "head_dim %d is not a multiple of 8 in [8, 256]", d->head_dim);
     if (d->q.dtype != d->k.dtype || d->q.dtype != d->v.dtype || d->q.dtype != d->o.dtype)
@@ -357,6 +385,9 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     p->num_splits = info->forward.variant == FA_VARIANT_SPLITK && info->forward.split_k > 1
                         ? info->forward.split_k
                         : 1;
+    /* Deterministic mode keeps dQ's sums in a fixed order: a kernel of its
+     * own instead of atomics. */
+    p->dq_atomic = p->bwd_shape.stream && !d->deterministic;
 
     p->q = resolve_layout(d, FA_TENSOR_Q);
     p->k = resolve_layout(d, FA_TENSOR_K);
@@ -371,9 +402,14 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     int window = d->window_left >= 0 || d->window_right >= 0;
     int varlen = plan->cu_seqlens_q != NULL;
     int blocks = plan->block_mask != NULL;
-    snprintf(p->options, sizeof p->options, "-DHEAD_DIM=%d %s%s%s%s%s%s", d->head_dim,
+    /* GPUs keep the streaming kernels' private arrays in registers only
+     * with their loops unrolled (kernels_cl/common.h). */
+    int unroll = ctx->info.desc.type != FA_DEVICE_CPU &&
+                 (info->forward.variant == FA_VARIANT_SIMT_STREAM || info->backward.variant == FA_VARIANT_SIMT_STREAM);
+    snprintf(p->options, sizeof p->options, "-DHEAD_DIM=%d %s%s%s%s%s%s%s", d->head_dim,
              dtype_option(d->q.dtype), d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "",
-             blocks ? " -DBLOCK_MASK" : "", dropout ? " -DDROPOUT" : "", varlen ? " -DVARLEN" : "");
+             blocks ? " -DBLOCK_MASK" : "", dropout ? " -DDROPOUT" : "", varlen ? " -DVARLEN" : "",
+             unroll ? " -DFA_UNROLL_PRIVATE" : "");
 
     p->nv_options = device_has_extension(ctx, "cl_nv_compiler_options");
     st = create_buffer(p, 16, NULL, "a placeholder buffer", &p->dummy);
@@ -400,6 +436,9 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     if (st == FA_SUCCESS)
         st = create_buffer(p, (size_t)d->heads_q * (size_t)plan->total_q * sizeof(float), NULL,
                            "the backward row sums", &p->dvec);
+    if (st == FA_SUCCESS && p->dq_atomic)
+        st = create_buffer(p, (size_t)d->heads_q * (size_t)plan->total_q * (size_t)d->head_dim * sizeof(float), NULL,
+                           "the fp32 dQ accumulator", &p->dq_acc);
     if (st == FA_SUCCESS) st = prepare_forward(p);
     if (st == FA_SUCCESS) st = prepare_backward(p);
     if (st != FA_SUCCESS) {
@@ -532,6 +571,7 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     arg_int(&a, d->heads_q);
     arg_long(&a, plan->total_q);
     arg_mem(&a, or_dummy(p, p->cu_q));
+    if (p->dq_atomic) arg_mem(&a, p->dq_acc);
     FA_CHECK(args_done(&a, "fa_bwd_dot"));
     size_t dot_global[2] = {((size_t)d->seqlen_q + 63) / 64 * 64, (size_t)d->batch * (size_t)d->heads_q};
     size_t dot_local[2] = {64, 1};
@@ -548,11 +588,27 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     arg_mem(&kv, mem_of(args->dk));
     arg_mem(&kv, mem_of(args->dv));
     bwd_common_args(&kv, p, plan);
+    if (s->stream) arg_mem(&kv, or_dummy(p, p->dq_acc));
     FA_CHECK(args_done(&kv, "fa_bwd_dkdv"));
     size_t ktiles = (size_t)(d->seqlen_k + s->bc - 1) / (size_t)s->bc;
     size_t kv_global[3] = {ktiles * (size_t)s->wg, (size_t)d->heads_kv, (size_t)d->batch};
     size_t local[3] = {(size_t)s->wg, 1, 1};
     FA_CHECK(launch(p, p->dkdv_kernel, 3, kv_global, local));
+
+    if (p->dq_atomic) {
+        cl_args c = {p->dq_kernel, 0, CL_SUCCESS, 0};
+        arg_mem(&c, p->dq_acc);
+        arg_mem(&c, mem_of(args->dq));
+        arg_layout(&c, &p->q);
+        arg_int(&c, d->seqlen_q);
+        arg_int(&c, d->heads_q);
+        arg_long(&c, plan->total_q);
+        arg_mem(&c, or_dummy(p, p->cu_q));
+        arg_float(&c, plan->scale);
+        FA_CHECK(args_done(&c, "fa_bwd_dq_convert"));
+        size_t c_global[3] = {(size_t)d->head_dim / 8, (size_t)d->seqlen_q, (size_t)d->batch * (size_t)d->heads_q};
+        return launch(p, p->dq_kernel, 3, c_global, NULL);
+    }
 
     cl_args q = {p->dq_kernel, 0, CL_SUCCESS, 0};
     arg_mem(&q, mem_of(args->q));

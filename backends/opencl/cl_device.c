@@ -282,6 +282,8 @@ static void describe(fa_cl_device *d, int index) {
     desc->compute_units = (int)device_uint(dev, CL_DEVICE_MAX_COMPUTE_UNITS, 1);
     desc->clock_mhz = (int)device_uint(dev, CL_DEVICE_MAX_CLOCK_FREQUENCY, 0);
     desc->global_mem_bytes = (size_t)device_ulong(dev, CL_DEVICE_GLOBAL_MEM_SIZE, 0);
+    /* The global-memory cache: the L2 on GPUs (a CPU reports one core's). */
+    desc->l2_cache_bytes = (size_t)device_ulong(dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, 0);
     d->max_alloc_bytes = device_ulong(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, desc->global_mem_bytes / 4);
     if (desc->compute_units <= 0) desc->compute_units = 1;
     if (desc->max_work_group_size <= 0) desc->max_work_group_size = 1;

@@ -5,7 +5,7 @@
 # Sets: out (from $OUT, default ./gpu-out; created), t_start.
 # Exports: FLASHATTN_CACHE_DIR (default /tmp/fa-kernel-cache).
 # Functions: stamp, fa_gpu_info, fa_nvidia_opencl, fa_hip_nvidia_args,
-# fa_gpu_build.
+# fa_clblast, fa_gpu_build.
 # shellcheck shell=bash
 
 out=${OUT:-$PWD/gpu-out}
@@ -53,6 +53,16 @@ fa_hip_nvidia_args() {
   else
     hip_args=(-DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF)
   fi
+}
+
+# CLBlast for the OpenCL backend's standard attention: the GPU image has
+# none, so Debian's libclblast1 unpacked into .deps/clblast travels with the
+# tree (`apt-get download libclblast1 && dpkg -x libclblast1_*.deb
+# .deps/clblast`). Returns 1 when it is not there.
+fa_clblast() {
+  local lib=$PWD/.deps/clblast/usr/lib/x86_64-linux-gnu/libclblast.so.1
+  [ -e "$lib" ] || { echo "no CLBlast in .deps/clblast: OpenCL standard attention will not run" >&2; return 1; }
+  export FLASHATTN_CLBLAST_LIBRARY=$lib
 }
 
 # fa_gpu_build DIR TARGETS [CMAKE OPTIONS...]: configures DIR (warnings as

@@ -65,6 +65,28 @@ FA_DEV void red_add2(float *addr, float v0, float v1) {
 }
 #endif
 
+/* acc[kt][j] += A B^T over head_dim for the warp's key strips: A the
+ * key-side tile (K or V, BC rows), B the query-side one (Q or dO, BR
+ * rows). */
+FA_DEV void keys_by_queries(float (&acc)[KT][NQ][4], u32 a_sm, u32 b_sm, int key_base, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        u32 a[KT][AREGS];
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++) load_a<BC>(a_sm, key_base + kt * 16, ks, a[kt], lane);
+#pragma unroll
+        for (int j = 0; j < NQ; j += 2) {
+            u32 b0[BREGS], b1[BREGS];
+            load_b2<BR>(b_sm, j * 8, ks, b0, b1, lane);
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++) {
+                mma16(acc[kt][j], a[kt], b0);
+                mma16(acc[kt][j + 1], a[kt], b1);
+            }
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const fa_params p) {
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr u32 KV_BYTES = BC * HEAD_DIM * ELEM_BYTES, QT_BYTES = BR * HEAD_DIM * ELEM_BYTES;
@@ -162,38 +184,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
                 for (int e = 0; e < 4; e++) sacc[kt][j][e] = pacc[kt][j][e] = 0.0f;
         /* One product after the other: the operand fragments of only one
          * are live at a time (registers are this kernel's limit). */
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            u32 ak[KT][AREGS];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++) load_a<BC>(k_sm, key_base + kt * 16, ks, ak[kt], lane);
-#pragma unroll
-            for (int j = 0; j < NQ; j += 2) {
-                u32 b0[BREGS], b1[BREGS];
-                load_b2<BR>(qb, j * 8, ks, b0, b1, lane);
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    mma16(sacc[kt][j], ak[kt], b0);
-                    mma16(sacc[kt][j + 1], ak[kt], b1);
-                }
-            }
-        }
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            u32 av[KT][AREGS];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++) load_a<BC>(v_sm, key_base + kt * 16, ks, av[kt], lane);
-#pragma unroll
-            for (int j = 0; j < NQ; j += 2) {
-                u32 b0[BREGS], b1[BREGS];
-                load_b2<BR>(ob, j * 8, ks, b0, b1, lane);
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    mma16(pacc[kt][j], av[kt], b0);
-                    mma16(pacc[kt][j + 1], av[kt], b1);
-                }
-            }
-        }
+        keys_by_queries(sacc, k_sm, qb, key_base, lane); /* S^T = K Q^T */
+        keys_by_queries(pacc, v_sm, ob, key_base, lane); /* dP^T = V dO^T */
 
         /* P and dS, element by element. */
         const bool full = tile_full(p, mask, cur_t, tk, q0, k0, BR, BC);

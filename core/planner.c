@@ -154,10 +154,12 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
     case FA_VARIANT_STANDARD:
         return 0;
     case FA_VARIANT_MMA:
+        /* Each tile of n rows takes n + 1 (kernels_cuda/mma.cuh, TILE_BYTES:
+         * the spare row keeps copies free of bank conflicts). */
         /* kernels_cuda/fwd_mma.cu: Q, and K and V per stage. */
-        if (pass == FA_PASS_FORWARD) return e * (r * d + st * 2 * c * d);
+        if (pass == FA_PASS_FORWARD) return e * ((r + 1) * d + st * 2 * (c + 1) * d);
         /* kernels_cuda/bwd_mma.cu: K and V; Q, dO, L and D per stage; dS. */
-        return e * (2 * c * d + st * 2 * r * d + r * c) + 4 * 2 * st * r;
+        return e * (2 * (c + 1) * d + st * 2 * (r + 1) * d + (c + 1) * r) + 4 * 2 * st * r;
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:

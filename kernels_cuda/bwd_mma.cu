@@ -29,7 +29,8 @@
  *
  * Shared memory of fa_bwd_dkdv_mma, exactly fa_plan_local_mem's MMA
  * backward figure: Ks, Vs [BC x HEAD_DIM]; Qs, dOs [STAGES][BR x HEAD_DIM];
- * dSt [BC x BR] (dS transposed, for dQ); Ls, Ds [STAGES][BR] fp32. */
+ * dSt [BC x BR] (dS transposed, for dQ), laid out as mma.cuh says
+ * (TILE_BYTES); Ls, Ds [STAGES][BR] fp32. */
 #include "rowwise.cuh"
 #include "common.cuh"
 #include "mma.cuh"
@@ -89,13 +90,13 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NQ][4], u32 a_sm, u32 b_sm, int key
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const fa_params p) {
     extern __shared__ __align__(128) unsigned char smem[];
-    constexpr u32 KV_BYTES = BC * HEAD_DIM * ELEM_BYTES, QT_BYTES = BR * HEAD_DIM * ELEM_BYTES;
+    constexpr u32 KV_BYTES = TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES), QT_BYTES = TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES);
     const u32 k_sm = smem_u32(smem);
     const u32 v_sm = k_sm + KV_BYTES;
     const u32 q_sm = v_sm + KV_BYTES;
     const u32 do_sm = q_sm + STAGES * QT_BYTES;
     const u32 ds_sm = do_sm + STAGES * QT_BYTES;
-    float *Ls = (float *)(smem + 2 * KV_BYTES + 2 * STAGES * QT_BYTES + BC * BR * ELEM_BYTES);
+    float *Ls = (float *)(smem + 2 * KV_BYTES + 2 * STAGES * QT_BYTES + TILE_BYTES(BC, BR * ELEM_BYTES));
     float *Ds = Ls + STAGES * BR;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -322,6 +323,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 /* ------------------------------------------------------------------------ */
 /* dQ without atomics: one block per (query tile, query head, sequence).      */
 /* Shared memory: Qs, dOs [DQ_BR x HEAD_DIM], Ks, Vs [DQ_BC x HEAD_DIM].      */
+/* (TILE_BYTES each).                                                        */
 
 #define DQ_THREADS (DQ_WARPS * 32)
 #define DQ_MT (DQ_BR / (16 * DQ_WARPS))
@@ -334,7 +336,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 
 extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const fa_params p) {
     extern __shared__ __align__(128) unsigned char smem[];
-    constexpr u32 QT_BYTES = DQ_BR * HEAD_DIM * ELEM_BYTES, KV_BYTES = DQ_BC * HEAD_DIM * ELEM_BYTES;
+    constexpr u32 QT_BYTES = TILE_BYTES(DQ_BR, HEAD_DIM * ELEM_BYTES), KV_BYTES = TILE_BYTES(DQ_BC, HEAD_DIM * ELEM_BYTES);
     const u32 q_sm = smem_u32(smem), do_sm = q_sm + QT_BYTES, k_sm = do_sm + QT_BYTES, v_sm = k_sm + KV_BYTES;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

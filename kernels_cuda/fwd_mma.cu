@@ -12,7 +12,8 @@
  *
  * Shared memory, exactly fa_plan_local_mem's MMA forward figure:
  *   Qs [BR x HEAD_DIM], Ks [STAGES][BC x HEAD_DIM], Vs [STAGES][BC x HEAD_DIM]
- * all chunk-major (mma.cuh); Qs holds O at the end for coalesced stores.
+ * laid out as mma.cuh says (TILE_BYTES); Qs holds O at the end for
+ * coalesced stores.
  *
  * Softmax in base 2: the row maximum m is kept in score units and every
  * probability is one ex2 of fma(s, scale * log2 e, -m * scale * log2 e). */
@@ -33,9 +34,9 @@
 extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_params p) {
     extern __shared__ __align__(128) unsigned char smem[];
     const u32 q_sm = smem_u32(smem);
-    const u32 k_sm = q_sm + BR * HEAD_DIM * ELEM_BYTES;
-    const u32 v_sm = k_sm + STAGES * BC * HEAD_DIM * ELEM_BYTES;
-    constexpr u32 KV_BYTES = BC * HEAD_DIM * ELEM_BYTES;
+    constexpr u32 KV_BYTES = TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES);
+    const u32 k_sm = q_sm + TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES);
+    const u32 v_sm = k_sm + STAGES * KV_BYTES;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;

@@ -1,13 +1,17 @@
 /* Tensor-core building blocks for sm_80 and later: asynchronous copies,
  * ldmatrix, mma.sync, and the fragment loaders of the attention kernels.
  *
- * Shared tiles are "chunk-major": a tile of ROWS rows by HEAD_DIM (or any
- * width) elements is cut into 16-byte chunks, and chunk c of row r lives at
- * byte (c * ROWS + r) * 16. Eight consecutive rows of one chunk column (one
- * ldmatrix block) are then 128 consecutive bytes: every ldmatrix, and every
- * cp.async that fills the tile eight rows at a time, touches all 32 banks
- * once, for any width and without padding (so tiles take exactly the bytes
- * the planner budgets).
+ * Shared tiles are "chunk-major" with one spare row: a tile of ROWS rows by
+ * HEAD_DIM (or any width) elements is cut into 16-byte chunks, and chunk c
+ * of row r lives at byte (c * (ROWS + 1) + r) * 16 (tile_bytes). Eight
+ * consecutive rows of one chunk column (one ldmatrix block) are then 128
+ * consecutive bytes, so every ldmatrix touches all 32 banks once, for any
+ * width. The spare row serves the copies from global memory: eight
+ * consecutive threads read eight consecutive chunks of one row (one 128-byte
+ * line), and the pitch of ROWS + 1 rows puts those chunks in eight
+ * different bank groups. (Without it they share one bank group and every
+ * 16-byte asynchronous copy of a warp takes a shared-memory wavefront of its
+ * own: Nsight Compute counted 8x the ideal on the H200.)
  *
  * Fragments (warp lane = 4 * g + t):
  * - fp16/bf16: mma.m16n8k16. A (16 x 16) in 4 registers, B (16 x 8) in 2,
@@ -98,12 +102,19 @@ FA_DEV void mma16(float c[4], const u32 *a, const u32 *b) {
 #endif
 }
 
-/* Byte address of chunk c of row r in a chunk-major tile of ROWS rows. */
-template <int ROWS> FA_DEV u32 chunk_addr(u32 base, int r, int c) { return base + (u32)((c * ROWS + r) * 16); }
+/* Bytes of a tile of ROWS rows by WIDTH_BYTES bytes (fa_plan_local_mem
+ * counts the same). */
+#define TILE_BYTES(ROWS, WIDTH_BYTES) (((ROWS) + 1) * (WIDTH_BYTES))
 
-/* Word address (4-byte units from base) of fp32 element (r, x) of a
- * chunk-major fp32 tile of ROWS rows. */
-template <int ROWS> FA_DEV int f32_word(int r, int x) { return ((x >> 2) * ROWS + r) * 4 + (x & 3); }
+/* Byte offset of chunk c of row r in a tile of ROWS rows. */
+template <int ROWS> FA_DEV int chunk_off(int r, int c) { return (c * (ROWS + 1) + r) * 16; }
+
+/* Byte address of chunk c of row r in a tile of ROWS rows. */
+template <int ROWS> FA_DEV u32 chunk_addr(u32 base, int r, int c) { return base + (u32)chunk_off<ROWS>(r, c); }
+
+/* Word address (4-byte units from base) of fp32 element (r, x) of an fp32
+ * tile of ROWS rows. */
+template <int ROWS> FA_DEV int f32_word(int r, int x) { return chunk_off<ROWS>(r, x >> 2) / 4 + (x & 3); }
 
 /* A operand: rows r0 .. r0 + 15 of a tile whose rows are the m dimension,
  * k16 step s over its columns. */
@@ -210,41 +221,58 @@ FA_DEV void c_to_a(const float *c0, const float *c1, u32 *a) {
 #endif
 }
 
-/* Fills a chunk-major tile of ROWS rows from global memory rows
- * src + r * stride (elements); rows >= valid are zero-filled. Eight
- * consecutive threads take eight rows of one chunk column, so each 8-thread
- * phase of shared stores covers all banks, and each row is read 64 bytes
- * (4 chunks) at a time by a warp. */
+/* Thread tid's share of a tile's chunks for copies between global memory
+ * and a tile of ROWS rows: consecutive threads take consecutive chunks of a
+ * row, so eight threads cover one 128-byte line of global memory and eight
+ * bank groups of the tile. Where the threads split the rows evenly every
+ * thread keeps one column and steps down the rows. */
+#define TILE_CHUNK_STEP(ROWS, NTHREADS)                                                                     \
+    (NTHREADS % ROW_CHUNKS == 0 && (ROWS) % (NTHREADS / ROW_CHUNKS) == 0 ? NTHREADS / ROW_CHUNKS : 0)
+
+/* Fills a tile of ROWS rows from global memory rows src + r * stride
+ * (elements); rows >= valid are zero-filled. */
 template <int ROWS, int NTHREADS>
 FA_DEV void load_tile_async(u32 dst, const elem_t *src, i64 stride, int valid, int tid) {
-    constexpr int TOTAL = ROWS * ROW_CHUNKS;
+    constexpr int STEP = TILE_CHUNK_STEP(ROWS, NTHREADS);
+    if constexpr (STEP > 0) {
+        /* A loop, not unrolled: unrolled, the compiler computes every
+         * step's address up front, and at the loads in the middle of the
+         * forward's softmax those registers push the tiles into spills. */
+        asm volatile("" : "+r"(tid), "+l"(stride)); /* nor hoisted out of the caller's loop */
+        const int c = tid % ROW_CHUNKS;
+        int r = tid / ROW_CHUNKS;
+        const elem_t *g = src + (i64)r * stride + c * CHUNK_ELEMS;
+        const i64 g_step = (i64)STEP * stride;
+        u32 s = chunk_addr<ROWS>(dst, r, c);
+#pragma unroll 1
+        for (; r < ROWS; r += STEP, g += g_step, s += STEP * 16) {
+            const bool ok = r < valid;
+            cp_async16(s, ok ? g : src, ok ? 16 : 0);
+        }
+    } else {
 #pragma unroll 4
-    for (int e = tid; e < TOTAL; e += NTHREADS) {
-        const int ri = e & 7, rest = e >> 3;
-        const int c = rest % ROW_CHUNKS, r = (rest / ROW_CHUNKS) * 8 + ri;
-        const bool ok = r < valid;
-        const elem_t *g = ok ? src + (i64)r * stride + c * CHUNK_ELEMS : src;
-        cp_async16(chunk_addr<ROWS>(dst, r, c), g, ok ? 16 : 0);
+        for (int e = tid; e < ROWS * ROW_CHUNKS; e += NTHREADS) {
+            const int r = e / ROW_CHUNKS, c = e % ROW_CHUNKS;
+            const bool ok = r < valid;
+            cp_async16(chunk_addr<ROWS>(dst, r, c), ok ? src + (i64)r * stride + c * CHUNK_ELEMS : src, ok ? 16 : 0);
+        }
     }
 }
 
-/* Writes the first `valid` rows of a chunk-major tile to global memory,
- * 16 bytes per thread and access. */
+/* Writes the first `valid` rows of a tile to global memory, 16 bytes per
+ * thread and access, chunks shared out as load_tile_async does. */
 template <int ROWS, int NTHREADS>
 FA_DEV void store_tile(elem_t *dst, i64 stride, const unsigned char *tile, int valid, int tid) {
-    constexpr int TOTAL = ROWS * ROW_CHUNKS;
 #pragma unroll 4
-    for (int e = tid; e < TOTAL; e += NTHREADS) {
-        const int ri = e & 7, rest = e >> 3;
-        const int c = rest % ROW_CHUNKS, r = (rest / ROW_CHUNKS) * 8 + ri;
+    for (int e = tid; e < ROWS * ROW_CHUNKS; e += NTHREADS) {
+        const int r = e / ROW_CHUNKS, c = e % ROW_CHUNKS;
         if (r < valid)
-            *(uint4 *)(dst + (i64)r * stride + c * CHUNK_ELEMS) = *(const uint4 *)(tile + (c * ROWS + r) * 16);
+            *(uint4 *)(dst + (i64)r * stride + c * CHUNK_ELEMS) = *(const uint4 *)(tile + chunk_off<ROWS>(r, c));
     }
 }
 
 /* Stores the C fragment values (row g / g + 8 of an m-tile at r0, n-tile
- * columns 8 j + 2 t, + 1) into a chunk-major tile of the storage type,
- * rounded once. */
+ * columns 8 j + 2 t, + 1) into a tile of the storage type, rounded once. */
 template <int ROWS> FA_DEV void store_c(unsigned char *tile, int r0, int j, const float *c, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -252,7 +280,7 @@ template <int ROWS> FA_DEV void store_c(unsigned char *tile, int r0, int j, cons
         const int r = r0 + g + 8 * hf, x = 8 * j + 2 * t;
 #if ELEM_BYTES == 2
         (void)x;
-        *(u32 *)(tile + (j * ROWS + r) * 16 + t * 4) = pack2(c[2 * hf], c[2 * hf + 1]);
+        *(u32 *)(tile + chunk_off<ROWS>(r, j) + t * 4) = pack2(c[2 * hf], c[2 * hf + 1]);
 #else
         *(float2 *)(tile + 4 * f32_word<ROWS>(r, x)) = make_float2(c[2 * hf], c[2 * hf + 1]);
 #endif

@@ -117,9 +117,11 @@ static fa_status append_define(cu_program_spec *s, const char *fmt, int a, int b
     return FA_SUCCESS;
 }
 
+/* kernels_cuda/bwd_mma.cu fa_bwd_dq_mma: Q and dO, K and V tiles of one
+ * spare row each (mma.cuh TILE_BYTES). */
 static size_t dq_mma_smem(const fa_attention_desc *d) {
     size_t e = d->q.dtype == FA_DTYPE_F32 ? 4 : 2;
-    return e * (size_t)d->head_dim * (size_t)(2 * CU_DQ_BR + 2 * dq_bc(d));
+    return e * (size_t)d->head_dim * (size_t)(2 * (CU_DQ_BR + 1) + 2 * (dq_bc(d) + 1));
 }
 
 /* Shapes the kernels can run, with a message naming what is wrong. */

@@ -10,14 +10,17 @@
 #     streaming backward (dQ in a kernel of its own instead of atomics).
 # Each shape is first checked against the fp64 CPU reference on a small
 # problem, then timed (median of repeats after a warm-up, device events)
-# beside the IO model's predicted roofline. PyTorch's SDPA backends run on
-# the same shapes in the same run where PyTorch is installed.
+# beside the IO model's predicted roofline and the registers and spills
+# NVIDIA's compiler reports for its kernels; the planner's shapes once more
+# with registers capped at 128 (two work-groups per multiprocessor).
+# PyTorch's SDPA memory-efficient backend runs on the same shapes in the
+# same run where PyTorch is installed.
 #
 # Usage: bench/opencl_tiles.sh [SEQLEN] (default 4096). Environment: OUT
 # (output folder, default ./gpu-out), REPEATS (default 10), DIMS (default
 # "64 128"), TOKENS (batch x seqlen, default 16384). Writes
-# $OUT/opencl-tiles.txt (the table), $OUT/opencl-tiles.jsonl and
-# $OUT/opencl-tiles-peer.log.
+# $OUT/opencl-tiles.txt (the table), $OUT/opencl-tiles.jsonl,
+# $OUT/opencl-tiles-regs128.txt/.jsonl and $OUT/opencl-tiles-peer.log.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh
@@ -41,7 +44,9 @@ cat > "$src" <<'EOF'
 #include "plan.h"
 #include "planner.h"
 #include "reference.h"
+#include "kernel_sources.h"
 #include "backends/opencl/cl_backend.h"
+#include "backends/opencl/cl_runtime_internal.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -182,6 +187,80 @@ out:
     return err;
 }
 
+/* NVIDIA's compiler report (-cl-nv-verbose) for a shape's kernels, built
+ * as cl_attention.c builds them: registers, spills, stack per kernel. */
+static void compiler_report(fa_context ctx, const fa_attention_desc *d, const shape *s, char *out, size_t size) {
+    out[0] = '\0';
+    fa_cl_context *cl = ctx->impl;
+    const char *paths[2] = {"kernels_cl/common.h", s->pass == FA_PASS_FORWARD ? "kernels_cl/fwd.cl" : "kernels_cl/bwd.cl"};
+    const int stream = s->variant == FA_VARIANT_SIMT_STREAM;
+    char options[512];
+    snprintf(options, sizeof options, "-DBR=%d -DBC=%d -DTR=%d -DTC=%d -DHEAD_DIM=%d -DDTYPE_F32%s%s -cl-nv-verbose",
+             s->br, s->bc, s->tr, s->tc, d->head_dim, stream ? " -DFA_GPU -DFA_STREAM" : "",
+             stream && s->pass == FA_PASS_BACKWARD && !s->deterministic ? " -DDQ_ATOMIC -DFA_NV_PTX" : "");
+    const char *env = getenv("FLASHATTN_OPENCL_OPTIONS");
+    if (env && env[0]) {
+        strncat(options, " ", sizeof options - strlen(options) - 1);
+        strncat(options, env, sizeof options - strlen(options) - 1);
+    }
+    const int wg = (s->br / s->tr) * (s->bc / s->tc);
+    if (wg > 256) {
+        char regs[48];
+        snprintf(regs, sizeof regs, " -cl-nv-maxrregcount=%d", 65536 / wg / 8 * 8);
+        strncat(options, regs, sizeof options - strlen(options) - 1);
+    }
+    size_t total = 0;
+    const fa_kernel_source *src[2];
+    for (int i = 0; i < 2; i++) {
+        src[i] = fa_kernel_source_find(paths[i]);
+        if (!src[i]) return;
+        total += src[i]->size + 1;
+    }
+    char *text = malloc(total + 1);
+    if (!text) return;
+    size_t at = 0;
+    for (int i = 0; i < 2; i++) {
+        memcpy(text + at, src[i]->text, src[i]->size);
+        at += src[i]->size;
+        text[at++] = '\n';
+    }
+    cl_program program = NULL;
+    if (fa_cl_build_text(cl, text, at, options, 0, &program, NULL) == FA_SUCCESS) {
+        size_t n = 0;
+        fa_cl.clGetProgramBuildInfo(program, cl->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+        char *log = malloc(n + 1);
+        if (log && fa_cl.clGetProgramBuildInfo(program, cl->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) == CL_SUCCESS) {
+            log[n] = '\0';
+            /* "Compiling entry function 'fa_x'", then its stack/spill and
+             * register lines: one "name regs/spill" entry per kernel. */
+            const char *name = NULL;
+            for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+                char *q;
+                int regs = 0, spill = 0;
+                if ((q = strstr(line, "entry function '"))) name = q + 16;
+                if ((q = strstr(line, "bytes spill stores")) != NULL) {
+                    while (q > line && q[-1] == ' ') q--;
+                    while (q > line && q[-1] >= '0' && q[-1] <= '9') q--;
+                    spill = atoi(q);
+                    if (spill) {
+                        size_t len = strlen(out);
+                        snprintf(out + len, size - len, " spill %d B", spill);
+                    }
+                }
+                if ((q = strstr(line, "Used ")) && sscanf(q, "Used %d registers", &regs) == 1 && name) {
+                    const char *end = strchr(name, '\'');
+                    size_t len = strlen(out);
+                    snprintf(out + len, size - len, "%s%.*s %d", len ? ", " : "", (int)(end ? end - name : 8), name,
+                             regs);
+                }
+            }
+        }
+        free(log);
+        fa_cl.clReleaseProgram(program);
+    }
+    free(text);
+}
+
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -202,6 +281,7 @@ int main(int argc, char **argv) {
     fa_context_get_info(ctx, &info);
     printf("device: %s (driver %s), %zu bytes of local memory, work-groups <= %d\n", info.desc.name,
            info.driver_version, info.desc.local_mem_bytes, info.desc.max_work_group_size);
+    const int nvidia = strstr(info.desc.vendor, "NVIDIA") != NULL;
     for (int ai = 5; ai < argc; ai++) {
         const int dim = atoi(argv[ai]);
         fa_attention_desc d;
@@ -221,6 +301,8 @@ int main(int argc, char **argv) {
         }
         shape shapes[40];
         int count = 0;
+        /* FA_TILES_PLANNER_ONLY: the planner's shapes (and the SIMT plan) only. */
+        const int planner_only = getenv("FA_TILES_PLANNER_ONLY") != NULL;
         for (int pass = 0; pass < 2; pass++) {
             const fa_kernel_plan *a = pass ? &mine.backward : &mine.forward, *b = pass ? &simt.backward : &simt.forward;
             shapes[count++] = (shape){(fa_pass)pass, a->variant, a->br, a->bc, a->thread_rows, a->thread_cols, 0, "planner"};
@@ -233,10 +315,10 @@ int main(int argc, char **argv) {
                                            {128, 32, 4, 4}, {64, 64, 4, 4}, {64, 64, 8, 4}, {64, 64, 4, 8}};
         static const int bwd_tiles[][4] = {{64, 64, 4, 4}, {128, 64, 8, 4}, {128, 64, 4, 4}, {32, 128, 4, 4},
                                            {64, 128, 4, 4}, {64, 64, 8, 4}, {64, 64, 4, 8}, {32, 64, 4, 4}};
-        for (size_t i = 0; i < sizeof fwd_tiles / sizeof fwd_tiles[0]; i++)
+        for (size_t i = 0; i < sizeof fwd_tiles / sizeof fwd_tiles[0] && !planner_only; i++)
             shapes[count++] = (shape){FA_PASS_FORWARD, FA_VARIANT_SIMT_STREAM, fwd_tiles[i][0], fwd_tiles[i][1],
                                       fwd_tiles[i][2], fwd_tiles[i][3], 0, "stream"};
-        for (size_t i = 0; i < sizeof bwd_tiles / sizeof bwd_tiles[0]; i++)
+        for (size_t i = 0; i < sizeof bwd_tiles / sizeof bwd_tiles[0] && !planner_only; i++)
             shapes[count++] = (shape){FA_PASS_BACKWARD, FA_VARIANT_SIMT_STREAM, bwd_tiles[i][0], bwd_tiles[i][1],
                                       bwd_tiles[i][2], bwd_tiles[i][3], 0, "stream"};
 
@@ -248,7 +330,7 @@ int main(int argc, char **argv) {
         }
         printf("\nbatch %d, seqlen %d, heads %d, head_dim %d, fp32\n", d.batch, n, d.heads_q, dim);
         printf("%-4s %-7s %-9s %-6s %5s %9s %9s %9s %9s  %s\n", "pass", "variant", "tile", "micro", "wg", "ms",
-               "TFLOP/s", "model ms", "error", "");
+               "TFLOP/s", "model ms", "error", "(kernel registers, from NVIDIA's compiler)");
         for (int i = 0; i < count; i++) {
             const shape *s = &shapes[i];
             int dup = 0;
@@ -294,8 +376,11 @@ int main(int argc, char **argv) {
             }
             const char *why = isnan(ms) ? fa_last_error() : "";
             const double tflops = fa_attention_flops(&dd, s->pass) / ms * 1e-9;
-            printf("%-4s %-7s %-9s %-6s %5d %9.3f %9.2f %9.3f %9.2e  %s%s%s\n", pass, vname(s->variant), tile, micro,
-                   wg, ms, tflops, model.roofline_ms, err, s->what, why[0] ? ": " : "", why);
+            char regs[256] = "";
+            if (nvidia) compiler_report(ctx, &dd, s, regs, sizeof regs);
+            printf("%-4s %-7s %-9s %-6s %5d %9.3f %9.2f %9.3f %9.2e  %s%s%s%s%s%s\n", pass, vname(s->variant), tile,
+                   micro, wg, ms, tflops, model.roofline_ms, err, s->what, why[0] ? ": " : "", why, regs[0] ? " (" : "",
+                   regs, regs[0] ? ")" : "");
             fflush(stdout);
             if (jf)
                 fprintf(jf,
@@ -321,6 +406,15 @@ rm -f "$out/opencl-tiles.jsonl"
 stamp "timing"
 # shellcheck disable=SC2086  # dims is a list
 "$out/fa-tiles" "$seqlen" "$repeats" "$out/opencl-tiles.jsonl" "$tokens" $dims | tee "$out/opencl-tiles.txt"
+
+# The planner's shapes again with registers capped at 128 a work-item: two
+# 256-item work-groups per multiprocessor instead of one, at the price of
+# the spills the compiler reports (FLASHATTN_OPENCL_OPTIONS: cl_attention.c).
+stamp "timing the planner's shapes with -cl-nv-maxrregcount=128"
+# shellcheck disable=SC2086
+FA_TILES_PLANNER_ONLY=1 FLASHATTN_OPENCL_OPTIONS="-cl-nv-maxrregcount=128" \
+  "$out/fa-tiles" "$seqlen" "$repeats" "$out/opencl-tiles-regs128.jsonl" "$tokens" $dims \
+  | tee "$out/opencl-tiles-regs128.txt"
 
 if python3 -c "import torch" > /dev/null 2>&1; then
   stamp "PyTorch SDPA on the same shapes"

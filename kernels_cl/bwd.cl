@@ -655,6 +655,72 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
         }                                                                                  \
     } while (0)
 
+/* The loads that follow each chunk in fa_bwd_dkdv (FA_LOADS_*: common.h):
+ * after chunk kc_ of S and dP, the next chunk or the first rows of dO;
+ * after rows c_ of dO, the next ones or the first rows of Q; after rows c_
+ * of Q, the next ones, then the first rows of K (with DQ_ATOMIC) or the
+ * next query tile's first chunk; after rows c_ of K, the next ones or the
+ * next query tile's first chunk. */
+#define KV_NEXT_TILE()                                                                     \
+    do {                                                                                   \
+        if (vis_next < total)                                                              \
+            BWD_FETCH_A(fa_row_index(lq, b, seq.start_q, q_next, h_next),                  \
+                        fa_row_index(lo, b, seq.start_q, q_next, h_next), seq.len_q - q_next, kt_base, \
+                        vt_base, valid_k, 0);                                              \
+    } while (0)
+#define KV_NEXT_A(kc_)                                                                     \
+    do {                                                                                   \
+        if ((kc_) + 1 < NKC)                                                               \
+            BWD_FETCH_A(q_base, o_base, valid_q, kt_base, vt_base, valid_k, ((kc_) + 1) * DC); \
+        else                                                                               \
+            BWD_FETCH_ROWS(dout, o_base, o_ss, RQ, valid_q);                               \
+    } while (0)
+#define KV_NEXT_DV(c_)                                                                     \
+    do {                                                                                   \
+        if ((c_) + 1 < NRQ)                                                                \
+            BWD_FETCH_ROWS(dout, o_base + (long)((c_) + 1) * RQ * o_ss, o_ss, RQ, valid_q - ((c_) + 1) * RQ); \
+        else                                                                               \
+            BWD_FETCH_ROWS(q, q_base, q_ss, RQ, valid_q);                                  \
+    } while (0)
+#ifdef DQ_ATOMIC
+#define KV_AFTER_DK() BWD_FETCH_ROWS(k, kt_base, k_ss, RK, valid_k)
+#else
+#define KV_AFTER_DK() KV_NEXT_TILE()
+#endif
+#define KV_NEXT_DK(c_)                                                                     \
+    do {                                                                                   \
+        if ((c_) + 1 < NRQ)                                                                \
+            BWD_FETCH_ROWS(q, q_base + (long)((c_) + 1) * RQ * q_ss, q_ss, RQ, valid_q - ((c_) + 1) * RQ); \
+        else                                                                               \
+            KV_AFTER_DK();                                                                 \
+    } while (0)
+#define KV_NEXT_DQ(c_)                                                                     \
+    do {                                                                                   \
+        if ((c_) + 1 < NRK)                                                                \
+            BWD_FETCH_ROWS(k, kt_base + (long)((c_) + 1) * RK * k_ss, k_ss, RK, valid_k - ((c_) + 1) * RK); \
+        else                                                                               \
+            KV_NEXT_TILE();                                                                \
+    } while (0)
+
+/* The same in fa_bwd_dq: after chunk kc_ of S and dP, the next chunk or the
+ * first rows of K; after rows c_ of K, the next ones or the next key tile's
+ * first chunk. */
+#define Q_NEXT_A(kc_)                                                                      \
+    do {                                                                                   \
+        if ((kc_) + 1 < NKC)                                                               \
+            BWD_FETCH_A(q_base, o_base, valid_q, kt_base, vt_base, valid_k, ((kc_) + 1) * DC); \
+        else                                                                               \
+            BWD_FETCH_ROWS(k, kt_base, k_ss, RK, valid_k);                                 \
+    } while (0)
+#define Q_NEXT_K(c_)                                                                       \
+    do {                                                                                   \
+        if ((c_) + 1 < NRK)                                                                \
+            BWD_FETCH_ROWS(k, kt_base + (long)((c_) + 1) * RK * k_ss, k_ss, RK, valid_k - ((c_) + 1) * RK); \
+        else if (t_next < t_end)                                                           \
+            BWD_FETCH_A(q_base, o_base, valid_q, k_base + (long)t_next * BC * k_ss,        \
+                        v_base + (long)t_next * BC * v_ss, seq.len_k - t_next * BC, 0);    \
+    } while (0)
+
 /* The query tiles of a key tile, in the order fa_bwd_dkdv visits them:
  * visit v is query head hk * group + v / n of the group and query tile
  * t_begin + (v % n + rot) % n. With DQ_ATOMIC the work-groups of one head
@@ -728,19 +794,16 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
         const int h_next = hk * group + (vis_next < total ? vis_next / n_t : 0);
         const int q_next = vis_next < total ? (t_begin + (vis_next % n_t + rot) % n_t) * BR : 0;
 
-        /* S and dP, DC dimensions at a time; the last chunk's loads fetch
-         * the first rows of dO. */
+        /* S and dP, DC dimensions at a time. */
         BWD_LOAD_LD(q0, h);
         float s[TR][TC], dp[TR][TC];
         FA_UNROLL for (int i = 0; i < TR; i++)
             FA_UNROLL for (int j = 0; j < TC; j++) s[i][j] = dp[i][j] = 0.0f;
         for (int kc = 0; kc < NKC; kc++) {
             BWD_PUT_A();
-            if (kc + 1 < NKC)
-                BWD_FETCH_A(q_base, o_base, valid_q, kt_base, vt_base, valid_k, (kc + 1) * DC);
-            else
-                BWD_FETCH_ROWS(dout, o_base, o_ss, RQ, valid_q);
+            FA_LOADS_BEFORE(KV_NEXT_A(kc));
             barrier(CLK_LOCAL_MEM_FENCE);
+            FA_LOADS_AFTER(KV_NEXT_A(kc));
             BWD_PRODUCTS();
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -750,11 +813,9 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
         FA_UNROLL for (int i = 0; i < TR; i++) FA_VSTORE_TC(s[i], Ts + (tr * TR + i) * BC + tc * TC);
         for (int c = 0; c < NRQ; c++) {
             BWD_PUT_ROWS(RQ);
-            if (c + 1 < NRQ)
-                BWD_FETCH_ROWS(dout, o_base + (long)(c + 1) * RQ * o_ss, o_ss, RQ, valid_q - (c + 1) * RQ);
-            else
-                BWD_FETCH_ROWS(q, q_base, q_ss, RQ, valid_q);
+            FA_LOADS_BEFORE(KV_NEXT_DV(c));
             barrier(CLK_LOCAL_MEM_FENCE);
+            FA_LOADS_AFTER(KV_NEXT_DV(c));
             BWD_KEY_STEP(acc_v, c * RQ);
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -763,18 +824,9 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
         FA_UNROLL for (int i = 0; i < TR; i++) FA_VSTORE_TC(dp[i], Ts + (tr * TR + i) * BC + tc * TC);
         for (int c = 0; c < NRQ; c++) {
             BWD_PUT_ROWS(RQ);
-            if (c + 1 < NRQ)
-                BWD_FETCH_ROWS(q, q_base + (long)(c + 1) * RQ * q_ss, q_ss, RQ, valid_q - (c + 1) * RQ);
-#ifdef DQ_ATOMIC
-            else
-                BWD_FETCH_ROWS(k, kt_base, k_ss, RK, valid_k);
-#else
-            else if (vis_next < total)
-                BWD_FETCH_A(fa_row_index(lq, b, seq.start_q, q_next, h_next),
-                            fa_row_index(lo, b, seq.start_q, q_next, h_next), seq.len_q - q_next, kt_base,
-                            vt_base, valid_k, 0);
-#endif
+            FA_LOADS_BEFORE(KV_NEXT_DK(c));
             barrier(CLK_LOCAL_MEM_FENCE);
+            FA_LOADS_AFTER(KV_NEXT_DK(c));
             BWD_KEY_STEP(acc_k, c * RQ);
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -787,13 +839,9 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
             FA_UNROLL for (int x = 0; x < QGS * QG; x++) dq[i][x] = 0.0f;
         for (int c = 0; c < NRK; c++) {
             BWD_PUT_ROWS(RK);
-            if (c + 1 < NRK)
-                BWD_FETCH_ROWS(k, kt_base + (long)(c + 1) * RK * k_ss, k_ss, RK, valid_k - (c + 1) * RK);
-            else if (vis_next < total)
-                BWD_FETCH_A(fa_row_index(lq, b, seq.start_q, q_next, h_next),
-                            fa_row_index(lo, b, seq.start_q, q_next, h_next), seq.len_q - q_next, kt_base,
-                            vt_base, valid_k, 0);
+            FA_LOADS_BEFORE(KV_NEXT_DQ(c));
             barrier(CLK_LOCAL_MEM_FENCE);
+            FA_LOADS_AFTER(KV_NEXT_DQ(c));
             BWD_DQ_STEP(dq, c * RK);
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -901,11 +949,9 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
             FA_UNROLL for (int j = 0; j < TC; j++) s[i][j] = dp[i][j] = 0.0f;
         for (int kc = 0; kc < NKC; kc++) {
             BWD_PUT_A();
-            if (kc + 1 < NKC)
-                BWD_FETCH_A(q_base, o_base, valid_q, kt_base, vt_base, valid_k, (kc + 1) * DC);
-            else
-                BWD_FETCH_ROWS(k, kt_base, k_ss, RK, valid_k);
+            FA_LOADS_BEFORE(Q_NEXT_A(kc));
             barrier(CLK_LOCAL_MEM_FENCE);
+            FA_LOADS_AFTER(Q_NEXT_A(kc));
             BWD_PRODUCTS();
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -915,12 +961,9 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
         FA_UNROLL for (int i = 0; i < TR; i++) FA_VSTORE_TC(dp[i], Ts + (tr * TR + i) * BC + tc * TC);
         for (int c = 0; c < NRK; c++) {
             BWD_PUT_ROWS(RK);
-            if (c + 1 < NRK)
-                BWD_FETCH_ROWS(k, kt_base + (long)(c + 1) * RK * k_ss, k_ss, RK, valid_k - (c + 1) * RK);
-            else if (t_next < t_end)
-                BWD_FETCH_A(q_base, o_base, valid_q, k_base + (long)t_next * BC * k_ss,
-                            v_base + (long)t_next * BC * v_ss, seq.len_k - t_next * BC, 0);
+            FA_LOADS_BEFORE(Q_NEXT_K(c));
             barrier(CLK_LOCAL_MEM_FENCE);
+            FA_LOADS_AFTER(Q_NEXT_K(c));
             BWD_DQ_STEP(acc, c * RK);
             barrier(CLK_LOCAL_MEM_FENCE);
         }

@@ -33,24 +33,39 @@
 /* ------------------------------------------------------------------------ */
 /* Storage dtypes. Every load widens to fp32; every store rounds to nearest */
 /* even. Chunks of 8 elements are one 16- or 32-byte access (offsets and    */
-/* strides are multiples of 16 bytes and HEAD_DIM of 8).                    */
+/* strides are multiples of 16 bytes and HEAD_DIM of 8), read as aligned    */
+/* 16-byte vectors: vloadn may assume no more than the element's alignment, */
+/* and a compiler then splits it into element loads.                        */
 /* ------------------------------------------------------------------------ */
 
 #if defined(DTYPE_F32)
 typedef float store_t;
-#define LOAD8(p, i) vload8(0, (p) + (i))
+
+FA_FN float8 f32_load8(__global const float *p) {
+    const float4 a = *(__global const float4 *)p, b = *(__global const float4 *)(p + 4);
+    return (float8)(a, b);
+}
+
+#define LOAD8(p, i) f32_load8((p) + (i))
 #define STORE1(p, i, val) ((p)[i] = (val))
 #elif defined(DTYPE_F16)
 /* half is only used as a pointer type: vload_half/vstore_half need no
  * cl_khr_fp16. */
 typedef half store_t;
-#define LOAD8(p, i) vload_half8(0, (p) + (i))
+
+FA_FN float8 f16_load8(__global const half *p) {
+    ushort bits[8];
+    vstore8(as_ushort8(*(__global const uint4 *)p), 0, bits);
+    return vload_half8(0, (const half *)bits);
+}
+
+#define LOAD8(p, i) f16_load8((p) + (i))
 #define STORE1(p, i, val) vstore_half_rte((val), 0, (p) + (i))
 #elif defined(DTYPE_BF16)
 typedef ushort store_t;
 
 FA_FN float8 bf16_load8(__global const ushort *p) {
-    return as_float8(convert_uint8(vload8(0, p)) << (uint8)16);
+    return as_float8(convert_uint8(as_ushort8(*(__global const uint4 *)p)) << (uint8)16);
 }
 
 /* Round to nearest even on the bits; a NaN stays a (quiet) NaN instead of
@@ -134,14 +149,26 @@ FA_FN ushort bf16_round(float f) {
 /* ------------------------------------------------------------------------ */
 
 #ifdef FA_STREAM
-/* Loops whose counter indexes a private array are unrolled whole on GPUs
- * (the host sets FA_UNROLL_PRIVATE): an array indexed at run time lives in
- * slow private memory there, not in registers. A CPU compiler gains only
- * compile time from it. */
-#ifdef FA_UNROLL_PRIVATE
+/* FA_GPU (set by the host for GPUs) changes two things that do not change
+ * what is computed:
+ * - loops whose counter indexes a private array are unrolled whole: an
+ *   array indexed at run time lives in slow private memory on a GPU, not in
+ *   registers (a CPU compiler gains only compile time from it);
+ * - the global loads of the next chunk are issued after the barrier that
+ *   publishes the current chunk (FA_LOADS_AFTER), so that they complete
+ *   while it is computed rather than before a barrier that may wait for
+ *   them. PoCL, which runs the work-items of a group as loops between
+ *   barriers, computed wrong results with the loads there (a stage written
+ *   after one barrier and stored to local memory after the next), so CPUs
+ *   issue them before the barrier (FA_LOADS_BEFORE). */
+#ifdef FA_GPU
 #define FA_UNROLL _Pragma("unroll")
+#define FA_LOADS_BEFORE(stmt) ((void)0)
+#define FA_LOADS_AFTER(stmt) stmt
 #else
 #define FA_UNROLL
+#define FA_LOADS_BEFORE(stmt) stmt
+#define FA_LOADS_AFTER(stmt) ((void)0)
 #endif
 #define FA_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define FA_POW2(n) (((n) & ((n) - 1)) == 0)

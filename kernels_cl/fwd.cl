@@ -309,6 +309,24 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
         FA_UNROLL for (int s_ = 0; s_ < VN; s_++) fa_stream_store_rows(Vr, KV, lid, s_, st[s_]); \
     } while (0)
 
+/* The loads after chunk kc_ of Q K^T (the next chunk, or the first rows of
+ * V) and after chunk vc_ of P V (the next rows of V, or the next key tile's
+ * first chunk of Q K^T). */
+#define FWD_NEXT_QK(kc_)                                                                   \
+    do {                                                                                   \
+        if ((kc_) + 1 < NKC)                                                               \
+            FWD_FETCH_QK(k0, ((kc_) + 1) * DC);                                            \
+        else                                                                               \
+            FWD_FETCH_V(k0);                                                               \
+    } while (0)
+#define FWD_NEXT_V(vc_)                                                                    \
+    do {                                                                                   \
+        if ((vc_) + 1 < NVC)                                                               \
+            FWD_FETCH_V(k0 + ((vc_) + 1) * KV);                                            \
+        else if (t_next < t_end)                                                           \
+            FWD_FETCH_QK(t_next * BC, 0);                                                  \
+    } while (0)
+
 /* O += P V over the KV keys of chunk vc_ (rows of V in Vr); the row sums l
  * take the probabilities before dropout (the sign only marks dropped
  * ones). */
@@ -416,18 +434,16 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
         const int t_next = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end);
         const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0);
 
-        /* S = Q K^T, DC dimensions at a time; the last chunk's loads fetch
-         * the first rows of V. */
+        /* S = Q K^T, DC dimensions at a time; the loads of the last chunk's
+         * successor are the first rows of V (FA_LOADS_*: common.h). */
         float s[TR][TC];
         FA_UNROLL for (int i = 0; i < TR; i++)
             FA_UNROLL for (int j = 0; j < TC; j++) s[i][j] = 0.0f;
         for (int kc = 0; kc < NKC; kc++) {
             FWD_PUT_QK();
-            if (kc + 1 < NKC)
-                FWD_FETCH_QK(k0, (kc + 1) * DC);
-            else
-                FWD_FETCH_V(k0);
+            FA_LOADS_BEFORE(FWD_NEXT_QK(kc));
             barrier(CLK_LOCAL_MEM_FENCE);
+            FA_LOADS_AFTER(FWD_NEXT_QK(kc));
             for (int x = 0; x < DC; x++) {
                 float a[TR], bk[TC];
                 FA_VLOAD_TR(a, Qc + x * BR + tr * TR);
@@ -486,11 +502,9 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
         }
         for (int vc = 0; vc < NVC; vc++) {
             FWD_PUT_V();
-            if (vc + 1 < NVC)
-                FWD_FETCH_V(k0 + (vc + 1) * KV);
-            else if (t_next < t_end)
-                FWD_FETCH_QK(t_next * BC, 0);
+            FA_LOADS_BEFORE(FWD_NEXT_V(vc));
             barrier(CLK_LOCAL_MEM_FENCE);
+            FA_LOADS_AFTER(FWD_NEXT_V(vc));
             FWD_PV(vc);
             barrier(CLK_LOCAL_MEM_FENCE);
         }

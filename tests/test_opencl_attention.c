@@ -6,10 +6,18 @@
 #include "harness.h"
 
 #include "planner.h"
+#include "reference.h"
+#include "test_util.h"
 
-/* The kernels forced tiles run in: SIMT, or the streaming ones. Key splits
- * always run SPLITK (SIMT). */
-static fa_variant g_forced = FA_VARIANT_SIMT;
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Forced tiles run in the streaming kernels (g_stream), or in the kernels
+ * an OpenCL plan with those tiles uses (stream_tiles); key splits always
+ * run SPLITK. */
+static int g_stream;
 
 #ifdef FA_WITH_OPENCL
 #include "backends/opencl/cl_attention.h"
@@ -20,6 +28,20 @@ static size_t planned_local(const fa_kernel_plan *kp, fa_pass pass, const fa_att
     return fa_plan_local_mem(v, pass, desc, kp->br, kp->bc, 1);
 }
 
+/* Tiles whose SIMT kernels would need more local memory than an OpenCL GPU
+ * offers (64 KiB: NVIDIA's OpenCL gives 48, AMD and Intel 64) can only be a
+ * streaming plan there (the described nvidia-opencl's at head_dim 128, for
+ * one), so they run in the streaming kernels, where their dK/dV
+ * accumulators fit. */
+#define OPENCL_GPU_LOCAL (64 * 1024)
+static int stream_tiles(const suite_tiles *t, fa_pass pass, const fa_attention_desc *desc) {
+    if (g_stream) return 1;
+    if (t->br % t->tr || t->bc % t->tc) return 0;
+    if (fa_plan_local_mem(FA_VARIANT_SIMT, pass, desc, t->br, t->bc, 1) <= OPENCL_GPU_LOCAL) return 0;
+    const int ntr = t->br / t->tr;
+    return pass == FA_PASS_FORWARD || 2 * t->tc * ((desc->head_dim + ntr - 1) / ntr) <= 64;
+}
+
 static void apply_tiles(fa_kernel_plan *kp, const suite_tiles *t, fa_pass pass, const fa_attention_desc *desc) {
     kp->br = t->br;
     kp->bc = t->bc;
@@ -27,7 +49,9 @@ static void apply_tiles(fa_kernel_plan *kp, const suite_tiles *t, fa_pass pass, 
     kp->thread_cols = t->tc;
     kp->work_group_size = (t->br / t->tr) * (t->bc / t->tc);
     kp->split_k = t->split > 1 ? t->split : 1;
-    kp->variant = t->split > 1 ? FA_VARIANT_SPLITK : g_forced;
+    kp->variant = t->split > 1                      ? FA_VARIANT_SPLITK
+                  : stream_tiles(t, pass, desc) ? FA_VARIANT_SIMT_STREAM
+                                                    : FA_VARIANT_SIMT;
     kp->stages = 1;
     kp->local_mem_bytes = planned_local(kp, pass, desc);
 }
@@ -72,52 +96,120 @@ static const suite_backend opencl = {FA_BACKEND_OPENCL, "OpenCL", 0, NULL, NULL}
 #define STREAM_CASE(name)                                                                  \
     do {                                                                                   \
         suite_use_backend(&opencl);                                                        \
-        g_forced = FA_VARIANT_SIMT_STREAM;                                                 \
+        g_stream = 1;                                                                      \
         suite_##name();                                                                    \
-        g_forced = FA_VARIANT_SIMT;                                                        \
+        g_stream = 0;                                                                      \
     } while (0)
 
 #ifdef FA_WITH_OPENCL
-/* The planner's view of this device made NVIDIA's OpenCL's (the described
- * nvidia-opencl: 48 KiB of local memory, work-groups of up to 1024, SIMD
- * width 32) with this device's compute units, so that the suite's cases
- * run the tiles and kernels the planner picks for the GPU (on PoCL's two
- * compute units, the large tiles of long sequences). 0, with the reason in
- * why, where this device cannot hold them. */
-static int as_nvidia_opencl(char *why, size_t size) {
-    fa_context ctx = suite_context();
-    const fa_described_device *nv = fa_described_device_find("nvidia-opencl");
-    if (!ctx || !nv) {
-        snprintf(why, size, "no OpenCL device");
-        return 0;
-    }
-    fa_device_desc *dev = &ctx->info.desc;
-    if (dev->local_mem_bytes < nv->desc.local_mem_bytes || dev->max_work_group_size < nv->desc.max_work_group_size) {
-        snprintf(why, size, "this device (%zu bytes of local memory, work-groups <= %d) cannot run NVIDIA's tiles",
-                 dev->local_mem_bytes, dev->max_work_group_size);
-        return 0;
-    }
-    dev->local_mem_bytes = nv->desc.local_mem_bytes;
-    dev->max_work_group_size = nv->desc.max_work_group_size;
-    dev->simd_width = nv->desc.simd_width;
-    return 1;
-}
-#else
-static int as_nvidia_opencl(char *why, size_t size) {
-    snprintf(why, size, "the OpenCL backend is not built into this library");
-    return 0;
-}
-#endif
+/* The streaming kernels on every option, whatever the planner would pick
+ * for these problems (it keeps the SIMT kernels below head_dim 96): forced
+ * tiles (NVIDIA's OpenCL plans at head_dim 64 and 128, and small and odd
+ * ones), packed tensors of fresh random inputs, outputs poisoned with NaN,
+ * every output compared with the fp64 reference. */
+static double dtype_tol(fa_dtype t) { return t == FA_DTYPE_F16 ? 3e-3 : t == FA_DTYPE_BF16 ? 2e-2 : 1e-5; }
 
-/* A case planned as on NVIDIA's OpenCL, forced tiles in the streaming
- * kernels. */
-static char g_why[160];
-#define NVIDIA_CASE(name)                                                                  \
+static void *device_copy(fa_context ctx, const void *host, size_t bytes, fa_buffer *buf) {
+    *buf = NULL;
+    CHECK_OK(fa_buffer_alloc(ctx, bytes, buf));
+    if (*buf) CHECK_OK(fa_buffer_upload(*buf, 0, host, bytes));
+    return *buf;
+}
+
+static void stream_case(const char *name, const fa_attention_desc *d, const suite_tiles *f, const suite_tiles *b) {
+    fa_context ctx = suite_context();
+    if (!ctx) return;
+    const int failures_before = fa_test_failures;
+    fa_plan plan = NULL;
+    CHECK_OK(fa_plan_create(ctx, d, &plan));
+    if (!plan) return;
+    g_stream = 1;
+    fa_status st = cl_force_tiles(plan, f, b);
+    g_stream = 0;
+    CHECK_MSG(st == FA_SUCCESS, "%s: forcing the streaming kernels: %s", name, fa_last_error());
+    if (st != FA_SUCCESS) {
+        fa_plan_destroy(plan);
+        return;
+    }
+    cl_check_plan(name, plan);
+    const fa_dtype dt = d->q.dtype;
+    const size_t es = fa_dtype_size(dt);
+    const int64_t nq = fa_ref_tensor_span(d, FA_TENSOR_Q), nk = fa_ref_tensor_span(d, FA_TENSOR_K);
+    const int64_t no = fa_ref_tensor_span(d, FA_TENSOR_O), nl = fa_attention_total_q(d) * d->heads_q;
+    fa_rng rng;
+    fa_rng_seed(&rng, suite_case_seed(name, 0));
+    void *q = fa_test_random_tensor(&rng, dt, nq), *k = fa_test_random_tensor(&rng, dt, nk);
+    void *v = fa_test_random_tensor(&rng, dt, nk), *g = fa_test_random_tensor(&rng, dt, no);
+    void *o = malloc((size_t)no * es), *o_ref = malloc((size_t)no * es), *dq = malloc((size_t)nq * es);
+    void *dq_ref = malloc((size_t)nq * es), *dk = malloc((size_t)nk * es), *dk_ref = malloc((size_t)nk * es);
+    void *dv = malloc((size_t)nk * es), *dv_ref = malloc((size_t)nk * es), *again = malloc((size_t)nq * es);
+    float *lse = malloc((size_t)nl * 4), *lse_ref = malloc((size_t)nl * 4);
+    fa_buffer bq = NULL, bk = NULL, bv = NULL, bg = NULL, bo = NULL, bl = NULL, bdq = NULL, bdk = NULL, bdv = NULL;
+    int ok = q && k && v && g && o && o_ref && dq && dq_ref && dk && dk_ref && dv && dv_ref && again && lse && lse_ref;
+    CHECK(ok);
+    if (!ok) goto out;
+    fa_test_poison(o, dt, no);
+    fa_test_poison(dq, dt, nq);
+    fa_test_poison(dk, dt, nk);
+    fa_test_poison(dv, dt, nk);
+    fa_test_poison(lse, FA_DTYPE_F32, nl);
+    if (!device_copy(ctx, q, (size_t)nq * es, &bq) || !device_copy(ctx, k, (size_t)nk * es, &bk) ||
+        !device_copy(ctx, v, (size_t)nk * es, &bv) || !device_copy(ctx, g, (size_t)no * es, &bg) ||
+        !device_copy(ctx, o, (size_t)no * es, &bo) || !device_copy(ctx, lse, (size_t)nl * 4, &bl) ||
+        !device_copy(ctx, dq, (size_t)nq * es, &bdq) || !device_copy(ctx, dk, (size_t)nk * es, &bdk) ||
+        !device_copy(ctx, dv, (size_t)nk * es, &bdv))
+        goto out;
+    CHECK_OK(fa_forward(plan, bq, bk, bv, bo, bl));
+    CHECK_OK(fa_buffer_download(bo, 0, o, (size_t)no * es));
+    CHECK_OK(fa_buffer_download(bl, 0, lse, (size_t)nl * 4));
+    CHECK_OK(fa_ref_forward(d, q, k, v, o_ref, lse_ref));
+    const double tol = dtype_tol(dt), err_o = fa_test_rel_error(o, o_ref, dt, no);
+    const double err_l = fa_test_rel_error(lse, lse_ref, FA_DTYPE_F32, nl);
+    int64_t inf_rows = 0;
+    for (int64_t i = 0; i < nl; i++) inf_rows += isinf(lse_ref[i]) != isinf(lse[i]);
+    CHECK_MSG(err_o < tol && err_l < 1e-5 && inf_rows == 0, "%s: O error %.3g, L error %.3g, %lld rows differ in -inf",
+              name, err_o, err_l, (long long)inf_rows);
+
+    CHECK_OK(fa_backward(plan, bq, bk, bv, bo, bl, bg, bdq, bdk, bdv));
+    CHECK_OK(fa_buffer_download(bdq, 0, dq, (size_t)nq * es));
+    CHECK_OK(fa_buffer_download(bdk, 0, dk, (size_t)nk * es));
+    CHECK_OK(fa_buffer_download(bdv, 0, dv, (size_t)nk * es));
+    /* From the device's O and L, as the kernels. */
+    CHECK_OK(fa_ref_backward(d, q, k, v, o, lse, g, dq_ref, dk_ref, dv_ref));
+    const double e_q = fa_test_rel_error(dq, dq_ref, dt, nq), e_k = fa_test_rel_error(dk, dk_ref, dt, nk);
+    const double e_v = fa_test_rel_error(dv, dv_ref, dt, nk);
+    CHECK_MSG(e_q < tol && e_k < tol && e_v < tol, "%s: dQ error %.3g, dK %.3g, dV %.3g (limit %.1g)", name, e_q, e_k,
+              e_v, tol);
+    if (d->deterministic) {
+        CHECK_OK(fa_backward(plan, bq, bk, bv, bo, bl, bg, bdq, bdk, bdv));
+        CHECK_OK(fa_buffer_download(bdq, 0, again, (size_t)nq * es));
+        CHECK_MSG(memcmp(again, dq, (size_t)nq * es) == 0, "%s: dQ differs between two runs", name);
+    }
+    fprintf(stderr, "  %-40s O %.2e  dQ %.2e dK %.2e dV %.2e\n", name, err_o, e_q, e_k, e_v);
+out:
+    if (fa_test_failures != failures_before)
+        fprintf(stderr, "  %s: inputs from seed 0x%016llx\n", name, (unsigned long long)suite_case_seed(name, 0));
+    fa_buffer bufs[] = {bq, bk, bv, bg, bo, bl, bdq, bdk, bdv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) fa_buffer_free(bufs[i]);
+    void *mem[] = {q, k, v, g, o, o_ref, dq, dq_ref, dk, dk_ref, dv, dv_ref, again, lse, lse_ref};
+    for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++) free(mem[i]);
+    fa_plan_destroy(plan);
+}
+#define STREAM_REQUIRE()                                                                   \
     do {                                                                                   \
         suite_use_backend(&opencl);                                                        \
-        if (!as_nvidia_opencl(g_why, sizeof g_why)) FA_SKIP(g_why);                        \
-        STREAM_CASE(name);                                                                 \
+        if (!suite_context()) FA_SKIP("no OpenCL device");                                 \
     } while (0)
+#else
+static void stream_case(const char *name, const fa_attention_desc *d, const suite_tiles *f, const suite_tiles *b) {
+    (void)name;
+    (void)d;
+    (void)f;
+    (void)b;
+}
+#define STREAM_REQUIRE() FA_SKIP("the OpenCL backend is not built into this library")
+#endif
 
 FA_TEST(dtypes) { OPENCL_CASE(dtypes); }
 FA_TEST(head_dims) { OPENCL_CASE(head_dims); }
@@ -137,34 +229,72 @@ FA_TEST(described_devices) { OPENCL_CASE(described_devices); }
 FA_TEST(rejects_bad_tiles) { OPENCL_CASE(rejects_bad_tiles); }
 FA_TEST(long_sequences) { OPENCL_CASE(long_sequences); }
 
-/* The streaming kernels on every described device's tiles (the SIMT ones
- * run them in described_devices), and skipping masked tiles. */
-FA_TEST(described_devices_stream) { STREAM_CASE(described_devices); }
+/* The streaming kernels skip masked tiles too. */
 FA_TEST(block_sparse_skips_tiles_stream) { STREAM_CASE(block_sparse_skips_tiles); }
 
-/* Every option of the descriptor in the plans NVIDIA's OpenCL gets. */
-FA_TEST(nvidia_dtypes) { NVIDIA_CASE(dtypes); }
-FA_TEST(nvidia_head_dims) { NVIDIA_CASE(head_dims); }
-FA_TEST(nvidia_masks) {
-    NVIDIA_CASE(causal);
-    NVIDIA_CASE(sliding_window);
-    NVIDIA_CASE(block_sparse);
+/* NVIDIA's OpenCL plans (fp32, 16k tokens): head_dim 128 forward 128 x 64
+ * (8 x 4), backward 64 x 64 (4 x 4); head_dim 64 forward 128 x 64 (4 x 8),
+ * backward 32 x 128 (4 x 4). */
+static const suite_tiles nv128_f = {128, 64, 8, 4, 1}, nv128_b = {64, 64, 4, 4, 1};
+static const suite_tiles nv64_f = {128, 64, 4, 8, 1}, nv64_b = {32, 128, 4, 4, 1};
+
+/* Several options a case, each case its own programs: fp32 with GQA and
+ * dropout (the atomic dQ), bf16 causal with a block mask, fp16 windowed
+ * varlen in deterministic mode (the dQ kernel). */
+FA_TEST(stream_d128_options) {
+    STREAM_REQUIRE();
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, 150, 170, 4, 2, 128);
+    d.dropout_p = 0.17f;
+    d.dropout_seed = 0x123456789abcdefull;
+    d.dropout_offset = 0x500000007ull;
+    stream_case("stream d128 fp32 gqa dropout", &d, &nv128_f, &nv128_b);
+    d = suite_desc(FA_DTYPE_BF16, 1, 150, 200, 2, 2, 128);
+    d.causal = 1;
+    uint8_t *m = suite_random_block_mask(&d, 16, 24, suite_case_seed("stream block mask", 0));
+    stream_case("stream d128 bf16 causal block-sparse", &d, &nv128_f, &nv128_b);
+    free(m);
+    static const int32_t cu_q[] = {0, 5, 5, 82, 150};
+    static const int32_t cu_k[] = {0, 33, 45, 145, 145};
+    d = suite_desc(FA_DTYPE_F16, 4, 77, 100, 4, 2, 128);
+    d.cu_seqlens_q = cu_q;
+    d.cu_seqlens_k = cu_k;
+    d.window_left = 40;
+    d.window_right = 9;
+    d.deterministic = 1;
+    stream_case("stream d128 fp16 varlen window deterministic", &d, &nv128_f, &nv128_b);
 }
-FA_TEST(nvidia_dropout_gqa_varlen) {
-    NVIDIA_CASE(dropout);
-    NVIDIA_CASE(gqa_mqa);
-    NVIDIA_CASE(varlen);
+
+FA_TEST(stream_d64_options) {
+    STREAM_REQUIRE();
+    static const int32_t cu_q[] = {0, 5, 5, 82, 150};
+    static const int32_t cu_k[] = {0, 33, 45, 145, 145};
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 4, 77, 100, 3, 1, 64);
+    d.cu_seqlens_q = cu_q;
+    d.cu_seqlens_k = cu_k;
+    d.causal = 1;
+    d.dropout_p = 0.1f;
+    d.dropout_seed = 5;
+    stream_case("stream d64 varlen causal dropout mqa", &d, &nv64_f, &nv64_b);
 }
-FA_TEST(nvidia_lengths_strides) {
-    NVIDIA_CASE(lengths);
-    NVIDIA_CASE(strides_offsets);
+
+/* Head dims the work-items' vectors do not tile (40), the largest (256),
+ * tiles whose sides are not powers of two. */
+FA_TEST(stream_shapes) {
+    STREAM_REQUIRE();
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 70, 90, 2, 2, 40);
+    stream_case("stream d40 16x16/2x2", &d, &(suite_tiles){16, 16, 2, 2, 1}, &(suite_tiles){16, 16, 2, 2, 1});
+    d = suite_desc(FA_DTYPE_F32, 1, 45, 60, 2, 1, 256);
+    stream_case("stream d256 64x16/2x2, 32x16/1x2", &d, &(suite_tiles){64, 16, 2, 2, 1},
+                &(suite_tiles){32, 16, 1, 2, 1});
+    d = suite_desc(FA_DTYPE_F32, 1, 37, 41, 2, 2, 16);
+    d.dropout_p = 0.3f;
+    d.dropout_seed = 7;
+    stream_case("stream d16 dropout 6x6/2x3", &d, &(suite_tiles){6, 6, 2, 3, 1}, &(suite_tiles){6, 6, 2, 3, 1});
 }
-FA_TEST(nvidia_deterministic_backward) { NVIDIA_CASE(deterministic_backward); }
 
 FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
              FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
-             FA_CASE(long_sequences), FA_CASE(described_devices_stream), FA_CASE(block_sparse_skips_tiles_stream),
-             FA_CASE(nvidia_dtypes), FA_CASE(nvidia_head_dims), FA_CASE(nvidia_masks),
-             FA_CASE(nvidia_dropout_gqa_varlen), FA_CASE(nvidia_lengths_strides), FA_CASE(nvidia_deterministic_backward))
+             FA_CASE(long_sequences), FA_CASE(block_sparse_skips_tiles_stream), FA_CASE(stream_d128_options),
+             FA_CASE(stream_d64_options), FA_CASE(stream_shapes))

@@ -269,10 +269,15 @@ static void register_option(fa_cl_plan *p, int wg, char *out, size_t size) {
 
 static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *extra,
                             const char *const *paths, int path_count, cl_program *program) {
-    char options[768], regs[48];
+    char options[1024], regs[48];
     register_option(p, s->wg, regs, sizeof regs);
-    int n = snprintf(options, sizeof options, "-DBR=%d -DBC=%d -DTR=%d -DTC=%d %s%s%s%s", s->br, s->bc,
-                     s->tr, s->tc, p->options, extra[0] ? " " : "", extra, regs);
+    /* FLASHATTN_OPENCL_OPTIONS: build options appended to every attention
+     * kernel's (a register cap to try, say: bench/opencl_tiles.sh). They are
+     * part of the kernel cache's key like the others. */
+    const char *env = getenv("FLASHATTN_OPENCL_OPTIONS");
+    int n = snprintf(options, sizeof options, "-DBR=%d -DBC=%d -DTR=%d -DTC=%d %s%s%s%s%s%s", s->br, s->bc,
+                     s->tr, s->tc, p->options, extra[0] ? " " : "", extra, regs, env && env[0] ? " " : "",
+                     env ? env : "");
     if (n < 0 || (size_t)n >= sizeof options)
         return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit in %zu bytes", sizeof options);
     return fa_cl_build(p->ctx, paths, path_count, options, program);
@@ -402,14 +407,14 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     int window = d->window_left >= 0 || d->window_right >= 0;
     int varlen = plan->cu_seqlens_q != NULL;
     int blocks = plan->block_mask != NULL;
-    /* GPUs keep the streaming kernels' private arrays in registers only
-     * with their loops unrolled (kernels_cl/common.h). */
-    int unroll = ctx->info.desc.type != FA_DEVICE_CPU &&
-                 (info->forward.variant == FA_VARIANT_SIMT_STREAM || info->backward.variant == FA_VARIANT_SIMT_STREAM);
+    /* The streaming kernels' loop unrolling and load order for GPUs
+     * (FA_GPU, kernels_cl/common.h). */
+    int gpu = ctx->info.desc.type != FA_DEVICE_CPU &&
+              (info->forward.variant == FA_VARIANT_SIMT_STREAM || info->backward.variant == FA_VARIANT_SIMT_STREAM);
     snprintf(p->options, sizeof p->options, "-DHEAD_DIM=%d %s%s%s%s%s%s%s", d->head_dim,
              dtype_option(d->q.dtype), d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "",
              blocks ? " -DBLOCK_MASK" : "", dropout ? " -DDROPOUT" : "", varlen ? " -DVARLEN" : "",
-             unroll ? " -DFA_UNROLL_PRIVATE" : "");
+             gpu ? " -DFA_GPU" : "");
 
     p->nv_options = device_has_extension(ctx, "cl_nv_compiler_options");
     st = create_buffer(p, 16, NULL, "a placeholder buffer", &p->dummy);

@@ -366,14 +366,17 @@ static int mma_micro_tile_ok(const fa_device_desc *dev, const fa_attention_desc 
  * scores (and of dP backward), its accumulators (O forward; dK and dV
  * backward, beside its share of dQ, which the dK/dV kernel sums in the
  * registers the scores no longer need) and the staged loads of one chunk.
- * Compiled for sm_90 (OpenCL C through LLVM's NVPTX back end and ptxas, a
- * stand-in for NVIDIA's OpenCL compiler), the kernels take about
- * FA_STREAM_OVERHEAD registers more than these words for addresses,
- * indices and masks, and spill once the words pass FA_STREAM_MAX_LIVE. A
- * work-group's registers must also fit one register file (64 K on NVIDIA
- * and AMD compute units), or it cannot be launched. */
-#define FA_STREAM_MAX_LIVE 128
-#define FA_STREAM_OVERHEAD 112
+ * Calibrated on NVIDIA's OpenCL compiler (H200, fp32, head_dim 64 and 128,
+ * bench/opencl_tiles.sh): layouts up to 192 such words compiled without
+ * spills in at most 255 registers (e.g. backward 64 x 64, 8 x 4 at d64:
+ * 192 words, 254 registers; 128 x 64, 8 x 4 at d128: 160 words, 255
+ * registers), while 512-item work-groups, capped at 128 registers, spilled
+ * from 96 words. The rule: the words plus FA_STREAM_OVERHEAD registers (for
+ * addresses, indices and masks) per work-item must fit one register file
+ * (64 K on NVIDIA and AMD compute units), and no work-item holds more than
+ * FA_STREAM_MAX_LIVE words. */
+#define FA_STREAM_MAX_LIVE 192
+#define FA_STREAM_OVERHEAD 64
 #define FA_STREAM_REGISTER_FILE 65536
 
 static int stream_layout_ok(const fa_attention_desc *desc, fa_pass pass, int br, int bc, int tr, int tc) {
@@ -452,12 +455,15 @@ static int64_t group_count(const fa_attention_desc *desc, fa_pass pass, int br, 
 /* OpenCL runs the SIMT tiles in either of two kernels (the SIMT ones and
  * the streaming ones); the model picks. */
 /* The streaming kernels only where the SIMT ones' whole-head_dim tiles get
- * small: on an H200 through NVIDIA's OpenCL (fp32, 16k tokens) they ran
- * 18.2 / 15.1 TFLOP/s forward / backward at head_dim 128 against 16.6 / 8.2,
- * but 14.8 / 13.3 at head_dim 64 against 25.0 / 15.2. The model ranks tiles
- * by bytes, which favours the streaming kernels' larger tiles at 64 too;
- * there the local-memory feed, not HBM, is what binds. */
-#define FA_STREAM_MIN_HEAD_DIM 96
+ * small. On an H200 through NVIDIA's OpenCL (fp32, 16k tokens, N = 4096,
+ * bench/opencl_tiles.sh) the streaming forward ran 26.5 TFLOP/s at
+ * head_dim 128 against the SIMT one's 18.5, but 24.3 at head_dim 64 against
+ * 26.9; the streaming backward beat the SIMT one at both (25.0 against 8.9
+ * at 128, 25.2 against 17.3 at 64). The model ranks tiles by bytes, which
+ * favours the streaming kernels' larger tiles at 64 forward too; there the
+ * local-memory feed, not HBM, is what binds. */
+#define FA_STREAM_MIN_HEAD_DIM_FWD 96
+#define FA_STREAM_MIN_HEAD_DIM_BWD 64
 
 static int family_variants(const fa_device_desc *dev, const fa_attention_desc *desc, family fam, fa_pass pass,
                            fa_variant out[2]) {
@@ -474,7 +480,9 @@ static int family_variants(const fa_device_desc *dev, const fa_attention_desc *d
     case FAMILY_SIMT:
     default:
         out[0] = FA_VARIANT_SIMT;
-        if (dev->backend != FA_BACKEND_OPENCL || desc->head_dim < FA_STREAM_MIN_HEAD_DIM) return 1;
+        if (dev->backend != FA_BACKEND_OPENCL ||
+            desc->head_dim < (pass == FA_PASS_FORWARD ? FA_STREAM_MIN_HEAD_DIM_FWD : FA_STREAM_MIN_HEAD_DIM_BWD))
+            return 1;
         out[1] = FA_VARIANT_SIMT_STREAM;
         return 2;
     }

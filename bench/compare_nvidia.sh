@@ -17,7 +17,9 @@
 # ratio-full.md (the same with the TFLOP/s of each peer), compare-bench.txt
 # (fa-bench's tables), logs.
 #
-# Environment: FA_BUILD_DIR: an existing build to use (nothing is built);
+# Environment: FA_BACKENDS: our backends to time, a list with spaces
+# (default: every one present). FA_PEERS: the SDPA backends (default
+# flash,cudnn,efficient,math). FA_BUILD_DIR: an existing build to use (nothing is built);
 # otherwise build-gpu is configured and built. FA_COMMIT: the label stored
 # with each point (default: the checkout's short commit). FA_STEP_TIMEOUT:
 # seconds one fa-bench sweep may take (default 150).
@@ -68,7 +70,7 @@ build=$(cd "$build" && pwd)
 
 "$build/fa-info" > "$out/fa-info.txt" 2>&1
 backends=()
-for b in cuda hip opencl; do
+for b in ${FA_BACKENDS:-cuda hip opencl}; do
   grep -qE "^  $b +available" "$out/fa-info.txt" && backends+=("$b")
 done
 echo "our backends present: ${backends[*]:-none}"
@@ -126,9 +128,9 @@ for backend in "${backends[@]}"; do
 done
 
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
-  stamp "PyTorch SDPA (flash, cudnn, efficient, math)"
+  stamp "PyTorch SDPA (${FA_PEERS:-flash,cudnn,efficient,math})"
   python3 bench/sdpa_peer.py --dtypes fp16,bf16 --dims "$dims_csv" --seqlens "$seqlens" --causal 0,1 \
-    --tokens "$tokens" --hidden "$hidden" --backends flash,cudnn,efficient,math --repeats 10 --warmup 2 --math-repeats 3 \
+    --tokens "$tokens" --hidden "$hidden" --backends "${FA_PEERS:-flash,cudnn,efficient,math}" --repeats 10 --warmup 2 --math-repeats 3 \
     --json "$json" --label "$commit" > "$out/peer.log" 2>&1 || { echo "  sdpa_peer.py failed:"; tail -5 "$out/peer.log"; failed=1; }
   if [[ " ${backends[*]} " == *" opencl "* ]]; then
     stamp "PyTorch SDPA efficient, fp32"

@@ -9,6 +9,9 @@ what=${1:-all}
 # shellcheck source=bench/gpu_env.sh
 . bench/gpu_env.sh
 fa_nvidia_opencl || exit 1
+# Standard attention (opencl_standard.*) needs CLBlast; without it those
+# tests report themselves skipped.
+fa_clblast || true
 
 fa_gpu_info
 # Every switch is given: build-gpu keeps what other scripts configured.

@@ -19,16 +19,18 @@ mkdir -p "$out/logs"
 ncu=/usr/local/cuda/bin/ncu
 command -v ncu > /dev/null && ncu=$(command -v ncu)
 tag=$dtype-d$dim-n$n
-rep=/tmp/ncu-ours-$tag
-FLASHATTN_CACHE_DIR=off FLASHATTN_CUDA_LOG_DIR="$out/logs" \
-  "$ncu" --set full --import-source yes -f -o "$rep" --kernel-name regex:'fa_fwd_mma|fa_bwd_dkdv_mma' --launch-count 2 \
-  build-gpu/fa-bench --backend cuda --dtype "$dtype" --dim "$dim" --seqlens "$n" --repeats 1 --warmup 0 \
-  > "$out/ncu-run-$tag.txt" 2>&1
-echo "ncu: exit $?"
-"$ncu" -i "$rep.ncu-rep" --page details > "$out/ncu-$tag.txt" 2>&1
-"$ncu" -i "$rep.ncu-rep" --page raw --csv > "$out/ncu-raw-$tag.csv" 2>&1
-for k in fa_fwd_mma fa_bwd_dkdv_mma; do
-  "$ncu" -i "$rep.ncu-rep" --kernel-name "$k" --page source --print-source sass --csv > "$out/sass-$k-$tag.csv" 2>&1
+# One launch of each kernel, each pass run on its own (a backward bench
+# also runs forwards, which a shared launch count would catch instead).
+for k in fwd:fa_fwd_mma bwd:fa_bwd_dkdv_mma; do
+  pass=${k%%:*} kern=${k#*:}
+  rep=/tmp/ncu-ours-$tag-$pass
+  FLASHATTN_CACHE_DIR=off FLASHATTN_CUDA_LOG_DIR="$out/logs" \
+    "$ncu" --set full --clock-control none --import-source yes -f -o "$rep" --kernel-name "$kern" --launch-count 1 \
+    build-gpu/fa-bench --backend cuda --dtype "$dtype" --dim "$dim" --seqlens "$n" --pass "$pass" --repeats 1 --warmup 0 \
+    > "$out/ncu-run-$tag-$pass.txt" 2>&1
+  echo "ncu $kern: exit $?"
+  "$ncu" -i "$rep.ncu-rep" --page details >> "$out/ncu-$tag.txt" 2>&1
+  "$ncu" -i "$rep.ncu-rep" --page source --print-source sass --csv > "$out/sass-$kern-$tag.csv" 2>&1
 done
 
 # PyTorch's FlashAttention-2 on the same shape.
@@ -45,11 +47,14 @@ with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
     o.backward(torch.randn_like(o))
 torch.cuda.synchronize()
 PY
-  "$ncu" --set full -f -o "/tmp/ncu-peer-$tag" --kernel-name regex:'flash_fwd_kernel|flash_bwd_dq_dk_dv' --launch-count 2 \
+  "$ncu" --set full --clock-control none -f -o "/tmp/ncu-peer-$tag" --kernel-name regex:'flash_fwd_kernel|flash_bwd_dq_dk_dv' --launch-count 2 \
     python3 /tmp/fa_peer_once.py > "$out/ncu-peer-run-$tag.txt" 2>&1
   echo "ncu peer: exit $?"
   "$ncu" -i "/tmp/ncu-peer-$tag.ncu-rep" --page details > "$out/ncu-peer-$tag.txt" 2>&1
-  "$ncu" -i "/tmp/ncu-peer-$tag.ncu-rep" --page raw --csv > "$out/ncu-peer-raw-$tag.csv" 2>&1
+  for k in flash_fwd_kernel flash_bwd_dq_dk_dv; do
+    "$ncu" -i "/tmp/ncu-peer-$tag.ncu-rep" --kernel-name regex:"$k" --page source --print-source sass --csv \
+      > "$out/sass-peer-$k-$tag.csv" 2>&1
+  done
 fi
 # The lines that say most, per kernel.
 for f in "$out/ncu-$tag.txt" "$out/ncu-peer-$tag.txt"; do

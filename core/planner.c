@@ -140,6 +140,11 @@ static stream_geometry stream_geom(fa_pass pass, int d, int br, int bc) {
     return g;
 }
 
+size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes) {
+    /* Rows padded by one 16-byte chunk. */
+    return rows * (width_bytes + 16);
+}
+
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br, int bc,
                          int stages) {
     if (!desc || br <= 0 || bc <= 0 || desc->head_dim <= 0) return 0;
@@ -154,12 +159,11 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
     case FA_VARIANT_STANDARD:
         return 0;
     case FA_VARIANT_MMA:
-        /* Each tile of n rows takes n + 1 (kernels_cuda/mma.cuh, TILE_BYTES:
-         * the spare row keeps copies free of bank conflicts). */
         /* kernels_cuda/fwd_mma.cu: Q, and K and V per stage. */
-        if (pass == FA_PASS_FORWARD) return e * ((r + 1) * d + st * 2 * (c + 1) * d);
+        if (pass == FA_PASS_FORWARD) return fa_mma_tile_bytes(r, e * d) + st * 2 * fa_mma_tile_bytes(c, e * d);
         /* kernels_cuda/bwd_mma.cu: K and V; Q, dO, L and D per stage; dS. */
-        return e * (2 * (c + 1) * d + st * 2 * (r + 1) * d + (c + 1) * r) + 4 * 2 * st * r;
+        return 2 * fa_mma_tile_bytes(c, e * d) + st * 2 * fa_mma_tile_bytes(r, e * d) + fa_mma_tile_bytes(c, e * r) +
+               4 * 2 * st * r;
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:
@@ -271,7 +275,10 @@ static int mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc,
  * red_add2), and 64 x 128 tiles at head_dim 128 (four warps of 2 x 16
  * keys at 64) compile without spilling: the budget there is this, for
  * problems without dropout, windows, block masks or varlen (their bounds
- * and Philox state take the registers the larger tile would use). */
+ * and Philox state take the registers the larger tile would use) whose
+ * rows are whole 128-byte lines (other rows take mma.cuh's general copy
+ * loop, whose indices cost registers: at head_dim 96 the 64 x 128 tile
+ * spilled 12 bytes). */
 #define FA_MMA_BWD_REGS_16_SM90 224
 /* Query tiles double-buffered in the backward only up to this many
  * elements per tile: each stage's copies take address registers. */
@@ -297,7 +304,7 @@ static int mma_regs_ok(const fa_device_desc *dev, const fa_attention_desc *desc,
     if (strips * d > FA_MMA_MAX_ACCUMULATORS) return 0;
     if (desc->q.dtype == FA_DTYPE_F32) return strips * (d + 4 * other) <= FA_MMA_BWD_REGS_TF32;
     const int lean = desc->dropout_p == 0.0f && desc->window_left < 0 && desc->window_right < 0 &&
-                     !desc->block_mask && !desc->cu_seqlens_q;
+                     !desc->block_mask && !desc->cu_seqlens_q && d * 2 % 128 == 0;
     const int budget = sm_version(dev) >= 90 && lean ? FA_MMA_BWD_REGS_16_SM90 : FA_MMA_BWD_REGS_16;
     return strips * (2 * d + 3 * other) <= 2 * budget;
 }

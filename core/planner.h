@@ -4,6 +4,10 @@
 
 #include "flashattn.h"
 
+/* Bytes of one shared-memory tile of the CUDA tensor-core kernels: rows by
+ * width_bytes, laid out as kernels_cuda/mma.cuh says (TILE_BYTES). */
+size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes);
+
 /* Local memory (bytes) one work-group of the given variant needs for a tile
  * shape. Kernels declare exactly this much; tests hold them to it. */
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br,

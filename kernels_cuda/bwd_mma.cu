@@ -41,6 +41,7 @@
 #define KQ (BR / 16)
 #define DT (HEAD_DIM / 8)
 #define KS (HEAD_DIM / 16)
+#define DS_CHUNKS (BR * ELEM_BYTES / 16) /* width of the dS^T tile */
 
 #if BC % (16 * WARPS) != 0 || BR % 16 != 0 || HEAD_DIM % 16 != 0
 #error "bwd_mma: BC must be a multiple of 16 * WARPS, BR and HEAD_DIM of 16"
@@ -74,11 +75,11 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NQ][4], u32 a_sm, u32 b_sm, int key
     for (int ks = 0; ks < KS; ks++) {
         u32 a[KT][AREGS];
 #pragma unroll
-        for (int kt = 0; kt < KT; kt++) load_a<BC>(a_sm, key_base + kt * 16, ks, a[kt], lane);
+        for (int kt = 0; kt < KT; kt++) load_a(a_sm, key_base + kt * 16, ks, a[kt], lane);
 #pragma unroll
         for (int j = 0; j < NQ; j += 2) {
             u32 b0[BREGS], b1[BREGS];
-            load_b2<BR>(b_sm, j * 8, ks, b0, b1, lane);
+            load_b2(b_sm, j * 8, ks, b0, b1, lane);
 #pragma unroll
             for (int kt = 0; kt < KT; kt++) {
                 mma16(acc[kt][j], a[kt], b0);
@@ -218,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #pragma unroll
         for (int kt = 0; kt < KT; kt++)
 #pragma unroll
-            for (int j = 0; j < NQ; j++) store_c<BC>(smem + (ds_sm - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
+            for (int j = 0; j < NQ; j++) store_c<DS_CHUNKS>(smem + (ds_sm - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
 #endif
         /* P and dS as operands, all at once: in fp16/bf16 that halves the
          * registers they hold through the products (this kernel's limit). */
@@ -237,13 +238,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #pragma unroll
             for (int j = 0; j < DT; j += 2) {
                 u32 b0[BREGS], b1[BREGS];
-                load_bt2<BR>(ob, kq, j, b0, b1, lane);
+                load_bt2(ob, kq, j, b0, b1, lane);
 #pragma unroll
                 for (int kt = 0; kt < KT; kt++) {
                     mma16(dv[kt][j], ap[kt][kq], b0);
                     mma16(dv[kt][j + 1], ap[kt][kq], b1);
                 }
-                load_bt2<BR>(qb, kq, j, b0, b1, lane);
+                load_bt2(qb, kq, j, b0, b1, lane);
 #pragma unroll
                 for (int kt = 0; kt < KT; kt++) {
                     mma16(dk[kt][j], as[kt][kq], b0);
@@ -266,11 +267,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #pragma unroll
             for (int kb = 0; kb < BC / 16; kb++) {
                 u32 a[AREGS];
-                load_at<BC>(ds_sm, mq * 16, kb, a, lane);
+                load_at<DS_CHUNKS>(ds_sm, mq * 16, kb, a, lane);
 #pragma unroll
                 for (int n = 0; n < DQ_UNIT; n += 2) {
                     u32 b0[BREGS], b1[BREGS];
-                    load_bt2<BC>(k_sm, kb, j0 + n, b0, b1, lane);
+                    load_bt2(k_sm, kb, j0 + n, b0, b1, lane);
                     mma16(acc[n], a, b0);
                     mma16(acc[n + 1], a, b1);
                 }
@@ -311,8 +312,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             float sk[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) sk[e] = dk[kt][j][e] * p.scale;
-            store_c<BC>(k_tile, key_base + kt * 16, j, sk, lane);
-            store_c<BC>(v_tile, key_base + kt * 16, j, dv[kt][j], lane);
+            store_c(k_tile, key_base + kt * 16, j, sk, lane);
+            store_c(v_tile, key_base + kt * 16, j, dv[kt][j], lane);
         }
     __syncthreads();
     store_tile<BC, THREADS>((elem_t *)p.dk + K_ROW(p, b, seq, k0, hk), p.k_ss, k_tile, seq.len_k - k0, tid);
@@ -414,19 +415,19 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
             u32 aq[DQ_MT][AREGS], ao[DQ_MT][AREGS];
 #pragma unroll
             for (int mt = 0; mt < DQ_MT; mt++) {
-                load_a<DQ_BR>(q_sm, row_base + mt * 16, ks, aq[mt], lane);
-                load_a<DQ_BR>(do_sm, row_base + mt * 16, ks, ao[mt], lane);
+                load_a(q_sm, row_base + mt * 16, ks, aq[mt], lane);
+                load_a(do_sm, row_base + mt * 16, ks, ao[mt], lane);
             }
 #pragma unroll
             for (int j = 0; j < DQ_NT; j += 2) {
                 u32 b0[BREGS], b1[BREGS];
-                load_b2<DQ_BC>(k_sm, j * 8, ks, b0, b1, lane);
+                load_b2(k_sm, j * 8, ks, b0, b1, lane);
 #pragma unroll
                 for (int mt = 0; mt < DQ_MT; mt++) {
                     mma16(s[mt][j], aq[mt], b0);
                     mma16(s[mt][j + 1], aq[mt], b1);
                 }
-                load_b2<DQ_BC>(v_sm, j * 8, ks, b0, b1, lane);
+                load_b2(v_sm, j * 8, ks, b0, b1, lane);
 #pragma unroll
                 for (int mt = 0; mt < DQ_MT; mt++) {
                     mma16(dp[mt][j], ao[mt], b0);
@@ -462,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
 #pragma unroll
             for (int j = 0; j < DT; j += 2) {
                 u32 b0[BREGS], b1[BREGS];
-                load_bt2<DQ_BC>(k_sm, kp, j, b0, b1, lane);
+                load_bt2(k_sm, kp, j, b0, b1, lane);
 #pragma unroll
                 for (int mt = 0; mt < DQ_MT; mt++) {
                     mma16(acc[mt][j], a[mt], b0);
@@ -483,7 +484,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
             float v[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) v[e] = acc[mt][j][e] * p.scale;
-            store_c<DQ_BR>(q_tile, row_base + mt * 16, j, v, lane);
+            store_c(q_tile, row_base + mt * 16, j, v, lane);
         }
     __syncthreads();
     store_tile<DQ_BR, DQ_THREADS>((elem_t *)p.dq + Q_ROW(p, b, seq, q0, h), p.q_ss, q_tile, seq.len_q - q0, tid);

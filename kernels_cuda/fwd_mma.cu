@@ -115,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int ks = 0; ks < KS; ks++) load_a<BR>(q_sm, row_base + mt * 16, ks, qa[mt][ks], lane);
+                for (int ks = 0; ks < KS; ks++) load_a(q_sm, row_base + mt * 16, ks, qa[mt][ks], lane);
         }
 #endif
         first = false;
@@ -136,13 +136,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
 #else
             u32 a[MT][AREGS];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) load_a<BR>(q_sm, row_base + mt * 16, ks, a[mt], lane);
+            for (int mt = 0; mt < MT; mt++) load_a(q_sm, row_base + mt * 16, ks, a[mt], lane);
 #define A_FRAG(mt) a[mt]
 #endif
 #pragma unroll
             for (int j = 0; j < NT; j += 2) {
                 u32 b0[BREGS], b1[BREGS];
-                load_b2<BC>(kb, j * 8, ks, b0, b1, lane);
+                load_b2(kb, j * 8, ks, b0, b1, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
                     mma16(s[mt][j], A_FRAG(mt), b0);
@@ -256,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
 #pragma unroll
             for (int j = 0; j < DT; j += 2) {
                 u32 b0[BREGS], b1[BREGS];
-                load_bt2<BC>(vb, kp, j, b0, b1, lane);
+                load_bt2(vb, kp, j, b0, b1, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
                     mma16(o_acc[mt][j], pa[mt][kp], b0);
@@ -296,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
             }
         }
 #pragma unroll
-        for (int j = 0; j < DT; j++) store_c<BR>(o_tile, row_base + mt * 16, j, o_acc[mt][j], lane);
+        for (int j = 0; j < DT; j++) store_c(o_tile, row_base + mt * 16, j, o_acc[mt][j], lane);
     }
     __syncthreads();
     store_tile<BR, THREADS>((elem_t *)p.o + O_ROW(p, b, seq, q0, h), p.o_ss, o_tile, seq.len_q - q0, tid);

@@ -1,17 +1,18 @@
 /* Tensor-core building blocks for sm_80 and later: asynchronous copies,
  * ldmatrix, mma.sync, and the fragment loaders of the attention kernels.
  *
- * Shared tiles are "chunk-major" with one spare row: a tile of ROWS rows by
- * HEAD_DIM (or any width) elements is cut into 16-byte chunks, and chunk c
- * of row r lives at byte (c * (ROWS + 1) + r) * 16 (tile_bytes). Eight
- * consecutive rows of one chunk column (one ldmatrix block) are then 128
- * consecutive bytes, so every ldmatrix touches all 32 banks once, for any
- * width. The spare row serves the copies from global memory: eight
- * consecutive threads read eight consecutive chunks of one row (one 128-byte
- * line), and the pitch of ROWS + 1 rows puts those chunks in eight
- * different bank groups. (Without it they share one bank group and every
- * 16-byte asynchronous copy of a warp takes a shared-memory wavefront of its
- * own: Nsight Compute counted 8x the ideal on the H200.)
+ * Shared tiles are row-major with one 16-byte chunk of padding per row: a
+ * tile W chunks wide has rows of W + 1 chunks, and chunk c of row r is at
+ * byte (r * (W + 1) + c) * 16 (tile_bytes, chunk_off). W is even in every
+ * tensor-core tile, so eight consecutive rows of one chunk column (one
+ * ldmatrix block) fall in eight different bank groups, and the eight
+ * threads that copy eight consecutive chunks of a row (one 128-byte line of
+ * global memory) write 128 consecutive bytes. An address is a per-row part
+ * plus a per-chunk constant, so a fragment loop keeps one address register
+ * per tile. (A chunk-major layout cost the forward a shared-memory
+ * wavefront per thread and copy, 8x the ideal, and an XOR swizzle 15% more
+ * instructions and registers the kernels do not have; both measured on the
+ * H200 in bench/results/h200.md.)
  *
  * Fragments (warp lane = 4 * g + t):
  * - fp16/bf16: mma.m16n8k16. A (16 x 16) in 4 registers, B (16 x 8) in 2,
@@ -102,30 +103,30 @@ FA_DEV void mma16(float c[4], const u32 *a, const u32 *b) {
 #endif
 }
 
-/* Bytes of a tile of ROWS rows by WIDTH_BYTES bytes (fa_plan_local_mem
- * counts the same). */
-#define TILE_BYTES(ROWS, WIDTH_BYTES) (((ROWS) + 1) * (WIDTH_BYTES))
+/* Bytes of a tile of ROWS rows by WIDTH_BYTES bytes (core/planner.c's
+ * fa_mma_tile_bytes counts the same). */
+#define TILE_BYTES(ROWS, WIDTH_BYTES) ((ROWS) * ((WIDTH_BYTES) + 16))
 
-/* Byte offset of chunk c of row r in a tile of ROWS rows. */
-template <int ROWS> FA_DEV int chunk_off(int r, int c) { return (c * (ROWS + 1) + r) * 16; }
+/* Byte offset of chunk c of row r in a tile W chunks wide. */
+template <int W = ROW_CHUNKS> FA_DEV int chunk_off(int r, int c) { return (r * (W + 1) + c) * 16; }
 
-/* Byte address of chunk c of row r in a tile of ROWS rows. */
-template <int ROWS> FA_DEV u32 chunk_addr(u32 base, int r, int c) { return base + (u32)chunk_off<ROWS>(r, c); }
+/* Byte address of chunk c of row r in a tile W chunks wide. */
+template <int W = ROW_CHUNKS> FA_DEV u32 chunk_addr(u32 base, int r, int c) { return base + (u32)chunk_off<W>(r, c); }
 
 /* Word address (4-byte units from base) of fp32 element (r, x) of an fp32
- * tile of ROWS rows. */
-template <int ROWS> FA_DEV int f32_word(int r, int x) { return chunk_off<ROWS>(r, x >> 2) / 4 + (x & 3); }
+ * tile W chunks wide. */
+template <int W = ROW_CHUNKS> FA_DEV int f32_word(int r, int x) { return chunk_off<W>(r, x >> 2) / 4 + (x & 3); }
 
 /* A operand: rows r0 .. r0 + 15 of a tile whose rows are the m dimension,
  * k16 step s over its columns. */
-template <int ROWS> FA_DEV void load_a(u32 base, int r0, int s, u32 *a, int lane) {
+template <int W = ROW_CHUNKS> FA_DEV void load_a(u32 base, int r0, int s, u32 *a, int lane) {
     const int bi = lane >> 3, r = r0 + (bi & 1) * 8 + (lane & 7);
 #if ELEM_BYTES == 2
-    ldsm_x4(chunk_addr<ROWS>(base, r, 2 * s + (bi >> 1)), a[0], a[1], a[2], a[3]);
+    ldsm_x4(chunk_addr<W>(base, r, 2 * s + (bi >> 1)), a[0], a[1], a[2], a[3]);
 #else
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        ldsm_x4(chunk_addr<ROWS>(base, r, 4 * s + 2 * h + (bi >> 1)), a[4 * h], a[4 * h + 1], a[4 * h + 2],
+        ldsm_x4(chunk_addr<W>(base, r, 4 * s + 2 * h + (bi >> 1)), a[4 * h], a[4 * h + 1], a[4 * h + 2],
                 a[4 * h + 3]);
 #pragma unroll
         for (int i = 0; i < 4; i++) a[4 * h + i] = to_tf32(__uint_as_float(a[4 * h + i]));
@@ -135,14 +136,14 @@ template <int ROWS> FA_DEV void load_a(u32 base, int r0, int s, u32 *a, int lane
 
 /* B operands of two n-tiles (rows n0 .. n0 + 15 of a tile whose rows are
  * the n dimension, k along its columns), k16 step s. */
-template <int ROWS> FA_DEV void load_b2(u32 base, int n0, int s, u32 *b0, u32 *b1, int lane) {
+template <int W = ROW_CHUNKS> FA_DEV void load_b2(u32 base, int n0, int s, u32 *b0, u32 *b1, int lane) {
     const int bi = lane >> 3;
 #if ELEM_BYTES == 2
-    ldsm_x4(chunk_addr<ROWS>(base, n0 + (bi >> 1) * 8 + (lane & 7), 2 * s + (bi & 1)), b0[0], b0[1], b1[0],
+    ldsm_x4(chunk_addr<W>(base, n0 + (bi >> 1) * 8 + (lane & 7), 2 * s + (bi & 1)), b0[0], b0[1], b1[0],
             b1[1]);
 #else
-    ldsm_x4(chunk_addr<ROWS>(base, n0 + (lane & 7), 4 * s + bi), b0[0], b0[1], b0[2], b0[3]);
-    ldsm_x4(chunk_addr<ROWS>(base, n0 + 8 + (lane & 7), 4 * s + bi), b1[0], b1[1], b1[2], b1[3]);
+    ldsm_x4(chunk_addr<W>(base, n0 + (lane & 7), 4 * s + bi), b0[0], b0[1], b0[2], b0[3]);
+    ldsm_x4(chunk_addr<W>(base, n0 + 8 + (lane & 7), 4 * s + bi), b1[0], b1[1], b1[2], b1[3]);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         b0[i] = to_tf32(__uint_as_float(b0[i]));
@@ -153,10 +154,10 @@ template <int ROWS> FA_DEV void load_b2(u32 base, int n0, int s, u32 *b0, u32 *b
 
 /* B operands of n-tiles j and j + 1 from a tile whose rows are the k
  * dimension (k16 step s: rows 16 s ..) and whose columns are n. */
-template <int ROWS> FA_DEV void load_bt2(u32 base, int s, int j, u32 *b0, u32 *b1, int lane) {
+template <int W = ROW_CHUNKS> FA_DEV void load_bt2(u32 base, int s, int j, u32 *b0, u32 *b1, int lane) {
 #if ELEM_BYTES == 2
     const int bi = lane >> 3;
-    ldsm_x4_t(chunk_addr<ROWS>(base, 16 * s + (bi & 1) * 8 + (lane & 7), j + (bi >> 1)), b0[0], b0[1], b1[0],
+    ldsm_x4_t(chunk_addr<W>(base, 16 * s + (bi & 1) * 8 + (lane & 7), j + (bi >> 1)), b0[0], b0[1], b1[0],
               b1[1]);
 #else
     const int g = lane >> 2, t = lane & 3;
@@ -168,8 +169,8 @@ template <int ROWS> FA_DEV void load_bt2(u32 base, int s, int j, u32 *b0, u32 *b
         for (int h = 0; h < 2; h++) {
             const int r = 16 * s + 8 * h + 2 * t;
             float v0, v1;
-            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v0) : "r"(base + 4u * (u32)f32_word<ROWS>(r, x)));
-            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v1) : "r"(base + 4u * (u32)f32_word<ROWS>(r + 1, x)));
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v0) : "r"(base + 4u * (u32)f32_word<W>(r, x)));
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v1) : "r"(base + 4u * (u32)f32_word<W>(r + 1, x)));
             b[2 * h] = to_tf32(v0);
             b[2 * h + 1] = to_tf32(v1);
         }
@@ -179,10 +180,10 @@ template <int ROWS> FA_DEV void load_bt2(u32 base, int s, int j, u32 *b0, u32 *b
 
 /* A operand (m-tile of rows m0 .. m0 + 15, k16 step s) from a tile stored
  * transposed: its rows are the k dimension, its columns the m dimension. */
-template <int ROWS> FA_DEV void load_at(u32 base, int m0, int s, u32 *a, int lane) {
+template <int W = ROW_CHUNKS> FA_DEV void load_at(u32 base, int m0, int s, u32 *a, int lane) {
 #if ELEM_BYTES == 2
     const int bi = lane >> 3;
-    ldsm_x4_t(chunk_addr<ROWS>(base, 16 * s + (bi >> 1) * 8 + (lane & 7), (m0 >> 3) + (bi & 1)), a[0], a[1], a[2],
+    ldsm_x4_t(chunk_addr<W>(base, 16 * s + (bi >> 1) * 8 + (lane & 7), (m0 >> 3) + (bi & 1)), a[0], a[1], a[2],
               a[3]);
 #else
     const int g = lane >> 2, t = lane & 3;
@@ -194,7 +195,7 @@ template <int ROWS> FA_DEV void load_at(u32 base, int m0, int s, u32 *a, int lan
             /* slot order: (g, 2t), (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1) */
             const int m = m0 + g + 8 * (i & 1), k = r + (i >> 1);
             float v;
-            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(base + 4u * (u32)f32_word<ROWS>(k, m)));
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(base + 4u * (u32)f32_word<W>(k, m)));
             a[4 * h + i] = to_tf32(v);
         }
     }
@@ -243,18 +244,22 @@ FA_DEV void load_tile_async(u32 dst, const elem_t *src, i64 stride, int valid, i
         int r = tid / ROW_CHUNKS;
         const elem_t *g = src + (i64)r * stride + c * CHUNK_ELEMS;
         const i64 g_step = (i64)STEP * stride;
-        u32 s = chunk_addr<ROWS>(dst, r, c);
+        u32 s = chunk_addr(dst, r, c);
 #pragma unroll 1
-        for (; r < ROWS; r += STEP, g += g_step, s += STEP * 16) {
+        for (; r < ROWS; r += STEP, g += g_step) {
             const bool ok = r < valid;
             cp_async16(s, ok ? g : src, ok ? 16 : 0);
+            s += STEP * (ROW_CHUNKS + 1) * 16;
         }
     } else {
-#pragma unroll 4
+        /* The same reasons; chunk e of the tile is chunk e + e / ROW_CHUNKS
+         * of the padded rows. */
+        asm volatile("" : "+r"(tid), "+l"(stride));
+#pragma unroll 1
         for (int e = tid; e < ROWS * ROW_CHUNKS; e += NTHREADS) {
-            const int r = e / ROW_CHUNKS, c = e % ROW_CHUNKS;
+            const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS;
             const bool ok = r < valid;
-            cp_async16(chunk_addr<ROWS>(dst, r, c), ok ? src + (i64)r * stride + c * CHUNK_ELEMS : src, ok ? 16 : 0);
+            cp_async16(dst + (u32)(e + r) * 16, ok ? src + (i64)r * stride + c * CHUNK_ELEMS : src, ok ? 16 : 0);
         }
     }
 }
@@ -267,22 +272,22 @@ FA_DEV void store_tile(elem_t *dst, i64 stride, const unsigned char *tile, int v
     for (int e = tid; e < ROWS * ROW_CHUNKS; e += NTHREADS) {
         const int r = e / ROW_CHUNKS, c = e % ROW_CHUNKS;
         if (r < valid)
-            *(uint4 *)(dst + (i64)r * stride + c * CHUNK_ELEMS) = *(const uint4 *)(tile + chunk_off<ROWS>(r, c));
+            *(uint4 *)(dst + (i64)r * stride + c * CHUNK_ELEMS) = *(const uint4 *)(tile + chunk_off(r, c));
     }
 }
 
 /* Stores the C fragment values (row g / g + 8 of an m-tile at r0, n-tile
  * columns 8 j + 2 t, + 1) into a tile of the storage type, rounded once. */
-template <int ROWS> FA_DEV void store_c(unsigned char *tile, int r0, int j, const float *c, int lane) {
+template <int W = ROW_CHUNKS> FA_DEV void store_c(unsigned char *tile, int r0, int j, const float *c, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         const int r = r0 + g + 8 * hf, x = 8 * j + 2 * t;
 #if ELEM_BYTES == 2
         (void)x;
-        *(u32 *)(tile + chunk_off<ROWS>(r, j) + t * 4) = pack2(c[2 * hf], c[2 * hf + 1]);
+        *(u32 *)(tile + chunk_off<W>(r, j) + t * 4) = pack2(c[2 * hf], c[2 * hf + 1]);
 #else
-        *(float2 *)(tile + 4 * f32_word<ROWS>(r, x)) = make_float2(c[2 * hf], c[2 * hf + 1]);
+        *(float2 *)(tile + 4 * f32_word<W>(r, x)) = make_float2(c[2 * hf], c[2 * hf + 1]);
 #endif
     }
 }

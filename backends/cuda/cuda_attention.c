@@ -117,11 +117,10 @@ static fa_status append_define(cu_program_spec *s, const char *fmt, int a, int b
     return FA_SUCCESS;
 }
 
-/* kernels_cuda/bwd_mma.cu fa_bwd_dq_mma: Q and dO, K and V tiles of one
- * spare row each (mma.cuh TILE_BYTES). */
+/* kernels_cuda/bwd_mma.cu fa_bwd_dq_mma: Q and dO, K and V tiles. */
 static size_t dq_mma_smem(const fa_attention_desc *d) {
-    size_t e = d->q.dtype == FA_DTYPE_F32 ? 4 : 2;
-    return e * (size_t)d->head_dim * (size_t)(2 * (CU_DQ_BR + 1) + 2 * (dq_bc(d) + 1));
+    const size_t row_bytes = (d->q.dtype == FA_DTYPE_F32 ? 4 : 2) * (size_t)d->head_dim;
+    return 2 * fa_mma_tile_bytes(CU_DQ_BR, row_bytes) + 2 * fa_mma_tile_bytes((size_t)dq_bc(d), row_bytes);
 }
 
 /* Shapes the kernels can run, with a message naming what is wrong. */

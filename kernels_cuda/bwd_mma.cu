@@ -89,6 +89,48 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NQ][4], u32 a_sm, u32 b_sm, int key
     }
 }
 
+/* P = exp2(S^T * scale log2 e - L log2 e) into sacc (times z keep_scale)
+ * and dS = P * (z keep_scale dP - D) into pacc, for the warp's key strips
+ * (first key k_w) and the tile's queries from q0; L and D (log2 units) of
+ * the queries in Lb, Db. MASKED: hidden keys give 0, selected rather than
+ * multiplied, so a hidden key contributes nothing even where its K or V is
+ * not finite. */
+template <bool MASKED>
+FA_DEV void p_and_ds(float (&sacc)[KT][NQ][4], float (&pacc)[KT][NQ][4], const float *Lb, const float *Db,
+                     const fa_params &p, const fa_mask &mask, int q0, int k_w, int g, int t4, float sl2, u32 bh) {
+    (void)p;
+    (void)mask;
+    (void)q0;
+    (void)k_w;
+    (void)g;
+    (void)bh;
+#pragma unroll
+    for (int j = 0; j < NQ; j++) {
+        /* Two neighbouring queries per thread and n-tile: one load each. */
+        const float2 l2 = *(const float2 *)(Lb + 8 * j + 2 * t4), d2 = *(const float2 *)(Db + 8 * j + 2 * t4);
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float lq = e & 1 ? l2.y : l2.x, dq = e & 1 ? d2.y : d2.x;
+                const float pv = fa_exp2(fmaf(sacc[kt][j][e], sl2, -lq));
+                float z = 1.0f;
+#ifdef DROPOUT
+                z = dropout_keep(p, bh, q0 + 8 * j + 2 * t4 + (e & 1), k_w + kt * 16 + g + 8 * (e >> 1)) ? p.drop_scale
+                                                                                                     : 0.0f;
+#endif
+                float ds = pv * (pacc[kt][j][e] * z - dq), pz = pv * z;
+                if constexpr (MASKED) {
+                    const bool seen = visible(mask, q0 + 8 * j + 2 * t4 + (e & 1), k_w + kt * 16 + g + 8 * (e >> 1));
+                    ds = seen ? ds : 0.0f;
+                    pz = seen ? pz : 0.0f;
+                }
+                pacc[kt][j][e] = ds;
+                sacc[kt][j][e] = pz;
+            }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const fa_params p) {
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr u32 KV_BYTES = TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES), QT_BYTES = TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES);
@@ -189,29 +231,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         keys_by_queries(sacc, k_sm, qb, key_base, lane); /* S^T = K Q^T */
         keys_by_queries(pacc, v_sm, ob, key_base, lane); /* dP^T = V dO^T */
 
-        /* P and dS, element by element. */
-        const bool full = tile_full(p, mask, cur_t, tk, q0, k0, BR, BC);
+        /* P and dS, element by element; whole tiles test no element. */
 #ifdef DROPOUT
         const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
+#else
+        const u32 bh = 0;
 #endif
-#pragma unroll
-        for (int kt = 0; kt < KT; kt++)
-#pragma unroll
-            for (int j = 0; j < NQ; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int kl = key_base + kt * 16 + g + 8 * (e >> 1), ql = 8 * j + 2 * t4 + (e & 1);
-                    const bool seen = full || visible(mask, q0 + ql, k0 + kl);
-                    const float pv = fa_exp2(fmaf(sacc[kt][j][e], sl2, -Lb[ql]));
-                    float z = 1.0f;
-#ifdef DROPOUT
-                    z = dropout_keep(p, bh, q0 + ql, k0 + kl) ? p.drop_scale : 0.0f;
-#endif
-                    /* Selected, not multiplied: a hidden key contributes
-                     * nothing even where its K or V is not finite. */
-                    pacc[kt][j][e] = seen ? pv * (pacc[kt][j][e] * z - Db[ql]) : 0.0f;
-                    sacc[kt][j][e] = seen ? pv * z : 0.0f;
-                }
+        if (tile_full(p, mask, cur_t, tk, q0, k0, BR, BC))
+            p_and_ds<false>(sacc, pacc, Lb, Db, p, mask, q0, k0 + key_base, g, t4, sl2, bh);
+        else
+            p_and_ds<true>(sacc, pacc, Lb, Db, p, mask, q0, k0 + key_base, g, t4, sl2, bh);
 
 #ifdef DQ_ATOMIC
         /* dS^T into shared memory for dQ += dS K below, before the floats

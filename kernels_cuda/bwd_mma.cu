@@ -55,6 +55,13 @@
 #else
 #define DQ_UNIT 2
 #endif
+/* m-tiles of dQ per unit: two share each K fragment (a third fewer shared
+ * loads per product) where that still leaves a unit for every warp. */
+#if KQ % 2 == 0 && (KQ / 2) * (DT / DQ_UNIT) >= WARPS
+#define DQ_M 2
+#else
+#define DQ_M 1
+#endif
 
 /* acc += v, two neighbouring floats of the fp32 accumulator. */
 FA_DEV void red_add2(float *addr, float v0, float v1) {
@@ -106,27 +113,27 @@ FA_DEV void p_and_ds(float (&sacc)[KT][NQ][4], float (&pacc)[KT][NQ][4], const f
     (void)bh;
 #pragma unroll
     for (int j = 0; j < NQ; j++) {
-        /* Two neighbouring queries per thread and n-tile: one load each. */
-        const float2 l2 = *(const float2 *)(Lb + 8 * j + 2 * t4), d2 = *(const float2 *)(Db + 8 * j + 2 * t4);
+        /* Two neighbouring queries per thread and n-tile: one load each
+         * (masked tiles, with more live state, load per element). */
+        float2 l2 = make_float2(0.0f, 0.0f), d2 = l2;
+        if constexpr (!MASKED) {
+            l2 = *(const float2 *)(Lb + 8 * j + 2 * t4);
+            d2 = *(const float2 *)(Db + 8 * j + 2 * t4);
+        }
 #pragma unroll
         for (int kt = 0; kt < KT; kt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const float lq = e & 1 ? l2.y : l2.x, dq = e & 1 ? d2.y : d2.x;
+                const int ql = 8 * j + 2 * t4 + (e & 1), kl = kt * 16 + g + 8 * (e >> 1);
+                const bool seen = !MASKED || visible(mask, q0 + ql, k_w + kl);
+                const float lq = MASKED ? Lb[ql] : e & 1 ? l2.y : l2.x, dq = MASKED ? Db[ql] : e & 1 ? d2.y : d2.x;
                 const float pv = fa_exp2(fmaf(sacc[kt][j][e], sl2, -lq));
                 float z = 1.0f;
 #ifdef DROPOUT
-                z = dropout_keep(p, bh, q0 + 8 * j + 2 * t4 + (e & 1), k_w + kt * 16 + g + 8 * (e >> 1)) ? p.drop_scale
-                                                                                                     : 0.0f;
+                z = dropout_keep(p, bh, q0 + ql, k_w + kl) ? p.drop_scale : 0.0f;
 #endif
-                float ds = pv * (pacc[kt][j][e] * z - dq), pz = pv * z;
-                if constexpr (MASKED) {
-                    const bool seen = visible(mask, q0 + 8 * j + 2 * t4 + (e & 1), k_w + kt * 16 + g + 8 * (e >> 1));
-                    ds = seen ? ds : 0.0f;
-                    pz = seen ? pz : 0.0f;
-                }
-                pacc[kt][j][e] = ds;
-                sacc[kt][j][e] = pz;
+                pacc[kt][j][e] = seen ? pv * (pacc[kt][j][e] * z - dq) : 0.0f;
+                sacc[kt][j][e] = seen ? pv * z : 0.0f;
             }
     }
 }
@@ -283,38 +290,46 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         }
 
 #ifdef DQ_ATOMIC
-        /* dQ += dS K: each warp takes (16 queries x 8 DQ_UNIT dims) units of
-         * the tile's dQ and adds them to the accumulator. */
+        /* dQ += dS K: each warp takes units of (16 DQ_M queries x 8 DQ_UNIT
+         * dims) of the tile's dQ and adds them to the accumulator. */
         __syncthreads();
-        for (int u = warp; u < KQ * (DT / DQ_UNIT); u += WARPS) {
-            const int mq = u % KQ, j0 = (u / KQ) * DQ_UNIT;
-            float acc[DQ_UNIT][4];
+        for (int u = warp; u < (KQ / DQ_M) * (DT / DQ_UNIT); u += WARPS) {
+            const int mq = (u % (KQ / DQ_M)) * DQ_M, j0 = (u / (KQ / DQ_M)) * DQ_UNIT;
+            float acc[DQ_M][DQ_UNIT][4];
 #pragma unroll
-            for (int n = 0; n < DQ_UNIT; n++)
+            for (int m = 0; m < DQ_M; m++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+                for (int n = 0; n < DQ_UNIT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[m][n][e] = 0.0f;
 #pragma unroll
             for (int kb = 0; kb < BC / 16; kb++) {
-                u32 a[AREGS];
-                load_at<DS_CHUNKS>(ds_sm, mq * 16, kb, a, lane);
+                u32 a[DQ_M][AREGS];
+#pragma unroll
+                for (int m = 0; m < DQ_M; m++) load_at<DS_CHUNKS>(ds_sm, (mq + m) * 16, kb, a[m], lane);
 #pragma unroll
                 for (int n = 0; n < DQ_UNIT; n += 2) {
                     u32 b0[BREGS], b1[BREGS];
                     load_bt2(k_sm, kb, j0 + n, b0, b1, lane);
-                    mma16(acc[n], a, b0);
-                    mma16(acc[n + 1], a, b1);
+#pragma unroll
+                    for (int m = 0; m < DQ_M; m++) {
+                        mma16(acc[m][n], a[m], b0);
+                        mma16(acc[m][n + 1], a[m], b1);
+                    }
                 }
             }
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int r = q0 + mq * 16 + g + 8 * hf;
-                if (r < seq.len_q) {
-                    float *row = p.dq_acc + lse_index(p, b, h, r, seq.start_q) * HEAD_DIM;
+            for (int m = 0; m < DQ_M; m++)
 #pragma unroll
-                    for (int n = 0; n < DQ_UNIT; n++)
-                        red_add2(row + 8 * (j0 + n) + 2 * t4, acc[n][2 * hf], acc[n][2 * hf + 1]);
+                for (int hf = 0; hf < 2; hf++) {
+                    const int r = q0 + (mq + m) * 16 + g + 8 * hf;
+                    if (r < seq.len_q) {
+                        float *row = p.dq_acc + lse_index(p, b, h, r, seq.start_q) * HEAD_DIM;
+#pragma unroll
+                        for (int n = 0; n < DQ_UNIT; n++)
+                            red_add2(row + 8 * (j0 + n) + 2 * t4, acc[m][n][2 * hf], acc[m][n][2 * hf + 1]);
+                    }
                 }
-            }
         }
 #else
         (void)ds_sm;

@@ -99,9 +99,10 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NQ][4], u32 a_sm, u32 b_sm, int key
 /* P = exp2(S^T * scale log2 e - L log2 e) into sacc (times z keep_scale)
  * and dS = P * (z keep_scale dP - D) into pacc, for the warp's key strips
  * (first key k_w) and the tile's queries from q0; L and D (log2 units) of
- * the queries in Lb, Db. MASKED: hidden keys give 0, selected rather than
+ * the queries (L as stored, natural log) in Lb, Db. MASKED: hidden keys give 0, selected rather than
  * multiplied, so a hidden key contributes nothing even where its K or V is
- * not finite. */
+ * not finite. Rows past the end read L = D = 0 and, their Q and dO being
+ * zero, add nothing. */
 template <bool MASKED>
 FA_DEV void p_and_ds(float (&sacc)[KT][NQ][4], float (&pacc)[KT][NQ][4], const float *Lb, const float *Db,
                      const fa_params &p, const fa_mask &mask, int q0, int k_w, int g, int t4, float sl2, u32 bh) {
@@ -126,7 +127,8 @@ FA_DEV void p_and_ds(float (&sacc)[KT][NQ][4], float (&pacc)[KT][NQ][4], const f
             for (int e = 0; e < 4; e++) {
                 const int ql = 8 * j + 2 * t4 + (e & 1), kl = kt * 16 + g + 8 * (e >> 1);
                 const bool seen = !MASKED || visible(mask, q0 + ql, k_w + kl);
-                const float lq = MASKED ? Lb[ql] : e & 1 ? l2.y : l2.x, dq = MASKED ? Db[ql] : e & 1 ? d2.y : d2.x;
+                const float lse = MASKED ? Lb[ql] : e & 1 ? l2.y : l2.x, dq = MASKED ? Db[ql] : e & 1 ? d2.y : d2.x;
+                const float lq = lse == -FA_INF ? FA_INF : lse * FA_LOG2E;
                 const float pv = fa_exp2(fmaf(sacc[kt][j][e], sl2, -lq));
                 float z = 1.0f;
 #ifdef DROPOUT
@@ -181,15 +183,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
                                      (const elem_t *)p.dout + O_ROW(p, b, seq, q0_, h_), p.o_ss,       \
                                      seq.len_q - q0_, tid);                                            \
         for (int i_ = tid; i_ < BR; i_ += THREADS) {                                                   \
-            float l_ = FA_INF, d_ = 0.0f;                                                              \
-            if (q0_ + i_ < seq.len_q) {                                                                \
-                const i64 li_ = lse_index(p, b, h_, q0_ + i_, seq.start_q);                            \
-                const float lv_ = p.lse[li_];                                                          \
-                l_ = lv_ == -FA_INF ? FA_INF : lv_ * FA_LOG2E;                                         \
-                d_ = p.dvec[li_];                                                                      \
-            }                                                                                          \
-            Ls[(ST) * BR + i_] = l_;                                                                   \
-            Ds[(ST) * BR + i_] = d_;                                                                   \
+            const bool ok_ = q0_ + i_ < seq.len_q;                                                     \
+            const i64 li_ = ok_ ? lse_index(p, b, h_, q0_ + i_, seq.start_q) : 0;                      \
+            cp_async4(smem_u32(Ls + (ST) * BR + i_), p.lse + li_, ok_ ? 4 : 0);                        \
+            cp_async4(smem_u32(Ds + (ST) * BR + i_), p.dvec + li_, ok_ ? 4 : 0);                       \
         }                                                                                              \
     } while (0)
 

@@ -44,6 +44,11 @@ FA_DEV u32 smem_u32(const void *p) { return (u32)__cvta_generic_to_shared(p); }
 FA_DEV void cp_async16(u32 dst, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+/* 4 bytes global -> shared (through L1: these are small and scattered);
+ * src_bytes 0 writes zeros. */
+FA_DEV void cp_async4(u32 dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
 FA_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> FA_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 

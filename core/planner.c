@@ -276,9 +276,9 @@ static int mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc,
  * keys at 64) compile without spilling: the budget there is this, for
  * problems without dropout, windows, block masks or varlen (their bounds
  * and Philox state take the registers the larger tile would use) whose
- * rows are whole 128-byte lines (other rows take mma.cuh's general copy
- * loop, whose indices cost registers: at head_dim 96 the 64 x 128 tile
- * spilled 12 bytes). */
+ * rows are whole 128-byte lines: at head_dim 96 (192-byte rows) the
+ * 64 x 128 tile spilled 12 bytes, three thread indices kept across the
+ * step loop. A calibration against NVRTC 13.0, like the budgets above. */
 #define FA_MMA_BWD_REGS_16_SM90 224
 /* Query tiles double-buffered in the backward only up to this many
  * elements per tile: each stage's copies take address registers. */

@@ -98,11 +98,11 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NQ][4], u32 a_sm, u32 b_sm, int key
 
 /* P = exp2(S^T * scale log2 e - L log2 e) into sacc (times z keep_scale)
  * and dS = P * (z keep_scale dP - D) into pacc, for the warp's key strips
- * (first key k_w) and the tile's queries from q0; L and D (log2 units) of
- * the queries (L as stored, natural log) in Lb, Db. MASKED: hidden keys give 0, selected rather than
- * multiplied, so a hidden key contributes nothing even where its K or V is
- * not finite. Rows past the end read L = D = 0 and, their Q and dO being
- * zero, add nothing. */
+ * (first key k_w) and the tile's queries from q0, with L (natural log, as
+ * the forward stored it) and D of those queries in Lb, Db. MASKED: hidden
+ * keys give 0, selected rather than multiplied, so a hidden key contributes
+ * nothing even where its K or V is not finite. Rows past the end read
+ * L = D = 0 and, their Q and dO being zero, add nothing. */
 template <bool MASKED>
 FA_DEV void p_and_ds(float (&sacc)[KT][NQ][4], float (&pacc)[KT][NQ][4], const float *Lb, const float *Db,
                      const fa_params &p, const fa_mask &mask, int q0, int k_w, int g, int t4, float sl2, u32 bh) {
@@ -252,7 +252,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #pragma unroll
         for (int kt = 0; kt < KT; kt++)
 #pragma unroll
-            for (int j = 0; j < NQ; j++) store_c<DS_CHUNKS>(smem + (ds_sm - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
+            for (int j = 0; j < NQ; j++)
+                store_c<DS_CHUNKS>(smem + (ds_sm - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
 #endif
         /* P and dS as operands, all at once: in fp16/bf16 that halves the
          * registers they hold through the products (this kernel's limit). */

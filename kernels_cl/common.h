@@ -30,6 +30,15 @@
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.69314718055994531f
 
+/* The query tile of a forward work-group. Under the causal mask the last
+ * tiles see the most keys: they are started first, so that the light ones
+ * fill the end of the grid instead of the heavy ones. */
+#ifdef CAUSAL
+#define FA_QUERY_TILE() ((int)get_num_groups(0) - 1 - (int)get_group_id(0))
+#else
+#define FA_QUERY_TILE() ((int)get_group_id(0))
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Storage dtypes. Every load widens to fp32; every store rounds to nearest */
 /* even. Chunks of 8 elements are one 16- or 32-byte access (offsets and    */
@@ -149,8 +158,8 @@ FA_FN ushort bf16_round(float f) {
 /* ------------------------------------------------------------------------ */
 
 #ifdef FA_STREAM
-/* FA_GPU (set by the host for GPUs) changes two things that do not change
- * what is computed:
+/* FA_GPU (set by the host for GPUs) changes three things that do not
+ * change what is computed:
  * - loops whose counter indexes a private array are unrolled whole: an
  *   array indexed at run time lives in slow private memory on a GPU, not in
  *   registers (a CPU compiler gains only compile time from it);
@@ -160,15 +169,28 @@ FA_FN ushort bf16_round(float f) {
  *   them. PoCL, which runs the work-items of a group as loops between
  *   barriers, computed wrong results with the loads there (a stage written
  *   after one barrier and stored to local memory after the next), so CPUs
- *   issue them before the barrier (FA_LOADS_BEFORE). */
+ *   issue them before the barrier (FA_LOADS_BEFORE);
+ * - the step loops of a chunk (one dimension of Q K^T, or one key of P V,
+ *   per step) are unrolled FA_STEP_UNROLL times, so that the local loads of
+ *   later steps issue ahead of the FMAs of this one. On the H200 (NVIDIA's
+ *   OpenCL, fp32, d = 128, 128 x 64 tiles) the forward ran 25.5 TFLOP/s
+ *   with no unrolling, 27.0 as the compiler chose, 27.6 by 4 and 30.1 by
+ *   8 (bench/results/h200.md). A build option may set another factor. */
+#define FA_PRAGMA_(text) _Pragma(#text)
+#define FA_PRAGMA(text) FA_PRAGMA_(text)
 #ifdef FA_GPU
 #define FA_UNROLL _Pragma("unroll")
+#define FA_UNROLL_STEPS FA_PRAGMA(unroll FA_STEP_UNROLL)
 #define FA_LOADS_BEFORE(stmt) ((void)0)
 #define FA_LOADS_AFTER(stmt) stmt
 #else
 #define FA_UNROLL
+#define FA_UNROLL_STEPS
 #define FA_LOADS_BEFORE(stmt) stmt
 #define FA_LOADS_AFTER(stmt) ((void)0)
+#endif
+#ifndef FA_STEP_UNROLL
+#define FA_STEP_UNROLL 8
 #endif
 #define FA_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define FA_POW2(n) (((n) & ((n) - 1)) == 0)

@@ -53,7 +53,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
 
     const int lid = get_local_id(0);
     const int tr = lid / NTC, tc = lid % NTC;
-    const int q0 = get_group_id(0) * BR;
+    const int q0 = FA_QUERY_TILE() * BR;
     const int h = get_group_id(1);
     const int b = get_group_id(2) / num_splits;
     const int split = get_group_id(2) % num_splits;
@@ -246,6 +246,24 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
 #error "the streaming forward runs without key splits"
 #endif
 
+/* Row sums: each work-item adds up the probabilities of its own TC columns
+ * (partial[TR]) as it computes them; after the last key tile the NTC
+ * partial sums of each row are added through local memory (`scratch`: NTC
+ * x BR free words). The SIMT kernel above keeps a sum over whole rows in
+ * its P V loop instead: PoCL 3.1 crashed on a barrier after its key loop
+ * in the key-split build, with splits that see no key tile. */
+#define FA_ROW_SUMS(partial, scratch)                                          \
+    do {                                                                       \
+        FA_VSTORE_TR(partial, (scratch) + tc * BR + tr * TR);                  \
+        barrier(CLK_LOCAL_MEM_FENCE);                                          \
+        for (int i_ = 0; i_ < TR; i_++) (partial)[i_] = 0.0f;                  \
+        for (int w_ = 0; w_ < NTC; w_++) {                                     \
+            float pl_[TR];                                                     \
+            FA_VLOAD_TR(pl_, (scratch) + w_ * BR + tr * TR);                   \
+            for (int i_ = 0; i_ < TR; i_++) (partial)[i_] += pl_[i_];          \
+        }                                                                      \
+    } while (0)
+
 /* Keys per chunk of V (region R) and head dimensions per chunk of Q K^T
  * (region A): core/planner.c's stream_geom. */
 #define KV FA_ROWS_OF(BC)
@@ -327,28 +345,23 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
             FWD_FETCH_QK(t_next * BC, 0);                                                  \
     } while (0)
 
-/* O += P V over the KV keys of chunk vc_ (rows of V in Vr); the row sums l
- * take the probabilities before dropout (the sign only marks dropped
- * ones). */
+/* O += P V over the KV keys of chunk vc_ (rows of V in Vr); a dropped
+ * probability carries a minus sign (fa_dropout_mark) and counts as 0. */
 #ifdef DROPOUT
-#define FWD_ROW_SUM(i_, p_)                                                                \
-    do {                                                                                   \
-        l[i_] += fabs(p_);                                                                 \
-        (p_) = fmax((p_), 0.0f);                                                           \
-    } while (0)
+#define FWD_KEPT(p_) ((p_) = fmax((p_), 0.0f))
 #else
-#define FWD_ROW_SUM(i_, p_) (l[i_] += (p_))
+#define FWD_KEPT(p_) ((void)0)
 #endif
 #define FWD_PV(vc_)                                                                        \
     do {                                                                                   \
-        for (int c = 0; c < KV; c++) {                                                     \
+        FA_UNROLL_STEPS for (int c = 0; c < KV; c++) {                                     \
             float pc[TR], vv[OPT * OG];                                                    \
             FA_VLOAD_TR(pc, Pt + ((vc_) * KV + c) * BR + tr * TR);                         \
             FA_UNROLL for (int u = 0; u < OPT; u++)                                        \
                 FA_VLOAD(OG, vv + u * OG, Vr + c * HEAD_DIM + O_DIM_READ(O_DIM(u, 0)));    \
             FA_UNROLL for (int i = 0; i < TR; i++) {                                       \
                 float p = pc[i];                                                           \
-                FWD_ROW_SUM(i, p);                                                         \
+                FWD_KEPT(p);                                                               \
                 FA_UNROLL for (int x = 0; x < OPT * OG; x++) acc[i][x] = fma(p, vv[x], acc[i][x]); \
             }                                                                              \
         }                                                                                  \
@@ -382,7 +395,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
 
     const int lid = get_local_id(0);
     const int tr = lid / NTC, tc = lid % NTC;
-    const int q0 = get_group_id(0) * BR;
+    const int q0 = FA_QUERY_TILE() * BR;
     const int h = get_group_id(1);
     const int b = get_group_id(2);
     const int hk = h / group;
@@ -444,7 +457,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
             FA_LOADS_BEFORE(FWD_NEXT_QK(kc));
             barrier(CLK_LOCAL_MEM_FENCE);
             FA_LOADS_AFTER(FWD_NEXT_QK(kc));
-            for (int x = 0; x < DC; x++) {
+            FA_UNROLL_STEPS for (int x = 0; x < DC; x++) {
                 float a[TR], bk[TC];
                 FA_VLOAD_TR(a, Qc + x * BR + tr * TR);
                 FA_VLOAD_TC(bk, Kc + x * BC + tc * TC);
@@ -484,9 +497,14 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
             m[i] = mx[i];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        /* l: this work-item's columns only, before dropout (FA_ROW_SUMS). */
+        FA_UNROLL for (int i = 0; i < TR; i++) l[i] *= alpha[i];
         FA_UNROLL for (int j = 0; j < TC; j++) {
             float col[TR];
-            FA_UNROLL for (int i = 0; i < TR; i++) col[i] = exp2(s[i][j] - m_use[i]);
+            FA_UNROLL for (int i = 0; i < TR; i++) {
+                col[i] = exp2(s[i][j] - m_use[i]);
+                l[i] += col[i];
+            }
             FA_VSTORE_TR(col, Pt + (tc * TC + j) * BR + tr * TR);
         }
 #ifdef DROPOUT
@@ -496,10 +514,8 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
 
         /* One rescale per key tile, then O += P V, KV rows of V at a time
          * (the loads of the first were issued with the last chunk of K). */
-        FA_UNROLL for (int i = 0; i < TR; i++) {
-            l[i] *= alpha[i];
+        FA_UNROLL for (int i = 0; i < TR; i++)
             FA_UNROLL for (int x = 0; x < OPT * OG; x++) acc[i][x] *= alpha[i];
-        }
         for (int vc = 0; vc < NVC; vc++) {
             FWD_PUT_V();
             FA_LOADS_BEFORE(FWD_NEXT_V(vc));
@@ -510,6 +526,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
         }
         t = t_next;
     }
+    FA_ROW_SUMS(l, Pt);
 
     /* Normalise once; a row with no visible key gives O = 0, L = -inf. */
     FA_UNROLL for (int i = 0; i < TR; i++) {

@@ -173,9 +173,10 @@ FA_FN ushort bf16_round(float f) {
  * - the step loops of a chunk (one dimension of Q K^T, or one key of P V,
  *   per step) are unrolled FA_STEP_UNROLL times, so that the local loads of
  *   later steps issue ahead of the FMAs of this one. On the H200 (NVIDIA's
- *   OpenCL, fp32, d = 128, 128 x 64 tiles) the forward ran 25.5 TFLOP/s
- *   with no unrolling, 27.0 as the compiler chose, 27.6 by 4 and 30.1 by
- *   8 (bench/results/h200.md). A build option may set another factor. */
+ *   OpenCL, fp32, d = 128, 128 x 64 tiles, N = 4096) the forward ran 25.5
+ *   TFLOP/s with no unrolling, 27.0 as the compiler chose, 27.6 by 4, 30.1
+ *   by 8, 30.5 by 16 and 31.0 by 32, the whole chunk there
+ *   (bench/results/h200.md). A build option may set another factor. */
 #define FA_PRAGMA_(text) _Pragma(#text)
 #define FA_PRAGMA(text) FA_PRAGMA_(text)
 #ifdef FA_GPU
@@ -190,7 +191,7 @@ FA_FN ushort bf16_round(float f) {
 #define FA_LOADS_AFTER(stmt) ((void)0)
 #endif
 #ifndef FA_STEP_UNROLL
-#define FA_STEP_UNROLL 8
+#define FA_STEP_UNROLL 32
 #endif
 #define FA_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define FA_POW2(n) (((n) & ((n) - 1)) == 0)

@@ -567,6 +567,40 @@ FA_TEST(broken_source_reports_log) {
     CHECK_OK(fa_context_destroy(ctx));
 }
 
+/* The GPU flavour of the streaming kernels (FA_GPU, kernels_cl/common.h:
+ * whole and partial unrolling, loads after the barrier) runs only where the
+ * device is a GPU. Here it is at least compiled, on whatever OpenCL device
+ * the test has, with every option on, in the tile shapes NVIDIA's OpenCL
+ * plans (bench/results/h200.md). The inline-PTX float add (FA_NV_PTX)
+ * needs NVIDIA's compiler; the compare-and-swap dQ stands in for it. */
+FA_TEST(stream_gpu_flavour_builds) {
+    REQUIRE_OPENCL();
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &ctx));
+    if (!ctx) return;
+    static const char *const fwd[] = {"kernels_cl/common.h", "kernels_cl/fwd.cl"};
+    static const char *const bwd[] = {"kernels_cl/common.h", "kernels_cl/bwd.cl"};
+    static const struct {
+        const char *const *paths;
+        const char *options;
+    } builds[] = {
+        {fwd, "-DBR=128 -DBC=64 -DTR=8 -DTC=4 -DHEAD_DIM=128 -DDTYPE_F32"},
+        {fwd, "-DBR=128 -DBC=64 -DTR=8 -DTC=4 -DHEAD_DIM=128 -DDTYPE_BF16"},
+        {bwd, "-DBR=128 -DBC=64 -DTR=8 -DTC=4 -DHEAD_DIM=128 -DDTYPE_F32 -DDQ_ATOMIC"},
+        {bwd, "-DBR=64 -DBC=128 -DTR=4 -DTC=8 -DHEAD_DIM=64 -DDTYPE_F16"},
+    };
+    for (size_t i = 0; i < sizeof builds / sizeof builds[0]; i++) {
+        char options[512];
+        snprintf(options, sizeof options,
+                 "%s -DFA_STREAM -DFA_GPU -DCAUSAL -DWINDOW -DBLOCK_MASK -DDROPOUT -DVARLEN", builds[i].options);
+        cl_program program = NULL;
+        const fa_status st = fa_cl_build(cl_of(ctx), builds[i].paths, 2, options, &program);
+        CHECK_MSG(st == FA_SUCCESS, "%s %s: %s", builds[i].paths[1], options, fa_last_error());
+        if (program) fa_cl.clReleaseProgram(program);
+    }
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
 FA_TEST(build_cache_hit_corrupt_and_stale) {
     REQUIRE_OPENCL();
     fa_context ctx = NULL;
@@ -761,4 +795,5 @@ NOT_BUILT(error_codes_named)
 FA_TEST_MAIN(FA_CASE(enumerates_every_device), FA_CASE(bandwidth_measured_then_cached),
              FA_CASE(context_native_and_sync), FA_CASE(buffer_round_trip_unaligned),
              FA_CASE(buffer_bounds_and_sizes), FA_CASE(wrap_native_buffer), FA_CASE(broken_source_reports_log),
-             FA_CASE(build_cache_hit_corrupt_and_stale), FA_CASE(launch_and_timing), FA_CASE(error_codes_named))
+             FA_CASE(build_cache_hit_corrupt_and_stale), FA_CASE(launch_and_timing), FA_CASE(error_codes_named),
+             FA_CASE(stream_gpu_flavour_builds))

@@ -74,7 +74,8 @@ int main(int argc, char **argv) {
     printf("  planned            fwd %8.3f ms %6.1f TF/s   bwd %8.3f ms %6.1f TF/s\n", f0, flops / f0 * 1e-9, b0, 2.5 * flops / b0 * 1e-9);
     shape fs[] = {{FA_VARIANT_MMA,128,128,128,1,1,1},{FA_VARIANT_MMA,128,128,128,1,1,2},{FA_VARIANT_MMA,128,64,128,1,1,1},
                   {FA_VARIANT_MMA,128,64,128,1,1,2},{FA_VARIANT_MMA,128,32,128,1,1,2},{FA_VARIANT_MMA,128,64,256,1,1,2},
-                  {FA_VARIANT_MMA,128,128,256,1,1,1},{FA_VARIANT_MMA,64,64,128,1,1,2}};
+                  {FA_VARIANT_MMA,128,128,256,1,1,1},{FA_VARIANT_MMA,64,64,128,1,1,2},{FA_VARIANT_MMA,256,64,256,1,1,1},
+                  {FA_VARIANT_MMA,256,64,256,1,1,2},{FA_VARIANT_MMA,256,128,256,1,1,1}};
     shape bs[] = {{FA_VARIANT_MMA,64,128,256,1,1,2},{FA_VARIANT_MMA,32,128,256,1,1,2},{FA_VARIANT_MMA,64,64,128,1,1,2},
                   {FA_VARIANT_MMA,32,128,128,1,1,2},{FA_VARIANT_MMA,128,64,128,1,1,1},{FA_VARIANT_MMA,64,128,256,1,1,1}};
     for (int pass = 0; pass < 2; pass++) {

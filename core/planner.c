@@ -281,8 +281,13 @@ static int mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc,
  * step loop. A calibration against NVRTC 13.0, like the budgets above. */
 #define FA_MMA_BWD_REGS_16_SM90 224
 /* Query tiles double-buffered in the backward only up to this many
- * elements per tile: each stage's copies take address registers. */
+ * elements per tile: each stage's copies take address registers. Under
+ * the sm_90 budget above, 64 x 128 at head_dim 128 compiled without spills
+ * in two stages (254 registers, 255 causal; NVRTC 13.0) and ran 239
+ * TFLOP/s against one stage's 223 on an H200 (fp16, N = 8192,
+ * bench/results/h200.md). */
 #define FA_MMA_BWD_TWO_STAGE_ELEMS 4096
+#define FA_MMA_BWD_TWO_STAGE_ELEMS_SM90 8192
 #define FA_MMA_BWD_REGS_TF32 192
 #define FA_MMA_MIN_OTHER 32
 
@@ -296,6 +301,14 @@ static int sm_version(const fa_device_desc *dev) {
     return v;
 }
 
+/* The fp16/bf16 backward on sm_90 without the options that take registers
+ * (FA_MMA_BWD_REGS_16_SM90 says which). */
+static int bwd_lean_sm90(const fa_device_desc *dev, const fa_attention_desc *desc) {
+    return sm_version(dev) >= 90 && desc->q.dtype != FA_DTYPE_F32 && desc->dropout_p == 0.0f &&
+           desc->window_left < 0 && desc->window_right < 0 && !desc->block_mask && !desc->cu_seqlens_q &&
+           desc->head_dim * 2 % 128 == 0;
+}
+
 static int mma_regs_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int strips,
                        int other) {
     const int d = desc->head_dim;
@@ -303,9 +316,7 @@ static int mma_regs_ok(const fa_device_desc *dev, const fa_attention_desc *desc,
         return strips * (d + other) / 2 <= (desc->q.dtype == FA_DTYPE_F32 ? FA_MMA_FWD_REGS_TF32 : FA_MMA_FWD_REGS);
     if (strips * d > FA_MMA_MAX_ACCUMULATORS) return 0;
     if (desc->q.dtype == FA_DTYPE_F32) return strips * (d + 4 * other) <= FA_MMA_BWD_REGS_TF32;
-    const int lean = desc->dropout_p == 0.0f && desc->window_left < 0 && desc->window_right < 0 &&
-                     !desc->block_mask && !desc->cu_seqlens_q && d * 2 % 128 == 0;
-    const int budget = sm_version(dev) >= 90 && lean ? FA_MMA_BWD_REGS_16_SM90 : FA_MMA_BWD_REGS_16;
+    const int budget = bwd_lean_sm90(dev, desc) ? FA_MMA_BWD_REGS_16_SM90 : FA_MMA_BWD_REGS_16;
     return strips * (2 * d + 3 * other) <= 2 * budget;
 }
 
@@ -340,9 +351,12 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
  * accumulators near the budget (128 x 64 at head_dim 128) it spilled, so
  * there it runs one stage, the loads of K and V overlapping each other's
  * products (fwd_mma.cu). */
-static int mma_stages_ok(const fa_attention_desc *desc, fa_pass pass, int br, int bc, int tr, int stages) {
+static int mma_stages_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                         int tr, int stages) {
     if (stages == 1 || desc->q.dtype == FA_DTYPE_F32) return 1;
-    if (pass == FA_PASS_BACKWARD) return br * desc->head_dim <= FA_MMA_BWD_TWO_STAGE_ELEMS;
+    if (pass == FA_PASS_BACKWARD)
+        return br * desc->head_dim <=
+               (bwd_lean_sm90(dev, desc) ? FA_MMA_BWD_TWO_STAGE_ELEMS_SM90 : FA_MMA_BWD_TWO_STAGE_ELEMS);
     const int strips = tr / 2;
     return strips * (desc->head_dim + bc) / 2 <= FA_MMA_FWD_REGS_TWO_STAGES;
 }
@@ -593,7 +607,7 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                             c.tr = sizes[a];
                             c.tc = sizes[b];
                             if (!layout_ok(dev, desc, variant, pass, br, bc, c.tr, c.tc)) continue;
-                            if (variant == FA_VARIANT_MMA && !mma_stages_ok(desc, pass, br, bc, c.tr, stages)) continue;
+                            if (variant == FA_VARIANT_MMA && !mma_stages_ok(dev, desc, pass, br, bc, c.tr, stages)) continue;
                             /* Bytes depend on the tile only; compute time
                              * also on the micro-tile (local-memory reads per
                              * FMA in SIMT kernels). */

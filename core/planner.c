@@ -9,7 +9,9 @@
  * 1. The tile family: OpenCL C 1.2 has no matrix instructions, so OpenCL
  *    plans SIMT tiles, for the SIMT kernels and for the streaming ones
  *    (FA_VARIANT_SIMT_STREAM, below); CUDA plans MMA tiles for fp16/bf16 (fp32 with
- *    allow_tf32) on a device with matrix units, SIMT otherwise; HIP and the
+ *    allow_tf32) on a device with matrix units, SIMT otherwise, and on sm_90
+ *    plans the fp16/bf16 forward for warpgroup MMA first (WGMMA, below),
+ *    MMA where none of its tiles fits; HIP and the
  *    CPU reference plan SIMT. A forward pass whose smallest tiles (8 rows)
  *    still leave compute units idle, over keys long enough to split
  *    (decoding), plans SIMT tiles with and without key splits (SPLITK).
@@ -69,7 +71,7 @@ static const int thread_sizes[] = {1, 2, 4, 8};
 static const int mma_thread_sizes[] = {1, 2, 4, 8, 16, 32};
 
 static const int *micro_tile_sizes(fa_variant variant, size_t *count) {
-    if (variant == FA_VARIANT_MMA) {
+    if (variant == FA_VARIANT_MMA || variant == FA_VARIANT_WGMMA) {
         *count = FA_ARRAY_SIZE(mma_thread_sizes);
         return mma_thread_sizes;
     }
@@ -164,6 +166,10 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
         /* kernels_cuda/bwd_mma.cu: K and V; Q, dO, L and D per stage; dS. */
         return 2 * fa_mma_tile_bytes(c, e * d) + st * 2 * fa_mma_tile_bytes(r, e * d) + fa_mma_tile_bytes(c, e * r) +
                4 * 2 * st * r;
+    case FA_VARIANT_WGMMA:
+        /* fwd_mma.cu built with WGMMA: Q, and K and V per stage, unpadded
+         * (kernels_cuda/wgmma.cuh); forward only. */
+        return e * d * (r + st * 2 * c);
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:
@@ -217,6 +223,7 @@ static fa_status check_device(const fa_device_desc *dev) {
 typedef enum family {
     FAMILY_SIMT,
     FAMILY_MMA,
+    FAMILY_WGMMA, /* the forward on sm_90; FAMILY_MMA where no tile fits */
     FAMILY_DECODE /* SIMT tiles, with and without key splits */
 } family;
 
@@ -301,12 +308,17 @@ static int sm_version(const fa_device_desc *dev) {
     return v;
 }
 
-/* The fp16/bf16 backward on sm_90 without the options that take registers
- * (FA_MMA_BWD_REGS_16_SM90 says which). */
+/* fp16/bf16 problems without the options that take registers (dropout's
+ * Philox state, windows', block masks' and varlen's bounds) whose rows are
+ * whole 128-byte lines: FA_MMA_BWD_REGS_16_SM90 and FA_WGMMA_TWO_BLOCK_ACC
+ * hold for these only. */
+static int lean_16bit(const fa_attention_desc *desc) {
+    return desc->q.dtype != FA_DTYPE_F32 && desc->dropout_p == 0.0f && desc->window_left < 0 &&
+           desc->window_right < 0 && !desc->block_mask && !desc->cu_seqlens_q && desc->head_dim * 2 % 128 == 0;
+}
+
 static int bwd_lean_sm90(const fa_device_desc *dev, const fa_attention_desc *desc) {
-    return sm_version(dev) >= 90 && desc->q.dtype != FA_DTYPE_F32 && desc->dropout_p == 0.0f &&
-           desc->window_left < 0 && desc->window_right < 0 && !desc->block_mask && !desc->cu_seqlens_q &&
-           desc->head_dim * 2 % 128 == 0;
+    return sm_version(dev) >= 90 && lean_16bit(desc);
 }
 
 static int mma_regs_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int strips,
@@ -345,6 +357,58 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
     const int other = pass == FA_PASS_FORWARD ? bc : br;
     if (other < FA_MMA_MIN_OTHER && mma_regs_ok(dev, desc, pass, 1, FA_MMA_MIN_OTHER)) return 0;
     return mma_regs_ok(dev, desc, pass, strips, other);
+}
+
+/* Warpgroup MMA (wgmma, sm_90 only: later architectures replace it) runs
+ * the forward's products from shared memory in 64-row instructions: each
+ * warpgroup owns 64 query rows, one 16-row strip a warp, so the micro-tile
+ * is the MMA one of a single strip (tr = 2, tc = bc / 4). Its operands are
+ * laid out in 128-byte swizzled lines of 64 head dimensions (fp16/bf16,
+ * head_dim a multiple of 64), and its key tiles are 16 to 128 wide. Per
+ * thread it holds the output (d / 2) and the scores (bc / 2) in fp32: up to
+ * FA_WGMMA_FWD_REGS of them compiled without spilling (NVRTC 13.0: 200
+ * registers at head_dim 256 with 64-key tiles, 254 at 128 x 128 with every
+ * option; tests/test_cuda_compile.c checks each shape planned here). */
+#define FA_WGMMA_FWD_REGS 160
+/* Two blocks on one SM (where their shared memory fits too) let one
+ * block's softmax run beside the other's
+ * products (its own warpgroups wait for each other at every key tile):
+ * on an H200 (fp16, N = 8192, bench/results/h200.md) 128 x 64 at head_dim
+ * 128 ran 469 TFLOP/s in two blocks against 337 in one, 128 x 128 at 64
+ * 400 against 281. Two blocks of 256 threads leave 128 registers a thread:
+ * lean problems (lean_16bit) compiled without spilling there up to this
+ * many accumulators (NVRTC 13.0); with every option they spilled. Where a
+ * tile fits, the planner takes only such tiles. */
+#define FA_WGMMA_TWO_BLOCK_ACC 96
+#define FA_WGMMA_MAX_BC 128
+/* Narrower key tiles read the instruction's A operand (Q, from shared
+ * memory) once per 16 keys or 32: shared memory, not the matrix units,
+ * would bind. */
+#define FA_WGMMA_MIN_BC 64
+
+static int wgmma_possible(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass) {
+    return pass == FA_PASS_FORWARD && dev->backend == FA_BACKEND_CUDA && sm_version(dev) == 90 &&
+           has_matrix_units(dev) && (desc->q.dtype == FA_DTYPE_F16 || desc->q.dtype == FA_DTYPE_BF16) &&
+           desc->head_dim % 64 == 0 && desc->head_dim <= 256;
+}
+
+int fa_wgmma_blocks_per_sm(const fa_attention_desc *desc, int bc) {
+    return desc && lean_16bit(desc) && (desc->head_dim + bc) / 2 <= FA_WGMMA_TWO_BLOCK_ACC ? 2 : 1;
+}
+
+static int wgmma_tile_ok(const fa_attention_desc *desc, int br, int bc) {
+    if (br % 64 || bc % 16 || bc < FA_WGMMA_MIN_BC || bc > FA_WGMMA_MAX_BC) return 0;
+    /* Two blocks an SM wherever the narrowest key tile allows them. */
+    if (fa_wgmma_blocks_per_sm(desc, FA_WGMMA_MIN_BC) == 2) return fa_wgmma_blocks_per_sm(desc, bc) == 2;
+    return (desc->head_dim + bc) / 2 <= FA_WGMMA_FWD_REGS;
+}
+
+
+static int wgmma_micro_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, int br, int bc, int tr,
+                               int tc) {
+    const int wgs = 2 * br;
+    return wgmma_tile_ok(desc, br, bc) && tr == 2 && tc * 4 == bc && wgs <= dev->max_work_group_size &&
+           dev->simd_width == 32;
 }
 
 /* The forward's second K/V stage costs a few registers of addresses: with
@@ -427,6 +491,7 @@ static int stream_layout_ok(const fa_attention_desc *desc, fa_pass pass, int br,
 static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
                      int br, int bc, int tr, int tc) {
     if (variant == FA_VARIANT_MMA) return mma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
+    if (variant == FA_VARIANT_WGMMA) return wgmma_micro_tile_ok(dev, desc, br, bc, tr, tc);
     if (br % tr || bc % tc || tr * tc > FA_MAX_THREAD_TILE) return 0;
     const int ntr = br / tr, ntc = bc / tc, wgs = ntr * ntc, simd = dev->simd_width, d = desc->head_dim;
     if (wgs > dev->max_work_group_size) return 0;
@@ -490,6 +555,7 @@ static int family_variants(const fa_device_desc *dev, const fa_attention_desc *d
                            fa_variant out[2]) {
     switch (fam) {
     case FAMILY_MMA: out[0] = FA_VARIANT_MMA; return 1;
+    case FAMILY_WGMMA: out[0] = FA_VARIANT_WGMMA; return 1;
     case FAMILY_DECODE:
         if (pass == FA_PASS_FORWARD) {
             out[0] = FA_VARIANT_SPLITK;
@@ -515,6 +581,7 @@ static int tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_
                    int br, int bc, int *split) {
     *split = 1;
     if (variant == FA_VARIANT_MMA && !mma_tile_ok(dev, desc, pass, br, bc)) return 0;
+    if (variant == FA_VARIANT_WGMMA && !wgmma_tile_ok(desc, br, bc)) return 0;
     if (variant == FA_VARIANT_SPLITK) {
         *split = split_count(dev, desc, br, bc);
         if (*split < 2) return 0;
@@ -582,7 +649,7 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
     int found = 0;
     for (int v = 0; v < nvar; v++) {
         const fa_variant variant = variants[v];
-        const int max_stages = variant == FA_VARIANT_MMA ? 2 : 1;
+        const int max_stages = variant == FA_VARIANT_MMA || variant == FA_VARIANT_WGMMA ? 2 : 1;
         for (size_t i = 0; i < FA_ARRAY_SIZE(tile_sizes); i++)
             for (size_t j = 0; j < FA_ARRAY_SIZE(tile_sizes); j++) {
                 const int br = tile_sizes[i], bc = tile_sizes[j];
@@ -640,7 +707,9 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
     if (pass == FA_PASS_FORWARD && decoding(dev, desc)) fam = FAMILY_DECODE;
     candidate best;
     memset(&best, 0, sizeof best);
-    int found = plan_family(dev, desc, pass, fam, &best);
+    int found = 0;
+    if (fam == FAMILY_MMA && wgmma_possible(dev, desc, pass)) found = plan_family(dev, desc, pass, FAMILY_WGMMA, &best);
+    if (!found) found = plan_family(dev, desc, pass, fam, &best);
     if (!found && fam == FAMILY_MMA) found = plan_family(dev, desc, pass, FAMILY_SIMT, &best);
     if (!found)
         return fa_fail(FA_ERR_UNSUPPORTED,

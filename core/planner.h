@@ -8,6 +8,11 @@
  * width_bytes, laid out as kernels_cuda/mma.cuh says (TILE_BYTES). */
 size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes);
 
+/* Blocks per SM the warpgroup forward (FA_VARIANT_WGMMA) is built to share
+ * an SM with, 1 or 2: its register budget, which the planner and the CUDA
+ * backend (its launch bounds) must agree on. */
+int fa_wgmma_blocks_per_sm(const fa_attention_desc *desc, int bc);
+
 /* Local memory (bytes) one work-group of the given variant needs for a tile
  * shape. Kernels declare exactly this much; tests hold them to it. */
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br,

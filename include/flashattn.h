@@ -281,8 +281,10 @@ typedef enum fa_variant {
     FA_VARIANT_MMA = 1,       /* matrix units (tensor cores, MFMA, XMX) */
     FA_VARIANT_SPLITK = 2,    /* decoding: keys split, merged through L */
     FA_VARIANT_STANDARD = 3,  /* unfused: S and P in global memory */
-    FA_VARIANT_SIMT_STREAM = 4 /* scalar FMA, operands streamed through local
+    FA_VARIANT_SIMT_STREAM = 4, /* scalar FMA, operands streamed through local
                                   memory in head_dim chunks (OpenCL, large d) */
+    FA_VARIANT_WGMMA = 5       /* matrix units driven by whole warpgroups, operands
+                                  from local memory (CUDA sm_90, forward) */
 } fa_variant;
 
 const char *fa_variant_name(fa_variant variant);

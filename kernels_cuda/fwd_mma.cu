@@ -8,17 +8,23 @@
  * Options: BR BC WARPS STAGES (1: K and V single-buffered, the load of one
  * overlapping the use of the other; 2: both double-buffered, the next tile
  * loading during the whole current one), QREG (Q fragments held in
- * registers for the whole kernel, else re-read from shared memory).
+ * registers for the whole kernel, else re-read from shared memory), WGMMA
+ * (sm_90a: each group of four warps computes its 64 rows' S = Q K^T and
+ * O += P V as warpgroup products straight from shared memory, P from
+ * registers; one 16-row strip per warp, so the softmax below is the same).
  *
- * Shared memory, exactly fa_plan_local_mem's MMA forward figure:
+ * Shared memory, exactly fa_plan_local_mem's MMA (WGMMA) forward figure:
  *   Qs [BR x HEAD_DIM], Ks [STAGES][BC x HEAD_DIM], Vs [STAGES][BC x HEAD_DIM]
- * laid out as mma.cuh says (TILE_BYTES); Qs holds O at the end for
- * coalesced stores.
+ * laid out as mma.cuh says (TILE_BYTES), or wgmma.cuh (SW_TILE_BYTES); the
+ * start of it holds O at the end, in mma.cuh's layout, for coalesced stores.
  *
  * Softmax in base 2: the row maximum m is kept in score units and every
  * probability is one ex2 of fma(s, scale * log2 e, -m * scale * log2 e). */
 #include "common.cuh"
 #include "mma.cuh"
+#ifdef WGMMA
+#include "wgmma.cuh"
+#endif
 
 #define THREADS (WARPS * 32)
 #define MT (BR / (16 * WARPS))
@@ -31,11 +37,39 @@
 #error "fwd_mma: BR must be a multiple of 16 * WARPS, BC and HEAD_DIM of 16"
 #endif
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_params p) {
-    extern __shared__ __align__(128) unsigned char smem[];
+#ifdef WGMMA
+#if MT != 1 || WARPS % 4 != 0 || defined(QREG)
+#error "fwd_mma: WGMMA runs one 16-row strip per warp in whole warpgroups, Q in shared memory"
+#endif
+#define SMEM_ALIGN 1024
+#define Q_BYTES SW_TILE_BYTES(BR)
+#define KV_TILE_BYTES SW_TILE_BYTES(BC)
+#define LOAD_TILE(ROWS) load_tile_sw<ROWS, THREADS>
+#define FENCE_ASYNC_SMEM() fence_async_smem()
+#else
+#define SMEM_ALIGN 128
+#define Q_BYTES TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES)
+#define KV_TILE_BYTES TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES)
+#define LOAD_TILE(ROWS) load_tile_async<ROWS, THREADS>
+#define FENCE_ASYNC_SMEM() ((void)0)
+#endif
+
+/* Blocks the registers must leave room for on one SM (a build option to
+ * try: FLASHATTN_CUDA_OPTIONS). */
+#ifndef FWD_MIN_BLOCKS
+#define FWD_MIN_BLOCKS 1
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma(const fa_params p) {
+    extern __shared__ __align__(SMEM_ALIGN) unsigned char smem[];
     const u32 q_sm = smem_u32(smem);
-    constexpr u32 KV_BYTES = TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES);
-    const u32 k_sm = q_sm + TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES);
+#ifdef WGMMA
+    /* The swizzle is on address bits: a misplaced window would read wrong
+     * operands, not fail. */
+    if (q_sm & (SMEM_ALIGN - 1)) __trap();
+#endif
+    constexpr u32 KV_BYTES = KV_TILE_BYTES;
+    const u32 k_sm = q_sm + Q_BYTES;
     const u32 v_sm = k_sm + STAGES * KV_BYTES;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -80,17 +114,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
 #endif
 
     int t = next_key_tile(p, tq, t_begin, t_end);
-    load_tile_async<BR, THREADS>(q_sm, qg, p.q_ss, seq.len_q - q0, tid);
+    LOAD_TILE(BR)(q_sm, qg, p.q_ss, seq.len_q - q0, tid);
     if (t < t_end) {
-        load_tile_async<BC, THREADS>(k_sm, kg + (i64)t * BC * p.k_ss, p.k_ss, seq.len_k - t * BC, tid);
+        LOAD_TILE(BC)(k_sm, kg + (i64)t * BC * p.k_ss, p.k_ss, seq.len_k - t * BC, tid);
 #if STAGES == 2
-        load_tile_async<BC, THREADS>(v_sm, vg + (i64)t * BC * p.v_ss, p.v_ss, seq.len_k - t * BC, tid);
+        LOAD_TILE(BC)(v_sm, vg + (i64)t * BC * p.v_ss, p.v_ss, seq.len_k - t * BC, tid);
 #endif
     }
     cp_async_commit();
 
     int stage = 0;
+#ifdef QREG
     bool first = true;
+#endif
     while (t < t_end) {
         const int tn = next_key_tile(p, tq, t + 1, t_end);
         const int k0 = t * BC;
@@ -98,16 +134,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
 #if STAGES == 2
         if (tn < t_end) {
             const u32 off = (u32)(stage ^ 1) * KV_BYTES;
-            load_tile_async<BC, THREADS>(k_sm + off, kg + (i64)tn * BC * p.k_ss, p.k_ss, seq.len_k - tn * BC, tid);
-            load_tile_async<BC, THREADS>(v_sm + off, vg + (i64)tn * BC * p.v_ss, p.v_ss, seq.len_k - tn * BC, tid);
+            LOAD_TILE(BC)(k_sm + off, kg + (i64)tn * BC * p.k_ss, p.k_ss, seq.len_k - tn * BC, tid);
+            LOAD_TILE(BC)(v_sm + off, vg + (i64)tn * BC * p.v_ss, p.v_ss, seq.len_k - tn * BC, tid);
         }
         cp_async_commit();
         cp_async_wait<1>();
+        FENCE_ASYNC_SMEM();
         __syncthreads();
 #else
         cp_async_wait<0>();
+        FENCE_ASYNC_SMEM();
         __syncthreads(); /* K(t) is in; every warp is done with V(t - 1) */
-        load_tile_async<BC, THREADS>(v_sm, vg + (i64)k0 * p.v_ss, p.v_ss, seq.len_k - k0, tid);
+        LOAD_TILE(BC)(v_sm, vg + (i64)k0 * p.v_ss, p.v_ss, seq.len_k - k0, tid);
         cp_async_commit();
 #endif
 #ifdef QREG
@@ -117,18 +155,32 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
 #pragma unroll
                 for (int ks = 0; ks < KS; ks++) load_a(q_sm, row_base + mt * 16, ks, qa[mt][ks], lane);
         }
-#endif
         first = false;
-        (void)first;
+#endif
 
         /* S = Q K^T */
         float s[MT][NT][4];
+#ifndef WGMMA /* its first product overwrites */
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) s[mt][j][e] = 0.0f;
+#endif
+#ifdef WGMMA
+        {
+            /* The warpgroup's 64 rows of Q. */
+            const u32 qd = desc_fresh(desc_lo_k_major(q_sm + (u32)(warp / 4) * 64 * 128)), kd = desc_lo_k_major(kb);
+            wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+                wgmma_ss<BC>(s[0], sw_desc_at(qd, k_step_off<BR>(ks)), sw_desc_at(kd, k_step_off<BC>(ks)), ks);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold<NT>(s[0]);
+        }
+#else
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
 #ifdef QREG
@@ -151,6 +203,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
             }
 #undef A_FRAG
         }
+#endif
 
         /* Masks: whole tiles need no per-element test. */
         if (!tile_full(p, mask, tq, t, q0, k0, BR, BC)) {
@@ -243,14 +296,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
 
 #if STAGES == 1
         cp_async_wait<0>();
+        FENCE_ASYNC_SMEM();
         __syncthreads(); /* V(t) is in; every warp is done with K(t) */
         if (tn < t_end) {
-            load_tile_async<BC, THREADS>(k_sm, kg + (i64)tn * BC * p.k_ss, p.k_ss, seq.len_k - tn * BC, tid);
+            LOAD_TILE(BC)(k_sm, kg + (i64)tn * BC * p.k_ss, p.k_ss, seq.len_k - tn * BC, tid);
         }
         cp_async_commit();
 #endif
 
         /* O += P V */
+#ifdef WGMMA
+        const u32 vd = desc_lo_n_major(vb, BC * 128);
+        wg_fence();
+#pragma unroll
+        for (int kp = 0; kp < KP; kp++)
+            wgmma_rs<HEAD_DIM>(o_acc[0], pa[0][kp], sw_desc_at(vd, (u32)kp * 16 * 128));
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<DT>(o_acc[0]);
+#else
 #pragma unroll
         for (int kp = 0; kp < KP; kp++) {
 #pragma unroll
@@ -264,6 +328,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_mma(const fa_par
                 }
             }
         }
+#endif
 #if STAGES == 2
         __syncthreads(); /* this stage may be refilled next iteration */
         stage ^= 1;

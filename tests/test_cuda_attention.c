@@ -83,6 +83,8 @@ typedef struct tiles {
     int br, bc, threads, tr, tc, stages, split;
 } tiles;
 
+static int tensor_core_variant(fa_variant v) { return v == FA_VARIANT_MMA || v == FA_VARIANT_WGMMA; }
+
 #ifdef FA_WITH_CUDA
 static void apply_tiles(fa_kernel_plan *kp, const tiles *t, fa_pass pass, const fa_attention_desc *desc) {
     kp->variant = t->variant;
@@ -93,9 +95,8 @@ static void apply_tiles(fa_kernel_plan *kp, const tiles *t, fa_pass pass, const 
     kp->thread_cols = t->tc;
     kp->stages = t->stages > 0 ? t->stages : 1;
     kp->split_k = t->split > 1 ? t->split : 1;
-    kp->local_mem_bytes =
-        fa_plan_local_mem(t->variant == FA_VARIANT_MMA ? FA_VARIANT_MMA : FA_VARIANT_SIMT, pass, desc, t->br, t->bc,
-                          kp->stages);
+    kp->local_mem_bytes = fa_plan_local_mem(tensor_core_variant(t->variant) ? t->variant : FA_VARIANT_SIMT, pass,
+                                            desc, t->br, t->bc, kp->stages);
 }
 #endif
 
@@ -318,7 +319,7 @@ static void check_shared_mem(const char *name, fa_plan plan) {
     for (int pass = 0; pass < 2; pass++) {
         size_t got = 0;
         fa_status st = fa_cuda_plan_shared_bytes(plan->impl, (fa_pass)pass, &got);
-        fa_variant v = kp[pass]->variant == FA_VARIANT_MMA ? FA_VARIANT_MMA : FA_VARIANT_SIMT;
+        fa_variant v = tensor_core_variant(kp[pass]->variant) ? kp[pass]->variant : FA_VARIANT_SIMT;
         size_t want = fa_plan_local_mem(v, (fa_pass)pass, &plan->desc, kp[pass]->br, kp[pass]->bc, kp[pass]->stages);
         CHECK_MSG(st == FA_SUCCESS && got == want, "%s: %s kernels use %zu bytes of shared memory, the plan %zu", name,
                   pass ? "backward" : "forward", got, want);
@@ -582,6 +583,19 @@ static void run_tiles(const char *name, const fa_attention_desc *desc, const til
         if (device_cc() < 80) FA_SKIP("the tensor-core kernels need sm_80 or later");      \
     } while (0)
 
+#define REQUIRE_WGMMA()                                                                    \
+    do {                                                                                   \
+        REQUIRE_CUDA();                                                                    \
+        if (device_cc() != 90) FA_SKIP("the warpgroup forward runs on sm_90 only");        \
+    } while (0)
+
+/* The tensor-core forward the planner picks on this device: the warpgroup
+ * one on sm_90 for fp16/bf16 at head dims of whole 64-column blocks. */
+static fa_variant tensor_core_forward(const fa_attention_desc *d) {
+    return device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 ? FA_VARIANT_WGMMA
+                                                                                    : FA_VARIANT_MMA;
+}
+
 /* The variants the planner picks for desc on this device. */
 static void expect_variants(const char *name, const fa_attention_desc *d, fa_variant fwd, fa_variant bwd) {
     fa_plan plan = NULL;
@@ -597,7 +611,7 @@ FA_TEST(mma_dtypes) {
     for (int w = 0; w < 3; w++) {
         fa_attention_desc d = mma_desc(w, 2, 130, 150, 2, 2, 64);
         run("mma dtypes b2 h2 130x150 d64", &d, 1);
-        expect_variants("mma dtypes", &d, FA_VARIANT_MMA, FA_VARIANT_MMA);
+        expect_variants("mma dtypes", &d, tensor_core_forward(&d), FA_VARIANT_MMA);
     }
     /* fp32 without TF32 stays on the FP32 pipes; so does a head_dim the
      * m16n8k16 shape does not divide. */
@@ -761,7 +775,7 @@ static void mask_bits(const fa_attention_desc *proto) {
     CHECK_OK(fa_buffer_alloc(ctx, nq * es, &bo));
     CHECK_OK(fa_buffer_alloc(ctx, (size_t)2 * heads * sq * 4, &bl));
     if (!plan || !bq || !bk || !bv || !bo || !bl) goto out;
-    CHECK_MSG(plan->info.forward.variant == FA_VARIANT_MMA, "mask bits: forward planned %s",
+    CHECK_MSG(tensor_core_variant(plan->info.forward.variant), "mask bits: forward planned %s",
               vname(&plan->info.forward));
     CHECK_OK(fa_buffer_upload(bq, 0, q, nq * es));
     CHECK_OK(fa_buffer_upload(bk, 0, k, nk * es));
@@ -882,6 +896,32 @@ FA_TEST(mma_shapes) {
         }
 }
 
+/* Every warpgroup forward shape the kernel takes: one and two warpgroups,
+ * key tiles 16 to 128, one and two stages, head dims 64 to 256 (one to four
+ * 64-column blocks), fp16 and bf16, causal and not; the backward on the
+ * planner's tiles. */
+FA_TEST(wgmma_shapes) {
+    REQUIRE_WGMMA();
+    const struct {
+        int dim;
+        tiles f;
+    } shapes[] = {
+        {64, {FA_VARIANT_WGMMA, 128, 128, 256, 2, 32, 2, 1}},  {64, {FA_VARIANT_WGMMA, 64, 64, 128, 2, 16, 1, 1}},
+        {64, {FA_VARIANT_WGMMA, 128, 16, 256, 2, 4, 2, 1}},    {128, {FA_VARIANT_WGMMA, 128, 128, 256, 2, 32, 2, 1}},
+        {128, {FA_VARIANT_WGMMA, 128, 64, 256, 2, 16, 1, 1}},  {128, {FA_VARIANT_WGMMA, 64, 32, 128, 2, 8, 2, 1}},
+        {192, {FA_VARIANT_WGMMA, 128, 128, 256, 2, 32, 1, 1}}, {256, {FA_VARIANT_WGMMA, 128, 64, 256, 2, 16, 2, 1}},
+    };
+    for (size_t i = 0; i < FA_ARRAY_SIZE(shapes); i++)
+        for (int w = 0; w < 2; w++) {
+            fa_attention_desc d = mma_desc(w, 2, 200, 230, 2, 1, shapes[i].dim);
+            d.causal = (int)((i + (size_t)w) % 2);
+            char name[96];
+            snprintf(name, sizeof name, "wgmma d%d %dx%d/%d s%d%s", shapes[i].dim, shapes[i].f.br, shapes[i].f.bc,
+                     shapes[i].f.threads, shapes[i].f.stages, d.causal ? " causal" : "");
+            run_tiles(name, &d, &shapes[i].f, NULL, 1);
+        }
+}
+
 /* The plans the planner makes for training and decoding shapes on the
  * described H100 and on this device, tensor-core tiles run as such, on
  * small problems. */
@@ -904,7 +944,7 @@ FA_TEST(mma_planned_tiles) {
             if (info.forward.local_mem_bytes > here.desc.local_mem_bytes ||
                 info.backward.local_mem_bytes > here.desc.local_mem_bytes)
                 continue;
-            if (!decode) CHECK_MSG(info.forward.variant == FA_VARIANT_MMA, "%s d%d: forward %s", names[i], dim,
+            if (!decode) CHECK_MSG(tensor_core_variant(info.forward.variant), "%s d%d: forward %s", names[i], dim,
                                    vname(&info.forward));
             tiles f = from_plan(&info.forward), b = from_plan(&info.backward);
             fa_attention_desc d = decode ? mma_desc(w, 1, 4, 1100, 4, 1, dim) : mma_desc(w, 1, 150, 170, 2, 1, dim);
@@ -927,6 +967,10 @@ FA_TEST(mma_rejects_bad_tiles) {
         {FA_VARIANT_MMA, 256, 64, 128, 1, 1, 1, 1}, /* four strips a warp */
         {FA_VARIANT_MMA, 64, 24, 128, 1, 1, 1, 1},  /* bc not a multiple of 16 */
         {FA_VARIANT_MMA, 64, 64, 128, 1, 1, 3, 1},  /* three stages */
+        {FA_VARIANT_WGMMA, 96, 64, 192, 2, 16, 1, 1},  /* not whole warpgroups of 64 rows */
+        {FA_VARIANT_WGMMA, 128, 48, 256, 2, 12, 1, 1}, /* a key tile with no S product */
+        {FA_VARIANT_WGMMA, 128, 64, 128, 2, 16, 1, 1}, /* two strips a warp */
+        {FA_VARIANT_WGMMA, 128, 64, 256, 2, 16, 3, 1}, /* three stages */
     };
     for (size_t i = 0; i < FA_ARRAY_SIZE(bad); i++) {
         fa_status st = force_tiles(plan, &bad[i], NULL);
@@ -949,5 +993,5 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
              FA_CASE(long_sequences), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims), FA_CASE(mma_masks),
              FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits), FA_CASE(mma_block_sparse_skips_tiles),
-             FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes), FA_CASE(mma_planned_tiles),
+             FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes), FA_CASE(wgmma_shapes), FA_CASE(mma_planned_tiles),
              FA_CASE(mma_rejects_bad_tiles))

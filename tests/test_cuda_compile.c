@@ -174,6 +174,8 @@ static int make_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job 
     return n;
 }
 
+static int tensor_cores(fa_variant v) { return v == FA_VARIANT_MMA || v == FA_VARIANT_WGMMA; }
+
 static void print_and_check(const char *device, job *jobs, int n) {
     printf("\n%-8s %-28s %-8s %-18s %5s %5s %6s %6s %7s %s\n", "device", "problem", "program", "kernel", "thr",
            "regs", "spillS", "spillL", "smem", "plan");
@@ -213,7 +215,7 @@ static void print_and_check(const char *device, job *jobs, int n) {
                           j->label, r->kernel, r->spill_stores, r->spill_loads, r->stack_bytes, r->options);
             }
         }
-        if (f->variant == FA_VARIANT_MMA || b->variant == FA_VARIANT_MMA) mma_programs_seen++;
+        if (tensor_cores(f->variant) || tensor_cores(b->variant)) mma_programs_seen++;
     }
     printf("%s: %d plans, %d kernels (%d on tensor cores), %.1f s of compiling (0 for cache hits)\n", device, n,
            kernels, mma_kernels, seconds);
@@ -231,16 +233,22 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
     run_jobs(jobs, n);
     print_and_check(device, jobs, n);
     /* Every dtype, head dimension and option set planned tensor-core
-     * kernels wherever the m16n8k16 shape divides the head dimension. */
+     * kernels wherever the m16n8k16 shape divides the head dimension; on
+     * sm_90 the fp16/bf16 forward is the warpgroup one wherever 64-column
+     * blocks divide it, and nowhere else. */
     for (int i = 0; i < n; i++) {
         const fa_attention_desc *d = &jobs[i].desc;
+        const fa_variant fv = jobs[i].info.forward.variant, bv = jobs[i].info.backward.variant;
         int mma_dtype = d->q.dtype != FA_DTYPE_F32 || d->allow_tf32;
+        int wgmma_shape = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
+                          d->seqlen_q > 16;
         if (mma_dtype && d->head_dim % 16 == 0 && d->seqlen_q > 16 && d->head_dim <= 128)
-            CHECK_MSG(jobs[i].info.forward.variant == FA_VARIANT_MMA, "%s %s: forward %s", device, jobs[i].label,
-                      fa_variant_name(jobs[i].info.forward.variant));
+            CHECK_MSG(tensor_cores(fv), "%s %s: forward %s", device, jobs[i].label, fa_variant_name(fv));
+        CHECK_MSG((fv == FA_VARIANT_WGMMA) == wgmma_shape, "%s %s: forward %s", device, jobs[i].label,
+                  fa_variant_name(fv));
+        CHECK_MSG(bv != FA_VARIANT_WGMMA, "%s %s: backward %s", device, jobs[i].label, fa_variant_name(bv));
         if (!mma_dtype || d->head_dim % 16)
-            CHECK_MSG(jobs[i].info.forward.variant != FA_VARIANT_MMA && jobs[i].info.backward.variant != FA_VARIANT_MMA,
-                      "%s %s: tensor cores planned", device, jobs[i].label);
+            CHECK_MSG(!tensor_cores(fv) && !tensor_cores(bv), "%s %s: tensor cores planned", device, jobs[i].label);
     }
     free(jobs);
 }
@@ -337,7 +345,7 @@ FA_TEST(errors_are_reported) {
     d.seqlen_q = d.seqlen_k = 256;
     d.heads_q = d.heads_kv = 2;
     d.head_dim = 64;
-    fa_plan_info info;
+    fa_plan_info info, bad;
     CHECK_OK(fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info));
     CHECK(info.forward.variant == FA_VARIANT_SIMT);
     int n = 0;
@@ -350,9 +358,16 @@ FA_TEST(errors_are_reported) {
      * the kernels do not have. */
     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F16;
     CHECK_OK(fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info));
-    CHECK(info.forward.variant == FA_VARIANT_MMA && info.backward.variant == FA_VARIANT_MMA);
+    CHECK(info.forward.variant == FA_VARIANT_WGMMA && info.backward.variant == FA_VARIANT_MMA);
     CHECK_STATUS(fa_cuda_compile_plan(&d, &info, 7, 5, NULL, 0, &n), FA_ERR_UNSUPPORTED);
-    fa_plan_info bad = info;
+    /* The warpgroup forward exists on sm_90 alone. */
+    CHECK_STATUS(fa_cuda_compile_plan(&d, &info, 8, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(fa_last_error(), "sm_90") != NULL, "message: %s", fa_last_error());
+    CHECK_STATUS(fa_cuda_compile_plan(&d, &info, 10, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED);
+    bad = info;
+    bad.forward.bc = 48; /* not a warpgroup key tile */
+    CHECK_STATUS(fa_cuda_compile_plan(&d, &bad, 9, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED);
+    bad = info;
     bad.forward.work_group_size = 96;
     CHECK_STATUS(fa_cuda_compile_plan(&d, &bad, 9, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED);
     bad = info;

@@ -49,8 +49,16 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     const fa_dtype t = d->q.dtype;
     CHECK_MSG(in_set(k->br, tiles, 5) && in_set(k->bc, tiles, 5), "%s: tile %d x %d", what, k->br, k->bc);
     /* SIMT micro-tiles come from {1, 2, 4, 8}; an MMA plan's is its fragments'
-     * shape (two rows per 16-row strip, a quarter of the other side). */
-    if (k->variant == FA_VARIANT_MMA) {
+     * shape (two rows per 16-row strip, a quarter of the other side); a
+     * WGMMA plan's is one strip's, forward, in whole warpgroups of 64 rows,
+     * with head dims of whole 64-column blocks. */
+    if (k->variant == FA_VARIANT_WGMMA) {
+        CHECK_MSG(pass == FA_PASS_FORWARD && k->thread_rows == 2 && k->thread_cols * 4 == k->bc &&
+                      k->br % 64 == 0 && k->work_group_size == 2 * k->br && dim % 64 == 0 &&
+                      (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) && strcmp(dev->arch, "sm_90") == 0,
+                  "%s: wgmma %d x %d/%d, micro-tile %d x %d", what, k->br, k->bc, k->work_group_size, k->thread_rows,
+                  k->thread_cols);
+    } else if (k->variant == FA_VARIANT_MMA) {
         const int warps = k->work_group_size / dev->simd_width;
         const int strips = (pass == FA_PASS_FORWARD ? k->br : k->bc) / (16 * (warps > 0 ? warps : 1));
         const int tr = pass == FA_PASS_FORWARD ? 2 * strips : k->br / 4;
@@ -69,7 +77,8 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
               dev->max_work_group_size);
     CHECK_MSG(k->work_group_size < dev->simd_width || k->work_group_size % dev->simd_width == 0,
               "%s: work-group %d vs simd %d", what, k->work_group_size, dev->simd_width);
-    CHECK_MSG(k->variant == FA_VARIANT_MMA || k->thread_rows * k->thread_cols <= 32, "%s: micro-tile %d x %d", what,
+    CHECK_MSG(k->variant == FA_VARIANT_MMA || k->variant == FA_VARIANT_WGMMA || k->thread_rows * k->thread_cols <= 32,
+              "%s: micro-tile %d x %d", what,
               k->thread_rows, k->thread_cols);
     CHECK(k->simd_width == dev->simd_width);
     size_t lm = fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages);
@@ -79,7 +88,10 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     /* Which variants each backend may run. */
     int half = t == FA_DTYPE_F16 || t == FA_DTYPE_BF16;
     int matrix = dev->matrix_flops_per_clock_cu > 0 && dev->matrix_m > 0;
-    if (k->variant == FA_VARIANT_MMA) {
+    if (k->variant == FA_VARIANT_WGMMA) {
+        CHECK_MSG(dev->backend == FA_BACKEND_CUDA && matrix && half, "%s: wgmma", what);
+        CHECK(k->stages == 1 || k->stages == 2);
+    } else if (k->variant == FA_VARIANT_MMA) {
         CHECK_MSG(dev->backend == FA_BACKEND_CUDA && matrix && (half || d->allow_tf32), "%s: mma", what);
         CHECK(k->stages == 1 || k->stages == 2);
         CHECK(k->work_group_size % dev->simd_width == 0);
@@ -332,7 +344,7 @@ FA_TEST(decoding_splits_keys) {
     CHECK(p.forward.split_k == 1 && p.forward.variant == FA_VARIANT_SIMT);
     d = shape(1, 4096, 4096, 8, 8, 128, FA_DTYPE_F16);
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
-    CHECK(p.forward.split_k == 1 && p.forward.variant == FA_VARIANT_MMA);
+    CHECK(p.forward.split_k == 1 && p.forward.variant == FA_VARIANT_WGMMA);
     d = shape(1, 1, 256, 8, 8, 128, FA_DTYPE_F16);
     CHECK_OK(fa_plan_for_device(device("nvidia-opencl"), &d, &p));
     CHECK(p.forward.split_k == 1);
@@ -341,19 +353,41 @@ FA_TEST(decoding_splits_keys) {
 FA_TEST(variants_by_backend) {
     fa_attention_desc d = shape(2, 2048, 2048, 16, 16, 128, FA_DTYPE_F16);
     fa_plan_info p;
-    /* CUDA with tensor cores: MMA for fp16, bf16 and fp32 with TF32. */
+    /* CUDA with tensor cores: MMA for fp16, bf16 and fp32 with TF32; on
+     * sm_90 the fp16/bf16 forward runs warpgroup MMA, double-buffered: in
+     * two blocks an SM where the registers of 128 x 64 allow them, in one
+     * of 128 x 128 where dropout's take them. */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
-    CHECK(p.forward.variant == FA_VARIANT_MMA && p.backward.variant == FA_VARIANT_MMA);
-    /* 227 KiB would hold double-buffered K and V, but the 128 x 64 tile's
-     * accumulators leave no registers for the second stage's addresses. */
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.backward.variant == FA_VARIANT_MMA);
+    CHECK(p.forward.br == 128 && p.forward.bc == 64 && p.forward.stages == 2 && p.forward.work_group_size == 256);
+    CHECK(fa_wgmma_blocks_per_sm(&d, p.forward.bc) == 2);
+    d.dropout_p = 0.1f;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.forward.br == 128 && p.forward.bc == 128);
+    CHECK(fa_wgmma_blocks_per_sm(&d, p.forward.bc) == 1);
+    d.dropout_p = 0.0f;
+    d.head_dim = 256; /* 128 x 128 would need more registers than a thread has */
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.forward.br == 128 && p.forward.bc == 64);
+    d.head_dim = 96; /* not whole 64-column blocks: mma.sync */
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_MMA);
+    /* sm_80 has no warpgroup MMA. 227 KiB would hold double-buffered K and
+     * V, but the 128 x 64 tile's accumulators leave no registers for the
+     * second stage's addresses. */
+    d.head_dim = 128;
+    fa_device_desc sm80 = *device("h100");
+    snprintf(sm80.arch, sizeof sm80.arch, "sm_80");
+    CHECK_OK(fa_plan_for_device(&sm80, &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_MMA);
     CHECK(p.forward.br == 128 && p.forward.bc == 64 && p.forward.stages == 1);
     d.head_dim = 64; /* 128 x 32 would have room, 128 x 128 has not */
-    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK_OK(fa_plan_for_device(&sm80, &d, &p));
     CHECK(p.forward.br == 128 && p.forward.bc == 128 && p.forward.stages == 1);
     d.head_dim = 128;
     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_BF16;
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
-    CHECK(p.forward.variant == FA_VARIANT_MMA);
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA);
     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F32;
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_SIMT && p.backward.variant == FA_VARIANT_SIMT);

@@ -10,6 +10,7 @@
  * headers) compiled with the plan's constants as -D options, so that every
  * loop over a tile unrolls:
  *   forward MMA     fwd_mma.cu   fa_fwd_mma
+ *   forward WGMMA   fwd_mma.cu   fa_fwd_mma, built with -DWGMMA for sm_90a
  *   forward SIMT    simt.cu      fa_fwd_simt [, fa_splitk_merge]
  *   backward MMA    bwd_mma.cu   fa_bwd_dot, fa_bwd_dkdv_mma, then
  *                                fa_bwd_dq_convert (dQ by atomics) or
@@ -50,8 +51,9 @@ static int dq_bc(const fa_attention_desc *d) { return d->q.dtype == FA_DTYPE_F32
 #define CU_QREG_BUDGET 160
 
 static const char *const cu_header_paths[] = {"kernels_cuda/common.cuh", "kernels_cuda/mma.cuh",
-                                              "kernels_cuda/rowwise.cuh"};
-#define CU_HEADER_COUNT 3
+                                              "kernels_cuda/rowwise.cuh", "kernels_cuda/wgmma.cuh",
+                                              "kernels_cuda/wgmma_ops.cuh"};
+#define CU_HEADER_COUNT 5
 
 /* ------------------------------------------------------------------------ */
 /* Kernel parameters                                                         */
@@ -90,6 +92,7 @@ typedef struct cu_program_spec {
     int nkernels;
     cu_kernel_spec kernels[CU_MAX_KERNELS];
     int tensor_cores;
+    int arch_specific; /* fa_cuda_program's */
 } cu_program_spec;
 
 static int cu_mma_ok(const fa_kernel_plan *kp) { return kp->variant == FA_VARIANT_MMA; }
@@ -165,15 +168,53 @@ static fa_status check_simt(const fa_attention_desc *d, const fa_kernel_plan *kp
     return FA_SUCCESS;
 }
 
+/* The warpgroup build of fwd_mma.cu: sm_90a, fp16/bf16, whole warpgroups
+ * of one 16-row strip a warp, 64-column blocks of head dimensions. */
+static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor) {
+    if (cc_major != 9 || cc_minor != 0)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: warpgroup MMA exists on sm_90 only (device: sm_%d%d)",
+                       cc_major, cc_minor);
+    if (d->q.dtype != FA_DTYPE_F16 && d->q.dtype != FA_DTYPE_BF16)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the warpgroup kernel takes fp16 or bf16, not %s",
+                       fa_dtype_name(d->q.dtype));
+    const int wgs = kp->work_group_size;
+    const int bc = kp->bc; /* kernels_cuda/wgmma_ops.cuh has these S products */
+    if (kp->br % 64 || wgs != 2 * kp->br || wgs > 256 || (bc != 16 && bc != 32 && bc != 64 && bc != 128) ||
+        d->head_dim % 64 || d->head_dim > 256)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "forward plan: tile %d x %d with %d threads at head_dim %d is not a warpgroup shape (64 or "
+                       "128 query rows, 2 threads a row; 16, 32, 64 or 128 keys; head_dim 64, 128, 192 or 256)",
+                       kp->br, bc, wgs, d->head_dim);
+    if (kp->stages != 1 && kp->stages != 2)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: %d stages (the kernels run 1 or 2)", kp->stages);
+    return FA_SUCCESS;
+}
+
 static int qreg_fits(const fa_attention_desc *d, int strips, int bc) {
     int q_regs = d->q.dtype == FA_DTYPE_F32 ? d->head_dim / 2 : d->head_dim / 4;
     return strips * (d->head_dim / 2 + bc / 2 + q_regs) <= CU_QREG_BUDGET;
 }
 
-static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major,
+static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor,
                               cu_program_spec *s) {
     memset(s, 0, sizeof *s);
     common_defines(d, s->defines, sizeof s->defines);
+    if (kp->variant == FA_VARIANT_WGMMA) {
+        FA_CHECK(check_wgmma(d, kp, cc_major, cc_minor));
+        s->file = "kernels_cuda/fwd_mma.cu";
+        s->short_name = "fwd_wgmma";
+        s->tensor_cores = 1;
+        s->arch_specific = 1;
+        FA_CHECK(append_define(s, " -DFWD -DWGMMA -DBR=%d -DBC=%d -DWARPS=%d -DSTAGES=%d", kp->br, kp->bc,
+                               kp->work_group_size / 32, kp->stages));
+        const int blocks = fa_wgmma_blocks_per_sm(d, kp->bc);
+        if (blocks > 1) FA_CHECK(append_define(s, " -DFWD_MIN_BLOCKS=%d", blocks, 0, 0, 0));
+        s->nkernels = 1;
+        s->kernels[0] = (cu_kernel_spec){"fa_fwd_mma", kp->work_group_size,
+                                         fa_plan_local_mem(FA_VARIANT_WGMMA, FA_PASS_FORWARD, d, kp->br, kp->bc,
+                                                           kp->stages)};
+        return FA_SUCCESS;
+    }
     if (cu_mma_ok(kp)) {
         FA_CHECK(check_mma(d, kp, FA_PASS_FORWARD, cc_major));
         const int warps = kp->work_group_size / 32, strips = kp->br / (16 * warps);
@@ -260,7 +301,17 @@ _Static_assert(CU_MAX_KERNELS <= FA_CUDA_MAX_KERNELS, "a pass has more kernels t
 static fa_status compile_program(const cu_program_spec *spec, int major, int minor, fa_cuda_binary *out) {
     const char *names[CU_MAX_KERNELS];
     for (int i = 0; i < spec->nkernels; i++) names[i] = spec->kernels[i].name;
-    const fa_cuda_program prog = {spec->file, cu_header_paths, CU_HEADER_COUNT, spec->defines, names, spec->nkernels};
+    /* FLASHATTN_CUDA_OPTIONS: NVRTC options appended to every attention
+     * program's (a define to try, say: bench/cuda_check.sh tiles). They are
+     * part of the kernel cache's key like the others. */
+    const char *env = getenv("FLASHATTN_CUDA_OPTIONS");
+    char defines[CU_DEFINES_SIZE + 256];
+    int n = snprintf(defines, sizeof defines, "%s%s%s", spec->defines, env && env[0] ? " " : "", env ? env : "");
+    if (n < 0 || (size_t)n >= sizeof defines)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "FLASHATTN_CUDA_OPTIONS does not fit in %zu bytes of options",
+                       sizeof defines - sizeof spec->defines);
+    const fa_cuda_program prog = {spec->file, cu_header_paths, CU_HEADER_COUNT,     defines,
+                                  names,      spec->nkernels,  spec->arch_specific};
     return fa_cuda_compile(&prog, major, minor, 1, out);
 }
 
@@ -414,7 +465,7 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     const fa_attention_desc *d = &plan->desc;
     const fa_plan_info *info = &plan->info;
     CUstream stream = p->ctx->stream;
-    FA_CHECK(forward_spec(d, &info->forward, p->ctx->cc_major, &p->fwd.spec));
+    FA_CHECK(forward_spec(d, &info->forward, p->ctx->cc_major, p->ctx->cc_minor, &p->fwd.spec));
     FA_CHECK(backward_spec(d, &info->backward, p->ctx->cc_major, &p->bwd.spec));
     p->num_splits = info->forward.variant == FA_VARIANT_SPLITK && info->forward.split_k > 1 ? info->forward.split_k : 1;
     if ((int64_t)d->batch * p->num_splits > 65535 || d->heads_q > 65535)
@@ -689,7 +740,7 @@ fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info
     if (!desc || !info || !count) return fa_fail(FA_ERR_NULL_POINTER, "desc, info or count is NULL");
     *count = 0;
     cu_program_spec specs[2];
-    FA_CHECK(forward_spec(desc, &info->forward, cc_major, &specs[0]));
+    FA_CHECK(forward_spec(desc, &info->forward, cc_major, cc_minor, &specs[0]));
     FA_CHECK(backward_spec(desc, &info->backward, cc_major, &specs[1]));
     for (int s = 0; s < 2; s++) {
         fa_cuda_binary bin;

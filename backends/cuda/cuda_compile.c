@@ -324,6 +324,19 @@ fa_status fa_cuda_compile(const fa_cuda_program *prog, int major, int minor, int
 
     char arch_opt[64];
     choose_arch(nv, major, minor, out->arch, sizeof out->arch, &out->cubin);
+    if (prog->arch_specific) {
+        /* Architecture-specific instructions exist only as real code for
+         * the device's own architecture, never as PTX for a later one. */
+        if (!out->cubin)
+            return fa_fail(FA_ERR_UNSUPPORTED,
+                           "%s needs real code for sm_%d%da, and NVRTC %d.%d cannot target sm_%d%d (it offers %s)",
+                           prog->source, major, minor, nv->version_major, nv->version_minor, major, minor, out->arch);
+        const size_t len = strlen(out->arch);
+        if (len + 1 < sizeof out->arch) {
+            out->arch[len] = 'a';
+            out->arch[len + 1] = '\0';
+        }
+    }
     snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", out->arch);
 
     /* The options, one each; joined with single spaces they are the cache

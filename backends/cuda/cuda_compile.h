@@ -44,6 +44,8 @@ typedef struct fa_cuda_program {
     const char *defines;          /* -D options separated by spaces; "" for none */
     const char *const *kernels;   /* entry points, at most FA_CUDA_MAX_KERNELS */
     int nkernels;
+    int arch_specific;            /* 1: the device's own architecture with its
+                                     "a" features (sm_90a: wgmma), or an error */
 } fa_cuda_program;
 
 typedef struct fa_cuda_binary {

@@ -459,7 +459,7 @@ static fa_status std_compile(const fa_attention_desc *d, int major, int minor, i
     char defines[STD_DEFINES_SIZE];
     std_defines(d, defines, sizeof defines);
     const fa_cuda_program prog = {STD_SOURCE, std_headers, (int)FA_ARRAY_SIZE(std_headers), defines, kernel_names,
-                                  K_COUNT};
+                                  K_COUNT, 0};
     return fa_cuda_compile(&prog, major, minor, lookup, out);
 }
 

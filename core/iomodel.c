@@ -435,7 +435,7 @@ fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa
      * forward does 2 products (4 flops), the backward 5 (10 flops), or 7
      * (14 flops) where dQ has a kernel of its own that recomputes P and dP. */
     const double cells = pairs * (double)plan->br * (double)plan->bc * dim * hq;
-    const double peak = plan->variant == FA_VARIANT_MMA || plan->variant == FA_VARIANT_WGMMA
+    const double peak = fa_variant_on_matrix_units(plan->variant)
                             ? fa_device_peak_flops(dev, desc->q.dtype, desc->allow_tf32)
                             : simt_peak(dev) / simt_local_factor(desc, plan);
     /* The streaming backward's kernels, each with its own reads per FMA. */

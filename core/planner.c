@@ -70,8 +70,12 @@ static const int thread_sizes[] = {1, 2, 4, 8};
 /* MMA micro-tiles (mma_micro_tile_ok) reach a quarter of a 128-wide tile. */
 static const int mma_thread_sizes[] = {1, 2, 4, 8, 16, 32};
 
+int fa_variant_on_matrix_units(fa_variant variant) {
+    return variant == FA_VARIANT_MMA || variant == FA_VARIANT_WGMMA;
+}
+
 static const int *micro_tile_sizes(fa_variant variant, size_t *count) {
-    if (variant == FA_VARIANT_MMA || variant == FA_VARIANT_WGMMA) {
+    if (fa_variant_on_matrix_units(variant)) {
         *count = FA_ARRAY_SIZE(mma_thread_sizes);
         return mma_thread_sizes;
     }
@@ -649,7 +653,7 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
     int found = 0;
     for (int v = 0; v < nvar; v++) {
         const fa_variant variant = variants[v];
-        const int max_stages = variant == FA_VARIANT_MMA || variant == FA_VARIANT_WGMMA ? 2 : 1;
+        const int max_stages = fa_variant_on_matrix_units(variant) ? 2 : 1;
         for (size_t i = 0; i < FA_ARRAY_SIZE(tile_sizes); i++)
             for (size_t j = 0; j < FA_ARRAY_SIZE(tile_sizes); j++) {
                 const int br = tile_sizes[i], bc = tile_sizes[j];

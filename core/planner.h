@@ -8,6 +8,10 @@
  * width_bytes, laid out as kernels_cuda/mma.cuh says (TILE_BYTES). */
 size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes);
 
+/* Whether a variant's products run on matrix units (MMA, WGMMA): the
+ * tensor-core peak, fragment-shaped micro-tiles, up to two stages. */
+int fa_variant_on_matrix_units(fa_variant variant);
+
 /* Blocks per SM the warpgroup forward (FA_VARIANT_WGMMA) is built to share
  * an SM with, 1 or 2: its register budget, which the planner and the CUDA
  * backend (its launch bounds) must agree on. */

@@ -83,8 +83,6 @@ typedef struct tiles {
     int br, bc, threads, tr, tc, stages, split;
 } tiles;
 
-static int tensor_core_variant(fa_variant v) { return v == FA_VARIANT_MMA || v == FA_VARIANT_WGMMA; }
-
 #ifdef FA_WITH_CUDA
 static void apply_tiles(fa_kernel_plan *kp, const tiles *t, fa_pass pass, const fa_attention_desc *desc) {
     kp->variant = t->variant;
@@ -95,7 +93,7 @@ static void apply_tiles(fa_kernel_plan *kp, const tiles *t, fa_pass pass, const 
     kp->thread_cols = t->tc;
     kp->stages = t->stages > 0 ? t->stages : 1;
     kp->split_k = t->split > 1 ? t->split : 1;
-    kp->local_mem_bytes = fa_plan_local_mem(tensor_core_variant(t->variant) ? t->variant : FA_VARIANT_SIMT, pass,
+    kp->local_mem_bytes = fa_plan_local_mem(fa_variant_on_matrix_units(t->variant) ? t->variant : FA_VARIANT_SIMT, pass,
                                             desc, t->br, t->bc, kp->stages);
 }
 #endif
@@ -319,7 +317,7 @@ static void check_shared_mem(const char *name, fa_plan plan) {
     for (int pass = 0; pass < 2; pass++) {
         size_t got = 0;
         fa_status st = fa_cuda_plan_shared_bytes(plan->impl, (fa_pass)pass, &got);
-        fa_variant v = tensor_core_variant(kp[pass]->variant) ? kp[pass]->variant : FA_VARIANT_SIMT;
+        fa_variant v = fa_variant_on_matrix_units(kp[pass]->variant) ? kp[pass]->variant : FA_VARIANT_SIMT;
         size_t want = fa_plan_local_mem(v, (fa_pass)pass, &plan->desc, kp[pass]->br, kp[pass]->bc, kp[pass]->stages);
         CHECK_MSG(st == FA_SUCCESS && got == want, "%s: %s kernels use %zu bytes of shared memory, the plan %zu", name,
                   pass ? "backward" : "forward", got, want);
@@ -775,7 +773,7 @@ static void mask_bits(const fa_attention_desc *proto) {
     CHECK_OK(fa_buffer_alloc(ctx, nq * es, &bo));
     CHECK_OK(fa_buffer_alloc(ctx, (size_t)2 * heads * sq * 4, &bl));
     if (!plan || !bq || !bk || !bv || !bo || !bl) goto out;
-    CHECK_MSG(tensor_core_variant(plan->info.forward.variant), "mask bits: forward planned %s",
+    CHECK_MSG(fa_variant_on_matrix_units(plan->info.forward.variant), "mask bits: forward planned %s",
               vname(&plan->info.forward));
     CHECK_OK(fa_buffer_upload(bq, 0, q, nq * es));
     CHECK_OK(fa_buffer_upload(bk, 0, k, nk * es));
@@ -944,7 +942,7 @@ FA_TEST(mma_planned_tiles) {
             if (info.forward.local_mem_bytes > here.desc.local_mem_bytes ||
                 info.backward.local_mem_bytes > here.desc.local_mem_bytes)
                 continue;
-            if (!decode) CHECK_MSG(tensor_core_variant(info.forward.variant), "%s d%d: forward %s", names[i], dim,
+            if (!decode) CHECK_MSG(fa_variant_on_matrix_units(info.forward.variant), "%s d%d: forward %s", names[i], dim,
                                    vname(&info.forward));
             tiles f = from_plan(&info.forward), b = from_plan(&info.backward);
             fa_attention_desc d = decode ? mma_desc(w, 1, 4, 1100, 4, 1, dim) : mma_desc(w, 1, 150, 170, 2, 1, dim);

@@ -174,8 +174,6 @@ static int make_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job 
     return n;
 }
 
-static int tensor_cores(fa_variant v) { return v == FA_VARIANT_MMA || v == FA_VARIANT_WGMMA; }
-
 static void print_and_check(const char *device, job *jobs, int n) {
     printf("\n%-8s %-28s %-8s %-18s %5s %5s %6s %6s %7s %s\n", "device", "problem", "program", "kernel", "thr",
            "regs", "spillS", "spillL", "smem", "plan");
@@ -215,7 +213,7 @@ static void print_and_check(const char *device, job *jobs, int n) {
                           j->label, r->kernel, r->spill_stores, r->spill_loads, r->stack_bytes, r->options);
             }
         }
-        if (tensor_cores(f->variant) || tensor_cores(b->variant)) mma_programs_seen++;
+        if (fa_variant_on_matrix_units(f->variant) || fa_variant_on_matrix_units(b->variant)) mma_programs_seen++;
     }
     printf("%s: %d plans, %d kernels (%d on tensor cores), %.1f s of compiling (0 for cache hits)\n", device, n,
            kernels, mma_kernels, seconds);
@@ -243,12 +241,12 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
         int wgmma_shape = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
                           d->seqlen_q > 16;
         if (mma_dtype && d->head_dim % 16 == 0 && d->seqlen_q > 16 && d->head_dim <= 128)
-            CHECK_MSG(tensor_cores(fv), "%s %s: forward %s", device, jobs[i].label, fa_variant_name(fv));
+            CHECK_MSG(fa_variant_on_matrix_units(fv), "%s %s: forward %s", device, jobs[i].label, fa_variant_name(fv));
         CHECK_MSG((fv == FA_VARIANT_WGMMA) == wgmma_shape, "%s %s: forward %s", device, jobs[i].label,
                   fa_variant_name(fv));
         CHECK_MSG(bv != FA_VARIANT_WGMMA, "%s %s: backward %s", device, jobs[i].label, fa_variant_name(bv));
         if (!mma_dtype || d->head_dim % 16)
-            CHECK_MSG(!tensor_cores(fv) && !tensor_cores(bv), "%s %s: tensor cores planned", device, jobs[i].label);
+            CHECK_MSG(!fa_variant_on_matrix_units(fv) && !fa_variant_on_matrix_units(bv), "%s %s: tensor cores planned", device, jobs[i].label);
     }
     free(jobs);
 }

@@ -476,8 +476,7 @@ FA_TEST(peak_rates_and_roofline) {
             CHECK_NEAR(p.backward.cost.flops, fa_attention_flops(&d, FA_PASS_BACKWARD), 0.0);
             /* Fused compute time is no less than its FLOPs at the peak rate
              * (padded tiles and the last wave only add). */
-            const int tc = p.forward.variant == FA_VARIANT_MMA || p.forward.variant == FA_VARIANT_WGMMA;
-            double peak = tc ? fa_device_peak_flops(dev, FA_DTYPE_F16, 0) : fa_device_peak_flops(dev, FA_DTYPE_F32, 0);
+            double peak = fa_variant_on_matrix_units(p.forward.variant) ? fa_device_peak_flops(dev, FA_DTYPE_F16, 0) : fa_device_peak_flops(dev, FA_DTYPE_F32, 0);
             CHECK(p.forward.cost.compute_ms >= p.forward.cost.flops / peak * 1e3 * (1 - 1e-12));
         }
     }

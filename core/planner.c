@@ -10,8 +10,8 @@
  *    plans SIMT tiles, for the SIMT kernels and for the streaming ones
  *    (FA_VARIANT_SIMT_STREAM, below); CUDA plans MMA tiles for fp16/bf16 (fp32 with
  *    allow_tf32) on a device with matrix units, SIMT otherwise, and on sm_90
- *    plans the fp16/bf16 forward for warpgroup MMA first (WGMMA, below),
- *    MMA where none of its tiles fits; HIP and the
+ *    plans fp16/bf16 for warpgroup MMA first (WGMMA, below), MMA where
+ *    none of its tiles fits; HIP and the
  *    CPU reference plan SIMT. A forward pass whose smallest tiles (8 rows)
  *    still leave compute units idle, over keys long enough to split
  *    (decoding), plans SIMT tiles with and without key splits (SPLITK).
@@ -172,8 +172,11 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
                4 * 2 * st * r;
     case FA_VARIANT_WGMMA:
         /* fwd_mma.cu built with WGMMA: Q, and K and V per stage, unpadded
-         * (kernels_cuda/wgmma.cuh); forward only. */
-        return e * d * (r + st * 2 * c);
+         * (kernels_cuda/wgmma.cuh). */
+        if (pass == FA_PASS_FORWARD) return e * d * (r + st * 2 * c);
+        /* bwd_mma.cu built with WGMMA: K and V; Q, dO, L and D per stage;
+         * dS, all unpadded. */
+        return e * (d * (2 * c + st * 2 * r) + c * r) + 4 * 2 * st * r;
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:
@@ -227,7 +230,7 @@ static fa_status check_device(const fa_device_desc *dev) {
 typedef enum family {
     FAMILY_SIMT,
     FAMILY_MMA,
-    FAMILY_WGMMA, /* the forward on sm_90; FAMILY_MMA where no tile fits */
+    FAMILY_WGMMA, /* sm_90; FAMILY_MMA where no tile fits */
     FAMILY_DECODE /* SIMT tiles, with and without key splits */
 } family;
 
@@ -390,17 +393,36 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
  * would bind. */
 #define FA_WGMMA_MIN_BC 64
 
+/* The backward (bwd_mma.cu built with WGMMA) gives each warpgroup 64 keys
+ * of the tile, one 16-key strip a warp as in the MMA backward, so the
+ * micro-tile is that of one strip (tr = br / 4, tc = 2), against query
+ * tiles of 64 (the products' m for dQ = dS K). Per thread it holds dK and
+ * dV (d) and the transposed scores and their gradient (br) in fp32: at
+ * head_dim 128, 192 of them compiled without spilling (240 registers, NVRTC
+ * 13.0) for lean problems; with every option they spilled, and those
+ * problems keep the MMA backward where their accumulators exceed
+ * FA_WGMMA_BWD_ACC_OPTIONS. */
+#define FA_WGMMA_BWD_BR 64
+#define FA_WGMMA_BWD_ACC 192
+#define FA_WGMMA_BWD_ACC_OPTIONS 128
+
 static int wgmma_possible(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass) {
-    return pass == FA_PASS_FORWARD && dev->backend == FA_BACKEND_CUDA && sm_version(dev) == 90 &&
-           has_matrix_units(dev) && (desc->q.dtype == FA_DTYPE_F16 || desc->q.dtype == FA_DTYPE_BF16) &&
-           desc->head_dim % 64 == 0 && desc->head_dim <= 256;
+    const int max_dim = pass == FA_PASS_FORWARD ? 256 : 128;
+    return dev->backend == FA_BACKEND_CUDA && sm_version(dev) == 90 && has_matrix_units(dev) &&
+           (desc->q.dtype == FA_DTYPE_F16 || desc->q.dtype == FA_DTYPE_BF16) && desc->head_dim % 64 == 0 &&
+           desc->head_dim <= max_dim;
 }
 
 int fa_wgmma_blocks_per_sm(const fa_attention_desc *desc, int bc) {
     return desc && lean_16bit(desc) && (desc->head_dim + bc) / 2 <= FA_WGMMA_TWO_BLOCK_ACC ? 2 : 1;
 }
 
-static int wgmma_tile_ok(const fa_attention_desc *desc, int br, int bc) {
+static int wgmma_tile_ok(const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
+    if (pass == FA_PASS_BACKWARD) {
+        const int acc = desc->head_dim + br;
+        return br == FA_WGMMA_BWD_BR && bc % 64 == 0 && bc <= FA_WGMMA_MAX_BC &&
+               acc <= (lean_16bit(desc) ? FA_WGMMA_BWD_ACC : FA_WGMMA_BWD_ACC_OPTIONS);
+    }
     if (br % 64 || bc % 16 || bc < FA_WGMMA_MIN_BC || bc > FA_WGMMA_MAX_BC) return 0;
     /* Two blocks an SM wherever the narrowest key tile allows them. */
     if (fa_wgmma_blocks_per_sm(desc, FA_WGMMA_MIN_BC) == 2) return fa_wgmma_blocks_per_sm(desc, bc) == 2;
@@ -408,11 +430,11 @@ static int wgmma_tile_ok(const fa_attention_desc *desc, int br, int bc) {
 }
 
 
-static int wgmma_micro_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, int br, int bc, int tr,
-                               int tc) {
-    const int wgs = 2 * br;
-    return wgmma_tile_ok(desc, br, bc) && tr == 2 && tc * 4 == bc && wgs <= dev->max_work_group_size &&
-           dev->simd_width == 32;
+static int wgmma_micro_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br,
+                               int bc, int tr, int tc) {
+    const int fwd = pass == FA_PASS_FORWARD, wgs = fwd ? 2 * br : 2 * bc;
+    const int layout = fwd ? tr == 2 && tc * 4 == bc : tr * 4 == br && tc == 2;
+    return wgmma_tile_ok(desc, pass, br, bc) && layout && wgs <= dev->max_work_group_size && dev->simd_width == 32;
 }
 
 /* The forward's second K/V stage costs a few registers of addresses: with
@@ -495,7 +517,7 @@ static int stream_layout_ok(const fa_attention_desc *desc, fa_pass pass, int br,
 static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
                      int br, int bc, int tr, int tc) {
     if (variant == FA_VARIANT_MMA) return mma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
-    if (variant == FA_VARIANT_WGMMA) return wgmma_micro_tile_ok(dev, desc, br, bc, tr, tc);
+    if (variant == FA_VARIANT_WGMMA) return wgmma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
     if (br % tr || bc % tc || tr * tc > FA_MAX_THREAD_TILE) return 0;
     const int ntr = br / tr, ntc = bc / tc, wgs = ntr * ntc, simd = dev->simd_width, d = desc->head_dim;
     if (wgs > dev->max_work_group_size) return 0;
@@ -585,7 +607,7 @@ static int tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_
                    int br, int bc, int *split) {
     *split = 1;
     if (variant == FA_VARIANT_MMA && !mma_tile_ok(dev, desc, pass, br, bc)) return 0;
-    if (variant == FA_VARIANT_WGMMA && !wgmma_tile_ok(desc, br, bc)) return 0;
+    if (variant == FA_VARIANT_WGMMA && !wgmma_tile_ok(desc, pass, br, bc)) return 0;
     if (variant == FA_VARIANT_SPLITK) {
         *split = split_count(dev, desc, br, bc);
         if (*split < 2) return 0;

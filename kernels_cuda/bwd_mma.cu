@@ -25,15 +25,23 @@
  * L = +inf here, which makes its P exactly 0 instead of exp(-inf + inf).
  *
  * Options: BWD, BR BC WARPS STAGES (query tiles in flight), DQ_ATOMIC; the
- * dQ kernel DQ_BR DQ_BC DQ_WARPS.
+ * dQ kernel DQ_BR DQ_BC DQ_WARPS; WGMMA (sm_90a): each group of four warps
+ * owns 64 keys and runs the key-side kernel's products as warpgroup
+ * products from shared memory (S^T, dP^T; dQ += dS K from the stored dS^T)
+ * and with P and dS from registers (dV, dK); one 16-key strip a warp, so
+ * P and dS are computed by the same code (the dQ kernel stays on mma.sync).
  *
- * Shared memory of fa_bwd_dkdv_mma, exactly fa_plan_local_mem's MMA
+ * Shared memory of fa_bwd_dkdv_mma, exactly fa_plan_local_mem's MMA (WGMMA)
  * backward figure: Ks, Vs [BC x HEAD_DIM]; Qs, dOs [STAGES][BR x HEAD_DIM];
  * dSt [BC x BR] (dS transposed, for dQ), laid out as mma.cuh says
- * (TILE_BYTES); Ls, Ds [STAGES][BR] fp32. */
+ * (TILE_BYTES), or wgmma.cuh (unpadded, swizzled); Ls, Ds [STAGES][BR]
+ * fp32. */
 #include "rowwise.cuh"
 #include "common.cuh"
 #include "mma.cuh"
+#ifdef WGMMA
+#include "wgmma.cuh"
+#endif
 
 #define THREADS (WARPS * 32)
 #define KT (BC / (16 * WARPS))
@@ -47,7 +55,30 @@
 #error "bwd_mma: BC must be a multiple of 16 * WARPS, BR and HEAD_DIM of 16"
 #endif
 
-#ifdef DQ_ATOMIC
+#ifdef WGMMA
+#if KT != 1 || WARPS % 4 != 0 || BR % 64 != 0
+#error "bwd_mma: WGMMA runs one 16-key strip per warp in whole warpgroups, query tiles of 64 rows"
+#endif
+#define SMEM_ALIGN 1024
+#define KV_TILE_BYTES SW_TILE_BYTES(BC)
+#define QT_TILE_BYTES SW_TILE_BYTES(BR)
+#define DS_TILE_BYTES (BC * BR * ELEM_BYTES)
+#define LOAD_TILE(ROWS) load_tile_sw<ROWS, THREADS>
+#define FENCE_ASYNC_SMEM() fence_async_smem()
+/* dQ = dS K in units of 64 queries x DQ_N head dimensions, shared out over
+ * the warpgroups. */
+#define DQ_N 64
+#define DQ_UNITS ((BR / 64) * (HEAD_DIM / DQ_N))
+#else
+#define SMEM_ALIGN 128
+#define KV_TILE_BYTES TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES)
+#define QT_TILE_BYTES TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES)
+#define DS_TILE_BYTES TILE_BYTES(BC, BR * ELEM_BYTES)
+#define LOAD_TILE(ROWS) load_tile_async<ROWS, THREADS>
+#define FENCE_ASYNC_SMEM() ((void)0)
+#endif
+
+#if defined(DQ_ATOMIC) && !defined(WGMMA)
 /* n-tiles of dQ per warp and unit: four share each dS fragment where the
  * head dimension allows. */
 #if DT % 4 == 0
@@ -62,6 +93,9 @@
 #else
 #define DQ_M 1
 #endif
+#endif
+
+#ifdef DQ_ATOMIC
 
 /* acc += v, two neighbouring floats of the fp32 accumulator. */
 FA_DEV void red_add2(float *addr, float v0, float v1) {
@@ -74,6 +108,7 @@ FA_DEV void red_add2(float *addr, float v0, float v1) {
 }
 #endif
 
+#ifndef WGMMA
 /* acc[kt][j] += A B^T over head_dim for the warp's key strips: A the
  * key-side tile (K or V, BC rows), B the query-side one (Q or dO, BR
  * rows). */
@@ -95,6 +130,7 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NQ][4], u32 a_sm, u32 b_sm, int key
         }
     }
 }
+#endif
 
 /* P = exp2(S^T * scale log2 e - L log2 e) into sacc (times z keep_scale)
  * and dS = P * (z keep_scale dP - D) into pacc, for the warp's key strips
@@ -141,14 +177,23 @@ FA_DEV void p_and_ds(float (&sacc)[KT][NQ][4], float (&pacc)[KT][NQ][4], const f
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const fa_params p) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    constexpr u32 KV_BYTES = TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES), QT_BYTES = TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES);
+    extern __shared__ __align__(SMEM_ALIGN) unsigned char smem[];
+    constexpr u32 KV_BYTES = KV_TILE_BYTES, QT_BYTES = QT_TILE_BYTES;
+    /* The epilogue stages dK and dV in mma.cuh's padded layout. */
+    static_assert(2 * KV_BYTES + 2 * STAGES * QT_BYTES + DS_TILE_BYTES >=
+                      2 * TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES),
+                  "bwd_mma: no room for the dK and dV tiles");
     const u32 k_sm = smem_u32(smem);
+#ifdef WGMMA
+    /* The swizzle is on address bits: a misplaced window would read wrong
+     * operands, not fail. */
+    if (k_sm & (SMEM_ALIGN - 1)) __trap();
+#endif
     const u32 v_sm = k_sm + KV_BYTES;
     const u32 q_sm = v_sm + KV_BYTES;
     const u32 do_sm = q_sm + STAGES * QT_BYTES;
     const u32 ds_sm = do_sm + STAGES * QT_BYTES;
-    float *Ls = (float *)(smem + 2 * KV_BYTES + 2 * STAGES * QT_BYTES + TILE_BYTES(BC, BR * ELEM_BYTES));
+    float *Ls = (float *)(smem + 2 * KV_BYTES + 2 * STAGES * QT_BYTES + DS_TILE_BYTES);
     float *Ds = Ls + STAGES * BR;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -170,18 +215,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
     int hh = 0, tq = next_query_tile(p, tk, t_begin, t_end);
     if (tq >= t_end) hh = p.group;
 
-    load_tile_async<BC, THREADS>(k_sm, (const elem_t *)p.k + K_ROW(p, b, seq, k0, hk), p.k_ss, seq.len_k - k0, tid);
-    load_tile_async<BC, THREADS>(v_sm, (const elem_t *)p.v + V_ROW(p, b, seq, k0, hk), p.v_ss, seq.len_k - k0, tid);
+    LOAD_TILE(BC)(k_sm, (const elem_t *)p.k + K_ROW(p, b, seq, k0, hk), p.k_ss, seq.len_k - k0, tid);
+    LOAD_TILE(BC)(v_sm, (const elem_t *)p.v + V_ROW(p, b, seq, k0, hk), p.v_ss, seq.len_k - k0, tid);
 
 /* Queue the loads of step (hh, tq) into buffer st. */
 #define LOAD_STEP(HH, TQ, ST)                                                                          \
     do {                                                                                               \
         const int h_ = hk * p.group + (HH), q0_ = (TQ) * BR;                                           \
-        load_tile_async<BR, THREADS>(q_sm + (ST) * QT_BYTES, (const elem_t *)p.q + Q_ROW(p, b, seq, q0_, h_), \
-                                     p.q_ss, seq.len_q - q0_, tid);                                    \
-        load_tile_async<BR, THREADS>(do_sm + (ST) * QT_BYTES,                                          \
-                                     (const elem_t *)p.dout + O_ROW(p, b, seq, q0_, h_), p.o_ss,       \
-                                     seq.len_q - q0_, tid);                                            \
+        LOAD_TILE(BR)(q_sm + (ST) * QT_BYTES, (const elem_t *)p.q + Q_ROW(p, b, seq, q0_, h_), p.q_ss,   \
+                      seq.len_q - q0_, tid);                                                           \
+        LOAD_TILE(BR)(do_sm + (ST) * QT_BYTES, (const elem_t *)p.dout + O_ROW(p, b, seq, q0_, h_), p.o_ss, \
+                      seq.len_q - q0_, tid);                                                           \
         for (int i_ = tid; i_ < BR; i_ += THREADS) {                                                   \
             const bool ok_ = q0_ + i_ < seq.len_q;                                                     \
             const i64 li_ = ok_ ? lse_index(p, b, h_, q0_ + i_, seq.start_q) : 0;                      \
@@ -218,12 +262,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #else
         cp_async_wait<0>();
 #endif
+        FENCE_ASYNC_SMEM();
         __syncthreads();
         const u32 qb = q_sm + (u32)st * QT_BYTES, ob = do_sm + (u32)st * QT_BYTES;
         const float *Lb = Ls + st * BR, *Db = Ds + st * BR;
 
         /* S^T = K Q^T and dP^T = V dO^T */
         float sacc[KT][NQ][4], pacc[KT][NQ][4];
+#ifdef WGMMA
+        {
+            /* The warpgroup's 64 keys of K and V against the tile's
+             * queries; each first product overwrites. */
+            const u32 wg_rows = (u32)(warp / 4) * 64 * 128;
+            const u32 kd = desc_fresh(desc_lo_k_major(k_sm + wg_rows)), vd = desc_fresh(desc_lo_k_major(v_sm + wg_rows));
+            const u32 qd = desc_lo_k_major(qb), od = desc_lo_k_major(ob);
+            wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+                wgmma_ss<BR>(sacc[0], sw_desc_at(kd, k_step_off<BC>(ks)), sw_desc_at(qd, k_step_off<BR>(ks)), ks);
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+                wgmma_ss<BR>(pacc[0], sw_desc_at(vd, k_step_off<BC>(ks)), sw_desc_at(od, k_step_off<BR>(ks)), ks);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold<NQ>(sacc[0]);
+            wg_hold<NQ>(pacc[0]);
+        }
+#else
 #pragma unroll
         for (int kt = 0; kt < KT; kt++)
 #pragma unroll
@@ -234,6 +299,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
          * are live at a time (registers are this kernel's limit). */
         keys_by_queries(sacc, k_sm, qb, key_base, lane); /* S^T = K Q^T */
         keys_by_queries(pacc, v_sm, ob, key_base, lane); /* dP^T = V dO^T */
+#endif
 
         /* P and dS, element by element; whole tiles test no element. */
 #ifdef DROPOUT
@@ -253,7 +319,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         for (int kt = 0; kt < KT; kt++)
 #pragma unroll
             for (int j = 0; j < NQ; j++)
+#ifdef WGMMA
+                store_c_sw<BC>(smem + (ds_sm - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
+#else
                 store_c<DS_CHUNKS>(smem + (ds_sm - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
+#endif
 #endif
         /* P and dS as operands, all at once: in fp16/bf16 that halves the
          * registers they hold through the products (this kernel's limit). */
@@ -267,6 +337,52 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             }
 
         /* dV += (z P)^T dO and dK += dS^T Q, k over the tile's queries. */
+#ifdef WGMMA
+        {
+            const u32 od = desc_lo_n_major(ob, BR * 128), qd = desc_lo_n_major(qb, BR * 128);
+            wg_fence();
+#pragma unroll
+            for (int kq = 0; kq < KQ; kq++) wgmma_rs<HEAD_DIM>(dv[0], ap[0][kq], sw_desc_at(od, (u32)kq * 16 * 128));
+#pragma unroll
+            for (int kq = 0; kq < KQ; kq++) wgmma_rs<HEAD_DIM>(dk[0], as[0][kq], sw_desc_at(qd, (u32)kq * 16 * 128));
+            wg_commit();
+        }
+#ifdef DQ_ATOMIC
+        /* dQ += dS K over the whole key tile: every warp's dS^T is in. The
+         * units of 64 queries x DQ_N dimensions go round the warpgroups. */
+        FENCE_ASYNC_SMEM();
+        __syncthreads();
+        for (int u = warp / 4; u < DQ_UNITS; u += WARPS / 4) {
+            const int mb = u % (BR / 64), n0 = (u / (BR / 64)) * DQ_N;
+            const u32 sd = desc_lo_n_major(ds_sm + (u32)mb * BC * 128, BC * 128);
+            const u32 kd = desc_lo_n_major(k_sm + (u32)(n0 / 64) * BC * 128, BC * 128);
+            float acc[DQ_N / 8][4];
+            wg_fence();
+#pragma unroll
+            for (int kb = 0; kb < BC / 16; kb++)
+                wgmma_ss_mn<DQ_N>(acc, sw_desc_at(sd, (u32)kb * 16 * 128), sw_desc_at(kd, (u32)kb * 16 * 128), kb);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold<DQ_N / 8>(acc);
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int r = q0 + mb * 64 + (warp % 4) * 16 + g + 8 * hf;
+                if (r < seq.len_q) {
+                    float *row = p.dq_acc + lse_index(p, b, h, r, seq.start_q) * HEAD_DIM + n0;
+#pragma unroll
+                    for (int n = 0; n < DQ_N / 8; n++)
+                        red_add2(row + 8 * n + 2 * t4, acc[n][2 * hf], acc[n][2 * hf + 1]);
+                }
+            }
+        }
+#endif
+        wg_wait<0>();
+        wg_hold<DT>(dv[0]);
+        wg_hold<DT>(dk[0]);
+        wg_keep<KQ>(ap[0]);
+        wg_keep<KQ>(as[0]);
+        (void)h;
+#else
 #pragma unroll
         for (int kq = 0; kq < KQ; kq++) {
 #pragma unroll
@@ -287,7 +403,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             }
         }
 
-#ifdef DQ_ATOMIC
+#endif /* WGMMA */
+
+#if defined(DQ_ATOMIC) && !defined(WGMMA)
         /* dQ += dS K: each warp takes units of (16 DQ_M queries x 8 DQ_UNIT
          * dims) of the tile's dQ and adds them to the accumulator. */
         __syncthreads();
@@ -329,7 +447,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
                     }
                 }
         }
-#else
+#elif !defined(DQ_ATOMIC)
         (void)ds_sm;
         (void)h;
 #endif
@@ -345,8 +463,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
     cp_async_wait<0>();
     __syncthreads();
 
-    /* dK (scaled) and dV through the K and V tiles, then 16-byte stores. */
-    unsigned char *k_tile = smem, *v_tile = smem + KV_BYTES;
+    /* dK (scaled) and dV through padded tiles over K and V, then 16-byte
+     * stores. */
+    unsigned char *k_tile = smem, *v_tile = smem + TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES);
 #pragma unroll
     for (int kt = 0; kt < KT; kt++)
 #pragma unroll

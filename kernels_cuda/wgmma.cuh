@@ -10,7 +10,11 @@
  * swizzle (address bits 4-6 XOR bits 7-9) finds the same place. K-major
  * operands (Q and K, whose rows run along the reduction) step through a
  * block 32 bytes per k16 step; V, read N-major for P V, steps 16 keys
- * (2048 bytes) per k16 step and finds its next 64 columns a block further. */
+ * (2048 bytes) per k16 step and finds its next 64 columns a block further.
+ * bwd_mma.cu's WGMMA build reads its tiles the same ways (Q and dO K-major
+ * for S^T and dP^T, N-major for dK and dV; K N-major for dQ) and stores
+ * dS^T, BR columns wide, in the same layout for dQ = dS K, whose A operand
+ * it is, read MN-major. */
 #ifndef FA_CUDA_WGMMA_CUH
 #define FA_CUDA_WGMMA_CUH
 
@@ -82,6 +86,16 @@ FA_DEV u64 sw_desc_at(u32 lo, u32 offset_bytes) { return (u64)SW_DESC_HI << 32 |
 /* Tile bytes from its start to k16 step s of a K-major operand. */
 template <int ROWS> FA_DEV u32 k_step_off(int s) { return (u32)((s / 4) * ROWS * 128 + (s % 4) * 32); }
 
+/* Stores C fragment values (rows r0 + g and + 8, n-tile columns 8 j + 2 t,
+ * + 1) into a swizzled tile of ROWS rows, rounded once: a warp's eight
+ * rows land on eight different chunks of the banks. */
+template <int ROWS> FA_DEV void store_c_sw(unsigned char *tile, int r0, int j, const float *c, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++)
+        *(u32 *)(tile + sw_off<ROWS>(r0 + g + 8 * hf, j) + t * 4) = pack2(c[2 * hf], c[2 * hf + 1]);
+}
+
 /* Copies through the generic proxy (cp.async) become visible to the
  * products' reads (async proxy) after this and a barrier. */
 FA_DEV void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -95,6 +109,16 @@ template <int GROUPS> FA_DEV void wg_hold(float (*d)[4]) {
     for (int j = 0; j < GROUPS; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[j][e]));
+}
+
+/* After wg_wait: registers an in-flight product read as its A operand
+ * stay untouched until then (the compiler does not know the product reads
+ * them after the instruction has issued). */
+template <int STEPS> FA_DEV void wg_keep(u32 (*a)[AREGS]) {
+#pragma unroll
+    for (int s = 0; s < STEPS; s++)
+#pragma unroll
+        for (int i = 0; i < AREGS; i++) asm volatile("" : "+r"(a[s][i]));
 }
 
 #endif

@@ -4,6 +4,8 @@
  *   wgmma_ss<N>: d (64 x N) = A (64 x 16, K-major in shared memory, da)
  *                * B (16 x N, K-major in shared memory, db), + d where
  *                accumulate is not 0
+ *   wgmma_ss_mn<N>: the same with A and B MN-major (A stored as its
+ *                transpose, 16 x 64; B as 16 x N, N-major)
  *   wgmma_rs<N>: d (64 x N) += A (64 x 16 in registers, the m16n8k16 A
  *                fragment of the thread's warp) * B (16 x N, N-major in
  *                shared memory, db)
@@ -21,6 +23,7 @@
 #endif
 
 template <int N> FA_DEV void wgmma_ss(float (*d)[4], u64 da, u64 db, int accumulate);
+template <int N> FA_DEV void wgmma_ss_mn(float (*d)[4], u64 da, u64 db, int accumulate);
 template <int N> FA_DEV void wgmma_rs(float (*d)[4], const u32 *a, u64 db);
 
 template <> __device__ __forceinline__ void wgmma_ss<16>(float (*d)[4], u64 da, u64 db, int accumulate) {
@@ -78,6 +81,21 @@ template <> __device__ __forceinline__ void wgmma_ss<128>(float (*d)[4], u64 da,
           "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
           "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
           "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+template <> __device__ __forceinline__ void wgmma_ss_mn<64>(float (*d)[4], u64 da, u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_AB "." WG_AB " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
         : "l"(da), "l"(db), "r"(accumulate));
 }
 

@@ -584,7 +584,7 @@ static void run_tiles(const char *name, const fa_attention_desc *desc, const til
 #define REQUIRE_WGMMA()                                                                    \
     do {                                                                                   \
         REQUIRE_CUDA();                                                                    \
-        if (device_cc() != 90) FA_SKIP("the warpgroup forward runs on sm_90 only");        \
+        if (device_cc() != 90) FA_SKIP("the warpgroup kernels run on sm_90 only");         \
     } while (0)
 
 /* The tensor-core forward the planner picks on this device: the warpgroup
@@ -592,6 +592,18 @@ static void run_tiles(const char *name, const fa_attention_desc *desc, const til
 static fa_variant tensor_core_forward(const fa_attention_desc *d) {
     return device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 ? FA_VARIANT_WGMMA
                                                                                     : FA_VARIANT_MMA;
+}
+
+/* The tensor-core backward the planner picks on this device: the
+ * warpgroup one on sm_90 for fp16/bf16 at head_dim 64, and at 128 without
+ * the options that take registers (dropout, windows, block masks, varlen). */
+static fa_variant tensor_core_backward(const fa_attention_desc *d) {
+    const int lean = d->dropout_p == 0.0f && d->window_left < 0 && d->window_right < 0 && !d->block_mask &&
+                     !d->cu_seqlens_q;
+    return device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
+                   d->head_dim <= (lean ? 128 : 64)
+               ? FA_VARIANT_WGMMA
+               : FA_VARIANT_MMA;
 }
 
 /* The variants the planner picks for desc on this device. */
@@ -609,7 +621,7 @@ FA_TEST(mma_dtypes) {
     for (int w = 0; w < 3; w++) {
         fa_attention_desc d = mma_desc(w, 2, 130, 150, 2, 2, 64);
         run("mma dtypes b2 h2 130x150 d64", &d, 1);
-        expect_variants("mma dtypes", &d, tensor_core_forward(&d), FA_VARIANT_MMA);
+        expect_variants("mma dtypes", &d, tensor_core_forward(&d), tensor_core_backward(&d));
     }
     /* fp32 without TF32 stays on the FP32 pipes; so does a head_dim the
      * m16n8k16 shape does not divide. */
@@ -854,7 +866,7 @@ FA_TEST(mma_deterministic_backward) {
         run_opts opt = {NULL, NULL, 1, 1, 0, 0, 0};
         run_result res;
         run_case("mma deterministic backward", &d, &opt, &res);
-        CHECK(res.info.backward.variant == FA_VARIANT_MMA);
+        CHECK(res.info.backward.variant == tensor_core_backward(&d));
         free(res.o);
         d = mma_desc(w, 1, 300, 260, 2, 2, 128);
         uint8_t *m = suite_random_block_mask(&d, 32, 48, 21);
@@ -917,6 +929,32 @@ FA_TEST(wgmma_shapes) {
             snprintf(name, sizeof name, "wgmma d%d %dx%d/%d s%d%s", shapes[i].dim, shapes[i].f.br, shapes[i].f.bc,
                      shapes[i].f.threads, shapes[i].f.stages, d.causal ? " causal" : "");
             run_tiles(name, &d, &shapes[i].f, NULL, 1);
+        }
+    /* The backward: one and two warpgroups of keys, one and two stages,
+     * dQ by atomics and deterministic, GQA, masks and dropout (d64). */
+    const struct {
+        int dim, deterministic, dropout;
+        tiles b;
+    } back[] = {
+        {64, 0, 0, {FA_VARIANT_WGMMA, 64, 128, 256, 16, 2, 2, 1}},  {64, 1, 0, {FA_VARIANT_WGMMA, 64, 64, 128, 16, 2, 1, 1}},
+        {64, 0, 1, {FA_VARIANT_WGMMA, 64, 64, 128, 16, 2, 2, 1}},   {128, 0, 0, {FA_VARIANT_WGMMA, 64, 128, 256, 16, 2, 2, 1}},
+        {128, 1, 0, {FA_VARIANT_WGMMA, 64, 128, 256, 16, 2, 1, 1}}, {128, 0, 0, {FA_VARIANT_WGMMA, 64, 64, 128, 16, 2, 2, 1}},
+    };
+    for (size_t i = 0; i < FA_ARRAY_SIZE(back); i++)
+        for (int w = 0; w < 2; w++) {
+            fa_attention_desc d = mma_desc(w, 2, 200, 230, 4, 2, back[i].dim);
+            d.causal = (int)((i + (size_t)w) % 2);
+            d.deterministic = back[i].deterministic;
+            if (back[i].dropout) {
+                d.dropout_p = 0.15f;
+                d.dropout_seed = 11;
+                d.window_left = 90;
+            }
+            char name[112];
+            snprintf(name, sizeof name, "wgmma backward d%d %dx%d/%d s%d%s%s%s", back[i].dim, back[i].b.br,
+                     back[i].b.bc, back[i].b.threads, back[i].b.stages, d.causal ? " causal" : "",
+                     d.deterministic ? " deterministic" : "", back[i].dropout ? " dropout window" : "");
+            run_tiles(name, &d, NULL, &back[i].b, 1);
         }
 }
 

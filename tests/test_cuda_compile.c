@@ -233,7 +233,8 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
     /* Every dtype, head dimension and option set planned tensor-core
      * kernels wherever the m16n8k16 shape divides the head dimension; on
      * sm_90 the fp16/bf16 forward is the warpgroup one wherever 64-column
-     * blocks divide it, and nowhere else. */
+     * blocks divide it, and nowhere else; so is the backward, within its
+     * register rule. */
     for (int i = 0; i < n; i++) {
         const fa_attention_desc *d = &jobs[i].desc;
         const fa_variant fv = jobs[i].info.forward.variant, bv = jobs[i].info.backward.variant;
@@ -244,7 +245,14 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
             CHECK_MSG(fa_variant_on_matrix_units(fv), "%s %s: forward %s", device, jobs[i].label, fa_variant_name(fv));
         CHECK_MSG((fv == FA_VARIANT_WGMMA) == wgmma_shape, "%s %s: forward %s", device, jobs[i].label,
                   fa_variant_name(fv));
-        CHECK_MSG(bv != FA_VARIANT_WGMMA, "%s %s: backward %s", device, jobs[i].label, fa_variant_name(bv));
+        /* The warpgroup backward up to head_dim 128 (decoding too): at 128
+         * only without the options that take registers (the all-options
+         * set here). */
+        const int lean = !d->dropout_p && !d->cu_seqlens_q && !d->block_mask && d->window_left < 0;
+        const int wgmma_bwd = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
+                              d->head_dim % 64 == 0 && d->head_dim <= (lean ? 128 : 64);
+        CHECK_MSG((bv == FA_VARIANT_WGMMA) == wgmma_bwd, "%s %s: backward %s", device, jobs[i].label,
+                  fa_variant_name(bv));
         if (!mma_dtype || d->head_dim % 16)
             CHECK_MSG(!fa_variant_on_matrix_units(fv) && !fa_variant_on_matrix_units(bv), "%s %s: tensor cores planned", device, jobs[i].label);
     }
@@ -356,8 +364,23 @@ FA_TEST(errors_are_reported) {
      * the kernels do not have. */
     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F16;
     CHECK_OK(fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info));
-    CHECK(info.forward.variant == FA_VARIANT_WGMMA && info.backward.variant == FA_VARIANT_MMA);
+    CHECK(info.forward.variant == FA_VARIANT_WGMMA && info.backward.variant == FA_VARIANT_WGMMA);
     CHECK_STATUS(fa_cuda_compile_plan(&d, &info, 7, 5, NULL, 0, &n), FA_ERR_UNSUPPORTED);
+    /* So does the warpgroup backward: beside an sm_80 forward, and in
+     * shapes it does not have (128 queries; 4 threads a key). */
+    fa_device_desc sm80 = a100();
+    CHECK_OK(fa_plan_for_device(&sm80, &d, &bad));
+    CHECK(bad.forward.variant == FA_VARIANT_MMA);
+    bad.backward = info.backward;
+    CHECK_STATUS(fa_cuda_compile_plan(&d, &bad, 8, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(fa_last_error(), "backward") != NULL && strstr(fa_last_error(), "sm_90") != NULL,
+              "message: %s", fa_last_error());
+    bad = info;
+    bad.backward.br = 128;
+    CHECK_STATUS(fa_cuda_compile_plan(&d, &bad, 9, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED);
+    bad = info;
+    bad.backward.work_group_size = 4 * bad.backward.bc;
+    CHECK_STATUS(fa_cuda_compile_plan(&d, &bad, 9, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED);
     /* The warpgroup forward exists on sm_90 alone. */
     CHECK_STATUS(fa_cuda_compile_plan(&d, &info, 8, 0, NULL, 0, &n), FA_ERR_UNSUPPORTED);
     CHECK_MSG(strstr(fa_last_error(), "sm_90") != NULL, "message: %s", fa_last_error());

@@ -50,12 +50,17 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     CHECK_MSG(in_set(k->br, tiles, 5) && in_set(k->bc, tiles, 5), "%s: tile %d x %d", what, k->br, k->bc);
     /* SIMT micro-tiles come from {1, 2, 4, 8}; an MMA plan's is its fragments'
      * shape (two rows per 16-row strip, a quarter of the other side); a
-     * WGMMA plan's is one strip's, forward, in whole warpgroups of 64 rows,
-     * with head dims of whole 64-column blocks. */
+     * WGMMA plan's is one strip's, in whole warpgroups of 64 rows (query
+     * rows forward; keys backward, against 64 queries), with head dims of
+     * whole 64-column blocks (up to 128 backward). */
     if (k->variant == FA_VARIANT_WGMMA) {
-        CHECK_MSG(pass == FA_PASS_FORWARD && k->thread_rows == 2 && k->thread_cols * 4 == k->bc &&
-                      k->br % 64 == 0 && k->work_group_size == 2 * k->br && dim % 64 == 0 &&
-                      (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) && strcmp(dev->arch, "sm_90") == 0,
+        const int fwd = pass == FA_PASS_FORWARD;
+        const int layout = fwd ? k->thread_rows == 2 && k->thread_cols * 4 == k->bc && k->br % 64 == 0 &&
+                                     k->work_group_size == 2 * k->br
+                               : k->thread_rows * 4 == k->br && k->thread_cols == 2 && k->br == 64 &&
+                                     k->bc % 64 == 0 && k->work_group_size == 2 * k->bc && dim <= 128;
+        CHECK_MSG(layout && dim % 64 == 0 && (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) &&
+                      strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma %d x %d/%d, micro-tile %d x %d", what, k->br, k->bc, k->work_group_size, k->thread_rows,
                   k->thread_cols);
     } else if (k->variant == FA_VARIANT_MMA) {
@@ -358,13 +363,19 @@ FA_TEST(variants_by_backend) {
      * two blocks an SM where the registers of 128 x 64 allow them, in one
      * of 128 x 128 where dropout's take them. */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
-    CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.backward.variant == FA_VARIANT_MMA);
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.backward.variant == FA_VARIANT_WGMMA);
     CHECK(p.forward.br == 128 && p.forward.bc == 64 && p.forward.stages == 2 && p.forward.work_group_size == 256);
     CHECK(fa_wgmma_blocks_per_sm(&d, p.forward.bc) == 2);
+    /* The backward: 128 keys in two warpgroups against 64 queries. */
+    CHECK(p.backward.br == 64 && p.backward.bc == 128 && p.backward.stages == 2 &&
+          p.backward.work_group_size == 256);
+    /* Dropout's registers: one block of 128 x 128 forward, and the
+     * backward on mma.sync at head_dim 128. */
     d.dropout_p = 0.1f;
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.forward.br == 128 && p.forward.bc == 128);
     CHECK(fa_wgmma_blocks_per_sm(&d, p.forward.bc) == 1);
+    CHECK(p.backward.variant == FA_VARIANT_MMA);
     d.dropout_p = 0.0f;
     d.head_dim = 256; /* 128 x 128 would need more registers than a thread has */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));

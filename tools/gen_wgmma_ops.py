@@ -9,6 +9,7 @@ Usage: python3 tools/gen_wgmma_ops.py > kernels_cuda/wgmma_ops.cuh
 
 SS_SHAPES = (16, 32, 64, 128)    # S = Q K^T: n = BC
 RS_SHAPES = (64, 128, 192, 256)  # O += P V: n = HEAD_DIM
+SS_MN_SHAPES = (64,)             # backward dQ = dS K: n = 64 head dimensions
 
 
 def acc_list(n):
@@ -20,12 +21,12 @@ def acc_constraints(n):
         ", ".join(f'"+f"(d[{j}][{e}])' for e in range(4)) for j in range(n // 8))
 
 
-def ss(n):
+def ss(n, name="wgmma_ss", trans=0):
     r = n // 2
-    return f'''template <> __device__ __forceinline__ void wgmma_ss<{n}>(float (*d)[4], u64 da, u64 db, int accumulate) {{
+    return f'''template <> __device__ __forceinline__ void {name}<{n}>(float (*d)[4], u64 da, u64 db, int accumulate) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32." WG_AB "." WG_AB " {{{acc_list(n)}}}, %{r}, %{r + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32." WG_AB "." WG_AB " {{{acc_list(n)}}}, %{r}, %{r + 1}, p, 1, 1, {trans}, {trans};\\n}}\\n"
         : {acc_constraints(n)}
         : "l"(da), "l"(db), "r"(accumulate));
 }}
@@ -51,6 +52,8 @@ def main():
  *   wgmma_ss<N>: d (64 x N) = A (64 x 16, K-major in shared memory, da)
  *                * B (16 x N, K-major in shared memory, db), + d where
  *                accumulate is not 0
+ *   wgmma_ss_mn<N>: the same with A and B MN-major (A stored as its
+ *                transpose, 16 x 64; B as 16 x N, N-major)
  *   wgmma_rs<N>: d (64 x N) += A (64 x 16 in registers, the m16n8k16 A
  *                fragment of the thread's warp) * B (16 x N, N-major in
  *                shared memory, db)
@@ -68,10 +71,13 @@ def main():
 #endif
 
 template <int N> FA_DEV void wgmma_ss(float (*d)[4], u64 da, u64 db, int accumulate);
+template <int N> FA_DEV void wgmma_ss_mn(float (*d)[4], u64 da, u64 db, int accumulate);
 template <int N> FA_DEV void wgmma_rs(float (*d)[4], const u32 *a, u64 db);
 """)
     for n in SS_SHAPES:
         print(ss(n))
+    for n in SS_MN_SHAPES:
+        print(ss(n, "wgmma_ss_mn", 1))
     for n in RS_SHAPES:
         print(rs(n))
     print("#endif")

@@ -15,6 +15,7 @@
  *   backward MMA    bwd_mma.cu   fa_bwd_dot, fa_bwd_dkdv_mma, then
  *                                fa_bwd_dq_convert (dQ by atomics) or
  *                                fa_bwd_dq_mma (deterministic)
+ *   backward WGMMA  bwd_mma.cu   the same, built with -DWGMMA for sm_90a
  *   backward SIMT   simt.cu      fa_bwd_dot, fa_bwd_dkdv_simt, then
  *                                fa_bwd_dq_convert or fa_bwd_dq_simt
  * The kernels take one parameter block (fa_cuda_params, mirrored field for
@@ -168,25 +169,36 @@ static fa_status check_simt(const fa_attention_desc *d, const fa_kernel_plan *kp
     return FA_SUCCESS;
 }
 
-/* The warpgroup build of fwd_mma.cu: sm_90a, fp16/bf16, whole warpgroups
- * of one 16-row strip a warp, 64-column blocks of head dimensions. */
-static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor) {
+/* The warpgroup builds of fwd_mma.cu and bwd_mma.cu: sm_90a, fp16/bf16,
+ * whole warpgroups of one 16-row strip a warp (query rows forward, keys
+ * backward), 64-column blocks of head dimensions. */
+static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass, int cc_major,
+                             int cc_minor) {
+    const char *what = pass == FA_PASS_FORWARD ? "forward" : "backward";
     if (cc_major != 9 || cc_minor != 0)
-        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: warpgroup MMA exists on sm_90 only (device: sm_%d%d)",
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: warpgroup MMA exists on sm_90 only (device: sm_%d%d)", what,
                        cc_major, cc_minor);
     if (d->q.dtype != FA_DTYPE_F16 && d->q.dtype != FA_DTYPE_BF16)
-        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the warpgroup kernel takes fp16 or bf16, not %s",
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: the warpgroup kernels take fp16 or bf16, not %s", what,
                        fa_dtype_name(d->q.dtype));
-    const int wgs = kp->work_group_size;
-    const int bc = kp->bc; /* kernels_cuda/wgmma_ops.cuh has these S products */
-    if (kp->br % 64 || wgs != 2 * kp->br || wgs > 256 || (bc != 16 && bc != 32 && bc != 64 && bc != 128) ||
-        d->head_dim % 64 || d->head_dim > 256)
+    const int wgs = kp->work_group_size, br = kp->br, bc = kp->bc;
+    if (pass == FA_PASS_FORWARD) {
+        /* kernels_cuda/wgmma_ops.cuh has these S products */
+        if (br % 64 || wgs != 2 * br || wgs > 256 || (bc != 16 && bc != 32 && bc != 64 && bc != 128) ||
+            d->head_dim % 64 || d->head_dim > 256)
+            return fa_fail(FA_ERR_UNSUPPORTED,
+                           "forward plan: tile %d x %d with %d threads at head_dim %d is not a warpgroup shape (64 "
+                           "or 128 query rows, 2 threads a row; 16, 32, 64 or 128 keys; head_dim 64, 128, 192 or "
+                           "256)",
+                           br, bc, wgs, d->head_dim);
+    } else if (br != 64 || bc % 64 || bc > 128 || wgs != 2 * bc || d->head_dim % 64 || d->head_dim > 128) {
         return fa_fail(FA_ERR_UNSUPPORTED,
-                       "forward plan: tile %d x %d with %d threads at head_dim %d is not a warpgroup shape (64 or "
-                       "128 query rows, 2 threads a row; 16, 32, 64 or 128 keys; head_dim 64, 128, 192 or 256)",
-                       kp->br, bc, wgs, d->head_dim);
+                       "backward plan: tile %d x %d with %d threads at head_dim %d is not a warpgroup shape (64 "
+                       "queries; 64 or 128 keys, 2 threads a key; head_dim 64 or 128)",
+                       br, bc, wgs, d->head_dim);
+    }
     if (kp->stages != 1 && kp->stages != 2)
-        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: %d stages (the kernels run 1 or 2)", kp->stages);
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %d stages (the kernels run 1 or 2)", what, kp->stages);
     return FA_SUCCESS;
 }
 
@@ -200,7 +212,7 @@ static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *
     memset(s, 0, sizeof *s);
     common_defines(d, s->defines, sizeof s->defines);
     if (kp->variant == FA_VARIANT_WGMMA) {
-        FA_CHECK(check_wgmma(d, kp, cc_major, cc_minor));
+        FA_CHECK(check_wgmma(d, kp, FA_PASS_FORWARD, cc_major, cc_minor));
         s->file = "kernels_cuda/fwd_mma.cu";
         s->short_name = "fwd_wgmma";
         s->tensor_cores = 1;
@@ -246,21 +258,27 @@ static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *
     return FA_SUCCESS;
 }
 
-static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major,
+static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor,
                                cu_program_spec *s) {
     memset(s, 0, sizeof *s);
     common_defines(d, s->defines, sizeof s->defines);
     const int atomic = !d->deterministic;
     s->kernels[0] = (cu_kernel_spec){"fa_bwd_dot", CU_ROWWISE_THREADS, 0};
-    if (cu_mma_ok(kp)) {
-        FA_CHECK(check_mma(d, kp, FA_PASS_BACKWARD, cc_major));
+    if (cu_mma_ok(kp) || kp->variant == FA_VARIANT_WGMMA) {
+        const int wgmma = kp->variant == FA_VARIANT_WGMMA;
+        if (wgmma)
+            FA_CHECK(check_wgmma(d, kp, FA_PASS_BACKWARD, cc_major, cc_minor));
+        else
+            FA_CHECK(check_mma(d, kp, FA_PASS_BACKWARD, cc_major));
         s->file = "kernels_cuda/bwd_mma.cu";
-        s->short_name = "bwd_mma";
+        s->short_name = wgmma ? "bwd_wgmma" : "bwd_mma";
         s->tensor_cores = 1;
+        s->arch_specific = wgmma;
         FA_CHECK(append_define(s, " -DBWD -DBR=%d -DBC=%d -DWARPS=%d -DSTAGES=%d", kp->br, kp->bc,
                                kp->work_group_size / 32, kp->stages));
+        if (wgmma) FA_CHECK(append_define(s, " -DWGMMA", 0, 0, 0, 0));
         s->kernels[1] = (cu_kernel_spec){"fa_bwd_dkdv_mma", kp->work_group_size,
-                                         fa_plan_local_mem(FA_VARIANT_MMA, FA_PASS_BACKWARD, d, kp->br, kp->bc,
+                                         fa_plan_local_mem(kp->variant, FA_PASS_BACKWARD, d, kp->br, kp->bc,
                                                            kp->stages)};
         if (atomic) {
             FA_CHECK(append_define(s, " -DDQ_ATOMIC", 0, 0, 0, 0));
@@ -466,7 +484,7 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     const fa_plan_info *info = &plan->info;
     CUstream stream = p->ctx->stream;
     FA_CHECK(forward_spec(d, &info->forward, p->ctx->cc_major, p->ctx->cc_minor, &p->fwd.spec));
-    FA_CHECK(backward_spec(d, &info->backward, p->ctx->cc_major, &p->bwd.spec));
+    FA_CHECK(backward_spec(d, &info->backward, p->ctx->cc_major, p->ctx->cc_minor, &p->bwd.spec));
     p->num_splits = info->forward.variant == FA_VARIANT_SPLITK && info->forward.split_k > 1 ? info->forward.split_k : 1;
     if ((int64_t)d->batch * p->num_splits > 65535 || d->heads_q > 65535)
         return fa_fail(FA_ERR_UNSUPPORTED, "batch * splits (%lld) and heads_q (%d) must each be at most 65535",
@@ -741,7 +759,7 @@ fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info
     *count = 0;
     cu_program_spec specs[2];
     FA_CHECK(forward_spec(desc, &info->forward, cc_major, cc_minor, &specs[0]));
-    FA_CHECK(backward_spec(desc, &info->backward, cc_major, &specs[1]));
+    FA_CHECK(backward_spec(desc, &info->backward, cc_major, cc_minor, &specs[1]));
     for (int s = 0; s < 2; s++) {
         fa_cuda_binary bin;
         FA_CHECK(compile_program(&specs[s], cc_major, cc_minor, &bin));

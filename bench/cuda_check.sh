@@ -76,7 +76,8 @@ int main(int argc, char **argv) {
                   {FA_VARIANT_MMA,128,64,128,1,1,2},{FA_VARIANT_MMA,128,32,128,1,1,2},{FA_VARIANT_MMA,128,64,256,1,1,2},
                   {FA_VARIANT_MMA,128,128,256,1,1,1},{FA_VARIANT_MMA,64,64,128,1,1,2},{FA_VARIANT_MMA,256,64,256,1,1,1},
                   {FA_VARIANT_MMA,256,64,256,1,1,2},{FA_VARIANT_MMA,256,128,256,1,1,1}};
-    shape bs[] = {{FA_VARIANT_MMA,64,128,256,1,1,2},{FA_VARIANT_MMA,32,128,256,1,1,2},{FA_VARIANT_MMA,64,64,128,1,1,2},
+    shape bs[] = {{FA_VARIANT_WGMMA,64,128,256,16,2,2},{FA_VARIANT_WGMMA,64,128,256,16,2,1},{FA_VARIANT_WGMMA,64,64,128,16,2,2},
+                  {FA_VARIANT_MMA,64,128,256,1,1,2},{FA_VARIANT_MMA,32,128,256,1,1,2},{FA_VARIANT_MMA,64,64,128,1,1,2},
                   {FA_VARIANT_MMA,32,128,128,1,1,2},{FA_VARIANT_MMA,128,64,128,1,1,1},{FA_VARIANT_MMA,64,128,256,1,1,1}};
     for (int pass = 0; pass < 2; pass++) {
         shape *sh = pass ? bs : fs; int ns = pass ? (int)(sizeof bs / sizeof bs[0]) : (int)(sizeof fs / sizeof fs[0]);
@@ -178,9 +179,14 @@ if want sanitize; then
   echo "memcheck (mma_dtypes): exit $?"; grep -E "ERROR SUMMARY" "$out/memcheck.log" | tail -1
   "$san" --tool memcheck --error-exitcode 9 build-gpu/test_cuda_attention varlen >> "$out/memcheck.log" 2>&1
   echo "memcheck (varlen, FP32 pipes): exit $?"; grep -E "ERROR SUMMARY" "$out/memcheck.log" | tail -1
+  "$san" --tool memcheck --error-exitcode 9 build-gpu/test_cuda_attention wgmma_shapes >> "$out/memcheck.log" 2>&1
+  echo "memcheck (wgmma_shapes): exit $?"; grep -E "ERROR SUMMARY" "$out/memcheck.log" | tail -1
   "$san" --tool racecheck --error-exitcode 9 build-gpu/fa-run --backend cuda --dtype fp16 --batch 1 --seqlen 200 \
     --heads 2 --dim 64 --causal > "$out/racecheck.log" 2>&1
   echo "racecheck (fa-run fp16 d64 causal): exit $?"; grep -E "RACECHECK SUMMARY" "$out/racecheck.log" | tail -1
+  "$san" --tool racecheck --error-exitcode 9 build-gpu/fa-run --backend cuda --dtype fp16 --batch 1 --seqlen 300 \
+    --heads 2 --dim 128 >> "$out/racecheck.log" 2>&1
+  echo "racecheck (fa-run fp16 d128, warpgroup backward): exit $?"; grep -E "RACECHECK SUMMARY" "$out/racecheck.log" | tail -1
   "$san" --tool racecheck --error-exitcode 9 build-gpu/fa-run --backend cuda --dtype bf16 --batch 1 --seqlen 150 \
     --heads 4 --heads-kv 2 --dim 128 --dropout 0.2 --deterministic >> "$out/racecheck.log" 2>&1
   echo "racecheck (fa-run bf16 d128 gqa dropout deterministic): exit $?"; grep -E "RACECHECK SUMMARY" "$out/racecheck.log" | tail -1

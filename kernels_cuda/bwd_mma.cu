@@ -277,12 +277,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             const u32 kd = desc_fresh(desc_lo_k_major(k_sm + wg_rows)), vd = desc_fresh(desc_lo_k_major(v_sm + wg_rows));
             const u32 qd = desc_lo_k_major(qb), od = desc_lo_k_major(ob);
             wg_fence();
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++)
-                wgmma_ss<BR>(sacc[0], sw_desc_at(kd, k_step_off<BC>(ks)), sw_desc_at(qd, k_step_off<BR>(ks)), ks);
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++)
-                wgmma_ss<BR>(pacc[0], sw_desc_at(vd, k_step_off<BC>(ks)), sw_desc_at(od, k_step_off<BR>(ks)), ks);
+            wg_rows_by_rows<BR, BC>(sacc[0], kd, qd);
+            wg_rows_by_rows<BR, BC>(pacc[0], vd, od);
             wg_commit();
             wg_wait<0>();
             wg_hold<NQ>(sacc[0]);
@@ -341,10 +337,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         {
             const u32 od = desc_lo_n_major(ob, BR * 128), qd = desc_lo_n_major(qb, BR * 128);
             wg_fence();
-#pragma unroll
-            for (int kq = 0; kq < KQ; kq++) wgmma_rs<HEAD_DIM>(dv[0], ap[0][kq], sw_desc_at(od, (u32)kq * 16 * 128));
-#pragma unroll
-            for (int kq = 0; kq < KQ; kq++) wgmma_rs<HEAD_DIM>(dk[0], as[0][kq], sw_desc_at(qd, (u32)kq * 16 * 128));
+            wg_regs_by_rows<KQ>(dv[0], ap[0], od);
+            wg_regs_by_rows<KQ>(dk[0], as[0], qd);
             wg_commit();
         }
 #ifdef DQ_ATOMIC

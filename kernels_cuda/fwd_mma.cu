@@ -173,9 +173,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
             /* The warpgroup's 64 rows of Q. */
             const u32 qd = desc_fresh(desc_lo_k_major(q_sm + (u32)(warp / 4) * 64 * 128)), kd = desc_lo_k_major(kb);
             wg_fence();
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++)
-                wgmma_ss<BC>(s[0], sw_desc_at(qd, k_step_off<BR>(ks)), sw_desc_at(kd, k_step_off<BC>(ks)), ks);
+            wg_rows_by_rows<BC, BR>(s[0], qd, kd);
             wg_commit();
             wg_wait<0>();
             wg_hold<NT>(s[0]);
@@ -308,9 +306,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
 #ifdef WGMMA
         const u32 vd = desc_lo_n_major(vb, BC * 128);
         wg_fence();
-#pragma unroll
-        for (int kp = 0; kp < KP; kp++)
-            wgmma_rs<HEAD_DIM>(o_acc[0], pa[0][kp], sw_desc_at(vd, (u32)kp * 16 * 128));
+        wg_regs_by_rows<KP>(o_acc[0], pa[0], vd);
         wg_commit();
         wg_wait<0>();
         wg_hold<DT>(o_acc[0]);

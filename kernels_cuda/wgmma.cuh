@@ -86,6 +86,22 @@ FA_DEV u64 sw_desc_at(u32 lo, u32 offset_bytes) { return (u64)SW_DESC_HI << 32 |
 /* Tile bytes from its start to k16 step s of a K-major operand. */
 template <int ROWS> FA_DEV u32 k_step_off(int s) { return (u32)((s / 4) * ROWS * 128 + (s % 4) * 32); }
 
+/* acc (64 x N) = A B^T over HEAD_DIM, A and B K-major: A the 64 rows at
+ * descriptor word a_lo of a tile A_ROWS long, B the N rows of a tile at
+ * b_lo (N long). The first step overwrites acc. */
+template <int N, int A_ROWS> FA_DEV void wg_rows_by_rows(float (*acc)[4], u32 a_lo, u32 b_lo) {
+#pragma unroll
+    for (int ks = 0; ks < HEAD_DIM / 16; ks++)
+        wgmma_ss<N>(acc, sw_desc_at(a_lo, k_step_off<A_ROWS>(ks)), sw_desc_at(b_lo, k_step_off<N>(ks)), ks);
+}
+
+/* acc (64 x HEAD_DIM) += A B over STEPS k16 steps: A from registers (one
+ * fragment a step), B N-major at descriptor word b_lo, 16 rows a step. */
+template <int STEPS> FA_DEV void wg_regs_by_rows(float (*acc)[4], u32 (*a)[AREGS], u32 b_lo) {
+#pragma unroll
+    for (int s = 0; s < STEPS; s++) wgmma_rs<HEAD_DIM>(acc, a[s], sw_desc_at(b_lo, (u32)s * 16 * 128));
+}
+
 /* Stores C fragment values (rows r0 + g and + 8, n-tile columns 8 j + 2 t,
  * + 1) into a swizzled tile of ROWS rows, rounded once: a warp's eight
  * rows land on eight different chunks of the banks. */

@@ -398,13 +398,14 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
  * micro-tile is that of one strip (tr = br / 4, tc = 2), against query
  * tiles of 64 (the products' m for dQ = dS K). Per thread it holds dK and
  * dV (d) and the transposed scores and their gradient (br) in fp32: at
- * head_dim 128, 192 of them compiled without spilling (240 registers, NVRTC
- * 13.0) for lean problems; with every option they spilled, and those
- * problems keep the MMA backward where their accumulators exceed
- * FA_WGMMA_BWD_ACC_OPTIONS. */
+ * head_dim 128, 192 of them compiled without spilling (NVRTC 13.0: 240
+ * registers plain, up to 254 with causal masks, windows, block masks or
+ * varlen); with dropout's Philox state they spilled 36-48 bytes, so with
+ * dropout the MMA backward runs where the accumulators exceed
+ * FA_WGMMA_BWD_ACC_DROPOUT. */
 #define FA_WGMMA_BWD_BR 64
 #define FA_WGMMA_BWD_ACC 192
-#define FA_WGMMA_BWD_ACC_OPTIONS 128
+#define FA_WGMMA_BWD_ACC_DROPOUT 128
 
 static int wgmma_possible(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass) {
     const int max_dim = pass == FA_PASS_FORWARD ? 256 : 128;
@@ -421,7 +422,7 @@ static int wgmma_tile_ok(const fa_attention_desc *desc, fa_pass pass, int br, in
     if (pass == FA_PASS_BACKWARD) {
         const int acc = desc->head_dim + br;
         return br == FA_WGMMA_BWD_BR && bc % 64 == 0 && bc <= FA_WGMMA_MAX_BC &&
-               acc <= (lean_16bit(desc) ? FA_WGMMA_BWD_ACC : FA_WGMMA_BWD_ACC_OPTIONS);
+               acc <= (desc->dropout_p > 0.0f ? FA_WGMMA_BWD_ACC_DROPOUT : FA_WGMMA_BWD_ACC);
     }
     if (br % 64 || bc % 16 || bc < FA_WGMMA_MIN_BC || bc > FA_WGMMA_MAX_BC) return 0;
     /* Two blocks an SM wherever the narrowest key tile allows them. */

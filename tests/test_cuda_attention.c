@@ -596,12 +596,10 @@ static fa_variant tensor_core_forward(const fa_attention_desc *d) {
 
 /* The tensor-core backward the planner picks on this device: the
  * warpgroup one on sm_90 for fp16/bf16 at head_dim 64, and at 128 without
- * the options that take registers (dropout, windows, block masks, varlen). */
+ * dropout (whose Philox state takes the registers). */
 static fa_variant tensor_core_backward(const fa_attention_desc *d) {
-    const int lean = d->dropout_p == 0.0f && d->window_left < 0 && d->window_right < 0 && !d->block_mask &&
-                     !d->cu_seqlens_q;
     return device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
-                   d->head_dim <= (lean ? 128 : 64)
+                   d->head_dim <= (d->dropout_p > 0.0f ? 64 : 128)
                ? FA_VARIANT_WGMMA
                : FA_VARIANT_MMA;
 }
@@ -931,30 +929,39 @@ FA_TEST(wgmma_shapes) {
             run_tiles(name, &d, &shapes[i].f, NULL, 1);
         }
     /* The backward: one and two warpgroups of keys, one and two stages,
-     * dQ by atomics and deterministic, GQA, masks and dropout (d64). */
+     * dQ by atomics and deterministic, GQA, masks, and dropout (d64). */
+    enum { PLAIN, DROPOUT_WINDOW, WINDOW_BLOCKS };
     const struct {
-        int dim, deterministic, dropout;
+        int dim, deterministic, opts;
         tiles b;
     } back[] = {
         {64, 0, 0, {FA_VARIANT_WGMMA, 64, 128, 256, 16, 2, 2, 1}},  {64, 1, 0, {FA_VARIANT_WGMMA, 64, 64, 128, 16, 2, 1, 1}},
         {64, 0, 1, {FA_VARIANT_WGMMA, 64, 64, 128, 16, 2, 2, 1}},   {128, 0, 0, {FA_VARIANT_WGMMA, 64, 128, 256, 16, 2, 2, 1}},
         {128, 1, 0, {FA_VARIANT_WGMMA, 64, 128, 256, 16, 2, 1, 1}}, {128, 0, 0, {FA_VARIANT_WGMMA, 64, 64, 128, 16, 2, 2, 1}},
+        {128, 0, 2, {FA_VARIANT_WGMMA, 64, 128, 256, 16, 2, 2, 1}},
     };
     for (size_t i = 0; i < FA_ARRAY_SIZE(back); i++)
         for (int w = 0; w < 2; w++) {
             fa_attention_desc d = mma_desc(w, 2, 200, 230, 4, 2, back[i].dim);
             d.causal = (int)((i + (size_t)w) % 2);
             d.deterministic = back[i].deterministic;
-            if (back[i].dropout) {
+            uint8_t *blocks = NULL;
+            if (back[i].opts == DROPOUT_WINDOW) {
                 d.dropout_p = 0.15f;
                 d.dropout_seed = 11;
                 d.window_left = 90;
+            } else if (back[i].opts == WINDOW_BLOCKS) {
+                d.window_left = 70;
+                d.window_right = 40;
+                blocks = suite_random_block_mask(&d, 32, 48, 5);
             }
             char name[112];
             snprintf(name, sizeof name, "wgmma backward d%d %dx%d/%d s%d%s%s%s", back[i].dim, back[i].b.br,
                      back[i].b.bc, back[i].b.threads, back[i].b.stages, d.causal ? " causal" : "",
-                     d.deterministic ? " deterministic" : "", back[i].dropout ? " dropout window" : "");
+                     d.deterministic ? " deterministic" : "",
+                     back[i].opts == DROPOUT_WINDOW ? " dropout window" : back[i].opts == WINDOW_BLOCKS ? " window blocks" : "");
             run_tiles(name, &d, NULL, &back[i].b, 1);
+            free(blocks);
         }
 }
 

@@ -134,23 +134,26 @@ static fa_attention_desc problem(dmode mode, int dim, int option_set) {
     }
     d.batch = 4;
     d.seqlen_q = d.seqlen_k = 2048;
-    if (option_set == 1) {
+    if (option_set == 1 || option_set == 3) {
+        /* 3: every mask, no dropout, dQ by atomics. */
         d.causal = 1;
         d.window_left = 700;
         d.window_right = 0;
-        d.dropout_p = 0.1f;
+        d.dropout_p = option_set == 1 ? 0.1f : 0.0f;
         d.dropout_seed = 1;
         d.cu_seqlens_q = cu_q;
         d.cu_seqlens_k = cu_k;
         d.block_q = d.block_k = 64;
         d.block_mask = g_mask;
         d.block_mask_bytes = (size_t)32 * 32;
-        d.deterministic = 1;
+        d.deterministic = option_set == 1;
     }
     return d;
 }
 
 static const int dims[] = {8, 32, 40, 64, 80, 96, 128, 192, 256};
+/* plain, all-options, decode, masks (problem()) */
+#define OPTION_SETS 4
 
 /* Builds the job list for one device; returns the number of jobs. */
 static int make_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job *jobs, int cap) {
@@ -158,7 +161,7 @@ static int make_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job 
     int n = 0;
     for (int m = 0; m < MODE_COUNT; m++)
         for (size_t di = 0; di < FA_ARRAY_SIZE(dims); di++)
-            for (int os = 0; os < 3; os++) {
+            for (int os = 0; os < OPTION_SETS; os++) {
                 if (n >= cap) return n;
                 job *j = &jobs[n];
                 memset(j, 0, sizeof *j);
@@ -166,7 +169,7 @@ static int make_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job 
                 j->cc_major = cc_major;
                 j->cc_minor = cc_minor;
                 snprintf(j->label, sizeof j->label, "%s d%d %s", mode_names[m], dims[di],
-                         os == 0 ? "plain" : os == 1 ? "all-options" : "decode");
+                         os == 0 ? "plain" : os == 1 ? "all-options" : os == 2 ? "decode" : "masks");
                 fa_status st = fa_plan_for_device(dev, &j->desc, &j->info);
                 CHECK_MSG(st == FA_SUCCESS, "%s: planning failed: %s", j->label, fa_last_error());
                 if (st == FA_SUCCESS) n++;
@@ -222,7 +225,7 @@ static void print_and_check(const char *device, job *jobs, int n) {
 }
 
 static void sweep(const char *device, const fa_device_desc *dev, int cc_major, int cc_minor) {
-    const int cap = MODE_COUNT * (int)FA_ARRAY_SIZE(dims) * 3;
+    const int cap = MODE_COUNT * (int)FA_ARRAY_SIZE(dims) * OPTION_SETS;
     job *jobs = calloc((size_t)cap, sizeof *jobs);
     CHECK(jobs != NULL);
     if (!jobs) return;
@@ -246,11 +249,10 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
         CHECK_MSG((fv == FA_VARIANT_WGMMA) == wgmma_shape, "%s %s: forward %s", device, jobs[i].label,
                   fa_variant_name(fv));
         /* The warpgroup backward up to head_dim 128 (decoding too): at 128
-         * only without the options that take registers (the all-options
-         * set here). */
-        const int lean = !d->dropout_p && !d->cu_seqlens_q && !d->block_mask && d->window_left < 0;
+         * only without dropout, whose Philox state takes the registers (the
+         * all-options set here). */
         const int wgmma_bwd = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
-                              d->head_dim % 64 == 0 && d->head_dim <= (lean ? 128 : 64);
+                              d->head_dim % 64 == 0 && d->head_dim <= (d->dropout_p > 0.0f ? 64 : 128);
         CHECK_MSG((bv == FA_VARIANT_WGMMA) == wgmma_bwd, "%s %s: backward %s", device, jobs[i].label,
                   fa_variant_name(bv));
         if (!mma_dtype || d->head_dim % 16)

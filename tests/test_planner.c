@@ -376,6 +376,12 @@ FA_TEST(variants_by_backend) {
     CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.forward.br == 128 && p.forward.bc == 128);
     CHECK(fa_wgmma_blocks_per_sm(&d, p.forward.bc) == 1);
     CHECK(p.backward.variant == FA_VARIANT_MMA);
+    /* Windows, block masks and varlen leave the warpgroup backward room. */
+    d.dropout_p = 0.0f;
+    d.window_left = 256;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.backward.variant == FA_VARIANT_WGMMA && p.backward.br == 64);
+    d.window_left = -1;
     d.dropout_p = 0.0f;
     d.head_dim = 256; /* 128 x 128 would need more registers than a thread has */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));

@@ -106,6 +106,25 @@ FA_DEV void red_add2(float *addr, float v0, float v1) {
     atomicAdd(addr + 1, v1);
 #endif
 }
+
+/* Adds a warp's C fragments of dQ to the fp32 accumulator: 16 queries from
+ * r0, N n-tiles from head dimension c0 + 8 j0 (rows past the end of the
+ * sequence are not there). c0 (a warpgroup's block of columns) and j0 (a
+ * warp's unit of n-tiles) stay apart: so written, both callers compile to
+ * the binaries measured before this helper existed. */
+template <int N>
+FA_DEV void add_dq_strip(const fa_params &p, const fa_seq &seq, int b, int h, int r0, int c0, int j0,
+                         const float (*acc)[4], int g, int t4) {
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int r = r0 + g + 8 * hf;
+        if (r < seq.len_q) {
+            float *row = p.dq_acc + lse_index(p, b, h, r, seq.start_q) * HEAD_DIM + c0;
+#pragma unroll
+            for (int n = 0; n < N; n++) red_add2(row + 8 * (j0 + n) + 2 * t4, acc[n][2 * hf], acc[n][2 * hf + 1]);
+        }
+    }
+}
 #endif
 
 #ifndef WGMMA
@@ -358,16 +377,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             wg_commit();
             wg_wait<0>();
             wg_hold<DQ_N / 8>(acc);
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int r = q0 + mb * 64 + (warp % 4) * 16 + g + 8 * hf;
-                if (r < seq.len_q) {
-                    float *row = p.dq_acc + lse_index(p, b, h, r, seq.start_q) * HEAD_DIM + n0;
-#pragma unroll
-                    for (int n = 0; n < DQ_N / 8; n++)
-                        red_add2(row + 8 * n + 2 * t4, acc[n][2 * hf], acc[n][2 * hf + 1]);
-                }
-            }
+            add_dq_strip<DQ_N / 8>(p, seq, b, h, q0 + mb * 64 + (warp % 4) * 16, n0, 0, acc, g, t4);
         }
 #endif
         wg_wait<0>();
@@ -429,17 +439,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
                 }
             }
 #pragma unroll
-            for (int m = 0; m < DQ_M; m++)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    const int r = q0 + (mq + m) * 16 + g + 8 * hf;
-                    if (r < seq.len_q) {
-                        float *row = p.dq_acc + lse_index(p, b, h, r, seq.start_q) * HEAD_DIM;
-#pragma unroll
-                        for (int n = 0; n < DQ_UNIT; n++)
-                            red_add2(row + 8 * (j0 + n) + 2 * t4, acc[m][n][2 * hf], acc[m][n][2 * hf + 1]);
-                    }
-                }
+            for (int m = 0; m < DQ_M; m++) add_dq_strip<DQ_UNIT>(p, seq, b, h, q0 + (mq + m) * 16, 0, j0, acc[m], g, t4);
         }
 #elif !defined(DQ_ATOMIC)
         (void)ds_sm;

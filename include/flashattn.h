@@ -24,6 +24,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* FA_API marks the library's public functions: exported from the shared
+ * library, which hides every other symbol. FLASHATTN_STATIC: define it when
+ * linking the static archive on Windows (elsewhere it changes nothing). */
+#if defined(_WIN32) || defined(__CYGWIN__)
+#  if defined(FLASHATTN_STATIC)
+#    define FA_API
+#  elif defined(FA_BUILDING_LIBRARY)
+#    define FA_API __declspec(dllexport)
+#  else
+#    define FA_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) || defined(__clang__)
+#  define FA_API __attribute__((visibility("default")))
+#else
+#  define FA_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -64,16 +81,16 @@ typedef enum fa_status {
 } fa_status;
 
 /* A fixed, human-readable name for a status code; never NULL. */
-const char *fa_status_string(fa_status status);
+FA_API const char *fa_status_string(fa_status status);
 
 /* Details of the last failure on the calling thread (names the argument,
  * carries compiler logs and runtime messages); "" if none. The pointer stays
  * valid until the next failing call on the same thread. */
-const char *fa_last_error(void);
+FA_API const char *fa_last_error(void);
 
 /* Library version as "MAJOR.MINOR.PATCH"; the numbers through the pointers
  * when they are not NULL. */
-const char *fa_version(int *major, int *minor, int *patch);
+FA_API const char *fa_version(int *major, int *minor, int *patch);
 
 /* ------------------------------------------------------------------------ */
 /* Devices                                                                  */
@@ -88,13 +105,13 @@ typedef enum fa_backend {
     FA_BACKEND_COUNT = 4
 } fa_backend;
 
-const char *fa_backend_name(fa_backend backend);
+FA_API const char *fa_backend_name(fa_backend backend);
 
 /* Whether a backend was compiled in and its runtime could be loaded. On
  * failure the reason (e.g. "libcuda.so.1: cannot open shared object file")
  * is written to reason. Never fails because a runtime is missing: returns
  * FA_ERR_BACKEND_UNAVAILABLE with the reason instead. */
-fa_status fa_backend_get_status(fa_backend backend, char *reason, size_t reason_size);
+FA_API fa_status fa_backend_get_status(fa_backend backend, char *reason, size_t reason_size);
 
 typedef enum fa_device_type {
     FA_DEVICE_CPU = 0,
@@ -134,8 +151,8 @@ typedef struct fa_device_info {
 /* Devices of every backend compiled in whose runtime loaded, in a stable
  * order (backend, then index). Backends that are unavailable contribute none
  * and do not make these calls fail. */
-fa_status fa_device_count(int *count);
-fa_status fa_device_get_info(int global_index, fa_device_info *info);
+FA_API fa_status fa_device_count(int *count);
+FA_API fa_status fa_device_get_info(int global_index, fa_device_info *info);
 
 /* ------------------------------------------------------------------------ */
 /* Contexts and buffers                                                     */
@@ -147,25 +164,25 @@ typedef struct fa_buffer_s *fa_buffer;
 /* Open a context. backend = FA_BACKEND_ANY and index = -1 pick the best
  * device: a GPU before a CPU, CUDA before HIP before OpenCL, the reference
  * last. With a backend and index = -1, the best device of that backend. */
-fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx);
-fa_status fa_context_get_info(fa_context ctx, fa_device_info *info);
+FA_API fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx);
+FA_API fa_status fa_context_get_info(fa_context ctx, fa_device_info *info);
 /* Wait for all work queued on the context to finish. */
-fa_status fa_context_synchronize(fa_context ctx);
+FA_API fa_status fa_context_synchronize(fa_context ctx);
 /* Native objects: OpenCL: cl_context and cl_command_queue; CUDA: CUcontext
  * and CUstream; HIP: the device ordinal (as intptr_t) and hipStream_t. */
-fa_status fa_context_get_native(fa_context ctx, void **native_context, void **native_queue);
-fa_status fa_context_destroy(fa_context ctx);
+FA_API fa_status fa_context_get_native(fa_context ctx, void **native_context, void **native_queue);
+FA_API fa_status fa_context_destroy(fa_context ctx);
 
-fa_status fa_buffer_alloc(fa_context ctx, size_t bytes, fa_buffer *buf);
+FA_API fa_status fa_buffer_alloc(fa_context ctx, size_t bytes, fa_buffer *buf);
 /* Wrap memory owned by the caller (zero copy): a cl_mem, a CUdeviceptr cast
  * through uintptr_t to void *, or a HIP device pointer. The buffer does not
  * free it. */
-fa_status fa_buffer_wrap(fa_context ctx, void *native, size_t bytes, fa_buffer *buf);
-fa_status fa_buffer_upload(fa_buffer buf, size_t offset, const void *src, size_t bytes);
-fa_status fa_buffer_download(fa_buffer buf, size_t offset, void *dst, size_t bytes);
-fa_status fa_buffer_size(fa_buffer buf, size_t *bytes);
-fa_status fa_buffer_get_native(fa_buffer buf, void **native);
-fa_status fa_buffer_free(fa_buffer buf);
+FA_API fa_status fa_buffer_wrap(fa_context ctx, void *native, size_t bytes, fa_buffer *buf);
+FA_API fa_status fa_buffer_upload(fa_buffer buf, size_t offset, const void *src, size_t bytes);
+FA_API fa_status fa_buffer_download(fa_buffer buf, size_t offset, void *dst, size_t bytes);
+FA_API fa_status fa_buffer_size(fa_buffer buf, size_t *bytes);
+FA_API fa_status fa_buffer_get_native(fa_buffer buf, void **native);
+FA_API fa_status fa_buffer_free(fa_buffer buf);
 
 /* ------------------------------------------------------------------------ */
 /* Attention descriptor                                                     */
@@ -177,8 +194,8 @@ typedef enum fa_dtype {
     FA_DTYPE_BF16 = 2
 } fa_dtype;
 
-size_t fa_dtype_size(fa_dtype dtype);
-const char *fa_dtype_name(fa_dtype dtype);
+FA_API size_t fa_dtype_size(fa_dtype dtype);
+FA_API const char *fa_dtype_name(fa_dtype dtype);
 
 /* Layout of one 4-D tensor [batch, seq, heads, head_dim] in a buffer.
  * Strides and offset count ELEMENTS of the tensor's dtype; head_dim is
@@ -252,19 +269,19 @@ typedef struct fa_attention_desc {
 
 /* Defaults: fp32 packed tensors, no masks, no dropout, fused, scale from
  * head_dim, windows unlimited. Shapes are zero and must be set. */
-void fa_attention_desc_init(fa_attention_desc *desc);
+FA_API void fa_attention_desc_init(fa_attention_desc *desc);
 
 /* Total number of query / key tokens (sum over the batch). */
-int64_t fa_attention_total_q(const fa_attention_desc *desc);
-int64_t fa_attention_total_k(const fa_attention_desc *desc);
+FA_API int64_t fa_attention_total_q(const fa_attention_desc *desc);
+FA_API int64_t fa_attention_total_k(const fa_attention_desc *desc);
 
 /* Full argument check of a descriptor, without a device; the message names
  * the offending field. */
-fa_status fa_attention_desc_check(const fa_attention_desc *desc);
+FA_API fa_status fa_attention_desc_check(const fa_attention_desc *desc);
 
 /* The dropout decision every backend makes for one element (1 keep, 0 drop);
  * batch is the sequence index, row and col are positions within it. */
-int fa_dropout_keep(uint64_t seed, uint64_t offset, float p, int batch, int head,
+FA_API int fa_dropout_keep(uint64_t seed, uint64_t offset, float p, int batch, int head,
                     int heads_q, int row, int col);
 
 /* ------------------------------------------------------------------------ */
@@ -287,7 +304,7 @@ typedef enum fa_variant {
                                   from local memory (CUDA sm_90, forward) */
 } fa_variant;
 
-const char *fa_variant_name(fa_variant variant);
+FA_API const char *fa_variant_name(fa_variant variant);
 
 /* Predicted cost of one pass (the IO model). */
 typedef struct fa_cost {
@@ -336,33 +353,33 @@ typedef struct fa_plan_info {
 
 /* The planner alone: plan a problem for a described device (which need not
  * be present). Deterministic: same inputs, same plan. */
-fa_status fa_plan_for_device(const fa_device_desc *device, const fa_attention_desc *desc,
+FA_API fa_status fa_plan_for_device(const fa_device_desc *device, const fa_attention_desc *desc,
                              fa_plan_info *info);
 /* A printable description of a plan; truncated to fit out (always
  * NUL-terminated). Returns the length it needed, excluding the NUL. */
-size_t fa_plan_info_format(const fa_plan_info *info, char *out, size_t out_size);
+FA_API size_t fa_plan_info_format(const fa_plan_info *info, char *out, size_t out_size);
 
 typedef struct fa_plan_s *fa_plan;
 
 /* Plan a problem on a context: checks the descriptor, runs the planner on the
  * context's device, compiles (or loads from the kernel cache) the kernels,
  * allocates workspace. */
-fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan *plan);
-fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info);
-fa_status fa_plan_destroy(fa_plan plan);
+FA_API fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan *plan);
+FA_API fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info);
+FA_API fa_status fa_plan_destroy(fa_plan plan);
 
 /* O and the log-sum-exp L. Buffers must belong to the plan's context and
  * hold their tensors as the descriptor lays them out. */
-fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v,
+FA_API fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v,
                      fa_buffer o, fa_buffer lse);
 /* dQ, dK, dV from Q, K, V, O, L and dO (P recomputed from L). */
-fa_status fa_backward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v,
+FA_API fa_status fa_backward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v,
                       fa_buffer o, fa_buffer lse, fa_buffer dout,
                       fa_buffer dq, fa_buffer dk, fa_buffer dv);
 
 /* Device time of the last fa_forward / fa_backward on this plan, measured
  * with the backend's events; FA_ERR_UNSUPPORTED where it cannot time. */
-fa_status fa_plan_last_time_ms(fa_plan plan, double *ms);
+FA_API fa_status fa_plan_last_time_ms(fa_plan plan, double *ms);
 
 #ifdef __cplusplus
 }

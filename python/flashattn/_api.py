@@ -55,7 +55,7 @@ def _backward(dout, q, k, v, out, softmax_lse, opts, backend, device):
         dout, out = np.ascontiguousarray(dout), np.ascontiguousarray(out)  # dO takes O's layout
     adapter = _attention.NumpyAdapter()
     named = ((dout, "dout"), (q, "q"), (k, "k"), (v, "v"), (out, "out"), (softmax_lse, "softmax_lse"))
-    views = [adapter.view(x, n) for x, n in named]
+    views = [adapter.view(x, n, packed=(n == "softmax_lse")) for x, n in named]
     ctx = select_context(views, backend, device)
     return _attention.backward(adapter, ctx, *views, opts)
 

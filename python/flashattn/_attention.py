@@ -68,8 +68,8 @@ def _int32_host(x, name):
 class NumpyAdapter:
     """NumPy arrays and CPU DLPack producers in, NumPy arrays out."""
 
-    def view(self, x, name):
-        return _views.from_numpy(_views.as_numpy(x, name), name)
+    def view(self, x, name, packed=False):
+        return _views.from_numpy(_views.as_numpy(x, name), name, packed)
 
     def empty(self, shape, like, like_strides=None):
         dtype = np.float32 if like is None else like.obj.dtype

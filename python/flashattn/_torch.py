@@ -35,7 +35,7 @@ class TorchAdapter:
     def __init__(self, device):
         self.device = device
 
-    def view(self, t, name):
+    def view(self, t, name, packed=False):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor like the other inputs, not {type(t).__name__}")
         if t.dtype not in _DTYPES:
@@ -43,7 +43,7 @@ class TorchAdapter:
         if t.device != self.device:
             raise ValueError(f"{name} is on {t.device}, the other tensors on {self.device}")
         v = _view(t.detach())
-        if not v.is_canonical():
+        if not (v.is_packed() if packed else v.is_canonical()):
             v = _view(t.detach().clone(memory_format=torch.contiguous_format))
         return v
 
@@ -87,7 +87,8 @@ class FlashAttnFunction(torch.autograd.Function):
         adapter = TorchAdapter(q.device)
         # dO takes O's layout (packed) in the descriptor.
         dout = adapter.view(dout.contiguous(), "dout")
-        views = [adapter.view(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (lse, "lse"))]
+        views = [adapter.view(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"))]
+        views.append(adapter.view(lse, "lse", packed=True))
         dq, dk, dv = _attention.backward(adapter, fa_ctx, dout, *views, opts)
         return dq, dk, dv, None, None, None
 

@@ -32,10 +32,20 @@ class View:
             return 0
         return (sum((n - 1) * s for n, s in zip(self.shape, self.strides)) + 1) * self.itemsize
 
+    def is_packed(self):
+        """C-contiguous (sizes of 1 aside): the layout of the log-sum-exp."""
+        expected = 1
+        for n, s in reversed(list(zip(self.shape, self.strides))):
+            if n != 1 and s != expected:
+                return False
+            expected *= n
+        return True
+
     def is_canonical(self):
-        """Whether the library can take the memory as it is: head_dim
-        contiguous, the other strides non-negative multiples of 16 bytes, the
-        first element 16-byte aligned. Anything else is copied first."""
+        """Whether the library can take an attention tensor as it is:
+        head_dim contiguous, the other strides non-negative multiples of 16
+        bytes, the first element 16-byte aligned. Anything else is copied
+        first."""
         *outer, (last_n, last_s) = zip(self.shape, self.strides)
         if last_n > 1 and last_s != 1:
             return False
@@ -80,11 +90,12 @@ def as_numpy(x, name):
     raise TypeError(f"{name} must be a NumPy array, a DLPack producer or a torch.Tensor, not {type(x).__name__}")
 
 
-def from_numpy(a, name):
+def from_numpy(a, name, packed=False):
     """A View of a NumPy input array (copied to a fresh C-contiguous array
-    when the library cannot take it as it is)."""
+    when the library cannot take it as it is); packed: the array must be
+    C-contiguous (the log-sum-exp), else it is an attention tensor."""
     view = numpy_view(a)
-    if not view.is_canonical():
+    if not (view.is_packed() if packed else view.is_canonical()):
         view = numpy_view(np.array(a, order="C", copy=True))
     return view
 

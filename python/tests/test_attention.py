@@ -175,3 +175,30 @@ def test_devices_and_version():
     assert any(d.backend == "reference" for d in found)
     assert flashattn.backend_status("reference") == (True, "")
     assert flashattn.__version__.count(".") == 2
+
+
+def test_layouts_taken_in_place_or_copied(rng):
+    """Strided views the library can address are used as they are; a
+    head_dim that is not contiguous, or a misaligned start, is copied."""
+    from flashattn import _views
+    qkv = random(rng, (2, 16, 3, 4, 32))
+    q = qkv[:, :, 0]
+    assert _views.from_numpy(q, "q").obj is q
+    assert _views.from_numpy(q[..., ::2], "q").obj is not q
+    flat = random(rng, (2 * 16 * 4 * 32 + 1,))
+    misaligned = flat[1:].reshape(2, 16, 4, 32)  # starts 4 bytes into an aligned block
+    assert _views.from_numpy(misaligned, "q").obj is not misaligned
+    lse = random(rng, (2, 4, 15))
+    assert _views.from_numpy(lse, "lse", packed=True).obj is lse
+    assert _views.from_numpy(lse.transpose(0, 2, 1).copy().transpose(0, 2, 1), "lse", packed=True).obj is not lse
+
+
+def test_backward_takes_any_lse_layout(backend, rng):
+    q, k, v = random(rng, (1, 15, 2, 32)), random(rng, (1, 15, 2, 32)), random(rng, (1, 15, 2, 32))
+    dout = random(rng, q.shape)
+    out, lse = flashattn.flash_attn_func(q, k, v, return_softmax_lse=True, backend=backend)
+    lse_f = np.asfortranarray(lse)
+    a = flashattn.flash_attn_backward(dout, q, k, v, out, lse, backend=backend)
+    b = flashattn.flash_attn_backward(dout, q, k, v, out, lse_f, backend=backend)
+    for x, y in zip(a, b):
+        assert np.array_equal(x, y)

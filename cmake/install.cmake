@@ -25,11 +25,7 @@ install(TARGETS flashattn flashattn_static EXPORT flashattn-targets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT development
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
-foreach(tool fa-info fa-run fa-bench)
-  if(TARGET ${tool})
-    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
-  endif()
-endforeach()
+install(TARGETS fa-info fa-run fa-bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
 
 install(EXPORT flashattn-targets NAMESPACE flashattn:: FILE flashattnTargets.cmake
         DESTINATION ${FA_CMAKE_PACKAGE_DIR} COMPONENT development)

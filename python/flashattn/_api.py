@@ -35,7 +35,22 @@ def select_context(views, backend, device):
     return _context.context(backend, device)
 
 
+def _on_device(x):
+    """Whether x is a DLPack producer whose memory is not on the CPU."""
+    return not isinstance(x, np.ndarray) and hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] != 1
+
+
 def _forward(q, k, v, opts, return_softmax_lse, backend, device):
+    if not _is_torch(q, k, v) and any(_on_device(x) for x in (q, k, v)):
+        # Device memory of another library (CuPy, JAX, ...): PyTorch takes
+        # it without a copy, runs it as its own, and the results go back
+        # through DLPack the same way (torch tensors out).
+        try:
+            import torch
+        except ImportError:
+            raise TypeError("DLPack tensors in device memory need PyTorch installed (it holds the outputs); "
+                            "host memory works without it") from None
+        q, k, v = (torch.from_dlpack(x) for x in (q, k, v))
     if _is_torch(q, k, v):
         from . import _torch
         out, lse = _torch.attention(q, k, v, opts, backend, device)

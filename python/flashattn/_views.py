@@ -84,8 +84,7 @@ def as_numpy(x, name):
     if hasattr(x, "__dlpack__"):
         device_type, _ = x.__dlpack_device__()
         if device_type != _DLPACK_CPU:
-            raise TypeError(f"{name}: a DLPack tensor on device type {device_type}: device memory is taken "
-                            "from PyTorch tensors; other producers must be on the CPU")
+            raise TypeError(f"{name}: a DLPack tensor on device type {device_type} among host arrays")
         return np.from_dlpack(x)
     raise TypeError(f"{name} must be a NumPy array, a DLPack producer or a torch.Tensor, not {type(x).__name__}")
 

@@ -184,6 +184,7 @@ fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx) {
     struct fa_context_s *c = calloc(1, sizeof *c);
     if (!c) return fa_fail(FA_ERR_OUT_OF_MEMORY, "context allocation failed");
     c->ops = ops;
+    atomic_init(&c->refs, 1);
     fa_status st = ops->context_create(local, &c->impl);
     /* Read the description after creation: creating a context may measure
      * what enumeration only estimated (memory bandwidth). */
@@ -218,10 +219,19 @@ fa_status fa_context_get_native(fa_context ctx, void **native_context, void **na
     return FA_SUCCESS;
 }
 
-fa_status fa_context_destroy(fa_context ctx) {
-    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+static void context_retain(fa_context ctx) { atomic_fetch_add(&ctx->refs, 1); }
+
+/* The backend's context goes with the last reference: its buffers and plans
+ * are released by then. */
+static void context_release(fa_context ctx) {
+    if (atomic_fetch_sub(&ctx->refs, 1) != 1) return;
     ctx->ops->context_destroy(ctx->impl);
     free(ctx);
+}
+
+fa_status fa_context_destroy(fa_context ctx) {
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    context_release(ctx);
     return FA_SUCCESS;
 }
 
@@ -233,6 +243,7 @@ static fa_status buffer_new(fa_context ctx, void *impl, size_t bytes, fa_buffer 
         ctx->ops->buffer_free(ctx->impl, impl);
         return fa_fail(FA_ERR_OUT_OF_MEMORY, "buffer handle allocation failed");
     }
+    context_retain(ctx);
     b->ctx = ctx;
     b->impl = impl;
     b->bytes = bytes;
@@ -298,8 +309,10 @@ fa_status fa_buffer_get_native(fa_buffer buf, void **native) {
 
 fa_status fa_buffer_free(fa_buffer buf) {
     if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "buf is NULL");
-    buf->ctx->ops->buffer_free(buf->ctx->impl, buf->impl);
+    fa_context ctx = buf->ctx;
+    ctx->ops->buffer_free(ctx->impl, buf->impl);
     free(buf);
+    context_release(ctx);
     return FA_SUCCESS;
 }
 
@@ -307,11 +320,13 @@ fa_status fa_buffer_free(fa_buffer buf) {
 
 static void plan_free(struct fa_plan_s *p) {
     if (!p) return;
-    if (p->impl) p->ctx->ops->plan_release(p->ctx->impl, p->impl);
+    fa_context ctx = p->ctx;
+    if (p->impl) ctx->ops->plan_release(ctx->impl, p->impl);
     free(p->block_mask);
     free(p->cu_seqlens_q);
     free(p->cu_seqlens_k);
     free(p);
+    context_release(ctx);
 }
 
 /* The plan keeps its own copies of host arrays the descriptor points to, so
@@ -345,6 +360,7 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
     struct fa_plan_s *p = calloc(1, sizeof *p);
     if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
     p->ctx = ctx;
+    context_retain(ctx);
     fa_status st = plan_copy_desc(p, desc);
     if (st == FA_SUCCESS) {
         p->scale = (float)fa_desc_scale(&p->desc);

@@ -161,6 +161,19 @@ FA_API fa_status fa_device_get_info(int global_index, fa_device_info *info);
 typedef struct fa_context_s *fa_context;
 typedef struct fa_buffer_s *fa_buffer;
 
+/* Object lifetimes
+ * ----------------
+ * Buffers and plans keep their context alive, as OpenCL and CUDA objects
+ * do: fa_context_destroy drops the caller's reference, and the device
+ * context is released when the last of its buffers and plans is freed or
+ * destroyed. Contexts, buffers and plans may therefore be destroyed in any
+ * order; a buffer or plan whose context the caller destroyed stays usable
+ * (fa_forward, fa_buffer_download, ...) until it is freed itself. After
+ * fa_context_destroy the context handle itself may not be passed to any
+ * call.
+ * Undefined (the caller's bug, as with free()): destroying or freeing a
+ * handle twice, or using a handle after its own destroy or free. */
+
 /* Open a context. backend = FA_BACKEND_ANY and index = -1 pick the best
  * device: a GPU before a CPU, CUDA before HIP before OpenCL, the reference
  * last. With a backend and index = -1, the best device of that backend. */
@@ -171,6 +184,7 @@ FA_API fa_status fa_context_synchronize(fa_context ctx);
 /* Native objects: OpenCL: cl_context and cl_command_queue; CUDA: CUcontext
  * and CUstream; HIP: the device ordinal (as intptr_t) and hipStream_t. */
 FA_API fa_status fa_context_get_native(fa_context ctx, void **native_context, void **native_queue);
+/* Drops the caller's reference (see "Object lifetimes" above). */
 FA_API fa_status fa_context_destroy(fa_context ctx);
 
 FA_API fa_status fa_buffer_alloc(fa_context ctx, size_t bytes, fa_buffer *buf);

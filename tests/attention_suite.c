@@ -888,3 +888,73 @@ void suite_long_sequences(void) {
     d = suite_desc(FA_DTYPE_F16, 1, 16, 16384, 4, 1, 128);
     run("long decode 16x16k fp16 d128", &d, 0);
 }
+
+/* Buffers and plans keep their context alive (include/flashattn.h): every
+ * order of destroying the context, a plan and its buffers is safe, and a
+ * plan whose context was destroyed still runs. Each order on a fresh
+ * context of the backend. */
+typedef struct lifetime_objects {
+    fa_context ctx;
+    fa_plan plan;
+    fa_buffer buf[5]; /* q k v o lse */
+} lifetime_objects;
+
+static int lifetime_create(lifetime_objects *o) {
+    memset(o, 0, sizeof *o);
+    fa_status st = fa_context_create(g_backend->backend, -1, &o->ctx);
+    CHECK_MSG(st == FA_SUCCESS, "fa_context_create: %s", fa_last_error());
+    if (st != FA_SUCCESS) return 0;
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 8, 8, 1, 1, 8);
+    CHECK_OK(fa_plan_create(o->ctx, &d, &o->plan));
+    const size_t bytes[5] = {256, 256, 256, 256, 32};
+    for (int i = 0; i < 5; i++) CHECK_OK(fa_buffer_alloc(o->ctx, bytes[i], &o->buf[i]));
+    float host[64];
+    for (int i = 0; i < 64; i++) host[i] = (float)(i % 7) * 0.25f - 0.5f;
+    for (int i = 0; i < 5 && o->buf[i]; i++) CHECK_OK(fa_buffer_upload(o->buf[i], 0, host, i == 4 ? 32 : sizeof host));
+    if (o->plan && o->buf[0] && o->buf[1] && o->buf[2] && o->buf[3] && o->buf[4]) return 1;
+    for (int i = 0; i < 5; i++)
+        if (o->buf[i]) fa_buffer_free(o->buf[i]);
+    if (o->plan) fa_plan_destroy(o->plan);
+    fa_context_destroy(o->ctx);
+    return 0;
+}
+
+/* Destroys the context (0), the plan (1) and the buffers (2) in order;
+ * while the plan and the buffers remain a forward pass still runs. */
+static void lifetime_destroy(lifetime_objects *o, const int order[3]) {
+    int ctx_gone = 0, plan_gone = 0, bufs_gone = 0;
+    for (int step = 0; step < 3; step++) {
+        if (order[step] == 0) {
+            CHECK_OK(fa_context_destroy(o->ctx));
+            ctx_gone = 1;
+        } else if (order[step] == 1) {
+            CHECK_OK(fa_plan_destroy(o->plan));
+            plan_gone = 1;
+        } else {
+            for (int i = 0; i < 5; i++) CHECK_OK(fa_buffer_free(o->buf[i]));
+            bufs_gone = 1;
+        }
+        if (!plan_gone && !bufs_gone) {
+            CHECK_OK(fa_forward(o->plan, o->buf[0], o->buf[1], o->buf[2], o->buf[3], o->buf[4]));
+            float out[64];
+            CHECK_OK(fa_buffer_download(o->buf[3], 0, out, sizeof out));
+            CHECK(isfinite(out[0]) && isfinite(out[63]));
+        }
+        if (!bufs_gone && ctx_gone) {
+            size_t bytes = 0;
+            CHECK_OK(fa_buffer_size(o->buf[0], &bytes));
+            CHECK(bytes == 256);
+        }
+    }
+}
+
+void suite_destroy_in_any_order(void) {
+    if (!g_backend->compiled) FA_SKIP("the backend is not built into this library");
+    SUITE_REQUIRE();
+    static const int orders[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    for (int i = 0; i < 6; i++) {
+        lifetime_objects o;
+        if (!lifetime_create(&o)) return;
+        lifetime_destroy(&o, orders[i]);
+    }
+}

@@ -3,6 +3,7 @@
  * destroy calls, outputs aliasing inputs, flags out of range. Each must fail
  * cleanly or compute what the reference computes; these run under ASan and
  * UBSan in CI. */
+#include "attention_suite.h"
 #include "harness.h"
 #include "test_util.h"
 
@@ -130,5 +131,15 @@ FA_TEST(byte_counts_checked) {
     CHECK(fa_desc_lse_bytes(&d) == (int64_t)INT_MAX * (1 << 20) * 4);
 }
 
+static const suite_backend reference_backend = {FA_BACKEND_REFERENCE, "reference", 1, NULL, NULL};
+
+/* Problem 3: destroying the context before its buffers and plans, then
+ * freeing them, was a use after free (ASan: heap-use-after-free). */
+FA_TEST(destroy_in_any_order) {
+    suite_use_backend(&reference_backend);
+    suite_destroy_in_any_order();
+}
+
 FA_TEST_MAIN(FA_CASE(checked_arithmetic), FA_CASE(offsets_near_2_62_refused),
-             FA_CASE(tensor_end_bounded_at_2_62_bytes), FA_CASE(byte_counts_checked))
+             FA_CASE(tensor_end_bounded_at_2_62_bytes), FA_CASE(byte_counts_checked),
+             FA_CASE(destroy_in_any_order))

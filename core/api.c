@@ -363,6 +363,7 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
     context_retain(ctx);
     fa_status st = plan_copy_desc(p, desc);
     if (st == FA_SUCCESS) {
+        fa_desc_normalize_windows(&p->desc);
         p->scale = (float)fa_desc_scale(&p->desc);
         p->dropout_threshold = fa_dropout_threshold(p->desc.dropout_p);
         p->total_q = fa_attention_total_q(&p->desc);

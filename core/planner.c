@@ -41,6 +41,7 @@
  * (max_work_group_size >= 32 with a power-of-two SIMD width). */
 #include "planner.h"
 
+#include "desc.h"
 #include "fa_internal.h"
 
 #include <limits.h>
@@ -796,6 +797,10 @@ fa_status fa_plan_for_device(const fa_device_desc *device, const fa_attention_de
     FA_CHECK(fa_attention_desc_check(desc));
     if (desc->algorithm != FA_ALGO_FUSED && desc->algorithm != FA_ALGO_STANDARD)
         return fa_fail(FA_ERR_INVALID_ARGUMENT, "desc->algorithm = %d is not a fa_algorithm", (int)desc->algorithm);
+    /* Planned as fa_plan_create runs it: with windows normalised. */
+    fa_attention_desc normalized = *desc;
+    fa_desc_normalize_windows(&normalized);
+    desc = &normalized;
 
     fa_kernel_plan fwd, bwd;
     memset(&fwd, 0, sizeof fwd);

@@ -249,7 +249,10 @@ typedef struct fa_attention_desc {
      * causal: key j is visible to query i iff j <= i + seqlen_k - seqlen_q
      * (bottom-right aligned). window: iff
      *   i + seqlen_k - seqlen_q - window_left <= j <= i + seqlen_k - seqlen_q + window_right,
-     * a negative bound meaning unlimited on that side. */
+     * every negative bound (INT_MIN included) meaning unlimited on that
+     * side. Any int is valid: a bound that cannot bind for the shape
+     * (window_left >= seqlen_k - 1, window_right >= seqlen_q - 1) is
+     * unlimited too, so INT_MAX is another way to say it. */
     int causal;
     int window_left;            /* -1: unlimited */
     int window_right;           /* -1: unlimited */

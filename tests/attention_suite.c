@@ -19,6 +19,7 @@
 #include "reference.h"
 
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -887,6 +888,35 @@ void suite_long_sequences(void) {
     run("long 4k fp32 d128 window", &d, 1);
     d = suite_desc(FA_DTYPE_F16, 1, 16, 16384, 4, 1, 128);
     run("long decode 16x16k fp16 d128", &d, 0);
+}
+
+/* Windows at and past the sequence lengths, and at both ends of the int
+ * range: any bound that cannot bind means unlimited, every negative one
+ * too (include/flashattn.h). Each must give the reference's answer, forward
+ * and backward, alone, with the causal mask and with varlen batches. */
+void suite_extreme_windows(void) {
+    SUITE_REQUIRE();
+    const int sq = 70, sk = 90;
+    const int w[][3] = {{-1, INT_MAX, 1},          {INT_MAX, INT_MIN, 0}, {INT_MIN, INT_MAX, 0},
+                        {INT_MAX, INT_MAX, 1},     {INT_MAX - 1, 3, 0},  {5, INT_MAX - 1, 1},
+                        {sk - 1, sq - 1, 0},       {sk - 2, sq - 2, 0},  {sk, sq, 1},
+                        {INT_MIN, 0, 0},           {0, INT_MIN, 1}};
+    static const int32_t cu_q[] = {0, 70, 103}, cu_k[] = {0, 41, 131};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(w); i++)
+        for (int varlen = 0; varlen <= 1; varlen++) {
+            fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, sq, sk, 2, 1, 32);
+            d.window_left = w[i][0];
+            d.window_right = w[i][1];
+            d.causal = w[i][2];
+            if (varlen) {
+                d.cu_seqlens_q = cu_q;
+                d.cu_seqlens_k = cu_k;
+            }
+            char name[96];
+            snprintf(name, sizeof name, "window %d,%d%s%s", w[i][0], w[i][1], w[i][2] ? " causal" : "",
+                     varlen ? " varlen" : "");
+            run(name, &d, 1);
+        }
 }
 
 /* Buffers and plans keep their context alive (include/flashattn.h): every

@@ -58,6 +58,7 @@ void suite_deterministic_backward(void);
 void suite_described_devices(void);
 void suite_rejects_bad_tiles(void);
 void suite_long_sequences(void);
+void suite_extreme_windows(void);
 void suite_destroy_in_any_order(void);
 
 #endif

@@ -11,6 +11,8 @@
 #include "desc.h"
 #include "fa_internal.h"
 #include "flashattn.h"
+#include "plan.h"
+#include "reference.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -140,6 +142,40 @@ FA_TEST(destroy_in_any_order) {
     suite_destroy_in_any_order();
 }
 
+/* Problem 2: windows at the ends of the int range. The plan's copy of the
+ * descriptor holds them normalised (unlimited where they cannot bind), and
+ * the reference device through a plan computes what the reference computes
+ * from the caller's descriptor. */
+FA_TEST(windows_normalised_in_the_plan) {
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_REFERENCE, 0, &ctx));
+    if (!ctx) return;
+    const struct { int left, right, want_left, want_right; } w[] = {
+        {-1, INT_MAX, -1, -1},     {INT_MAX, INT_MIN, -1, -1}, {INT_MIN, INT_MIN, -1, -1},
+        {-7, 5, -1, 5},            {89, 69, -1, -1},           {88, 68, 88, 68},
+        {87, 67, 87, 67},          {0, 0, 0, 0},               {INT_MAX - 1, 70, -1, -1}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(w); i++) {
+        fa_attention_desc d = tiny_desc();
+        d.seqlen_q = 70;
+        d.seqlen_k = 90;
+        d.causal = 1;
+        d.window_left = w[i].left;
+        d.window_right = w[i].right;
+        fa_plan plan = NULL;
+        CHECK_OK(fa_plan_create(ctx, &d, &plan));
+        if (!plan) continue;
+        CHECK_MSG(plan->desc.window_left == w[i].want_left && plan->desc.window_right == w[i].want_right,
+                  "window (%d, %d) became (%d, %d), expected (%d, %d)", w[i].left, w[i].right,
+                  plan->desc.window_left, plan->desc.window_right, w[i].want_left, w[i].want_right);
+        /* The caller's descriptor is left as it was. */
+        CHECK(d.window_left == w[i].left && d.window_right == w[i].right);
+        fa_plan_destroy(plan);
+    }
+    fa_context_destroy(ctx);
+    suite_use_backend(&reference_backend);
+    suite_extreme_windows();
+}
+
 FA_TEST_MAIN(FA_CASE(checked_arithmetic), FA_CASE(offsets_near_2_62_refused),
              FA_CASE(tensor_end_bounded_at_2_62_bytes), FA_CASE(byte_counts_checked),
-             FA_CASE(destroy_in_any_order))
+             FA_CASE(destroy_in_any_order), FA_CASE(windows_normalised_in_the_plan))

@@ -3,6 +3,7 @@
  * valid requests. */
 #include "desc.h"
 #include "fa_internal.h"
+#include "overlap.h"
 #include "philox.h"
 #include "plan.h"
 
@@ -169,9 +170,12 @@ fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx) {
     *ctx = NULL;
     if (backend < FA_BACKEND_ANY || backend >= FA_BACKEND_COUNT)
         return fa_fail(FA_ERR_INVALID_ARGUMENT, "backend = %d is not a fa_backend", (int)backend);
+    if (index < -1)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "index = %d: a device index is >= 0, or -1 for the best device",
+                       index);
     const fa_backend_ops *ops = NULL;
     int local = index;
-    if (index < 0) {
+    if (index == -1) {
         FA_CHECK(pick_best(backend, &ops, &local));
     } else if (backend == FA_BACKEND_ANY) {
         FA_CHECK(locate_device(index, &ops, &local));
@@ -340,6 +344,7 @@ static fa_status plan_copy_desc(struct fa_plan_s *p, const fa_attention_desc *de
         p->desc.block_mask = p->block_mask;
     }
     if (desc->cu_seqlens_q) {
+        /* batch + 1 <= 2^31 entries: no overflow in size_t. */
         size_t bytes = ((size_t)desc->batch + 1) * sizeof(int32_t);
         p->cu_seqlens_q = malloc(bytes);
         p->cu_seqlens_k = malloc(bytes);
@@ -392,28 +397,55 @@ fa_status fa_plan_destroy(fa_plan plan) {
     return FA_SUCCESS;
 }
 
-/* A tensor argument: present, of the plan's context, large enough. */
-static fa_status check_tensor(const struct fa_plan_s *p, fa_buffer buf, const char *name, int64_t bytes_needed) {
-    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", name);
-    if (buf->ctx != p->ctx)
-        return fa_fail(FA_ERR_FOREIGN_BUFFER, "%s belongs to another context than the plan", name);
-    if ((uint64_t)bytes_needed > buf->bytes)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "%s: the tensor spans %lld bytes but the buffer holds %zu", name,
-                       (long long)bytes_needed, buf->bytes);
-    return FA_SUCCESS;
+/* One tensor argument of a pass: its buffer and the bytes it may touch. */
+typedef struct tensor_arg {
+    const char *name;
+    fa_buffer buf;
+    int64_t needed;      /* buffer bytes the tensor needs (-1: not representable) */
+    fa_footprint bytes;
+    int is_output;
+} tensor_arg;
+
+static tensor_arg tensor_of(const struct fa_plan_s *p, const char *name, fa_buffer buf, fa_tensor_role role,
+                            int is_output) {
+    tensor_arg t = {name, buf, fa_desc_tensor_bytes(&p->desc, role), fa_tensor_footprint(&p->desc, role), is_output};
+    return t;
 }
 
-static int64_t tensor_bytes(const struct fa_plan_s *p, fa_tensor_role role) {
-    return fa_desc_tensor_extent(&p->desc, role) * (int64_t)fa_dtype_size(fa_desc_tensor(&p->desc, role)->dtype);
+static tensor_arg lse_of(const struct fa_plan_s *p, fa_buffer buf, int is_output) {
+    const int64_t bytes = fa_desc_lse_bytes(&p->desc);
+    tensor_arg t = {"lse", buf, bytes, fa_range_footprint(0, (uint64_t)bytes), is_output};
+    return t;
+}
+
+/* Every argument present, of the plan's context and large enough; no output
+ * sharing a byte with another argument (inputs may share theirs). */
+static fa_status check_tensors(const struct fa_plan_s *p, const tensor_arg *t, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!t[i].buf) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", t[i].name);
+        if (t[i].buf->ctx != p->ctx)
+            return fa_fail(FA_ERR_FOREIGN_BUFFER, "%s belongs to another context than the plan", t[i].name);
+        if (t[i].needed < 0 || (uint64_t)t[i].needed > (uint64_t)t[i].buf->bytes)
+            return fa_fail(FA_ERR_OUT_OF_BOUNDS, "%s: the tensor spans %lld bytes but the buffer holds %zu",
+                           t[i].name, (long long)t[i].needed, t[i].buf->bytes);
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if ((t[i].is_output || t[j].is_output) && t[i].buf == t[j].buf &&
+                fa_footprints_overlap(&t[i].bytes, &t[j].bytes))
+                return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                               "%s and %s share a buffer and their bytes overlap: an output may not alias "
+                               "another argument",
+                               t[i].name, t[j].name);
+    return FA_SUCCESS;
 }
 
 fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o, fa_buffer lse) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
-    FA_CHECK(check_tensor(plan, q, "q", tensor_bytes(plan, FA_TENSOR_Q)));
-    FA_CHECK(check_tensor(plan, k, "k", tensor_bytes(plan, FA_TENSOR_K)));
-    FA_CHECK(check_tensor(plan, v, "v", tensor_bytes(plan, FA_TENSOR_V)));
-    FA_CHECK(check_tensor(plan, o, "o", tensor_bytes(plan, FA_TENSOR_O)));
-    FA_CHECK(check_tensor(plan, lse, "lse", fa_desc_lse_bytes(&plan->desc)));
+    const tensor_arg t[] = {tensor_of(plan, "q", q, FA_TENSOR_Q, 0), tensor_of(plan, "k", k, FA_TENSOR_K, 0),
+                            tensor_of(plan, "v", v, FA_TENSOR_V, 0), tensor_of(plan, "o", o, FA_TENSOR_O, 1),
+                            lse_of(plan, lse, 1)};
+    FA_CHECK(check_tensors(plan, t, (int)FA_ARRAY_SIZE(t)));
     fa_fwd_args args = {q->impl, k->impl, v->impl, o->impl, lse->impl};
     return plan->ctx->ops->forward(plan->ctx->impl, plan->impl, plan, &args);
 }
@@ -421,15 +453,12 @@ fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buf
 fa_status fa_backward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o, fa_buffer lse,
                       fa_buffer dout, fa_buffer dq, fa_buffer dk, fa_buffer dv) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
-    FA_CHECK(check_tensor(plan, q, "q", tensor_bytes(plan, FA_TENSOR_Q)));
-    FA_CHECK(check_tensor(plan, k, "k", tensor_bytes(plan, FA_TENSOR_K)));
-    FA_CHECK(check_tensor(plan, v, "v", tensor_bytes(plan, FA_TENSOR_V)));
-    FA_CHECK(check_tensor(plan, o, "o", tensor_bytes(plan, FA_TENSOR_O)));
-    FA_CHECK(check_tensor(plan, lse, "lse", fa_desc_lse_bytes(&plan->desc)));
-    FA_CHECK(check_tensor(plan, dout, "dout", tensor_bytes(plan, FA_TENSOR_O)));
-    FA_CHECK(check_tensor(plan, dq, "dq", tensor_bytes(plan, FA_TENSOR_Q)));
-    FA_CHECK(check_tensor(plan, dk, "dk", tensor_bytes(plan, FA_TENSOR_K)));
-    FA_CHECK(check_tensor(plan, dv, "dv", tensor_bytes(plan, FA_TENSOR_V)));
+    const tensor_arg t[] = {tensor_of(plan, "q", q, FA_TENSOR_Q, 0),      tensor_of(plan, "k", k, FA_TENSOR_K, 0),
+                            tensor_of(plan, "v", v, FA_TENSOR_V, 0),      tensor_of(plan, "o", o, FA_TENSOR_O, 0),
+                            lse_of(plan, lse, 0),                         tensor_of(plan, "dout", dout, FA_TENSOR_O, 0),
+                            tensor_of(plan, "dq", dq, FA_TENSOR_Q, 1),    tensor_of(plan, "dk", dk, FA_TENSOR_K, 1),
+                            tensor_of(plan, "dv", dv, FA_TENSOR_V, 1)};
+    FA_CHECK(check_tensors(plan, t, (int)FA_ARRAY_SIZE(t)));
     fa_bwd_args args = {q->impl, k->impl, v->impl, o->impl, lse->impl, dout->impl, dq->impl, dk->impl, dv->impl};
     return plan->ctx->ops->backward(plan->ctx->impl, plan->impl, plan, &args);
 }

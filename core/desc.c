@@ -282,5 +282,9 @@ fa_status fa_attention_desc_check(const fa_attention_desc *d) {
         return fa_fail(FA_ERR_BAD_DROPOUT, "dropout_p = %g, must be in [0, 1)", (double)d->dropout_p);
     if (d->algorithm != FA_ALGO_FUSED && d->algorithm != FA_ALGO_STANDARD)
         return fa_fail(FA_ERR_INVALID_ARGUMENT, "algorithm = %d is not a fa_algorithm", (int)d->algorithm);
+    if (d->deterministic != 0 && d->deterministic != 1)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "deterministic = %d, must be 0 or 1", d->deterministic);
+    if (d->allow_tf32 != 0 && d->allow_tf32 != 1)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "allow_tf32 = %d, must be 0 or 1", d->allow_tf32);
     return FA_SUCCESS;
 }

@@ -176,7 +176,8 @@ typedef struct fa_buffer_s *fa_buffer;
 
 /* Open a context. backend = FA_BACKEND_ANY and index = -1 pick the best
  * device: a GPU before a CPU, CUDA before HIP before OpenCL, the reference
- * last. With a backend and index = -1, the best device of that backend. */
+ * last. With a backend and index = -1, the best device of that backend.
+ * Any other negative index is FA_ERR_INVALID_ARGUMENT. */
 FA_API fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx);
 FA_API fa_status fa_context_get_info(fa_context ctx, fa_device_info *info);
 /* Wait for all work queued on the context to finish. */
@@ -215,8 +216,11 @@ FA_API const char *fa_dtype_name(fa_dtype dtype);
  * Strides and offset count ELEMENTS of the tensor's dtype; head_dim is
  * contiguous. A stride of 0 means "packed" (the FlashAttention layout
  * [batch, seq, heads, head_dim]). Offsets and non-zero strides must be
- * multiples of 16 bytes. With variable-length batches, stride_batch is
- * ignored: tokens of all sequences are packed along seq. */
+ * multiples of 16 bytes, and the tensor's last byte (offset included) must
+ * lie below 2^62 bytes from the buffer start (FA_ERR_BAD_STRIDE, or
+ * FA_ERR_INVALID_SIZE where the sizes alone span more). With
+ * variable-length batches, stride_batch is ignored: tokens of all
+ * sequences are packed along seq. */
 typedef struct fa_tensor_desc {
     fa_dtype dtype;
     int64_t offset;
@@ -253,7 +257,7 @@ typedef struct fa_attention_desc {
      * side. Any int is valid: a bound that cannot bind for the shape
      * (window_left >= seqlen_k - 1, window_right >= seqlen_q - 1) is
      * unlimited too, so INT_MAX is another way to say it. */
-    int causal;
+    int causal;                 /* 0 or 1 */
     int window_left;            /* -1: unlimited */
     int window_right;           /* -1: unlimited */
 
@@ -280,8 +284,8 @@ typedef struct fa_attention_desc {
     const int32_t *cu_seqlens_k;
 
     fa_algorithm algorithm;
-    int deterministic;          /* bit-identical results run to run */
-    int allow_tf32;             /* fp32 inputs may use TF32 matrix units */
+    int deterministic;          /* 0 or 1: bit-identical results run to run */
+    int allow_tf32;             /* 0 or 1: fp32 inputs may use TF32 matrix units */
 } fa_attention_desc;
 
 /* Defaults: fp32 packed tensors, no masks, no dropout, fused, scale from
@@ -384,6 +388,17 @@ typedef struct fa_plan_s *fa_plan;
 FA_API fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan *plan);
 FA_API fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info);
 FA_API fa_status fa_plan_destroy(fa_plan plan);
+
+/* Aliasing, for fa_forward and fa_backward: the inputs (q, k, v; and o,
+ * lse and dout of the backward) may share buffers and bytes freely. An
+ * output (o and lse of the forward; dq, dk and dv of the backward) may
+ * share a buffer with another argument only where their bytes are
+ * disjoint: tensors at separate offsets, or interleaved row by row (dQ, dK
+ * and dV packed per token in one buffer, as Q, K and V often are).
+ * Overlapping bytes are FA_ERR_INVALID_ARGUMENT. This is checked between
+ * arguments that are the same fa_buffer; two buffers wrapping overlapping
+ * native memory are the caller's to keep apart. L always starts at byte 0
+ * of its buffer. */
 
 /* O and the log-sum-exp L. Buffers must belong to the plan's context and
  * hold their tensors as the descriptor lays them out. */

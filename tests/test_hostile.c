@@ -11,6 +11,7 @@
 #include "desc.h"
 #include "fa_internal.h"
 #include "flashattn.h"
+#include "overlap.h"
 #include "plan.h"
 #include "reference.h"
 
@@ -176,6 +177,187 @@ FA_TEST(windows_normalised_in_the_plan) {
     suite_extreme_windows();
 }
 
+/* Problem 6: flags outside {0, 1} and device indices below -1 were taken. */
+FA_TEST(flags_and_indices_range_checked) {
+    fa_attention_desc d = tiny_desc();
+    d.deterministic = 7;
+    CHECK_FAILS(fa_attention_desc_check(&d), FA_ERR_INVALID_ARGUMENT, "deterministic");
+    d = tiny_desc();
+    d.allow_tf32 = -9;
+    CHECK_FAILS(fa_attention_desc_check(&d), FA_ERR_INVALID_ARGUMENT, "allow_tf32");
+    d = tiny_desc();
+    d.causal = INT_MIN;
+    CHECK_FAILS(fa_attention_desc_check(&d), FA_ERR_INVALID_ARGUMENT, "causal");
+    d = tiny_desc();
+    d.deterministic = d.allow_tf32 = d.causal = 1;
+    CHECK_OK(fa_attention_desc_check(&d));
+
+    const int bad[] = {INT_MIN, -2, -100};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(bad); i++) {
+        fa_context ctx = (fa_context)&d; /* must be cleared */
+        CHECK_FAILS(fa_context_create(FA_BACKEND_REFERENCE, bad[i], &ctx), FA_ERR_INVALID_ARGUMENT, "index");
+        CHECK(ctx == NULL);
+        CHECK_FAILS(fa_context_create(FA_BACKEND_ANY, bad[i], &ctx), FA_ERR_INVALID_ARGUMENT, "index");
+    }
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_REFERENCE, -1, &ctx));
+    if (ctx) fa_context_destroy(ctx);
+}
+
+/* Every byte a footprint covers, marked in map (map_bytes long). */
+static void mark_footprint(const fa_footprint *f, unsigned char *map, size_t map_bytes, unsigned char bit) {
+    if (f->run == 0) return;
+    uint64_t idx[3] = {0, 0, 0};
+    for (;;) {
+        uint64_t at = f->base;
+        for (int k = 0; k < f->ndims; k++) at += idx[k] * f->stride[k];
+        for (uint64_t c = 0; c < f->run; c++)
+            if (at + c < map_bytes) map[at + c] |= bit;
+        int k = 0;
+        while (k < f->ndims && ++idx[k] == f->extent[k]) idx[k++] = 0;
+        if (k == f->ndims) return;
+    }
+}
+
+/* The overlap test never calls overlapping tensors disjoint (checked byte
+ * by byte on random small layouts), and tells apart the packed layouts. */
+FA_TEST(overlap_test_is_sound) {
+    fa_rng r;
+    fa_rng_seed(&r, 0x0fe1a9u);
+    static unsigned char map[1 << 16];
+    int disjoint_found = 0, overlaps = 0;
+    for (int it = 0; it < 3000; it++) {
+        fa_footprint f[2];
+        for (int t = 0; t < 2; t++) {
+            f[t] = fa_range_footprint(fa_rng_next(&r) % 64 * 4, 4 * (1 + fa_rng_next(&r) % 8));
+            f[t].ndims = (int)(fa_rng_next(&r) % 4);
+            for (int k = 0; k < f[t].ndims; k++) {
+                f[t].extent[k] = 1 + fa_rng_next(&r) % 4;
+                f[t].stride[k] = 4 * (1 + fa_rng_next(&r) % 40);
+            }
+        }
+        memset(map, 0, sizeof map);
+        mark_footprint(&f[0], map, sizeof map, 1);
+        mark_footprint(&f[1], map, sizeof map, 2);
+        int truth = 0;
+        for (size_t i = 0; i < sizeof map && !truth; i++) truth = map[i] == 3;
+        const int got = fa_footprints_overlap(&f[0], &f[1]);
+        CHECK_MSG(got || !truth, "case %d: overlapping footprints called disjoint", it);
+        CHECK(got == fa_footprints_overlap(&f[1], &f[0]));
+        disjoint_found += !got;
+        overlaps += truth;
+    }
+    CHECK(disjoint_found > 300 && overlaps > 300);
+
+    /* Q, K and V (and dQ, dK, dV) packed per token: [b, s, 3, h, d]. */
+    fa_attention_desc d = tiny_desc();
+    d.batch = 2;
+    d.heads_q = d.heads_kv = 4;
+    d.head_dim = 16;
+    const int64_t row = 3 * 4 * 16;
+    fa_tensor_desc *t[3] = {&d.q, &d.k, &d.v};
+    for (int i = 0; i < 3; i++) {
+        t[i]->offset = i * 4 * 16;
+        t[i]->stride_seq = row;
+        t[i]->stride_batch = row * d.seqlen_q;
+    }
+    CHECK_OK(fa_attention_desc_check(&d));
+    fa_footprint fq = fa_tensor_footprint(&d, FA_TENSOR_Q), fk = fa_tensor_footprint(&d, FA_TENSOR_K),
+                 fv = fa_tensor_footprint(&d, FA_TENSOR_V);
+    CHECK(!fa_footprints_overlap(&fq, &fk) && !fa_footprints_overlap(&fk, &fv) && !fa_footprints_overlap(&fq, &fv));
+    /* Packed per head in BHSD order: [b, 3, h, s, d]. */
+    d = tiny_desc();
+    d.heads_q = d.heads_kv = 2;
+    for (int i = 0; i < 3; i++) {
+        t[i]->offset = (int64_t)i * 2 * 8 * 8;
+        t[i]->stride_seq = 8;
+        t[i]->stride_head = 8 * 8;
+        t[i]->stride_batch = 3 * 2 * 8 * 8;
+    }
+    CHECK_OK(fa_attention_desc_check(&d));
+    fq = fa_tensor_footprint(&d, FA_TENSOR_Q);
+    fk = fa_tensor_footprint(&d, FA_TENSOR_K);
+    CHECK(!fa_footprints_overlap(&fq, &fk));
+    d.k.offset = 8; /* K's rows now land on Q's */
+    fk = fa_tensor_footprint(&d, FA_TENSOR_K);
+    CHECK(fa_footprints_overlap(&fq, &fk));
+}
+
+/* Problem 6: outputs aliasing an input or another output were accepted.
+ * Inputs may share bytes; an output may not share any with another
+ * argument of the call. */
+FA_TEST(outputs_aliasing_refused) {
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_REFERENCE, 0, &ctx));
+    if (!ctx) return;
+    fa_attention_desc d = tiny_desc(); /* 256 bytes a tensor, 32 of lse */
+    fa_plan plan = NULL;
+    CHECK_OK(fa_plan_create(ctx, &d, &plan));
+    fa_buffer q, k, v, o, lse, g, dq, dk, dv, big;
+    fa_buffer *all[] = {&q, &k, &v, &o, &lse, &g, &dq, &dk, &dv};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(all); i++) CHECK_OK(fa_buffer_alloc(ctx, 256, all[i]));
+    CHECK_OK(fa_buffer_alloc(ctx, 4096, &big));
+    float host[1024];
+    for (int i = 0; i < 1024; i++) host[i] = (float)((i * 37) % 11) * 0.1f - 0.5f;
+    for (size_t i = 0; i < FA_ARRAY_SIZE(all); i++) CHECK_OK(fa_buffer_upload(*all[i], 0, host, 256));
+    CHECK_OK(fa_buffer_upload(big, 0, host, 4096));
+
+    CHECK_FAILS(fa_forward(plan, q, k, v, q, lse), FA_ERR_INVALID_ARGUMENT, "q and o");
+    CHECK_FAILS(fa_forward(plan, q, k, v, o, o), FA_ERR_INVALID_ARGUMENT, "o and lse");
+    CHECK_FAILS(fa_forward(plan, q, k, lse, o, lse), FA_ERR_INVALID_ARGUMENT, "v and lse");
+    CHECK_FAILS(fa_backward(plan, q, k, v, o, lse, g, dq, dq, dv), FA_ERR_INVALID_ARGUMENT, "dq and dk");
+    CHECK_FAILS(fa_backward(plan, q, k, v, o, lse, g, dq, dk, g), FA_ERR_INVALID_ARGUMENT, "dout and dv");
+    CHECK_FAILS(fa_backward(plan, q, k, v, o, lse, g, lse, dk, dv), FA_ERR_INVALID_ARGUMENT, "lse and dq");
+    /* Inputs alias freely: the same buffer for q, k, v and for o and dout. */
+    CHECK_OK(fa_forward(plan, q, q, q, o, lse));
+    CHECK_OK(fa_backward(plan, q, q, q, o, lse, o, dq, dk, dv));
+    fa_plan_destroy(plan);
+
+    /* One buffer, tensors at disjoint offsets: q k v o at 0, 256, 512, 768
+     * elements... in bytes 0, 256, 512, 768; lse at 0 needs its own. */
+    fa_attention_desc p = tiny_desc();
+    p.k.offset = 64;
+    p.v.offset = 128;
+    p.o.offset = 192;
+    CHECK_OK(fa_plan_create(ctx, &p, &plan));
+    CHECK_OK(fa_forward(plan, big, big, big, big, lse));
+    CHECK_FAILS(fa_forward(plan, big, big, big, big, big), FA_ERR_INVALID_ARGUMENT, "lse"); /* lse at byte 0 is q's */
+    fa_plan_destroy(plan);
+    /* o one row into q's bytes. */
+    p.o.offset = 8;
+    CHECK_OK(fa_plan_create(ctx, &p, &plan));
+    CHECK_FAILS(fa_forward(plan, big, big, big, big, lse), FA_ERR_INVALID_ARGUMENT, "q and o");
+    fa_plan_destroy(plan);
+
+    /* dQ, dK, dV packed per token in one buffer, beside O and dO. */
+    fa_attention_desc pk = tiny_desc();
+    pk.heads_q = pk.heads_kv = 2;
+    fa_tensor_desc *t[3] = {&pk.q, &pk.k, &pk.v};
+    for (int i = 0; i < 3; i++) {
+        t[i]->offset = i * 2 * 8;
+        t[i]->stride_seq = 3 * 2 * 8;
+    }
+    CHECK_OK(fa_plan_create(ctx, &pk, &plan));
+    fa_buffer o2, g2, l2;
+    CHECK_OK(fa_buffer_alloc(ctx, 512, &o2));
+    CHECK_OK(fa_buffer_alloc(ctx, 512, &g2));
+    CHECK_OK(fa_buffer_alloc(ctx, 64, &l2));
+    CHECK_OK(fa_forward(plan, big, big, big, o2, l2));
+    fa_buffer dqkv;
+    CHECK_OK(fa_buffer_alloc(ctx, 4096, &dqkv));
+    CHECK_OK(fa_buffer_upload(g2, 0, host, 512));
+    CHECK_OK(fa_backward(plan, big, big, big, o2, l2, g2, dqkv, dqkv, dqkv));
+    fa_plan_destroy(plan);
+    fa_buffer more[] = {o2, g2, l2, dqkv};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(more); i++) fa_buffer_free(more[i]);
+
+    for (size_t i = 0; i < FA_ARRAY_SIZE(all); i++) fa_buffer_free(*all[i]);
+    fa_buffer_free(big);
+    fa_context_destroy(ctx);
+}
+
 FA_TEST_MAIN(FA_CASE(checked_arithmetic), FA_CASE(offsets_near_2_62_refused),
              FA_CASE(tensor_end_bounded_at_2_62_bytes), FA_CASE(byte_counts_checked),
-             FA_CASE(destroy_in_any_order), FA_CASE(windows_normalised_in_the_plan))
+             FA_CASE(destroy_in_any_order), FA_CASE(windows_normalised_in_the_plan),
+             FA_CASE(flags_and_indices_range_checked), FA_CASE(overlap_test_is_sound),
+             FA_CASE(outputs_aliasing_refused))

@@ -749,6 +749,24 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
     return found;
 }
 
+/* Whether any tile of the family (or of SIMT, the fallback) has a valid
+ * work-group layout, whatever its local memory: when none has, the
+ * device's work-group limits are what rules the problem out. */
+static int any_tile_layout(const fa_device_desc *dev, const fa_attention_desc *desc, family fam, fa_pass pass) {
+    const family fams[2] = {fam, FAMILY_SIMT};
+    for (int f = 0; f < 2; f++) {
+        fa_variant variants[2];
+        const int nvar = family_variants(dev, desc, fams[f], pass, variants);
+        for (int v = 0; v < nvar; v++)
+            for (size_t i = 0; i < FA_ARRAY_SIZE(tile_sizes); i++)
+                for (size_t j = 0; j < FA_ARRAY_SIZE(tile_sizes); j++) {
+                    int split;
+                    if (tile_ok(dev, desc, variants[v], pass, tile_sizes[i], tile_sizes[j], &split)) return 1;
+                }
+    }
+    return 0;
+}
+
 static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                            fa_kernel_plan *out) {
     family fam = base_family(dev, desc);
@@ -759,6 +777,12 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
     if (fam == FAMILY_MMA && wgmma_possible(dev, desc, pass)) found = plan_family(dev, desc, pass, FAMILY_WGMMA, &best);
     if (!found) found = plan_family(dev, desc, pass, fam, &best);
     if (!found && fam == FAMILY_MMA) found = plan_family(dev, desc, pass, FAMILY_SIMT, &best);
+    if (!found && !any_tile_layout(dev, desc, fam, pass))
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "no %s tile has a work-group layout this device runs: device->max_work_group_size = %d "
+                       "(simd_width %d) is too small for the smallest tile (8 x 8 scores, at most %d a work-item)",
+                       pass == FA_PASS_FORWARD ? "forward" : "backward", dev->max_work_group_size, dev->simd_width,
+                       FA_MAX_THREAD_TILE);
     if (!found)
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "no %s tile fits: device->local_mem_bytes = %zu (%d kept for the driver), the smallest tile (8 x 8) needs %zu "

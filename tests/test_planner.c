@@ -583,6 +583,18 @@ FA_TEST(largest_shapes_plan_at_once) {
     fprintf(stderr, "  slowest plan of the largest shapes: %.4f s\n", slowest);
 }
 
+/* A device whose work-groups cannot hold the smallest tile's work-items is
+ * told so: the message blames the work-group size, not local memory. */
+FA_TEST(work_group_size_named) {
+    fa_attention_desc d = shape(1, 128, 128, 4, 4, 64, FA_DTYPE_F32);
+    fa_device_desc one = *device("pocl-cpu");
+    one.max_work_group_size = 1;
+    fa_plan_info p;
+    CHECK_STATUS(fa_plan_for_device(&one, &d, &p), FA_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(fa_last_error(), "max_work_group_size = 1") != NULL, "message: %s", fa_last_error());
+    CHECK_MSG(strstr(fa_last_error(), "local_mem") == NULL, "message blames local memory: %s", fa_last_error());
+}
+
 FA_TEST(format_shows_plan) {
     fa_attention_desc d = shape(4, 4096, 4096, 16, 16, 128, FA_DTYPE_F16);
     fa_plan_info p;
@@ -643,4 +655,4 @@ FA_TEST(described_devices_table) {
 FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan),
              FA_CASE(local_memory_gives_different_tiles), FA_CASE(more_local_memory_never_more_bytes),
              FA_CASE(decoding_splits_keys), FA_CASE(variants_by_backend), FA_CASE(invalid_devices_rejected),
-             FA_CASE(largest_shapes_plan_at_once), FA_CASE(format_shows_plan), FA_CASE(described_devices_table))
+             FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan), FA_CASE(described_devices_table))

@@ -988,3 +988,29 @@ void suite_destroy_in_any_order(void) {
         lifetime_destroy(&o, orders[i]);
     }
 }
+
+/* Block sizes at the end of the int range: one block covering every
+ * position (ceil(seqlen / block) overflowed int in the backends), or one
+ * side huge and the other small. */
+void suite_huge_mask_blocks(void) {
+    SUITE_REQUIRE();
+    const int sizes[][2] = {{INT_MAX, INT_MAX}, {INT_MAX, 16}, {24, INT_MAX}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(sizes); i++) {
+        fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, 70, 90, 2, 1, 32);
+        d.causal = (int)(i % 2);
+        d.block_q = sizes[i][0];
+        d.block_k = sizes[i][1];
+        const int64_t rows = ((int64_t)d.seqlen_q + d.block_q - 1) / d.block_q;
+        const int64_t cols = ((int64_t)d.seqlen_k + d.block_k - 1) / d.block_k;
+        uint8_t *m = malloc((size_t)(rows * cols));
+        CHECK(m != NULL);
+        if (!m) return;
+        for (int64_t b = 0; b < rows * cols; b++) m[b] = (uint8_t)(b % 3 != 1);
+        d.block_mask = m;
+        d.block_mask_bytes = (size_t)(rows * cols);
+        char name[64];
+        snprintf(name, sizeof name, "blocks %d x %d%s", sizes[i][0], sizes[i][1], d.causal ? " causal" : "");
+        run(name, &d, 1);
+        free(m);
+    }
+}

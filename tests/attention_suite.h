@@ -60,5 +60,6 @@ void suite_rejects_bad_tiles(void);
 void suite_long_sequences(void);
 void suite_extreme_windows(void);
 void suite_destroy_in_any_order(void);
+void suite_huge_mask_blocks(void);
 
 #endif

@@ -12,6 +12,7 @@
 #include "fa_internal.h"
 #include "flashattn.h"
 #include "overlap.h"
+#include "plan_data.h"
 #include "plan.h"
 #include "reference.h"
 
@@ -356,8 +357,33 @@ FA_TEST(outputs_aliasing_refused) {
     fa_context_destroy(ctx);
 }
 
+/* Problem 6: block sizes of INT_MAX overflowed the block-mask geometry
+ * (ceil(seqlen / block) in int); on the reference device through a plan.
+ * The OpenCL, CUDA and HIP tests run the same case. */
+FA_TEST(huge_mask_blocks) {
+    suite_use_backend(&reference_backend);
+    suite_huge_mask_blocks();
+    fa_attention_desc d = tiny_desc();
+    uint8_t one = 1;
+    d.block_mask = &one;
+    d.block_mask_bytes = 1;
+    d.block_q = d.block_k = INT_MAX;
+    CHECK_OK(fa_attention_desc_check(&d));
+    CHECK(fa_block_cols(&d) == 1 && fa_tile_count(INT_MAX, INT_MAX) == 1 && fa_tile_count(INT_MAX, 128) == 16777216);
+    uint8_t *map = NULL;
+    size_t bytes = 0;
+    int cols = 0;
+    CHECK_OK(fa_tile_map_build(&d, &one, 128, 64, &map, &bytes, &cols));
+    CHECK(bytes == 1 && cols == 1 && map && map[0] == 2);
+    free(map);
+    size_t ws = 0;
+    CHECK_FAILS(fa_workspace_bytes("the test", (size_t[]){SIZE_MAX / 2, 3}, 2, &ws), FA_ERR_OUT_OF_MEMORY, "the test");
+    CHECK_OK(fa_workspace_bytes("the test", (size_t[]){1 << 20, 1 << 20, 4}, 3, &ws));
+    CHECK(ws == (size_t)1 << 42);
+}
+
 FA_TEST_MAIN(FA_CASE(checked_arithmetic), FA_CASE(offsets_near_2_62_refused),
              FA_CASE(tensor_end_bounded_at_2_62_bytes), FA_CASE(byte_counts_checked),
              FA_CASE(destroy_in_any_order), FA_CASE(windows_normalised_in_the_plan),
              FA_CASE(flags_and_indices_range_checked), FA_CASE(overlap_test_is_sound),
-             FA_CASE(outputs_aliasing_refused))
+             FA_CASE(outputs_aliasing_refused), FA_CASE(huge_mask_blocks))

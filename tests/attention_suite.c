@@ -1014,3 +1014,37 @@ void suite_huge_mask_blocks(void) {
         free(m);
     }
 }
+
+/* Build options from the environment may tune a kernel build but not
+ * redefine the plan's macros (FLASHATTN_OPENCL_OPTIONS=-DHEAD_DIM=8 gave a
+ * wrong answer): plan creation refuses them, naming the macro, and a
+ * tuning option still builds kernels that give the reference's answer. */
+void suite_env_build_options(void) {
+    SUITE_REQUIRE();
+    const char *var = g_backend->backend == FA_BACKEND_OPENCL ? "FLASHATTN_OPENCL_OPTIONS"
+                      : g_backend->backend == FA_BACKEND_CUDA ? "FLASHATTN_CUDA_OPTIONS"
+                                                              : NULL;
+    if (!var) FA_SKIP("this backend takes no build options from the environment");
+    const char *saved = getenv(var);
+    char *restore = saved ? strdup(saved) : NULL;
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 40, 50, 2, 2, 64);
+    const char *const refused[] = {"-DHEAD_DIM=8", "-D HEAD_DIM=8", "-UHEAD_DIM", "-DCAUSAL", "-DBR=4"};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(refused); i++) {
+        setenv(var, refused[i], 1);
+        fa_plan plan = NULL;
+        CHECK_STATUS(fa_plan_create(suite_context(), &d, &plan), FA_ERR_INVALID_ARGUMENT);
+        CHECK_MSG(strstr(fa_last_error(), var) != NULL, "%s=%s: message \"%s\" names neither", var, refused[i],
+                  fa_last_error());
+        CHECK(plan == NULL);
+        if (plan) fa_plan_destroy(plan);
+    }
+    /* A tuning option: OpenCL's unroll factor, an NVRTC flag. */
+    setenv(var, g_backend->backend == FA_BACKEND_OPENCL ? "-DFA_STEP_UNROLL=4" : "-lineinfo", 1);
+    run("env build options tune", &d, 1);
+    if (restore) {
+        setenv(var, restore, 1);
+        free(restore);
+    } else {
+        unsetenv(var);
+    }
+}

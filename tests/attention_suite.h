@@ -61,5 +61,6 @@ void suite_long_sequences(void);
 void suite_extreme_windows(void);
 void suite_destroy_in_any_order(void);
 void suite_huge_mask_blocks(void);
+void suite_env_build_options(void);
 
 #endif

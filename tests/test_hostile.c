@@ -7,6 +7,7 @@
 #include "harness.h"
 #include "test_util.h"
 
+#include "build_options.h"
 #include "checked.h"
 #include "desc.h"
 #include "fa_internal.h"
@@ -382,8 +383,27 @@ FA_TEST(huge_mask_blocks) {
     CHECK(ws == (size_t)1 << 42);
 }
 
+/* Build options from the environment: -D / -U (and NVRTC's long forms) of
+ * a macro the plan sets or of a reserved one are refused; the rest pass. */
+FA_TEST(env_build_options_parsed) {
+    static const char *const reserved[] = {"CAUSAL", "HEAD_DIM", NULL};
+    const char *plan = "-DBR=64 -DBC=32 -DHEAD_DIM=64 -DDTYPE_F32";
+    const char *const refused[] = {"-DHEAD_DIM=8",   "-D HEAD_DIM=8",        "-UBR",
+                                   "-U  BC",         "-cl-mad-enable -DCAUSAL", "--define-macro=DTYPE_F32",
+                                   "--define-macro HEAD_DIM", "--undefine-macro=BR", "-DBR"};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(refused); i++)
+        CHECK_FAILS(fa_check_env_build_options("FLASHATTN_TEST_OPTIONS", refused[i], plan, reserved),
+                    FA_ERR_INVALID_ARGUMENT, "FLASHATTN_TEST_OPTIONS");
+    CHECK_FAILS(fa_check_env_build_options("X", "-DFOO -DCAUSAL=1", plan, reserved), FA_ERR_INVALID_ARGUMENT,
+                "CAUSAL");
+    const char *const allowed[] = {NULL, "", "   ", "-DFA_STEP_UNROLL=4", "-cl-nv-maxrregcount=128",
+                                   "-DBRX=1 -DHEAD_DIMS", "--device-debug -lineinfo", "-DFWD_MIN_BLOCKS=2"};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(allowed); i++)
+        CHECK_OK(fa_check_env_build_options("FLASHATTN_TEST_OPTIONS", allowed[i], plan, reserved));
+}
+
 FA_TEST_MAIN(FA_CASE(checked_arithmetic), FA_CASE(offsets_near_2_62_refused),
              FA_CASE(tensor_end_bounded_at_2_62_bytes), FA_CASE(byte_counts_checked),
              FA_CASE(destroy_in_any_order), FA_CASE(windows_normalised_in_the_plan),
              FA_CASE(flags_and_indices_range_checked), FA_CASE(overlap_test_is_sound),
-             FA_CASE(outputs_aliasing_refused), FA_CASE(huge_mask_blocks))
+             FA_CASE(outputs_aliasing_refused), FA_CASE(huge_mask_blocks), FA_CASE(env_build_options_parsed))

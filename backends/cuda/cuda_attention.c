@@ -26,6 +26,7 @@
 #include "cuda_standard.h"
 
 #include "desc.h"
+#include "build_options.h"
 #include "fa_internal.h"
 #include "plan_data.h"
 #include "plan.h"
@@ -317,6 +318,15 @@ static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan 
 
 _Static_assert(CU_MAX_KERNELS <= FA_CUDA_MAX_KERNELS, "a pass has more kernels than a compile reports");
 
+/* Macros that change what a CUDA attention build computes or the geometry
+ * the host launches it with (kernels_cuda/common.cuh and each kernel's
+ * file): the environment's options may not set them. Tuning ones
+ * (FWD_MIN_BLOCKS, QREG) are refused only where the plan sets them. */
+static const char *const cu_plan_macros[] = {
+    "HEAD_DIM", "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "CAUSAL", "WINDOW", "BLOCK_MASK", "DROPOUT", "VARLEN",
+    "FWD",      "BWD",       "WGMMA",     "BR",         "BC",     "TR",     "TC",         "WARPS",   "STAGES",
+    "SPLITK",   "DQ_ATOMIC", "DQ_BR",     "DQ_BC",      "DQ_WARPS", NULL};
+
 static fa_status compile_program(const cu_program_spec *spec, int major, int minor, fa_cuda_binary *out) {
     const char *names[CU_MAX_KERNELS];
     for (int i = 0; i < spec->nkernels; i++) names[i] = spec->kernels[i].name;
@@ -324,6 +334,7 @@ static fa_status compile_program(const cu_program_spec *spec, int major, int min
      * program's (a define to try, say: bench/cuda_check.sh tiles). They are
      * part of the kernel cache's key like the others. */
     const char *env = getenv("FLASHATTN_CUDA_OPTIONS");
+    FA_CHECK(fa_check_env_build_options("FLASHATTN_CUDA_OPTIONS", env, spec->defines, cu_plan_macros));
     char defines[CU_DEFINES_SIZE + 256];
     int n = snprintf(defines, sizeof defines, "%s%s%s", spec->defines, env && env[0] ? " " : "", env ? env : "");
     if (n < 0 || (size_t)n >= sizeof defines)

@@ -7,6 +7,7 @@
 #include "cl_standard.h"
 
 #include "desc.h"
+#include "build_options.h"
 #include "fa_internal.h"
 #include "plan_data.h"
 #include "planner.h"
@@ -246,19 +247,31 @@ static void register_option(fa_cl_plan *p, int wg, char *out, size_t size) {
     if (regs < 255) snprintf(out, size, " -cl-nv-maxrregcount=%d", regs);
 }
 
+/* Every macro an OpenCL attention build may be given (kernels_cl/common.h)
+ * but the tuning ones (FA_STEP_UNROLL): the environment's options may not
+ * set them. */
+static const char *const cl_plan_macros[] = {
+    "HEAD_DIM", "BR",     "BC",     "TR",         "TC",      "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "CAUSAL",
+    "WINDOW",   "BLOCK_MASK", "DROPOUT", "VARLEN", "FA_STREAM", "FA_GPU", "SPLITK",    "DQ_ATOMIC", "FA_NV_PTX", NULL};
+
 static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *extra,
                             const char *const *paths, int path_count, cl_program *program) {
     char options[1024], regs[48];
     register_option(p, s->wg, regs, sizeof regs);
+    int n = snprintf(options, sizeof options, "-DBR=%d -DBC=%d -DTR=%d -DTC=%d %s%s%s%s", s->br, s->bc, s->tr,
+                     s->tc, p->options, extra[0] ? " " : "", extra, regs);
     /* FLASHATTN_OPENCL_OPTIONS: build options appended to every attention
      * kernel's (a register cap to try, say: bench/opencl_tiles.sh). They are
      * part of the kernel cache's key like the others. */
     const char *env = getenv("FLASHATTN_OPENCL_OPTIONS");
-    int n = snprintf(options, sizeof options, "-DBR=%d -DBC=%d -DTR=%d -DTC=%d %s%s%s%s%s%s", s->br, s->bc,
-                     s->tr, s->tc, p->options, extra[0] ? " " : "", extra, regs, env && env[0] ? " " : "",
-                     env ? env : "");
+    if (n >= 0 && (size_t)n < sizeof options) {
+        FA_CHECK(fa_check_env_build_options("FLASHATTN_OPENCL_OPTIONS", env, options, cl_plan_macros));
+        n += snprintf(options + n, sizeof options - (size_t)n, "%s%s", env && env[0] ? " " : "", env ? env : "");
+    }
     if (n < 0 || (size_t)n >= sizeof options)
-        return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit in %zu bytes", sizeof options);
+        return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                       "kernel build options (FLASHATTN_OPENCL_OPTIONS included) do not fit in %zu bytes",
+                       sizeof options);
     return fa_cl_build(p->ctx, paths, path_count, options, program);
 }
 

@@ -190,8 +190,18 @@ FA_API fa_status fa_context_destroy(fa_context ctx);
 
 FA_API fa_status fa_buffer_alloc(fa_context ctx, size_t bytes, fa_buffer *buf);
 /* Wrap memory owned by the caller (zero copy): a cl_mem, a CUdeviceptr cast
- * through uintptr_t to void *, or a HIP device pointer. The buffer does not
- * free it. */
+ * through uintptr_t to void *, a HIP device pointer, or host memory on the
+ * reference device. The buffer does not free it.
+ * Checked: native is not NULL and bytes not 0; OpenCL: the runtime accepts
+ * native as a memory object (clGetMemObjectInfo), it belongs to the
+ * context's cl_context (else FA_ERR_FOREIGN_BUFFER) and holds at least
+ * bytes (else FA_ERR_OUT_OF_BOUNDS); CUDA and HIP: native lies in a device
+ * allocation (cuMemGetAddressRange, hipMemGetAddressRange) with at least
+ * bytes from it to the allocation's end.
+ * The caller's contract (undefined otherwise, as the runtimes dereference
+ * it): native is a live object of that kind (a pointer that is not a
+ * cl_mem, or a released one, cannot be detected), on the reference device
+ * a host pointer to at least bytes bytes, and it outlives the buffer. */
 FA_API fa_status fa_buffer_wrap(fa_context ctx, void *native, size_t bytes, fa_buffer *buf);
 FA_API fa_status fa_buffer_upload(fa_buffer buf, size_t offset, const void *src, size_t bytes);
 FA_API fa_status fa_buffer_download(fa_buffer buf, size_t offset, void *dst, size_t bytes);

@@ -28,4 +28,11 @@ void fa_test_poison(void *data, fa_dtype dtype, int64_t count);
  * a is NaN or infinite (where b is finite). */
 double fa_test_rel_error(const void *a, const void *b, fa_dtype dtype, int64_t count);
 
+/* Runs the tool named (a program beside the running one, e.g. "fa-info")
+ * with args (NULL-terminated, without the program name), its stdout and
+ * stderr captured into out (truncated to out_size, NUL-terminated); killed
+ * after timeout_s seconds. Returns its exit status; -1 when it could not
+ * run, was killed or timed out. */
+int fa_test_run_tool(const char *tool, const char *const *args, char *out, size_t out_size, double timeout_s);
+
 #endif

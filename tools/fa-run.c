@@ -42,16 +42,18 @@ static fa_status run_backward(fa_plan plan, host_tensor *t) {
 }
 
 static int time_pass(fa_plan plan, fa_context ctx, host_tensor *t, pass_fn fn, int repeats, double *median_ms) {
-    double times[101];
-    if (repeats < 1) repeats = 1;
-    if (repeats > 100) repeats = 100;
+    double *times = malloc(((size_t)repeats + 1) * sizeof *times);
+    if (!times) return fail_at("host allocation");
     for (int r = 0; r <= repeats; r++) {
-        if (fn(plan, t) != FA_SUCCESS) return fail_at("pass");
-        if (fa_context_synchronize(ctx) != FA_SUCCESS) return fail_at("synchronize");
+        if (fn(plan, t) != FA_SUCCESS || fa_context_synchronize(ctx) != FA_SUCCESS) {
+            free(times);
+            return fail_at("pass");
+        }
         if (fa_plan_last_time_ms(plan, &times[r]) != FA_SUCCESS) times[r] = NAN;
     }
     qsort(times + 1, (size_t)repeats, sizeof(double), compare_doubles); /* times[0] is the warm-up */
     *median_ms = times[1 + repeats / 2];
+    free(times);
     return 0;
 }
 

@@ -79,6 +79,12 @@ FA_TEST(good_options_run) {
     rc = fa_test_run_tool("fa-info", (const char *const[]){"--device", "0", "--backend", "reference", NULL}, output,
                           sizeof output, 120.0);
     CHECK_MSG(rc == 0 && strstr(output, "plan for") != NULL, "fa-info --device 0: exit %d:\n%s", rc, output);
+    /* One token: the reference gradients dQ and dK are zero; the check is
+     * relative plus absolute, so they pass. */
+    rc = fa_test_run_tool("fa-run", (const char *const[]){"--backend", "reference", "--seqlen", "1", "--repeats", "1",
+                                                          NULL},
+                          output, sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && strstr(output, "PASS") != NULL, "fa-run --seqlen 1: exit %d:\n%s", rc, output);
 }
 
 /* Problem 4: fa-info planning 2 x 10^9 tokens did not finish in a minute. */
@@ -100,4 +106,27 @@ FA_TEST(largest_problem_answers_at_once) {
             seconds_now() - t0);
 }
 
-FA_TEST_MAIN(FA_CASE(bad_options_exit_2), FA_CASE(good_options_run), FA_CASE(largest_problem_answers_at_once))
+/* fa-run's check, relative plus absolute (tests/test_util.h). */
+FA_TEST(check_tolerance) {
+    float zero[4] = {0, 0, 0, 0}, tiny[4] = {1e-7f, -2e-7f, 0, 5e-8f}, big[4] = {1e-3f, 0, 0, 0};
+    fa_test_diff d = fa_test_compare(tiny, zero, FA_DTYPE_F32, 4);
+    CHECK(d.ref_norm == 0.0 && d.diff_norm > 0.0 && d.mismatched == 0);
+    CHECK(fa_test_within(&d, 1e-5));
+    d = fa_test_compare(big, zero, FA_DTYPE_F32, 4);
+    CHECK(!fa_test_within(&d, 1e-5));
+    float ref[4] = {1, 2, -INFINITY, NAN}, got[4] = {1, 2.00001f, -INFINITY, NAN};
+    d = fa_test_compare(got, ref, FA_DTYPE_F32, 4);
+    CHECK(d.mismatched == 0 && d.finite == 2 && fa_test_within(&d, 1e-5));
+    got[2] = 0;
+    d = fa_test_compare(got, ref, FA_DTYPE_F32, 4);
+    CHECK(d.mismatched == 1 && !fa_test_within(&d, 1e-5));
+    got[2] = -INFINITY;
+    got[3] = 0;
+    CHECK(fa_test_compare(got, ref, FA_DTYPE_F32, 4).mismatched == 1);
+    got[3] = NAN;
+    got[0] = NAN;
+    CHECK(fa_test_compare(got, ref, FA_DTYPE_F32, 4).mismatched == 1);
+}
+
+FA_TEST_MAIN(FA_CASE(bad_options_exit_2), FA_CASE(good_options_run), FA_CASE(largest_problem_answers_at_once),
+             FA_CASE(check_tolerance))

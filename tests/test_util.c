@@ -70,6 +70,32 @@ double fa_test_rel_error(const void *a, const void *b, fa_dtype dtype, int64_t c
     return sqrt(num / den);
 }
 
+fa_test_diff fa_test_compare(const void *got, const void *ref, fa_dtype dtype, int64_t count) {
+    fa_test_diff d = {0.0, 0.0, 0, 0};
+    double diff2 = 0.0, ref2 = 0.0;
+    for (int64_t i = 0; i < count; i++) {
+        const double a = fa_load_elem(got, dtype, i), b = fa_load_elem(ref, dtype, i);
+        if (!isfinite(b)) {
+            d.mismatched += !(a == b || (isnan(a) && isnan(b)));
+            continue;
+        }
+        if (!isfinite(a)) {
+            d.mismatched++;
+            continue;
+        }
+        diff2 += (a - b) * (a - b);
+        ref2 += b * b;
+        d.finite++;
+    }
+    d.diff_norm = sqrt(diff2);
+    d.ref_norm = sqrt(ref2);
+    return d;
+}
+
+int fa_test_within(const fa_test_diff *diff, double tol) {
+    return diff->mismatched == 0 && diff->diff_norm <= tol * (diff->ref_norm + sqrt((double)diff->finite));
+}
+
 /* The running program's folder, where the build puts the tools too. */
 static int own_folder(char *out, size_t size) {
     ssize_t n = readlink("/proc/self/exe", out, size - 1);

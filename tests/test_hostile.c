@@ -20,14 +20,6 @@
 #include <limits.h>
 #include <stdint.h>
 
-/* The status must match and the message must name the field. */
-#define CHECK_FAILS(expr, status, needle)                                                   \
-    do {                                                                                    \
-        CHECK_STATUS(expr, status);                                                         \
-        CHECK_MSG(strstr(fa_last_error(), needle) != NULL, "message \"%s\" lacks \"%s\"",   \
-                  fa_last_error(), needle);                                                 \
-    } while (0)
-
 static fa_attention_desc tiny_desc(void) {
     fa_attention_desc d;
     fa_attention_desc_init(&d);

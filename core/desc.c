@@ -66,7 +66,8 @@ fa_layout fa_desc_layout(const fa_attention_desc *desc, fa_tensor_role role) {
     l.offset = t->offset;
     l.stride_head = t->stride_head ? t->stride_head : desc->head_dim;
     l.stride_seq = t->stride_seq ? t->stride_seq : mul_saturated(l.heads, desc->head_dim);
-    l.stride_batch = t->stride_batch ? t->stride_batch : mul_saturated(mul_saturated(l.seqlen, l.heads), desc->head_dim);
+    l.stride_batch =
+        t->stride_batch ? t->stride_batch : mul_saturated(mul_saturated(l.seqlen, l.heads), desc->head_dim);
     return l;
 }
 

@@ -99,8 +99,9 @@ FA_TEST(largest_problem_answers_at_once) {
     CHECK_MSG(rc == 0 && strstr(output, "[pocl-cpu]") != NULL, "exit %d:\n%s", rc, output);
     CHECK_MSG(described < 10.0, "planning on the described devices took %.1f s", described);
     t0 = seconds_now();
-    rc = fa_test_run_tool("fa-info", (const char *const[]){"--seqlen", "1000000000", "--batch", "2", "--dim", "64", NULL},
-                          output, sizeof output, 120.0);
+    rc = fa_test_run_tool("fa-info",
+                          (const char *const[]){"--seqlen", "1000000000", "--batch", "2", "--dim", "64", NULL}, output,
+                          sizeof output, 120.0);
     CHECK_MSG(rc == 0 && strstr(output, "plan for") != NULL, "exit %d:\n%s", rc, output);
     fprintf(stderr, "  fa-info 2 x 10^9 tokens: %.2f s on the described devices, %.2f s on those present\n", described,
             seconds_now() - t0);

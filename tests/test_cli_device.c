@@ -23,8 +23,8 @@ FA_TEST(fa_run_one_token) {
                                             (const char *const[]){"--backend", name, "--seqlen", "1", "--dtype",
                                                                   dtypes[t], "--repeats", "1", NULL},
                                             output, sizeof output, 600.0);
-            CHECK_MSG(rc == 0 && strstr(output, "PASS") != NULL, "fa-run --backend %s --seqlen 1 --dtype %s: exit %d:\n%s",
-                      name, dtypes[t], rc, output);
+            CHECK_MSG(rc == 0 && strstr(output, "PASS") != NULL,
+                      "fa-run --backend %s --seqlen 1 --dtype %s: exit %d:\n%s", name, dtypes[t], rc, output);
         }
         ran++;
     }

@@ -103,4 +103,5 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
              FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
-             FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order), FA_CASE(huge_mask_blocks), FA_CASE(env_build_options))
+             FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
+             FA_CASE(huge_mask_blocks), FA_CASE(env_build_options))

@@ -291,8 +291,7 @@ static void oracle_seq_tiles(const fa_attention_desc *d, int64_t sq, int64_t sk,
         for (int64_t kt = jlo / bc; kt <= jhi / bc; kt++) {
             const int64_t c0 = kt * bc, c1 = c0 + bc < sk ? c0 + bc : sk;
             int on = !d->block_mask;
-            for (int64_t bi = r0 / (d->block_mask ? d->block_q : 1); d->block_mask && bi <= (r1 - 1) / d->block_q && !on;
-                 bi++)
+            for (int64_t bi = on ? 0 : r0 / d->block_q; !on && bi <= (r1 - 1) / d->block_q; bi++)
                 for (int64_t bj = c0 / d->block_k; bj <= (c1 - 1) / d->block_k && !on; bj++)
                     on = d->block_mask[bi * cols + bj] != 0;
             if (!on) continue;
@@ -610,7 +609,8 @@ FA_TEST(streaming_compute_time) {
 }
 
 FA_TEST_MAIN(FA_CASE(flops_known_shapes), FA_CASE(causal_flops_half), FA_CASE(visible_fraction_brute_force),
-             FA_CASE(visible_fraction_long_sequences), FA_CASE(tile_visits_brute_force), FA_CASE(tile_counts_match_the_walk),
+             FA_CASE(visible_fraction_long_sequences), FA_CASE(tile_visits_brute_force),
+             FA_CASE(tile_counts_match_the_walk),
              FA_CASE(fused_bytes_scale_n2), FA_CASE(fused_bytes_scale_d2_over_m), FA_CASE(fused_below_standard),
              FA_CASE(standard_bytes_grow_n2), FA_CASE(splitk_partials_cost), FA_CASE(peak_rates_and_roofline),
              FA_CASE(streaming_compute_time))

@@ -655,4 +655,5 @@ FA_TEST(described_devices_table) {
 FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan),
              FA_CASE(local_memory_gives_different_tiles), FA_CASE(more_local_memory_never_more_bytes),
              FA_CASE(decoding_splits_keys), FA_CASE(variants_by_backend), FA_CASE(invalid_devices_rejected),
-             FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan), FA_CASE(described_devices_table))
+             FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan),
+             FA_CASE(described_devices_table))

@@ -142,7 +142,8 @@ int fa_test_run_tool(const char *tool, const char *const *args, char *out, size_
     for (;;) {
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        const double left = timeout_s - ((double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec));
+        const double spent = (double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec);
+        const double left = timeout_s - spent;
         if (left <= 0) {
             timed_out = 1;
             kill(pid, SIGKILL);

@@ -206,7 +206,10 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
         else if (strcmp(a, "--device") == 0) bad = parse_int_range(v, -1, INT_MAX, &cli->device);
         else if (strcmp(a, "--describe") == 0) cli->describe = v;
         else if (strcmp(a, "--batch") == 0) bad = parse_int_range(v, 1, INT_MAX, &d->batch);
-        else if (strcmp(a, "--seqlen") == 0) { bad = parse_int_range(v, 1, INT_MAX, &d->seqlen_q); d->seqlen_k = d->seqlen_q; }
+        else if (strcmp(a, "--seqlen") == 0) {
+            bad = parse_int_range(v, 1, INT_MAX, &d->seqlen_q);
+            d->seqlen_k = d->seqlen_q;
+        }
         else if (strcmp(a, "--seqlen-q") == 0) bad = parse_int_range(v, 1, INT_MAX, &d->seqlen_q);
         else if (strcmp(a, "--seqlen-k") == 0) bad = parse_int_range(v, 1, INT_MAX, &d->seqlen_k);
         else if (strcmp(a, "--heads") == 0) bad = parse_int_range(v, 1, INT_MAX, &d->heads_q);

@@ -19,6 +19,7 @@
 
 #include <limits.h>
 #include <stdint.h>
+#include <time.h>
 
 static fa_attention_desc tiny_desc(void) {
     fa_attention_desc d;
@@ -394,8 +395,39 @@ FA_TEST(env_build_options_parsed) {
         CHECK_OK(fa_check_env_build_options("FLASHATTN_TEST_OPTIONS", allowed[i], plan, reserved));
 }
 
+static double seconds_now(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Problem 4: a varlen batch of one 2^31-token sequence spun for minutes in
+ * fa_plan_create. On the reference device (whose plan allocates nothing)
+ * the whole call, check and planner included, takes well under a second. */
+FA_TEST(largest_shapes_plan_create_at_once) {
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_REFERENCE, 0, &ctx));
+    if (!ctx) return;
+    const int32_t cu[2] = {0, INT32_MAX};
+    for (int varlen = 0; varlen <= 1; varlen++) {
+        fa_attention_desc d = tiny_desc();
+        d.seqlen_q = d.seqlen_k = INT32_MAX;
+        d.head_dim = 64;
+        d.causal = 1;
+        if (varlen) d.cu_seqlens_q = d.cu_seqlens_k = cu;
+        fa_plan plan = NULL;
+        const double t0 = seconds_now();
+        CHECK_OK(fa_plan_create(ctx, &d, &plan));
+        const double dt = seconds_now() - t0;
+        CHECK_MSG(dt < 1.0, "fa_plan_create of 2^31 - 1 tokens%s took %.3f s", varlen ? " (varlen)" : "", dt);
+        if (plan) fa_plan_destroy(plan);
+    }
+    fa_context_destroy(ctx);
+}
+
 FA_TEST_MAIN(FA_CASE(checked_arithmetic), FA_CASE(offsets_near_2_62_refused),
              FA_CASE(tensor_end_bounded_at_2_62_bytes), FA_CASE(byte_counts_checked),
              FA_CASE(destroy_in_any_order), FA_CASE(windows_normalised_in_the_plan),
              FA_CASE(flags_and_indices_range_checked), FA_CASE(overlap_test_is_sound),
-             FA_CASE(outputs_aliasing_refused), FA_CASE(huge_mask_blocks), FA_CASE(env_build_options_parsed))
+             FA_CASE(outputs_aliasing_refused), FA_CASE(huge_mask_blocks), FA_CASE(env_build_options_parsed),
+             FA_CASE(largest_shapes_plan_create_at_once))

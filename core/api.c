@@ -371,6 +371,7 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
         fa_desc_normalize_windows(&p->desc);
         p->scale = (float)fa_desc_scale(&p->desc);
         p->dropout_threshold = fa_dropout_threshold(p->desc.dropout_p);
+        p->dropout_key = fa_dropout_key_of(p->desc.dropout_seed, p->desc.dropout_offset);
         p->total_q = fa_attention_total_q(&p->desc);
         p->total_k = fa_attention_total_k(&p->desc);
         st = fa_plan_for_device(&ctx->info.desc, &p->desc, &p->info);
@@ -388,6 +389,17 @@ fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     if (!info) return fa_fail(FA_ERR_NULL_POINTER, "info is NULL");
     *info = plan->info;
+    return FA_SUCCESS;
+}
+
+fa_status fa_plan_set_dropout_seed(fa_plan plan, uint64_t seed, uint64_t offset) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    if (!(plan->desc.dropout_p > 0.0f))
+        return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                       "seed: the plan's descriptor has dropout_p = 0, so there is no dropout mask to seed");
+    plan->desc.dropout_seed = seed;
+    plan->desc.dropout_offset = offset;
+    plan->dropout_key = fa_dropout_key_of(seed, offset);
     return FA_SUCCESS;
 }
 

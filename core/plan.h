@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "flashattn.h"
+#include "philox.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -32,6 +33,9 @@ struct fa_plan_s {
     int32_t *cu_seqlens_k;
     float scale;                 /* resolved softmax scale */
     uint32_t dropout_threshold;  /* fa_dropout_threshold(desc.dropout_p) */
+    /* desc.dropout_seed and dropout_offset as the kernels take them: read
+     * at every pass, as fa_plan_set_dropout_seed may change them. */
+    fa_dropout_key dropout_key;
     int64_t total_q, total_k;    /* tokens over the batch */
     fa_plan_info info;
     void *impl;

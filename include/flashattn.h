@@ -281,7 +281,8 @@ typedef struct fa_attention_desc {
     int block_k;
 
     /* Dropout on P with probability p; the mask is Philox4x32-10 of
-     * (seed, offset, batch, head, row, column): see fa_dropout_keep. */
+     * (seed, offset, batch, head, row, column): see fa_dropout_keep. A
+     * plan may change seed and offset later (fa_plan_set_dropout_seed). */
     float dropout_p;
     uint64_t dropout_seed;
     uint64_t dropout_offset;
@@ -397,6 +398,15 @@ typedef struct fa_plan_s *fa_plan;
  * allocates workspace. */
 FA_API fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan *plan);
 FA_API fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info);
+/* The dropout mask of the plan's later fa_forward and fa_backward calls:
+ * the same as a plan created with desc.dropout_seed = seed and
+ * desc.dropout_offset = offset, without compiling anything (the kernels
+ * take both as arguments), so a training loop reuses one plan with a fresh
+ * seed per step. The backward pass must use its forward's seed and offset.
+ * Only for plans whose descriptor has dropout_p > 0 (else
+ * FA_ERR_INVALID_ARGUMENT). Thread safety: as every call on the plan's
+ * context. */
+FA_API fa_status fa_plan_set_dropout_seed(fa_plan plan, uint64_t seed, uint64_t offset);
 FA_API fa_status fa_plan_destroy(fa_plan plan);
 
 /* Aliasing, for fa_forward and fa_backward: the inputs (q, k, v; and o,

@@ -16,6 +16,10 @@ struct fa_context_s {
     void *impl;
     fa_device_info info;
     atomic_int refs;
+    /* The backend's queue (NULL for the reference) and the caller's that
+     * replaces it (fa_context_set_native_queue; NULL: none). */
+    void *own_queue;
+    void *user_queue;
 };
 
 struct fa_buffer_s {

@@ -700,8 +700,6 @@ static fa_status prepare_inner(fa_cuda_std_plan *p, const fa_plan_s *plan) {
         p->handle = NULL;
         return blas_error(s, "cublasCreate");
     }
-    s = p->blas->set_stream(p->handle, p->ctx->stream);
-    if (s != FA_CUBLAS_STATUS_SUCCESS) return blas_error(s, "cublasSetStream");
     /* Sums of a product stay in fp32 up to the one rounding of the result,
      * also where cuBLAS splits the inner dimension. */
     s = p->blas->set_math_mode(p->handle, FA_CUBLAS_DEFAULT_MATH | FA_CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
@@ -1099,8 +1097,11 @@ static fa_status record(fa_cuda_std_plan *p, CUevent ev) {
     return r == CUDA_SUCCESS ? FA_SUCCESS : fa_cuda_error(r, "cuEventRecord");
 }
 
-/* What may change between passes (the dropout seed), then the start event. */
+/* What may change between passes: the stream in use (the caller's may
+ * replace the context's) and the dropout seed. Then the start event. */
 static fa_status begin_pass(fa_cuda_std_plan *p, const fa_plan_s *plan) {
+    int s = p->blas->set_stream(p->handle, p->ctx->stream);
+    if (s != FA_CUBLAS_STATUS_SUCCESS) return blas_error(s, "cublasSetStream");
     p->base.drop_key0 = plan->dropout_key.key0;
     p->base.drop_key1 = plan->dropout_key.key1;
     p->base.drop_offset_lo = plan->dropout_key.offset_lo;

@@ -204,8 +204,9 @@ FA_API fa_status fa_context_get_native(fa_context ctx, void **native_context, vo
  *   context, which the runtime API and PyTorch share), checked with
  *   cuStreamGetCtx. The default streams are CU_STREAM_LEGACY (what
  *   cudaStream_t 0 and PyTorch's default stream mean) and
- *   CU_STREAM_PER_THREAD: NULL cannot name them, as it restores the
- *   context's own (non-blocking) stream.
+ *   CU_STREAM_PER_THREAD (then, at every call, the calling thread's):
+ *   NULL cannot name them, as it restores the context's own
+ *   (non-blocking) stream.
  * - HIP: a hipStream_t of the context's device (checked with
  *   hipStreamGetDevice where the runtime has it, ROCm 6 on); the null
  *   stream cannot be named, hipStreamPerThread can.
@@ -214,8 +215,8 @@ FA_API fa_status fa_context_get_native(fa_context ctx, void **native_context, vo
  * that queue: uploads and downloads (still synchronous for the host: they
  * wait for the queue, so for the caller's work queued before them),
  * kernels, workspace clears, the events fa_plan_last_time_ms reads, and
- * the waits of fa_context_synchronize, fa_plan_destroy and
- * fa_buffer_free. Switching makes the new queue wait, on the device, for
+ * what fa_context_synchronize, fa_plan_destroy and fa_buffer_free wait
+ * for. Switching makes the new queue wait, on the device, for
  * what the context queued on the previous one (no host wait), so passes
  * of one context never overlap: use a context per queue for concurrent
  * passes. Setting the queue in use again does nothing.

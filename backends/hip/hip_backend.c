@@ -446,7 +446,9 @@ static fa_status hip_context_native(void *handle, void **native_context, void **
 
 static fa_status hip_queue_adopt(void *handle, void *queue) {
     fa_hip_context *ctx = handle;
-    if (!hip_api.hipStreamGetDevice) return FA_SUCCESS; /* nothing to ask before ROCm 6 */
+    /* Nothing to ask before ROCm 6; the per-thread stream is the current
+     * device's, which is this context's during every call. */
+    if (!hip_api.hipStreamGetDevice || queue == (void *)hipStreamPerThread) return FA_SUCCESS;
     hipDevice_t device = -1;
     int previous;
     FA_CHECK(fa_hip_enter(ctx, &previous));

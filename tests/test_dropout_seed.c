@@ -14,56 +14,15 @@
 
 #include "flashattn.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 /* Offsets above 2^32 reach the key as well as the counter. */
 static const uint64_t seed_a = 0x0123456789abcdefull, offset_a = 0x0000000700000003ull;
 static const uint64_t seed_b = 42u, offset_b = 0x0000000100000010ull;
 
-static char cache_dir[64];
+static const char *cache_dir;
 static char skip_reason[600];
-
-static void remove_cache_dir(void) {
-    DIR *d = opendir(cache_dir);
-    if (d) {
-        struct dirent *e;
-        char path[512];
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
-            unlink(path);
-        }
-        closedir(d);
-    }
-    rmdir(cache_dir);
-}
-
-/* A kernel cache of this process's own (entries lie flat in it). */
-static int use_fresh_cache(void) {
-    if (cache_dir[0]) return 1;
-    snprintf(cache_dir, sizeof cache_dir, "/tmp/fa-seed-XXXXXX");
-    if (!mkdtemp(cache_dir)) {
-        CHECK_MSG(0, "mkdtemp failed: %s", strerror(errno));
-        cache_dir[0] = '\0';
-        return 0;
-    }
-    atexit(remove_cache_dir);
-    return setenv("FLASHATTN_CACHE_DIR", cache_dir, 1) == 0;
-}
-
-static int cache_entries(void) {
-    int n = 0;
-    DIR *d = opendir(cache_dir);
-    if (!d) return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".bin") != NULL && !strstr(e->d_name, ".tmp");
-    closedir(d);
-    return n;
-}
 
 static fa_attention_desc seeded_desc(fa_dtype dt, fa_algorithm algo, uint64_t seed, uint64_t offset) {
     fa_attention_desc d;
@@ -104,10 +63,11 @@ static int reseed_matches_new_plan(fa_context ctx, fa_dtype dt, fa_algorithm alg
         return 0;
     }
     CHECK_MSG(st == FA_SUCCESS, "%s: plan of the first seed: %s (%s)", what, fa_status_string(st), fa_last_error());
-    const int entries = cache_entries();
+    const int entries = fa_test_cache_entries(cache_dir);
     CHECK_OK(fa_plan_create(ctx, &db, &b));
-    CHECK_MSG(cache_entries() == entries, "%s: a plan differing only in its seed compiled again (%d cache entries, "
-              "then %d)", what, entries, cache_entries());
+    const int after = fa_test_cache_entries(cache_dir);
+    CHECK_MSG(after == entries, "%s: a plan differing only in its seed compiled again (%d cache entries, then %d)",
+              what, entries, after);
     call_problem p;
     call_problem_init(&p, &db, 77);
     call_buffers buf;
@@ -148,7 +108,9 @@ static void reseed_case(fa_backend backend, fa_algorithm algo) {
         snprintf(skip_reason, sizeof skip_reason, "%s unavailable: %s", fa_backend_name(backend), reason);
         FA_SKIP(skip_reason);
     }
-    if (!use_fresh_cache()) return;
+    if (!cache_dir) cache_dir = fa_test_own_cache();
+    CHECK_MSG(cache_dir != NULL, "no kernel cache of this process's own: %s", strerror(errno));
+    if (!cache_dir) return;
     fa_context ctx = NULL;
     CHECK_OK(fa_context_create(backend, -1, &ctx));
     if (!ctx) return;

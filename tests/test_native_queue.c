@@ -196,6 +196,18 @@ static int cl_native_of(fa_context ctx, cl_native *n) {
     return err == CL_SUCCESS;
 }
 
+/* A case's OpenCL context and its native objects; NULL when there is none
+ * (skip_reason set) or a query failed (a CHECK with it). */
+static fa_context opencl_case(cl_native *n, setup *s) {
+    memset(s, 0, sizeof *s);
+    fa_context ctx = open_context(FA_BACKEND_OPENCL);
+    if (ctx && !cl_native_of(ctx, n)) {
+        fa_context_destroy(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
 static cl_command_queue new_queue(const cl_native *n, cl_context context, cl_command_queue_properties props) {
     cl_int err = CL_SUCCESS;
     cl_command_queue q = fa_cl.clCreateCommandQueue(context, n->device, props, &err);
@@ -221,12 +233,11 @@ static int queue_refs_settle(cl_command_queue q, cl_uint want) {
 }
 
 FA_TEST(opencl_caller_queue_carries_the_work) {
-    fa_context ctx = open_context(FA_BACKEND_OPENCL);
-    if (!ctx) FA_SKIP(skip_reason);
     cl_native n;
     setup s;
-    memset(&s, 0, sizeof s);
-    if (cl_native_of(ctx, &n) && setup_init(&s, ctx, 101)) {
+    fa_context ctx = opencl_case(&n, &s);
+    if (!ctx) FA_SKIP(skip_reason);
+    if (setup_init(&s, ctx, 101)) {
         cl_command_queue mine = new_queue(&n, n.context, CL_QUEUE_PROFILING_ENABLE);
         if (mine) {
             CHECK(queue_refs_settle(mine, 1));
@@ -265,13 +276,12 @@ FA_TEST(opencl_caller_queue_carries_the_work) {
 }
 
 FA_TEST(opencl_switch_waits_for_the_previous_queue) {
-    fa_context ctx = open_context(FA_BACKEND_OPENCL);
-    if (!ctx) FA_SKIP(skip_reason);
     cl_native n;
     setup s;
-    memset(&s, 0, sizeof s);
+    fa_context ctx = opencl_case(&n, &s);
+    if (!ctx) FA_SKIP(skip_reason);
     gate g;
-    if (cl_native_of(ctx, &n) && setup_init(&s, ctx, 202) && gate_shut(&g, n.context, n.own)) {
+    if (setup_init(&s, ctx, 202) && gate_shut(&g, n.context, n.own)) {
         /* The forward pass waits behind the gate on the context's queue. */
         CHECK_OK(call_forward(s.plan, &s.buffers));
         cl_command_queue mine = new_queue(&n, n.context, 0);
@@ -299,13 +309,10 @@ FA_TEST(opencl_switch_waits_for_the_previous_queue) {
 }
 
 FA_TEST(opencl_queue_checks) {
-    fa_context ctx = open_context(FA_BACKEND_OPENCL);
-    if (!ctx) FA_SKIP(skip_reason);
     cl_native n;
-    if (!cl_native_of(ctx, &n)) {
-        fa_context_destroy(ctx);
-        return;
-    }
+    setup s;
+    fa_context ctx = opencl_case(&n, &s);
+    if (!ctx) FA_SKIP(skip_reason);
     /* A queue of another cl_context on the same device. */
     cl_int err = CL_SUCCESS;
     cl_context other = fa_cl.clCreateContext(NULL, 1, &n.device, NULL, NULL, &err);
@@ -331,8 +338,6 @@ FA_TEST(opencl_queue_checks) {
     }
 
     /* Without profiling the passes run, but cannot be timed. */
-    setup s;
-    memset(&s, 0, sizeof s);
     cl_command_queue plain = new_queue(&n, n.context, 0);
     if (plain && setup_init(&s, ctx, 303)) {
         CHECK_OK(fa_context_set_native_queue(ctx, plain));

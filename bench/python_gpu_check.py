@@ -9,9 +9,16 @@ cost of a call from Python against the C call.
    its error is at most twice SDPA's (or under the dtype's floor).
 2. No copies: the device memory a forward call allocates is out and
    softmax_lse alone (the inputs are wrapped in place).
-3. Overhead: the median wall time of one flash_attn_func call (forward,
-   stream synchronised before and after) beside the kernel's device time
-   that fa-bench reports for the same shape (--fa-bench-json).
+3. The current stream: a call on a side stream still busy with a torch op
+   (torch.cuda._sleep, then the op that writes q) returns before the stream
+   is done (no host wait), runs after that op (its result equals the same
+   call's on the default stream), and leaves the context on that stream;
+   the default stream is CU_STREAM_LEGACY. Training with dropout (a fresh
+   seed per call) adds no plan.
+4. Overhead: the median wall time of one flash_attn_func call until its
+   kernel is done (a synchronize after it) beside the kernel's device time
+   that fa-bench reports for the same shape (--fa-bench-json), and the
+   median time the call itself takes to return.
 
 Run by bench/python_gpu_check.sh; prints a table and writes JSON lines.
 Exits non-zero when a comparison fails."""
@@ -84,19 +91,56 @@ def no_copy_check():
     return {"check": "no_copy", "allocated": extra, "out_plus_lse": expected, "ok": extra <= expected + 1024}
 
 
+def stream_check():
+    """See 3. in the module's description."""
+    q, k, v = (torch.randn(2, 1024, 8, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    want = flashattn.flash_attn_func(q, k, v, causal=True)
+    torch.cuda.synchronize()
+    ctx = flashattn.context("cuda", torch.cuda.current_device())
+    default_handle = ctx.native()[1]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        t0 = time.perf_counter()
+        torch.cuda._sleep(1 << 30)
+        late_q = q * 1.0
+        out = flashattn.flash_attn_func(late_q, k, v, causal=True)
+        call_ms = (time.perf_counter() - t0) * 1e3
+        busy = not side.query()
+        side_handle = ctx.native()[1]
+    side.synchronize()
+    stream_ms = (time.perf_counter() - t0) * 1e3
+    torch.cuda.current_stream().wait_stream(side)
+    plans = len(ctx._plans)
+    for _ in range(5):
+        flashattn.flash_attn_func(q, k, v, dropout_p=0.1)
+    dropout_plans = len(ctx._plans) - plans
+    torch.cuda.synchronize()
+    row = {"check": "stream", "returned_ms": call_ms, "stream_done_ms": stream_ms, "returned_while_busy": busy,
+           "same_result": bool(torch.equal(out, want)), "context_on_side_stream": side_handle == side.cuda_stream,
+           "default_is_legacy": default_handle == 1, "plans_for_5_dropout_seeds": dropout_plans}
+    row["ok"] = bool(busy and row["same_result"] and row["context_on_side_stream"] and row["default_is_legacy"]
+                     and dropout_plans <= 1)
+    return row
+
+
 def overhead(shape, dtype, repeats, fa_bench):
     b, s, h, d = shape
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=DTYPES[dtype]) for _ in range(3))
     for _ in range(10):
         flashattn.flash_attn_func(q, k, v)
-    times = []
+    times, returns = [], []
     for _ in range(repeats):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         flashattn.flash_attn_func(q, k, v)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
+        returns.append((t1 - t0) * 1e3)
     py_ms = statistics.median(times)
-    row = {"check": "overhead", "b": b, "s": s, "h": h, "d": d, "dtype": dtype, "python_call_ms": py_ms}
+    row = {"check": "overhead", "b": b, "s": s, "h": h, "d": d, "dtype": dtype, "python_call_ms": py_ms,
+           "python_return_ms": statistics.median(returns)}
     c = fa_bench.get((b, s, h, d, dtype))
     if c is not None:
         row["fa_bench_fwd_ms"] = c
@@ -125,6 +169,13 @@ def main():
     rows.append(r)
     print(f"no copies: a forward call allocated {r['allocated']} bytes, out + lse are {r['out_plus_lse']}:"
           f" {'ok' if r['ok'] else 'FAIL'}")
+    r = stream_check()
+    rows.append(r)
+    print(f"current stream: the call returned after {r['returned_ms']:.1f} ms, the busy stream was done after "
+          f"{r['stream_done_ms']:.1f} ms; returned while busy {r['returned_while_busy']}, same result "
+          f"{r['same_result']}, context on the side stream {r['context_on_side_stream']}, default stream is "
+          f"CU_STREAM_LEGACY {r['default_is_legacy']}, plans added by 5 dropout seeds "
+          f"{r['plans_for_5_dropout_seeds']}: {'ok' if r['ok'] else 'FAIL'}")
     fa_bench = {}
     if args.fa_bench_json:
         for line in open(args.fa_bench_json):
@@ -136,7 +187,8 @@ def main():
         extra = (f", fa-bench kernel {r['fa_bench_fwd_ms']:.4f} ms, Python overhead {r['python_overhead_ms']:.4f} ms"
                  if "fa_bench_fwd_ms" in r else " (no fa-bench figure)")
         print(f"overhead b{shape[0]} s{shape[1]} h{shape[2]} d{shape[3]} {dtype}: "
-              f"Python call {r['python_call_ms']:.4f} ms{extra}")
+              f"Python call to kernel done {r['python_call_ms']:.4f} ms{extra}; the call returns after "
+              f"{r['python_return_ms']:.4f} ms")
     if args.json:
         with open(args.json, "a") as f:
             for r in rows:

@@ -3,8 +3,10 @@
 # libflashattn and fa-bench with CMake, import the Python package from the
 # source tree with FLASHATTN_LIBRARY pointing at the build, then run
 # bench/python_gpu_check.py (gradients against PyTorch SDPA, no copies, the
-# Python call's overhead against fa-bench's kernel time) and the package's
-# pytest suite where pytest is installed. Logs to $OUT (default ./gpu-out).
+# calls on PyTorch's current stream without host waits, one plan for many
+# dropout seeds, the Python call's overhead against fa-bench's kernel time)
+# and the package's pytest suite where pytest is installed. Logs to $OUT
+# (default ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh

@@ -35,14 +35,17 @@ if(FA_HIP_NVIDIA)
       target_compile_definitions(test_hip_compile PRIVATE FA_HIP_ON_CUDA_LIBRARY="${FA_HIP_ON_CUDA_FILE}")
     endif()
     # The HIP device tests load the mapping (FLASHATTN_HIP_LIBRARY), also
-    # where the backend's own default list does not name it.
-    if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_hip_attention.c)
-      file(STRINGS ${CMAKE_SOURCE_DIR}/tests/test_hip_attention.c hip_case_lines REGEX "^FA_TEST\\([A-Za-z0-9_]+\\)")
-      foreach(line ${hip_case_lines})
-        string(REGEX REPLACE "^FA_TEST\\(([A-Za-z0-9_]+)\\).*" "\\1" hip_case ${line})
-        set_property(TEST hip_attention.${hip_case} APPEND PROPERTY ENVIRONMENT
-                     "FLASHATTN_HIP_LIBRARY=${FA_HIP_ON_CUDA_FILE}")
-      endforeach()
-    endif()
+    # where the backend's own default list does not name it; so do the
+    # tests that run every backend and open the HIP runtime themselves.
+    foreach(hip_area hip_attention native_queue dropout_seed)
+      if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_${hip_area}.c)
+        file(STRINGS ${CMAKE_SOURCE_DIR}/tests/test_${hip_area}.c hip_case_lines REGEX "^FA_TEST\\([A-Za-z0-9_]+\\)")
+        foreach(line ${hip_case_lines})
+          string(REGEX REPLACE "^FA_TEST\\(([A-Za-z0-9_]+)\\).*" "\\1" hip_case ${line})
+          set_property(TEST ${hip_area}.${hip_case} APPEND PROPERTY ENVIRONMENT
+                       "FLASHATTN_HIP_LIBRARY=${FA_HIP_ON_CUDA_FILE}")
+        endforeach()
+      endif()
+    endforeach()
   endif()
 endif()

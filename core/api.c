@@ -193,6 +193,8 @@ fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx) {
     /* Read the description after creation: creating a context may measure
      * what enumeration only estimated (memory bandwidth). */
     if (st == FA_SUCCESS) st = ops->device_info(local, &c->info);
+    void *native_context = NULL;
+    if (st == FA_SUCCESS) st = ops->context_native(c->impl, &native_context, &c->own_queue);
     if (st != FA_SUCCESS) {
         if (c->impl) ops->context_destroy(c->impl);
         free(c);
@@ -223,12 +225,53 @@ fa_status fa_context_get_native(fa_context ctx, void **native_context, void **na
     return FA_SUCCESS;
 }
 
+/* Later work goes to queue (NULL: the context's own), which the backend
+ * has adopted; the caller's previous queue is dropped. */
+static void queue_use(fa_context ctx, void *queue) {
+    ctx->ops->queue_select(ctx->impl, queue);
+    if (ctx->user_queue && ctx->ops->queue_drop) ctx->ops->queue_drop(ctx->impl, ctx->user_queue);
+    ctx->user_queue = queue;
+}
+
+/* Switching orders the new queue after everything the context queued on the
+ * old one, on the device: passes of one plan never overlap (they share its
+ * workspace), and waiting for the queue in use waits for all the context's
+ * work (fa_context_synchronize, frees). */
+static fa_status queue_switch(fa_context ctx, void *queue) {
+    void *from = ctx->user_queue ? ctx->user_queue : ctx->own_queue;
+    void *to = queue ? queue : ctx->own_queue;
+    fa_status st = ctx->ops->queue_order(ctx->impl, to, from);
+    if (st != FA_SUCCESS) {
+        if (queue && ctx->ops->queue_drop) ctx->ops->queue_drop(ctx->impl, queue);
+        return st;
+    }
+    queue_use(ctx, queue);
+    return FA_SUCCESS;
+}
+
+fa_status fa_context_set_native_queue(fa_context ctx, void *queue) {
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    if (queue == ctx->own_queue) queue = NULL; /* the context's own, given back by its handle */
+    if (queue == ctx->user_queue) return FA_SUCCESS;
+    const fa_backend_ops *ops = ctx->ops;
+    if (!ops->queue_select)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "queue: the %s backend runs on the calling thread and has no queue to replace; "
+                       "only NULL is accepted",
+                       ops->name);
+    if (queue) FA_CHECK(ops->queue_adopt(ctx->impl, queue));
+    return queue_switch(ctx, queue);
+}
+
 static void context_retain(fa_context ctx) { atomic_fetch_add(&ctx->refs, 1); }
 
 /* The backend's context goes with the last reference: its buffers and plans
- * are released by then. */
+ * are released by then. The backend tears down its own queue alone, so the
+ * caller's is handed back first (still ordered before the own queue's last
+ * wait where the runtime allows). */
 static void context_release(fa_context ctx) {
     if (atomic_fetch_sub(&ctx->refs, 1) != 1) return;
+    if (ctx->user_queue && queue_switch(ctx, NULL) != FA_SUCCESS) queue_use(ctx, NULL);
     ctx->ops->context_destroy(ctx->impl);
     free(ctx);
 }
@@ -371,6 +414,7 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
         fa_desc_normalize_windows(&p->desc);
         p->scale = (float)fa_desc_scale(&p->desc);
         p->dropout_threshold = fa_dropout_threshold(p->desc.dropout_p);
+        p->dropout_key = fa_dropout_key_of(p->desc.dropout_seed, p->desc.dropout_offset);
         p->total_q = fa_attention_total_q(&p->desc);
         p->total_k = fa_attention_total_k(&p->desc);
         st = fa_plan_for_device(&ctx->info.desc, &p->desc, &p->info);
@@ -388,6 +432,17 @@ fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     if (!info) return fa_fail(FA_ERR_NULL_POINTER, "info is NULL");
     *info = plan->info;
+    return FA_SUCCESS;
+}
+
+fa_status fa_plan_set_dropout_seed(fa_plan plan, uint64_t seed, uint64_t offset) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    if (!(plan->desc.dropout_p > 0.0f))
+        return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                       "seed: the plan's descriptor has dropout_p = 0, so there is no dropout mask to seed");
+    plan->desc.dropout_seed = seed;
+    plan->desc.dropout_offset = offset;
+    plan->dropout_key = fa_dropout_key_of(seed, offset);
     return FA_SUCCESS;
 }
 

@@ -38,7 +38,24 @@ typedef struct fa_backend_ops {
     fa_status (*context_create)(int index, void **ctx);
     void (*context_destroy)(void *ctx);
     fa_status (*context_synchronize)(void *ctx);
+    /* The queue reported is the one in use (queue_select's). */
     fa_status (*context_native)(void *ctx, void **native_context, void **native_queue);
+
+    /* Caller queues (fa_context_set_native_queue): core decides when to
+     * switch and in which order; these speak only to the runtime. All NULL
+     * in a backend without a queue (the reference); queue_drop may be NULL
+     * alone, where the runtime counts no references.
+     * queue_adopt: check that queue can carry this context's work (its
+     *   context and device, in-order) and take a reference where the
+     *   runtime counts them; nothing changes on failure.
+     * queue_drop: give that reference back.
+     * queue_order: make later wait, on the device, for all work queued on
+     *   earlier so far; the host does not wait.
+     * queue_select: later work goes to queue; NULL: the context's own. */
+    fa_status (*queue_adopt)(void *ctx, void *queue);
+    void (*queue_drop)(void *ctx, void *queue);
+    fa_status (*queue_order)(void *ctx, void *later, void *earlier);
+    void (*queue_select)(void *ctx, void *queue);
 
     fa_status (*buffer_alloc)(void *ctx, size_t bytes, void **buf);
     fa_status (*buffer_wrap)(void *ctx, void *native, size_t bytes, void **buf);

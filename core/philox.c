@@ -37,15 +37,18 @@ uint32_t fa_dropout_threshold(float p) {
     return (uint32_t)t; /* truncation is floor for t >= 0 */
 }
 
+fa_dropout_key fa_dropout_key_of(uint64_t seed, uint64_t offset) {
+    /* Unsigned arithmetic: wraps identically on every device. */
+    fa_dropout_key k = {(uint32_t)seed, (uint32_t)(seed >> 32) + (uint32_t)(offset >> 32), (uint32_t)offset};
+    return k;
+}
+
 uint32_t fa_dropout_random(uint64_t seed, uint64_t offset, int batch, int head, int heads_q,
                            int row, int col) {
-    /* Unsigned arithmetic: wraps identically on every device. */
-    uint32_t key0 = (uint32_t)seed;
-    uint32_t key1 = (uint32_t)(seed >> 32) + (uint32_t)(offset >> 32);
+    const fa_dropout_key key = fa_dropout_key_of(seed, offset);
     fa_philox_u32x4 counter = {{(uint32_t)col >> 2, (uint32_t)row,
-                                (uint32_t)batch * (uint32_t)heads_q + (uint32_t)head,
-                                (uint32_t)offset}};
-    fa_philox_u32x4 r = fa_philox4x32_10(counter, key0, key1);
+                                (uint32_t)batch * (uint32_t)heads_q + (uint32_t)head, key.offset_lo}};
+    fa_philox_u32x4 r = fa_philox4x32_10(counter, key.key0, key.key1);
     return r.v[(uint32_t)col & 3u];
 }
 

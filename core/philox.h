@@ -29,6 +29,15 @@ fa_philox_u32x4 fa_philox4x32_10(fa_philox_u32x4 counter, uint32_t key0, uint32_
  * word is below this. p in [0, 1). */
 uint32_t fa_dropout_threshold(float p);
 
+/* What the kernels take of (seed, offset): the key and the counter's last
+ * word (see above). Plans keep it beside the descriptor and hand it to the
+ * kernels as arguments at every pass, so a new seed needs no new program. */
+typedef struct fa_dropout_key {
+    uint32_t key0, key1, offset_lo;
+} fa_dropout_key;
+
+fa_dropout_key fa_dropout_key_of(uint64_t seed, uint64_t offset);
+
 /* The random word of one element (see above). */
 uint32_t fa_dropout_random(uint64_t seed, uint64_t offset, int batch, int head, int heads_q,
                            int row, int col);

@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "flashattn.h"
+#include "philox.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -15,6 +16,10 @@ struct fa_context_s {
     void *impl;
     fa_device_info info;
     atomic_int refs;
+    /* The backend's queue (NULL for the reference) and the caller's that
+     * replaces it (fa_context_set_native_queue; NULL: none). */
+    void *own_queue;
+    void *user_queue;
 };
 
 struct fa_buffer_s {
@@ -32,6 +37,9 @@ struct fa_plan_s {
     int32_t *cu_seqlens_k;
     float scale;                 /* resolved softmax scale */
     uint32_t dropout_threshold;  /* fa_dropout_threshold(desc.dropout_p) */
+    /* desc.dropout_seed and dropout_offset as the kernels take them: read
+     * at every pass, as fa_plan_set_dropout_seed may change them. */
+    fa_dropout_key dropout_key;
     int64_t total_q, total_k;    /* tokens over the batch */
     fa_plan_info info;
     void *impl;

@@ -180,11 +180,53 @@ typedef struct fa_buffer_s *fa_buffer;
  * Any other negative index is FA_ERR_INVALID_ARGUMENT. */
 FA_API fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx);
 FA_API fa_status fa_context_get_info(fa_context ctx, fa_device_info *info);
-/* Wait for all work queued on the context to finish. */
+/* Wait for all work queued on the context to finish (on the queue in use,
+ * which is ordered after every queue the context used before). */
 FA_API fa_status fa_context_synchronize(fa_context ctx);
 /* Native objects: OpenCL: cl_context and cl_command_queue; CUDA: CUcontext
- * and CUstream; HIP: the device ordinal (as intptr_t) and hipStream_t. */
+ * and CUstream; HIP: the device ordinal (as intptr_t) and hipStream_t. The
+ * queue is the one in use: the context's own, or the caller's set with
+ * fa_context_set_native_queue. The reference backend reports NULL for both.
+ * Either pointer may be NULL. */
 FA_API fa_status fa_context_get_native(fa_context ctx, void **native_context, void **native_queue);
+/* Run the context's later work on a queue of the caller's, so that it is
+ * ordered with the caller's own work on that queue without host waits (as
+ * a cuBLAS handle takes cublasSetStream). NULL, or the context's own queue,
+ * restores the context's own.
+ * - OpenCL: a cl_command_queue whose CL_QUEUE_CONTEXT and CL_QUEUE_DEVICE
+ *   are the context's (clGetCommandQueueInfo; else FA_ERR_INVALID_ARGUMENT)
+ *   and that executes in order (an out-of-order queue is
+ *   FA_ERR_UNSUPPORTED: the passes rely on order). The context retains it
+ *   and releases it when it is replaced or the context goes.
+ *   fa_plan_last_time_ms needs CL_QUEUE_PROFILING_ENABLE on it, and
+ *   answers FA_ERR_UNSUPPORTED without.
+ * - CUDA: a CUstream of the context's CUcontext (the device's primary
+ *   context, which the runtime API and PyTorch share), checked with
+ *   cuStreamGetCtx. The default streams are CU_STREAM_LEGACY (what
+ *   cudaStream_t 0 and PyTorch's default stream mean) and
+ *   CU_STREAM_PER_THREAD (then, at every call, the calling thread's):
+ *   NULL cannot name them, as it restores the context's own
+ *   (non-blocking) stream.
+ * - HIP: a hipStream_t of the context's device (checked with
+ *   hipStreamGetDevice where the runtime has it, ROCm 6 on); the null
+ *   stream cannot be named, hipStreamPerThread can.
+ * - Reference: NULL only; any other queue is FA_ERR_UNSUPPORTED.
+ * Everything the context, its buffers and its plans do afterwards goes to
+ * that queue: uploads and downloads (still synchronous for the host: they
+ * wait for the queue, so for the caller's work queued before them),
+ * kernels, workspace clears, the events fa_plan_last_time_ms reads, and
+ * what fa_context_synchronize, fa_plan_destroy and fa_buffer_free wait
+ * for. Switching makes the new queue wait, on the device, for
+ * what the context queued on the previous one (no host wait), so passes
+ * of one context never overlap: use a context per queue for concurrent
+ * passes. Setting the queue in use again does nothing.
+ * Lifetime: the library never destroys a queue it did not create. A CUDA
+ * or HIP stream has no reference count: it must stay valid while the
+ * context uses it (until replaced, or until the context, its last buffer
+ * and plan are gone). Undefined, as with fa_buffer_wrap: a pointer that
+ * is not a live queue of the backend's kind.
+ * Thread safety: as every call on a context (see the top of this file). */
+FA_API fa_status fa_context_set_native_queue(fa_context ctx, void *queue);
 /* Drops the caller's reference (see "Object lifetimes" above). */
 FA_API fa_status fa_context_destroy(fa_context ctx);
 
@@ -281,7 +323,8 @@ typedef struct fa_attention_desc {
     int block_k;
 
     /* Dropout on P with probability p; the mask is Philox4x32-10 of
-     * (seed, offset, batch, head, row, column): see fa_dropout_keep. */
+     * (seed, offset, batch, head, row, column): see fa_dropout_keep. A
+     * plan may change seed and offset later (fa_plan_set_dropout_seed). */
     float dropout_p;
     uint64_t dropout_seed;
     uint64_t dropout_offset;
@@ -397,6 +440,15 @@ typedef struct fa_plan_s *fa_plan;
  * allocates workspace. */
 FA_API fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan *plan);
 FA_API fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info);
+/* The dropout mask of the plan's later fa_forward and fa_backward calls:
+ * the same as a plan created with desc.dropout_seed = seed and
+ * desc.dropout_offset = offset, without compiling anything (the kernels
+ * take both as arguments), so a training loop reuses one plan with a fresh
+ * seed per step. The backward pass must use its forward's seed and offset.
+ * Only for plans whose descriptor has dropout_p > 0 (else
+ * FA_ERR_INVALID_ARGUMENT). Thread safety: as every call on the plan's
+ * context. */
+FA_API fa_status fa_plan_set_dropout_seed(fa_plan plan, uint64_t seed, uint64_t offset);
 FA_API fa_status fa_plan_destroy(fa_plan plan);
 
 /* Aliasing, for fa_forward and fa_backward: the inputs (q, k, v; and o,

@@ -299,6 +299,42 @@ FA_TEST(devices_and_best_choice) {
     CHECK_STATUS(fa_backend_get_status((fa_backend)17, reason, sizeof reason), FA_ERR_INVALID_ARGUMENT);
 }
 
+/* The reference runs on the calling thread: it has no queue to replace, and
+ * NULL (its own, none) is the one queue it accepts. */
+FA_TEST(reference_native_queue) {
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_REFERENCE, 0, &ctx));
+    CHECK_FAILS(fa_context_set_native_queue(NULL, NULL), FA_ERR_NULL_POINTER, "ctx");
+    CHECK_OK(fa_context_set_native_queue(ctx, NULL));
+    int not_a_queue = 0;
+    CHECK_FAILS(fa_context_set_native_queue(ctx, &not_a_queue), FA_ERR_UNSUPPORTED, "reference backend");
+    void *native_context = &not_a_queue, *native_queue = &not_a_queue;
+    CHECK_OK(fa_context_get_native(ctx, &native_context, &native_queue));
+    CHECK(native_context == NULL && native_queue == NULL);
+    CHECK_OK(fa_context_get_native(ctx, NULL, NULL));
+    CHECK_OK(fa_context_synchronize(ctx));
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
+/* fa_plan_set_dropout_seed's arguments (what a new seed computes, on every
+ * backend: tests/test_dropout_seed.c). */
+FA_TEST(dropout_seed_checks) {
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_REFERENCE, 0, &ctx));
+    CHECK_FAILS(fa_plan_set_dropout_seed(NULL, 1, 2), FA_ERR_NULL_POINTER, "plan");
+    fa_attention_desc d = small_desc();
+    fa_plan plan = NULL;
+    CHECK_OK(fa_plan_create(ctx, &d, &plan));
+    CHECK_FAILS(fa_plan_set_dropout_seed(plan, 1, 2), FA_ERR_INVALID_ARGUMENT, "dropout_p = 0");
+    CHECK_OK(fa_plan_destroy(plan));
+    d.dropout_p = 0.5f;
+    CHECK_OK(fa_plan_create(ctx, &d, &plan));
+    CHECK_OK(fa_plan_set_dropout_seed(plan, UINT64_MAX, UINT64_MAX));
+    CHECK_OK(fa_plan_set_dropout_seed(plan, 0, 0));
+    CHECK_OK(fa_plan_destroy(plan));
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
 static void *fail_in_thread(void *arg) {
     (void)arg;
     fa_buffer_alloc(NULL, 1, NULL);
@@ -318,4 +354,4 @@ FA_TEST(last_error_is_per_thread) {
 FA_TEST_MAIN(FA_CASE(status_strings_are_distinct), FA_CASE(descriptor_checks_name_the_argument),
              FA_CASE(mask_and_seqlens_checks), FA_CASE(stride_checks), FA_CASE(buffer_and_plan_checks),
              FA_CASE(reference_device_end_to_end), FA_CASE(devices_and_best_choice),
-             FA_CASE(last_error_is_per_thread))
+             FA_CASE(last_error_is_per_thread), FA_CASE(reference_native_queue), FA_CASE(dropout_seed_checks))

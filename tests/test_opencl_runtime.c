@@ -27,33 +27,14 @@
 static char cache_dir[64];
 static char skip_reason[600];
 
-static void remove_cache_dir(void) {
-    DIR *d = opendir(cache_dir);
-    if (d) {
-        struct dirent *e;
-        char path[512];
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
-            unlink(path);
-        }
-        closedir(d);
-    }
-    rmdir(cache_dir);
-}
-
 /* Every case runs against a kernel cache of its own, made before the first
  * library call, so entries found there were written by this process. */
 static int use_fresh_cache(void) {
     if (cache_dir[0]) return 1;
-    snprintf(cache_dir, sizeof cache_dir, "/tmp/fa-clrt-XXXXXX");
-    if (!mkdtemp(cache_dir)) {
-        CHECK_MSG(0, "mkdtemp failed: %s", strerror(errno));
-        cache_dir[0] = '\0';
-        return 0;
-    }
-    atexit(remove_cache_dir);
-    if (setenv("FLASHATTN_CACHE_DIR", cache_dir, 1) != 0) return 0;
+    const char *dir = fa_test_own_cache();
+    CHECK_MSG(dir != NULL, "no kernel cache of this process's own: %s", strerror(errno));
+    if (!dir) return 0;
+    snprintf(cache_dir, sizeof cache_dir, "%s", dir);
     unsetenv("FLASHATTN_NO_BANDWIDTH_PROBE");
     return 1;
 }

@@ -2,9 +2,11 @@
 
 #include "dtype.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -94,6 +96,45 @@ fa_test_diff fa_test_compare(const void *got, const void *ref, fa_dtype dtype, i
 
 int fa_test_within(const fa_test_diff *diff, double tol) {
     return diff->mismatched == 0 && diff->diff_norm <= tol * (diff->ref_norm + sqrt((double)diff->finite));
+}
+
+static char own_cache[64];
+
+/* The cache's entries lie flat in its folder. */
+static void remove_own_cache(void) {
+    DIR *d = opendir(own_cache);
+    if (d) {
+        struct dirent *e;
+        char path[512];
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            snprintf(path, sizeof path, "%s/%s", own_cache, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(own_cache);
+}
+
+const char *fa_test_own_cache(void) {
+    if (own_cache[0]) return own_cache;
+    snprintf(own_cache, sizeof own_cache, "/tmp/fa-test-cache-XXXXXX");
+    if (!mkdtemp(own_cache)) {
+        own_cache[0] = '\0';
+        return NULL;
+    }
+    atexit(remove_own_cache);
+    return setenv("FLASHATTN_CACHE_DIR", own_cache, 1) == 0 ? own_cache : NULL;
+}
+
+int fa_test_cache_entries(const char *dir) {
+    int n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".bin") != NULL && strstr(e->d_name, ".tmp") == NULL;
+    closedir(d);
+    return n;
 }
 
 /* The running program's folder, where the build puts the tools too. */

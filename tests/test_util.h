@@ -44,6 +44,14 @@ fa_test_diff fa_test_compare(const void *got, const void *ref, fa_dtype dtype, i
  * sequences) passes a device's rounding. */
 int fa_test_within(const fa_test_diff *diff, double tol);
 
+/* A kernel cache of the process's own: FLASHATTN_CACHE_DIR pointed at a new
+ * folder under /tmp, made on the first call (before the library's first
+ * look at the variable) and removed at exit with the entries in it. Returns
+ * the folder, or NULL (errno set) when it cannot be made. */
+const char *fa_test_own_cache(void);
+/* How many finished entries (*.bin) the kernel cache in dir holds. */
+int fa_test_cache_entries(const char *dir);
+
 /* Runs the tool named (a program beside the running one, e.g. "fa-info")
  * with args (NULL-terminated, without the program name), its stdout and
  * stderr captured into out (truncated to out_size, NUL-terminated); killed

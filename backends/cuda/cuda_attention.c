@@ -502,9 +502,6 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     b->block_q = d->block_mask ? d->block_q : 1;
     b->block_k = d->block_mask ? d->block_k : 1;
     b->block_cols = fa_block_cols(d);
-    b->drop_key0 = (uint32_t)d->dropout_seed;
-    b->drop_key1 = (uint32_t)(d->dropout_seed >> 32) + (uint32_t)(d->dropout_offset >> 32);
-    b->drop_offset_lo = (uint32_t)d->dropout_offset;
     b->drop_threshold = plan->dropout_threshold;
     b->scale = plan->scale;
     b->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
@@ -619,9 +616,18 @@ static fa_status launch(fa_cuda_plan *p, const cu_pass *pass, int index, unsigne
 
 static unsigned tiles_of(int n, int t) { return (unsigned)fa_tile_count(n, t); }
 
+/* The plan's fixed parameters with the dropout seed of this pass. */
+static fa_cuda_params pass_params(const fa_cuda_plan *p, const fa_plan_s *plan) {
+    fa_cuda_params prm = p->base;
+    prm.drop_key0 = plan->dropout_key.key0;
+    prm.drop_key1 = plan->dropout_key.key1;
+    prm.drop_offset_lo = plan->dropout_key.offset_lo;
+    return prm;
+}
+
 static fa_status forward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_fwd_args *args) {
     const fa_attention_desc *d = &plan->desc;
-    fa_cuda_params prm = p->base;
+    fa_cuda_params prm = pass_params(p, plan);
     FA_CHECK(check_aligned(args->q, "q", &prm.q));
     FA_CHECK(check_aligned(args->k, "k", &prm.k));
     FA_CHECK(check_aligned(args->v, "v", &prm.v));
@@ -658,7 +664,7 @@ fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, con
 
 static fa_status backward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_bwd_args *args) {
     const fa_attention_desc *d = &plan->desc;
-    fa_cuda_params prm = p->base;
+    fa_cuda_params prm = pass_params(p, plan);
     FA_CHECK(check_aligned(args->q, "q", &prm.q));
     FA_CHECK(check_aligned(args->k, "k", &prm.k));
     FA_CHECK(check_aligned(args->v, "v", &prm.v));

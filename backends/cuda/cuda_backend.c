@@ -473,7 +473,8 @@ static fa_status cuda_context_create(int index, void **out) {
         free(ctx);
         return st;
     }
-    r = cuda_api.cuStreamCreate(&ctx->stream, CU_STREAM_NON_BLOCKING);
+    r = cuda_api.cuStreamCreate(&ctx->own_stream, CU_STREAM_NON_BLOCKING);
+    ctx->stream = ctx->own_stream;
     fa_cuda_pop();
     if (r != CUDA_SUCCESS) {
         st = fa_cuda_error(r, "cuStreamCreate");
@@ -489,9 +490,11 @@ static void cuda_context_destroy(void *handle) {
     fa_cuda_context *ctx = handle;
     if (!ctx) return;
     if (fa_cuda_push(ctx) == FA_SUCCESS) {
-        /* Work still queued completes before the stream's resources go. */
-        (void)cuda_api.cuStreamSynchronize(ctx->stream);
-        (void)cuda_api.cuStreamDestroy_v2(ctx->stream);
+        /* Work still queued completes before the stream's resources go.
+         * Core has handed a caller's stream back by now. */
+        (void)cuda_api.cuStreamSynchronize(ctx->own_stream);
+        (void)cuda_api.cuStreamDestroy_v2(ctx->own_stream);
+        if (ctx->order_event) (void)cuda_api.cuEventDestroy_v2(ctx->order_event);
         fa_cuda_pop();
     }
     (void)cuda_api.cuDevicePrimaryCtxRelease_v2(ctx->device);
@@ -512,6 +515,46 @@ static fa_status cuda_context_native(void *handle, void **native_context, void *
     if (native_context) *native_context = (void *)ctx->context;
     if (native_queue) *native_queue = (void *)ctx->stream;
     return FA_SUCCESS;
+}
+
+/* Caller streams (core decides when; see core/backend.h). */
+
+static fa_status cuda_queue_adopt(void *handle, void *queue) {
+    fa_cuda_context *ctx = handle;
+    /* Special handles (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) answer with
+     * the current context: ours, pushed. */
+    FA_CHECK(fa_cuda_push(ctx));
+    CUcontext owner = NULL;
+    CUresult r = cuda_api.cuStreamGetCtx((CUstream)queue, &owner);
+    fa_cuda_pop();
+    if (r != CUDA_SUCCESS) {
+        char text[512];
+        cu_describe(r, text, sizeof text);
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "queue (%p) is not a usable CUstream: cuStreamGetCtx: %s", queue,
+                       text);
+    }
+    if (owner != ctx->context)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                       "queue (%p) is a stream of another CUDA context than this one (the primary context of "
+                       "device %d)",
+                       queue, ctx->index);
+    return FA_SUCCESS;
+}
+
+static fa_status cuda_queue_order(void *handle, void *later, void *earlier) {
+    fa_cuda_context *ctx = handle;
+    FA_CHECK(fa_cuda_push(ctx));
+    CUresult r = ctx->order_event ? CUDA_SUCCESS : cuda_api.cuEventCreate(&ctx->order_event, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS) r = cuda_api.cuEventRecord(ctx->order_event, (CUstream)earlier);
+    if (r == CUDA_SUCCESS) r = cuda_api.cuStreamWaitEvent((CUstream)later, ctx->order_event, 0);
+    fa_cuda_pop();
+    return r == CUDA_SUCCESS ? FA_SUCCESS
+                             : fa_cuda_error(r, "ordering the new stream after the previous one (an event between)");
+}
+
+static void cuda_queue_select(void *handle, void *queue) {
+    fa_cuda_context *ctx = handle;
+    ctx->stream = queue ? (CUstream)queue : ctx->own_stream;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -637,9 +680,10 @@ static fa_status check_span(const fa_cuda_buffer *buf, size_t offset, size_t byt
     return FA_SUCCESS;
 }
 
-/* Copies go through the context's own stream and wait for it: ordered after
+/* Copies go through the stream in use and wait for it: ordered after
  * kernels queued there (a copy on the legacy default stream would not be,
- * the stream being non-blocking), and synchronous for the caller. */
+ * the context's own stream being non-blocking), and synchronous for the
+ * caller. */
 static fa_status cuda_buffer_upload(void *handle, void *buf_handle, size_t offset, const void *src,
                                     size_t bytes) {
     fa_cuda_context *ctx = handle;
@@ -694,6 +738,9 @@ const fa_backend_ops fa_cuda_backend = {
     .context_destroy = cuda_context_destroy,
     .context_synchronize = cuda_context_synchronize,
     .context_native = cuda_context_native,
+    .queue_adopt = cuda_queue_adopt,
+    .queue_order = cuda_queue_order,
+    .queue_select = cuda_queue_select,
     .buffer_alloc = cuda_buffer_alloc,
     .buffer_wrap = cuda_buffer_wrap,
     .buffer_free = cuda_buffer_free,

@@ -143,6 +143,7 @@ fa_status fa_cuda_plan_shared_bytes(void *plan_impl, fa_pass pass, size_t *bytes
     X(cuStreamDestroy_v2, CUresult, (CUstream))                                               \
     X(cuStreamSynchronize, CUresult, (CUstream))                                              \
     X(cuStreamWaitEvent, CUresult, (CUstream, CUevent, unsigned int))                         \
+    X(cuStreamGetCtx, CUresult, (CUstream, CUcontext *))                                      \
     X(cuMemAlloc_v2, CUresult, (CUdeviceptr *, size_t))                                       \
     X(cuMemFree_v2, CUresult, (CUdeviceptr))                                                  \
     X(cuMemcpyHtoDAsync_v2, CUresult, (CUdeviceptr, const void *, size_t, CUstream))          \
@@ -224,7 +225,9 @@ typedef struct fa_cuda_context {
     int index;
     CUdevice device;
     CUcontext context;          /* the device's primary context, retained */
-    CUstream stream;            /* non-blocking: never waits on the legacy stream */
+    CUstream stream;            /* in use: own_stream, or the caller's */
+    CUstream own_stream;        /* non-blocking: never waits on the legacy stream */
+    CUevent order_event;        /* orders a new stream after the last; made on first use */
     int cc_major, cc_minor;     /* compute capability */
     int sm_count;
     size_t smem_optin;          /* shared memory per block with opt-in */

@@ -668,9 +668,6 @@ static fa_status prepare_inner(fa_cuda_std_plan *p, const fa_plan_s *plan) {
     b->block_k = d->block_mask ? d->block_k : 1;
     b->block_cols = fa_block_cols(d);
     b->dim = p->dim;
-    b->drop_key0 = (uint32_t)d->dropout_seed;
-    b->drop_key1 = (uint32_t)(d->dropout_seed >> 32) + (uint32_t)(d->dropout_offset >> 32);
-    b->drop_offset_lo = (uint32_t)d->dropout_offset;
     b->drop_threshold = plan->dropout_threshold;
     b->drop_scale = d->dropout_p > 0.0f ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
 
@@ -703,8 +700,6 @@ static fa_status prepare_inner(fa_cuda_std_plan *p, const fa_plan_s *plan) {
         p->handle = NULL;
         return blas_error(s, "cublasCreate");
     }
-    s = p->blas->set_stream(p->handle, p->ctx->stream);
-    if (s != FA_CUBLAS_STATUS_SUCCESS) return blas_error(s, "cublasSetStream");
     /* Sums of a product stay in fp32 up to the one rounding of the result,
      * also where cuBLAS splits the inner dimension. */
     s = p->blas->set_math_mode(p->handle, FA_CUBLAS_DEFAULT_MATH | FA_CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
@@ -1102,6 +1097,18 @@ static fa_status record(fa_cuda_std_plan *p, CUevent ev) {
     return r == CUDA_SUCCESS ? FA_SUCCESS : fa_cuda_error(r, "cuEventRecord");
 }
 
+/* What may change between passes: the stream in use (the caller's may
+ * replace the context's) and the dropout seed. Then the start event. */
+static fa_status begin_pass(fa_cuda_std_plan *p, const fa_plan_s *plan) {
+    int s = p->blas->set_stream(p->handle, p->ctx->stream);
+    if (s != FA_CUBLAS_STATUS_SUCCESS) return blas_error(s, "cublasSetStream");
+    p->base.drop_key0 = plan->dropout_key.key0;
+    p->base.drop_key1 = plan->dropout_key.key1;
+    p->base.drop_offset_lo = plan->dropout_key.offset_lo;
+    p->timed = 0;
+    return record(p, p->ev_start);
+}
+
 /* An input tensor as the products read it: in place, or copied to its
  * packed form first. */
 static fa_status input_operand(fa_cuda_std_plan *p, int role, CUdeviceptr user, std_operand *out) {
@@ -1125,8 +1132,7 @@ static fa_status forward_inner(fa_cuda_std_plan *p, const fa_plan_s *plan, const
     FA_CHECK(buffer_ptr(args->v, "v", &uv));
     FA_CHECK(buffer_ptr(args->o, "o", &uo));
     FA_CHECK(buffer_ptr(args->lse, "lse", &ul));
-    p->timed = 0;
-    FA_CHECK(record(p, p->ev_start));
+    FA_CHECK(begin_pass(p, plan));
 
     std_operand q, k, v;
     FA_CHECK(input_operand(p, ROLE_Q, uq, &q));
@@ -1194,8 +1200,7 @@ static fa_status backward_inner(fa_cuda_std_plan *p, const fa_plan_s *plan, cons
     FA_CHECK(buffer_ptr(args->dk, "dk", &udk));
     FA_CHECK(buffer_ptr(args->dv, "dv", &udv));
     FA_CHECK(ensure_backward(p, plan));
-    p->timed = 0;
-    FA_CHECK(record(p, p->ev_start));
+    FA_CHECK(begin_pass(p, plan));
 
     /* D = rowsum(dO * O) from the caller's tensors, in their dtype. */
     std_params prm = p->base;

@@ -382,7 +382,6 @@ typedef struct fa_hip_plan {
     fa_layout q, k, v, o;
     int block_cols;
     float scale_log2;
-    uint32_t drop_key0, drop_key1, drop_offset_lo;
     float drop_scale;
 
     hipEvent_t start, stop;
@@ -546,9 +545,6 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
     p->o = fa_desc_layout(d, FA_TENSOR_O);
     p->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
     const int dropout = d->dropout_p > 0.0f;
-    p->drop_key0 = (uint32_t)d->dropout_seed;
-    p->drop_key1 = (uint32_t)(d->dropout_seed >> 32) + (uint32_t)(d->dropout_offset >> 32);
-    p->drop_offset_lo = (uint32_t)d->dropout_offset;
     p->drop_scale = dropout ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
 
     hipError_t err = api->hipEventCreate(&p->start);
@@ -690,9 +686,9 @@ static void mask_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *plan, 
     arg_int(a, p->block_cols);
     arg_ptr(a, tiles);
     arg_int(a, tile_cols);
-    arg_u32(a, p->drop_key0);
-    arg_u32(a, p->drop_key1);
-    arg_u32(a, p->drop_offset_lo);
+    arg_u32(a, plan->dropout_key.key0);
+    arg_u32(a, plan->dropout_key.key1);
+    arg_u32(a, plan->dropout_key.offset_lo);
     arg_u32(a, plan->dropout_threshold);
     arg_float(a, p->drop_scale);
 }

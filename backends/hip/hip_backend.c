@@ -400,7 +400,8 @@ static fa_status hip_context_create(int index, void **out) {
         free(ctx);
         return st;
     }
-    hipError_t err = hip_api.hipStreamCreateWithFlags(&ctx->stream, hipStreamNonBlocking);
+    hipError_t err = hip_api.hipStreamCreateWithFlags(&ctx->own_stream, hipStreamNonBlocking);
+    ctx->stream = ctx->own_stream;
     fa_hip_leave(ctx, previous);
     if (err != hipSuccess) {
         free(ctx);
@@ -415,8 +416,10 @@ static void hip_context_destroy(void *handle) {
     if (!ctx) return;
     int previous;
     if (fa_hip_enter(ctx, &previous) == FA_SUCCESS) {
-        (void)hip_api.hipStreamSynchronize(ctx->stream);
-        (void)hip_api.hipStreamDestroy(ctx->stream);
+        /* Core has handed a caller's stream back by now. */
+        (void)hip_api.hipStreamSynchronize(ctx->own_stream);
+        (void)hip_api.hipStreamDestroy(ctx->own_stream);
+        if (ctx->order_event) (void)hip_api.hipEventDestroy(ctx->order_event);
         fa_hip_leave(ctx, previous);
     }
     free(ctx);
@@ -437,6 +440,47 @@ static fa_status hip_context_native(void *handle, void **native_context, void **
     if (native_context) *native_context = (void *)(intptr_t)ctx->index;
     if (native_queue) *native_queue = (void *)ctx->stream;
     return FA_SUCCESS;
+}
+
+/* Caller streams (core decides when; see core/backend.h). */
+
+static fa_status hip_queue_adopt(void *handle, void *queue) {
+    fa_hip_context *ctx = handle;
+    /* Nothing to ask before ROCm 6; the per-thread stream is the current
+     * device's, which is this context's during every call. */
+    if (!hip_api.hipStreamGetDevice || queue == (void *)hipStreamPerThread) return FA_SUCCESS;
+    hipDevice_t device = -1;
+    int previous;
+    FA_CHECK(fa_hip_enter(ctx, &previous));
+    hipError_t err = hip_api.hipStreamGetDevice((hipStream_t)queue, &device);
+    fa_hip_leave(ctx, previous);
+    if (err != hipSuccess) {
+        char text[512];
+        hip_describe(err, text, sizeof text);
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "queue (%p) is not a usable hipStream_t: hipStreamGetDevice: %s",
+                       queue, text);
+    }
+    if (device != ctx->index)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "queue (%p) is a stream of HIP device %d, this context's is %d", queue,
+                       (int)device, ctx->index);
+    return FA_SUCCESS;
+}
+
+static fa_status hip_queue_order(void *handle, void *later, void *earlier) {
+    fa_hip_context *ctx = handle;
+    int previous;
+    FA_CHECK(fa_hip_enter(ctx, &previous));
+    hipError_t err = ctx->order_event ? hipSuccess : hip_api.hipEventCreate(&ctx->order_event);
+    if (err == hipSuccess) err = hip_api.hipEventRecord(ctx->order_event, (hipStream_t)earlier);
+    if (err == hipSuccess) err = hip_api.hipStreamWaitEvent((hipStream_t)later, ctx->order_event, 0);
+    fa_hip_leave(ctx, previous);
+    return err == hipSuccess ? FA_SUCCESS
+                             : fa_hip_error(err, "ordering the new stream after the previous one (an event between)");
+}
+
+static void hip_queue_select(void *handle, void *queue) {
+    fa_hip_context *ctx = handle;
+    ctx->stream = queue ? (hipStream_t)queue : ctx->own_stream;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -555,7 +599,7 @@ static fa_status check_span(const fa_hip_buffer *buf, size_t offset, size_t byte
     return FA_SUCCESS;
 }
 
-/* Copies go through the context's stream and wait for it: ordered after the
+/* Copies go through the stream in use and wait for it: ordered after the
  * kernels queued there, synchronous for the caller. */
 static fa_status hip_copy(fa_hip_context *ctx, void *dst, const void *src, size_t bytes,
                           hipMemcpyKind kind, const char *what) {
@@ -615,6 +659,9 @@ const fa_backend_ops fa_hip_backend = {
     .context_destroy = hip_context_destroy,
     .context_synchronize = hip_context_synchronize,
     .context_native = hip_context_native,
+    .queue_adopt = hip_queue_adopt,
+    .queue_order = hip_queue_order,
+    .queue_select = hip_queue_select,
     .buffer_alloc = hip_buffer_alloc,
     .buffer_wrap = hip_buffer_wrap,
     .buffer_free = hip_buffer_free,

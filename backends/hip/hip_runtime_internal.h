@@ -153,9 +153,11 @@ fa_status fa_hip_plan_kernel_usage(void *plan_impl, fa_pass pass, fa_hip_kernel_
     X(hipEventElapsedTime, hipError_t, (float *, hipEvent_t, hipEvent_t))                    \
     X(hipEventDestroy, hipError_t, (hipEvent_t))
 
-/* NULL when the runtime lacks them; see the notes above. */
+/* NULL when the runtime lacks them; see the notes above. hipStreamGetDevice
+ * came with ROCm 6 (the headers of 5.2 do not declare it). */
 #define FA_HIP_OPTIONAL(X)                                                                   \
     X(hipMemGetAddressRange, hipError_t, (hipDeviceptr_t *, size_t *, hipDeviceptr_t))       \
+    X(hipStreamGetDevice, hipError_t, (hipStream_t, hipDevice_t *))                          \
     X(hipGetDevicePropertiesR0000, hipError_t, (hipDeviceProp_t *, int))                     \
     X(hipGetDeviceProperties, hipError_t, (hipDeviceProp_t *, int))
 
@@ -172,7 +174,9 @@ const fa_hip_api *fa_hip_api_get(void);
 
 typedef struct fa_hip_context {
     int index;                  /* HIP device ordinal */
-    hipStream_t stream;         /* non-blocking: never waits on the null stream */
+    hipStream_t stream;         /* in use: own_stream, or the caller's */
+    hipStream_t own_stream;     /* non-blocking: never waits on the null stream */
+    hipEvent_t order_event;     /* orders a new stream after the last; made on first use */
     char arch[32];              /* "gfx90a", "" if unknown */
     int warp_size;              /* wavefront: 64 on CDNA, 32 on RDNA */
     int cu_count;

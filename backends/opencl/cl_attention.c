@@ -57,7 +57,6 @@ typedef struct fa_cl_plan {
     cl_layout q, k, v, o;
     int block_cols;
     float scale_log2;
-    cl_uint drop_key0, drop_key1, drop_offset_lo;
     float drop_scale;
 
     char options[512];         /* build options shared by both passes */
@@ -392,9 +391,6 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     p->o = resolve_layout(d, FA_TENSOR_O);
     p->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
     int dropout = d->dropout_p > 0.0f;
-    p->drop_key0 = (cl_uint)(uint32_t)d->dropout_seed;
-    p->drop_key1 = (cl_uint)((uint32_t)(d->dropout_seed >> 32) + (uint32_t)(d->dropout_offset >> 32));
-    p->drop_offset_lo = (cl_uint)(uint32_t)d->dropout_offset;
     p->drop_scale = dropout ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
     int window = d->window_left >= 0 || d->window_right >= 0;
     int varlen = plan->cu_seqlens_q != NULL;
@@ -471,9 +467,9 @@ static void mask_args(cl_args *a, const fa_cl_plan *p, const fa_plan_s *plan, cl
     arg_int(a, p->block_cols);
     arg_mem(a, or_dummy(p, tiles));
     arg_int(a, tile_cols);
-    arg_uint(a, p->drop_key0);
-    arg_uint(a, p->drop_key1);
-    arg_uint(a, p->drop_offset_lo);
+    arg_uint(a, plan->dropout_key.key0);
+    arg_uint(a, plan->dropout_key.key1);
+    arg_uint(a, plan->dropout_key.offset_lo);
     arg_uint(a, plan->dropout_threshold);
     arg_float(a, p->drop_scale);
 }

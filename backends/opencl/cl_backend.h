@@ -25,6 +25,9 @@
     X(clCreateCommandQueue, cl_command_queue,                                               \
       (cl_context, cl_device_id, cl_command_queue_properties, cl_int *))                    \
     X(clReleaseCommandQueue, cl_int, (cl_command_queue))                                    \
+    X(clRetainCommandQueue, cl_int, (cl_command_queue))                                     \
+    X(clGetCommandQueueInfo, cl_int,                                                        \
+      (cl_command_queue, cl_command_queue_info, size_t, void *, size_t *))                  \
     X(clCreateBuffer, cl_mem, (cl_context, cl_mem_flags, size_t, void *, cl_int *))         \
     X(clRetainMemObject, cl_int, (cl_mem))                                                  \
     X(clReleaseMemObject, cl_int, (cl_mem))                                                 \
@@ -64,6 +67,10 @@
     X(clWaitForEvents, cl_int, (cl_uint, const cl_event *))                                 \
     X(clReleaseEvent, cl_int, (cl_event))                                                   \
     X(clGetEventProfilingInfo, cl_int, (cl_event, cl_profiling_info, size_t, void *, size_t *)) \
+    X(clEnqueueMarkerWithWaitList, cl_int,                                                  \
+      (cl_command_queue, cl_uint, const cl_event *, cl_event *))                            \
+    X(clEnqueueBarrierWithWaitList, cl_int,                                                 \
+      (cl_command_queue, cl_uint, const cl_event *, cl_event *))                            \
     X(clFlush, cl_int, (cl_command_queue))                                                  \
     X(clFinish, cl_int, (cl_command_queue))
 
@@ -81,7 +88,8 @@ typedef struct fa_cl_context {
     cl_platform_id platform;
     cl_device_id device;
     cl_context context;
-    cl_command_queue queue;     /* in order, profiling enabled */
+    cl_command_queue queue;     /* in use: own_queue, or the caller's (retained) */
+    cl_command_queue own_queue; /* in order, profiling enabled */
     fa_device_info info;
 } fa_cl_context;
 

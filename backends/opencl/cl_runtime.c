@@ -198,7 +198,8 @@ static fa_status cl_context_create(int index, void **out) {
         free(ctx);
         return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_CONTEXT, "clCreateContext");
     }
-    ctx->queue = fa_cl.clCreateCommandQueue(ctx->context, dev->device, CL_QUEUE_PROFILING_ENABLE, &err);
+    ctx->own_queue = fa_cl.clCreateCommandQueue(ctx->context, dev->device, CL_QUEUE_PROFILING_ENABLE, &err);
+    ctx->queue = ctx->own_queue;
     if (!ctx->queue || err != CL_SUCCESS) {
         fa_cl.clReleaseContext(ctx->context);
         free(ctx);
@@ -207,7 +208,7 @@ static fa_status cl_context_create(int index, void **out) {
     fa_cl_bandwidth_ensure(ctx);
     fa_status st = fa_cl_device_info(index, &ctx->info);
     if (st != FA_SUCCESS) {
-        fa_cl.clReleaseCommandQueue(ctx->queue);
+        fa_cl.clReleaseCommandQueue(ctx->own_queue);
         fa_cl.clReleaseContext(ctx->context);
         free(ctx);
         return st;
@@ -219,9 +220,10 @@ static fa_status cl_context_create(int index, void **out) {
 static void cl_context_destroy(void *handle) {
     fa_cl_context *ctx = handle;
     if (!ctx) return;
-    /* Work still queued may reference buffers the caller is about to free. */
-    fa_cl.clFinish(ctx->queue);
-    fa_cl.clReleaseCommandQueue(ctx->queue);
+    /* Work still queued may reference buffers the caller is about to free.
+     * Core has handed a caller's queue back by now. */
+    fa_cl.clFinish(ctx->own_queue);
+    fa_cl.clReleaseCommandQueue(ctx->own_queue);
     fa_cl.clReleaseContext(ctx->context);
     free(ctx);
 }
@@ -239,6 +241,65 @@ static fa_status cl_context_native(void *handle, void **native_context, void **n
     if (native_context) *native_context = (void *)ctx->context;
     if (native_queue) *native_queue = (void *)ctx->queue;
     return FA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Caller queues (core decides when; see core/backend.h)                    */
+
+/* A queue property, with the message naming what was asked. */
+static fa_status queue_info(cl_command_queue queue, cl_command_queue_info what, const char *name, size_t size,
+                            void *value) {
+    cl_int err = fa_cl.clGetCommandQueueInfo(queue, what, size, value, NULL);
+    if (err == CL_SUCCESS) return FA_SUCCESS;
+    const char *code = fa_cl_error_name(err);
+    return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                   "queue is not a usable cl_command_queue: clGetCommandQueueInfo(%s): %s (%d)", name,
+                   code ? code : "unknown OpenCL error", (int)err);
+}
+
+static fa_status cl_queue_adopt(void *handle, void *native) {
+    fa_cl_context *ctx = handle;
+    cl_command_queue queue = native;
+    cl_context owner = NULL;
+    cl_device_id device = NULL;
+    cl_command_queue_properties props = 0;
+    FA_CHECK(queue_info(queue, CL_QUEUE_CONTEXT, "CL_QUEUE_CONTEXT", sizeof owner, &owner));
+    if (owner != ctx->context)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                       "queue belongs to another cl_context than this flashattn context's "
+                       "(fa_context_get_native gives it)");
+    FA_CHECK(queue_info(queue, CL_QUEUE_DEVICE, "CL_QUEUE_DEVICE", sizeof device, &device));
+    if (device != ctx->device)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "queue runs on another device than this context's (%s)",
+                       ctx->info.desc.name);
+    FA_CHECK(queue_info(queue, CL_QUEUE_PROPERTIES, "CL_QUEUE_PROPERTIES", sizeof props, &props));
+    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "queue executes out of order: the kernels of a pass rely on running in the order queued");
+    cl_int err = fa_cl.clRetainCommandQueue(queue);
+    return err == CL_SUCCESS ? FA_SUCCESS : fa_cl_error(err, "clRetainCommandQueue");
+}
+
+static void cl_queue_drop(void *handle, void *native) {
+    (void)handle;
+    fa_cl.clReleaseCommandQueue((cl_command_queue)native);
+}
+
+static fa_status cl_queue_order(void *handle, void *later, void *earlier) {
+    (void)handle;
+    cl_event marker = NULL;
+    cl_int err = fa_cl.clEnqueueMarkerWithWaitList((cl_command_queue)earlier, 0, NULL, &marker);
+    if (err != CL_SUCCESS) return fa_cl_error(err, "clEnqueueMarkerWithWaitList on the previous queue");
+    /* Another queue may wait on the marker only once it is submitted. */
+    err = fa_cl.clFlush((cl_command_queue)earlier);
+    if (err == CL_SUCCESS) err = fa_cl.clEnqueueBarrierWithWaitList((cl_command_queue)later, 1, &marker, NULL);
+    fa_cl.clReleaseEvent(marker);
+    return err == CL_SUCCESS ? FA_SUCCESS : fa_cl_error(err, "ordering the new queue after the previous one");
+}
+
+static void cl_queue_select(void *handle, void *native) {
+    fa_cl_context *ctx = handle;
+    ctx->queue = native ? (cl_command_queue)native : ctx->own_queue;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -406,6 +467,10 @@ const fa_backend_ops fa_opencl_backend = {
     .context_destroy = cl_context_destroy,
     .context_synchronize = cl_context_synchronize,
     .context_native = cl_context_native,
+    .queue_adopt = cl_queue_adopt,
+    .queue_drop = cl_queue_drop,
+    .queue_order = cl_queue_order,
+    .queue_select = cl_queue_select,
     .buffer_alloc = cl_buffer_alloc,
     .buffer_wrap = cl_buffer_wrap,
     .buffer_free = cl_buffer_free,

@@ -189,7 +189,6 @@ typedef struct fa_cl_std_plan {
     int64_t total_q, total_k;
     std_layout q, k, v, o;
     float scale;
-    cl_uint drop_key0, drop_key1, drop_offset_lo;
     float drop_scale;
     int block_q, block_k, block_cols;
 
@@ -521,9 +520,6 @@ fa_status fa_cl_standard_prepare(fa_cl_context *ctx, const fa_plan_s *plan, void
     p->v = resolve_layout(d, FA_TENSOR_V);
     p->o = resolve_layout(d, FA_TENSOR_O);
     p->scale = plan->scale;
-    p->drop_key0 = (cl_uint)(uint32_t)d->dropout_seed;
-    p->drop_key1 = (cl_uint)((uint32_t)(d->dropout_seed >> 32) + (uint32_t)(d->dropout_offset >> 32));
-    p->drop_offset_lo = (cl_uint)(uint32_t)d->dropout_offset;
     p->drop_scale = d->dropout_p > 0.0f ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
     p->block_q = d->block_mask ? d->block_q : 1;
     p->block_k = d->block_mask ? d->block_k : 1;
@@ -673,9 +669,9 @@ static void shape_mask_args(std_args *a, const fa_cl_std_plan *p, const fa_atten
 }
 
 static void dropout_args(std_args *a, const fa_cl_std_plan *p, const fa_plan_s *plan) {
-    arg_uint(a, p->drop_key0);
-    arg_uint(a, p->drop_key1);
-    arg_uint(a, p->drop_offset_lo);
+    arg_uint(a, plan->dropout_key.key0);
+    arg_uint(a, plan->dropout_key.key1);
+    arg_uint(a, plan->dropout_key.offset_lo);
     arg_uint(a, plan->dropout_threshold);
     arg_float(a, p->drop_scale);
 }

@@ -118,7 +118,8 @@ def _tensor_desc(td, view):
 
 
 def _plan(ctx, q, k, v, o, opts):
-    """The context's plan for this problem and layout."""
+    """The context's plan for this problem and layout, seeded for this call
+    (call under ctx.lock, which keeps the seed until the pass is queued)."""
     dims = _problem(q, k, v, opts)
     desc = _lib.AttentionDesc()
     lib.fa_attention_desc_init(ctypes.byref(desc))
@@ -129,8 +130,6 @@ def _plan(ctx, q, k, v, o, opts):
     desc.causal = int(opts.causal)
     desc.window_left, desc.window_right = opts.window
     desc.dropout_p = opts.dropout_p
-    desc.dropout_seed = opts.dropout_seed
-    desc.dropout_offset = opts.dropout_offset
     desc.algorithm = opts.algorithm
     desc.deterministic = int(opts.deterministic)
     desc.allow_tf32 = int(opts.allow_tf32)
@@ -138,7 +137,8 @@ def _plan(ctx, q, k, v, o, opts):
         desc.block_mask_bytes = opts.block_mask.nbytes
         desc.block_q, desc.block_k = opts.block_size
     # The host arrays the descriptor points to are part of the problem: the
-    # key holds their bytes, the descriptor (pointers NULL so far) the rest.
+    # key holds their bytes, the descriptor (pointers NULL so far, dropout
+    # seed and offset 0: they are set per call) the rest.
     key = (bytes(desc),) + tuple(None if a is None else a.tobytes()
                                  for a in (opts.cu_seqlens_q, opts.cu_seqlens_k, opts.block_mask))
 
@@ -150,7 +150,10 @@ def _plan(ctx, q, k, v, o, opts):
             desc.cu_seqlens_k = opts.cu_seqlens_k.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
         return desc
 
-    return ctx.plan(key, make_desc)
+    plan = ctx.plan(key, make_desc)
+    if opts.dropout_p > 0:
+        call("fa_plan_set_dropout_seed", plan, opts.dropout_seed, opts.dropout_offset)
+    return plan
 
 
 class _Buffers:

@@ -1,6 +1,7 @@
 """Devices and contexts: which devices exist, one context per device for
-the whole process (opening one compiles nothing but may probe bandwidth), and
-each context's plans, reused while the same problem comes back."""
+the whole process (opening one compiles nothing but may probe bandwidth),
+the native queue each context runs on, and each context's plans, reused
+while the same problem comes back (whatever its dropout seed)."""
 import collections
 import ctypes
 import threading
@@ -67,6 +68,7 @@ class Context:
         self.backend = self.device.backend
         self.lock = threading.RLock()
         self._plans = collections.OrderedDict()
+        self._queue = None  # the caller's native queue in use; None: the context's own
 
     def __repr__(self):
         return f"<flashattn.Context {self.backend}:{self.device.index} {self.device.name}>"
@@ -81,11 +83,25 @@ class Context:
     def synchronize(self):
         call("fa_context_synchronize", self.handle)
 
+    def set_native_queue(self, queue):
+        """Run the context's later calls on a native queue of the caller's
+        (fa_context_set_native_queue), as an integer handle: a
+        cl_command_queue of this context, a CUstream (1 is
+        CU_STREAM_LEGACY, PyTorch's default stream) or a hipStream_t. The
+        new queue waits on the device for the work queued before; None or 0
+        restores the context's own queue."""
+        queue = int(queue) if queue else None
+        with self.lock:
+            if queue != self._queue:
+                call("fa_context_set_native_queue", self.handle, ctypes.c_void_p(queue))
+                self._queue = queue
+
     def plan(self, key, make_desc):
         """The plan of a problem: cached under key (every field of the
-        descriptor and the host arrays it points to), else created from
-        make_desc(), whose result must stay alive until fa_plan_create
-        returns (it copies masks and offsets)."""
+        descriptor and the host arrays it points to, but the dropout seed
+        and offset: fa_plan_set_dropout_seed gives each call its own), else
+        created from make_desc(), whose result must stay alive until
+        fa_plan_create returns (it copies masks and offsets)."""
         with self.lock:
             plan = self._plans.get(key)
             if plan is not None:

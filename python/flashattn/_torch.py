@@ -2,10 +2,15 @@
 backward passes on the tensors' own memory.
 
 CUDA (and ROCm) tensors are wrapped where they lie (fa_buffer_wrap): no
-copy. The library queues its work on a stream of its own, and the C API has
-no way to adopt PyTorch's, so each call waits for PyTorch's current stream
-before it starts and for the library's stream before it returns. CPU tensors
-run on the CPU reference in place, or on an OpenCL device through copies."""
+copy. The context runs on PyTorch's current stream
+(fa_context_set_native_queue), so the passes are ordered with the torch ops
+around them as torch's own kernels are, and no call waits on the host.
+PyTorch's streams come from a pool that lives as long as the process, so
+the context may keep the last one after a call. One exception: ROCm's null
+stream (PyTorch's default there) has no handle the C API can take, so on it
+a call waits for PyTorch's stream before it starts and for the library's
+before it returns. CPU tensors run on the CPU reference in place, or on an
+OpenCL device through copies."""
 import torch
 
 from . import _api, _attention, _views
@@ -14,6 +19,10 @@ from ._lib import DTYPE_BF16, DTYPE_F16, DTYPE_F32
 __all__ = ["FlashAttnFunction", "attention"]
 
 _DTYPES = {torch.float32: DTYPE_F32, torch.float16: DTYPE_F16, torch.bfloat16: DTYPE_BF16}
+# cudaStream_t 0, PyTorch's default stream, is the legacy default stream;
+# the C API takes it by this handle (CU_STREAM_LEGACY), as NULL means the
+# context's own stream.
+_CU_STREAM_LEGACY = 0x1
 
 
 def _backend_of(device):
@@ -34,6 +43,7 @@ class TorchAdapter:
 
     def __init__(self, device):
         self.device = device
+        self._wait_after = False
 
     def view(self, t, name, packed=False):
         if not isinstance(t, torch.Tensor):
@@ -56,11 +66,22 @@ class TorchAdapter:
         return t, _view(t)
 
     def before(self, ctx):
-        if self.device.type != "cpu":
-            torch.cuda.current_stream(self.device).synchronize()
+        """The context's work goes to PyTorch's current stream."""
+        if self.device.type == "cpu" or ctx.backend != _backend_of(self.device):
+            return  # host memory; or a mismatch, which binding the tensors reports
+        stream = torch.cuda.current_stream(self.device)
+        handle = stream.cuda_stream
+        if handle == 0 and ctx.backend == "cuda":
+            handle = _CU_STREAM_LEGACY
+        self._wait_after = handle == 0
+        if self._wait_after:  # ROCm's null stream: the context's own, waits on the host
+            ctx.set_native_queue(None)
+            stream.synchronize()
+        else:
+            ctx.set_native_queue(handle)
 
     def after(self, ctx):
-        if self.device.type != "cpu":
+        if self._wait_after:
             ctx.synchronize()
 
 

@@ -113,6 +113,29 @@ def test_dropout_same_seed_same_mask(backend, rng):
     assert rel_error(a, c) > 1e-2 and rel_error(a, no_dropout) > 1e-2
 
 
+def test_dropout_seeds_share_one_plan(backend, rng):
+    """A training loop's fresh seed per step reuses the plan (the seed is
+    set per call, fa_plan_set_dropout_seed), and each call still draws the
+    mask of its own seed and offset, forward and backward."""
+    q, k, v, dout = (random(rng, (1, 48, 2, 32)) for _ in range(4))
+    ctx = flashattn.context(backend, -1)
+    first = flashattn.flash_attn_func(q, k, v, dropout_p=0.3, dropout_seed=1, backend=backend)
+    plans = len(ctx._plans)
+    for seed in (2, 3):
+        opts = dict(dropout_p=0.3, dropout_seed=seed, dropout_offset=seed << 33)
+        out, lse = flashattn.flash_attn_func(q, k, v, return_softmax_lse=True, backend=backend, **opts)
+        grads = flashattn.flash_attn_backward(dout, q, k, v, out, lse, backend=backend, **opts)
+        ref_out = flashattn.flash_attn_func(q, k, v, backend="reference", **opts)
+        ref_grads = flashattn.flash_attn_backward(dout, q, k, v, out, lse, backend="reference", **opts)
+        assert rel_error(out, ref_out) < 1e-5
+        for got, want in zip(grads, ref_grads):
+            assert rel_error(got, want) < 1e-5
+        assert rel_error(out, first) > 1e-2
+    again = flashattn.flash_attn_func(q, k, v, dropout_p=0.3, dropout_seed=1, backend=backend)
+    assert np.array_equal(first, again)
+    assert len(ctx._plans) == plans
+
+
 def test_dropout_backward_needs_the_seed(rng):
     q = random(rng, (1, 16, 1, 32))
     with pytest.raises(ValueError, match="dropout_seed"):

@@ -83,3 +83,27 @@ def test_lse_is_returned_and_not_differentiable():
     out, lse = flashattn.flash_attn_func(q, k, v, return_softmax_lse=True, backend="reference")
     assert lse.shape == (1, 2, 32) and lse.dtype == torch.float32 and not lse.requires_grad
     assert np.isfinite(lse.numpy()).all()
+
+
+def test_cuda_runs_on_the_current_stream():
+    """The calls queue on PyTorch's current stream: behind a torch op still
+    running there, with no host wait (the call returns while the stream is
+    busy), and with the result a call after a synchronize gives; on the
+    default stream the context holds CU_STREAM_LEGACY."""
+    if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
+        pytest.skip("no CUDA device")
+    q, k, v, _ = (t.detach() for t in _inputs("cuda", torch.float16))
+    want = flashattn.flash_attn_func(q, k, v, causal=True)  # also builds the plan
+    ctx = flashattn.context("cuda", q.device.index or 0)
+    assert ctx.native()[1] == 1
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(1 << 30)  # about half a second of GPU time
+        late_q = q * 1.0  # written only after the sleep
+        out = flashattn.flash_attn_func(late_q, k, v, causal=True)
+        busy = not side.query()
+        assert ctx.native()[1] == side.cuda_stream
+    side.synchronize()
+    assert busy, "the call waited for the stream on the host"
+    assert torch.equal(out, want)

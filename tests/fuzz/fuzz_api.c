@@ -1,0 +1,883 @@
+/* libFuzzer target: the public API on the reference backend, driven by API
+ * call sequences decoded from the fuzzer's bytes.
+ *
+ * The input is a program: each operation is one opcode byte followed by its
+ * arguments (object slots, sizes, a descriptor, a device description), read
+ * with the pickers of fuzz_input.h. Objects live in a few slots (contexts,
+ * buffers, plans) so that operations meet in any order: a plan run on
+ * buffers of another context, a buffer freed and then passed, a context
+ * destroyed while its buffers live, a forward pass over outputs that alias
+ * inputs.
+ *
+ * What every call must do (the oracle):
+ * - return a fa_status; on failure, leave a non-empty fa_last_error() and
+ *   change no byte of any buffer;
+ * - on success of a pass, every tensor the descriptor describes lies inside
+ *   its buffer (fuzz_oracle.c computes the spans from the header alone, in
+ *   128-bit arithmetic), and no byte outside the output tensors' elements
+ *   changed, inputs included;
+ * - never read or write outside memory it was given: buffers of the
+ *   reference are host memory, so AddressSanitizer sees every access, and
+ *   wrapped memory sits between poisoned guards; the descriptor's host
+ *   arrays (block mask, cu_seqlens) are freed right after fa_plan_create,
+ *   which the header says copies them;
+ * - a descriptor the check accepts has its flags in their domains and
+ *   every tensor below 2^62 bytes; a pass that succeeds had no output
+ *   overlapping another argument in the same buffer (the header's rules);
+ * - the planner is deterministic and its plans fit the device.
+ *
+ * FA_FUZZ_TRACE=1 prints each call and descriptor (to read a crash). */
+#include "flashattn.h"
+
+#include "dtype.h"
+#include "fa_internal.h"
+#include "fuzz_gen.h"
+#include "fuzz_input.h"
+#include "fuzz_oracle.h"
+
+#include <math.h>
+#include <sanitizer/asan_interface.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONTEXTS 2
+#define BUFFERS 10
+#define PLANS 3
+#define MAX_OPS 64
+/* Buffers stay small: a pass over them takes microseconds. */
+#define MAX_BUFFER ((size_t)64 << 10)
+/* (sequence, head) pairs a pass on the reference may walk. */
+#define MAX_ROWS (1 << 20)
+#define GUARD 64
+#define MAX_TEXT 4096
+/* Where the header says every tensor must end. */
+#define TENSOR_LIMIT ((fz_wide)1 << 62)
+
+/* Huge requests must fail as out of memory, not abort: the library's
+ * checks are what is under test, not the allocator's. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1:max_allocation_size_mb=512"; }
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Options and failure reports                                              */
+
+static int tracing;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    const char *t = getenv("FA_FUZZ_TRACE");
+    tracing = t && t[0] == '1';
+    /* Hermetic: no kernel cache on disk, no bandwidth measurement. */
+    setenv("FLASHATTN_CACHE_DIR", "off", 1);
+    setenv("FLASHATTN_NO_BANDWIDTH_PROBE", "1", 1);
+    return 0;
+}
+
+static void trace_desc(const fz_desc *d) {
+    if (tracing) fz_desc_print(stderr, d);
+}
+
+static void trace(const char *fmt, ...) {
+    if (!tracing) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* A broken promise: report it and abort, which libFuzzer records as a crash
+ * with this input. */
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("fa-fuzz: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}
+
+/* Every call goes through here: a valid status, and a message on failure. */
+static fa_status checked(fa_status st, const char *call) {
+    if ((int)st < 0 || st >= FA_STATUS_COUNT) die("%s returned %d, which is not a fa_status", call, (int)st);
+    const char *msg = fa_last_error();
+    if (!msg) die("%s: fa_last_error() is NULL", call);
+    if (st != FA_SUCCESS && msg[0] == '\0') die("%s failed (%s) with an empty fa_last_error()", call, fa_status_string(st));
+    trace("  %s -> %s%s%s", call, fa_status_string(st), st ? ": " : "", st ? msg : "");
+    return st;
+}
+
+#define CALL(expr) (fa_clear_error(), checked((expr), #expr))
+
+/* ------------------------------------------------------------------------ */
+/* Objects                                                                  */
+
+typedef struct fz_context {
+    fa_context h;
+    int id; /* unique per created context: buffers and plans name it */
+} fz_context;
+
+typedef struct fz_buffer {
+    fa_buffer h;
+    int ctx_id;
+    size_t bytes;
+    unsigned char *wrapped; /* guard + bytes + guard, or NULL when allocated */
+} fz_buffer;
+
+typedef struct fz_plan {
+    fa_plan h;
+    int ctx_id;
+    fz_desc desc; /* the harness's own copy, for the oracle */
+} fz_plan;
+
+typedef struct state {
+    fz_context ctx[CONTEXTS];
+    fz_buffer buf[BUFFERS];
+    fz_plan plan[PLANS];
+    int next_id;
+    unsigned char *scratch; /* host side of uploads and downloads */
+} state;
+
+static fz_context *context_of(state *s, int id) {
+    for (int i = 0; i < CONTEXTS; i++)
+        if (s->ctx[i].h && s->ctx[i].id == id) return &s->ctx[i];
+    return NULL;
+}
+
+/* The bytes of a buffer, straight from host memory (the reference's
+ * buffers are host memory). */
+static unsigned char *host_bytes(const fz_buffer *b) {
+    if (b->wrapped) return b->wrapped + GUARD;
+    void *native = NULL;
+    if (CALL(fa_buffer_get_native(b->h, &native)) != FA_SUCCESS || !native)
+        die("fa_buffer_get_native gave no host pointer for a reference buffer");
+    return native;
+}
+
+static void release_wrapped(fz_buffer *b) {
+    if (!b->wrapped) return;
+    ASAN_UNPOISON_MEMORY_REGION(b->wrapped, b->bytes + 2 * GUARD);
+    free(b->wrapped);
+    b->wrapped = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Descriptor checks                                                        */
+
+/* An accepted descriptor: flags in their domains, every tensor inside the
+ * 2^62 bytes the header allows. */
+static void check_accepted(const fa_attention_desc *d, const char *call) {
+    const struct {
+        int value;
+        const char *name;
+    } flags[] = {{d->causal, "causal"}, {d->deterministic, "deterministic"}, {d->allow_tf32, "allow_tf32"}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (flags[i].value != 0 && flags[i].value != 1)
+            die("%s accepted %s = %d (0 or 1)", call, flags[i].name, flags[i].value);
+    for (int r = 0; r < FZ_ROLE_COUNT; r++) {
+        fz_span sp;
+        if (!fz_tensor_span(d, (fz_role)r, &sp))
+            die("%s accepted a descriptor whose %s tensor is not defined", call, fz_role_name((fz_role)r));
+        if (sp.first < 0 || sp.end > TENSOR_LIMIT)
+            die("%s accepted a descriptor whose %s tensor spans bytes [%.6g, %.6g), outside [0, 2^62)", call,
+                fz_role_name((fz_role)r), (double)sp.first, (double)sp.end);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Passes                                                                   */
+
+typedef struct pass_buffers {
+    fz_buffer *of_role[FZ_ROLE_COUNT]; /* NULL where the slot is empty */
+    int roles;                         /* 5 forward, 9 backward */
+} pass_buffers;
+
+/* Distinct buffers of a pass, with their bytes before the call. */
+typedef struct snapshot {
+    fz_buffer *buf[FZ_ROLE_COUNT];
+    unsigned char *before[FZ_ROLE_COUNT];
+    int count;
+} snapshot;
+
+static void snapshot_take(snapshot *sn, const pass_buffers *pb) {
+    memset(sn, 0, sizeof *sn);
+    for (int r = 0; r < pb->roles; r++) {
+        fz_buffer *b = pb->of_role[r];
+        if (!b || !b->h) continue;
+        int seen = 0;
+        for (int i = 0; i < sn->count; i++) seen |= sn->buf[i] == b;
+        if (seen) continue;
+        sn->before[sn->count] = malloc(b->bytes);
+        if (!sn->before[sn->count]) die("out of host memory for a snapshot");
+        memcpy(sn->before[sn->count], host_bytes(b), b->bytes);
+        sn->buf[sn->count++] = b;
+    }
+}
+
+static void snapshot_free(snapshot *sn) {
+    for (int i = 0; i < sn->count; i++) free(sn->before[i]);
+}
+
+static int is_output(fz_role r) { return r == FZ_O || r == FZ_LSE || r == FZ_DQ || r == FZ_DK || r == FZ_DV; }
+
+/* After a pass: with ok, every byte outside the output tensors' elements in
+ * each buffer is as before; without, every byte is (d may then be NULL). */
+static void snapshot_compare(const snapshot *sn, const pass_buffers *pb, const fa_attention_desc *d, int forward,
+                             int ok) {
+    for (int i = 0; i < sn->count; i++) {
+        fz_buffer *b = sn->buf[i];
+        unsigned char *allowed = calloc(b->bytes, 1);
+        if (!allowed) die("out of host memory for a write mask");
+        for (int r = 0; ok && r < pb->roles; r++) {
+            if (pb->of_role[r] != b || !is_output((fz_role)r)) continue;
+            /* The forward pass writes O and L; the backward pass dQ, dK, dV. */
+            if (forward != (r == FZ_O || r == FZ_LSE)) continue;
+            if (!fz_mark_elements(d, (fz_role)r, allowed, b->bytes)) memset(allowed, 1, b->bytes);
+        }
+        const unsigned char *now = host_bytes(b);
+        for (size_t x = 0; x < b->bytes; x++)
+            if (!allowed[x] && now[x] != sn->before[i][x])
+                die("%s %s byte %zu of a %zu-byte buffer, outside every output tensor's elements",
+                    forward ? "fa_forward" : "fa_backward", ok ? "succeeded and changed" : "failed but changed", x,
+                    b->bytes);
+        free(allowed);
+    }
+}
+
+/* After a successful pass: every tensor inside its buffer. */
+static void check_inside(const pass_buffers *pb, const fa_attention_desc *d, const char *call) {
+    for (int r = 0; r < pb->roles; r++) {
+        fz_span sp;
+        if (!fz_tensor_span(d, (fz_role)r, &sp))
+            die("%s succeeded on a descriptor whose %s tensor is not defined", call, fz_role_name((fz_role)r));
+        if (sp.end == sp.first) continue;
+        size_t bytes = pb->of_role[r] ? pb->of_role[r]->bytes : 0;
+        if (sp.first < 0 || sp.end > (fz_wide)bytes)
+            die("%s succeeded but %s spans bytes [%.6g, %.6g) of a %zu-byte buffer", call, fz_role_name((fz_role)r),
+                (double)sp.first, (double)sp.end, bytes);
+    }
+}
+
+/* After a successful pass: no output shares a byte with another argument
+ * of the same buffer (inputs may overlap each other freely). */
+static void check_disjoint(const pass_buffers *pb, const fa_attention_desc *d, int forward, const char *call) {
+    for (int r = 0; r < pb->roles; r++) {
+        fz_buffer *b = pb->of_role[r];
+        if (!b || !is_output((fz_role)r) || forward != (r == FZ_O || r == FZ_LSE)) continue;
+        unsigned char *mine = calloc(b->bytes, 1), *others = calloc(b->bytes, 1);
+        if (!mine || !others) die("out of host memory for an overlap mask");
+        int known = fz_mark_elements(d, (fz_role)r, mine, b->bytes);
+        for (int o = 0; known && o < pb->roles; o++)
+            if (o != r && pb->of_role[o] == b) known = fz_mark_elements(d, (fz_role)o, others, b->bytes);
+        for (size_t x = 0; known && x < b->bytes; x++)
+            if (mine[x] && others[x])
+                die("%s succeeded with %s overlapping another argument at byte %zu of their buffer", call,
+                    fz_role_name((fz_role)r), x);
+        free(mine);
+        free(others);
+    }
+}
+
+static fa_buffer handle(const fz_buffer *b) { return b ? b->h : NULL; }
+
+/* One pass (forward or backward) on the plan and buffers, held to the
+ * oracle. p may be NULL (the call must then fail). */
+static void run_pass(fz_plan *p, const pass_buffers *pb, int forward) {
+    snapshot sn;
+    snapshot_take(&sn, pb);
+    fz_buffer *const *x = pb->of_role;
+    fa_plan h = p ? p->h : NULL;
+    const char *call = forward ? "fa_forward" : "fa_backward";
+    fa_status st = forward ? CALL(fa_forward(h, handle(x[FZ_Q]), handle(x[FZ_K]), handle(x[FZ_V]), handle(x[FZ_O]),
+                                             handle(x[FZ_LSE])))
+                           : CALL(fa_backward(h, handle(x[FZ_Q]), handle(x[FZ_K]), handle(x[FZ_V]), handle(x[FZ_O]),
+                                              handle(x[FZ_LSE]), handle(x[FZ_DOUT]), handle(x[FZ_DQ]),
+                                              handle(x[FZ_DK]), handle(x[FZ_DV])));
+    if (st == FA_SUCCESS && !p) die("%s succeeded without a plan", call);
+    if (st == FA_SUCCESS) {
+        check_inside(pb, &p->desc.d, call);
+        check_disjoint(pb, &p->desc.d, forward, call);
+    }
+    snapshot_compare(&sn, pb, p ? &p->desc.d : NULL, forward, st == FA_SUCCESS);
+    snapshot_free(&sn);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Data                                                                     */
+
+/* Fills a buffer through fa_buffer_upload: values of a few magnitudes in
+ * the buffer's dtype, with NaN, infinities and huge values sprinkled in. */
+static void fill(fz_in *in, fz_buffer *b, fa_dtype dtype, unsigned char *scratch) {
+    if (!b || !b->h) return;
+    uint32_t state = fz_u32(in) | 1u;
+    float magnitude = fz_float(in, 0.0f, 4.0f);
+    int specials = fz_choose(in, 4);
+    size_t elem = dtype == FA_DTYPE_F32 ? 4 : 2;
+    size_t count = b->bytes / elem;
+    for (size_t i = 0; i < count; i++) {
+        state ^= state << 13, state ^= state >> 17, state ^= state << 5;
+        float v = magnitude * ((float)(state >> 8) / 8388608.0f - 1.0f);
+        if (specials && state % 61 == 0) {
+            const float odd[4] = {NAN, INFINITY, -INFINITY, 3.0e38f};
+            v = odd[state / 61 % (unsigned)specials];
+        }
+        if (elem == 4) {
+            memcpy(scratch + i * 4, &v, 4);
+        } else {
+            uint16_t h = dtype == FA_DTYPE_F16 ? fa_f32_to_f16(v) : fa_f32_to_bf16(v);
+            memcpy(scratch + i * 2, &h, 2);
+        }
+    }
+    memset(scratch + count * elem, 0, b->bytes - count * elem);
+    CALL(fa_buffer_upload(b->h, 0, scratch, b->bytes));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Operations                                                               */
+
+static fz_buffer *pick_buffer(fz_in *in, state *s) {
+    int i = fz_choose(in, BUFFERS + 1);
+    return i < BUFFERS ? &s->buf[i] : NULL;
+}
+
+static fz_buffer *free_buffer_slot(state *s, int i) { return s->buf[i].h ? NULL : &s->buf[i]; }
+
+static void op_context_create(fz_in *in, state *s) {
+    fz_context *c = &s->ctx[fz_choose(in, CONTEXTS)];
+    /* The reference only (other backends are not compiled into the fuzzing
+     * build), by name, as "any", or an invalid backend. */
+    static const int backends[] = {FA_BACKEND_REFERENCE, FA_BACKEND_REFERENCE, FA_BACKEND_ANY, FA_BACKEND_COUNT,
+                                   -2, 1000};
+    int backend = backends[fz_choose(in, (int)(sizeof backends / sizeof backends[0]))];
+    int index = fz_int(in, -1, 0, 1);
+    if (fz_choose(in, 32) == 0) {
+        CALL(fa_context_create((fa_backend)backend, index, NULL));
+        return;
+    }
+    if (c->h) return;
+    fa_context h = NULL;
+    fa_status st = CALL(fa_context_create((fa_backend)backend, index, &h));
+    /* Only -1 means "best" (the header). */
+    if (index < -1 && st != FA_ERR_INVALID_ARGUMENT)
+        die("fa_context_create(%d, %d) gave %s, not invalid argument", backend, index, fa_status_string(st));
+    if (st != FA_SUCCESS) return;
+    fa_device_info info;
+    if (CALL(fa_context_get_info(h, &info)) != FA_SUCCESS) die("fa_context_get_info failed on a new context");
+    if (info.backend != FA_BACKEND_REFERENCE) {
+        CALL(fa_context_destroy(h));
+        return;
+    }
+    c->h = h;
+    c->id = ++s->next_id;
+}
+
+static void op_context_destroy(fz_in *in, state *s) {
+    int i = fz_choose(in, CONTEXTS + 1);
+    if (i == CONTEXTS) {
+        CALL(fa_context_destroy(NULL));
+        return;
+    }
+    fz_context *c = &s->ctx[i];
+    if (!c->h) return;
+    /* Either the context lives on until its buffers and plans are gone, or
+     * the call refuses: in both cases those objects stay usable. */
+    if (CALL(fa_context_destroy(c->h)) == FA_SUCCESS) c->h = NULL;
+}
+
+static void op_context_misc(fz_in *in, state *s) {
+    int i = fz_choose(in, CONTEXTS + 1);
+    fa_context h = i < CONTEXTS ? s->ctx[i].h : NULL;
+    fa_device_info info;
+    void *nc = NULL, *nq = NULL;
+    switch (fz_choose(in, 4)) {
+    case 0: CALL(fa_context_get_info(h, fz_choose(in, 2) ? &info : NULL)); break;
+    case 1: CALL(fa_context_synchronize(h)); break;
+    case 2: CALL(fa_context_get_native(h, &nc, &nq)); break;
+    default: CALL(fa_context_get_native(h, NULL, NULL)); break;
+    }
+}
+
+static void add_buffer(fz_buffer *slot, const fz_context *c, fa_buffer h, size_t bytes, unsigned char *wrapped) {
+    if (!c) die("a buffer was made without a context");
+    slot->h = h;
+    slot->ctx_id = c->id;
+    slot->bytes = bytes;
+    slot->wrapped = wrapped;
+    size_t size = 0;
+    if (CALL(fa_buffer_size(h, &size)) != FA_SUCCESS || size != bytes)
+        die("fa_buffer_size says %zu bytes for a buffer of %zu", size, bytes);
+}
+
+static void alloc_into(fz_buffer *slot, fz_context *c, size_t bytes) {
+    fa_buffer h = NULL;
+    if (CALL(fa_buffer_alloc(c ? c->h : NULL, bytes, &h)) != FA_SUCCESS) return;
+    if (bytes > MAX_BUFFER) die("fa_buffer_alloc of %zu bytes succeeded", bytes);
+    add_buffer(slot, c, h, bytes, NULL);
+    /* Defined contents, so that a run replays exactly. */
+    static const unsigned char zeros[MAX_BUFFER];
+    CALL(fa_buffer_upload(h, 0, zeros, bytes));
+}
+
+static fz_context *pick_context(fz_in *in, state *s) {
+    int i = fz_choose(in, CONTEXTS + 1);
+    return i < CONTEXTS && s->ctx[i].h ? &s->ctx[i] : NULL;
+}
+
+static void op_buffer_alloc(fz_in *in, state *s) {
+    fz_context *c = pick_context(in, s);
+    fz_buffer *slot = free_buffer_slot(s, fz_choose(in, BUFFERS));
+    size_t bytes = fz_size(in, 1, MAX_BUFFER);
+    /* Between MAX_BUFFER and what the allocator refuses lies nothing worth
+     * the memory. */
+    if (bytes > MAX_BUFFER && bytes < ((size_t)1 << 40)) bytes = MAX_BUFFER;
+    if (!slot) return;
+    alloc_into(slot, c, bytes);
+}
+
+/* A buffer of the size one of a plan's tensors needs, give or take. */
+static void op_buffer_for_tensor(fz_in *in, state *s) {
+    fz_plan *p = &s->plan[fz_choose(in, PLANS)];
+    fz_role role = (fz_role)fz_choose(in, FZ_ROLE_COUNT);
+    fz_buffer *slot = free_buffer_slot(s, fz_choose(in, BUFFERS));
+    int delta = fz_int(in, 0, 0, 1) ? fz_int(in, -16, 16, 1) : 0;
+    fz_context *c = p->h ? context_of(s, p->ctx_id) : NULL;
+    fz_span sp;
+    if (!slot || !c || !fz_tensor_span(&p->desc.d, role, &sp)) return;
+    fz_wide bytes = sp.end + delta;
+    if (bytes < 1) bytes = 1;
+    if (bytes > (fz_wide)MAX_BUFFER) bytes = MAX_BUFFER;
+    alloc_into(slot, c, (size_t)bytes);
+}
+
+static void op_buffer_wrap(fz_in *in, state *s) {
+    fz_context *c = pick_context(in, s);
+    fz_buffer *slot = free_buffer_slot(s, fz_choose(in, BUFFERS));
+    size_t bytes = fz_size(in, 1, MAX_BUFFER);
+    int null_native = fz_choose(in, 32) == 0;
+    if (!slot) return;
+    if (bytes == 0) {
+        /* Refused before the memory is looked at. */
+        fa_buffer h = NULL;
+        if (CALL(fa_buffer_wrap(c ? c->h : NULL, s->scratch, 0, &h)) == FA_SUCCESS)
+            die("fa_buffer_wrap of 0 bytes succeeded");
+        return;
+    }
+    if (bytes > MAX_BUFFER) return;
+    unsigned char *mem = malloc(bytes + 2 * GUARD);
+    if (!mem) return;
+    memset(mem + GUARD, 0, bytes);
+    ASAN_POISON_MEMORY_REGION(mem, GUARD);
+    ASAN_POISON_MEMORY_REGION(mem + GUARD + bytes, GUARD);
+    fa_buffer h = NULL;
+    if (CALL(fa_buffer_wrap(c ? c->h : NULL, null_native ? NULL : mem + GUARD, bytes, &h)) != FA_SUCCESS) {
+        ASAN_UNPOISON_MEMORY_REGION(mem, bytes + 2 * GUARD);
+        free(mem);
+        return;
+    }
+    add_buffer(slot, c, h, bytes, mem);
+}
+
+static void op_buffer_free(fz_in *in, state *s) {
+    fz_buffer *b = pick_buffer(in, s);
+    if (!b) {
+        CALL(fa_buffer_free(NULL));
+        return;
+    }
+    if (!b->h) return;
+    if (CALL(fa_buffer_free(b->h)) != FA_SUCCESS) die("fa_buffer_free failed on a live buffer");
+    release_wrapped(b);
+    memset(b, 0, sizeof *b);
+}
+
+static void op_buffer_copy(fz_in *in, state *s, int upload) {
+    fz_buffer *b = pick_buffer(in, s);
+    size_t offset = fz_size(in, 0, MAX_BUFFER);
+    size_t bytes = fz_size(in, 0, MAX_BUFFER);
+    int null_host = fz_choose(in, 32) == 0;
+    if (b && !b->h) return;
+    /* The host side holds at most MAX_BUFFER bytes, as much as any buffer:
+     * a longer copy must be refused, and reading or writing past the
+     * scratch would show. */
+    void *host = null_host ? NULL : s->scratch;
+    unsigned char *before = NULL;
+    if (b) {
+        before = malloc(b->bytes);
+        if (!before) return;
+        memcpy(before, host_bytes(b), b->bytes);
+    }
+    fa_status st = upload ? CALL(fa_buffer_upload(handle(b), offset, host, bytes))
+                          : CALL(fa_buffer_download(handle(b), offset, host, bytes));
+    if (b) {
+        int inside = offset <= b->bytes && bytes <= b->bytes - offset;
+        if (st == FA_SUCCESS && !inside)
+            die("%s of [%zu, +%zu) succeeded on a %zu-byte buffer", upload ? "fa_buffer_upload" : "fa_buffer_download",
+                offset, bytes, b->bytes);
+        const unsigned char *now = host_bytes(b);
+        for (size_t x = 0; x < b->bytes; x++) {
+            int written = upload && st == FA_SUCCESS && x >= offset && x - offset < bytes;
+            if (!written && now[x] != before[x])
+                die("%s changed byte %zu of the buffer outside the range [%zu, +%zu)",
+                    upload ? "fa_buffer_upload" : "fa_buffer_download", x, offset, bytes);
+        }
+    }
+    free(before);
+}
+
+static void op_buffer_query(fz_in *in, state *s) {
+    fz_buffer *b = pick_buffer(in, s);
+    if (b && !b->h) return;
+    size_t size = 0;
+    void *native = NULL;
+    switch (fz_choose(in, 4)) {
+    case 0: CALL(fa_buffer_size(handle(b), NULL)); break;
+    case 1: CALL(fa_buffer_get_native(handle(b), NULL)); break;
+    case 2: CALL(fa_buffer_get_native(handle(b), &native)); break;
+    default:
+        if (CALL(fa_buffer_size(handle(b), &size)) == FA_SUCCESS && size != b->bytes)
+            die("fa_buffer_size says %zu for a %zu-byte buffer", size, b->bytes);
+        break;
+    }
+}
+
+static void op_buffer_fill(fz_in *in, state *s) {
+    fz_buffer *b = pick_buffer(in, s);
+    fill(in, b, (fa_dtype)fz_choose(in, 3), s->scratch);
+}
+
+/* The plan's info must be what the planner gives for its context's device:
+ * the same problem on the same device always gets the same plan. */
+static void check_plan_info(fz_plan *p, fz_context *c) {
+    fa_plan_info got, want;
+    fa_device_info info;
+    if (CALL(fa_plan_get_info(p->h, &got)) != FA_SUCCESS) die("fa_plan_get_info failed on a live plan");
+    if (!c || CALL(fa_context_get_info(c->h, &info)) != FA_SUCCESS) return;
+    if (CALL(fa_plan_for_device(&info.desc, &p->desc.d, &want)) != FA_SUCCESS)
+        die("fa_plan_create succeeded where fa_plan_for_device on its device fails");
+    if (memcmp(&got, &want, sizeof got) != 0) die("fa_plan_get_info differs from fa_plan_for_device on the same device");
+}
+
+static void op_plan_create(fz_in *in, state *s) {
+    fz_context *c = pick_context(in, s);
+    fz_plan *p = &s->plan[fz_choose(in, PLANS)];
+    int null_desc = fz_choose(in, 32) == 0;
+    fz_desc given;
+    fz_desc_read(in, &given);
+    trace_desc(&given);
+    if (p->h) {
+        fz_desc_free(&given);
+        return;
+    }
+    fz_desc keep;
+    if (!fz_desc_copy(&keep, &given)) {
+        fz_desc_free(&given);
+        return;
+    }
+    fa_plan h = NULL;
+    fa_status st = CALL(fa_plan_create(c ? c->h : NULL, null_desc ? NULL : &given.d, &h));
+    /* The plan keeps its own copies of the host arrays (the header says so):
+     * freeing them now makes any later use a heap-use-after-free. */
+    fz_desc_free(&given);
+    if (st != FA_SUCCESS) {
+        fz_desc_free(&keep);
+        return;
+    }
+    if (!c) die("fa_plan_create succeeded without a context");
+    check_accepted(&keep.d, "fa_plan_create");
+    if (CALL(fa_attention_desc_check(&keep.d)) != FA_SUCCESS)
+        die("fa_plan_create accepted a descriptor that fa_attention_desc_check refuses");
+    p->h = h;
+    p->ctx_id = c->id;
+    p->desc = keep;
+    check_plan_info(p, c);
+}
+
+static void op_plan_destroy(fz_in *in, state *s) {
+    int i = fz_choose(in, PLANS + 1);
+    if (i == PLANS) {
+        CALL(fa_plan_destroy(NULL));
+        return;
+    }
+    fz_plan *p = &s->plan[i];
+    if (!p->h) return;
+    if (CALL(fa_plan_destroy(p->h)) != FA_SUCCESS) die("fa_plan_destroy failed on a live plan");
+    fz_desc_free(&p->desc);
+    memset(p, 0, sizeof *p);
+}
+
+static fz_plan *pick_plan(fz_in *in, state *s) {
+    int i = fz_choose(in, PLANS + 1);
+    return i < PLANS && s->plan[i].h ? &s->plan[i] : NULL;
+}
+
+/* The reference walks every (sequence, head) pair, empty sequences
+ * included: a plan of a billion heads over no tokens fits any buffer but
+ * takes seconds. Passes stay fast by skipping such plans. */
+static int too_slow_to_run(const fz_plan *p) {
+    return p && (fz_wide)p->desc.d.batch * p->desc.d.heads_q > MAX_ROWS;
+}
+
+static void op_pass(fz_in *in, state *s, int forward) {
+    fz_plan *p = pick_plan(in, s);
+    pass_buffers pb;
+    memset(&pb, 0, sizeof pb);
+    pb.roles = forward ? 5 : FZ_ROLE_COUNT;
+    for (int r = 0; r < pb.roles; r++) {
+        fz_buffer *b = pick_buffer(in, s);
+        pb.of_role[r] = b && b->h ? b : NULL;
+    }
+    if (too_slow_to_run(p)) return;
+    run_pass(p, &pb, forward);
+}
+
+/* A forward then a backward pass on fresh buffers of exactly the sizes the
+ * plan's tensors need, filled with data: the path on which passes succeed. */
+static void op_run(fz_in *in, state *s) {
+    fz_plan *p = pick_plan(in, s);
+    int slack = fz_int(in, 0, 0, 1) ? fz_int(in, 0, 64, 16) : 0;
+    fz_context *c = p ? context_of(s, p->ctx_id) : NULL;
+    if (!c || too_slow_to_run(p)) return;
+    fz_buffer bufs[FZ_ROLE_COUNT];
+    pass_buffers pb;
+    memset(bufs, 0, sizeof bufs);
+    memset(&pb, 0, sizeof pb);
+    pb.roles = FZ_ROLE_COUNT;
+    int ok = 1;
+    for (int r = 0; r < FZ_ROLE_COUNT && ok; r++) {
+        fz_span sp;
+        ok = fz_tensor_span(&p->desc.d, (fz_role)r, &sp) && sp.end + slack <= (fz_wide)MAX_BUFFER;
+        if (!ok) break;
+        size_t bytes = sp.end + slack > 0 ? (size_t)(sp.end + slack) : 1;
+        alloc_into(&bufs[r], c, bytes);
+        ok = bufs[r].h != NULL;
+        pb.of_role[r] = &bufs[r];
+        if (ok) fill(in, &bufs[r], r == FZ_LSE ? FA_DTYPE_F32 : p->desc.d.q.dtype, s->scratch);
+    }
+    if (ok) {
+        pb.roles = 5;
+        run_pass(p, &pb, 1);
+        pb.roles = FZ_ROLE_COUNT;
+        run_pass(p, &pb, 0);
+    }
+    for (int r = 0; r < FZ_ROLE_COUNT; r++)
+        if (bufs[r].h && CALL(fa_buffer_free(bufs[r].h)) != FA_SUCCESS) die("fa_buffer_free failed");
+}
+
+/* fa_plan_info_format into exactly out_size bytes: NUL-terminated, the
+ * length it needed returned, nothing written past out_size. */
+static void check_format(fz_in *in, const fa_plan_info *info) {
+    size_t out_size = fz_size(in, 0, MAX_TEXT);
+    if (out_size > MAX_TEXT) out_size = MAX_TEXT;
+    char *out = out_size ? malloc(out_size) : NULL;
+    if (out_size && !out) return;
+    if (out) memset(out, 'x', out_size);
+    size_t need = fa_plan_info_format(info, out, out_size);
+    size_t again = fa_plan_info_format(info, NULL, 0);
+    if (need != again) die("fa_plan_info_format needs %zu bytes into a buffer and %zu into none", need, again);
+    if (out) {
+        size_t len = strnlen(out, out_size);
+        if (len == out_size) die("fa_plan_info_format left %zu bytes unterminated", out_size);
+        if (len != (need < out_size ? need : out_size - 1))
+            die("fa_plan_info_format wrote %zu characters of %zu into %zu bytes", len, need, out_size);
+    }
+    free(out);
+}
+
+static void op_plan_query(fz_in *in, state *s) {
+    fz_plan *p = pick_plan(in, s);
+    fa_plan_info info;
+    double ms = 0.0;
+    switch (fz_choose(in, 4)) {
+    case 0: CALL(fa_plan_get_info(p ? p->h : NULL, NULL)); break;
+    case 1:
+        if (CALL(fa_plan_last_time_ms(p ? p->h : NULL, fz_choose(in, 8) ? &ms : NULL)) == FA_SUCCESS &&
+            !(ms >= 0.0 && isfinite(ms)))
+            die("fa_plan_last_time_ms gave %g ms", ms);
+        break;
+    default:
+        if (CALL(fa_plan_get_info(p ? p->h : NULL, &info)) == FA_SUCCESS) check_format(in, &info);
+        break;
+    }
+}
+
+/* A plan fits its device: tiles and work-groups within its limits, costs
+ * not negative and not NaN (infinite where a described rate is absurdly
+ * small, which the device check lets through). */
+static void check_plan_fits(const fa_device_desc *dev, const fa_kernel_plan *k, const char *pass) {
+    const double costs[] = {k->cost.hbm_read_bytes, k->cost.hbm_write_bytes, k->cost.flops, k->cost.compute_ms,
+                            k->cost.memory_ms, k->cost.roofline_ms, k->cost.dram_read_bytes, k->cost.dram_write_bytes};
+    for (size_t i = 0; i < sizeof costs / sizeof costs[0]; i++)
+        if (!(costs[i] >= 0.0)) die("%s plan: cost field %zu is %g", pass, i, costs[i]);
+    if (k->variant == FA_VARIANT_STANDARD) return;
+    if (k->br <= 0 || k->bc <= 0 || k->split_k < 1 || k->stages < 1 || k->num_work_groups < 1)
+        die("%s plan: br %d, bc %d, split_k %d, stages %d, %d work-groups", pass, k->br, k->bc, k->split_k, k->stages,
+            k->num_work_groups);
+    if (k->work_group_size < 1 || k->work_group_size > dev->max_work_group_size)
+        die("%s plan: work-group of %d on a device of at most %d", pass, k->work_group_size,
+            dev->max_work_group_size);
+    if (k->local_mem_bytes > dev->local_mem_bytes)
+        die("%s plan: %zu bytes of local memory on a device of %zu", pass, k->local_mem_bytes, dev->local_mem_bytes);
+}
+
+static void op_plan_for_device(fz_in *in, state *s) {
+    (void)s;
+    fa_device_desc dev;
+    fz_device_read(in, &dev);
+    if (tracing) fz_device_print(stderr, &dev);
+    fz_desc d;
+    fz_desc_read(in, &d);
+    trace_desc(&d);
+    int null_arg = fz_choose(in, 32);
+    fa_plan_info info, again;
+    fa_status st = CALL(fa_plan_for_device(null_arg == 0 ? NULL : &dev, null_arg == 1 ? NULL : &d.d,
+                                           null_arg == 2 ? NULL : &info));
+    if (st == FA_SUCCESS) {
+        check_accepted(&d.d, "fa_plan_for_device");
+        if (CALL(fa_plan_for_device(&dev, &d.d, &again)) != FA_SUCCESS || memcmp(&info, &again, sizeof info) != 0)
+            die("fa_plan_for_device gave two different answers for the same problem");
+        if (d.d.algorithm == FA_ALGO_FUSED) {
+            check_plan_fits(&dev, &info.forward, "forward");
+            check_plan_fits(&dev, &info.backward, "backward");
+        }
+        check_format(in, &info);
+    }
+    fz_desc_free(&d);
+}
+
+static void op_desc_check(fz_in *in, state *s) {
+    (void)s;
+    fz_desc d;
+    fz_desc_read(in, &d);
+    trace_desc(&d);
+    if (CALL(fa_attention_desc_check(fz_choose(in, 64) ? &d.d : NULL)) == FA_SUCCESS)
+        check_accepted(&d.d, "fa_attention_desc_check");
+    fz_desc_free(&d);
+}
+
+/* Calls that may be made from anywhere with anything. */
+static void op_queries(fz_in *in, state *s) {
+    int count = 0;
+    char *reason = NULL;
+    size_t reason_size = 0;
+    fa_device_info info;
+    switch (fz_choose(in, 8)) {
+    case 0: CALL(fa_device_count(fz_choose(in, 8) ? &count : NULL)); break;
+    case 1: CALL(fa_device_get_info(fz_int(in, -1, 4, 1), fz_choose(in, 8) ? &info : NULL)); break;
+    case 2:
+        reason_size = fz_size(in, 0, 600);
+        if (reason_size > 600) reason_size = 600;
+        reason = reason_size ? malloc(reason_size) : NULL;
+        CALL(fa_backend_get_status((fa_backend)fz_int(in, -1, 4, 1), reason, reason_size));
+        if (reason && strnlen(reason, reason_size) == reason_size)
+            die("fa_backend_get_status left its reason unterminated");
+        free(reason);
+        break;
+    case 3: {
+        int v = fz_int(in, -1, FA_STATUS_COUNT + 1, 1);
+        if (!fa_status_string((fa_status)v) || !fa_backend_name((fa_backend)v) || !fa_dtype_name((fa_dtype)v) ||
+            !fa_variant_name((fa_variant)v))
+            die("a name function returned NULL for %d", v);
+        (void)fa_dtype_size((fa_dtype)v);
+        break;
+    }
+    case 4: {
+        uint64_t seed = (uint64_t)fz_i64(in, 0, 255, 1), offset = (uint64_t)fz_i64(in, 0, 255, 1);
+        float p = fz_float(in, 0.0f, 1.0f);
+        int args[5];
+        for (int i = 0; i < 5; i++) args[i] = fz_int(in, 0, 64, 1);
+        int keep = fa_dropout_keep(seed, offset, p, args[0], args[1], args[2], args[3], args[4]);
+        if (keep != 0 && keep != 1) die("fa_dropout_keep returned %d", keep);
+        break;
+    }
+    case 5: {
+        fa_plan_info raw;
+        for (size_t i = 0; i < sizeof raw; i++) ((unsigned char *)&raw)[i] = fz_byte(in);
+        check_format(in, fz_choose(in, 16) ? &raw : NULL);
+        break;
+    }
+    case 6: {
+        fz_desc d;
+        fz_desc_read(in, &d);
+        (void)fa_attention_total_q(&d.d);
+        (void)fa_attention_total_k(&d.d);
+        (void)fa_attention_total_q(NULL);
+        fa_attention_desc_init(NULL);
+        fz_desc_free(&d);
+        break;
+    }
+    default: {
+        int major = -1, minor = -1, patch = -1;
+        const char *v = fa_version(&major, &minor, &patch);
+        char expect[64];
+        snprintf(expect, sizeof expect, "%d.%d.%d", major, minor, patch);
+        if (!v || strcmp(v, expect) != 0) die("fa_version says %s but %s", v ? v : "(null)", expect);
+        break;
+    }
+    }
+    (void)s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The program                                                              */
+
+static void op_upload(fz_in *in, state *s) { op_buffer_copy(in, s, 1); }
+static void op_download(fz_in *in, state *s) { op_buffer_copy(in, s, 0); }
+static void op_forward(fz_in *in, state *s) { op_pass(in, s, 1); }
+static void op_backward(fz_in *in, state *s) { op_pass(in, s, 0); }
+
+/* The opcode is the index in this table (the corpus depends on the order:
+ * append, never insert). */
+static const struct {
+    const char *name;
+    void (*run)(fz_in *in, state *s);
+} ops[] = {
+    {"context_create", op_context_create}, {"context_destroy", op_context_destroy},
+    {"context_misc", op_context_misc},     {"buffer_alloc", op_buffer_alloc},
+    {"buffer_for_tensor", op_buffer_for_tensor}, {"buffer_wrap", op_buffer_wrap},
+    {"buffer_free", op_buffer_free},       {"upload", op_upload},
+    {"download", op_download},             {"buffer_query", op_buffer_query},
+    {"buffer_fill", op_buffer_fill},       {"plan_create", op_plan_create},
+    {"plan_destroy", op_plan_destroy},     {"forward", op_forward},
+    {"backward", op_backward},             {"run", op_run},
+    {"plan_query", op_plan_query},         {"plan_for_device", op_plan_for_device},
+    {"desc_check", op_desc_check},         {"queries", op_queries},
+};
+
+/* Plans, then buffers, then contexts: the order every caller may use. */
+static void teardown(state *s) {
+    for (int i = 0; i < PLANS; i++)
+        if (s->plan[i].h) {
+            if (CALL(fa_plan_destroy(s->plan[i].h)) != FA_SUCCESS) die("fa_plan_destroy failed at teardown");
+            fz_desc_free(&s->plan[i].desc);
+        }
+    for (int i = 0; i < BUFFERS; i++)
+        if (s->buf[i].h) {
+            if (CALL(fa_buffer_free(s->buf[i].h)) != FA_SUCCESS) die("fa_buffer_free failed at teardown");
+            release_wrapped(&s->buf[i]);
+        }
+    for (int i = 0; i < CONTEXTS; i++)
+        if (s->ctx[i].h && CALL(fa_context_destroy(s->ctx[i].h)) != FA_SUCCESS)
+            die("fa_context_destroy failed at teardown, with nothing left on the context");
+    free(s->scratch);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fz_in in = {data, size};
+    state s;
+    memset(&s, 0, sizeof s);
+    s.scratch = malloc(MAX_BUFFER);
+    if (!s.scratch) return 0;
+    memset(s.scratch, 0, MAX_BUFFER);
+    for (int n = 0; n < MAX_OPS && in.n > 0; n++) {
+        int op = fz_choose(&in, (int)(sizeof ops / sizeof ops[0]));
+        trace("%s", ops[op].name);
+        ops[op].run(&in, &s);
+    }
+    teardown(&s);
+    return 0;
+}

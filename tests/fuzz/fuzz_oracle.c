@@ -1,0 +1,142 @@
+#include "fuzz_oracle.h"
+
+#include <string.h>
+
+/* Element walks beyond this are skipped: a buffer of the fuzzer holds far
+ * fewer, so a tensor with more elements has already failed the span test. */
+#define MAX_WALK (1 << 22)
+
+const char *fz_role_name(fz_role role) {
+    static const char *const names[FZ_ROLE_COUNT] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"};
+    return (unsigned)role < FZ_ROLE_COUNT ? names[role] : "?";
+}
+
+/* A tensor as the header defines it, with zero strides resolved to the
+ * packed [batch, seq, heads, head_dim] layout. */
+typedef struct layout {
+    fz_wide offset, sb, ss, sh;
+    int64_t batch, seq, heads, dim;
+    const int32_t *cu; /* token offsets with varlen, else NULL */
+    int64_t elem;      /* bytes */
+} layout;
+
+static int64_t dtype_bytes(fa_dtype t) {
+    switch (t) {
+    case FA_DTYPE_F32: return 4;
+    case FA_DTYPE_F16:
+    case FA_DTYPE_BF16: return 2;
+    default: return 0;
+    }
+}
+
+static int resolve(const fa_attention_desc *d, fz_role role, layout *l) {
+    memset(l, 0, sizeof *l);
+    if (d->batch <= 0 || d->seqlen_q <= 0 || d->seqlen_k <= 0 || d->heads_q <= 0 || d->heads_kv <= 0 ||
+        d->head_dim <= 0)
+        return 0;
+    int query = role == FZ_Q || role == FZ_O || role == FZ_DOUT || role == FZ_DQ;
+    const fa_tensor_desc *t = role == FZ_Q || role == FZ_DQ ? &d->q
+                              : role == FZ_K || role == FZ_DK ? &d->k
+                              : role == FZ_V || role == FZ_DV ? &d->v
+                                                              : &d->o;
+    /* O, dO and dQ are in q's dtype. */
+    fa_dtype dtype = query ? d->q.dtype : t->dtype;
+    l->elem = dtype_bytes(dtype);
+    if (!l->elem) return 0;
+    l->batch = d->batch;
+    l->seq = query ? d->seqlen_q : d->seqlen_k;
+    l->heads = query ? d->heads_q : d->heads_kv;
+    l->dim = d->head_dim;
+    l->cu = query ? d->cu_seqlens_q : d->cu_seqlens_k;
+    l->offset = t->offset;
+    l->sh = t->stride_head ? t->stride_head : l->dim;
+    l->ss = t->stride_seq ? t->stride_seq : (fz_wide)l->heads * l->dim;
+    l->sb = t->stride_batch ? t->stride_batch : (fz_wide)l->seq * l->heads * l->dim;
+    return 1;
+}
+
+/* [lo, hi] of k * stride over k in [0, n - 1], n >= 1. */
+static void dim_range(fz_wide n, fz_wide stride, fz_wide *lo, fz_wide *hi) {
+    fz_wide far = (n - 1) * stride;
+    *lo = far < 0 ? far : 0;
+    *hi = far > 0 ? far : 0;
+}
+
+int fz_tensor_span(const fa_attention_desc *d, fz_role role, fz_span *span) {
+    memset(span, 0, sizeof *span);
+    if (role == FZ_LSE) {
+        if (d->batch <= 0 || d->heads_q <= 0 || d->seqlen_q <= 0) return 0;
+        fz_wide tokens = d->cu_seqlens_q ? (fz_wide)d->cu_seqlens_q[d->batch] - d->cu_seqlens_q[0]
+                                          : (fz_wide)d->batch * d->seqlen_q;
+        if (tokens < 0) return 0;
+        span->elements = tokens * d->heads_q;
+        span->end = span->elements * 4;
+        return 1;
+    }
+    layout l;
+    if (!resolve(d, role, &l)) return 0;
+    /* Element index = offset + token part + h * sh + x. */
+    fz_wide lo = l.offset, hi = l.offset, a, b;
+    dim_range(l.heads, l.sh, &a, &b);
+    lo += a, hi += b;
+    hi += l.dim - 1;
+    fz_wide tokens = 0, tok_lo = 0, tok_hi = 0;
+    if (l.cu) {
+        int any = 0;
+        for (int64_t i = 0; i < l.batch; i++) {
+            fz_wide len = (fz_wide)l.cu[i + 1] - l.cu[i];
+            if (len <= 0) continue;
+            tokens += len;
+            fz_wide p = (fz_wide)l.cu[i] * l.ss, q = ((fz_wide)l.cu[i + 1] - 1) * l.ss;
+            fz_wide plo = p < q ? p : q, phi = p < q ? q : p;
+            if (!any || plo < tok_lo) tok_lo = plo;
+            if (!any || phi > tok_hi) tok_hi = phi;
+            any = 1;
+        }
+        if (!any) return 1; /* no token: nothing spanned */
+    } else {
+        tokens = (fz_wide)l.batch * l.seq;
+        fz_wide s_lo, s_hi;
+        dim_range(l.batch, l.sb, &tok_lo, &tok_hi);
+        dim_range(l.seq, l.ss, &s_lo, &s_hi);
+        tok_lo += s_lo, tok_hi += s_hi;
+    }
+    lo += tok_lo, hi += tok_hi;
+    span->elements = tokens * l.heads * l.dim;
+    span->first = lo * l.elem;
+    span->end = (hi + 1) * l.elem;
+    return 1;
+}
+
+static void mark(unsigned char *allowed, size_t bytes, fz_wide first, fz_wide count) {
+    if (first < 0) {
+        count += first;
+        first = 0;
+    }
+    if (count <= 0 || first >= (fz_wide)bytes) return;
+    if (first + count > (fz_wide)bytes) count = (fz_wide)bytes - first;
+    memset(allowed + (size_t)first, 1, (size_t)count);
+}
+
+int fz_mark_elements(const fa_attention_desc *d, fz_role role, unsigned char *allowed, size_t bytes) {
+    fz_span span;
+    if (!fz_tensor_span(d, role, &span)) return 0;
+    if (span.elements > MAX_WALK) return 0;
+    if (role == FZ_LSE) {
+        mark(allowed, bytes, 0, span.end);
+        return 1;
+    }
+    layout l;
+    resolve(d, role, &l);
+    for (int64_t b = 0; b < l.batch; b++) {
+        int64_t len = l.cu ? (int64_t)l.cu[b + 1] - l.cu[b] : l.seq;
+        for (int64_t t = 0; t < len; t++) {
+            fz_wide token = l.cu ? ((fz_wide)l.cu[b] + t) * l.ss : b * l.sb + t * l.ss;
+            for (int64_t h = 0; h < l.heads; h++) {
+                fz_wide row = l.offset + token + h * l.sh;
+                mark(allowed, bytes, row * l.elem, (fz_wide)l.dim * l.elem);
+            }
+        }
+    }
+    return 1;
+}

@@ -209,9 +209,9 @@ static fa_status check_layout(const fa_attention_desc *d, fa_tensor_role role) {
         if (sorted[i].extent <= 1) continue;
         if (sorted[i].stride <= reach)
             return fa_fail(FA_ERR_BAD_STRIDE,
-                           "%s strides overlap: a stride of %lld elements steps inside the %lld elements "
+                           "%s strides overlap: a stride of %lld elements steps inside the %llu elements "
                            "the smaller dimensions span",
-                           name, (long long)sorted[i].stride, (long long)(reach + 1));
+                           name, (long long)sorted[i].stride, (unsigned long long)reach + 1u);
         int64_t step;
         if (fa_ckd_mul_i64(&step, sorted[i].stride, sorted[i].extent - 1) || fa_ckd_add_i64(&reach, reach, step))
             return fa_fail(explicit_strides ? FA_ERR_BAD_STRIDE : FA_ERR_INVALID_SIZE,

@@ -75,6 +75,18 @@ FA_TEST(offsets_near_2_62_refused) {
     fa_context_destroy(ctx);
 }
 
+/* Strides whose span reaches exactly INT64_MAX: the overlap message must
+ * not compute one past it (found by the fuzzer). */
+FA_TEST(overlapping_strides_at_int64_max) {
+    fa_attention_desc d = tiny_desc();
+    d.seqlen_q = 1;
+    d.seqlen_k = 16;
+    d.heads_q = d.heads_kv = 2;
+    d.head_dim = 16;
+    d.k.stride_batch = d.k.stride_seq = d.k.stride_head = INT64_MAX - 15;
+    CHECK_FAILS(fa_attention_desc_check(&d), FA_ERR_BAD_STRIDE, "k strides overlap");
+}
+
 /* The bound is 2^62 bytes to the tensor's last byte: at it a layout is
  * accepted, one element past it refused. */
 FA_TEST(tensor_end_bounded_at_2_62_bytes) {
@@ -430,4 +442,4 @@ FA_TEST_MAIN(FA_CASE(checked_arithmetic), FA_CASE(offsets_near_2_62_refused),
              FA_CASE(destroy_in_any_order), FA_CASE(windows_normalised_in_the_plan),
              FA_CASE(flags_and_indices_range_checked), FA_CASE(overlap_test_is_sound),
              FA_CASE(outputs_aliasing_refused), FA_CASE(huge_mask_blocks), FA_CASE(env_build_options_parsed),
-             FA_CASE(largest_shapes_plan_create_at_once))
+             FA_CASE(largest_shapes_plan_create_at_once), FA_CASE(overlapping_strides_at_int64_max))

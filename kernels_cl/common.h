@@ -290,6 +290,9 @@ FA_FN void fa_stream_store_rows(__local float *dst, int rows, int lid, int s, fl
     if (r < rows) vstore8(val, 0, dst + r * HEAD_DIM + xu * 8);
 }
 
+#endif
+
+#ifdef DQ_ATOMIC
 /* Adds v to *p atomically (OpenCL C 1.2 has no float atomics): the
  * hardware's float add through inline PTX on NVIDIA (FA_NV_PTX, set by the
  * host where the device takes NVIDIA's compiler options), else a

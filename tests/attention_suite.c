@@ -563,7 +563,7 @@ void suite_block_sparse_skips_tiles(void) {
     d.block_mask_bytes = sizeof mask;
     d.block_q = 16;
     d.block_k = 16;
-    const suite_tiles t = {16, 16, 2, 2, 1};
+    const suite_tiles t = {16, 16, 2, 2, 1, 0};
     run_opts opt = {&t, &t, 1, 0, 32, 64, 0};
     run_result res;
     run_case("block-sparse NaN in skipped tiles", &d, &opt, &res);
@@ -591,7 +591,7 @@ void suite_dropout(void) {
     d.dropout_p = 0.3f;
     d.dropout_seed = 7;
     d.dropout_offset = 99;
-    const suite_tiles t = {6, 6, 2, 3, 1};
+    const suite_tiles t = {6, 6, 2, 3, 1, 0};
     run_tiles("dropout odd tiles", &d, &t, &t, 1);
 }
 
@@ -697,14 +697,14 @@ void suite_decoding_splitk(void) {
     for (int i = 0; i < 3; i++) {
         fa_attention_desc d = suite_desc(FA_DTYPE_F16, 2, sqs[i], 2100, 4, 1, 64);
         d.causal = i == 1;
-        const suite_tiles t = {16, 64, 1, 4, 4 + i};
+        const suite_tiles t = {16, 64, 1, 4, 4 + i, 0};
         char name[64];
         snprintf(name, sizeof name, "decode %dx2100 split %d%s", sqs[i], t.split, d.causal ? " causal" : "");
         run_tiles(name, &d, &t, NULL, 0);
     }
     /* More splits than key tiles: some splits see nothing and weigh 0. */
     fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 3, 150, 2, 2, 32);
-    const suite_tiles t = {8, 32, 1, 2, 8};
+    const suite_tiles t = {8, 32, 1, 2, 8, 0};
     run_tiles("decode 3x150 split 8", &d, &t, NULL, 0);
     static const int32_t cu_q[] = {0, 1, 3, 4};
     static const int32_t cu_k[] = {0, 700, 2300, 2301};
@@ -712,7 +712,7 @@ void suite_decoding_splitk(void) {
     d.cu_seqlens_q = cu_q;
     d.cu_seqlens_k = cu_k;
     d.window_left = 500;
-    run_tiles("decode varlen window split 4", &d, &(suite_tiles){16, 32, 1, 2, 4}, NULL, 0);
+    run_tiles("decode varlen window split 4", &d, &(suite_tiles){16, 32, 1, 2, 4, 0}, NULL, 0);
     d = suite_desc(FA_DTYPE_F16, 1, 4, 3000, 8, 1, 128);
     run("decode planner's own plan", &d, 0);
 }
@@ -789,14 +789,15 @@ void suite_deterministic_backward(void) {
     free(res.o);
 }
 
-/* Whether this device can hold both passes' work-groups and local memory. */
+/* Whether this device can hold both passes' work-groups and local memory
+ * (matrix-unit tiles: their work-groups; force_tiles checks the rest). */
 static int fits_here(const fa_attention_desc *d, const suite_tiles *f, const suite_tiles *b) {
     fa_device_info info;
     if (fa_context_get_info(suite_context(), &info) != FA_SUCCESS) return 0;
     const suite_tiles *t[2] = {f, b};
     for (int pass = 0; pass < 2; pass++) {
         int wg = (t[pass]->br / t[pass]->tr) * (t[pass]->bc / t[pass]->tc);
-        size_t local = fa_plan_local_mem(FA_VARIANT_SIMT, (fa_pass)pass, d, t[pass]->br, t[pass]->bc, 1);
+        size_t local = t[pass]->mma ? 0 : fa_plan_local_mem(FA_VARIANT_SIMT, (fa_pass)pass, d, t[pass]->br, t[pass]->bc, 1);
         if (wg > info.desc.max_work_group_size || local > info.desc.local_mem_bytes) return 0;
     }
     return 1;
@@ -806,8 +807,9 @@ static int fits_here(const fa_attention_desc *d, const suite_tiles *f, const sui
  * problems: the kernels must be right for every shape the planner emits,
  * not only for PoCL's. Training shapes (8 x 16 heads x 2048) give the large
  * tiles, a decoding shape (4 queries, 8192 keys) the split-K plans. Where
- * a device would use matrix units (MMA, the CUDA backend's), its fp32 plan
- * is taken instead. */
+ * a device would use matrix units its fp32 plan is taken instead, unless
+ * the backend runs that device's matrix-unit tiles here (runs_mma: an
+ * OpenCL device of the layout this one runs, native or emulated). */
 void suite_described_devices(void) {
     SUITE_REQUIRE();
     static const char *const keys[] = {"h100", "mi250x", "arc-a770", "nvidia-opencl", "pocl-cpu"};
@@ -822,23 +824,28 @@ void suite_described_devices(void) {
             big.causal = j == 1;
             fa_plan_info info;
             fa_status st = fa_plan_for_device(&dev->desc, &big, &info);
-            if (st == FA_SUCCESS && (info.forward.variant == FA_VARIANT_MMA || info.backward.variant == FA_VARIANT_MMA)) {
-                /* Matrix-unit tiles are the CUDA backend's; the device's fp32
-                 * (SIMT) plan runs here instead. */
+            const int mma_here = g_backend->runs_mma && g_backend->runs_mma(suite_context(), &dev->desc);
+            if (st == FA_SUCCESS && !mma_here &&
+                (info.forward.variant == FA_VARIANT_MMA || info.backward.variant == FA_VARIANT_MMA)) {
+                /* Matrix-unit tiles of another backend or layout; the
+                 * device's fp32 (SIMT) plan runs here instead. */
                 big.q.dtype = big.k.dtype = big.v.dtype = big.o.dtype = FA_DTYPE_F32;
                 st = fa_plan_for_device(&dev->desc, &big, &info);
             }
             CHECK_MSG(st == FA_SUCCESS, "planning for %s: %s", keys[i], fa_last_error());
             if (st != FA_SUCCESS) continue;
             suite_tiles f = {info.forward.br, info.forward.bc, info.forward.thread_rows, info.forward.thread_cols,
-                       info.forward.variant == FA_VARIANT_SPLITK ? info.forward.split_k : 1};
-            suite_tiles b = {info.backward.br, info.backward.bc, info.backward.thread_rows, info.backward.thread_cols, 1};
+                             info.forward.split_k > 1 ? info.forward.split_k : 1,
+                             info.forward.variant == FA_VARIANT_MMA};
+            suite_tiles b = {info.backward.br, info.backward.bc, info.backward.thread_rows, info.backward.thread_cols, 1,
+                             info.backward.variant == FA_VARIANT_MMA};
             fa_attention_desc d = decode ? suite_desc(big.q.dtype, 1, 4, 1100, 4, 1, dim)
                                          : suite_desc(big.q.dtype, 1, 150, 170, 2, 1, dim);
             d.causal = big.causal;
             char name[96];
-            snprintf(name, sizeof name, "%s%s d%d %dx%d/%dx%d s%d, %dx%d/%dx%d", keys[i], decode ? " decode" : "", dim,
-                     f.br, f.bc, f.tr, f.tc, f.split, b.br, b.bc, b.tr, b.tc);
+            snprintf(name, sizeof name, "%s%s d%d %s%dx%d/%dx%d s%d, %s%dx%d/%dx%d", keys[i], decode ? " decode" : "",
+                     dim, f.mma ? "mma " : "", f.br, f.bc, f.tr, f.tc, f.split, b.mma ? "mma " : "", b.br, b.bc, b.tr,
+                     b.tc);
             if (!fits_here(&d, &f, &b)) {
                 /* PoCL (CI) holds every shape; a GPU with fewer work-items
                  * or less local memory than the described device cannot. */
@@ -858,13 +865,13 @@ void suite_rejects_bad_tiles(void) {
     fa_plan plan = NULL;
     CHECK_OK(fa_plan_create(suite_context(), &d, &plan));
     if (!plan) return;
-    const suite_tiles uneven = {16, 16, 3, 2, 1};
+    const suite_tiles uneven = {16, 16, 3, 2, 1, 0};
     fa_status st = g_backend->force_tiles(plan, &uneven, NULL);
     CHECK_MSG(st != FA_SUCCESS && plan->impl == NULL, "br 16 with thread_rows 3 was accepted");
-    const suite_tiles huge = {4096, 4096, 1, 1, 1};
+    const suite_tiles huge = {4096, 4096, 1, 1, 1, 0};
     st = g_backend->force_tiles(plan, &huge, NULL);
     CHECK_MSG(st != FA_SUCCESS && plan->impl == NULL, "a 4096 x 4096 work-group was accepted");
-    const suite_tiles fine = {16, 16, 4, 4, 1};
+    const suite_tiles fine = {16, 16, 4, 4, 1, 0};
     CHECK_OK(g_backend->force_tiles(plan, &fine, &fine));
     fa_plan_destroy(plan);
 }

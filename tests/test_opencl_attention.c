@@ -21,9 +21,21 @@ static int g_stream;
 
 #ifdef FA_WITH_OPENCL
 #include "backends/opencl/cl_attention.h"
+#include "backends/opencl/cl_mma.h"
 
-/* The local memory fa_plan_local_mem gives a plan's kernels. */
-static size_t planned_local(const fa_kernel_plan *kp, fa_pass pass, const fa_attention_desc *desc) {
+/* The local memory the planner gives a plan's kernels: fa_plan_local_mem's
+ * figure for the FMA kernels, planner_cl_mma.c's for the matrix-unit ones;
+ * *extra receives what an emulated fragment layer may add (its scratch). */
+static size_t planned_local(fa_plan plan, const fa_kernel_plan *kp, fa_pass pass, size_t *extra) {
+    const fa_attention_desc *desc = &plan->desc;
+    *extra = 0;
+    if (kp->variant == FA_VARIANT_MMA) {
+        const fa_device_desc *dev = &plan->ctx->info.desc;
+        fa_cl_mma_geometry g;
+        if (fa_cl_mma_geometry_of(dev, desc, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, &g))
+            *extra = fa_cl_mma_extra_local(plan->ctx->impl, g.warps > g.dq_warps ? g.warps : g.dq_warps);
+        return fa_cl_mma_local_mem(dev, desc, pass, kp->br, kp->bc);
+    }
     fa_variant v = kp->variant == FA_VARIANT_SIMT_STREAM ? FA_VARIANT_SIMT_STREAM : FA_VARIANT_SIMT;
     return fa_plan_local_mem(v, pass, desc, kp->br, kp->bc, 1);
 }
@@ -42,25 +54,27 @@ static int stream_tiles(const suite_tiles *t, fa_pass pass, const fa_attention_d
     return pass == FA_PASS_FORWARD || 2 * t->tc * ((desc->head_dim + ntr - 1) / ntr) <= 64;
 }
 
-static void apply_tiles(fa_kernel_plan *kp, const suite_tiles *t, fa_pass pass, const fa_attention_desc *desc) {
+static void apply_tiles(fa_plan plan, fa_kernel_plan *kp, const suite_tiles *t, fa_pass pass) {
     kp->br = t->br;
     kp->bc = t->bc;
     kp->thread_rows = t->tr;
     kp->thread_cols = t->tc;
     kp->work_group_size = (t->br / t->tr) * (t->bc / t->tc);
     kp->split_k = t->split > 1 ? t->split : 1;
-    kp->variant = t->split > 1                      ? FA_VARIANT_SPLITK
-                  : stream_tiles(t, pass, desc) ? FA_VARIANT_SIMT_STREAM
-                                                    : FA_VARIANT_SIMT;
+    kp->variant = t->mma                                ? FA_VARIANT_MMA
+                  : t->split > 1                        ? FA_VARIANT_SPLITK
+                  : stream_tiles(t, pass, &plan->desc) ? FA_VARIANT_SIMT_STREAM
+                                                        : FA_VARIANT_SIMT;
     kp->stages = 1;
-    kp->local_mem_bytes = planned_local(kp, pass, desc);
+    size_t extra;
+    kp->local_mem_bytes = planned_local(plan, kp, pass, &extra);
 }
 
 static fa_status cl_force_tiles(fa_plan plan, const suite_tiles *fwd, const suite_tiles *bwd) {
     fa_cl_plan_release(plan->ctx->impl, plan->impl);
     plan->impl = NULL;
-    if (fwd) apply_tiles(&plan->info.forward, fwd, FA_PASS_FORWARD, &plan->desc);
-    if (bwd) apply_tiles(&plan->info.backward, bwd, FA_PASS_BACKWARD, &plan->desc);
+    if (fwd) apply_tiles(plan, &plan->info.forward, fwd, FA_PASS_FORWARD);
+    if (bwd) apply_tiles(plan, &plan->info.backward, bwd, FA_PASS_BACKWARD);
     return fa_cl_plan_prepare(plan->ctx->impl, plan, &plan->impl);
 }
 
@@ -72,18 +86,26 @@ static fa_status cl_force_tiles(fa_plan plan, const suite_tiles *fwd, const suit
 static void cl_check_plan(const char *name, fa_plan plan) {
     const fa_kernel_plan *kp[2] = {&plan->info.forward, &plan->info.backward};
     for (int pass = 0; pass < 2; pass++) {
-        size_t got = 0;
+        size_t got = 0, extra = 0;
         fa_status st = fa_cl_plan_kernel_local_mem(plan->impl, (fa_pass)pass, &got);
-        size_t want = planned_local(kp[pass], (fa_pass)pass, &plan->desc);
-        CHECK_MSG(st == FA_SUCCESS && got >= want && got <= want + DRIVER_LOCAL_RESERVE,
+        size_t want = planned_local(plan, kp[pass], (fa_pass)pass, &extra);
+        CHECK_MSG(st == FA_SUCCESS && got >= want && got <= want + extra + DRIVER_LOCAL_RESERVE,
                   "%s: %s kernels use %zu bytes of local memory, the planner budgets %zu", name,
                   pass ? "backward" : "forward", got, want);
     }
 }
 
-static const suite_backend opencl = {FA_BACKEND_OPENCL, "OpenCL", 1, cl_force_tiles, cl_check_plan};
+/* A described device's matrix-unit tiles run here where it is an OpenCL
+ * device of the layout this context's matrix units (or their emulation)
+ * take. */
+static int cl_runs_mma(fa_context ctx, const fa_device_desc *dev) {
+    const fa_mma_layout here = fa_cl_mma_layer(ctx->impl, NULL);
+    return here != FA_MMA_LAYOUT_NONE && fa_mma_layout_of(dev) == here;
+}
+
+static const suite_backend opencl = {FA_BACKEND_OPENCL, "OpenCL", 1, cl_force_tiles, cl_check_plan, cl_runs_mma};
 #else
-static const suite_backend opencl = {FA_BACKEND_OPENCL, "OpenCL", 0, NULL, NULL};
+static const suite_backend opencl = {FA_BACKEND_OPENCL, "OpenCL", 0, NULL, NULL, NULL};
 #endif
 
 #define OPENCL_CASE(name)                                                                  \
@@ -235,8 +257,8 @@ FA_TEST(block_sparse_skips_tiles_stream) { STREAM_CASE(block_sparse_skips_tiles)
 /* NVIDIA's OpenCL plans (fp32, 16k tokens): head_dim 128 forward 128 x 64
  * (8 x 4), backward 64 x 64 (4 x 4); head_dim 64 forward 128 x 64 (4 x 8),
  * backward 32 x 128 (4 x 4). */
-static const suite_tiles nv128_f = {128, 64, 8, 4, 1}, nv128_b = {64, 64, 4, 4, 1};
-static const suite_tiles nv64_f = {128, 64, 4, 8, 1}, nv64_b = {32, 128, 4, 4, 1};
+static const suite_tiles nv128_f = {128, 64, 8, 4, 1, 0}, nv128_b = {64, 64, 4, 4, 1, 0};
+static const suite_tiles nv64_f = {128, 64, 4, 8, 1, 0}, nv64_b = {32, 128, 4, 4, 1, 0};
 
 /* Several options a case, each case its own programs: fp32 with GQA and
  * dropout (the atomic dQ), bf16 causal with a block mask, fp16 windowed
@@ -282,14 +304,14 @@ FA_TEST(stream_d64_options) {
 FA_TEST(stream_shapes) {
     STREAM_REQUIRE();
     fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 70, 90, 2, 2, 40);
-    stream_case("stream d40 16x16/2x2", &d, &(suite_tiles){16, 16, 2, 2, 1}, &(suite_tiles){16, 16, 2, 2, 1});
+    stream_case("stream d40 16x16/2x2", &d, &(suite_tiles){16, 16, 2, 2, 1, 0}, &(suite_tiles){16, 16, 2, 2, 1, 0});
     d = suite_desc(FA_DTYPE_F32, 1, 45, 60, 2, 1, 256);
-    stream_case("stream d256 64x16/2x2, 32x16/1x2", &d, &(suite_tiles){64, 16, 2, 2, 1},
-                &(suite_tiles){32, 16, 1, 2, 1});
+    stream_case("stream d256 64x16/2x2, 32x16/1x2", &d, &(suite_tiles){64, 16, 2, 2, 1, 0},
+                &(suite_tiles){32, 16, 1, 2, 1, 0});
     d = suite_desc(FA_DTYPE_F32, 1, 37, 41, 2, 2, 16);
     d.dropout_p = 0.3f;
     d.dropout_seed = 7;
-    stream_case("stream d16 dropout 6x6/2x3", &d, &(suite_tiles){6, 6, 2, 3, 1}, &(suite_tiles){6, 6, 2, 3, 1});
+    stream_case("stream d16 dropout 6x6/2x3", &d, &(suite_tiles){6, 6, 2, 3, 1, 0}, &(suite_tiles){6, 6, 2, 3, 1, 0});
 }
 
 FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),

@@ -3,8 +3,10 @@
  * split]). Each sub-group owns MT strips of FA_M query rows and keeps their
  * scores, running maxima, row sums and output accumulators in fragments, so
  * the softmax exchanges only between the lanes of a row (fa_rows_max). K
- * and V tiles pass through local memory; O is rescaled once per key tile
- * and normalised once at the end.
+ * and V tiles pass through local memory, one buffer each: V's copy runs
+ * while S = Q K^T is computed, the next K's while O += P V is (asynchronous
+ * where the layer's fa_copy16 is: cp.async on NVIDIA). O is rescaled once
+ * per key tile and normalised once at the end.
  *
  * Local memory, exactly core/planner_cl_mma.c's forward figure (16-bit
  * elements, tiles as mma_common.h lays them out):
@@ -148,13 +150,14 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 
-    for (int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end); t < t_end;
-         t = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end)) {
+    int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end);
+    if (t < t_end) fa_fetch_rows(Ks, kg + (long)t * BC * k_ss, k_ss, BC, seq.len_k - t * BC, lid);
+    while (t < t_end) {
         const int k0 = t * BC;
-        fa_fetch_rows(Ks, kg + (long)k0 * k_ss, k_ss, BC, seq.len_k - k0, lid);
-        fa_fetch_rows(Vs, vg + (long)k0 * v_ss, v_ss, BC, seq.len_k - k0, lid);
+        const int t_next = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end);
         fa_copy_wait();
-        barrier(CLK_LOCAL_MEM_FENCE);
+        barrier(CLK_LOCAL_MEM_FENCE); /* K is in; every sub-group is done with V (and P) */
+        fa_fetch_rows(Vs, vg + (long)k0 * v_ss, v_ss, BC, seq.len_k - k0, lid);
 
         /* S = Q K^T */
         fa_c s[MT][NT];
@@ -235,8 +238,10 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
         FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
             FA_MMA_UNROLL for (int j = 0; j < NT; j++)
                 fa_put_c(Ps, LDP, row_base + mt * FA_M, j * FA_N, &s[mt][j], 1.0f, fc);
-        barrier(CLK_LOCAL_MEM_FENCE);
 #endif
+        fa_copy_wait();
+        barrier(CLK_LOCAL_MEM_FENCE); /* V (and P) are in; every sub-group is done with K */
+        if (t_next < t_end) fa_fetch_rows(Ks, kg + (long)t_next * BC * k_ss, k_ss, BC, seq.len_k - t_next * BC, lid);
         FA_MMA_UNROLL for (int kp = 0; kp < KP; kp++) {
 #if FA_C2A_REGS
 #define A_P(mt) pa[mt][kp]
@@ -252,8 +257,10 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
             }
 #undef A_P
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* K, V (and P) may be refilled */
+        t = t_next;
     }
+    fa_copy_wait();
+    barrier(CLK_LOCAL_MEM_FENCE); /* every sub-group is done with the tiles; no copy is in flight */
 
     /* Normalise once; a row with no visible key gives O = 0, L = -inf. */
     FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) {

@@ -265,6 +265,17 @@ uint64_t suite_case_seed(const char *name, uint64_t extra) {
     return h;
 }
 
+/* FA_TEST_HALF=1 runs the fp32 cases in fp16 or bf16 (by the case name),
+ * the dtypes of the matrix-unit kernels: every option of the suite then
+ * reaches them. */
+static fa_attention_desc suite_dtype_of(const char *name, const fa_attention_desc *desc) {
+    fa_attention_desc d = *desc;
+    const char *env = getenv("FA_TEST_HALF");
+    if (env && strcmp(env, "1") == 0 && d.q.dtype == FA_DTYPE_F32)
+        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = suite_case_seed(name, 0) & 1 ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+    return d;
+}
+
 /* Runs the forward (and backward) pass of desc on the device and on the
  * reference, checks every output, and returns the errors in *res. */
 static void run_case(const char *name, const fa_attention_desc *desc, const run_opts *opt, run_result *res) {
@@ -273,7 +284,8 @@ static void run_case(const char *name, const fa_attention_desc *desc, const run_
     res->err_o = res->err_dq = res->err_dk = res->err_dv = INFINITY;
     if (!ctx) return;
     clock_t t0 = clock();
-    const fa_attention_desc *d = desc;
+    const fa_attention_desc promoted = suite_dtype_of(name, desc);
+    const fa_attention_desc *d = &promoted;
     fa_dtype dt = d->q.dtype;
     double tol = tol_for(dt);
     fa_rng rng;
@@ -459,8 +471,8 @@ static void run(const char *name, const fa_attention_desc *desc, int backward) {
     free(res.o);
 }
 
-static void run_tiles(const char *name, const fa_attention_desc *desc, const suite_tiles *fwd, const suite_tiles *bwd,
-                      int backward) {
+void suite_run_tiles(const char *name, const fa_attention_desc *desc, const suite_tiles *fwd, const suite_tiles *bwd,
+                     int backward) {
     run_opts opt = {fwd, bwd, backward, 0, 0, 0, 0};
     run_result res;
     run_case(name, desc, &opt, &res);
@@ -592,7 +604,7 @@ void suite_dropout(void) {
     d.dropout_seed = 7;
     d.dropout_offset = 99;
     const suite_tiles t = {6, 6, 2, 3, 1, 0};
-    run_tiles("dropout odd tiles", &d, &t, &t, 1);
+    suite_run_tiles("dropout odd tiles", &d, &t, &t, 1);
 }
 
 /* With V the identity (key j carries a 1 in dimension j), O[i][j] is
@@ -602,7 +614,10 @@ void suite_dropout_mask_bits(void) {
     fa_context ctx = suite_context();
     if (!ctx) FA_SKIP(g_skip);
     const int sq = 40, sk = 64, dim = 64, heads = 2;
-    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, sq, sk, heads, heads, dim);
+    const fa_attention_desc base = suite_desc(FA_DTYPE_F32, 2, sq, sk, heads, heads, dim);
+    fa_attention_desc d = suite_dtype_of("dropout_mask_bits", &base);
+    const fa_dtype dt = d.q.dtype;
+    const size_t es = fa_dtype_size(dt);
     d.dropout_p = 0.25f;
     d.dropout_seed = 0xfeedface12345ull;
     d.dropout_offset = 3;
@@ -610,10 +625,10 @@ void suite_dropout_mask_bits(void) {
     size_t nq = (size_t)2 * sq * heads * dim, nk = (size_t)2 * sk * heads * dim;
     fa_rng rng;
     fa_rng_seed(&rng, suite_case_seed("dropout_mask_bits", 0));
-    float *q = fa_test_random_tensor(&rng, FA_DTYPE_F32, (int64_t)nq);
-    float *k = fa_test_random_tensor(&rng, FA_DTYPE_F32, (int64_t)nk);
-    float *v = calloc(nk, sizeof(float));
-    float *o = malloc(nq * sizeof(float));
+    void *q = fa_test_random_tensor(&rng, dt, (int64_t)nq);
+    void *k = fa_test_random_tensor(&rng, dt, (int64_t)nk);
+    void *v = calloc(nk, es);
+    void *o = malloc(nq * es);
     float *lse = malloc((size_t)2 * heads * sq * sizeof(float));
     fa_buffer bq = NULL, bk = NULL, bv = NULL, bo = NULL, bl = NULL;
     fa_plan plan = NULL;
@@ -621,34 +636,34 @@ void suite_dropout_mask_bits(void) {
     if (!(q && k && v && o && lse)) goto out;
     for (int b = 0; b < 2; b++)
         for (int j = 0; j < sk; j++)
-            for (int h = 0; h < heads; h++) v[(((size_t)b * sk + j) * heads + h) * dim + j] = 1.0f;
-    fa_test_poison(o, FA_DTYPE_F32, (int64_t)nq);
+            for (int h = 0; h < heads; h++) fa_store_elem(v, dt, (((int64_t)b * sk + j) * heads + h) * dim + j, 1.0);
+    fa_test_poison(o, dt, (int64_t)nq);
     CHECK_OK(fa_plan_create(ctx, &d, &plan));
-    CHECK_OK(fa_buffer_alloc(ctx, nq * 4, &bq));
-    CHECK_OK(fa_buffer_alloc(ctx, nk * 4, &bk));
-    CHECK_OK(fa_buffer_alloc(ctx, nk * 4, &bv));
-    CHECK_OK(fa_buffer_alloc(ctx, nq * 4, &bo));
+    CHECK_OK(fa_buffer_alloc(ctx, nq * es, &bq));
+    CHECK_OK(fa_buffer_alloc(ctx, nk * es, &bk));
+    CHECK_OK(fa_buffer_alloc(ctx, nk * es, &bv));
+    CHECK_OK(fa_buffer_alloc(ctx, nq * es, &bo));
     CHECK_OK(fa_buffer_alloc(ctx, (size_t)2 * heads * sq * 4, &bl));
     if (!plan || !bq || !bk || !bv || !bo || !bl) goto out;
-    CHECK_OK(fa_buffer_upload(bq, 0, q, nq * 4));
-    CHECK_OK(fa_buffer_upload(bk, 0, k, nk * 4));
-    CHECK_OK(fa_buffer_upload(bv, 0, v, nk * 4));
-    CHECK_OK(fa_buffer_upload(bo, 0, o, nq * 4));
+    CHECK_OK(fa_buffer_upload(bq, 0, q, nq * es));
+    CHECK_OK(fa_buffer_upload(bk, 0, k, nk * es));
+    CHECK_OK(fa_buffer_upload(bv, 0, v, nk * es));
+    CHECK_OK(fa_buffer_upload(bo, 0, o, nq * es));
     CHECK_OK(fa_forward(plan, bq, bk, bv, bo, bl));
-    CHECK_OK(fa_buffer_download(bo, 0, o, nq * 4));
+    CHECK_OK(fa_buffer_download(bo, 0, o, nq * es));
     int64_t wrong = 0, dropped = 0, total = 0;
     for (int b = 0; b < 2; b++)
         for (int h = 0; h < heads; h++)
             for (int i = 0; i < sq; i++)
                 for (int j = 0; j < sk; j++) {
-                    float val = o[(((size_t)b * sq + i) * heads + h) * dim + j];
+                    const double val = fa_load_elem(o, dt, (((int64_t)b * sq + i) * heads + h) * dim + j);
                     int keep = fa_dropout_keep(d.dropout_seed, d.dropout_offset, d.dropout_p, b, h, heads, i, j);
-                    wrong += (val != 0.0f) != keep || !isfinite(val);
+                    wrong += (val != 0.0) != keep || !isfinite(val);
                     dropped += !keep;
                     total++;
                 }
-    CHECK_MSG(wrong == 0, "%lld of %lld dropout decisions differ from the reference", (long long)wrong,
-              (long long)total);
+    CHECK_MSG(wrong == 0, "%lld of %lld dropout decisions differ from the reference (%s)", (long long)wrong,
+              (long long)total, dname(dt));
     /* The mask is really a mask: about p of the elements dropped. */
     CHECK_MSG(dropped > total / 8 && dropped < total / 2, "%lld of %lld dropped at p = 0.25", (long long)dropped,
               (long long)total);
@@ -700,19 +715,19 @@ void suite_decoding_splitk(void) {
         const suite_tiles t = {16, 64, 1, 4, 4 + i, 0};
         char name[64];
         snprintf(name, sizeof name, "decode %dx2100 split %d%s", sqs[i], t.split, d.causal ? " causal" : "");
-        run_tiles(name, &d, &t, NULL, 0);
+        suite_run_tiles(name, &d, &t, NULL, 0);
     }
     /* More splits than key tiles: some splits see nothing and weigh 0. */
     fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 3, 150, 2, 2, 32);
     const suite_tiles t = {8, 32, 1, 2, 8, 0};
-    run_tiles("decode 3x150 split 8", &d, &t, NULL, 0);
+    suite_run_tiles("decode 3x150 split 8", &d, &t, NULL, 0);
     static const int32_t cu_q[] = {0, 1, 3, 4};
     static const int32_t cu_k[] = {0, 700, 2300, 2301};
     d = suite_desc(FA_DTYPE_BF16, 3, 2, 1600, 2, 2, 64);
     d.cu_seqlens_q = cu_q;
     d.cu_seqlens_k = cu_k;
     d.window_left = 500;
-    run_tiles("decode varlen window split 4", &d, &(suite_tiles){16, 32, 1, 2, 4, 0}, NULL, 0);
+    suite_run_tiles("decode varlen window split 4", &d, &(suite_tiles){16, 32, 1, 2, 4, 0}, NULL, 0);
     d = suite_desc(FA_DTYPE_F16, 1, 4, 3000, 8, 1, 128);
     run("decode planner's own plan", &d, 0);
 }
@@ -852,7 +867,7 @@ void suite_described_devices(void) {
                 fprintf(stderr, "  %-34s does not fit this device: not run\n", name);
                 continue;
             }
-            run_tiles(name, &d, &f, &b, !decode);
+            suite_run_tiles(name, &d, &f, &b, !decode);
         }
     }
 }

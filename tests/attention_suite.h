@@ -45,6 +45,10 @@ uint8_t *suite_random_block_mask(fa_attention_desc *d, int block_q, int block_k,
 uint64_t suite_case_seed(const char *name, uint64_t extra);
 /* The backend's best device, shared by the cases; NULL when absent. */
 fa_context suite_context(void);
+/* One checked forward (and backward) run of desc in the given tiles
+ * (NULL: the planner's), as the suite's cases run them. */
+void suite_run_tiles(const char *name, const fa_attention_desc *desc, const suite_tiles *fwd, const suite_tiles *bwd,
+                     int backward);
 
 void suite_dtypes(void);
 void suite_head_dims(void);

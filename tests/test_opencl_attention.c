@@ -1,7 +1,10 @@
 /* The attention suite (tests/attention_suite.c) on the OpenCL backend's
- * best device: PoCL in CI, NVIDIA's OpenCL on the GPU machine.
+ * best device: PoCL in CI, NVIDIA's OpenCL on the GPU machine; once more
+ * per emulated matrix-unit layout, its fp32 cases in fp16 and bf16
+ * (CMakeLists.txt).
  *
- * fa-test-labels: device */
+ * fa-test-labels: device
+ * fa-test-mma-layouts: nvidia */
 #include "attention_suite.h"
 #include "harness.h"
 
@@ -18,6 +21,17 @@
  * an OpenCL plan with those tiles uses (stream_tiles); key splits always
  * run SPLITK. */
 static int g_stream;
+
+/* The runs per emulated matrix-unit layout (fa-test-mma-layouts above)
+ * skip the cases of the streaming FMA kernels, which do not depend on it. */
+static int emulating_mma(void) {
+    const char *env = getenv("FLASHATTN_OPENCL_MMA_EMULATE");
+    return env && env[0] && strcmp(env, "off") != 0;
+}
+#define SKIP_WHEN_EMULATING()                                                              \
+    do {                                                                                   \
+        if (emulating_mma()) FA_SKIP("the streaming FMA kernels do not depend on the matrix-unit layer"); \
+    } while (0)
 
 #ifdef FA_WITH_OPENCL
 #include "backends/opencl/cl_attention.h"
@@ -117,6 +131,7 @@ static const suite_backend opencl = {FA_BACKEND_OPENCL, "OpenCL", 0, NULL, NULL,
 /* A case whose forced tiles run in the streaming kernels. */
 #define STREAM_CASE(name)                                                                  \
     do {                                                                                   \
+        SKIP_WHEN_EMULATING();                                                             \
         suite_use_backend(&opencl);                                                        \
         g_stream = 1;                                                                      \
         suite_##name();                                                                    \
@@ -220,6 +235,7 @@ out:
 }
 #define STREAM_REQUIRE()                                                                   \
     do {                                                                                   \
+        SKIP_WHEN_EMULATING();                                                             \
         suite_use_backend(&opencl);                                                        \
         if (!suite_context()) FA_SKIP("no OpenCL device");                                 \
     } while (0)

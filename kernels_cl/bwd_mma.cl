@@ -79,10 +79,7 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #endif
 
     const int lid = get_local_id(0);
-    fa_frag_ctx fc;
-    fc.lane = lid % FA_SG;
-    fc.sg = lid / FA_SG;
-    fc.scratch = FA_FRAG_SCRATCH_AT(fc.sg);
+    const fa_frag_ctx fc = FA_FRAG_CTX(lid);
     const int k0 = get_group_id(0) * BC;
     const int hk = get_group_id(1);
     const int b = get_group_id(2);
@@ -308,10 +305,7 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
 #endif
 
     const int lid = get_local_id(0);
-    fa_frag_ctx fc;
-    fc.lane = lid % FA_SG;
-    fc.sg = lid / FA_SG;
-    fc.scratch = FA_FRAG_SCRATCH_AT(fc.sg);
+    const fa_frag_ctx fc = FA_FRAG_CTX(lid);
     const int q0 = get_group_id(0) * BR;
     const int h = get_group_id(1);
     const int b = get_group_id(2);

@@ -51,19 +51,7 @@
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) FA_KERNEL_ATTRS void
 fa_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
-           __global ushort *o, __global float *lse,
-           long q_off, long q_sb, long q_ss, long q_sh,
-           long k_off, long k_sb, long k_ss, long k_sh,
-           long v_off, long v_sb, long v_ss, long v_sh,
-           long o_off, long o_sb, long o_ss, long o_sh,
-           int seqlen_q, int seqlen_k, int heads_q, int group, long total_q, float scale_log2,
-           __global const int *cu_q, __global const int *cu_k,
-           int window_left, int window_right,
-           __global const uchar *block_mask, int block_q, int block_k, int block_cols,
-           __global const uchar *tile_map, int tile_cols,
-           uint drop_key0, uint drop_key1, uint drop_offset_lo, uint drop_threshold,
-           float drop_scale,
-           int num_splits, __global float *part_o, __global float *part_l) {
+           __global ushort *o, __global float *lse, FA_FWD_PARAMS) {
     __local ushort smem[MAIN_ELEMS + P_ELEMS] __attribute__((aligned(16)));
     FA_FRAG_SCRATCH(WARPS);
     __local ushort *const Qs = smem;
@@ -74,10 +62,7 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
 #endif
 
     const int lid = get_local_id(0);
-    fa_frag_ctx fc;
-    fc.lane = lid % FA_SG;
-    fc.sg = lid / FA_SG;
-    fc.scratch = FA_FRAG_SCRATCH_AT(fc.sg);
+    const fa_frag_ctx fc = FA_FRAG_CTX(lid);
     const int q0 = FA_QUERY_TILE() * BR;
     const int h = get_group_id(1);
     const int b = get_group_id(2) / num_splits;

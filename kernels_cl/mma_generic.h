@@ -26,43 +26,39 @@
 #define FA_SCR_WORDS 0
 #endif
 
-/* The kernel's declaration of the scratch of nsg sub-groups, and where one
- * sub-group's starts. */
+/* The kernel's declaration of the scratch of nsg sub-groups, and the
+ * layer's view of work-item lid (after that declaration). */
 #if FA_SCR_WORDS > 0
 #define FA_FRAG_SCRATCH(nsg) __local uint fa_frag_scratch[(nsg) * FA_SCR_WORDS] __attribute__((aligned(16)))
-#define FA_FRAG_SCRATCH_AT(sg) (fa_frag_scratch + (sg) * FA_SCR_WORDS)
+#define FA_FRAG_CTX(lid) fa_frag_of((lid), fa_frag_scratch + (lid) / FA_SG * FA_SCR_WORDS)
 #else
 #define FA_FRAG_SCRATCH(nsg) (void)0
-#define FA_FRAG_SCRATCH_AT(sg) ((__local uint *)0)
+#define FA_FRAG_CTX(lid) fa_frag_of((lid), (__local uint *)0)
 #endif
 
+FA_FN fa_frag_ctx fa_frag_of(int lid, __local uint *scratch) {
+    fa_frag_ctx c;
+    c.lane = lid % FA_SG;
+    c.sg = lid / FA_SG;
+    c.scratch = scratch;
+    return c;
+}
+
 #ifndef FA_NATIVE_LOADS
-FA_FN void fa_load_a(fa_a *a, __local const ushort *tile, int ld, int r0, int k0, fa_frag_ctx ctx) {
-    const int l = ctx.lane;
-    FA_MMA_UNROLL for (int w = 0; w < FA_A_WORDS; w++) {
-        const uint lo = tile[(r0 + FA_A_ROW(l, 2 * w)) * ld + k0 + FA_A_COL(l, 2 * w)];
-        const uint hi = tile[(r0 + FA_A_ROW(l, 2 * w + 1)) * ld + k0 + FA_A_COL(l, 2 * w + 1)];
-        a->w[w] = lo | hi << 16;
+/* A fragment of `words` words from a local tile whose rows are indexed by
+ * ROW(lane, element) from r0 and columns by COL from c0. */
+#define FA_DEFINE_LOAD(name, frag, words, ROW, COL)                                        \
+    FA_FN void name(frag *f, __local const ushort *tile, int ld, int r0, int c0, fa_frag_ctx ctx) { \
+        const int l = ctx.lane;                                                            \
+        FA_MMA_UNROLL for (int w = 0; w < (words); w++) {                                  \
+            const uint lo = tile[(r0 + ROW(l, 2 * w)) * ld + c0 + COL(l, 2 * w)];          \
+            const uint hi = tile[(r0 + ROW(l, 2 * w + 1)) * ld + c0 + COL(l, 2 * w + 1)];  \
+            f->w[w] = lo | hi << 16;                                                       \
+        }                                                                                  \
     }
-}
-
-FA_FN void fa_load_b_nk(fa_b *b, __local const ushort *tile, int ld, int n0, int k0, fa_frag_ctx ctx) {
-    const int l = ctx.lane;
-    FA_MMA_UNROLL for (int w = 0; w < FA_B_WORDS; w++) {
-        const uint lo = tile[(n0 + FA_B_N(l, 2 * w)) * ld + k0 + FA_B_K(l, 2 * w)];
-        const uint hi = tile[(n0 + FA_B_N(l, 2 * w + 1)) * ld + k0 + FA_B_K(l, 2 * w + 1)];
-        b->w[w] = lo | hi << 16;
-    }
-}
-
-FA_FN void fa_load_b_kn(fa_b *b, __local const ushort *tile, int ld, int k0, int n0, fa_frag_ctx ctx) {
-    const int l = ctx.lane;
-    FA_MMA_UNROLL for (int w = 0; w < FA_B_WORDS; w++) {
-        const uint lo = tile[(k0 + FA_B_K(l, 2 * w)) * ld + n0 + FA_B_N(l, 2 * w)];
-        const uint hi = tile[(k0 + FA_B_K(l, 2 * w + 1)) * ld + n0 + FA_B_N(l, 2 * w + 1)];
-        b->w[w] = lo | hi << 16;
-    }
-}
+FA_DEFINE_LOAD(fa_load_a, fa_a, FA_A_WORDS, FA_A_ROW, FA_A_COL)
+FA_DEFINE_LOAD(fa_load_b_nk, fa_b, FA_B_WORDS, FA_B_N, FA_B_K)
+FA_DEFINE_LOAD(fa_load_b_kn, fa_b, FA_B_WORDS, FA_B_K, FA_B_N)
 #endif
 
 #ifndef FA_NATIVE_MMA

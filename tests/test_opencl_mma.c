@@ -11,6 +11,7 @@
  * fa-test-mma-layouts: nvidia */
 #include "attention_suite.h"
 #include "harness.h"
+#include "opencl_suite.h"
 
 #include "plan.h"
 #include "planner_cl_mma.h"
@@ -22,43 +23,16 @@
 #ifdef FA_WITH_OPENCL
 #include "backends/opencl/cl_mma.h"
 
-/* The suite's OpenCL backend hooks (tests/test_opencl_attention.c) are
- * that file's; these cases force matrix-unit tiles only. */
-#include "backends/opencl/cl_attention.h"
-
-static fa_status force(fa_plan plan, const suite_tiles *fwd, const suite_tiles *bwd);
-static const suite_backend opencl = {FA_BACKEND_OPENCL, "OpenCL", 1, force, NULL, NULL};
-
-static void apply(fa_plan plan, fa_kernel_plan *kp, const suite_tiles *t, fa_pass pass) {
-    kp->variant = FA_VARIANT_MMA;
-    kp->br = t->br;
-    kp->bc = t->bc;
-    kp->thread_rows = t->tr;
-    kp->thread_cols = t->tc;
-    kp->work_group_size = (t->br / t->tr) * (t->bc / t->tc);
-    kp->split_k = t->split > 1 ? t->split : 1;
-    kp->stages = 1;
-    kp->local_mem_bytes = fa_cl_mma_local_mem(&plan->ctx->info.desc, &plan->desc, pass, t->br, t->bc);
-}
-
-static fa_status force(fa_plan plan, const suite_tiles *fwd, const suite_tiles *bwd) {
-    fa_cl_plan_release(plan->ctx->impl, plan->impl);
-    plan->impl = NULL;
-    if (fwd) apply(plan, &plan->info.forward, fwd, FA_PASS_FORWARD);
-    if (bwd) apply(plan, &plan->info.backward, bwd, FA_PASS_BACKWARD);
-    return fa_cl_plan_prepare(plan->ctx->impl, plan, &plan->impl);
-}
-
 /* The layout of this context's matrix units; skips the case without. */
 static const fa_mma_layout_info *layer(void) {
-    suite_use_backend(&opencl);
+    suite_use_backend(&opencl_suite);
     fa_context ctx = suite_context();
     if (!ctx) return NULL;
     return fa_mma_layout_get(fa_cl_mma_layer(ctx->impl, NULL));
 }
 #define REQUIRE_LAYER(l)                                                                   \
     do {                                                                                   \
-        suite_use_backend(&opencl);                                                        \
+        suite_use_backend(&opencl_suite);                                                  \
         if (!suite_context()) FA_SKIP("no OpenCL device");                                 \
         (l) = layer();                                                                     \
         if (!(l)) FA_SKIP("no matrix units the fragment layer reaches here: set FLASHATTN_OPENCL_MMA_EMULATE"); \
@@ -69,7 +43,6 @@ static const fa_mma_layout_info *layer(void) {
         (void)(l);                                                                         \
         FA_SKIP("the OpenCL backend is not built into this library");                      \
     } while (0)
-typedef struct fa_mma_layout_info fa_mma_layout_info;
 #endif
 
 #ifdef FA_WITH_OPENCL

@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
 }
 CSRC
 gcc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -DFA_WITH_CUDA -Iinclude -Icore -I. /tmp/fa_tiles.c \
-  build-gpu/libflashattn_static.a -ldl -lpthread -lm -o build-gpu/fa-tiles > "$out/tiles-build.log" 2>&1 \
+  build-gpu/libflashattn.a -ldl -lpthread -lm -o build-gpu/fa-tiles > "$out/tiles-build.log" 2>&1 \
   || cat "$out/tiles-build.log"
 
 if want tests; then

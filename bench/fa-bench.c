@@ -15,6 +15,8 @@
 #include "planner.h"
 #include "test_util.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -72,10 +74,13 @@ static double now_s(void) {
 /* ------------------------------------------------------------------------ */
 /* Options                                                                  */
 
+/* The whole string, no leading space, within [lo, hi]. */
 static int parse_long(const char *s, long long lo, long long hi, long long *out) {
+    if (*s == '\0' || isspace((unsigned char)*s)) return -1;
     char *end;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < lo || v > hi) return -1;
+    if (errno || *end != '\0' || v < lo || v > hi) return -1;
     *out = v;
     return 0;
 }

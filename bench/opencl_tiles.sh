@@ -400,7 +400,7 @@ int main(int argc, char **argv) {
     return 0;
 }
 EOF
-cc -std=c11 -O2 -Iinclude -Icore -I. "$src" build-tiles/libflashattn_static.a -ldl -lm -lpthread -o "$out/fa-tiles" \
+cc -std=c11 -O2 -Iinclude -Icore -I. "$src" build-tiles/libflashattn.a -ldl -lm -lpthread -o "$out/fa-tiles" \
   > "$out/fa-tiles-build.log" 2>&1 || { cat "$out/fa-tiles-build.log"; exit 1; }
 
 build-tiles/fa-info --backend opencl --seqlen "$seqlen" --dim 128 --dtype fp32 > "$out/fa-info-tiles.txt" 2>&1

@@ -3,6 +3,7 @@
  * valid requests. */
 #include "desc.h"
 #include "fa_internal.h"
+#include "overlap.h"
 #include "philox.h"
 #include "plan.h"
 
@@ -169,9 +170,12 @@ fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx) {
     *ctx = NULL;
     if (backend < FA_BACKEND_ANY || backend >= FA_BACKEND_COUNT)
         return fa_fail(FA_ERR_INVALID_ARGUMENT, "backend = %d is not a fa_backend", (int)backend);
+    if (index < -1)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "index = %d: a device index is >= 0, or -1 for the best device",
+                       index);
     const fa_backend_ops *ops = NULL;
     int local = index;
-    if (index < 0) {
+    if (index == -1) {
         FA_CHECK(pick_best(backend, &ops, &local));
     } else if (backend == FA_BACKEND_ANY) {
         FA_CHECK(locate_device(index, &ops, &local));
@@ -184,6 +188,7 @@ fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx) {
     struct fa_context_s *c = calloc(1, sizeof *c);
     if (!c) return fa_fail(FA_ERR_OUT_OF_MEMORY, "context allocation failed");
     c->ops = ops;
+    atomic_init(&c->refs, 1);
     fa_status st = ops->context_create(local, &c->impl);
     /* Read the description after creation: creating a context may measure
      * what enumeration only estimated (memory bandwidth). */
@@ -218,10 +223,19 @@ fa_status fa_context_get_native(fa_context ctx, void **native_context, void **na
     return FA_SUCCESS;
 }
 
-fa_status fa_context_destroy(fa_context ctx) {
-    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+static void context_retain(fa_context ctx) { atomic_fetch_add(&ctx->refs, 1); }
+
+/* The backend's context goes with the last reference: its buffers and plans
+ * are released by then. */
+static void context_release(fa_context ctx) {
+    if (atomic_fetch_sub(&ctx->refs, 1) != 1) return;
     ctx->ops->context_destroy(ctx->impl);
     free(ctx);
+}
+
+fa_status fa_context_destroy(fa_context ctx) {
+    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    context_release(ctx);
     return FA_SUCCESS;
 }
 
@@ -233,6 +247,7 @@ static fa_status buffer_new(fa_context ctx, void *impl, size_t bytes, fa_buffer 
         ctx->ops->buffer_free(ctx->impl, impl);
         return fa_fail(FA_ERR_OUT_OF_MEMORY, "buffer handle allocation failed");
     }
+    context_retain(ctx);
     b->ctx = ctx;
     b->impl = impl;
     b->bytes = bytes;
@@ -298,8 +313,10 @@ fa_status fa_buffer_get_native(fa_buffer buf, void **native) {
 
 fa_status fa_buffer_free(fa_buffer buf) {
     if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "buf is NULL");
-    buf->ctx->ops->buffer_free(buf->ctx->impl, buf->impl);
+    fa_context ctx = buf->ctx;
+    ctx->ops->buffer_free(ctx->impl, buf->impl);
     free(buf);
+    context_release(ctx);
     return FA_SUCCESS;
 }
 
@@ -307,11 +324,13 @@ fa_status fa_buffer_free(fa_buffer buf) {
 
 static void plan_free(struct fa_plan_s *p) {
     if (!p) return;
-    if (p->impl) p->ctx->ops->plan_release(p->ctx->impl, p->impl);
+    fa_context ctx = p->ctx;
+    if (p->impl) ctx->ops->plan_release(ctx->impl, p->impl);
     free(p->block_mask);
     free(p->cu_seqlens_q);
     free(p->cu_seqlens_k);
     free(p);
+    context_release(ctx);
 }
 
 /* The plan keeps its own copies of host arrays the descriptor points to, so
@@ -325,6 +344,7 @@ static fa_status plan_copy_desc(struct fa_plan_s *p, const fa_attention_desc *de
         p->desc.block_mask = p->block_mask;
     }
     if (desc->cu_seqlens_q) {
+        /* batch + 1 <= 2^31 entries: no overflow in size_t. */
         size_t bytes = ((size_t)desc->batch + 1) * sizeof(int32_t);
         p->cu_seqlens_q = malloc(bytes);
         p->cu_seqlens_k = malloc(bytes);
@@ -345,8 +365,10 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
     struct fa_plan_s *p = calloc(1, sizeof *p);
     if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
     p->ctx = ctx;
+    context_retain(ctx);
     fa_status st = plan_copy_desc(p, desc);
     if (st == FA_SUCCESS) {
+        fa_desc_normalize_windows(&p->desc);
         p->scale = (float)fa_desc_scale(&p->desc);
         p->dropout_threshold = fa_dropout_threshold(p->desc.dropout_p);
         p->total_q = fa_attention_total_q(&p->desc);
@@ -375,28 +397,55 @@ fa_status fa_plan_destroy(fa_plan plan) {
     return FA_SUCCESS;
 }
 
-/* A tensor argument: present, of the plan's context, large enough. */
-static fa_status check_tensor(const struct fa_plan_s *p, fa_buffer buf, const char *name, int64_t bytes_needed) {
-    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", name);
-    if (buf->ctx != p->ctx)
-        return fa_fail(FA_ERR_FOREIGN_BUFFER, "%s belongs to another context than the plan", name);
-    if ((uint64_t)bytes_needed > buf->bytes)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "%s: the tensor spans %lld bytes but the buffer holds %zu", name,
-                       (long long)bytes_needed, buf->bytes);
-    return FA_SUCCESS;
+/* One tensor argument of a pass: its buffer and the bytes it may touch. */
+typedef struct tensor_arg {
+    const char *name;
+    fa_buffer buf;
+    int64_t needed;      /* buffer bytes the tensor needs (-1: not representable) */
+    fa_footprint bytes;
+    int is_output;
+} tensor_arg;
+
+static tensor_arg tensor_of(const struct fa_plan_s *p, const char *name, fa_buffer buf, fa_tensor_role role,
+                            int is_output) {
+    tensor_arg t = {name, buf, fa_desc_tensor_bytes(&p->desc, role), fa_tensor_footprint(&p->desc, role), is_output};
+    return t;
 }
 
-static int64_t tensor_bytes(const struct fa_plan_s *p, fa_tensor_role role) {
-    return fa_desc_tensor_extent(&p->desc, role) * (int64_t)fa_dtype_size(fa_desc_tensor(&p->desc, role)->dtype);
+static tensor_arg lse_of(const struct fa_plan_s *p, fa_buffer buf, int is_output) {
+    const int64_t bytes = fa_desc_lse_bytes(&p->desc);
+    tensor_arg t = {"lse", buf, bytes, fa_range_footprint(0, (uint64_t)bytes), is_output};
+    return t;
+}
+
+/* Every argument present, of the plan's context and large enough; no output
+ * sharing a byte with another argument (inputs may share theirs). */
+static fa_status check_tensors(const struct fa_plan_s *p, const tensor_arg *t, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!t[i].buf) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", t[i].name);
+        if (t[i].buf->ctx != p->ctx)
+            return fa_fail(FA_ERR_FOREIGN_BUFFER, "%s belongs to another context than the plan", t[i].name);
+        if (t[i].needed < 0 || (uint64_t)t[i].needed > (uint64_t)t[i].buf->bytes)
+            return fa_fail(FA_ERR_OUT_OF_BOUNDS, "%s: the tensor spans %lld bytes but the buffer holds %zu",
+                           t[i].name, (long long)t[i].needed, t[i].buf->bytes);
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if ((t[i].is_output || t[j].is_output) && t[i].buf == t[j].buf &&
+                fa_footprints_overlap(&t[i].bytes, &t[j].bytes))
+                return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                               "%s and %s share a buffer and their bytes overlap: an output may not alias "
+                               "another argument",
+                               t[i].name, t[j].name);
+    return FA_SUCCESS;
 }
 
 fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o, fa_buffer lse) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
-    FA_CHECK(check_tensor(plan, q, "q", tensor_bytes(plan, FA_TENSOR_Q)));
-    FA_CHECK(check_tensor(plan, k, "k", tensor_bytes(plan, FA_TENSOR_K)));
-    FA_CHECK(check_tensor(plan, v, "v", tensor_bytes(plan, FA_TENSOR_V)));
-    FA_CHECK(check_tensor(plan, o, "o", tensor_bytes(plan, FA_TENSOR_O)));
-    FA_CHECK(check_tensor(plan, lse, "lse", fa_desc_lse_bytes(&plan->desc)));
+    const tensor_arg t[] = {tensor_of(plan, "q", q, FA_TENSOR_Q, 0), tensor_of(plan, "k", k, FA_TENSOR_K, 0),
+                            tensor_of(plan, "v", v, FA_TENSOR_V, 0), tensor_of(plan, "o", o, FA_TENSOR_O, 1),
+                            lse_of(plan, lse, 1)};
+    FA_CHECK(check_tensors(plan, t, (int)FA_ARRAY_SIZE(t)));
     fa_fwd_args args = {q->impl, k->impl, v->impl, o->impl, lse->impl};
     return plan->ctx->ops->forward(plan->ctx->impl, plan->impl, plan, &args);
 }
@@ -404,15 +453,12 @@ fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buf
 fa_status fa_backward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o, fa_buffer lse,
                       fa_buffer dout, fa_buffer dq, fa_buffer dk, fa_buffer dv) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
-    FA_CHECK(check_tensor(plan, q, "q", tensor_bytes(plan, FA_TENSOR_Q)));
-    FA_CHECK(check_tensor(plan, k, "k", tensor_bytes(plan, FA_TENSOR_K)));
-    FA_CHECK(check_tensor(plan, v, "v", tensor_bytes(plan, FA_TENSOR_V)));
-    FA_CHECK(check_tensor(plan, o, "o", tensor_bytes(plan, FA_TENSOR_O)));
-    FA_CHECK(check_tensor(plan, lse, "lse", fa_desc_lse_bytes(&plan->desc)));
-    FA_CHECK(check_tensor(plan, dout, "dout", tensor_bytes(plan, FA_TENSOR_O)));
-    FA_CHECK(check_tensor(plan, dq, "dq", tensor_bytes(plan, FA_TENSOR_Q)));
-    FA_CHECK(check_tensor(plan, dk, "dk", tensor_bytes(plan, FA_TENSOR_K)));
-    FA_CHECK(check_tensor(plan, dv, "dv", tensor_bytes(plan, FA_TENSOR_V)));
+    const tensor_arg t[] = {tensor_of(plan, "q", q, FA_TENSOR_Q, 0),      tensor_of(plan, "k", k, FA_TENSOR_K, 0),
+                            tensor_of(plan, "v", v, FA_TENSOR_V, 0),      tensor_of(plan, "o", o, FA_TENSOR_O, 0),
+                            lse_of(plan, lse, 0),                         tensor_of(plan, "dout", dout, FA_TENSOR_O, 0),
+                            tensor_of(plan, "dq", dq, FA_TENSOR_Q, 1),    tensor_of(plan, "dk", dk, FA_TENSOR_K, 1),
+                            tensor_of(plan, "dv", dv, FA_TENSOR_V, 1)};
+    FA_CHECK(check_tensors(plan, t, (int)FA_ARRAY_SIZE(t)));
     fa_bwd_args args = {q->impl, k->impl, v->impl, o->impl, lse->impl, dout->impl, dq->impl, dk->impl, dv->impl};
     return plan->ctx->ops->backward(plan->ctx->impl, plan->impl, plan, &args);
 }

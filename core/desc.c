@@ -2,14 +2,14 @@
  * argument check every entry point relies on. */
 #include "desc.h"
 
+#include "checked.h"
 #include "fa_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Caps that keep every index computation inside int64 and every token count
- * inside the int32 that cu_seqlens use. */
+/* Token counts stay inside the int32 that cu_seqlens use. */
 #define FA_MAX_TOKENS INT32_MAX
 #define FA_MAX_HEAD_DIM 256
 
@@ -49,6 +49,13 @@ const char *fa_tensor_role_name(fa_tensor_role role) {
     return names[role];
 }
 
+/* Packed strides of huge (unchecked) shapes saturate: the check then
+ * refuses the layout instead of wrapping around. */
+static int64_t mul_saturated(int64_t a, int64_t b) {
+    int64_t r;
+    return fa_ckd_mul_i64(&r, a, b) ? INT64_MAX : r;
+}
+
 fa_layout fa_desc_layout(const fa_attention_desc *desc, fa_tensor_role role) {
     const fa_tensor_desc *t = fa_desc_tensor(desc, role);
     int is_query = role == FA_TENSOR_Q || role == FA_TENSOR_O;
@@ -58,28 +65,71 @@ fa_layout fa_desc_layout(const fa_attention_desc *desc, fa_tensor_role role) {
     l.seqlen = is_query ? desc->seqlen_q : desc->seqlen_k;
     l.offset = t->offset;
     l.stride_head = t->stride_head ? t->stride_head : desc->head_dim;
-    l.stride_seq = t->stride_seq ? t->stride_seq : (int64_t)l.heads * desc->head_dim;
-    l.stride_batch = t->stride_batch ? t->stride_batch : (int64_t)l.seqlen * l.heads * desc->head_dim;
+    l.stride_seq = t->stride_seq ? t->stride_seq : mul_saturated(l.heads, desc->head_dim);
+    l.stride_batch =
+        t->stride_batch ? t->stride_batch : mul_saturated(mul_saturated(l.seqlen, l.heads), desc->head_dim);
     return l;
 }
 
-int64_t fa_desc_tensor_extent(const fa_attention_desc *desc, fa_tensor_role role) {
-    fa_layout l = fa_desc_layout(desc, role);
-    int is_query = role == FA_TENSOR_Q || role == FA_TENSOR_O;
-    int64_t last = l.offset + (int64_t)(l.heads - 1) * l.stride_head + (desc->head_dim - 1);
+void fa_desc_dims(const fa_attention_desc *desc, fa_tensor_role role, fa_dim dims[4]) {
+    const fa_layout l = fa_desc_layout(desc, role);
+    const int is_query = role == FA_TENSOR_Q || role == FA_TENSOR_O;
+    dims[0] = (fa_dim){desc->head_dim, 1};
+    dims[1] = (fa_dim){l.heads, l.stride_head};
     if (desc->cu_seqlens_q) {
-        int64_t tokens = is_query ? fa_attention_total_q(desc) : fa_attention_total_k(desc);
-        const int32_t *cu = is_query ? desc->cu_seqlens_q : desc->cu_seqlens_k;
-        if (tokens == 0) return 0;
-        last += ((int64_t)cu[0] + tokens - 1) * l.stride_seq;
+        dims[2] = (fa_dim){is_query ? fa_attention_total_q(desc) : fa_attention_total_k(desc), l.stride_seq};
+        dims[3] = (fa_dim){1, l.stride_batch};
     } else {
-        last += (int64_t)(desc->batch - 1) * l.stride_batch + (int64_t)(l.seqlen - 1) * l.stride_seq;
+        dims[2] = (fa_dim){l.seqlen, l.stride_seq};
+        dims[3] = (fa_dim){desc->batch, l.stride_batch};
     }
-    return last + 1;
+}
+
+/* Elements from the offset to one past the last element, 0 for a tensor of
+ * no elements; nonzero when that does not fit int64. */
+static int tensor_span(const fa_dim dims[4], int64_t *span) {
+    int64_t last = 0;
+    for (int i = 0; i < 4; i++) {
+        if (dims[i].extent <= 0) {
+            *span = 0;
+            return 0;
+        }
+        int64_t step;
+        if (fa_ckd_mul_i64(&step, dims[i].extent - 1, dims[i].stride) || fa_ckd_add_i64(&last, last, step)) return 1;
+    }
+    return fa_ckd_add_i64(span, last, 1);
+}
+
+int64_t fa_desc_tensor_extent(const fa_attention_desc *desc, fa_tensor_role role) {
+    fa_dim dims[4];
+    fa_desc_dims(desc, role, dims);
+    int64_t span, extent;
+    if (tensor_span(dims, &span)) return -1;
+    if (span == 0) return 0;
+    return fa_ckd_add_i64(&extent, fa_desc_tensor(desc, role)->offset, span) ? -1 : extent;
+}
+
+int64_t fa_desc_tensor_bytes(const fa_attention_desc *desc, fa_tensor_role role) {
+    int64_t extent = fa_desc_tensor_extent(desc, role), bytes;
+    if (extent < 0) return -1;
+    return fa_ckd_mul_i64(&bytes, extent, (int64_t)fa_dtype_size(fa_desc_tensor(desc, role)->dtype)) ? -1 : bytes;
 }
 
 int64_t fa_desc_lse_bytes(const fa_attention_desc *desc) {
-    return fa_attention_total_q(desc) * desc->heads_q * (int64_t)sizeof(float);
+    int64_t rows, bytes;
+    if (fa_ckd_mul_i64(&rows, fa_attention_total_q(desc), desc->heads_q) ||
+        fa_ckd_mul_i64(&bytes, rows, (int64_t)sizeof(float)))
+        return -1;
+    return bytes;
+}
+
+void fa_desc_normalize_windows(fa_attention_desc *d) {
+    /* Key j is visible to query i when i + off - left <= j <= i + off + right
+     * (off = len_k - len_q, i < len_q, j < len_k): i + off - j is at most
+     * len_k - 1 and j - i - off at most len_q - 1, and no sequence is longer
+     * than seqlen_k / seqlen_q. */
+    if (d->window_left < 0 || (int64_t)d->window_left >= (int64_t)d->seqlen_k - 1) d->window_left = -1;
+    if (d->window_right < 0 || (int64_t)d->window_right >= (int64_t)d->seqlen_q - 1) d->window_right = -1;
 }
 
 double fa_desc_scale(const fa_attention_desc *desc) {
@@ -122,50 +172,64 @@ static fa_status check_seqlens(const fa_attention_desc *d) {
 }
 
 /* Strides must describe distinct elements: sorted by stride, each dimension
- * must step past everything the smaller ones reach. */
+ * must step past everything the smaller ones reach. Then the whole tensor,
+ * offset included, must end within FA_MAX_TENSOR_BYTES of the buffer start. */
 static fa_status check_layout(const fa_attention_desc *d, fa_tensor_role role) {
     const fa_tensor_desc *t = fa_desc_tensor(d, role);
     const char *name = fa_tensor_role_name(role);
     if (t->offset < 0) return fa_fail(FA_ERR_BAD_STRIDE, "%s.offset is %lld, must be >= 0", name, (long long)t->offset);
     if (t->stride_batch < 0 || t->stride_seq < 0 || t->stride_head < 0)
         return fa_fail(FA_ERR_BAD_STRIDE, "%s has a negative stride", name);
-    fa_layout l = fa_desc_layout(d, role);
-    int64_t elem = (int64_t)fa_dtype_size(l.dtype);
+    const int64_t elem = (int64_t)fa_dtype_size(t->dtype);
+    /* Packed strides (0) are multiples of head_dim, so of 8 elements. */
     const struct { int64_t v; const char *field; } aligned[] = {
-        {l.offset, "offset"}, {l.stride_batch, "stride_batch"}, {l.stride_seq, "stride_seq"},
-        {l.stride_head, "stride_head"}};
+        {t->offset, "offset"}, {t->stride_batch, "stride_batch"}, {t->stride_seq, "stride_seq"},
+        {t->stride_head, "stride_head"}};
     for (size_t i = 0; i < FA_ARRAY_SIZE(aligned); i++) {
         if (i == 1 && d->cu_seqlens_q) continue; /* stride_batch unused with varlen */
-        if ((aligned[i].v * elem) % 16 != 0)
-            return fa_fail(FA_ERR_MISALIGNED, "%s.%s = %lld elements (%lld bytes) is not a multiple of 16 bytes",
-                           name, aligned[i].field, (long long)aligned[i].v, (long long)(aligned[i].v * elem));
+        /* v * elem is a multiple of 16 exactly when v is one of 16 / elem
+         * (elem divides 16): no product that could overflow. */
+        if (aligned[i].v % (16 / elem) != 0)
+            return fa_fail(FA_ERR_MISALIGNED, "%s.%s = %lld elements (of %lld bytes) is not a multiple of 16 bytes",
+                           name, aligned[i].field, (long long)aligned[i].v, (long long)elem);
     }
-    int64_t seq_extent = d->cu_seqlens_q ? (role == FA_TENSOR_Q || role == FA_TENSOR_O ? fa_attention_total_q(d)
-                                                                                         : fa_attention_total_k(d))
-                                         : l.seqlen;
-    struct { int64_t extent, stride; } dims[4] = {
-        {d->head_dim, 1}, {l.heads, l.stride_head}, {seq_extent, l.stride_seq},
-        {d->cu_seqlens_q ? 1 : d->batch, l.stride_batch}};
+    fa_dim dims[4];
+    fa_desc_dims(d, role, dims);
+    const int explicit_strides = t->stride_batch || t->stride_seq || t->stride_head;
     /* Insertion sort of the three outer dimensions by stride. */
+    fa_dim sorted[4] = {dims[0], dims[1], dims[2], dims[3]};
     for (int i = 2; i < 4; i++)
-        for (int j = i; j > 1 && dims[j].stride < dims[j - 1].stride; j--) {
-            int64_t e = dims[j].extent, s = dims[j].stride;
-            dims[j] = dims[j - 1];
-            dims[j - 1].extent = e;
-            dims[j - 1].stride = s;
+        for (int j = i; j > 1 && sorted[j].stride < sorted[j - 1].stride; j--) {
+            fa_dim tmp = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = tmp;
         }
     int64_t reach = d->head_dim - 1; /* largest offset reached so far */
     for (int i = 1; i < 4; i++) {
-        if (dims[i].extent <= 1) continue;
-        if (dims[i].stride <= reach)
+        if (sorted[i].extent <= 1) continue;
+        if (sorted[i].stride <= reach)
             return fa_fail(FA_ERR_BAD_STRIDE,
                            "%s strides overlap: a stride of %lld elements steps inside the %lld elements "
                            "the smaller dimensions span",
-                           name, (long long)dims[i].stride, (long long)(reach + 1));
-        if (dims[i].stride > INT64_MAX / 4 / dims[i].extent)
-            return fa_fail(FA_ERR_BAD_STRIDE, "%s strides overflow", name);
-        reach += dims[i].stride * (dims[i].extent - 1);
+                           name, (long long)sorted[i].stride, (long long)(reach + 1));
+        int64_t step;
+        if (fa_ckd_mul_i64(&step, sorted[i].stride, sorted[i].extent - 1) || fa_ckd_add_i64(&reach, reach, step))
+            return fa_fail(explicit_strides ? FA_ERR_BAD_STRIDE : FA_ERR_INVALID_SIZE,
+                           "%s %s span more than 2^63 elements", name, explicit_strides ? "strides" : "sizes");
     }
+    /* The span (reach + 1 elements) and the offset in bytes, each bounded
+     * before they are added. */
+    int64_t span_bytes = 0, offset_bytes = 0;
+    const int64_t limit = FA_MAX_TENSOR_BYTES;
+    if (fa_ckd_add_i64(&reach, reach, 1) || fa_ckd_mul_i64(&span_bytes, reach, elem) || span_bytes > limit)
+        return fa_fail(explicit_strides ? FA_ERR_BAD_STRIDE : FA_ERR_INVALID_SIZE,
+                       "%s %s span more than the 2^62 bytes a tensor may reach", name,
+                       explicit_strides ? "strides" : "sizes (batch, seqlen, heads, head_dim)");
+    if (fa_ckd_mul_i64(&offset_bytes, t->offset, elem) || offset_bytes > limit - span_bytes)
+        return fa_fail(FA_ERR_BAD_STRIDE,
+                       "%s.offset = %lld elements puts the tensor's last byte past the 2^62 bytes a tensor may "
+                       "reach (it spans %lld bytes)",
+                       name, (long long)t->offset, (long long)span_bytes);
     return FA_SUCCESS;
 }
 
@@ -205,11 +269,13 @@ fa_status fa_attention_desc_check(const fa_attention_desc *d) {
         if (d->block_q <= 0 || d->block_k <= 0)
             return fa_fail(FA_ERR_BAD_MASK, "block_q = %d and block_k = %d must be > 0 with a block mask", d->block_q,
                            d->block_k);
-        size_t rows = ((size_t)d->seqlen_q + (size_t)d->block_q - 1) / (size_t)d->block_q;
-        size_t cols = ((size_t)d->seqlen_k + (size_t)d->block_k - 1) / (size_t)d->block_k;
-        if (d->block_mask_bytes != rows * cols)
-            return fa_fail(FA_ERR_BAD_MASK, "block_mask_bytes is %zu, expected %zu x %zu = %zu", d->block_mask_bytes,
-                           rows, cols, rows * cols);
+        /* Block counts in int64: seqlen + block - 1 overflows int at INT_MAX. */
+        const int64_t rows = ((int64_t)d->seqlen_q + d->block_q - 1) / d->block_q;
+        const int64_t cols = ((int64_t)d->seqlen_k + d->block_k - 1) / d->block_k;
+        int64_t blocks;
+        if (fa_ckd_mul_i64(&blocks, rows, cols) || (uint64_t)blocks != (uint64_t)d->block_mask_bytes)
+            return fa_fail(FA_ERR_BAD_MASK, "block_mask_bytes is %zu, expected %lld x %lld blocks", d->block_mask_bytes,
+                           (long long)rows, (long long)cols);
     } else if (d->block_mask_bytes != 0) {
         return fa_fail(FA_ERR_BAD_MASK, "block_mask is NULL but block_mask_bytes is %zu", d->block_mask_bytes);
     }
@@ -217,5 +283,9 @@ fa_status fa_attention_desc_check(const fa_attention_desc *d) {
         return fa_fail(FA_ERR_BAD_DROPOUT, "dropout_p = %g, must be in [0, 1)", (double)d->dropout_p);
     if (d->algorithm != FA_ALGO_FUSED && d->algorithm != FA_ALGO_STANDARD)
         return fa_fail(FA_ERR_INVALID_ARGUMENT, "algorithm = %d is not a fa_algorithm", (int)d->algorithm);
+    if (d->deterministic != 0 && d->deterministic != 1)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "deterministic = %d, must be 0 or 1", d->deterministic);
+    if (d->allow_tf32 != 0 && d->allow_tf32 != 1)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "allow_tf32 = %d, must be 0 or 1", d->allow_tf32);
     return FA_SUCCESS;
 }

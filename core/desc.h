@@ -26,11 +26,38 @@ const fa_tensor_desc *fa_desc_tensor(const fa_attention_desc *desc, fa_tensor_ro
 fa_layout fa_desc_layout(const fa_attention_desc *desc, fa_tensor_role role);
 const char *fa_tensor_role_name(fa_tensor_role role);
 
+/* The bound on every tensor a descriptor passes fa_attention_desc_check
+ * with: its last byte lies below 2^62 bytes from the buffer start. The
+ * kernels index in 64 bits (OpenCL long, CUDA and HIP long long), so every
+ * element index and byte offset they form stays a factor of two clear of
+ * overflow, and byte counts of tensors and their sums fit int64. */
+#define FA_MAX_TENSOR_BYTES (INT64_C(1) << 62)
+
+/* One dimension of a tensor, in elements. */
+typedef struct fa_dim {
+    int64_t extent, stride;
+} fa_dim;
+
+/* The four dimensions of a tensor: head_dim (stride 1), heads, tokens and
+ * batch. With varlen the tokens are the batch's total and the batch
+ * dimension has extent 1. */
+void fa_desc_dims(const fa_attention_desc *desc, fa_tensor_role role, fa_dim dims[4]);
+
 /* Elements from the buffer start to one past the last element the tensor
- * touches (offset included). */
+ * touches (offset included), 0 when it has none; -1 where that does not fit
+ * int64 (only for a descriptor the check refuses). */
 int64_t fa_desc_tensor_extent(const fa_attention_desc *desc, fa_tensor_role role);
-/* Bytes of the log-sum-exp tensor (fp32, packed). */
+/* The same in bytes; -1 where it does not fit int64. */
+int64_t fa_desc_tensor_bytes(const fa_attention_desc *desc, fa_tensor_role role);
+/* Bytes of the log-sum-exp tensor (fp32, packed); -1 where it does not fit
+ * int64. */
 int64_t fa_desc_lse_bytes(const fa_attention_desc *desc);
+/* Windows as the kernels see them: a bound at or past what can matter for
+ * the shape (left >= seqlen_k - 1, right >= seqlen_q - 1), and every
+ * negative one, becomes -1 (unlimited). The visible keys do not change;
+ * what a kernel computes from a window bound then stays below the
+ * sequence lengths. */
+void fa_desc_normalize_windows(fa_attention_desc *desc);
 /* softmax_scale resolved (0 -> 1/sqrt(head_dim), exact in double; kernels
  * receive it rounded to float). */
 double fa_desc_scale(const fa_attention_desc *desc);

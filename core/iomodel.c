@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* A band bound that never binds: beyond any |j - i| of a sequence. */
 #define FA_BAND_OPEN INT64_C(0x100000000)
@@ -117,30 +118,56 @@ static double seq_visible_cells(const fa_attention_desc *d, const block_mask *bm
     return total;
 }
 
+/* The batch's sequences as (sq, sk) shapes with multiplicities: every
+ * sequence of a fixed-length batch has one shape, counted once; varlen
+ * sequences one by one (the cu_seqlens the caller passed). */
+typedef struct seq_iter {
+    const fa_attention_desc *d;
+    int next;
+} seq_iter;
+
+static int seq_next(seq_iter *it, int64_t *sq, int64_t *sk, double *count) {
+    const fa_attention_desc *d = it->d;
+    if (it->next >= d->batch) return 0;
+    if (!(d->cu_seqlens_q && d->cu_seqlens_k)) {
+        seq_lengths(d, 0, sq, sk);
+        *count = (double)d->batch;
+        it->next = d->batch;
+        return 1;
+    }
+    seq_lengths(d, it->next++, sq, sk);
+    *count = 1.0;
+    return 1;
+}
+
 /* Visible cells and all cells of the score matrices, summed over the batch
  * (one head). */
-static double visible_cells(const fa_attention_desc *d, double *all_cells) {
+static double visible_cells(const fa_attention_desc *d) {
     block_mask bm = get_block_mask(d);
-    double visible = 0.0, all = 0.0;
-    for (int b = 0; b < d->batch; b++) {
-        int64_t sq, sk;
-        seq_lengths(d, b, &sq, &sk);
-        all += (double)sq * (double)sk;
-        visible += seq_visible_cells(d, &bm, sq, sk);
-    }
-    if (all_cells) *all_cells = all;
+    double visible = 0.0, count;
+    int64_t sq, sk;
+    seq_iter it = {d, 0};
+    while (seq_next(&it, &sq, &sk, &count)) visible += count * seq_visible_cells(d, &bm, sq, sk);
     return visible;
+}
+
+double fa_score_cells(const fa_attention_desc *desc) {
+    double all = 0.0, count;
+    int64_t sq, sk;
+    seq_iter it = {desc, 0};
+    while (desc && seq_next(&it, &sq, &sk, &count)) all += count * ((double)sq * (double)sk);
+    return all;
 }
 
 double fa_visible_fraction(const fa_attention_desc *desc) {
     if (!desc) return 0.0;
-    double all = 0.0, visible = visible_cells(desc, &all);
-    return all > 0.0 ? visible / all : 0.0;
+    const double all = fa_score_cells(desc);
+    return all > 0.0 ? visible_cells(desc) / all : 0.0;
 }
 
 double fa_attention_flops(const fa_attention_desc *desc, fa_pass pass) {
     if (!desc) return 0.0;
-    double forward = 4.0 * (double)desc->head_dim * (double)desc->heads_q * visible_cells(desc, NULL);
+    double forward = 4.0 * (double)desc->head_dim * (double)desc->heads_q * visible_cells(desc);
     return pass == FA_PASS_BACKWARD ? 2.5 * forward : forward;
 }
 
@@ -167,69 +194,186 @@ double fa_device_bandwidth(const fa_device_desc *dev) { return dev ? dev->bandwi
 /* What a tile shape leaves to compute of one sequence. A (query tile, key
  * tile) pair is visited when the band reaches it and the block mask leaves
  * on at least one of the blocks it overlaps: the kernels' skip rule (the band
- * per query tile, the blocks through a per-tile map built on the host). */
+ * per query tile, the blocks through a per-tile map built on the host).
+ *
+ * Counted in closed form, in time independent of the sequence length:
+ * query tile t's rows reach keys [max(0, t br + lo), min(sk - 1, t br + ch)]
+ * (one interval: the rows' intervals shift by one key per row; ch is
+ * br - 1 + hi, less for the last, partial, tile), so its first and last key
+ * tiles are floors of linear functions of t, clamped, and their sums over a
+ * run of tiles are floor sums (Euclid-like, logarithmic). A block mask
+ * splits the query tiles into runs over the same block rows; within a run
+ * the key tiles under a block left on form a few intervals, and each
+ * interval's share of every tile's reach is again a clamped floor. */
 typedef struct tile_stats {
     double pairs;      /* visited (query tile, key tile) pairs */
     double key_rows;   /* sum over visited pairs of the key tile's rows */
     double query_rows; /* sum over visited pairs of the query tile's rows */
 } tile_stats;
 
-/* Rows of key tiles [t0, t1] that lie inside the sequence. */
-static int64_t tile_rows(int64_t t0, int64_t t1, int64_t bc, int64_t sk) {
-    return min64(sk, (t1 + 1) * bc) - t0 * bc;
+/* floor(a / b) and ceil(a / b) for b > 0 and any sign of a. */
+static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+static int64_t ceil_div_any(int64_t a, int64_t b) { return -floor_div(-a, b); }
+
+static int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return min64(max64(x, lo), hi); }
+
+/* Sum over i in [0, n) of floor((a i + b) / m), a, b >= 0, m > 0: whole
+ * multiples of m are summed directly, and the rest counted the other way
+ * round (lattice points under the line), which swaps the roles of a and m
+ * as Euclid's algorithm does. Every term is part of the sum, which the
+ * callers keep below 2^63. */
+static uint64_t floor_sum(uint64_t n, uint64_t m, uint64_t a, uint64_t b) {
+    uint64_t sum = 0;
+    while (n > 0) {
+        if (a >= m) {
+            sum += n * (n - 1) / 2 * (a / m);
+            a %= m;
+        }
+        if (b >= m) {
+            sum += n * (b / m);
+            b %= m;
+        }
+        const uint64_t top = a * n + b;
+        if (top < m) break;
+        n = top / m;
+        b = top % m;
+        const uint64_t t = m;
+        m = a;
+        a = t;
+    }
+    return sum;
+}
+
+/* Sum over t in [t0, t1) of floor(clamp(step t + c, lo, hi) / div), for
+ * 0 <= lo <= hi, step, div > 0. */
+static int64_t clamped_floor_sum(int64_t t0, int64_t t1, int64_t step, int64_t c, int64_t lo, int64_t hi,
+                                 int64_t div) {
+    if (t1 <= t0) return 0;
+    const int64_t rise = clamp64(ceil_div_any(lo - c, step), t0, t1);     /* first t above lo */
+    const int64_t flat = clamp64(floor_div(hi - c, step) + 1, rise, t1); /* first t past hi */
+    int64_t sum = (rise - t0) * (lo / div) + (t1 - flat) * (hi / div);
+    if (flat > rise) sum += (int64_t)floor_sum((uint64_t)(flat - rise), (uint64_t)div, (uint64_t)step,
+                                               (uint64_t)(step * rise + c));
+    return sum;
+}
+
+/* Query tiles [t0, t1) of one sequence: tile t's rows end at t br + qe and
+ * reach keys up to t br + qe + hi. */
+typedef struct tile_run {
+    int64_t br, bc, sq, sk;
+    int64_t lo, ch;       /* the band: keys from t br + lo to t br + ch */
+    int64_t qe;           /* the tile's last row past t br */
+    int64_t rows;         /* rows of each tile of the run */
+    int64_t key_tiles, pad; /* key tiles; rows the last one lacks */
+} tile_run;
+
+/* Visited pairs between query tiles [t0, t1) and key tiles [a, b]: each
+ * tile's key tiles are [max(first(t), a), min(last(t), b)], counted where
+ * that is not empty. */
+static void count_interval(const tile_run *r, int64_t t0, int64_t t1, int64_t a, int64_t b, tile_stats *st) {
+    const int64_t br = r->br, bc = r->bc;
+    /* last(t) >= a from t_a on; first(t) <= b up to t_b. */
+    t0 = max64(t0, ceil_div_any(a * bc - r->ch, br));
+    t1 = min64(t1, floor_div(b * bc + bc - 1 - r->lo, br) + 1);
+    if (t1 <= t0) return;
+    const int64_t top = clamped_floor_sum(t0, t1, br, r->ch, 0, min64(r->sk - 1, b * bc + bc - 1), bc);
+    const int64_t bottom = clamped_floor_sum(t0, t1, br, r->lo, a * bc, r->sk - 1, bc);
+    const int64_t pairs = top - bottom + (t1 - t0);
+    /* Tiles whose range reaches the last key tile, which lacks pad rows. */
+    int64_t short_last = 0;
+    if (b == r->key_tiles - 1) short_last = t1 - max64(t0, ceil_div_any((r->key_tiles - 1) * bc - r->ch, br));
+    st->pairs += (double)pairs;
+    st->key_rows += (double)(pairs * bc - max64(0, short_last) * r->pad);
+    st->query_rows += (double)pairs * (double)r->rows;
+}
+
+/* Visited pairs of query tiles [t0, t1) that all lie over block rows
+ * [bi0, bi1]: the key tiles under a block left on in any of those rows, as
+ * merged intervals. A block past the end of a (mis-sized) mask counts as
+ * on: the model never reads outside the caller's bytes. */
+static void count_block_rows(const tile_run *r, const block_mask *bm, int64_t t0, int64_t t1, int64_t bi0,
+                             int64_t bi1, tile_stats *st) {
+    /* Only the block columns under the key tiles the run's keys reach. */
+    const int64_t k0 = max64(0, t0 * r->br + r->lo) / r->bc * r->bc;
+    const int64_t k1 = min64(r->sk, (min64(r->sk - 1, (t1 - 1) * r->br + r->ch) / r->bc + 1) * r->bc) - 1;
+    int64_t a = -1, b = -1; /* the interval being merged */
+    for (int64_t bj = k0 / bm->block_k; bj <= k1 / bm->block_k; bj++) {
+        int on = 0;
+        for (int64_t bi = bi0; bi <= bi1 && !on; bi++) on = block_on(bm, bi, bj);
+        if (!on) continue;
+        const int64_t first = bj * bm->block_k / r->bc;
+        const int64_t last = min64(r->sk - 1, (bj + 1) * bm->block_k - 1) / r->bc;
+        if (a >= 0 && first <= b + 1) {
+            b = max64(b, last);
+            continue;
+        }
+        if (a >= 0) count_interval(r, t0, t1, a, b, st);
+        a = first;
+        b = last;
+    }
+    if (a >= 0) count_interval(r, t0, t1, a, b, st);
+}
+
+static void count_run(const tile_run *r, const block_mask *bm, int64_t t0, int64_t t1, tile_stats *st) {
+    /* Tiles whose reach meets the sequence: t br + ch >= 0 and t br + lo <= sk - 1. */
+    t0 = max64(t0, ceil_div_any(-r->ch, r->br));
+    t1 = min64(t1, floor_div(r->sk - 1 - r->lo, r->br) + 1);
+    if (!bm->bytes) {
+        count_interval(r, t0, t1, 0, r->key_tiles - 1, st);
+        return;
+    }
+    /* Runs of tiles over the same block rows. */
+    for (int64_t t = t0; t < t1;) {
+        const int64_t bi0 = t * r->br / bm->block_q, bi1 = (t * r->br + r->qe) / bm->block_q;
+        const int64_t end = min64(t1, min64(ceil_div((bi0 + 1) * bm->block_q, r->br),
+                                            ceil_div_any((bi1 + 1) * bm->block_q - r->qe, r->br)));
+        count_block_rows(r, bm, t, end, bi0, bi1, st);
+        t = end;
+    }
 }
 
 static void seq_tiles(const fa_attention_desc *d, const block_mask *bm, int64_t sq, int64_t sk, int64_t br,
                       int64_t bc, tile_stats *st) {
     band bd = seq_band(d, sq, sk);
     if (bd.lo > bd.hi || sq <= 0 || sk <= 0) return;
-    /* Query tiles over the same block rows and key range see the same key
-     * tiles (every tile without a band), so the last answer is kept. */
-    int64_t memo_bi0 = -1, memo_bi1 = -1, memo_jlo = -1, memo_jhi = -1, memo_pairs = 0, memo_rows = 0;
-    for (int64_t r0 = 0; r0 < sq; r0 += br) {
-        int64_t r1 = min64(sq, r0 + br);
-        /* Rows [r0, r1) reach keys [r0 + lo, r1 - 1 + hi]: one interval,
-         * because the rows' intervals shift by one key per row. */
-        int64_t jlo = max64(0, r0 + bd.lo), jhi = min64(sk - 1, r1 - 1 + bd.hi);
-        if (jlo > jhi) continue;
-        int64_t pairs = 0, rows = 0;
-        if (!bm->bytes) {
-            pairs = jhi / bc - jlo / bc + 1;
-            rows = tile_rows(jlo / bc, jhi / bc, bc, sk);
-        } else {
-            /* Key tiles in reach that overlap a block left on in the query
-             * tile's block rows. Block columns come in increasing order, so a
-             * high-water mark keeps a tile from being counted twice. */
-            int64_t kt_lo = jlo / bc, kt_hi = jhi / bc, last = -1;
-            int64_t c_hi = min64(sk, (kt_hi + 1) * bc) - 1;
-            int64_t bi0 = r0 / bm->block_q, bi1 = (r1 - 1) / bm->block_q;
-            if (bi0 == memo_bi0 && bi1 == memo_bi1 && jlo == memo_jlo && jhi == memo_jhi) {
-                pairs = memo_pairs;
-                rows = memo_rows;
-            } else {
-                for (int64_t bj = kt_lo * bc / bm->block_k; bj <= c_hi / bm->block_k; bj++) {
-                    int on = 0;
-                    for (int64_t bi = bi0; bi <= bi1 && !on; bi++) on = block_on(bm, bi, bj);
-                    if (!on) continue;
-                    int64_t t0 = max64(max64(kt_lo, bj * bm->block_k / bc), last + 1);
-                    int64_t t1 = min64(kt_hi, min64(c_hi, (bj + 1) * bm->block_k - 1) / bc);
-                    if (t1 < t0) continue;
-                    pairs += t1 - t0 + 1;
-                    rows += tile_rows(t0, t1, bc, sk);
-                    last = t1;
-                }
-            }
-            memo_bi0 = bi0;
-            memo_bi1 = bi1;
-            memo_jlo = jlo;
-            memo_jhi = jhi;
-            memo_pairs = pairs;
-            memo_rows = rows;
+    const int64_t tiles = ceil_div(sq, br), key_tiles = ceil_div(sk, bc);
+    /* The whole tiles, then the last one, whose rows end at sq - 1. */
+    tile_run r = {br, bc, sq, sk, bd.lo, br - 1 + bd.hi, br - 1, br, key_tiles, key_tiles * bc - sk};
+    count_run(&r, bm, 0, tiles - 1, st);
+    const int64_t last = tiles - 1, last_rows = sq - last * br;
+    r.qe = last_rows - 1;
+    r.ch = last_rows - 1 + bd.hi;
+    r.rows = last_rows;
+    count_run(&r, bm, last, tiles, st);
+}
+
+fa_tile_visits fa_io_tile_visits(const fa_attention_desc *desc, int br, int bc) {
+    fa_tile_visits v;
+    memset(&v, 0, sizeof v);
+    v.br = br;
+    v.bc = bc;
+    if (!desc || br <= 0 || bc <= 0) return v;
+    const block_mask bm = get_block_mask(desc);
+    double count;
+    int64_t sq, sk;
+    seq_iter it = {desc, 0};
+    while (seq_next(&it, &sq, &sk, &count)) {
+        tile_stats st = {0, 0, 0};
+        seq_tiles(desc, &bm, sq, sk, br, bc, &st);
+        v.pairs += count * st.pairs;
+        v.key_rows += count * st.key_rows;
+        v.query_rows += count * st.query_rows;
+        if (sk > v.longest_k) {
+            v.longest_k = sk;
+            v.its_q = sq;
         }
-        st->pairs += (double)pairs;
-        st->key_rows += (double)rows;
-        st->query_rows += (double)pairs * (double)(r1 - r0);
+        if (sq > v.longest_q) {
+            v.longest_q = sq;
+            v.its_k = sk;
+        }
     }
+    v.visible_cells = visible_cells(desc);
+    return v;
 }
 
 /* The launch grids. Forward: one work-group per (query tile, query head,
@@ -352,71 +496,73 @@ static void once_traffic(const fa_attention_desc *desc, fa_pass pass, int recomp
 
 fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                     const fa_kernel_plan *plan) {
+    if (!plan) return fa_io_fused_visits(dev, desc, pass, plan, NULL);
+    const fa_tile_visits v = fa_io_tile_visits(desc, plan->br, plan->bc);
+    return fa_io_fused_visits(dev, desc, pass, plan, &v);
+}
+
+fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
+                           const fa_kernel_plan *plan, const fa_tile_visits *v) {
     fa_cost c = {0, 0, 0, 0, 0, 0, 0, 0};
     if (!dev || !desc || !plan) return c;
     if (plan->variant == FA_VARIANT_STANDARD) return fa_io_standard(dev, desc, pass);
-    if (plan->br <= 0 || plan->bc <= 0) return c;
+    if (plan->br <= 0 || plan->bc <= 0 || !v || v->br != plan->br || v->bc != plan->bc) return c;
 
     const double e = dtype_bytes(desc->q.dtype), dim = (double)desc->head_dim;
     const double hq = (double)desc->heads_q, hkv = (double)desc->heads_kv;
     const int split = pass == FA_PASS_FORWARD && plan->split_k > 1 ? plan->split_k : 1;
-    const block_mask bm = get_block_mask(desc);
     const int recompute_dq = backward_recomputes_dq(dev, desc, plan);
-    double rd = 0.0, wr = 0.0, pairs = 0.0;
+    /* Every term is linear in a sequence's lengths and tile visits, so the
+     * batch's sums stand for its sequences. */
+    const double sq = (double)fa_attention_total_q(desc), sk = (double)fa_attention_total_k(desc);
+    double rd = 0.0, wr = 0.0;
     /* Each tensor once (the bytes no tile shape avoids), and the largest
-     * working set the work-groups of one head re-read. */
-    double once_rd = 0.0, once_wr = 0.0, head_set = 0.0, head_groups = 1.0;
-
-    for (int b = 0; b < desc->batch; b++) {
-        int64_t sq64, sk64;
-        seq_lengths(desc, b, &sq64, &sk64);
-        tile_stats st = {0, 0, 0};
-        seq_tiles(desc, &bm, sq64, sk64, plan->br, plan->bc, &st);
-        const double sq = (double)sq64, sk = (double)sk64;
-        pairs += st.pairs;
-        once_traffic(desc, pass, recompute_dq, split, sq, sk, &once_rd, &once_wr);
-        const double set = pass == FA_PASS_FORWARD ? 2.0 * sk * dim * e
-                                                   : sq * (2.0 * dim * e + 8.0 + (recompute_dq ? 0.0 : dim * 4.0));
-        if (set > head_set) {
-            head_set = set;
-            head_groups = pass == FA_PASS_FORWARD ? ceil(sq / plan->br) * split : ceil(sk / plan->bc);
+     * working set the work-groups of one head re-read: the first longest
+     * sequence's (keys forward, queries backward). */
+    double once_rd = 0.0, once_wr = 0.0, head_set, head_groups = 1.0;
+    once_traffic(desc, pass, recompute_dq, split, sq, sk, &once_rd, &once_wr);
+    if (pass == FA_PASS_FORWARD) {
+        head_set = 2.0 * (double)v->longest_k * dim * e;
+        if (head_set > 0.0) head_groups = ceil((double)v->its_q / plan->br) * split;
+    } else {
+        head_set = (double)v->longest_q * (2.0 * dim * e + 8.0 + (recompute_dq ? 0.0 : dim * 4.0));
+        if (head_set > 0.0) head_groups = ceil((double)v->its_k / plan->bc);
+    }
+    if (pass == FA_PASS_FORWARD) {
+        /* Q once per split, K and V once per visited pair, O and L once.
+         * The streaming kernels read the work-group's own Q tile again
+         * for every key tile (backward: K and V of the key tile for
+         * every query tile, and Q and dO of a query tile a second time
+         * for dK and dV): re-reads of the same few kilobytes within
+         * microseconds, which the cache serves, not HBM. */
+        rd += hq * sq * dim * e * split + hq * v->key_rows * dim * e * 2.0;
+        wr += hq * sq * dim * e + hq * sq * 4.0;
+        if (split > 1) {
+            /* fp32 partial O and L of every split, written then merged. */
+            double partials = split * hq * sq * (dim + 1.0) * 4.0;
+            rd += partials;
+            wr += partials;
         }
-        if (pass == FA_PASS_FORWARD) {
-            /* Q once per split, K and V once per visited pair, O and L once.
-             * The streaming kernels read the work-group's own Q tile again
-             * for every key tile (backward: K and V of the key tile for
-             * every query tile, and Q and dO of a query tile a second time
-             * for dK and dV): re-reads of the same few kilobytes within
-             * microseconds, which the cache serves, not HBM. */
-            rd += hq * sq * dim * e * split + hq * st.key_rows * dim * e * 2.0;
-            wr += hq * sq * dim * e + hq * sq * 4.0;
-            if (split > 1) {
-                /* fp32 partial O and L of every split, written then merged. */
-                double partials = split * hq * sq * (dim + 1.0) * 4.0;
-                rd += partials;
-                wr += partials;
-            }
+    } else {
+        /* D = rowsum(dO * O) first. */
+        rd += 2.0 * hq * sq * dim * e;
+        wr += hq * sq * 4.0;
+        /* K and V read, dK and dV written once per kv head; Q, dO, L and D
+         * once per visited pair. */
+        rd += 2.0 * hkv * sk * dim * e + hq * v->query_rows * (2.0 * dim * e + 8.0);
+        wr += 2.0 * hkv * sk * dim * e;
+        if (recompute_dq) {
+            /* The dQ kernel: Q, dO, L, D once, K and V per visited pair. */
+            rd += hq * sq * (2.0 * dim * e + 8.0) + hq * v->key_rows * 2.0 * dim * e;
+            wr += hq * sq * dim * e;
         } else {
-            /* D = rowsum(dO * O) first. */
-            rd += 2.0 * hq * sq * dim * e;
-            wr += hq * sq * 4.0;
-            /* K and V read, dK and dV written once per kv head; Q, dO, L and D
-             * once per visited pair. */
-            rd += 2.0 * hkv * sk * dim * e + hq * st.query_rows * (2.0 * dim * e + 8.0);
-            wr += 2.0 * hkv * sk * dim * e;
-            if (recompute_dq) {
-                /* The dQ kernel: Q, dO, L, D once, K and V per visited pair. */
-                rd += hq * sq * (2.0 * dim * e + 8.0) + hq * st.key_rows * 2.0 * dim * e;
-                wr += hq * sq * dim * e;
-            } else {
-                /* fp32 dQ accumulator: zeroed, read and written per visited
-                 * pair, then converted to the storage dtype. */
-                wr += hq * sq * dim * 4.0;
-                rd += hq * st.query_rows * dim * 4.0;
-                wr += hq * st.query_rows * dim * 4.0;
-                rd += hq * sq * dim * 4.0;
-                wr += hq * sq * dim * e;
-            }
+            /* fp32 dQ accumulator: zeroed, read and written per visited
+             * pair, then converted to the storage dtype. */
+            wr += hq * sq * dim * 4.0;
+            rd += hq * v->query_rows * dim * 4.0;
+            wr += hq * v->query_rows * dim * 4.0;
+            rd += hq * sq * dim * 4.0;
+            wr += hq * sq * dim * e;
         }
     }
 
@@ -428,13 +574,14 @@ fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa
     const int cached = dev->l2_cache_bytes > 0 && heads_in_flight * head_set <= (double)dev->l2_cache_bytes;
     c.dram_read_bytes = cached && once_rd < rd ? once_rd : rd;
     c.dram_write_bytes = cached && once_wr < wr ? once_wr : wr;
-    c.flops = fa_attention_flops(desc, pass);
+    const double forward_flops = 4.0 * dim * hq * v->visible_cells;
+    c.flops = pass == FA_PASS_BACKWARD ? 2.5 * forward_flops : forward_flops;
 
     /* Compute time counts the work the tiles execute: a visited tile is
      * computed whole, masked cells included. Per cell and head dimension the
      * forward does 2 products (4 flops), the backward 5 (10 flops), or 7
      * (14 flops) where dQ has a kernel of its own that recomputes P and dP. */
-    const double cells = pairs * (double)plan->br * (double)plan->bc * dim * hq;
+    const double cells = v->pairs * (double)plan->br * (double)plan->bc * dim * hq;
     const double peak = fa_variant_on_matrix_units(plan->variant)
                             ? fa_device_peak_flops(dev, desc->q.dtype, desc->allow_tf32)
                             : simt_peak(dev) / simt_local_factor(desc, plan);
@@ -475,28 +622,28 @@ fa_cost fa_io_standard(const fa_device_desc *dev, const fa_attention_desc *desc,
     fa_cost c = {0, 0, 0, 0, 0, 0, 0, 0};
     if (!dev || !desc) return c;
     const double e = dtype_bytes(desc->q.dtype), dim = (double)desc->head_dim, hq = (double)desc->heads_q;
-    double rd = 0.0, wr = 0.0, cells_all = 0.0;
-    for (int b = 0; b < desc->batch; b++) {
-        int64_t sq64, sk64;
-        seq_lengths(desc, b, &sq64, &sk64);
+    double rd = 0.0, wr = 0.0, cells_all = 0.0, count;
+    int64_t sq64, sk64;
+    seq_iter it = {desc, 0};
+    while (seq_next(&it, &sq64, &sk64, &count)) {
         const double sq = (double)sq64, sk = (double)sk64, nn = sq * sk * e;
         const double qb = sq * dim * e, kb = sk * dim * e;
-        cells_all += sq * sk;
+        cells_all += count * (sq * sk);
         if (pass == FA_PASS_FORWARD) {
-            rd += hq * (qb + kb      /* S = Q K^T */
-                        + nn         /* softmax reads S */
-                        + nn + kb);  /* O = P V */
-            wr += hq * (nn + nn + sq * 4.0 + qb);
+            rd += count * hq * (qb + kb      /* S = Q K^T */
+                                + nn         /* softmax reads S */
+                                + nn + kb);  /* O = P V */
+            wr += count * hq * (nn + nn + sq * 4.0 + qb);
         } else {
-            rd += hq * (qb + kb              /* S = Q K^T */
-                        + nn + sq * 4.0      /* P = exp(S - L) */
-                        + nn + qb            /* dV = P^T dO */
-                        + qb + kb            /* dP = dO V^T */
-                        + 2.0 * qb           /* D = rowsum(dO * O) */
-                        + 2.0 * nn + sq * 4.0 /* dS = P * (dP - D) */
-                        + nn + kb            /* dQ = dS K */
-                        + nn + qb);          /* dK = dS^T Q */
-            wr += hq * (nn + nn + kb + nn + sq * 4.0 + nn + qb + kb);
+            rd += count * hq * (qb + kb              /* S = Q K^T */
+                                + nn + sq * 4.0      /* P = exp(S - L) */
+                                + nn + qb            /* dV = P^T dO */
+                                + qb + kb            /* dP = dO V^T */
+                                + 2.0 * qb           /* D = rowsum(dO * O) */
+                                + 2.0 * nn + sq * 4.0 /* dS = P * (dP - D) */
+                                + nn + kb            /* dQ = dS K */
+                                + nn + qb);          /* dK = dS^T Q */
+            wr += count * hq * (nn + nn + kb + nn + sq * 4.0 + nn + qb + kb);
         }
     }
     c.hbm_read_bytes = rd;

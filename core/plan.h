@@ -5,12 +5,16 @@
 #include "backend.h"
 #include "flashattn.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
+/* A context lives while the caller's reference or any buffer or plan of it
+ * does (fa_context_destroy drops the caller's): refs counts them all. */
 struct fa_context_s {
     const fa_backend_ops *ops;
     void *impl;
     fa_device_info info;
+    atomic_int refs;
 };
 
 struct fa_buffer_s {

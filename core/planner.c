@@ -46,6 +46,8 @@
  * little memory than the first matrix-unit tiles that fit in more. */
 #include "planner.h"
 
+#include "checked.h"
+#include "desc.h"
 #include "fa_internal.h"
 #include "planner_cl_mma.h"
 
@@ -663,15 +665,26 @@ static int better(const candidate *a, const candidate *b) {
 
 static size_t workspace_bytes(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                               fa_variant variant, int split) {
-    const size_t rows = (size_t)fa_attention_total_q(desc) * (size_t)desc->heads_q;
     const size_t d = (size_t)desc->head_dim;
-    if (pass == FA_PASS_FORWARD) return split > 1 ? (size_t)split * rows * (d + 1) * 4 : 0;
-    /* D per row; the fp32 dQ accumulator where dQ is summed over key tiles
-     * (OpenCL's SIMT kernels, and its streaming ones in deterministic mode,
-     * compute dQ in a kernel of their own instead). */
-    if (dev->backend == FA_BACKEND_OPENCL && (!fa_cl_dq_accumulates(variant) || desc->deterministic))
-        return rows * 4;
-    return rows * (d + 1) * 4;
+    /* Words a row: the split partials (O and L), or D and the fp32 dQ
+     * accumulator where dQ is summed over key tiles (OpenCL's SIMT kernels,
+     * and its streaming and matrix-unit ones in deterministic mode, compute
+     * dQ in a kernel of their own instead and need D alone). */
+    size_t words;
+    if (pass == FA_PASS_FORWARD) {
+        if (split <= 1) return 0;
+        words = (size_t)split * (d + 1);
+    } else if (dev->backend == FA_BACKEND_OPENCL && (!fa_cl_dq_accumulates(variant) || desc->deterministic)) {
+        words = 1;
+    } else {
+        words = d + 1;
+    }
+    /* A size no memory holds saturates: the backend's allocation fails. */
+    size_t bytes;
+    if (fa_ckd_mul_size(&bytes, (size_t)fa_attention_total_q(desc), (size_t)desc->heads_q) ||
+        fa_ckd_mul_size(&bytes, bytes, words) || fa_ckd_mul_size(&bytes, bytes, 4))
+        return SIZE_MAX;
+    return bytes;
 }
 
 /* Best candidate of a family; 0 when none fits. */
@@ -693,6 +706,10 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
             }
     const int64_t bar = most < dev->compute_units ? most : dev->compute_units;
 
+    /* Tile visits depend on the tile shape alone: counted once a shape. */
+    fa_tile_visits visits[FA_ARRAY_SIZE(tile_sizes)][FA_ARRAY_SIZE(tile_sizes)];
+    int counted[FA_ARRAY_SIZE(tile_sizes)][FA_ARRAY_SIZE(tile_sizes)];
+    memset(counted, 0, sizeof counted);
     int found = 0;
     for (int v = 0; v < nvar; v++) {
         const fa_variant variant = variants[v];
@@ -702,6 +719,10 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                 const int br = tile_sizes[i], bc = tile_sizes[j];
                 int split;
                 if (!tile_ok(dev, desc, variant, pass, br, bc, &split)) continue;
+                if (!counted[i][j]) {
+                    visits[i][j] = fa_io_tile_visits(desc, br, bc);
+                    counted[i][j] = 1;
+                }
                 candidate c;
                 memset(&c, 0, sizeof c);
                 c.variant = variant;
@@ -737,7 +758,7 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                             kp.thread_cols = c.tc;
                             kp.split_k = split;
                             kp.num_work_groups = c.groups > INT_MAX ? INT_MAX : (int)c.groups;
-                            c.cost = fa_io_fused(dev, desc, pass, &kp);
+                            c.cost = fa_io_fused_visits(dev, desc, pass, &kp, &visits[i][j]);
                             c.wgs = (br / c.tr) * (bc / c.tc);
                             c.partial_simd = c.wgs < dev->simd_width;
                             if (!found || better(&c, best)) {
@@ -751,6 +772,24 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
     return found;
 }
 
+/* Whether any tile of the family (or of SIMT, the fallback) has a valid
+ * work-group layout, whatever its local memory: when none has, the
+ * device's work-group limits are what rules the problem out. */
+static int any_tile_layout(const fa_device_desc *dev, const fa_attention_desc *desc, family fam, fa_pass pass) {
+    const family fams[2] = {fam, FAMILY_SIMT};
+    for (int f = 0; f < 2; f++) {
+        fa_variant variants[2];
+        const int nvar = family_variants(dev, desc, fams[f], pass, variants);
+        for (int v = 0; v < nvar; v++)
+            for (size_t i = 0; i < FA_ARRAY_SIZE(tile_sizes); i++)
+                for (size_t j = 0; j < FA_ARRAY_SIZE(tile_sizes); j++) {
+                    int split;
+                    if (tile_ok(dev, desc, variants[v], pass, tile_sizes[i], tile_sizes[j], &split)) return 1;
+                }
+    }
+    return 0;
+}
+
 static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                            fa_kernel_plan *out) {
     family fam = base_family(dev, desc);
@@ -761,6 +800,12 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
     if (fam == FAMILY_MMA && wgmma_possible(dev, desc, pass)) found = plan_family(dev, desc, pass, FAMILY_WGMMA, &best);
     if (!found) found = plan_family(dev, desc, pass, fam, &best);
     if (!found && fam == FAMILY_MMA) found = plan_family(dev, desc, pass, FAMILY_SIMT, &best);
+    if (!found && !any_tile_layout(dev, desc, fam, pass))
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "no %s tile has a work-group layout this device runs: device->max_work_group_size = %d "
+                       "(simd_width %d) is too small for the smallest tile (8 x 8 scores, at most %d a work-item)",
+                       pass == FA_PASS_FORWARD ? "forward" : "backward", dev->max_work_group_size, dev->simd_width,
+                       FA_MAX_THREAD_TILE);
     if (!found)
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "no %s tile fits: device->local_mem_bytes = %zu (%d kept for the driver), the smallest tile (8 x 8) needs %zu "
@@ -788,16 +833,7 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
  * S, P, dP and dS plus D backward). */
 static void plan_standard(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                           fa_kernel_plan *out) {
-    double cells = 0.0;
-    for (int b = 0; b < desc->batch; b++) {
-        int64_t sq = desc->seqlen_q, sk = desc->seqlen_k;
-        if (desc->cu_seqlens_q && desc->cu_seqlens_k) {
-            sq = (int64_t)desc->cu_seqlens_q[b + 1] - desc->cu_seqlens_q[b];
-            sk = (int64_t)desc->cu_seqlens_k[b + 1] - desc->cu_seqlens_k[b];
-        }
-        cells += (double)sq * (double)sk;
-    }
-    const double matrix = cells * (double)desc->heads_q * (double)fa_dtype_size(desc->q.dtype);
+    const double matrix = fa_score_cells(desc) * (double)desc->heads_q * (double)fa_dtype_size(desc->q.dtype);
     double bytes = pass == FA_PASS_FORWARD
                        ? 2.0 * matrix
                        : 4.0 * matrix + 4.0 * (double)fa_attention_total_q(desc) * (double)desc->heads_q;
@@ -819,6 +855,10 @@ fa_status fa_plan_for_device(const fa_device_desc *device, const fa_attention_de
     FA_CHECK(fa_attention_desc_check(desc));
     if (desc->algorithm != FA_ALGO_FUSED && desc->algorithm != FA_ALGO_STANDARD)
         return fa_fail(FA_ERR_INVALID_ARGUMENT, "desc->algorithm = %d is not a fa_algorithm", (int)desc->algorithm);
+    /* Planned as fa_plan_create runs it: with windows normalised. */
+    fa_attention_desc normalized = *desc;
+    fa_desc_normalize_windows(&normalized);
+    desc = &normalized;
 
     fa_kernel_plan fwd, bwd;
     memset(&fwd, 0, sizeof fwd);

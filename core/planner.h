@@ -4,6 +4,8 @@
 
 #include "flashattn.h"
 
+#include <stdint.h>
+
 /* Bytes of one shared-memory tile of the CUDA tensor-core kernels: rows by
  * width_bytes, laid out as kernels_cuda/mma.cuh says (TILE_BYTES). */
 size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes);
@@ -31,14 +33,37 @@ int fa_wgmma_blocks_per_sm(const fa_attention_desc *desc, int bc);
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br,
                          int bc, int stages);
 
+/* What a br x bc tile shape leaves to compute of a problem, summed over the
+ * batch: the tile pairs the kernels visit (the band reaches them and the
+ * block mask leaves a block of them on) and the rows they read. Counted in
+ * closed form: the time depends on the batch's sequences (one for a
+ * fixed-length batch, cu_seqlens' count for varlen) and the block mask's
+ * size, never on the sequence lengths. */
+typedef struct fa_tile_visits {
+    int br, bc;                /* the tile shape counted */
+    double pairs;              /* visited (query tile, key tile) pairs */
+    double key_rows;           /* sum over visited pairs of the key tile's rows */
+    double query_rows;         /* sum over visited pairs of the query tile's rows */
+    double visible_cells;      /* score cells the masks leave visible (one head) */
+    int64_t longest_k, its_q;  /* the first sequence with the most keys: its lengths */
+    int64_t longest_q, its_k;  /* the first with the most queries */
+} fa_tile_visits;
+
+fa_tile_visits fa_io_tile_visits(const fa_attention_desc *desc, int br, int bc);
+
 /* IO model: predicted HBM traffic, FLOPs and roofline time of one pass for a
- * kernel plan (fused) or of standard attention. */
+ * kernel plan (fused) or of standard attention. fa_io_fused_visits takes
+ * the tile visits of the plan's br x bc, which many plans share. */
 fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                     const fa_kernel_plan *plan);
+fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
+                           const fa_kernel_plan *plan, const fa_tile_visits *visits);
 fa_cost fa_io_standard(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass);
 /* FLOPs as the FlashAttention papers count them: forward 4 * b * h * sq * sk * d
  * over the visible fraction of the score matrix, backward 2.5x that. */
 double fa_attention_flops(const fa_attention_desc *desc, fa_pass pass);
+/* Cells of the score matrices, sum over the batch of sq * sk (one head). */
+double fa_score_cells(const fa_attention_desc *desc);
 /* Fraction of the sq x sk score matrix (summed over the batch) the masks leave visible. */
 double fa_visible_fraction(const fa_attention_desc *desc);
 

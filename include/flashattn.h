@@ -161,9 +161,23 @@ FA_API fa_status fa_device_get_info(int global_index, fa_device_info *info);
 typedef struct fa_context_s *fa_context;
 typedef struct fa_buffer_s *fa_buffer;
 
+/* Object lifetimes
+ * ----------------
+ * Buffers and plans keep their context alive, as OpenCL and CUDA objects
+ * do: fa_context_destroy drops the caller's reference, and the device
+ * context is released when the last of its buffers and plans is freed or
+ * destroyed. Contexts, buffers and plans may therefore be destroyed in any
+ * order; a buffer or plan whose context the caller destroyed stays usable
+ * (fa_forward, fa_buffer_download, ...) until it is freed itself. After
+ * fa_context_destroy the context handle itself may not be passed to any
+ * call.
+ * Undefined (the caller's bug, as with free()): destroying or freeing a
+ * handle twice, or using a handle after its own destroy or free. */
+
 /* Open a context. backend = FA_BACKEND_ANY and index = -1 pick the best
  * device: a GPU before a CPU, CUDA before HIP before OpenCL, the reference
- * last. With a backend and index = -1, the best device of that backend. */
+ * last. With a backend and index = -1, the best device of that backend.
+ * Any other negative index is FA_ERR_INVALID_ARGUMENT. */
 FA_API fa_status fa_context_create(fa_backend backend, int index, fa_context *ctx);
 FA_API fa_status fa_context_get_info(fa_context ctx, fa_device_info *info);
 /* Wait for all work queued on the context to finish. */
@@ -171,12 +185,23 @@ FA_API fa_status fa_context_synchronize(fa_context ctx);
 /* Native objects: OpenCL: cl_context and cl_command_queue; CUDA: CUcontext
  * and CUstream; HIP: the device ordinal (as intptr_t) and hipStream_t. */
 FA_API fa_status fa_context_get_native(fa_context ctx, void **native_context, void **native_queue);
+/* Drops the caller's reference (see "Object lifetimes" above). */
 FA_API fa_status fa_context_destroy(fa_context ctx);
 
 FA_API fa_status fa_buffer_alloc(fa_context ctx, size_t bytes, fa_buffer *buf);
 /* Wrap memory owned by the caller (zero copy): a cl_mem, a CUdeviceptr cast
- * through uintptr_t to void *, or a HIP device pointer. The buffer does not
- * free it. */
+ * through uintptr_t to void *, a HIP device pointer, or host memory on the
+ * reference device. The buffer does not free it.
+ * Checked: native is not NULL and bytes not 0; OpenCL: the runtime accepts
+ * native as a memory object (clGetMemObjectInfo), it belongs to the
+ * context's cl_context (else FA_ERR_FOREIGN_BUFFER) and holds at least
+ * bytes (else FA_ERR_OUT_OF_BOUNDS); CUDA and HIP: native lies in a device
+ * allocation (cuMemGetAddressRange, hipMemGetAddressRange) with at least
+ * bytes from it to the allocation's end.
+ * The caller's contract (undefined otherwise, as the runtimes dereference
+ * it): native is a live object of that kind (a pointer that is not a
+ * cl_mem, or a released one, cannot be detected), on the reference device
+ * a host pointer to at least bytes bytes, and it outlives the buffer. */
 FA_API fa_status fa_buffer_wrap(fa_context ctx, void *native, size_t bytes, fa_buffer *buf);
 FA_API fa_status fa_buffer_upload(fa_buffer buf, size_t offset, const void *src, size_t bytes);
 FA_API fa_status fa_buffer_download(fa_buffer buf, size_t offset, void *dst, size_t bytes);
@@ -201,8 +226,11 @@ FA_API const char *fa_dtype_name(fa_dtype dtype);
  * Strides and offset count ELEMENTS of the tensor's dtype; head_dim is
  * contiguous. A stride of 0 means "packed" (the FlashAttention layout
  * [batch, seq, heads, head_dim]). Offsets and non-zero strides must be
- * multiples of 16 bytes. With variable-length batches, stride_batch is
- * ignored: tokens of all sequences are packed along seq. */
+ * multiples of 16 bytes, and the tensor's last byte (offset included) must
+ * lie below 2^62 bytes from the buffer start (FA_ERR_BAD_STRIDE, or
+ * FA_ERR_INVALID_SIZE where the sizes alone span more). With
+ * variable-length batches, stride_batch is ignored: tokens of all
+ * sequences are packed along seq. */
 typedef struct fa_tensor_desc {
     fa_dtype dtype;
     int64_t offset;
@@ -235,8 +263,11 @@ typedef struct fa_attention_desc {
      * causal: key j is visible to query i iff j <= i + seqlen_k - seqlen_q
      * (bottom-right aligned). window: iff
      *   i + seqlen_k - seqlen_q - window_left <= j <= i + seqlen_k - seqlen_q + window_right,
-     * a negative bound meaning unlimited on that side. */
-    int causal;
+     * every negative bound (INT_MIN included) meaning unlimited on that
+     * side. Any int is valid: a bound that cannot bind for the shape
+     * (window_left >= seqlen_k - 1, window_right >= seqlen_q - 1) is
+     * unlimited too, so INT_MAX is another way to say it. */
+    int causal;                 /* 0 or 1 */
     int window_left;            /* -1: unlimited */
     int window_right;           /* -1: unlimited */
 
@@ -263,8 +294,8 @@ typedef struct fa_attention_desc {
     const int32_t *cu_seqlens_k;
 
     fa_algorithm algorithm;
-    int deterministic;          /* bit-identical results run to run */
-    int allow_tf32;             /* fp32 inputs may use TF32 matrix units */
+    int deterministic;          /* 0 or 1: bit-identical results run to run */
+    int allow_tf32;             /* 0 or 1: fp32 inputs may use TF32 matrix units */
 } fa_attention_desc;
 
 /* Defaults: fp32 packed tensors, no masks, no dropout, fused, scale from
@@ -367,6 +398,17 @@ typedef struct fa_plan_s *fa_plan;
 FA_API fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan *plan);
 FA_API fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info);
 FA_API fa_status fa_plan_destroy(fa_plan plan);
+
+/* Aliasing, for fa_forward and fa_backward: the inputs (q, k, v; and o,
+ * lse and dout of the backward) may share buffers and bytes freely. An
+ * output (o and lse of the forward; dq, dk and dv of the backward) may
+ * share a buffer with another argument only where their bytes are
+ * disjoint: tensors at separate offsets, or interleaved row by row (dQ, dK
+ * and dV packed per token in one buffer, as Q, K and V often are).
+ * Overlapping bytes are FA_ERR_INVALID_ARGUMENT. This is checked between
+ * arguments that are the same fa_buffer; two buffers wrapping overlapping
+ * native memory are the caller's to keep apart. L always starts at byte 0
+ * of its buffer. */
 
 /* O and the log-sum-exp L. Buffers must belong to the plan's context and
  * hold their tensors as the descriptor lays them out. */

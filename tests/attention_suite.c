@@ -19,6 +19,7 @@
 #include "reference.h"
 
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -909,4 +910,163 @@ void suite_long_sequences(void) {
     run("long 4k fp32 d128 window", &d, 1);
     d = suite_desc(FA_DTYPE_F16, 1, 16, 16384, 4, 1, 128);
     run("long decode 16x16k fp16 d128", &d, 0);
+}
+
+/* Windows at and past the sequence lengths, and at both ends of the int
+ * range: any bound that cannot bind means unlimited, every negative one
+ * too (include/flashattn.h). Each must give the reference's answer, forward
+ * and backward, alone, with the causal mask and with varlen batches. */
+void suite_extreme_windows(void) {
+    SUITE_REQUIRE();
+    const int sq = 70, sk = 90;
+    const int w[][3] = {{-1, INT_MAX, 1},          {INT_MAX, INT_MIN, 0}, {INT_MIN, INT_MAX, 0},
+                        {INT_MAX, INT_MAX, 1},     {INT_MAX - 1, 3, 0},  {5, INT_MAX - 1, 1},
+                        {sk - 1, sq - 1, 0},       {sk - 2, sq - 2, 0},  {sk, sq, 1},
+                        {INT_MIN, 0, 0},           {0, INT_MIN, 1}};
+    static const int32_t cu_q[] = {0, 70, 103}, cu_k[] = {0, 41, 131};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(w); i++)
+        for (int varlen = 0; varlen <= 1; varlen++) {
+            fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, sq, sk, 2, 1, 32);
+            d.window_left = w[i][0];
+            d.window_right = w[i][1];
+            d.causal = w[i][2];
+            if (varlen) {
+                d.cu_seqlens_q = cu_q;
+                d.cu_seqlens_k = cu_k;
+            }
+            char name[96];
+            snprintf(name, sizeof name, "window %d,%d%s%s", w[i][0], w[i][1], w[i][2] ? " causal" : "",
+                     varlen ? " varlen" : "");
+            run(name, &d, 1);
+        }
+}
+
+/* Buffers and plans keep their context alive (include/flashattn.h): every
+ * order of destroying the context, a plan and its buffers is safe, and a
+ * plan whose context was destroyed still runs. Each order on a fresh
+ * context of the backend. */
+typedef struct lifetime_objects {
+    fa_context ctx;
+    fa_plan plan;
+    fa_buffer buf[5]; /* q k v o lse */
+} lifetime_objects;
+
+static int lifetime_create(lifetime_objects *o) {
+    memset(o, 0, sizeof *o);
+    fa_status st = fa_context_create(g_backend->backend, -1, &o->ctx);
+    CHECK_MSG(st == FA_SUCCESS, "fa_context_create: %s", fa_last_error());
+    if (st != FA_SUCCESS) return 0;
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 8, 8, 1, 1, 8);
+    CHECK_OK(fa_plan_create(o->ctx, &d, &o->plan));
+    const size_t bytes[5] = {256, 256, 256, 256, 32};
+    for (int i = 0; i < 5; i++) CHECK_OK(fa_buffer_alloc(o->ctx, bytes[i], &o->buf[i]));
+    float host[64];
+    for (int i = 0; i < 64; i++) host[i] = (float)(i % 7) * 0.25f - 0.5f;
+    for (int i = 0; i < 5 && o->buf[i]; i++) CHECK_OK(fa_buffer_upload(o->buf[i], 0, host, i == 4 ? 32 : sizeof host));
+    if (o->plan && o->buf[0] && o->buf[1] && o->buf[2] && o->buf[3] && o->buf[4]) return 1;
+    for (int i = 0; i < 5; i++)
+        if (o->buf[i]) fa_buffer_free(o->buf[i]);
+    if (o->plan) fa_plan_destroy(o->plan);
+    fa_context_destroy(o->ctx);
+    return 0;
+}
+
+/* Destroys the context (0), the plan (1) and the buffers (2) in order;
+ * while the plan and the buffers remain a forward pass still runs. */
+static void lifetime_destroy(lifetime_objects *o, const int order[3]) {
+    int ctx_gone = 0, plan_gone = 0, bufs_gone = 0;
+    for (int step = 0; step < 3; step++) {
+        if (order[step] == 0) {
+            CHECK_OK(fa_context_destroy(o->ctx));
+            ctx_gone = 1;
+        } else if (order[step] == 1) {
+            CHECK_OK(fa_plan_destroy(o->plan));
+            plan_gone = 1;
+        } else {
+            for (int i = 0; i < 5; i++) CHECK_OK(fa_buffer_free(o->buf[i]));
+            bufs_gone = 1;
+        }
+        if (!plan_gone && !bufs_gone) {
+            CHECK_OK(fa_forward(o->plan, o->buf[0], o->buf[1], o->buf[2], o->buf[3], o->buf[4]));
+            float out[64];
+            CHECK_OK(fa_buffer_download(o->buf[3], 0, out, sizeof out));
+            CHECK(isfinite(out[0]) && isfinite(out[63]));
+        }
+        if (!bufs_gone && ctx_gone) {
+            size_t bytes = 0;
+            CHECK_OK(fa_buffer_size(o->buf[0], &bytes));
+            CHECK(bytes == 256);
+        }
+    }
+}
+
+void suite_destroy_in_any_order(void) {
+    if (!g_backend->compiled) FA_SKIP("the backend is not built into this library");
+    SUITE_REQUIRE();
+    static const int orders[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    for (int i = 0; i < 6; i++) {
+        lifetime_objects o;
+        if (!lifetime_create(&o)) return;
+        lifetime_destroy(&o, orders[i]);
+    }
+}
+
+/* Block sizes at the end of the int range: one block covering every
+ * position (ceil(seqlen / block) overflowed int in the backends), or one
+ * side huge and the other small. */
+void suite_huge_mask_blocks(void) {
+    SUITE_REQUIRE();
+    const int sizes[][2] = {{INT_MAX, INT_MAX}, {INT_MAX, 16}, {24, INT_MAX}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(sizes); i++) {
+        fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, 70, 90, 2, 1, 32);
+        d.causal = (int)(i % 2);
+        d.block_q = sizes[i][0];
+        d.block_k = sizes[i][1];
+        const int64_t rows = ((int64_t)d.seqlen_q + d.block_q - 1) / d.block_q;
+        const int64_t cols = ((int64_t)d.seqlen_k + d.block_k - 1) / d.block_k;
+        uint8_t *m = malloc((size_t)(rows * cols));
+        CHECK(m != NULL);
+        if (!m) return;
+        for (int64_t b = 0; b < rows * cols; b++) m[b] = (uint8_t)(b % 3 != 1);
+        d.block_mask = m;
+        d.block_mask_bytes = (size_t)(rows * cols);
+        char name[64];
+        snprintf(name, sizeof name, "blocks %d x %d%s", sizes[i][0], sizes[i][1], d.causal ? " causal" : "");
+        run(name, &d, 1);
+        free(m);
+    }
+}
+
+/* Build options from the environment may tune a kernel build but not
+ * redefine the plan's macros (FLASHATTN_OPENCL_OPTIONS=-DHEAD_DIM=8 gave a
+ * wrong answer): plan creation refuses them, naming the macro, and a
+ * tuning option still builds kernels that give the reference's answer. */
+void suite_env_build_options(void) {
+    SUITE_REQUIRE();
+    const char *var = g_backend->backend == FA_BACKEND_OPENCL ? "FLASHATTN_OPENCL_OPTIONS"
+                      : g_backend->backend == FA_BACKEND_CUDA ? "FLASHATTN_CUDA_OPTIONS"
+                                                              : NULL;
+    if (!var) FA_SKIP("this backend takes no build options from the environment");
+    const char *saved = getenv(var);
+    char *restore = saved ? strdup(saved) : NULL;
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 40, 50, 2, 2, 64);
+    const char *const refused[] = {"-DHEAD_DIM=8", "-D HEAD_DIM=8", "-UHEAD_DIM", "-DCAUSAL", "-DBR=4"};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(refused); i++) {
+        setenv(var, refused[i], 1);
+        fa_plan plan = NULL;
+        CHECK_STATUS(fa_plan_create(suite_context(), &d, &plan), FA_ERR_INVALID_ARGUMENT);
+        CHECK_MSG(strstr(fa_last_error(), var) != NULL, "%s=%s: message \"%s\" names neither", var, refused[i],
+                  fa_last_error());
+        CHECK(plan == NULL);
+        if (plan) fa_plan_destroy(plan);
+    }
+    /* A tuning option: OpenCL's unroll factor, an NVRTC flag. */
+    setenv(var, g_backend->backend == FA_BACKEND_OPENCL ? "-DFA_STEP_UNROLL=4" : "-lineinfo", 1);
+    run("env build options tune", &d, 1);
+    if (restore) {
+        setenv(var, restore, 1);
+        free(restore);
+    } else {
+        unsetenv(var);
+    }
 }

@@ -67,5 +67,9 @@ void suite_deterministic_backward(void);
 void suite_described_devices(void);
 void suite_rejects_bad_tiles(void);
 void suite_long_sequences(void);
+void suite_extreme_windows(void);
+void suite_destroy_in_any_order(void);
+void suite_huge_mask_blocks(void);
+void suite_env_build_options(void);
 
 #endif

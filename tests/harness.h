@@ -60,6 +60,14 @@ extern const char *fa_test_skip_reason;
 
 #define CHECK_OK(expr) CHECK_STATUS(expr, FA_SUCCESS)
 
+/* expr must fail with status and a message naming the argument (needle). */
+#define CHECK_FAILS(expr, status, needle)                                                   \
+    do {                                                                                    \
+        CHECK_STATUS(expr, status);                                                         \
+        CHECK_MSG(strstr(fa_last_error(), needle) != NULL, "message \"%s\" lacks \"%s\"",   \
+                  fa_last_error(), needle);                                                 \
+    } while (0)
+
 #define CHECK_NEAR(a, b, tol)                                                              \
     do {                                                                                   \
         double check_a_ = (a), check_b_ = (b);                                             \

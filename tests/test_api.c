@@ -21,14 +21,6 @@ static fa_attention_desc small_desc(void) {
     return d;
 }
 
-/* The status must match and the message must name the argument. */
-#define CHECK_FAILS(expr, status, needle)                                                   \
-    do {                                                                                    \
-        CHECK_STATUS(expr, status);                                                         \
-        CHECK_MSG(strstr(fa_last_error(), needle) != NULL, "message \"%s\" lacks \"%s\"",   \
-                  fa_last_error(), needle);                                                 \
-    } while (0)
-
 FA_TEST(status_strings_are_distinct) {
     for (int a = 0; a < FA_STATUS_COUNT; a++) {
         CHECK(fa_status_string((fa_status)a) != NULL);

@@ -544,6 +544,10 @@ FA_TEST(deterministic_backward) { SUITE_CASE(deterministic_backward); }
 FA_TEST(described_devices) { SUITE_CASE(described_devices); }
 FA_TEST(rejects_bad_tiles) { SUITE_CASE(rejects_bad_tiles); }
 FA_TEST(long_sequences) { SUITE_CASE(long_sequences); }
+FA_TEST(extreme_windows) { SUITE_CASE(extreme_windows); }
+FA_TEST(destroy_in_any_order) { SUITE_CASE(destroy_in_any_order); }
+FA_TEST(huge_mask_blocks) { SUITE_CASE(huge_mask_blocks); }
+FA_TEST(env_build_options) { SUITE_CASE(env_build_options); }
 
 /* ------------------------------------------------------------------------ */
 /* This backend's cases                                                      */
@@ -1034,7 +1038,8 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
              FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
-             FA_CASE(long_sequences), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims), FA_CASE(mma_masks),
-             FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits), FA_CASE(mma_block_sparse_skips_tiles),
-             FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes), FA_CASE(wgmma_shapes), FA_CASE(mma_planned_tiles),
-             FA_CASE(mma_rejects_bad_tiles))
+             FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
+             FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims),
+             FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
+             FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
+             FA_CASE(wgmma_shapes), FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles))

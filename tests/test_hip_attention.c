@@ -94,9 +94,14 @@ FA_TEST(deterministic_backward) { HIP_CASE(deterministic_backward); }
 FA_TEST(described_devices) { HIP_CASE(described_devices); }
 FA_TEST(rejects_bad_tiles) { HIP_CASE(rejects_bad_tiles); }
 FA_TEST(long_sequences) { HIP_CASE(long_sequences); }
+FA_TEST(extreme_windows) { HIP_CASE(extreme_windows); }
+FA_TEST(destroy_in_any_order) { HIP_CASE(destroy_in_any_order); }
+FA_TEST(huge_mask_blocks) { HIP_CASE(huge_mask_blocks); }
+FA_TEST(env_build_options) { HIP_CASE(env_build_options); }
 
 FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
              FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
-             FA_CASE(long_sequences))
+             FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
+             FA_CASE(huge_mask_blocks), FA_CASE(env_build_options))

@@ -271,6 +271,87 @@ FA_TEST(tile_visits_brute_force) {
     }
 }
 
+/* The IO model's tile counts as it computed them before they had a closed
+ * form: query tile by query tile (time proportional to the sequence). The
+ * oracle the closed form must match exactly. */
+static void oracle_seq_tiles(const fa_attention_desc *d, int64_t sq, int64_t sk, int64_t br, int64_t bc,
+                             double *pairs_out, double *key_rows_out, double *query_rows_out) {
+    const int64_t off = sk - sq, open = INT64_C(1) << 32;
+    int64_t lo = -open, hi = open;
+    if (d->causal) hi = off;
+    if (d->window_right >= 0 && off + d->window_right < hi) hi = off + d->window_right;
+    if (d->window_left >= 0) lo = off - d->window_left;
+    if (lo > hi || sq <= 0 || sk <= 0) return;
+    const int64_t cols = d->block_mask ? ((int64_t)d->seqlen_k + d->block_k - 1) / d->block_k : 0;
+    for (int64_t r0 = 0; r0 < sq; r0 += br) {
+        const int64_t r1 = r0 + br < sq ? r0 + br : sq;
+        const int64_t jlo = r0 + lo > 0 ? r0 + lo : 0, jhi = r1 - 1 + hi < sk - 1 ? r1 - 1 + hi : sk - 1;
+        if (jlo > jhi) continue;
+        int64_t pairs = 0, rows = 0;
+        for (int64_t kt = jlo / bc; kt <= jhi / bc; kt++) {
+            const int64_t c0 = kt * bc, c1 = c0 + bc < sk ? c0 + bc : sk;
+            int on = !d->block_mask;
+            for (int64_t bi = on ? 0 : r0 / d->block_q; !on && bi <= (r1 - 1) / d->block_q; bi++)
+                for (int64_t bj = c0 / d->block_k; bj <= (c1 - 1) / d->block_k && !on; bj++)
+                    on = d->block_mask[bi * cols + bj] != 0;
+            if (!on) continue;
+            pairs++;
+            rows += c1 - c0;
+        }
+        *pairs_out += (double)pairs;
+        *key_rows_out += (double)rows;
+        *query_rows_out += (double)pairs * (double)(r1 - r0);
+    }
+}
+
+static void check_against_oracle(const fa_attention_desc *d, int br, int bc, int it) {
+    double pairs = 0, key_rows = 0, query_rows = 0;
+    for (int b = 0; b < d->batch; b++) {
+        int sq, sk;
+        seq_len(d, b, &sq, &sk);
+        oracle_seq_tiles(d, sq, sk, br, bc, &pairs, &key_rows, &query_rows);
+    }
+    const fa_tile_visits v = fa_io_tile_visits(d, br, bc);
+    CHECK_MSG(v.pairs == pairs && v.key_rows == key_rows && v.query_rows == query_rows,
+              "case %d (b %d, %d x %d, causal %d, window %d/%d, blocks %d x %d%s, br %d bc %d): pairs %.0f/%.0f "
+              "key rows %.0f/%.0f query rows %.0f/%.0f",
+              it, d->batch, d->seqlen_q, d->seqlen_k, d->causal, d->window_left, d->window_right,
+              d->block_mask ? d->block_q : 0, d->block_mask ? d->block_k : 0, d->cu_seqlens_q ? " varlen" : "", br, bc,
+              v.pairs, pairs, v.key_rows, key_rows, v.query_rows, query_rows);
+}
+
+/* The closed-form tile counts against the tile-by-tile walk, on small and
+ * odd shapes (tiles of any size, not only the planner's) and on sequences
+ * of a few thousand with windows and block masks. */
+FA_TEST(tile_counts_match_the_walk) {
+    fa_rng r;
+    fa_rng_seed(&r, 0xc105edu);
+    static masked_case c;
+    for (int it = 0; it < 3000; it++) {
+        random_case(&r, &c);
+        check_against_oracle(&c.d, rand_int(&r, 1, 40), rand_int(&r, 1, 40), it);
+        check_against_oracle(&c.d, 8 << rand_int(&r, 0, 4), 8 << rand_int(&r, 0, 4), it);
+    }
+    static uint8_t mask[64 * 64];
+    for (int it = 0; it < 200; it++) {
+        fa_attention_desc d = shape(rand_int(&r, 1, 2), rand_int(&r, 1, 3000), rand_int(&r, 1, 3000), 2, 1, 64,
+                                    FA_DTYPE_F16);
+        d.causal = rand_int(&r, 0, 1);
+        d.window_left = rand_int(&r, 0, 1) ? -1 : rand_int(&r, 0, 700);
+        d.window_right = rand_int(&r, 0, 1) ? -1 : rand_int(&r, 0, 700);
+        if (rand_int(&r, 0, 1)) {
+            d.block_q = rand_int(&r, 48, 400);
+            d.block_k = rand_int(&r, 48, 400);
+            size_t rows = (size_t)(d.seqlen_q + d.block_q - 1) / (size_t)d.block_q;
+            size_t cols = (size_t)(d.seqlen_k + d.block_k - 1) / (size_t)d.block_k;
+            for (size_t i = 0; i < rows * cols; i++) mask[i] = (uint8_t)(rand_int(&r, 0, 3) != 0);
+            d.block_mask = mask;
+            d.block_mask_bytes = rows * cols;
+        }
+        check_against_oracle(&d, 8 << rand_int(&r, 0, 4), 8 << rand_int(&r, 0, 4), 3000 + it);
+    }
+}
+
 /* The FlashAttention-2 benchmark setting: batch x seqlen = 16k tokens,
  * hidden 2048 (enough work-groups that tiles are not shrunk to fill the
  * device). */
@@ -532,6 +613,7 @@ FA_TEST(streaming_compute_time) {
 
 FA_TEST_MAIN(FA_CASE(flops_known_shapes), FA_CASE(causal_flops_half), FA_CASE(visible_fraction_brute_force),
              FA_CASE(visible_fraction_long_sequences), FA_CASE(tile_visits_brute_force),
+             FA_CASE(tile_counts_match_the_walk),
              FA_CASE(fused_bytes_scale_n2), FA_CASE(fused_bytes_scale_d2_over_m), FA_CASE(fused_below_standard),
              FA_CASE(standard_bytes_grow_n2), FA_CASE(splitk_partials_cost), FA_CASE(peak_rates_and_roofline),
              FA_CASE(streaming_compute_time))

@@ -171,6 +171,10 @@ FA_TEST(deterministic_backward) { OPENCL_CASE(deterministic_backward); }
 FA_TEST(described_devices) { OPENCL_CASE(described_devices); }
 FA_TEST(rejects_bad_tiles) { OPENCL_CASE(rejects_bad_tiles); }
 FA_TEST(long_sequences) { OPENCL_CASE(long_sequences); }
+FA_TEST(extreme_windows) { OPENCL_CASE(extreme_windows); }
+FA_TEST(destroy_in_any_order) { OPENCL_CASE(destroy_in_any_order); }
+FA_TEST(huge_mask_blocks) { OPENCL_CASE(huge_mask_blocks); }
+FA_TEST(env_build_options) { OPENCL_CASE(env_build_options); }
 
 /* The streaming kernels skip masked tiles too. */
 FA_TEST(block_sparse_skips_tiles_stream) { STREAM_CASE(block_sparse_skips_tiles); }
@@ -239,5 +243,6 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
              FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
-             FA_CASE(long_sequences), FA_CASE(block_sparse_skips_tiles_stream), FA_CASE(stream_d128_options),
-             FA_CASE(stream_d64_options), FA_CASE(stream_shapes))
+             FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
+             FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(block_sparse_skips_tiles_stream),
+             FA_CASE(stream_d128_options), FA_CASE(stream_d64_options), FA_CASE(stream_shapes))

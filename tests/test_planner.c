@@ -9,7 +9,9 @@
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
+#include <limits.h>
 #include <stdint.h>
+#include <time.h>
 
 static const fa_device_desc *device(const char *key) {
     const fa_described_device *d = fa_described_device_find(key);
@@ -573,6 +575,88 @@ FA_TEST(invalid_devices_rejected) {
     CHECK(strcmp(fa_last_error(), "") == 0);
 }
 
+static double seconds_now(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Problem 4 of issue 21: planning took time proportional to the sequence
+ * length (minutes for 2 x 10^9 tokens). The largest accepted shapes plan
+ * on every described device in well under a second each, and their
+ * predicted numbers stay finite and consistent. */
+FA_TEST(largest_shapes_plan_at_once) {
+    static uint8_t mask[128 * 128];
+    for (size_t i = 0; i < sizeof mask; i++) mask[i] = (uint8_t)(i % 3 != 0);
+    const int32_t cu_one[2] = {0, INT32_MAX};
+    const int32_t cu_two[3] = {0, 1000000000, 2000000000};
+    double slowest = 0.0;
+    int planned = 0;
+    for (int shape_i = 0; shape_i < 7; shape_i++) {
+        fa_attention_desc d = shape(1, INT32_MAX, INT32_MAX, 1, 1, 64, FA_DTYPE_F16);
+        const char *what = "2^31 - 1 tokens";
+        switch (shape_i) {
+        case 1: d.causal = 1; what = "2^31 - 1 tokens, causal"; break;
+        case 2:
+            d.window_left = 4096;
+            d.window_right = 0;
+            what = "2^31 - 1 tokens, window 4096";
+            break;
+        case 3:
+            d.block_q = d.block_k = 1 << 24; /* 128 x 128 blocks */
+            d.block_mask = mask;
+            d.block_mask_bytes = sizeof mask;
+            d.causal = 1;
+            what = "2^31 - 1 tokens, block-sparse";
+            break;
+        case 4:
+            d.cu_seqlens_q = d.cu_seqlens_k = cu_one;
+            what = "varlen, one 2^31 - 1 token sequence";
+            break;
+        case 5:
+            d = shape(2, 1000000000, 1000000000, 1, 1, 64, FA_DTYPE_F16);
+            what = "2 x 10^9 tokens";
+            break;
+        default:
+            d = shape(2, 1000000000, 1000000000, 1, 1, 64, FA_DTYPE_BF16);
+            d.cu_seqlens_q = d.cu_seqlens_k = cu_two;
+            d.causal = 1;
+            what = "varlen 2 x 10^9 tokens, causal";
+        }
+        for (int i = 0; i < fa_described_device_count(); i++) {
+            const fa_described_device *dd = fa_described_device_get(i);
+            fa_plan_info p;
+            const double t0 = seconds_now();
+            fa_status st = fa_plan_for_device(&dd->desc, &d, &p);
+            const double dt = seconds_now() - t0;
+            if (dt > slowest) slowest = dt;
+            CHECK_MSG(st == FA_SUCCESS, "%s on %s: %s", what, dd->key, fa_last_error());
+            CHECK_MSG(dt < 1.0, "%s on %s: planning took %.3f s", what, dd->key, dt);
+            if (st != FA_SUCCESS) continue;
+            planned++;
+            const fa_cost *c[2] = {&p.forward.cost, &p.backward.cost};
+            for (int k = 0; k < 2; k++)
+                CHECK_MSG(isfinite(c[k]->roofline_ms) && c[k]->roofline_ms > 0 && c[k]->hbm_read_bytes > 0 &&
+                              c[k]->flops > 0,
+                          "%s on %s: cost %g ms, %g bytes", what, dd->key, c[k]->roofline_ms, c[k]->hbm_read_bytes);
+        }
+    }
+    CHECK(planned == 7 * fa_described_device_count());
+    fprintf(stderr, "  slowest plan of the largest shapes: %.4f s\n", slowest);
+}
+
+/* A device whose work-groups cannot hold the smallest tile's work-items is
+ * told so: the message blames the work-group size, not local memory. */
+FA_TEST(work_group_size_named) {
+    fa_attention_desc d = shape(1, 128, 128, 4, 4, 64, FA_DTYPE_F32);
+    fa_device_desc one = *device("pocl-cpu");
+    one.max_work_group_size = 1;
+    fa_plan_info p;
+    CHECK_STATUS(fa_plan_for_device(&one, &d, &p), FA_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(fa_last_error(), "max_work_group_size = 1") != NULL, "message: %s", fa_last_error());
+    CHECK_MSG(strstr(fa_last_error(), "local_mem") == NULL, "message blames local memory: %s", fa_last_error());
+}
+
 FA_TEST(format_shows_plan) {
     fa_attention_desc d = shape(4, 4096, 4096, 16, 16, 128, FA_DTYPE_F16);
     fa_plan_info p;
@@ -634,4 +718,5 @@ FA_TEST(described_devices_table) {
 FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan),
              FA_CASE(local_memory_gives_different_tiles), FA_CASE(more_local_memory_never_more_bytes),
              FA_CASE(decoding_splits_keys), FA_CASE(variants_by_backend), FA_CASE(invalid_devices_rejected),
-             FA_CASE(format_shows_plan), FA_CASE(described_devices_table))
+             FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan),
+             FA_CASE(described_devices_table))

@@ -3,7 +3,14 @@
 #include "dtype.h"
 
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -61,4 +68,97 @@ double fa_test_rel_error(const void *a, const void *b, fa_dtype dtype, int64_t c
     }
     if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
     return sqrt(num / den);
+}
+
+fa_test_diff fa_test_compare(const void *got, const void *ref, fa_dtype dtype, int64_t count) {
+    fa_test_diff d = {0.0, 0.0, 0, 0};
+    double diff2 = 0.0, ref2 = 0.0;
+    for (int64_t i = 0; i < count; i++) {
+        const double a = fa_load_elem(got, dtype, i), b = fa_load_elem(ref, dtype, i);
+        if (!isfinite(b)) {
+            d.mismatched += !(a == b || (isnan(a) && isnan(b)));
+            continue;
+        }
+        if (!isfinite(a)) {
+            d.mismatched++;
+            continue;
+        }
+        diff2 += (a - b) * (a - b);
+        ref2 += b * b;
+        d.finite++;
+    }
+    d.diff_norm = sqrt(diff2);
+    d.ref_norm = sqrt(ref2);
+    return d;
+}
+
+int fa_test_within(const fa_test_diff *diff, double tol) {
+    return diff->mismatched == 0 && diff->diff_norm <= tol * (diff->ref_norm + sqrt((double)diff->finite));
+}
+
+/* The running program's folder, where the build puts the tools too. */
+static int own_folder(char *out, size_t size) {
+    ssize_t n = readlink("/proc/self/exe", out, size - 1);
+    if (n <= 0) return -1;
+    out[n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (!slash) return -1;
+    *slash = '\0';
+    return 0;
+}
+
+int fa_test_run_tool(const char *tool, const char *const *args, char *out, size_t out_size, double timeout_s) {
+    char path[4096];
+    if (out_size) out[0] = '\0';
+    if (own_folder(path, sizeof path) || strlen(path) + strlen(tool) + 2 > sizeof path) return -1;
+    strcat(path, "/");
+    strcat(path, tool);
+    char *argv[64];
+    int argc = 0;
+    argv[argc++] = path;
+    for (; args && *args && argc < 63; args++) argv[argc++] = (char *)*args;
+    argv[argc] = NULL;
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        execv(path, argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t used = 0;
+    int timed_out = 0;
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        const double spent = (double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec);
+        const double left = timeout_s - spent;
+        if (left <= 0) {
+            timed_out = 1;
+            kill(pid, SIGKILL);
+            break;
+        }
+        struct pollfd p = {fds[0], POLLIN, 0};
+        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
+        char chunk[4096];
+        ssize_t n = read(fds[0], chunk, sizeof chunk);
+        if (n <= 0) break;
+        for (ssize_t i = 0; i < n && used + 1 < out_size; i++) out[used++] = chunk[i];
+        if (out_size) out[used] = '\0';
+    }
+    close(fds[0]);
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || timed_out || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
 }

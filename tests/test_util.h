@@ -28,4 +28,27 @@ void fa_test_poison(void *data, fa_dtype dtype, int64_t count);
  * a is NaN or infinite (where b is finite). */
 double fa_test_rel_error(const void *a, const void *b, fa_dtype dtype, int64_t count);
 
+/* got against ref element by element: entries where ref is NaN or
+ * infinite must match it exactly (NaN for NaN), and got must be finite
+ * where ref is; mismatched counts the entries that break this. Over the
+ * finite entries, the norms of got - ref and of ref. */
+typedef struct fa_test_diff {
+    double diff_norm, ref_norm;
+    int64_t finite, mismatched;
+} fa_test_diff;
+
+fa_test_diff fa_test_compare(const void *got, const void *ref, fa_dtype dtype, int64_t count);
+/* Relative plus absolute tolerance: no mismatch and ||got - ref|| <=
+ * tol (||ref|| + sqrt(n)), an RMS error of tol on outputs of the inputs'
+ * unit scale, so that a reference of zeros (the gradients of one-token
+ * sequences) passes a device's rounding. */
+int fa_test_within(const fa_test_diff *diff, double tol);
+
+/* Runs the tool named (a program beside the running one, e.g. "fa-info")
+ * with args (NULL-terminated, without the program name), its stdout and
+ * stderr captured into out (truncated to out_size, NUL-terminated); killed
+ * after timeout_s seconds. Returns its exit status; -1 when it could not
+ * run, was killed or timed out. */
+int fa_test_run_tool(const char *tool, const char *const *args, char *out, size_t out_size, double timeout_s);
+
 #endif

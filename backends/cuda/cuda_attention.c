@@ -26,7 +26,9 @@
 #include "cuda_standard.h"
 
 #include "desc.h"
+#include "build_options.h"
 #include "fa_internal.h"
+#include "plan_data.h"
 #include "plan.h"
 #include "planner.h"
 
@@ -316,6 +318,15 @@ static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan 
 
 _Static_assert(CU_MAX_KERNELS <= FA_CUDA_MAX_KERNELS, "a pass has more kernels than a compile reports");
 
+/* Macros that change what a CUDA attention build computes or the geometry
+ * the host launches it with (kernels_cuda/common.cuh and each kernel's
+ * file): the environment's options may not set them. Tuning ones
+ * (FWD_MIN_BLOCKS, QREG) are refused only where the plan sets them. */
+static const char *const cu_plan_macros[] = {
+    "HEAD_DIM", "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "CAUSAL", "WINDOW", "BLOCK_MASK", "DROPOUT", "VARLEN",
+    "FWD",      "BWD",       "WGMMA",     "BR",         "BC",     "TR",     "TC",         "WARPS",   "STAGES",
+    "SPLITK",   "DQ_ATOMIC", "DQ_BR",     "DQ_BC",      "DQ_WARPS", NULL};
+
 static fa_status compile_program(const cu_program_spec *spec, int major, int minor, fa_cuda_binary *out) {
     const char *names[CU_MAX_KERNELS];
     for (int i = 0; i < spec->nkernels; i++) names[i] = spec->kernels[i].name;
@@ -323,6 +334,7 @@ static fa_status compile_program(const cu_program_spec *spec, int major, int min
      * program's (a define to try, say: bench/cuda_check.sh tiles). They are
      * part of the kernel cache's key like the others. */
     const char *env = getenv("FLASHATTN_CUDA_OPTIONS");
+    FA_CHECK(fa_check_env_build_options("FLASHATTN_CUDA_OPTIONS", env, spec->defines, cu_plan_macros));
     char defines[CU_DEFINES_SIZE + 256];
     int n = snprintf(defines, sizeof defines, "%s%s%s", spec->defines, env && env[0] ? " " : "", env ? env : "");
     if (n < 0 || (size_t)n >= sizeof defines)
@@ -372,37 +384,15 @@ static fa_status device_alloc(size_t bytes, const void *host, const char *what, 
     return FA_SUCCESS;
 }
 
-/* What the block mask leaves of each (br x bc) tile: 0 nothing, 1 part,
- * 2 all (kernels_cuda/common.cuh TILE_*). */
+/* The block mask per (br x bc) tile (core/plan_data.h), on the device
+ * (kernels_cuda/common.cuh TILE_*). */
 static fa_status build_tile_map(fa_cuda_plan *p, const fa_plan_s *plan, int br, int bc, CUdeviceptr *out,
                                 int *cols_out) {
-    const fa_attention_desc *d = &plan->desc;
-    const int rows = (d->seqlen_q + br - 1) / br, cols = (d->seqlen_k + bc - 1) / bc;
-    const int block_cols = (d->seqlen_k + d->block_k - 1) / d->block_k;
-    size_t bytes = (size_t)rows * (size_t)cols;
-    uint8_t *map = malloc(bytes ? bytes : 1);
-    if (!map) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a %d x %d tile map", rows, cols);
-    for (int tq = 0; tq < rows; tq++) {
-        /* Block rows from the tile's first row to its last row in range. */
-        const int last_row = ((tq + 1) * br < d->seqlen_q ? (tq + 1) * br : d->seqlen_q) - 1;
-        const int bi0 = tq * br / d->block_q, bi1 = last_row / d->block_q;
-        for (int tk = 0; tk < cols; tk++) {
-            const int last_col = ((tk + 1) * bc < d->seqlen_k ? (tk + 1) * bc : d->seqlen_k) - 1;
-            const int bj0 = tk * bc / d->block_k, bj1 = last_col / d->block_k;
-            int any = 0, all = 1;
-            for (int i = bi0; i <= bi1; i++)
-                for (int j = bj0; j <= bj1; j++) {
-                    if (plan->block_mask[(size_t)i * (size_t)block_cols + (size_t)j])
-                        any = 1;
-                    else
-                        all = 0;
-                }
-            map[(size_t)tq * (size_t)cols + (size_t)tk] = (uint8_t)(any ? (all ? 2 : 1) : 0);
-        }
-    }
+    uint8_t *map;
+    size_t bytes;
+    FA_CHECK(fa_tile_map_build(&plan->desc, plan->block_mask, br, bc, &map, &bytes, cols_out));
     fa_status st = device_alloc(bytes, map, "the block-sparse tile map", out, p->ctx->stream);
     free(map);
-    *cols_out = cols;
     return st;
 }
 
@@ -511,7 +501,7 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     b->window_right = d->window_right;
     b->block_q = d->block_mask ? d->block_q : 1;
     b->block_k = d->block_mask ? d->block_k : 1;
-    b->block_cols = d->block_mask ? (d->seqlen_k + d->block_k - 1) / d->block_k : 0;
+    b->block_cols = fa_block_cols(d);
     b->drop_key0 = (uint32_t)d->dropout_seed;
     b->drop_key1 = (uint32_t)(d->dropout_seed >> 32) + (uint32_t)(d->dropout_offset >> 32);
     b->drop_offset_lo = (uint32_t)d->dropout_offset;
@@ -521,9 +511,11 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     b->drop_scale = d->dropout_p > 0.0f ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
     b->num_splits = p->num_splits;
 
-    const size_t rows = (size_t)d->heads_q * (size_t)plan->total_q;
+    /* Rows of L: heads_q x total_q. */
+    const size_t heads = (size_t)d->heads_q, tokens = (size_t)plan->total_q, dim = (size_t)d->head_dim;
+    size_t bytes;
     if (plan->cu_seqlens_q) {
-        size_t bytes = ((size_t)d->batch + 1) * sizeof(int32_t);
+        bytes = ((size_t)d->batch + 1) * sizeof(int32_t);
         FA_CHECK(device_alloc(bytes, plan->cu_seqlens_q, "cu_seqlens_q", &p->cu_q, stream));
         FA_CHECK(device_alloc(bytes, plan->cu_seqlens_k, "cu_seqlens_k", &p->cu_k, stream));
     }
@@ -535,15 +527,20 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
             FA_CHECK(build_tile_map(p, plan, CU_DQ_BR, dq_bc(d), &p->dq_tiles, &p->dq_tile_cols));
     }
     if (p->num_splits > 1) {
-        size_t prow = (size_t)p->num_splits * rows;
-        FA_CHECK(device_alloc(prow * (size_t)d->head_dim * sizeof(float), NULL, "split-K partial outputs", &p->part_o,
-                              stream));
-        FA_CHECK(device_alloc(prow * sizeof(float), NULL, "split-K partial log-sum-exps", &p->part_l, stream));
+        const size_t splits = (size_t)p->num_splits;
+        FA_CHECK(fa_workspace_bytes("split-K partial outputs",
+                                    (size_t[]){splits, heads, tokens, dim, sizeof(float)}, 5, &bytes));
+        FA_CHECK(device_alloc(bytes, NULL, "split-K partial outputs", &p->part_o, stream));
+        FA_CHECK(fa_workspace_bytes("split-K partial log-sum-exps",
+                                    (size_t[]){splits, heads, tokens, sizeof(float)}, 4, &bytes));
+        FA_CHECK(device_alloc(bytes, NULL, "split-K partial log-sum-exps", &p->part_l, stream));
     }
-    FA_CHECK(device_alloc(rows * sizeof(float), NULL, "the backward row sums", &p->dvec, stream));
-    if (!d->deterministic)
-        FA_CHECK(device_alloc(rows * (size_t)d->head_dim * sizeof(float), NULL, "the dQ accumulator", &p->dq_acc,
-                              stream));
+    FA_CHECK(fa_workspace_bytes("the backward row sums", (size_t[]){heads, tokens, sizeof(float)}, 3, &bytes));
+    FA_CHECK(device_alloc(bytes, NULL, "the backward row sums", &p->dvec, stream));
+    if (!d->deterministic) {
+        FA_CHECK(fa_workspace_bytes("the dQ accumulator", (size_t[]){heads, tokens, dim, sizeof(float)}, 4, &bytes));
+        FA_CHECK(device_alloc(bytes, NULL, "the dQ accumulator", &p->dq_acc, stream));
+    }
     b->cu_q = p->cu_q;
     b->cu_k = p->cu_k;
     b->block_mask = p->block_mask;
@@ -620,7 +617,7 @@ static fa_status launch(fa_cuda_plan *p, const cu_pass *pass, int index, unsigne
     return FA_SUCCESS;
 }
 
-static unsigned tiles_of(int n, int t) { return (unsigned)((n + t - 1) / t); }
+static unsigned tiles_of(int n, int t) { return (unsigned)fa_tile_count(n, t); }
 
 static fa_status forward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_fwd_args *args) {
     const fa_attention_desc *d = &plan->desc;

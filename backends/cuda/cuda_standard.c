@@ -48,6 +48,7 @@
 
 #include "desc.h"
 #include "dynlib.h"
+#include "plan_data.h"
 #include "fa_internal.h"
 #include "plan.h"
 
@@ -665,7 +666,7 @@ static fa_status prepare_inner(fa_cuda_std_plan *p, const fa_plan_s *plan) {
     b->window_right = d->window_right;
     b->block_q = d->block_mask ? d->block_q : 1;
     b->block_k = d->block_mask ? d->block_k : 1;
-    b->block_cols = d->block_mask ? (d->seqlen_k + d->block_k - 1) / d->block_k : 0;
+    b->block_cols = fa_block_cols(d);
     b->dim = p->dim;
     b->drop_key0 = (uint32_t)d->dropout_seed;
     b->drop_key1 = (uint32_t)(d->dropout_seed >> 32) + (uint32_t)(d->dropout_offset >> 32);

@@ -24,6 +24,7 @@
 #include "desc.h"
 #include "dynlib.h"
 #include "fa_internal.h"
+#include "plan_data.h"
 #include "kcache.h"
 #include "kernel_sources.h"
 #include "plan.h"
@@ -441,35 +442,14 @@ static fa_status device_alloc(size_t bytes, const void *host, const char *what, 
     return FA_SUCCESS;
 }
 
-/* What the block mask leaves of each (br x bc) tile: 0 nothing, 1 part,
- * 2 all (kernels_hip/common.h FA_TILE_*). Positions past seqlen_q/seqlen_k
- * never count: the kernels bound-check those themselves. */
+/* The block mask per (br x bc) tile (core/plan_data.h), on the device
+ * (kernels_hip/common.h FA_TILE_*). */
 static fa_status build_tile_map(fa_hip_plan *p, const fa_plan_s *plan, int br, int bc, void **out, int *cols_out) {
-    const fa_attention_desc *d = &plan->desc;
-    const int rows = (d->seqlen_q + br - 1) / br, cols = (d->seqlen_k + bc - 1) / bc;
-    const size_t bytes = (size_t)rows * (size_t)cols;
-    uint8_t *map = malloc(bytes ? bytes : 1);
-    if (!map) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a %d x %d tile map", rows, cols);
-    for (int tq = 0; tq < rows; tq++) {
-        int64_t q_end = (int64_t)(tq + 1) * br < d->seqlen_q ? (int64_t)(tq + 1) * br : d->seqlen_q;
-        int64_t bq0 = (int64_t)tq * br / d->block_q, bq1 = (q_end - 1) / d->block_q;
-        for (int tk = 0; tk < cols; tk++) {
-            int64_t k_end = (int64_t)(tk + 1) * bc < d->seqlen_k ? (int64_t)(tk + 1) * bc : d->seqlen_k;
-            int64_t bk0 = (int64_t)tk * bc / d->block_k, bk1 = (k_end - 1) / d->block_k;
-            int any = 0, all = 1;
-            for (int64_t i = bq0; i <= bq1; i++)
-                for (int64_t j = bk0; j <= bk1; j++) {
-                    if (plan->block_mask[(size_t)i * (size_t)p->block_cols + (size_t)j])
-                        any = 1;
-                    else
-                        all = 0;
-                }
-            map[(size_t)tq * (size_t)cols + (size_t)tk] = (uint8_t)(any ? (all ? 2 : 1) : 0);
-        }
-    }
+    uint8_t *map;
+    size_t bytes;
+    FA_CHECK(fa_tile_map_build(&plan->desc, plan->block_mask, br, bc, &map, &bytes, cols_out));
     fa_status st = device_alloc(bytes, map, "the block-sparse tile map", out);
     free(map);
-    *cols_out = cols;
     return st;
 }
 
@@ -581,18 +561,25 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
         FA_CHECK(device_alloc(bytes, plan->cu_seqlens_k, "cu_seqlens_k", &p->cu_k));
     }
     if (plan->block_mask) {
-        p->block_cols = (d->seqlen_k + d->block_k - 1) / d->block_k;
+        p->block_cols = fa_block_cols(d);
         FA_CHECK(device_alloc(d->block_mask_bytes, plan->block_mask, "the block mask", &p->block_mask));
         FA_CHECK(build_tile_map(p, plan, p->fwd.br, p->fwd.bc, &p->fwd_tiles, &p->fwd_tile_cols));
         FA_CHECK(build_tile_map(p, plan, p->bwd.br, p->bwd.bc, &p->bwd_tiles, &p->bwd_tile_cols));
     }
+    /* Rows of L: heads_q x total_q. */
+    const size_t heads = (size_t)d->heads_q, tokens = (size_t)plan->total_q, dim = (size_t)d->head_dim;
+    size_t bytes;
     if (p->num_splits > 1) {
-        size_t rows = (size_t)p->num_splits * (size_t)d->heads_q * (size_t)plan->total_q;
-        FA_CHECK(device_alloc(rows * (size_t)d->head_dim * sizeof(float), NULL, "split-K partial outputs", &p->part_o));
-        FA_CHECK(device_alloc(rows * sizeof(float), NULL, "split-K partial log-sum-exps", &p->part_l));
+        const size_t splits = (size_t)p->num_splits;
+        FA_CHECK(fa_workspace_bytes("split-K partial outputs",
+                                    (size_t[]){splits, heads, tokens, dim, sizeof(float)}, 5, &bytes));
+        FA_CHECK(device_alloc(bytes, NULL, "split-K partial outputs", &p->part_o));
+        FA_CHECK(fa_workspace_bytes("split-K partial log-sum-exps",
+                                    (size_t[]){splits, heads, tokens, sizeof(float)}, 4, &bytes));
+        FA_CHECK(device_alloc(bytes, NULL, "split-K partial log-sum-exps", &p->part_l));
     }
-    FA_CHECK(device_alloc((size_t)d->heads_q * (size_t)plan->total_q * sizeof(float), NULL, "the backward row sums",
-                          &p->dvec));
+    FA_CHECK(fa_workspace_bytes("the backward row sums", (size_t[]){heads, tokens, sizeof(float)}, 3, &bytes));
+    FA_CHECK(device_alloc(bytes, NULL, "the backward row sums", &p->dvec));
 
     char arch[64], runtime[48];
     target_arch(ctx, arch, sizeof arch);

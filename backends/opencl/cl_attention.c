@@ -8,7 +8,9 @@
 #include "cl_standard.h"
 
 #include "desc.h"
+#include "build_options.h"
 #include "fa_internal.h"
+#include "plan_data.h"
 #include "planner.h"
 
 #include <stdint.h>
@@ -193,36 +195,14 @@ static fa_status create_buffer(fa_cl_plan *p, size_t bytes, const void *host, co
     return FA_SUCCESS;
 }
 
-/* What the block mask leaves of each (br x bc) tile: 0 nothing, 1 part,
- * 2 all (kernels_cl/common.h FA_TILE_*). Positions past seqlen_q/seqlen_k
- * never count: the kernels bound-check those themselves. */
+/* The block mask per (br x bc) tile (core/plan_data.h), on the device. */
 static fa_status build_tile_map(fa_cl_plan *p, const fa_plan_s *plan, int br, int bc, cl_mem *out,
                                  int *cols_out) {
-    const fa_attention_desc *d = &plan->desc;
-    int rows = (d->seqlen_q + br - 1) / br, cols = (d->seqlen_k + bc - 1) / bc;
-    size_t bytes = (size_t)rows * (size_t)cols;
-    uint8_t *map = malloc(bytes ? bytes : 1);
-    if (!map) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a %d x %d tile map", rows, cols);
-    for (int tq = 0; tq < rows; tq++) {
-        int64_t q_end = (int64_t)(tq + 1) * br < d->seqlen_q ? (int64_t)(tq + 1) * br : d->seqlen_q;
-        int64_t bq0 = (int64_t)tq * br / d->block_q, bq1 = (q_end - 1) / d->block_q;
-        for (int tk = 0; tk < cols; tk++) {
-            int64_t k_end = (int64_t)(tk + 1) * bc < d->seqlen_k ? (int64_t)(tk + 1) * bc : d->seqlen_k;
-            int64_t bk0 = (int64_t)tk * bc / d->block_k, bk1 = (k_end - 1) / d->block_k;
-            int any = 0, all = 1;
-            for (int64_t i = bq0; i <= bq1; i++)
-                for (int64_t j = bk0; j <= bk1; j++) {
-                    if (plan->block_mask[(size_t)i * (size_t)p->block_cols + (size_t)j])
-                        any = 1;
-                    else
-                        all = 0;
-                }
-            map[(size_t)tq * (size_t)cols + (size_t)tk] = (uint8_t)(any ? (all ? 2 : 1) : 0);
-        }
-    }
+    uint8_t *map;
+    size_t bytes;
+    FA_CHECK(fa_tile_map_build(&plan->desc, plan->block_mask, br, bc, &map, &bytes, cols_out));
     fa_status st = create_buffer(p, bytes, map, "the block-sparse tile map", out);
     free(map);
-    *cols_out = cols;
     return st;
 }
 
@@ -276,19 +256,34 @@ static void register_option(fa_cl_plan *p, int wg, char *out, size_t size) {
     if (regs < 255) snprintf(out, size, " -cl-nv-maxrregcount=%d", regs);
 }
 
+/* Every macro an OpenCL attention build may be given (kernels_cl/common.h,
+ * mma_frag.h, mma_common.h) but the tuning ones (FA_STEP_UNROLL): the
+ * environment's options may not set them. */
+static const char *const cl_plan_macros[] = {
+    "HEAD_DIM",      "BR",           "BC",           "TR",              "TC",              "DTYPE_F32",
+    "DTYPE_F16",     "DTYPE_BF16",   "CAUSAL",       "WINDOW",          "BLOCK_MASK",      "DROPOUT",
+    "VARLEN",        "FA_STREAM",    "FA_GPU",       "SPLITK",          "DQ_ATOMIC",       "FA_NV_PTX",
+    "WARPS",         "QREG",         "FA_BWD_DQ",    "FA_MMA_EMULATE",  "FA_MMA_NVIDIA",   "FA_MMA_INTEL",
+    "FA_MMA_AMD_MFMA", "FA_MMA_AMD_WMMA", NULL};
+
 static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *extra,
                             const char *const *paths, int path_count, cl_program *program) {
     char options[1024], regs[48];
     register_option(p, s->wg, regs, sizeof regs);
+    int n = snprintf(options, sizeof options, "-DBR=%d -DBC=%d -DTR=%d -DTC=%d %s%s%s%s", s->br, s->bc, s->tr,
+                     s->tc, p->options, extra[0] ? " " : "", extra, regs);
     /* FLASHATTN_OPENCL_OPTIONS: build options appended to every attention
      * kernel's (a register cap to try, say: bench/opencl_tiles.sh). They are
      * part of the kernel cache's key like the others. */
     const char *env = getenv("FLASHATTN_OPENCL_OPTIONS");
-    int n = snprintf(options, sizeof options, "-DBR=%d -DBC=%d -DTR=%d -DTC=%d %s%s%s%s%s%s", s->br, s->bc,
-                     s->tr, s->tc, p->options, extra[0] ? " " : "", extra, regs, env && env[0] ? " " : "",
-                     env ? env : "");
+    if (n >= 0 && (size_t)n < sizeof options) {
+        FA_CHECK(fa_check_env_build_options("FLASHATTN_OPENCL_OPTIONS", env, options, cl_plan_macros));
+        n += snprintf(options + n, sizeof options - (size_t)n, "%s%s", env && env[0] ? " " : "", env ? env : "");
+    }
     if (n < 0 || (size_t)n >= sizeof options)
-        return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit in %zu bytes", sizeof options);
+        return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                       "kernel build options (FLASHATTN_OPENCL_OPTIONS included) do not fit in %zu bytes",
+                       sizeof options);
     return fa_cl_build(p->ctx, paths, path_count, options, program);
 }
 
@@ -494,26 +489,32 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
         if (st == FA_SUCCESS) st = create_buffer(p, bytes, plan->cu_seqlens_k, "cu_seqlens_k", &p->cu_k);
     }
     if (st == FA_SUCCESS && blocks) {
-        p->block_cols = (d->seqlen_k + d->block_k - 1) / d->block_k;
+        p->block_cols = fa_block_cols(d);
         st = create_buffer(p, d->block_mask_bytes, plan->block_mask, "the block mask", &p->block_mask);
         if (st == FA_SUCCESS)
             st = build_tile_map(p, plan, p->fwd_shape.br, p->fwd_shape.bc, &p->fwd_tiles, &p->fwd_tile_cols);
         if (st == FA_SUCCESS)
             st = build_tile_map(p, plan, p->bwd_shape.br, p->bwd_shape.bc, &p->bwd_tiles, &p->bwd_tile_cols);
     }
+    /* Rows of L: heads_q x total_q. */
+    const size_t heads = (size_t)d->heads_q, tokens = (size_t)plan->total_q, dim = (size_t)d->head_dim;
+    size_t bytes = 0;
     if (st == FA_SUCCESS && p->num_splits > 1) {
-        size_t rows = (size_t)p->num_splits * (size_t)d->heads_q * (size_t)plan->total_q;
-        st = create_buffer(p, rows * (size_t)d->head_dim * sizeof(float), NULL, "split-K partial outputs",
-                           &p->part_o);
+        st = fa_workspace_bytes("split-K partial outputs",
+                                (size_t[]){(size_t)p->num_splits, heads, tokens, dim, sizeof(float)}, 5, &bytes);
+        if (st == FA_SUCCESS) st = create_buffer(p, bytes, NULL, "split-K partial outputs", &p->part_o);
         if (st == FA_SUCCESS)
-            st = create_buffer(p, rows * sizeof(float), NULL, "split-K partial log-sum-exps", &p->part_l);
+            st = fa_workspace_bytes("split-K partial log-sum-exps",
+                                    (size_t[]){(size_t)p->num_splits, heads, tokens, sizeof(float)}, 4, &bytes);
+        if (st == FA_SUCCESS) st = create_buffer(p, bytes, NULL, "split-K partial log-sum-exps", &p->part_l);
     }
-    if (st == FA_SUCCESS)
-        st = create_buffer(p, (size_t)d->heads_q * (size_t)plan->total_q * sizeof(float), NULL,
-                           "the backward row sums", &p->dvec);
-    if (st == FA_SUCCESS && p->dq_atomic)
-        st = create_buffer(p, (size_t)d->heads_q * (size_t)plan->total_q * (size_t)d->head_dim * sizeof(float), NULL,
-                           "the fp32 dQ accumulator", &p->dq_acc);
+    if (st == FA_SUCCESS) st = fa_workspace_bytes("the backward row sums",
+                                                  (size_t[]){heads, tokens, sizeof(float)}, 3, &bytes);
+    if (st == FA_SUCCESS) st = create_buffer(p, bytes, NULL, "the backward row sums", &p->dvec);
+    if (st == FA_SUCCESS && p->dq_atomic) {
+        st = fa_workspace_bytes("the fp32 dQ accumulator", (size_t[]){heads, tokens, dim, sizeof(float)}, 4, &bytes);
+        if (st == FA_SUCCESS) st = create_buffer(p, bytes, NULL, "the fp32 dQ accumulator", &p->dq_acc);
+    }
     if (st == FA_SUCCESS) st = prepare_forward(p);
     if (st == FA_SUCCESS) st = prepare_backward(p);
     if (st != FA_SUCCESS) {
@@ -589,7 +590,7 @@ fa_status fa_cl_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const
     FA_CHECK(args_done(&a, "fa_forward"));
 
     const cl_pass_shape *s = &p->fwd_shape;
-    size_t tiles = (size_t)(d->seqlen_q + s->br - 1) / (size_t)s->br;
+    size_t tiles = (size_t)fa_tile_count(d->seqlen_q, s->br);
     size_t global[3] = {tiles * (size_t)s->wg, (size_t)d->heads_q, (size_t)d->batch * (size_t)p->num_splits};
     size_t local[3] = {(size_t)s->wg, 1, 1};
     FA_CHECK(launch(p, p->fwd_kernel, 3, global, local));
@@ -665,7 +666,7 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     bwd_common_args(&kv, p, plan);
     if (s->stream || s->mma) arg_mem(&kv, or_dummy(p, p->dq_acc));
     FA_CHECK(args_done(&kv, "fa_bwd_dkdv"));
-    size_t ktiles = (size_t)(d->seqlen_k + s->bc - 1) / (size_t)s->bc;
+    size_t ktiles = (size_t)fa_tile_count(d->seqlen_k, s->bc);
     size_t kv_global[3] = {ktiles * (size_t)s->wg, (size_t)d->heads_kv, (size_t)d->batch};
     size_t local[3] = {(size_t)s->wg, 1, 1};
     FA_CHECK(launch(p, p->dkdv_kernel, 3, kv_global, local));
@@ -695,7 +696,7 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     arg_mem(&q, mem_of(args->dq));
     bwd_common_args(&q, p, plan);
     FA_CHECK(args_done(&q, "fa_bwd_dq"));
-    size_t qtiles = (size_t)(d->seqlen_q + s->br - 1) / (size_t)s->br;
+    size_t qtiles = (size_t)fa_tile_count(d->seqlen_q, s->br);
     size_t q_global[3] = {qtiles * (size_t)p->dq_wg, (size_t)d->heads_q, (size_t)d->batch};
     size_t q_local[3] = {(size_t)p->dq_wg, 1, 1};
     return launch(p, p->dq_kernel, 3, q_global, q_local);

@@ -40,6 +40,7 @@
 #include "desc.h"
 #include "dynlib.h"
 #include "fa_internal.h"
+#include "plan_data.h"
 #include "cl_runtime_internal.h"
 
 #include <pthread.h>
@@ -526,7 +527,7 @@ fa_status fa_cl_standard_prepare(fa_cl_context *ctx, const fa_plan_s *plan, void
     p->drop_scale = d->dropout_p > 0.0f ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
     p->block_q = d->block_mask ? d->block_q : 1;
     p->block_k = d->block_mask ? d->block_k : 1;
-    p->block_cols = d->block_mask ? (d->seqlen_k + d->block_k - 1) / d->block_k : 0;
+    p->block_cols = fa_block_cols(d);
     p->wg = pick_work_group(ctx);
 
     fa_status st = FA_SUCCESS;

@@ -1,5 +1,11 @@
 #include "cli.h"
+#include "planner.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,21 +24,77 @@ void fa_cli_usage(const char *prog, const char *extra) {
            "  --dtype T           fp32, fp16, bf16 (default fp32)\n"
            "  --scale S           softmax scale (default 1/sqrt(dim))\n"
            "  --causal            bottom-right aligned causal mask\n"
-           "  --window L,R        sliding window (-1: unlimited side)\n"
-           "  --block-sparse B,F  blocks of B x B, keep each with probability F (seeded)\n"
-           "  --dropout P         dropout probability; --seed S\n"
+           "  --window L,R        sliding window, two integers >= -1 (-1: unlimited side)\n"
+           "  --block-sparse B,F  blocks of B x B, keep each with probability F in [0, 1] (seeded)\n"
+           "  --dropout P         dropout probability in [0, 1); --seed S (64-bit, decimal or 0x hex)\n"
            "  --standard          unfused standard attention instead of the fused kernel\n"
            "  --deterministic     bit-identical backward\n"
            "%s",
            prog, extra ? extra : "");
 }
 
-static int parse_int(const char *s, int *out) {
+/* Whole-string numbers: no leading space or sign games, nothing after the
+ * digits, within [lo, hi]. */
+static int parse_long_range(const char *s, long long lo, long long hi, long long *out) {
+    if (!*s || isspace((unsigned char)*s)) return -1;
     char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < -2147483647L || v > 2147483647L) return -1;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end != '\0' || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_int_range(const char *s, int lo, int hi, int *out) {
+    long long v;
+    if (parse_long_range(s, lo, hi, &v)) return -1;
     *out = (int)v;
     return 0;
+}
+
+static int parse_double_range(const char *s, double lo, double hi, int hi_open, double *out) {
+    if (!*s || isspace((unsigned char)*s)) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end != '\0' || !isfinite(v) || v < lo || v > hi || (hi_open && v == hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Decimal or 0x-prefixed hexadecimal, all 64 bits; no sign. */
+static int parse_u64(const char *s, uint64_t *out) {
+    if (!isdigit((unsigned char)*s)) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || *end != '\0') return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* "A,B": exactly two fields, each parsed by its own rule. */
+static int split_pair(const char *s, char *first, char *second, size_t size) {
+    const char *comma = strchr(s, ',');
+    if (!comma || strchr(comma + 1, ',')) return -1;
+    size_t n = (size_t)(comma - s);
+    if (n == 0 || n >= size || strlen(comma + 1) >= size) return -1;
+    memcpy(first, s, n);
+    first[n] = '\0';
+    strcpy(second, comma + 1);
+    return 0;
+}
+
+static int parse_window(const char *s, int *left, int *right) {
+    char a[32], b[32];
+    if (split_pair(s, a, b, sizeof a)) return -1;
+    return parse_int_range(a, -1, INT_MAX, left) || parse_int_range(b, -1, INT_MAX, right) ? -1 : 0;
+}
+
+static int parse_block_sparse(const char *s, int *block, double *density) {
+    char a[32], b[64];
+    if (split_pair(s, a, b, sizeof a)) return -1;
+    return parse_int_range(a, 1, INT_MAX, block) || parse_double_range(b, 0.0, 1.0, 0, density) ? -1 : 0;
 }
 
 static int parse_backend(const char *s, fa_backend *out) {
@@ -62,7 +124,9 @@ static int parse_dtype(const char *s, fa_dtype *out) {
 static uint8_t *make_block_mask(const fa_attention_desc *d, int block, double density, size_t *bytes) {
     size_t rows = ((size_t)d->seqlen_q + (size_t)block - 1) / (size_t)block;
     size_t cols = ((size_t)d->seqlen_k + (size_t)block - 1) / (size_t)block;
-    uint8_t *mask = malloc(rows * cols);
+    if (cols && rows > SIZE_MAX / cols) return NULL;
+    const size_t n = rows * cols;
+    uint8_t *mask = malloc(n ? n : 1);
     if (!mask) return NULL;
     uint64_t state = 0x2545F4914F6CDD1Dull;
     for (size_t r = 0; r < rows; r++)
@@ -75,6 +139,43 @@ static uint8_t *make_block_mask(const fa_attention_desc *d, int block, double de
         }
     *bytes = rows * cols;
     return mask;
+}
+
+/* Devices of a backend (all of them for FA_BACKEND_ANY) present here. */
+static int devices_of(fa_backend backend) {
+    int count = 0, n = 0;
+    if (fa_device_count(&count) != FA_SUCCESS) return 0;
+    if (backend == FA_BACKEND_ANY) return count;
+    for (int i = 0; i < count; i++) {
+        fa_device_info info;
+        if (fa_device_get_info(i, &info) == FA_SUCCESS && info.backend == backend) n++;
+    }
+    return n;
+}
+
+/* What the options must satisfy together, once all are read. */
+static int check_together(fa_cli *cli) {
+    if (cli->describe && strcmp(cli->describe, "all") != 0 && !fa_described_device_find(cli->describe)) {
+        fprintf(stderr, "--describe %s: not a described device (", cli->describe);
+        for (int i = 0; i < fa_described_device_count(); i++)
+            fprintf(stderr, "%s%s", i ? ", " : "", fa_described_device_get(i)->key);
+        fprintf(stderr, ", or all)\n");
+        return -1;
+    }
+    if (cli->device >= 0 && !cli->describe) {
+        const int n = devices_of(cli->backend);
+        if (cli->device >= n) {
+            fprintf(stderr, "--device %d: %s has %d device%s (0 to %d)\n", cli->device,
+                    cli->backend == FA_BACKEND_ANY ? "this machine" : fa_backend_name(cli->backend), n,
+                    n == 1 ? "" : "s", n - 1);
+            return -1;
+        }
+    }
+    if (fa_attention_desc_check(&cli->desc) != FA_SUCCESS) {
+        fprintf(stderr, "bad problem: %s\n", fa_last_error());
+        return -1;
+    }
+    return 0;
 }
 
 int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
@@ -90,7 +191,7 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
     d->heads_q = 4;
     d->head_dim = 64;
     int heads_kv = 0, block = 0;
-    double density = 0.0;
+    double density = 0.0, value = 0.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -102,46 +203,53 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
         else if (strcmp(a, "--no-check") == 0) { cli->check = 0; takes_value = 0; }
         else if (!v) bad = 1;
         else if (strcmp(a, "--backend") == 0) bad = parse_backend(v, &cli->backend);
-        else if (strcmp(a, "--device") == 0) bad = parse_int(v, &cli->device);
+        else if (strcmp(a, "--device") == 0) bad = parse_int_range(v, -1, INT_MAX, &cli->device);
         else if (strcmp(a, "--describe") == 0) cli->describe = v;
-        else if (strcmp(a, "--batch") == 0) bad = parse_int(v, &d->batch);
-        else if (strcmp(a, "--seqlen") == 0) { bad = parse_int(v, &d->seqlen_q); d->seqlen_k = d->seqlen_q; }
-        else if (strcmp(a, "--seqlen-q") == 0) bad = parse_int(v, &d->seqlen_q);
-        else if (strcmp(a, "--seqlen-k") == 0) bad = parse_int(v, &d->seqlen_k);
-        else if (strcmp(a, "--heads") == 0) bad = parse_int(v, &d->heads_q);
-        else if (strcmp(a, "--heads-kv") == 0) bad = parse_int(v, &heads_kv);
-        else if (strcmp(a, "--dim") == 0) bad = parse_int(v, &d->head_dim);
-        else if (strcmp(a, "--repeats") == 0) bad = parse_int(v, &cli->repeats);
+        else if (strcmp(a, "--batch") == 0) bad = parse_int_range(v, 1, INT_MAX, &d->batch);
+        else if (strcmp(a, "--seqlen") == 0) {
+            bad = parse_int_range(v, 1, INT_MAX, &d->seqlen_q);
+            d->seqlen_k = d->seqlen_q;
+        }
+        else if (strcmp(a, "--seqlen-q") == 0) bad = parse_int_range(v, 1, INT_MAX, &d->seqlen_q);
+        else if (strcmp(a, "--seqlen-k") == 0) bad = parse_int_range(v, 1, INT_MAX, &d->seqlen_k);
+        else if (strcmp(a, "--heads") == 0) bad = parse_int_range(v, 1, INT_MAX, &d->heads_q);
+        else if (strcmp(a, "--heads-kv") == 0) bad = parse_int_range(v, 1, INT_MAX, &heads_kv);
+        else if (strcmp(a, "--dim") == 0) bad = parse_int_range(v, 8, 256, &d->head_dim);
+        else if (strcmp(a, "--repeats") == 0) bad = parse_int_range(v, 1, FA_CLI_MAX_REPEATS, &cli->repeats);
         else if (strcmp(a, "--dtype") == 0) {
             fa_dtype t = FA_DTYPE_F32;
             bad = parse_dtype(v, &t);
             d->q.dtype = d->k.dtype = d->v.dtype = d->o.dtype = t;
-        } else if (strcmp(a, "--scale") == 0) d->softmax_scale = strtof(v, NULL);
-        else if (strcmp(a, "--dropout") == 0) d->dropout_p = strtof(v, NULL);
-        else if (strcmp(a, "--seed") == 0) d->dropout_seed = strtoull(v, NULL, 0);
-        else if (strcmp(a, "--window") == 0) bad = sscanf(v, "%d,%d", &d->window_left, &d->window_right) != 2;
-        else if (strcmp(a, "--block-sparse") == 0) bad = sscanf(v, "%d,%lf", &block, &density) != 2 || block <= 0;
+        } else if (strcmp(a, "--scale") == 0) {
+            bad = parse_double_range(v, 0.0, FLT_MAX, 0, &value);
+            d->softmax_scale = (float)value;
+        } else if (strcmp(a, "--dropout") == 0) {
+            bad = parse_double_range(v, 0.0, 1.0, 1, &value) || (float)value >= 1.0f;
+            d->dropout_p = (float)value;
+        } else if (strcmp(a, "--seed") == 0) bad = parse_u64(v, &d->dropout_seed);
+        else if (strcmp(a, "--window") == 0) bad = parse_window(v, &d->window_left, &d->window_right);
+        else if (strcmp(a, "--block-sparse") == 0) bad = parse_block_sparse(v, &block, &density);
         else {
             fprintf(stderr, "unknown option %s (try --help)\n", a);
             return -1;
         }
         if (bad) {
-            fprintf(stderr, "bad or missing value for %s\n", a);
+            fprintf(stderr, "bad or missing value for %s%s%s\n", a, v ? ": " : "", v ? v : "");
             return -1;
         }
         if (takes_value) i++;
     }
     d->heads_kv = heads_kv > 0 ? heads_kv : d->heads_q;
-    if (block > 0 && d->seqlen_q > 0 && d->seqlen_k > 0) {
+    if (block > 0) {
         cli->block_mask = make_block_mask(d, block, density, &d->block_mask_bytes);
         if (!cli->block_mask) {
-            fprintf(stderr, "out of memory for the block mask\n");
+            fprintf(stderr, "--block-sparse %d: no memory for the block mask\n", block);
             return -1;
         }
         d->block_mask = cli->block_mask;
         d->block_q = d->block_k = block;
     }
-    return 0;
+    return check_together(cli);
 }
 
 void fa_cli_free(fa_cli *cli) {

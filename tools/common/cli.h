@@ -17,8 +17,14 @@ typedef struct fa_cli {
     int check;              /* compare with the CPU reference */
 } fa_cli;
 
-/* Parses argv (options documented by fa_cli_usage). Unknown options and
- * malformed values print a message and return -1; --help returns 1. */
+/* The most timed repeats a tool takes. */
+#define FA_CLI_MAX_REPEATS 10000
+
+/* Parses argv (options documented by fa_cli_usage) strictly: whole-string
+ * numbers within each option's range, exactly two fields where two are
+ * asked for, known names, a device index that exists, and a problem the
+ * library accepts (fa_attention_desc_check). Anything else prints a
+ * message and returns -1 (the tools exit 2); --help returns 1. */
 int fa_cli_parse(fa_cli *cli, int argc, char **argv);
 void fa_cli_usage(const char *prog, const char *extra);
 void fa_cli_free(fa_cli *cli);

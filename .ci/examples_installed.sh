@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs a build into a temporary prefix and builds the examples against
+# the installed tree the two ways an application would: CMake's
+# find_package (shared and static targets) and pkg-config; then runs every
+# example on the best device present. Usage: .ci/examples_installed.sh BUILD_DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:?usage: .ci/examples_installed.sh BUILD_DIR}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+export FLASHATTN_CACHE_DIR=$work/kernel-cache
+
+cmake --install "$build" --prefix "$prefix" > "$work/install.log"
+echo "installed into a temporary prefix:"
+(cd "$prefix" && find . -type f -o -type l | sort | sed 's/^\.\//  /')
+
+echo "examples through find_package(flashattn CONFIG):"
+cmake -S examples -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCMAKE_C_FLAGS="-Wall -Wextra -Wpedantic -Werror" > "$work/cmake.log"
+cmake --build "$work/cmake" -j2 > "$work/cmake-build.log" || { cat "$work/cmake-build.log"; exit 1; }
+ctest --test-dir "$work/cmake" --output-on-failure
+
+echo "examples through pkg-config:"
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+cflags=$(pkg-config --cflags flashattn)
+libs=$(pkg-config --libs flashattn)
+libdir=$(pkg-config --variable=libdir flashattn)
+passed=0
+for src in examples/*.c; do
+  name=$(basename "$src" .c)
+  # shellcheck disable=SC2086  # pkg-config's flags are word lists
+  cc -std=c11 -Wall -Wextra -Wpedantic -Werror $cflags "$src" -o "$work/$name" $libs -Wl,-rpath,"$libdir" -lm
+  "$work/$name" > "$work/$name.out" || { cat "$work/$name.out"; echo "$name failed"; exit 1; }
+  echo "  $name: ok ($(tail -1 "$work/$name.out"))"
+  passed=$((passed + 1))
+done
+echo "pkg-config examples: $passed passed, 0 failed"

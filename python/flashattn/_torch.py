@@ -1,0 +1,97 @@
+"""PyTorch tensors: a torch.autograd.Function running the forward and
+backward passes on the tensors' own memory.
+
+CUDA (and ROCm) tensors are wrapped where they lie (fa_buffer_wrap): no
+copy. The library queues its work on a stream of its own, and the C API has
+no way to adopt PyTorch's, so each call waits for PyTorch's current stream
+before it starts and for the library's stream before it returns. CPU tensors
+run on the CPU reference in place, or on an OpenCL device through copies."""
+import torch
+
+from . import _api, _attention, _views
+from ._lib import DTYPE_BF16, DTYPE_F16, DTYPE_F32
+
+__all__ = ["FlashAttnFunction", "attention"]
+
+_DTYPES = {torch.float32: DTYPE_F32, torch.float16: DTYPE_F16, torch.bfloat16: DTYPE_BF16}
+
+
+def _backend_of(device):
+    if device.type == "cpu":
+        return "cpu"
+    if device.type == "cuda":
+        return "hip" if getattr(torch.version, "hip", None) else "cuda"
+    raise TypeError(f"tensors on {device.type} are not supported: cpu or cuda")
+
+
+def _view(t):
+    return _views.View(t.data_ptr(), t.shape, t.stride(), _DTYPES[t.dtype], t.element_size(),
+                       _backend_of(t.device), t.device.index or 0, t)
+
+
+class TorchAdapter:
+    """torch tensors in and out, on one device."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def view(self, t, name, packed=False):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor like the other inputs, not {type(t).__name__}")
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{name}: dtype {t.dtype} is not supported: float32, float16, bfloat16")
+        if t.device != self.device:
+            raise ValueError(f"{name} is on {t.device}, the other tensors on {self.device}")
+        v = _view(t.detach())
+        if not (v.is_packed() if packed else v.is_canonical()):
+            v = _view(t.detach().clone(memory_format=torch.contiguous_format))
+        return v
+
+    def empty(self, shape, like, like_strides=None):
+        dtype = torch.float32 if like is None else like.obj.dtype
+        if like_strides is None:
+            t = torch.empty(shape, dtype=dtype, device=self.device)
+        else:
+            t = torch.empty_strided(shape, like_strides, dtype=dtype, device=self.device)
+        return t, _view(t)
+
+    def before(self, ctx):
+        if self.device.type != "cpu":
+            torch.cuda.current_stream(self.device).synchronize()
+
+    def after(self, ctx):
+        if self.device.type != "cpu":
+            ctx.synchronize()
+
+
+class FlashAttnFunction(torch.autograd.Function):
+    """(out, softmax_lse) = FlashAttnFunction.apply(q, k, v, opts, backend,
+    device); softmax_lse is not differentiable."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, opts, backend, device):
+        adapter = TorchAdapter(q.device)
+        views = [adapter.view(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"))]
+        fa_ctx = _api.select_context(views, backend, device)
+        out, lse = _attention.forward(adapter, fa_ctx, *views, opts)
+        # The tensors as the plan saw them (a misaligned input was copied).
+        ctx.save_for_backward(*(view.obj for view in views), out, lse)
+        ctx.fa = (fa_ctx, opts)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        fa_ctx, opts = ctx.fa
+        adapter = TorchAdapter(q.device)
+        # dO takes O's layout (packed) in the descriptor.
+        dout = adapter.view(dout.contiguous(), "dout")
+        views = [adapter.view(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"))]
+        views.append(adapter.view(lse, "lse", packed=True))
+        dq, dk, dv = _attention.backward(adapter, fa_ctx, dout, *views, opts)
+        return dq, dk, dv, None, None, None
+
+
+def attention(q, k, v, opts, backend, device):
+    return FlashAttnFunction.apply(q, k, v, opts, backend, device)

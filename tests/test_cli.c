@@ -1,0 +1,133 @@
+/* The command-line tools (fa-info, fa-run, fa-bench) parse strictly: every
+ * malformed, out-of-range or unknown value exits 2 with a message naming
+ * the option (issue 21, problem 7), and the largest problems plan at once.
+ * The tools are run as programs from the build folder. */
+#include "harness.h"
+#include "test_util.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char output[1 << 16];
+
+/* The tool exits 2 and says which option is wrong. */
+static void expect_refused(const char *tool, const char *const *args, const char *needle) {
+    const int rc = fa_test_run_tool(tool, args, output, sizeof output, 120.0);
+    CHECK_MSG(rc == 2, "%s %s %s: exit %d, expected 2; output:\n%s", tool, args[0], args[1] ? args[1] : "", rc,
+              output);
+    CHECK_MSG(strstr(output, needle) != NULL, "%s %s %s: output lacks \"%s\":\n%s", tool, args[0],
+              args[1] ? args[1] : "", needle, output);
+}
+
+FA_TEST(bad_options_exit_2) {
+    setenv("FLASHATTN_NO_BANDWIDTH_PROBE", "1", 1);
+    /* The issue's list, then more of the same kinds. */
+    static const char *const bad[][3] = {
+        {"--scale", "abc", "--scale"},        {"--dropout", "abc", "--dropout"},
+        {"--seed", "x", "--seed"},            {"--heads-kv", "0", "--heads-kv"},
+        {"--heads-kv", "-5", "--heads-kv"},   {"--device", "-7", "--device"},
+        {"--window", "3,4,5", "--window"},    {"--window", "2147483648,1", "--window"},
+        {"--window", "3", "--window"},        {"--window", "3,x", "--window"},
+        {"--seed", "-1", "--seed"},           {"--seed", "99999999999999999999", "--seed"},
+        {"--batch", "1x", "--batch"},         {"--batch", " 5", "--batch"},
+        {"--batch", "0", "--batch"},          {"--seqlen", "2147483648", "--seqlen"},
+        {"--seqlen-k", "-1", "--seqlen-k"},   {"--heads", "", "--heads"},
+        {"--dim", "12", "head_dim"},          {"--dim", "1000", "--dim"},
+        {"--dropout", "1", "--dropout"},      {"--dropout", "-0.1", "--dropout"},
+        {"--scale", "nan", "--scale"},        {"--scale", "-1", "--scale"},
+        {"--scale", "1e39", "--scale"},       {"--dtype", "fp64", "--dtype"},
+        {"--backend", "vulkan", "--backend"}, {"--block-sparse", "0,0.5", "--block-sparse"},
+        {"--block-sparse", "8,1.5", "--block-sparse"}, {"--block-sparse", "8", "--block-sparse"},
+        {"--repeats", "0", "--repeats"},      {"--device", "100000", "--device"},
+        {"--bogus", "1", "--bogus"},          {"--heads", "6", "heads_kv"}};
+    static const char *const tools[] = {"fa-info", "fa-run", "fa-bench"};
+    int runs = 0;
+    for (size_t t = 0; t < sizeof tools / sizeof tools[0]; t++)
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            /* --heads is fa-bench's own option (heads of its sweep). */
+            if (t == 2 && strcmp(bad[i][0], "--heads") == 0) continue;
+            const char *args[5] = {bad[i][0], bad[i][1], NULL, NULL, NULL};
+            if (strcmp(bad[i][1], "6") == 0) {
+                args[2] = "--heads-kv";
+                args[3] = "4";
+            }
+            expect_refused(tools[t], args, bad[i][2]);
+            runs++;
+        }
+    CHECK(runs > 90);
+    /* A missing value and an unknown described device. */
+    expect_refused("fa-info", (const char *const[]){"--seqlen", NULL}, "--seqlen");
+    expect_refused("fa-info", (const char *const[]){"--describe", "nonexistent", NULL}, "nonexistent");
+    expect_refused("fa-info", (const char *const[]){"--device", "5", "--backend", "reference", NULL}, "--device 5");
+}
+
+FA_TEST(good_options_run) {
+    setenv("FLASHATTN_NO_BANDWIDTH_PROBE", "1", 1);
+    int rc = fa_test_run_tool("fa-info",
+                              (const char *const[]){"--describe", "h100", "--window", "-1,2147483647", "--seed",
+                                                    "0xffffffffffffffff", "--scale", "0.125", "--dropout", "0.5",
+                                                    "--block-sparse", "64,0.5", NULL},
+                              output, sizeof output, 120.0);
+    CHECK_MSG(rc == 0, "fa-info with good options: exit %d:\n%s", rc, output);
+    rc = fa_test_run_tool("fa-info", (const char *const[]){"--device", "0", "--backend", "reference", NULL}, output,
+                          sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && strstr(output, "plan for") != NULL, "fa-info --device 0: exit %d:\n%s", rc, output);
+    /* One token: the reference gradients dQ and dK are zero; the check is
+     * relative plus absolute, so they pass. */
+    rc = fa_test_run_tool("fa-run", (const char *const[]){"--backend", "reference", "--seqlen", "1", "--repeats", "1",
+                                                          NULL},
+                          output, sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && strstr(output, "PASS") != NULL, "fa-run --seqlen 1: exit %d:\n%s", rc, output);
+}
+
+/* Problem 4: fa-info planning 2 x 10^9 tokens did not finish in a minute. */
+FA_TEST(largest_problem_answers_at_once) {
+    setenv("FLASHATTN_NO_BANDWIDTH_PROBE", "1", 1);
+    double t0 = seconds_now();
+    int rc = fa_test_run_tool("fa-info",
+                              (const char *const[]){"--seqlen", "1000000000", "--batch", "2", "--dim", "64",
+                                                    "--describe", "all", NULL},
+                              output, sizeof output, 120.0);
+    const double described = seconds_now() - t0;
+    CHECK_MSG(rc == 0 && strstr(output, "[pocl-cpu]") != NULL, "exit %d:\n%s", rc, output);
+    CHECK_MSG(described < 10.0, "planning on the described devices took %.1f s", described);
+    t0 = seconds_now();
+    rc = fa_test_run_tool("fa-info",
+                          (const char *const[]){"--seqlen", "1000000000", "--batch", "2", "--dim", "64", NULL}, output,
+                          sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && strstr(output, "plan for") != NULL, "exit %d:\n%s", rc, output);
+    fprintf(stderr, "  fa-info 2 x 10^9 tokens: %.2f s on the described devices, %.2f s on those present\n", described,
+            seconds_now() - t0);
+}
+
+/* fa-run's check, relative plus absolute (tests/test_util.h). */
+FA_TEST(check_tolerance) {
+    float zero[4] = {0, 0, 0, 0}, tiny[4] = {1e-7f, -2e-7f, 0, 5e-8f}, big[4] = {1e-3f, 0, 0, 0};
+    fa_test_diff d = fa_test_compare(tiny, zero, FA_DTYPE_F32, 4);
+    CHECK(d.ref_norm == 0.0 && d.diff_norm > 0.0 && d.mismatched == 0);
+    CHECK(fa_test_within(&d, 1e-5));
+    d = fa_test_compare(big, zero, FA_DTYPE_F32, 4);
+    CHECK(!fa_test_within(&d, 1e-5));
+    float ref[4] = {1, 2, -INFINITY, NAN}, got[4] = {1, 2.00001f, -INFINITY, NAN};
+    d = fa_test_compare(got, ref, FA_DTYPE_F32, 4);
+    CHECK(d.mismatched == 0 && d.finite == 2 && fa_test_within(&d, 1e-5));
+    got[2] = 0;
+    d = fa_test_compare(got, ref, FA_DTYPE_F32, 4);
+    CHECK(d.mismatched == 1 && !fa_test_within(&d, 1e-5));
+    got[2] = -INFINITY;
+    got[3] = 0;
+    CHECK(fa_test_compare(got, ref, FA_DTYPE_F32, 4).mismatched == 1);
+    got[3] = NAN;
+    got[0] = NAN;
+    CHECK(fa_test_compare(got, ref, FA_DTYPE_F32, 4).mismatched == 1);
+}
+
+FA_TEST_MAIN(FA_CASE(bad_options_exit_2), FA_CASE(good_options_run), FA_CASE(largest_problem_answers_at_once),
+             FA_CASE(check_tolerance))

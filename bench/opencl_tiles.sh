@@ -192,7 +192,8 @@ out:
 static void compiler_report(fa_context ctx, const fa_attention_desc *d, const shape *s, char *out, size_t size) {
     out[0] = '\0';
     fa_cl_context *cl = ctx->impl;
-    const char *paths[2] = {"kernels_cl/common.h", s->pass == FA_PASS_FORWARD ? "kernels_cl/fwd.cl" : "kernels_cl/bwd.cl"};
+    const int fwd = s->pass == FA_PASS_FORWARD;
+    const char *paths[3] = {"kernels_cl/common.h", fwd ? "kernels_cl/fwd.cl" : "kernels_cl/bwd_common.cl", "kernels_cl/bwd.cl"};
     const int stream = s->variant == FA_VARIANT_SIMT_STREAM;
     char options[512];
     snprintf(options, sizeof options, "-DBR=%d -DBC=%d -DTR=%d -DTC=%d -DHEAD_DIM=%d -DDTYPE_F32%s%s -cl-nv-verbose",
@@ -209,9 +210,10 @@ static void compiler_report(fa_context ctx, const fa_attention_desc *d, const sh
         snprintf(regs, sizeof regs, " -cl-nv-maxrregcount=%d", 65536 / wg / 8 * 8);
         strncat(options, regs, sizeof options - strlen(options) - 1);
     }
+    const int count = fwd ? 2 : 3;
     size_t total = 0;
-    const fa_kernel_source *src[2];
-    for (int i = 0; i < 2; i++) {
+    const fa_kernel_source *src[3];
+    for (int i = 0; i < count; i++) {
         src[i] = fa_kernel_source_find(paths[i]);
         if (!src[i]) return;
         total += src[i]->size + 1;
@@ -219,7 +221,7 @@ static void compiler_report(fa_context ctx, const fa_attention_desc *d, const sh
     char *text = malloc(total + 1);
     if (!text) return;
     size_t at = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < count; i++) {
         memcpy(text + at, src[i]->text, src[i]->size);
         at += src[i]->size;
         text[at++] = '\n';

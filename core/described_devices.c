@@ -10,8 +10,9 @@
  *   (383 TFLOP/s for both GCDs at 1700 MHz).
  * - Arc A770: 32 Xe-cores of 16 vector engines x 8 fp32 lanes; XMX 2048
  *   fp16 flops per clock per Xe-core (138 TFLOP/s at 2100 MHz).
- * - NVIDIA's OpenCL on an H100: local memory capped at 48 KiB, and no matrix
- *   instruction reachable from OpenCL C.
+ * - NVIDIA's OpenCL on an H100: local memory capped at 48 KiB; the tensor
+ *   cores through inline PTX mma.sync m16n8k16 (the H100's rate: wgmma, the
+ *   faster path CUDA has, is refused there).
  * - PoCL on a 2-core AVX2 CPU: two 8-wide FMA ports per core. */
 #include "planner.h"
 
@@ -97,10 +98,10 @@ static const fa_described_device described[] = {
       .bandwidth_measured = 0,
       .global_mem_bytes = 80 * GIB,
       .fp32_flops_per_clock_cu = 256.0,
-      .matrix_flops_per_clock_cu = 0.0,
-      .matrix_m = 0,
-      .matrix_n = 0,
-      .matrix_k = 0,
+      .matrix_flops_per_clock_cu = 4096.0,
+      .matrix_m = 16,
+      .matrix_n = 8,
+      .matrix_k = 16,
       .l2_cache_bytes = 50 * MIB}},
     {"pocl-cpu",
      {.name = "pthread-cpu (2 cores)",

@@ -458,14 +458,14 @@ static void finish(fa_cost *c, const fa_device_desc *dev, double groups) {
 
 /* OpenCL C 1.2 has no floating-point atomics, so the OpenCL SIMT backward
  * (kernels_cl/bwd.cl) computes dQ in a kernel of its own that re-reads K and
- * V per query tile; so do the CUDA backward and the OpenCL streaming one
- * (which adds through an integer compare-and-swap, or the hardware's float
+ * V per query tile; so do the CUDA backward and the OpenCL streaming and
+ * matrix-unit ones (which add through an integer compare-and-swap, or the hardware's float
  * add where the device has one) in deterministic mode, where atomics would
  * make the sums' order depend on timing. Otherwise the backends accumulate
  * dQ in fp32 in global memory once per key tile. */
 static int backward_recomputes_dq(const fa_device_desc *dev, const fa_attention_desc *desc,
                                   const fa_kernel_plan *plan) {
-    if (dev->backend == FA_BACKEND_OPENCL) return plan->variant != FA_VARIANT_SIMT_STREAM || desc->deterministic;
+    if (dev->backend == FA_BACKEND_OPENCL) return !fa_cl_dq_accumulates(plan->variant) || desc->deterministic;
     return dev->backend == FA_BACKEND_CUDA && desc->deterministic;
 }
 

@@ -6,9 +6,11 @@
  *
  * How a pass is planned
  * ---------------------
- * 1. The tile family: OpenCL C 1.2 has no matrix instructions, so OpenCL
- *    plans SIMT tiles, for the SIMT kernels and for the streaming ones
- *    (FA_VARIANT_SIMT_STREAM, below); CUDA plans MMA tiles for fp16/bf16 (fp32 with
+ * 1. The tile family: OpenCL plans MMA tiles for fp16/bf16 on a device
+ *    whose matrix units its fragment layer reaches (planner_cl_mma.c: the
+ *    tiles' geometry is its own), SIMT tiles otherwise, for the SIMT
+ *    kernels and for the streaming ones (FA_VARIANT_SIMT_STREAM, below),
+ *    and where no MMA tile fits; CUDA plans MMA tiles for fp16/bf16 (fp32 with
  *    allow_tf32) on a device with matrix units, SIMT otherwise, and on sm_90
  *    plans fp16/bf16 for warpgroup MMA first (WGMMA, below), MMA where
  *    none of its tiles fits; HIP and the
@@ -38,12 +40,16 @@
  * candidates to the adequate set, and the fewest bytes over a larger set are
  * never more: a device with more local memory is never predicted to move
  * more bytes. This holds for devices whose 8 x 8 tile has a valid layout
- * (max_work_group_size >= 32 with a power-of-two SIMD width). */
+ * (max_work_group_size >= 32 with a power-of-two SIMD width), within a
+ * family: where no matrix-unit tile fits, a pass falls back to the SIMT
+ * family, and on OpenCL its streaming tiles can move fewer bytes in that
+ * little memory than the first matrix-unit tiles that fit in more. */
 #include "planner.h"
 
 #include "checked.h"
 #include "desc.h"
 #include "fa_internal.h"
+#include "planner_cl_mma.h"
 
 #include <limits.h>
 #include <math.h>
@@ -67,6 +73,13 @@ static size_t usable_local_mem(const fa_device_desc *dev) {
     return dev->local_mem_bytes > FA_LOCAL_MEM_RESERVE ? dev->local_mem_bytes - FA_LOCAL_MEM_RESERVE : 0;
 }
 
+size_t fa_plan_usable_local_mem(const fa_device_desc *dev) { return dev ? usable_local_mem(dev) : 0; }
+
+/* OpenCL's matrix-unit plans take their geometry from planner_cl_mma.c. */
+static int cl_mma(const fa_device_desc *dev, fa_variant variant) {
+    return variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL;
+}
+
 static const int tile_sizes[] = {128, 64, 32, 16, 8};
 static const int thread_sizes[] = {1, 2, 4, 8};
 /* MMA micro-tiles (mma_micro_tile_ok) reach a quarter of a 128-wide tile. */
@@ -74,6 +87,10 @@ static const int mma_thread_sizes[] = {1, 2, 4, 8, 16, 32};
 
 int fa_variant_on_matrix_units(fa_variant variant) {
     return variant == FA_VARIANT_MMA || variant == FA_VARIANT_WGMMA;
+}
+
+int fa_cl_dq_accumulates(fa_variant variant) {
+    return variant == FA_VARIANT_SIMT_STREAM || variant == FA_VARIANT_MMA;
 }
 
 static const int *micro_tile_sizes(fa_variant variant, size_t *count) {
@@ -250,6 +267,7 @@ static int has_matrix_units(const fa_device_desc *dev) {
 }
 
 static family base_family(const fa_device_desc *dev, const fa_attention_desc *desc) {
+    if (fa_cl_mma_applies(dev, desc)) return FAMILY_MMA;
     if (dev->backend != FA_BACKEND_CUDA || !has_matrix_units(dev)) return FAMILY_SIMT;
     fa_dtype t = desc->q.dtype;
     if (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16 || (t == FA_DTYPE_F32 && desc->allow_tf32)) return FAMILY_MMA;
@@ -519,6 +537,7 @@ static int stream_layout_ok(const fa_attention_desc *desc, fa_pass pass, int br,
  * micro-tile of the scores. */
 static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
                      int br, int bc, int tr, int tc) {
+    if (cl_mma(dev, variant)) return fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, NULL);
     if (variant == FA_VARIANT_MMA) return mma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
     if (variant == FA_VARIANT_WGMMA) return wgmma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
     if (br % tr || bc % tc || tr * tc > FA_MAX_THREAD_TILE) return 0;
@@ -609,6 +628,7 @@ static int family_variants(const fa_device_desc *dev, const fa_attention_desc *d
 static int tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
                    int br, int bc, int *split) {
     *split = 1;
+    if (cl_mma(dev, variant)) return fa_cl_mma_tile_ok(dev, desc, pass, br, bc);
     if (variant == FA_VARIANT_MMA && !mma_tile_ok(dev, desc, pass, br, bc)) return 0;
     if (variant == FA_VARIANT_WGMMA && !wgmma_tile_ok(desc, pass, br, bc)) return 0;
     if (variant == FA_VARIANT_SPLITK) {
@@ -648,13 +668,13 @@ static size_t workspace_bytes(const fa_device_desc *dev, const fa_attention_desc
     const size_t d = (size_t)desc->head_dim;
     /* Words a row: the split partials (O and L), or D and the fp32 dQ
      * accumulator where dQ is summed over key tiles (OpenCL's SIMT kernels,
-     * and its streaming ones in deterministic mode, compute dQ in a kernel
-     * of their own instead and need D alone). */
+     * and its streaming and matrix-unit ones in deterministic mode, compute
+     * dQ in a kernel of their own instead and need D alone). */
     size_t words;
     if (pass == FA_PASS_FORWARD) {
         if (split <= 1) return 0;
         words = (size_t)split * (d + 1);
-    } else if (dev->backend == FA_BACKEND_OPENCL && (variant != FA_VARIANT_SIMT_STREAM || desc->deterministic)) {
+    } else if (dev->backend == FA_BACKEND_OPENCL && (!fa_cl_dq_accumulates(variant) || desc->deterministic)) {
         words = 1;
     } else {
         words = d + 1;
@@ -693,7 +713,7 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
     int found = 0;
     for (int v = 0; v < nvar; v++) {
         const fa_variant variant = variants[v];
-        const int max_stages = fa_variant_on_matrix_units(variant) ? 2 : 1;
+        const int max_stages = fa_variant_on_matrix_units(variant) && !cl_mma(dev, variant) ? 2 : 1;
         for (size_t i = 0; i < FA_ARRAY_SIZE(tile_sizes); i++)
             for (size_t j = 0; j < FA_ARRAY_SIZE(tile_sizes); j++) {
                 const int br = tile_sizes[i], bc = tile_sizes[j];
@@ -713,7 +733,8 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                 c.inadequate = c.groups < bar;
                 for (int stages = max_stages; stages >= 1; stages--) {
                     c.stages = stages;
-                    c.local_mem = fa_plan_local_mem(variant, pass, desc, br, bc, stages);
+                    c.local_mem = cl_mma(dev, variant) ? fa_cl_mma_local_mem(dev, desc, pass, br, bc)
+                                                       : fa_plan_local_mem(variant, pass, desc, br, bc, stages);
                     if (c.local_mem > usable_local_mem(dev)) continue;
                     size_t n_sizes;
                     const int *sizes = micro_tile_sizes(variant, &n_sizes);
@@ -722,7 +743,9 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                             c.tr = sizes[a];
                             c.tc = sizes[b];
                             if (!layout_ok(dev, desc, variant, pass, br, bc, c.tr, c.tc)) continue;
-                            if (variant == FA_VARIANT_MMA && !mma_stages_ok(dev, desc, pass, br, bc, c.tr, stages)) continue;
+                            if (variant == FA_VARIANT_MMA && !cl_mma(dev, variant) &&
+                                !mma_stages_ok(dev, desc, pass, br, bc, c.tr, stages))
+                                continue;
                             /* Bytes depend on the tile only; compute time
                              * also on the micro-tile (local-memory reads per
                              * FMA in SIMT kernels). */

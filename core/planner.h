@@ -14,6 +14,15 @@ size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes);
  * tensor-core peak, fragment-shaped micro-tiles, up to two stages. */
 int fa_variant_on_matrix_units(fa_variant variant);
 
+/* OpenCL backward variants that add dQ into an fp32 accumulator with
+ * atomics (the streaming and matrix-unit kernels; not in deterministic
+ * mode); the others compute dQ in a kernel of their own. */
+int fa_cl_dq_accumulates(fa_variant variant);
+
+/* Local memory a plan may use on a device: what it reports, less what the
+ * drivers keep for themselves. */
+size_t fa_plan_usable_local_mem(const fa_device_desc *dev);
+
 /* Blocks per SM the warpgroup forward (FA_VARIANT_WGMMA) is built to share
  * an SM with, 1 or 2: its register budget, which the planner and the CUDA
  * backend (its launch bounds) must agree on. */

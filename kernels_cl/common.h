@@ -290,6 +290,9 @@ FA_FN void fa_stream_store_rows(__local float *dst, int rows, int lid, int s, fl
     if (r < rows) vstore8(val, 0, dst + r * HEAD_DIM + xu * 8);
 }
 
+#endif
+
+#ifdef DQ_ATOMIC
 /* Adds v to *p atomically (OpenCL C 1.2 has no float atomics): the
  * hardware's float add through inline PTX on NVIDIA (FA_NV_PTX, set by the
  * host where the device takes NVIDIA's compiler options), else a
@@ -531,3 +534,22 @@ FA_FN void fa_dropout_mark(__local float *tile, int rs, int cs, const fa_dropout
     }
 #endif
 }
+
+/* ------------------------------------------------------------------------ */
+/* The arguments of every forward kernel after its tensors (q, k, v, o, L:  */
+/* fwd.cl, fwd_mma.cl), in the order backends/opencl/cl_attention.c sets.  */
+/* ------------------------------------------------------------------------ */
+
+#define FA_FWD_PARAMS                                                                      \
+    long q_off, long q_sb, long q_ss, long q_sh,                                           \
+    long k_off, long k_sb, long k_ss, long k_sh,                                           \
+    long v_off, long v_sb, long v_ss, long v_sh,                                           \
+    long o_off, long o_sb, long o_ss, long o_sh,                                           \
+    int seqlen_q, int seqlen_k, int heads_q, int group, long total_q, float scale_log2,    \
+    __global const int *cu_q, __global const int *cu_k,                                    \
+    int window_left, int window_right,                                                     \
+    __global const uchar *block_mask, int block_q, int block_k, int block_cols,            \
+    __global const uchar *tile_map, int tile_cols,                                         \
+    uint drop_key0, uint drop_key1, uint drop_offset_lo, uint drop_threshold,              \
+    float drop_scale,                                                                      \
+    int num_splits, __global float *part_o, __global float *part_l

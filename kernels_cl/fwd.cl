@@ -33,19 +33,7 @@
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 fa_forward(__global const store_t *q, __global const store_t *k, __global const store_t *v,
-           __global store_t *o, __global float *lse,
-           long q_off, long q_sb, long q_ss, long q_sh,
-           long k_off, long k_sb, long k_ss, long k_sh,
-           long v_off, long v_sb, long v_ss, long v_sh,
-           long o_off, long o_sb, long o_ss, long o_sh,
-           int seqlen_q, int seqlen_k, int heads_q, int group, long total_q, float scale_log2,
-           __global const int *cu_q, __global const int *cu_k,
-           int window_left, int window_right,
-           __global const uchar *block_mask, int block_q, int block_k, int block_cols,
-           __global const uchar *tile_map, int tile_cols,
-           uint drop_key0, uint drop_key1, uint drop_offset_lo, uint drop_threshold,
-           float drop_scale,
-           int num_splits, __global float *part_o, __global float *part_l) {
+           __global store_t *o, __global float *lse, FA_FWD_PARAMS) {
     __local float Qt[HEAD_DIM * BR] FA_LOCAL_ALIGN;
     __local float Kt[HEAD_DIM * BC] FA_LOCAL_ALIGN;
     __local float Vs[BC * HEAD_DIM] FA_LOCAL_ALIGN;
@@ -369,19 +357,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 fa_forward(__global const store_t *q, __global const store_t *k, __global const store_t *v,
-           __global store_t *o, __global float *lse,
-           long q_off, long q_sb, long q_ss, long q_sh,
-           long k_off, long k_sb, long k_ss, long k_sh,
-           long v_off, long v_sb, long v_ss, long v_sh,
-           long o_off, long o_sb, long o_ss, long o_sh,
-           int seqlen_q, int seqlen_k, int heads_q, int group, long total_q, float scale_log2,
-           __global const int *cu_q, __global const int *cu_k,
-           int window_left, int window_right,
-           __global const uchar *block_mask, int block_q, int block_k, int block_cols,
-           __global const uchar *tile_map, int tile_cols,
-           uint drop_key0, uint drop_key1, uint drop_offset_lo, uint drop_threshold,
-           float drop_scale,
-           int num_splits, __global float *part_o, __global float *part_l) {
+           __global store_t *o, __global float *lse, FA_FWD_PARAMS) {
     /* Region A (Q and K chunks) shares its words with regions T (the
      * probabilities) and R (rows of V): never live together. */
     __local float smem[FA_MAX(FA_A_WORDS, FA_TR_WORDS)] FA_LOCAL_ALIGN;

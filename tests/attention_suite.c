@@ -266,6 +266,17 @@ uint64_t suite_case_seed(const char *name, uint64_t extra) {
     return h;
 }
 
+/* FA_TEST_HALF=1 runs the fp32 cases in fp16 or bf16 (by the case name),
+ * the dtypes of the matrix-unit kernels: every option of the suite then
+ * reaches them. */
+static fa_attention_desc suite_dtype_of(const char *name, const fa_attention_desc *desc) {
+    fa_attention_desc d = *desc;
+    const char *env = getenv("FA_TEST_HALF");
+    if (env && strcmp(env, "1") == 0 && d.q.dtype == FA_DTYPE_F32)
+        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = suite_case_seed(name, 0) & 1 ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+    return d;
+}
+
 /* Runs the forward (and backward) pass of desc on the device and on the
  * reference, checks every output, and returns the errors in *res. */
 static void run_case(const char *name, const fa_attention_desc *desc, const run_opts *opt, run_result *res) {
@@ -274,7 +285,8 @@ static void run_case(const char *name, const fa_attention_desc *desc, const run_
     res->err_o = res->err_dq = res->err_dk = res->err_dv = INFINITY;
     if (!ctx) return;
     clock_t t0 = clock();
-    const fa_attention_desc *d = desc;
+    const fa_attention_desc promoted = suite_dtype_of(name, desc);
+    const fa_attention_desc *d = &promoted;
     fa_dtype dt = d->q.dtype;
     double tol = tol_for(dt);
     fa_rng rng;
@@ -460,8 +472,8 @@ static void run(const char *name, const fa_attention_desc *desc, int backward) {
     free(res.o);
 }
 
-static void run_tiles(const char *name, const fa_attention_desc *desc, const suite_tiles *fwd, const suite_tiles *bwd,
-                      int backward) {
+void suite_run_tiles(const char *name, const fa_attention_desc *desc, const suite_tiles *fwd, const suite_tiles *bwd,
+                     int backward) {
     run_opts opt = {fwd, bwd, backward, 0, 0, 0, 0};
     run_result res;
     run_case(name, desc, &opt, &res);
@@ -564,7 +576,7 @@ void suite_block_sparse_skips_tiles(void) {
     d.block_mask_bytes = sizeof mask;
     d.block_q = 16;
     d.block_k = 16;
-    const suite_tiles t = {16, 16, 2, 2, 1};
+    const suite_tiles t = {16, 16, 2, 2, 1, 0};
     run_opts opt = {&t, &t, 1, 0, 32, 64, 0};
     run_result res;
     run_case("block-sparse NaN in skipped tiles", &d, &opt, &res);
@@ -592,8 +604,8 @@ void suite_dropout(void) {
     d.dropout_p = 0.3f;
     d.dropout_seed = 7;
     d.dropout_offset = 99;
-    const suite_tiles t = {6, 6, 2, 3, 1};
-    run_tiles("dropout odd tiles", &d, &t, &t, 1);
+    const suite_tiles t = {6, 6, 2, 3, 1, 0};
+    suite_run_tiles("dropout odd tiles", &d, &t, &t, 1);
 }
 
 /* With V the identity (key j carries a 1 in dimension j), O[i][j] is
@@ -603,7 +615,10 @@ void suite_dropout_mask_bits(void) {
     fa_context ctx = suite_context();
     if (!ctx) FA_SKIP(g_skip);
     const int sq = 40, sk = 64, dim = 64, heads = 2;
-    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, sq, sk, heads, heads, dim);
+    const fa_attention_desc base = suite_desc(FA_DTYPE_F32, 2, sq, sk, heads, heads, dim);
+    fa_attention_desc d = suite_dtype_of("dropout_mask_bits", &base);
+    const fa_dtype dt = d.q.dtype;
+    const size_t es = fa_dtype_size(dt);
     d.dropout_p = 0.25f;
     d.dropout_seed = 0xfeedface12345ull;
     d.dropout_offset = 3;
@@ -611,10 +626,10 @@ void suite_dropout_mask_bits(void) {
     size_t nq = (size_t)2 * sq * heads * dim, nk = (size_t)2 * sk * heads * dim;
     fa_rng rng;
     fa_rng_seed(&rng, suite_case_seed("dropout_mask_bits", 0));
-    float *q = fa_test_random_tensor(&rng, FA_DTYPE_F32, (int64_t)nq);
-    float *k = fa_test_random_tensor(&rng, FA_DTYPE_F32, (int64_t)nk);
-    float *v = calloc(nk, sizeof(float));
-    float *o = malloc(nq * sizeof(float));
+    void *q = fa_test_random_tensor(&rng, dt, (int64_t)nq);
+    void *k = fa_test_random_tensor(&rng, dt, (int64_t)nk);
+    void *v = calloc(nk, es);
+    void *o = malloc(nq * es);
     float *lse = malloc((size_t)2 * heads * sq * sizeof(float));
     fa_buffer bq = NULL, bk = NULL, bv = NULL, bo = NULL, bl = NULL;
     fa_plan plan = NULL;
@@ -622,34 +637,34 @@ void suite_dropout_mask_bits(void) {
     if (!(q && k && v && o && lse)) goto out;
     for (int b = 0; b < 2; b++)
         for (int j = 0; j < sk; j++)
-            for (int h = 0; h < heads; h++) v[(((size_t)b * sk + j) * heads + h) * dim + j] = 1.0f;
-    fa_test_poison(o, FA_DTYPE_F32, (int64_t)nq);
+            for (int h = 0; h < heads; h++) fa_store_elem(v, dt, (((int64_t)b * sk + j) * heads + h) * dim + j, 1.0);
+    fa_test_poison(o, dt, (int64_t)nq);
     CHECK_OK(fa_plan_create(ctx, &d, &plan));
-    CHECK_OK(fa_buffer_alloc(ctx, nq * 4, &bq));
-    CHECK_OK(fa_buffer_alloc(ctx, nk * 4, &bk));
-    CHECK_OK(fa_buffer_alloc(ctx, nk * 4, &bv));
-    CHECK_OK(fa_buffer_alloc(ctx, nq * 4, &bo));
+    CHECK_OK(fa_buffer_alloc(ctx, nq * es, &bq));
+    CHECK_OK(fa_buffer_alloc(ctx, nk * es, &bk));
+    CHECK_OK(fa_buffer_alloc(ctx, nk * es, &bv));
+    CHECK_OK(fa_buffer_alloc(ctx, nq * es, &bo));
     CHECK_OK(fa_buffer_alloc(ctx, (size_t)2 * heads * sq * 4, &bl));
     if (!plan || !bq || !bk || !bv || !bo || !bl) goto out;
-    CHECK_OK(fa_buffer_upload(bq, 0, q, nq * 4));
-    CHECK_OK(fa_buffer_upload(bk, 0, k, nk * 4));
-    CHECK_OK(fa_buffer_upload(bv, 0, v, nk * 4));
-    CHECK_OK(fa_buffer_upload(bo, 0, o, nq * 4));
+    CHECK_OK(fa_buffer_upload(bq, 0, q, nq * es));
+    CHECK_OK(fa_buffer_upload(bk, 0, k, nk * es));
+    CHECK_OK(fa_buffer_upload(bv, 0, v, nk * es));
+    CHECK_OK(fa_buffer_upload(bo, 0, o, nq * es));
     CHECK_OK(fa_forward(plan, bq, bk, bv, bo, bl));
-    CHECK_OK(fa_buffer_download(bo, 0, o, nq * 4));
+    CHECK_OK(fa_buffer_download(bo, 0, o, nq * es));
     int64_t wrong = 0, dropped = 0, total = 0;
     for (int b = 0; b < 2; b++)
         for (int h = 0; h < heads; h++)
             for (int i = 0; i < sq; i++)
                 for (int j = 0; j < sk; j++) {
-                    float val = o[(((size_t)b * sq + i) * heads + h) * dim + j];
+                    const double val = fa_load_elem(o, dt, (((int64_t)b * sq + i) * heads + h) * dim + j);
                     int keep = fa_dropout_keep(d.dropout_seed, d.dropout_offset, d.dropout_p, b, h, heads, i, j);
-                    wrong += (val != 0.0f) != keep || !isfinite(val);
+                    wrong += (val != 0.0) != keep || !isfinite(val);
                     dropped += !keep;
                     total++;
                 }
-    CHECK_MSG(wrong == 0, "%lld of %lld dropout decisions differ from the reference", (long long)wrong,
-              (long long)total);
+    CHECK_MSG(wrong == 0, "%lld of %lld dropout decisions differ from the reference (%s)", (long long)wrong,
+              (long long)total, dname(dt));
     /* The mask is really a mask: about p of the elements dropped. */
     CHECK_MSG(dropped > total / 8 && dropped < total / 2, "%lld of %lld dropped at p = 0.25", (long long)dropped,
               (long long)total);
@@ -698,22 +713,22 @@ void suite_decoding_splitk(void) {
     for (int i = 0; i < 3; i++) {
         fa_attention_desc d = suite_desc(FA_DTYPE_F16, 2, sqs[i], 2100, 4, 1, 64);
         d.causal = i == 1;
-        const suite_tiles t = {16, 64, 1, 4, 4 + i};
+        const suite_tiles t = {16, 64, 1, 4, 4 + i, 0};
         char name[64];
         snprintf(name, sizeof name, "decode %dx2100 split %d%s", sqs[i], t.split, d.causal ? " causal" : "");
-        run_tiles(name, &d, &t, NULL, 0);
+        suite_run_tiles(name, &d, &t, NULL, 0);
     }
     /* More splits than key tiles: some splits see nothing and weigh 0. */
     fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 3, 150, 2, 2, 32);
-    const suite_tiles t = {8, 32, 1, 2, 8};
-    run_tiles("decode 3x150 split 8", &d, &t, NULL, 0);
+    const suite_tiles t = {8, 32, 1, 2, 8, 0};
+    suite_run_tiles("decode 3x150 split 8", &d, &t, NULL, 0);
     static const int32_t cu_q[] = {0, 1, 3, 4};
     static const int32_t cu_k[] = {0, 700, 2300, 2301};
     d = suite_desc(FA_DTYPE_BF16, 3, 2, 1600, 2, 2, 64);
     d.cu_seqlens_q = cu_q;
     d.cu_seqlens_k = cu_k;
     d.window_left = 500;
-    run_tiles("decode varlen window split 4", &d, &(suite_tiles){16, 32, 1, 2, 4}, NULL, 0);
+    suite_run_tiles("decode varlen window split 4", &d, &(suite_tiles){16, 32, 1, 2, 4, 0}, NULL, 0);
     d = suite_desc(FA_DTYPE_F16, 1, 4, 3000, 8, 1, 128);
     run("decode planner's own plan", &d, 0);
 }
@@ -790,14 +805,15 @@ void suite_deterministic_backward(void) {
     free(res.o);
 }
 
-/* Whether this device can hold both passes' work-groups and local memory. */
+/* Whether this device can hold both passes' work-groups and local memory
+ * (matrix-unit tiles: their work-groups; force_tiles checks the rest). */
 static int fits_here(const fa_attention_desc *d, const suite_tiles *f, const suite_tiles *b) {
     fa_device_info info;
     if (fa_context_get_info(suite_context(), &info) != FA_SUCCESS) return 0;
     const suite_tiles *t[2] = {f, b};
     for (int pass = 0; pass < 2; pass++) {
         int wg = (t[pass]->br / t[pass]->tr) * (t[pass]->bc / t[pass]->tc);
-        size_t local = fa_plan_local_mem(FA_VARIANT_SIMT, (fa_pass)pass, d, t[pass]->br, t[pass]->bc, 1);
+        size_t local = t[pass]->mma ? 0 : fa_plan_local_mem(FA_VARIANT_SIMT, (fa_pass)pass, d, t[pass]->br, t[pass]->bc, 1);
         if (wg > info.desc.max_work_group_size || local > info.desc.local_mem_bytes) return 0;
     }
     return 1;
@@ -807,8 +823,9 @@ static int fits_here(const fa_attention_desc *d, const suite_tiles *f, const sui
  * problems: the kernels must be right for every shape the planner emits,
  * not only for PoCL's. Training shapes (8 x 16 heads x 2048) give the large
  * tiles, a decoding shape (4 queries, 8192 keys) the split-K plans. Where
- * a device would use matrix units (MMA, the CUDA backend's), its fp32 plan
- * is taken instead. */
+ * a device would use matrix units its fp32 plan is taken instead, unless
+ * the backend runs that device's matrix-unit tiles here (runs_mma: an
+ * OpenCL device of the layout this one runs, native or emulated). */
 void suite_described_devices(void) {
     SUITE_REQUIRE();
     static const char *const keys[] = {"h100", "mi250x", "arc-a770", "nvidia-opencl", "pocl-cpu"};
@@ -823,30 +840,35 @@ void suite_described_devices(void) {
             big.causal = j == 1;
             fa_plan_info info;
             fa_status st = fa_plan_for_device(&dev->desc, &big, &info);
-            if (st == FA_SUCCESS && (info.forward.variant == FA_VARIANT_MMA || info.backward.variant == FA_VARIANT_MMA)) {
-                /* Matrix-unit tiles are the CUDA backend's; the device's fp32
-                 * (SIMT) plan runs here instead. */
+            const int mma_here = g_backend->runs_mma && g_backend->runs_mma(suite_context(), &dev->desc);
+            if (st == FA_SUCCESS && !mma_here &&
+                (info.forward.variant == FA_VARIANT_MMA || info.backward.variant == FA_VARIANT_MMA)) {
+                /* Matrix-unit tiles of another backend or layout; the
+                 * device's fp32 (SIMT) plan runs here instead. */
                 big.q.dtype = big.k.dtype = big.v.dtype = big.o.dtype = FA_DTYPE_F32;
                 st = fa_plan_for_device(&dev->desc, &big, &info);
             }
             CHECK_MSG(st == FA_SUCCESS, "planning for %s: %s", keys[i], fa_last_error());
             if (st != FA_SUCCESS) continue;
             suite_tiles f = {info.forward.br, info.forward.bc, info.forward.thread_rows, info.forward.thread_cols,
-                       info.forward.variant == FA_VARIANT_SPLITK ? info.forward.split_k : 1};
-            suite_tiles b = {info.backward.br, info.backward.bc, info.backward.thread_rows, info.backward.thread_cols, 1};
+                             info.forward.split_k > 1 ? info.forward.split_k : 1,
+                             info.forward.variant == FA_VARIANT_MMA};
+            suite_tiles b = {info.backward.br, info.backward.bc, info.backward.thread_rows, info.backward.thread_cols, 1,
+                             info.backward.variant == FA_VARIANT_MMA};
             fa_attention_desc d = decode ? suite_desc(big.q.dtype, 1, 4, 1100, 4, 1, dim)
                                          : suite_desc(big.q.dtype, 1, 150, 170, 2, 1, dim);
             d.causal = big.causal;
             char name[96];
-            snprintf(name, sizeof name, "%s%s d%d %dx%d/%dx%d s%d, %dx%d/%dx%d", keys[i], decode ? " decode" : "", dim,
-                     f.br, f.bc, f.tr, f.tc, f.split, b.br, b.bc, b.tr, b.tc);
+            snprintf(name, sizeof name, "%s%s d%d %s%dx%d/%dx%d s%d, %s%dx%d/%dx%d", keys[i], decode ? " decode" : "",
+                     dim, f.mma ? "mma " : "", f.br, f.bc, f.tr, f.tc, f.split, b.mma ? "mma " : "", b.br, b.bc, b.tr,
+                     b.tc);
             if (!fits_here(&d, &f, &b)) {
                 /* PoCL (CI) holds every shape; a GPU with fewer work-items
                  * or less local memory than the described device cannot. */
                 fprintf(stderr, "  %-34s does not fit this device: not run\n", name);
                 continue;
             }
-            run_tiles(name, &d, &f, &b, !decode);
+            suite_run_tiles(name, &d, &f, &b, !decode);
         }
     }
 }
@@ -859,13 +881,13 @@ void suite_rejects_bad_tiles(void) {
     fa_plan plan = NULL;
     CHECK_OK(fa_plan_create(suite_context(), &d, &plan));
     if (!plan) return;
-    const suite_tiles uneven = {16, 16, 3, 2, 1};
+    const suite_tiles uneven = {16, 16, 3, 2, 1, 0};
     fa_status st = g_backend->force_tiles(plan, &uneven, NULL);
     CHECK_MSG(st != FA_SUCCESS && plan->impl == NULL, "br 16 with thread_rows 3 was accepted");
-    const suite_tiles huge = {4096, 4096, 1, 1, 1};
+    const suite_tiles huge = {4096, 4096, 1, 1, 1, 0};
     st = g_backend->force_tiles(plan, &huge, NULL);
     CHECK_MSG(st != FA_SUCCESS && plan->impl == NULL, "a 4096 x 4096 work-group was accepted");
-    const suite_tiles fine = {16, 16, 4, 4, 1};
+    const suite_tiles fine = {16, 16, 4, 4, 1, 0};
     CHECK_OK(g_backend->force_tiles(plan, &fine, &fine));
     fa_plan_destroy(plan);
 }

@@ -9,9 +9,11 @@
 
 #include <stdint.h>
 
-/* A tile shape to run instead of the planner's. */
+/* A tile shape to run instead of the planner's; mma: in the matrix-unit
+ * kernels (tr x tc as FA_VARIANT_MMA plans count it), where the backend
+ * has them. */
 typedef struct suite_tiles {
-    int br, bc, tr, tc, split;
+    int br, bc, tr, tc, split, mma;
 } suite_tiles;
 
 typedef struct suite_backend {
@@ -25,6 +27,9 @@ typedef struct suite_backend {
     fa_status (*force_tiles)(fa_plan plan, const suite_tiles *fwd, const suite_tiles *bwd);
     /* Backend-specific checks of a created plan (local memory); may be NULL. */
     void (*check_plan)(const char *name, fa_plan plan);
+    /* Whether force_tiles runs a described device's matrix-unit (mma)
+     * tiles on this context; NULL: never. */
+    int (*runs_mma)(fa_context ctx, const fa_device_desc *dev);
 } suite_backend;
 
 void suite_use_backend(const suite_backend *backend);
@@ -40,6 +45,10 @@ uint8_t *suite_random_block_mask(fa_attention_desc *d, int block_q, int block_k,
 uint64_t suite_case_seed(const char *name, uint64_t extra);
 /* The backend's best device, shared by the cases; NULL when absent. */
 fa_context suite_context(void);
+/* One checked forward (and backward) run of desc in the given tiles
+ * (NULL: the planner's), as the suite's cases run them. */
+void suite_run_tiles(const char *name, const fa_attention_desc *desc, const suite_tiles *fwd, const suite_tiles *bwd,
+                     int backward);
 
 void suite_dtypes(void);
 void suite_head_dims(void);

@@ -516,9 +516,9 @@ static fa_status suite_force(fa_plan plan, const suite_tiles *fwd, const suite_t
 
 static void suite_check(const char *name, fa_plan plan) { check_shared_mem(name, plan); }
 
-static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 1, suite_force, suite_check};
+static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 1, suite_force, suite_check, NULL};
 #else
-static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 0, NULL, NULL};
+static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 0, NULL, NULL, NULL};
 #endif
 
 #define SUITE_CASE(name)                                                                   \

@@ -66,9 +66,9 @@ static void hip_check_plan(const char *name, fa_plan plan) {
     }
 }
 
-static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 1, hip_force_tiles, hip_check_plan};
+static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 1, hip_force_tiles, hip_check_plan, NULL};
 #else
-static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 0, NULL, NULL};
+static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 0, NULL, NULL, NULL};
 #endif
 
 #define HIP_CASE(name)                                                                     \

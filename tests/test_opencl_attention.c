@@ -1,9 +1,13 @@
 /* The attention suite (tests/attention_suite.c) on the OpenCL backend's
- * best device: PoCL in CI, NVIDIA's OpenCL on the GPU machine.
+ * best device: PoCL in CI, NVIDIA's OpenCL on the GPU machine; once more
+ * per emulated matrix-unit layout, its fp32 cases in fp16 and bf16
+ * (CMakeLists.txt).
  *
- * fa-test-labels: device */
+ * fa-test-labels: device
+ * fa-test-mma-layouts: nvidia */
 #include "attention_suite.h"
 #include "harness.h"
+#include "opencl_suite.h"
 
 #include "planner.h"
 #include "reference.h"
@@ -14,91 +18,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Forced tiles run in the streaming kernels (g_stream), or in the kernels
- * an OpenCL plan with those tiles uses (stream_tiles); key splits always
- * run SPLITK. */
-static int g_stream;
+/* The runs per emulated matrix-unit layout (fa-test-mma-layouts above)
+ * skip the cases of the streaming FMA kernels, which do not depend on it. */
+#define SKIP_WHEN_EMULATING()                                                              \
+    do {                                                                                   \
+        if (opencl_suite_emulating()) FA_SKIP("the streaming FMA kernels do not depend on the matrix-unit layer"); \
+    } while (0)
 
-#ifdef FA_WITH_OPENCL
-#include "backends/opencl/cl_attention.h"
-
-/* The local memory fa_plan_local_mem gives a plan's kernels. */
-static size_t planned_local(const fa_kernel_plan *kp, fa_pass pass, const fa_attention_desc *desc) {
-    fa_variant v = kp->variant == FA_VARIANT_SIMT_STREAM ? FA_VARIANT_SIMT_STREAM : FA_VARIANT_SIMT;
-    return fa_plan_local_mem(v, pass, desc, kp->br, kp->bc, 1);
-}
-
-/* Tiles whose SIMT kernels would need more local memory than an OpenCL GPU
- * offers (64 KiB: NVIDIA's OpenCL gives 48, AMD and Intel 64) can only be a
- * streaming plan there (the described nvidia-opencl's at head_dim 128, for
- * one), so they run in the streaming kernels, where their dK/dV
- * accumulators fit. */
-#define OPENCL_GPU_LOCAL (64 * 1024)
-static int stream_tiles(const suite_tiles *t, fa_pass pass, const fa_attention_desc *desc) {
-    if (g_stream) return 1;
-    if (t->br % t->tr || t->bc % t->tc) return 0;
-    if (fa_plan_local_mem(FA_VARIANT_SIMT, pass, desc, t->br, t->bc, 1) <= OPENCL_GPU_LOCAL) return 0;
-    const int ntr = t->br / t->tr;
-    return pass == FA_PASS_FORWARD || 2 * t->tc * ((desc->head_dim + ntr - 1) / ntr) <= 64;
-}
-
-static void apply_tiles(fa_kernel_plan *kp, const suite_tiles *t, fa_pass pass, const fa_attention_desc *desc) {
-    kp->br = t->br;
-    kp->bc = t->bc;
-    kp->thread_rows = t->tr;
-    kp->thread_cols = t->tc;
-    kp->work_group_size = (t->br / t->tr) * (t->bc / t->tc);
-    kp->split_k = t->split > 1 ? t->split : 1;
-    kp->variant = t->split > 1                      ? FA_VARIANT_SPLITK
-                  : stream_tiles(t, pass, desc) ? FA_VARIANT_SIMT_STREAM
-                                                    : FA_VARIANT_SIMT;
-    kp->stages = 1;
-    kp->local_mem_bytes = planned_local(kp, pass, desc);
-}
-
-static fa_status cl_force_tiles(fa_plan plan, const suite_tiles *fwd, const suite_tiles *bwd) {
-    fa_cl_plan_release(plan->ctx->impl, plan->impl);
-    plan->impl = NULL;
-    if (fwd) apply_tiles(&plan->info.forward, fwd, FA_PASS_FORWARD, &plan->desc);
-    if (bwd) apply_tiles(&plan->info.backward, bwd, FA_PASS_BACKWARD, &plan->desc);
-    return fa_cl_plan_prepare(plan->ctx->impl, plan, &plan->impl);
-}
-
-/* The kernels declare exactly the local memory the planner budgets
- * (fa_plan_local_mem): the forward kernel and the dK/dV kernel equal it,
- * no kernel of a pass exceeds it. A driver may add a few bytes of its own
- * (NVIDIA reports 4 more than a kernel declares). */
-#define DRIVER_LOCAL_RESERVE 64
-static void cl_check_plan(const char *name, fa_plan plan) {
-    const fa_kernel_plan *kp[2] = {&plan->info.forward, &plan->info.backward};
-    for (int pass = 0; pass < 2; pass++) {
-        size_t got = 0;
-        fa_status st = fa_cl_plan_kernel_local_mem(plan->impl, (fa_pass)pass, &got);
-        size_t want = planned_local(kp[pass], (fa_pass)pass, &plan->desc);
-        CHECK_MSG(st == FA_SUCCESS && got >= want && got <= want + DRIVER_LOCAL_RESERVE,
-                  "%s: %s kernels use %zu bytes of local memory, the planner budgets %zu", name,
-                  pass ? "backward" : "forward", got, want);
-    }
-}
-
-static const suite_backend opencl = {FA_BACKEND_OPENCL, "OpenCL", 1, cl_force_tiles, cl_check_plan};
-#else
-static const suite_backend opencl = {FA_BACKEND_OPENCL, "OpenCL", 0, NULL, NULL};
-#endif
+static const suite_backend *const opencl = &opencl_suite;
 
 #define OPENCL_CASE(name)                                                                  \
     do {                                                                                   \
-        suite_use_backend(&opencl);                                                        \
+        suite_use_backend(opencl);                                                        \
         suite_##name();                                                                    \
     } while (0)
 
 /* A case whose forced tiles run in the streaming kernels. */
 #define STREAM_CASE(name)                                                                  \
     do {                                                                                   \
-        suite_use_backend(&opencl);                                                        \
-        g_stream = 1;                                                                      \
+        SKIP_WHEN_EMULATING();                                                             \
+        suite_use_backend(opencl);                                                        \
+        opencl_suite_stream(1);                                                            \
         suite_##name();                                                                    \
-        g_stream = 0;                                                                      \
+        opencl_suite_stream(0);                                                            \
     } while (0)
 
 #ifdef FA_WITH_OPENCL
@@ -123,15 +65,15 @@ static void stream_case(const char *name, const fa_attention_desc *d, const suit
     fa_plan plan = NULL;
     CHECK_OK(fa_plan_create(ctx, d, &plan));
     if (!plan) return;
-    g_stream = 1;
-    fa_status st = cl_force_tiles(plan, f, b);
-    g_stream = 0;
+    opencl_suite_stream(1);
+    fa_status st = opencl_suite.force_tiles(plan, f, b);
+    opencl_suite_stream(0);
     CHECK_MSG(st == FA_SUCCESS, "%s: forcing the streaming kernels: %s", name, fa_last_error());
     if (st != FA_SUCCESS) {
         fa_plan_destroy(plan);
         return;
     }
-    cl_check_plan(name, plan);
+    opencl_suite.check_plan(name, plan);
     const fa_dtype dt = d->q.dtype;
     const size_t es = fa_dtype_size(dt);
     const int64_t nq = fa_ref_tensor_span(d, FA_TENSOR_Q), nk = fa_ref_tensor_span(d, FA_TENSOR_K);
@@ -198,7 +140,8 @@ out:
 }
 #define STREAM_REQUIRE()                                                                   \
     do {                                                                                   \
-        suite_use_backend(&opencl);                                                        \
+        SKIP_WHEN_EMULATING();                                                             \
+        suite_use_backend(opencl);                                                        \
         if (!suite_context()) FA_SKIP("no OpenCL device");                                 \
     } while (0)
 #else
@@ -239,8 +182,8 @@ FA_TEST(block_sparse_skips_tiles_stream) { STREAM_CASE(block_sparse_skips_tiles)
 /* NVIDIA's OpenCL plans (fp32, 16k tokens): head_dim 128 forward 128 x 64
  * (8 x 4), backward 64 x 64 (4 x 4); head_dim 64 forward 128 x 64 (4 x 8),
  * backward 32 x 128 (4 x 4). */
-static const suite_tiles nv128_f = {128, 64, 8, 4, 1}, nv128_b = {64, 64, 4, 4, 1};
-static const suite_tiles nv64_f = {128, 64, 4, 8, 1}, nv64_b = {32, 128, 4, 4, 1};
+static const suite_tiles nv128_f = {128, 64, 8, 4, 1, 0}, nv128_b = {64, 64, 4, 4, 1, 0};
+static const suite_tiles nv64_f = {128, 64, 4, 8, 1, 0}, nv64_b = {32, 128, 4, 4, 1, 0};
 
 /* Several options a case, each case its own programs: fp32 with GQA and
  * dropout (the atomic dQ), bf16 causal with a block mask, fp16 windowed
@@ -286,14 +229,14 @@ FA_TEST(stream_d64_options) {
 FA_TEST(stream_shapes) {
     STREAM_REQUIRE();
     fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 70, 90, 2, 2, 40);
-    stream_case("stream d40 16x16/2x2", &d, &(suite_tiles){16, 16, 2, 2, 1}, &(suite_tiles){16, 16, 2, 2, 1});
+    stream_case("stream d40 16x16/2x2", &d, &(suite_tiles){16, 16, 2, 2, 1, 0}, &(suite_tiles){16, 16, 2, 2, 1, 0});
     d = suite_desc(FA_DTYPE_F32, 1, 45, 60, 2, 1, 256);
-    stream_case("stream d256 64x16/2x2, 32x16/1x2", &d, &(suite_tiles){64, 16, 2, 2, 1},
-                &(suite_tiles){32, 16, 1, 2, 1});
+    stream_case("stream d256 64x16/2x2, 32x16/1x2", &d, &(suite_tiles){64, 16, 2, 2, 1, 0},
+                &(suite_tiles){32, 16, 1, 2, 1, 0});
     d = suite_desc(FA_DTYPE_F32, 1, 37, 41, 2, 2, 16);
     d.dropout_p = 0.3f;
     d.dropout_seed = 7;
-    stream_case("stream d16 dropout 6x6/2x3", &d, &(suite_tiles){6, 6, 2, 3, 1}, &(suite_tiles){6, 6, 2, 3, 1});
+    stream_case("stream d16 dropout 6x6/2x3", &d, &(suite_tiles){6, 6, 2, 3, 1, 0}, &(suite_tiles){6, 6, 2, 3, 1, 0});
 }
 
 FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),

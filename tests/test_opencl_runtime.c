@@ -560,23 +560,24 @@ FA_TEST(stream_gpu_flavour_builds) {
     CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &ctx));
     if (!ctx) return;
     static const char *const fwd[] = {"kernels_cl/common.h", "kernels_cl/fwd.cl"};
-    static const char *const bwd[] = {"kernels_cl/common.h", "kernels_cl/bwd.cl"};
+    static const char *const bwd[] = {"kernels_cl/common.h", "kernels_cl/bwd_common.cl", "kernels_cl/bwd.cl"};
     static const struct {
         const char *const *paths;
+        int count;
         const char *options;
     } builds[] = {
-        {fwd, "-DBR=128 -DBC=64 -DTR=8 -DTC=4 -DHEAD_DIM=128 -DDTYPE_F32"},
-        {fwd, "-DBR=128 -DBC=64 -DTR=8 -DTC=4 -DHEAD_DIM=128 -DDTYPE_BF16"},
-        {bwd, "-DBR=128 -DBC=64 -DTR=8 -DTC=4 -DHEAD_DIM=128 -DDTYPE_F32 -DDQ_ATOMIC"},
-        {bwd, "-DBR=64 -DBC=128 -DTR=4 -DTC=8 -DHEAD_DIM=64 -DDTYPE_F16"},
+        {fwd, 2, "-DBR=128 -DBC=64 -DTR=8 -DTC=4 -DHEAD_DIM=128 -DDTYPE_F32"},
+        {fwd, 2, "-DBR=128 -DBC=64 -DTR=8 -DTC=4 -DHEAD_DIM=128 -DDTYPE_BF16"},
+        {bwd, 3, "-DBR=128 -DBC=64 -DTR=8 -DTC=4 -DHEAD_DIM=128 -DDTYPE_F32 -DDQ_ATOMIC"},
+        {bwd, 3, "-DBR=64 -DBC=128 -DTR=4 -DTC=8 -DHEAD_DIM=64 -DDTYPE_F16"},
     };
     for (size_t i = 0; i < sizeof builds / sizeof builds[0]; i++) {
         char options[512];
         snprintf(options, sizeof options,
                  "%s -DFA_STREAM -DFA_GPU -DCAUSAL -DWINDOW -DBLOCK_MASK -DDROPOUT -DVARLEN", builds[i].options);
         cl_program program = NULL;
-        const fa_status st = fa_cl_build(cl_of(ctx), builds[i].paths, 2, options, &program);
-        CHECK_MSG(st == FA_SUCCESS, "%s %s: %s", builds[i].paths[1], options, fa_last_error());
+        const fa_status st = fa_cl_build(cl_of(ctx), builds[i].paths, builds[i].count, options, &program);
+        CHECK_MSG(st == FA_SUCCESS, "%s %s: %s", builds[i].paths[builds[i].count - 1], options, fa_last_error());
         if (program) fa_cl.clReleaseProgram(program);
     }
     CHECK_OK(fa_context_destroy(ctx));

@@ -4,6 +4,7 @@
  * printed plan. */
 #include "harness.h"
 #include "planner.h"
+#include "planner_cl_mma.h"
 #include "test_util.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -65,6 +66,13 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
                       strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma %d x %d/%d, micro-tile %d x %d", what, k->br, k->bc, k->work_group_size, k->thread_rows,
                   k->thread_cols);
+    } else if (k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL) {
+        /* OpenCL's: the fragments of the device's layout (planner_cl_mma.c). */
+        fa_cl_mma_geometry g;
+        const int ok = fa_cl_mma_geometry_of(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols, &g);
+        CHECK_MSG(ok && g.warps * fa_mma_layout_get(g.layout)->sub_group == k->work_group_size,
+                  "%s: OpenCL mma %d x %d, micro-tile %d x %d, work-group %d", what, k->br, k->bc, k->thread_rows,
+                  k->thread_cols, k->work_group_size);
     } else if (k->variant == FA_VARIANT_MMA) {
         const int warps = k->work_group_size / dev->simd_width;
         const int strips = (pass == FA_PASS_FORWARD ? k->br : k->bc) / (16 * (warps > 0 ? warps : 1));
@@ -88,7 +96,9 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
               "%s: micro-tile %d x %d", what,
               k->thread_rows, k->thread_cols);
     CHECK(k->simd_width == dev->simd_width);
-    size_t lm = fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages);
+    const int cl_mma = k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL;
+    size_t lm = cl_mma ? fa_cl_mma_local_mem(dev, d, pass, k->br, k->bc)
+                       : fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages);
     CHECK_MSG(k->local_mem_bytes == lm && lm <= dev->local_mem_bytes, "%s: local memory %zu (formula %zu) of %zu",
               what, k->local_mem_bytes, lm, dev->local_mem_bytes);
 
@@ -98,6 +108,13 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     if (k->variant == FA_VARIANT_WGMMA) {
         CHECK_MSG(dev->backend == FA_BACKEND_CUDA && matrix && half, "%s: wgmma", what);
         CHECK(k->stages == 1 || k->stages == 2);
+    } else if (cl_mma) {
+        /* Head dims that are not whole fragments are padded. */
+        CHECK_MSG(matrix && half && fa_cl_mma_applies(dev, d), "%s: OpenCL mma", what);
+        CHECK(k->stages == 1);
+        CHECK(k->work_group_size % dev->simd_width == 0);
+        const int side = pass == FA_PASS_FORWARD ? k->br : k->bc;
+        CHECK(side % dev->matrix_m == 0 && (pass == FA_PASS_FORWARD ? k->bc : k->br) % dev->matrix_k == 0);
     } else if (k->variant == FA_VARIANT_MMA) {
         CHECK_MSG(dev->backend == FA_BACKEND_CUDA && matrix && (half || d->allow_tf32), "%s: mma", what);
         CHECK(k->stages == 1 || k->stages == 2);
@@ -126,9 +143,10 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     CHECK_MSG(k->num_work_groups == groups, "%s: %d work-groups, expected %lld", what, k->num_work_groups, groups);
     size_t rows = (size_t)fa_attention_total_q(d) * (size_t)d->heads_q;
     /* Backward: D, and the fp32 dQ accumulator except where dQ has a
-     * kernel of its own (OpenCL's SIMT kernels; its streaming ones in
-     * deterministic mode). */
-    int dq_kernel = dev->backend == FA_BACKEND_OPENCL && (k->variant != FA_VARIANT_SIMT_STREAM || d->deterministic);
+     * kernel of its own (OpenCL's SIMT kernels; its streaming and
+     * matrix-unit ones in deterministic mode). */
+    int dq_kernel = dev->backend == FA_BACKEND_OPENCL &&
+                    (!(k->variant == FA_VARIANT_SIMT_STREAM || k->variant == FA_VARIANT_MMA) || d->deterministic);
     size_t ws = pass == FA_PASS_FORWARD ? (k->split_k > 1 ? (size_t)k->split_k * rows * (size_t)(dim + 1) * 4 : 0)
                 : dq_kernel             ? rows * 4
                                         : rows * (size_t)(dim + 1) * 4;
@@ -246,9 +264,13 @@ FA_TEST(local_memory_gives_different_tiles) {
         /* The streaming kernels hold no tile over the whole head_dim, so the
          * same 48 KiB takes 128-row tiles at head_dim 128: half the K/V
          * re-reads of the SIMT tiles, and fewer predicted bytes and less
-         * predicted time in both passes. */
+         * predicted time in both passes (NVIDIA's OpenCL without its matrix
+         * units, which take fp16 and bf16). */
+        fa_device_desc fma48 = *device("nvidia-opencl");
+        fma48.matrix_flops_per_clock_cu = 0;
+        fma48.matrix_m = fma48.matrix_n = fma48.matrix_k = 0;
         fa_plan_info s;
-        CHECK_OK(fa_plan_for_device(device("nvidia-opencl"), &d, &s));
+        CHECK_OK(fa_plan_for_device(&fma48, &d, &s));
         CHECK_MSG(s.forward.variant == FA_VARIANT_SIMT_STREAM && s.backward.variant == FA_VARIANT_SIMT_STREAM,
                   "nvidia-opencl %s: %d / %d", fa_dtype_name(d.q.dtype), (int)s.forward.variant,
                   (int)s.backward.variant);
@@ -258,6 +280,14 @@ FA_TEST(local_memory_gives_different_tiles) {
         CHECK(total_bytes(&s.backward.cost) < total_bytes(&p[1].backward.cost));
         CHECK(s.forward.cost.roofline_ms < p[1].forward.cost.roofline_ms);
         CHECK(s.backward.cost.roofline_ms < p[1].backward.cost.roofline_ms);
+
+        /* With its matrix units, fp16 runs on them in the same 48 KiB. */
+        fa_plan_info m;
+        CHECK_OK(fa_plan_for_device(device("nvidia-opencl"), &d, &m));
+        const fa_variant want = t ? FA_VARIANT_SIMT_STREAM : FA_VARIANT_MMA;
+        CHECK_MSG(m.forward.variant == want && m.backward.variant == want, "nvidia-opencl %s: %s / %s",
+                  fa_dtype_name(d.q.dtype), fa_variant_name(m.forward.variant), fa_variant_name(m.backward.variant));
+        CHECK(m.forward.local_mem_bytes <= 48 * 1024 && m.backward.local_mem_bytes <= 48 * 1024);
     }
 }
 
@@ -276,6 +306,7 @@ FA_TEST(more_local_memory_never_more_bytes) {
                         d.allow_tf32 = t == 3;
                         d.causal = causal;
                         double prev[2] = {-1, -1};
+                        int prev_mma[2] = {-1, -1};
                         size_t prev_mem = 0;
                         for (size_t mem = 16 * 1024; mem <= 256 * 1024; mem += 2 * 1024) {
                             dev.local_mem_bytes = mem;
@@ -290,7 +321,20 @@ FA_TEST(more_local_memory_never_more_bytes) {
                                 continue;
                             }
                             double now[2] = {total_bytes(&p.forward.cost), total_bytes(&p.backward.cost)};
+                            const fa_variant var[2] = {p.forward.variant, p.backward.variant};
                             for (int pass = 0; pass < 2; pass++) {
+                                /* More local memory never leaves the matrix
+                                 * units. OpenCL plans its streaming FMA tiles
+                                 * where no matrix-unit tile fits (large
+                                 * head_dim in little memory): they hold large
+                                 * tiles in little memory, so the first
+                                 * matrix-unit tiles that fit may move more
+                                 * bytes. Bytes are compared within a family. */
+                                const int mma = fa_variant_on_matrix_units(var[pass]);
+                                CHECK_MSG(prev_mma[pass] != 1 || mma, "%s dtype %d d %d pass %d: matrix units at %zu bytes, not at %zu",
+                                          fa_described_device_get(i)->key, t, dims[a], pass, prev_mem, mem);
+                                if (dev.backend == FA_BACKEND_OPENCL && prev_mma[pass] == 0 && mma) prev[pass] = -1;
+                                prev_mma[pass] = mma;
                                 CHECK_MSG(prev[pass] < 0 || now[pass] <= prev[pass],
                                           "%s dtype %d d %d causal %d decode %d pass %d: %zu bytes of local "
                                           "memory predict %.0f bytes, %zu predicted %.0f",
@@ -420,15 +464,18 @@ FA_TEST(variants_by_backend) {
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_SIMT);
     d.head_dim = 128;
-    /* CUDA without matrix units, HIP, OpenCL (even with XMX), the reference:
-     * SIMT tiles, which OpenCL also runs in its streaming kernels (at
-     * head_dim 128 in 48 or 64 KiB they take the larger tiles). */
+    /* CUDA and OpenCL without matrix units, HIP, the reference: SIMT tiles,
+     * which OpenCL also runs in its streaming kernels (at head_dim 128 in 48
+     * or 64 KiB they take the larger tiles). */
     fa_device_desc plain = *device("h100");
     plain.matrix_flops_per_clock_cu = 0;
     plain.matrix_m = plain.matrix_n = plain.matrix_k = 0;
+    fa_device_desc plain_cl = *device("nvidia-opencl");
+    plain_cl.matrix_flops_per_clock_cu = 0;
+    plain_cl.matrix_m = plain_cl.matrix_n = plain_cl.matrix_k = 0;
     fa_device_desc ref = *device("pocl-cpu");
     ref.backend = FA_BACKEND_REFERENCE;
-    const fa_device_desc *simt[] = {&plain, device("mi250x"), device("arc-a770"), device("nvidia-opencl"), &ref};
+    const fa_device_desc *simt[] = {&plain, device("mi250x"), &plain_cl, &ref};
     for (size_t i = 0; i < COUNT(simt); i++) {
         CHECK_OK(fa_plan_for_device(simt[i], &d, &p));
         const fa_variant want = simt[i]->backend == FA_BACKEND_OPENCL ? FA_VARIANT_SIMT_STREAM : FA_VARIANT_SIMT;
@@ -436,6 +483,21 @@ FA_TEST(variants_by_backend) {
                   fa_variant_name(p.forward.variant), fa_variant_name(p.backward.variant));
         CHECK(p.forward.stages == 1 && p.backward.stages == 1);
     }
+    /* OpenCL on matrix units: fp16 and bf16, head dims the fragments do not
+     * divide padded (40 here), one stage; fp32 stays on the FMA kernels. */
+    const int dims[] = {128, 40};
+    for (size_t i = 0; i < COUNT(dims); i++)
+        for (int t = 0; t < 3; t++) {
+            fa_attention_desc c = shape(2, 2048, 2048, 16, 16, dims[i], (fa_dtype)t);
+            CHECK_OK(fa_plan_for_device(device("nvidia-opencl"), &c, &p));
+            const fa_variant want = t == FA_DTYPE_F32 ? FA_VARIANT_SIMT_STREAM : FA_VARIANT_MMA;
+            const fa_variant want_bwd = t == FA_DTYPE_F32 && dims[i] < 64 ? FA_VARIANT_SIMT : want;
+            CHECK_MSG(p.forward.variant == (t == FA_DTYPE_F32 && dims[i] < 96 ? FA_VARIANT_SIMT : want) &&
+                          p.backward.variant == want_bwd,
+                      "nvidia-opencl %s d %d: %s / %s", fa_dtype_name((fa_dtype)t), dims[i],
+                      fa_variant_name(p.forward.variant), fa_variant_name(p.backward.variant));
+            CHECK(p.forward.stages == 1 && p.backward.stages == 1);
+        }
     /* Standard attention: no tiles, the standard cost, the fused one beside it. */
     d.algorithm = FA_ALGO_STANDARD;
     CHECK_OK(fa_plan_for_device(device("mi250x"), &d, &p));
@@ -646,7 +708,8 @@ FA_TEST(described_devices_table) {
     const fa_device_desc *h = device("h100");
     CHECK(h->backend == FA_BACKEND_CUDA && h->local_mem_bytes == 232448 && h->compute_units == 132);
     CHECK(h->matrix_m == 16 && h->matrix_n == 8 && h->matrix_k == 16 && strcmp(h->arch, "sm_90") == 0);
-    CHECK(device("nvidia-opencl")->local_mem_bytes == 49152 && device("nvidia-opencl")->matrix_flops_per_clock_cu == 0);
+    const fa_device_desc *nv = device("nvidia-opencl");
+    CHECK(nv->local_mem_bytes == 49152 && nv->matrix_m == 16 && nv->matrix_n == 8 && nv->matrix_k == 16);
     CHECK(device("mi250x")->simd_width == 64 && device("mi250x")->backend == FA_BACKEND_HIP);
     CHECK(device("arc-a770")->simd_width == 16 && device("arc-a770")->backend == FA_BACKEND_OPENCL);
     CHECK(device("pocl-cpu")->type == FA_DEVICE_CPU && device("pocl-cpu")->compute_units == 2);

@@ -4,6 +4,7 @@
  * launches the passes. The tiling policy is the planner's; this file only
  * checks that a shape is one the kernels can run. */
 #include "cl_attention.h"
+#include "cl_mma.h"
 #include "cl_standard.h"
 
 #include "desc.h"
@@ -29,6 +30,8 @@ typedef struct cl_layout {
 typedef struct cl_pass_shape {
     int br, bc, tr, tc, wg;
     int stream;                /* the streaming kernels (FA_STREAM) */
+    int mma;                   /* the matrix-unit kernels, with geometry g */
+    fa_cl_mma_geometry g;
 } cl_pass_shape;
 
 #define FA_CL_MAX_EVENTS 4
@@ -41,8 +44,9 @@ typedef struct fa_cl_plan {
     int num_splits;            /* forward key splits; 1: none */
     cl_program fwd_program;
     cl_kernel fwd_kernel, merge_kernel;
-    cl_program bwd_program;
+    cl_program bwd_program, dq_program; /* dq_program: the matrix-unit dQ kernel's own */
     cl_kernel dot_kernel, dkdv_kernel, dq_kernel; /* dq_kernel: fa_bwd_dq_convert with dq_atomic */
+    int dq_wg;                 /* work-group of fa_bwd_dq */
     int dq_atomic;             /* streaming backward adding dQ with atomics */
 
     cl_mem cu_q, cu_k;         /* varlen offsets */
@@ -131,6 +135,16 @@ static fa_status check_shape(const fa_cl_context *ctx, const fa_attention_desc *
     if (kp->br <= 0 || kp->bc <= 0 || kp->thread_rows <= 0 || kp->thread_cols <= 0)
         return fa_fail(FA_ERR_INTERNAL, "%s plan: br %d, bc %d, thread_rows %d, thread_cols %d must be > 0",
                        pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols);
+    memset(shape, 0, sizeof *shape);
+    shape->br = kp->br;
+    shape->bc = kp->bc;
+    shape->tr = kp->thread_rows;
+    shape->tc = kp->thread_cols;
+    shape->wg = kp->work_group_size;
+    if (kp->variant == FA_VARIANT_MMA) {
+        shape->mma = 1;
+        return fa_cl_mma_check(ctx, d, which, kp, &shape->g);
+    }
     if (kp->br % kp->thread_rows || kp->bc % kp->thread_cols)
         return fa_fail(FA_ERR_INTERNAL, "%s plan: br %d / thread_rows %d or bc %d / thread_cols %d is not whole",
                        pass, kp->br, kp->thread_rows, kp->bc, kp->thread_cols);
@@ -160,11 +174,6 @@ static fa_status check_shape(const fa_cl_context *ctx, const fa_attention_desc *
     if (local > ctx->info.desc.local_mem_bytes)
         return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %zu bytes of local memory exceed the device's %zu", pass,
                        local, ctx->info.desc.local_mem_bytes);
-    shape->br = kp->br;
-    shape->bc = kp->bc;
-    shape->tr = kp->thread_rows;
-    shape->tc = kp->thread_cols;
-    shape->wg = kp->work_group_size;
     shape->stream = stream;
     return FA_SUCCESS;
 }
@@ -246,12 +255,15 @@ static void register_option(fa_cl_plan *p, int wg, char *out, size_t size) {
     if (regs < 255) snprintf(out, size, " -cl-nv-maxrregcount=%d", regs);
 }
 
-/* Every macro an OpenCL attention build may be given (kernels_cl/common.h)
- * but the tuning ones (FA_STEP_UNROLL): the environment's options may not
- * set them. */
+/* Every macro an OpenCL attention build may be given (kernels_cl/common.h,
+ * mma_frag.h, mma_common.h) but the tuning ones (FA_STEP_UNROLL): the
+ * environment's options may not set them. */
 static const char *const cl_plan_macros[] = {
-    "HEAD_DIM", "BR",     "BC",     "TR",         "TC",      "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "CAUSAL",
-    "WINDOW",   "BLOCK_MASK", "DROPOUT", "VARLEN", "FA_STREAM", "FA_GPU", "SPLITK",    "DQ_ATOMIC", "FA_NV_PTX", NULL};
+    "HEAD_DIM",      "BR",           "BC",           "TR",              "TC",              "DTYPE_F32",
+    "DTYPE_F16",     "DTYPE_BF16",   "CAUSAL",       "WINDOW",          "BLOCK_MASK",      "DROPOUT",
+    "VARLEN",        "FA_STREAM",    "FA_GPU",       "SPLITK",          "DQ_ATOMIC",       "FA_NV_PTX",
+    "WARPS",         "QREG",         "FA_BWD_DQ",    "FA_MMA_EMULATE",  "FA_MMA_NVIDIA",   "FA_MMA_INTEL",
+    "FA_MMA_AMD_MFMA", "FA_MMA_AMD_WMMA", NULL};
 
 static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *extra,
                             const char *const *paths, int path_count, cl_program *program) {
@@ -274,9 +286,34 @@ static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *e
     return fa_cl_build(p->ctx, paths, path_count, options, program);
 }
 
+/* The options of a matrix-unit pass of `warps` sub-groups: its layer, the
+ * loop unrolling GPUs want, and what the caller adds (extra). */
+static fa_status mma_options(fa_cl_plan *p, int warps, const char *extra, char *out, size_t size) {
+    const int n = snprintf(out, size, "%s%s", extra, p->ctx->info.desc.type != FA_DEVICE_CPU ? " -DFA_GPU" : "");
+    if (n < 0 || (size_t)n >= size) return fa_fail(FA_ERR_INTERNAL, "build options do not fit in %zu bytes", size);
+    return fa_cl_mma_options(p->ctx, warps, out, size);
+}
+
+static fa_status prepare_forward_mma(fa_cl_plan *p) {
+    static const char *const plain[] = {"kernels_cl/fwd_mma.cl"};
+    static const char *const split[] = {"kernels_cl/fwd_mma.cl", "kernels_cl/splitk.cl"};
+    const char *paths[8];
+    const int n = fa_cl_mma_sources(p->ctx, p->num_splits > 1 ? split : plain, p->num_splits > 1 ? 2 : 1, paths, 8);
+    if (n == 0) return fa_fail(FA_ERR_INTERNAL, "no matrix-unit sources for %s", p->ctx->info.desc.name);
+    char extra[256];
+    FA_CHECK(mma_options(p, p->fwd_shape.g.warps,
+                         p->num_splits > 1 ? (p->fwd_shape.g.q_regs ? "-DSPLITK -DQREG" : "-DSPLITK")
+                                           : (p->fwd_shape.g.q_regs ? "-DQREG" : ""),
+                         extra, sizeof extra));
+    FA_CHECK(build_pass(p, &p->fwd_shape, extra, paths, n, &p->fwd_program));
+    if (p->num_splits > 1) FA_CHECK(create_kernel(p->fwd_program, "fa_splitk_merge", &p->merge_kernel));
+    return create_kernel(p->fwd_program, "fa_forward", &p->fwd_kernel);
+}
+
 static fa_status prepare_forward(fa_cl_plan *p) {
     static const char *const plain[] = {"kernels_cl/common.h", "kernels_cl/fwd.cl"};
     static const char *const split[] = {"kernels_cl/common.h", "kernels_cl/fwd.cl", "kernels_cl/splitk.cl"};
+    if (p->fwd_shape.mma) return prepare_forward_mma(p);
     if (p->num_splits > 1) {
         FA_CHECK(build_pass(p, &p->fwd_shape, "-DSPLITK", split, 3, &p->fwd_program));
         FA_CHECK(create_kernel(p->fwd_program, "fa_splitk_merge", &p->merge_kernel));
@@ -286,32 +323,62 @@ static fa_status prepare_forward(fa_cl_plan *p) {
     return create_kernel(p->fwd_program, "fa_forward", &p->fwd_kernel);
 }
 
+/* The matrix-unit backward: the dK/dV program (with fa_bwd_dot, and
+ * fa_bwd_dq_convert where dQ is added with atomics), and in deterministic
+ * mode the dQ program, whose work-group is one strip of queries a
+ * sub-group. */
+static fa_status build_backward_mma(fa_cl_plan *p) {
+    static const char *const files[] = {"kernels_cl/bwd_common.cl", "kernels_cl/bwd_mma.cl"};
+    const char *paths[8];
+    const int n = fa_cl_mma_sources(p->ctx, files, 2, paths, 8);
+    if (n == 0) return fa_fail(FA_ERR_INTERNAL, "no matrix-unit sources for %s", p->ctx->info.desc.name);
+    int emulated = 0;
+    const fa_mma_layout layout = fa_cl_mma_layer(p->ctx, &emulated);
+    /* The hardware's float add where the layer is NVIDIA's own. */
+    const int nv_add = layout == FA_MMA_LAYOUT_NVIDIA && !emulated;
+    char extra[256];
+    FA_CHECK(mma_options(p, p->bwd_shape.g.warps,
+                         !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC", extra,
+                         sizeof extra));
+    FA_CHECK(build_pass(p, &p->bwd_shape, extra, paths, n, &p->bwd_program));
+    if (p->dq_atomic) return FA_SUCCESS;
+    const fa_mma_layout_info *l = fa_mma_layout_get(layout);
+    cl_pass_shape dq = p->bwd_shape;
+    dq.tr = l->c_rows;
+    dq.tc = dq.bc * (l->c_elems / l->c_rows) / l->n;
+    dq.wg = p->dq_wg;
+    FA_CHECK(mma_options(p, p->bwd_shape.g.dq_warps, "-DFA_BWD_DQ", extra, sizeof extra));
+    return build_pass(p, &dq, extra, paths, n, &p->dq_program);
+}
+
 static fa_status prepare_backward(fa_cl_plan *p) {
-    static const char *const paths[] = {"kernels_cl/common.h", "kernels_cl/bwd.cl"};
+    static const char *const paths[] = {"kernels_cl/common.h", "kernels_cl/bwd_common.cl", "kernels_cl/bwd.cl"};
     if (p->bwd_program) return FA_SUCCESS;
     const char *options = !p->bwd_shape.stream ? ""
                           : !p->dq_atomic      ? "-DFA_STREAM"
                           : p->nv_options      ? "-DFA_STREAM -DDQ_ATOMIC -DFA_NV_PTX"
                                                : "-DFA_STREAM -DDQ_ATOMIC";
-    fa_status st = build_pass(p, &p->bwd_shape, options, paths, 2, &p->bwd_program);
-    if (st == FA_ERR_COMPILE && p->dq_atomic && p->nv_options) {
+    fa_status st = p->bwd_shape.mma ? build_backward_mma(p) : build_pass(p, &p->bwd_shape, options, paths, 3, &p->bwd_program);
+    if (st == FA_ERR_COMPILE && p->dq_atomic && p->nv_options && !p->bwd_shape.mma) {
         /* A compiler that takes NVIDIA's options but not the inline PTX
          * float add gets the compare-and-swap loop instead. */
-        st = build_pass(p, &p->bwd_shape, "-DFA_STREAM -DDQ_ATOMIC", paths, 2, &p->bwd_program);
+        st = build_pass(p, &p->bwd_shape, "-DFA_STREAM -DDQ_ATOMIC", paths, 3, &p->bwd_program);
         if (st == FA_SUCCESS) fa_clear_error();
     }
     if (st == FA_SUCCESS) st = create_kernel(p->bwd_program, "fa_bwd_dot", &p->dot_kernel);
     if (st == FA_SUCCESS) st = create_kernel(p->bwd_program, "fa_bwd_dkdv", &p->dkdv_kernel);
     if (st == FA_SUCCESS)
-        st = create_kernel(p->bwd_program, p->dq_atomic ? "fa_bwd_dq_convert" : "fa_bwd_dq", &p->dq_kernel);
+        st = create_kernel(p->dq_program ? p->dq_program : p->bwd_program,
+                           p->dq_atomic ? "fa_bwd_dq_convert" : "fa_bwd_dq", &p->dq_kernel);
     if (st != FA_SUCCESS) {
         /* Leave no half-built pass behind: the next call starts over. */
         if (p->dot_kernel) fa_cl.clReleaseKernel(p->dot_kernel);
         if (p->dkdv_kernel) fa_cl.clReleaseKernel(p->dkdv_kernel);
         if (p->dq_kernel) fa_cl.clReleaseKernel(p->dq_kernel);
         if (p->bwd_program) fa_cl.clReleaseProgram(p->bwd_program);
+        if (p->dq_program) fa_cl.clReleaseProgram(p->dq_program);
         p->dot_kernel = p->dkdv_kernel = p->dq_kernel = NULL;
-        p->bwd_program = NULL;
+        p->bwd_program = p->dq_program = NULL;
     }
     return st;
 }
@@ -336,6 +403,7 @@ void fa_cl_plan_release(void *ctx, void *plan_impl) {
         if (kernels[i]) fa_cl.clReleaseKernel(kernels[i]);
     if (p->fwd_program) fa_cl.clReleaseProgram(p->fwd_program);
     if (p->bwd_program) fa_cl.clReleaseProgram(p->bwd_program);
+    if (p->dq_program) fa_cl.clReleaseProgram(p->dq_program);
     cl_mem mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles,
                      p->part_o, p->part_l, p->dvec, p->dq_acc, p->dummy};
     for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
@@ -356,12 +424,14 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     if (info->algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
         return fa_fail(FA_ERR_UNSUPPORTED, "the OpenCL attention kernels run only FA_ALGO_FUSED");
     if (info->forward.variant != FA_VARIANT_SIMT && info->forward.variant != FA_VARIANT_SPLITK &&
-        info->forward.variant != FA_VARIANT_SIMT_STREAM)
+        info->forward.variant != FA_VARIANT_SIMT_STREAM && info->forward.variant != FA_VARIANT_MMA)
         return fa_fail(FA_ERR_UNSUPPORTED,
-                       "forward variant %s (%d) has no OpenCL kernel (SIMT, streaming SIMT and SPLITK do)",
+                       "forward variant %s (%d) has no OpenCL kernel (SIMT, streaming SIMT, SPLITK and MMA do)",
                        fa_variant_name(info->forward.variant), (int)info->forward.variant);
-    if (info->backward.variant != FA_VARIANT_SIMT && info->backward.variant != FA_VARIANT_SIMT_STREAM)
-        return fa_fail(FA_ERR_UNSUPPORTED, "backward variant %s (%d) has no OpenCL kernel (SIMT and streaming SIMT do)",
+    if (info->backward.variant != FA_VARIANT_SIMT && info->backward.variant != FA_VARIANT_SIMT_STREAM &&
+        info->backward.variant != FA_VARIANT_MMA)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "backward variant %s (%d) has no OpenCL kernel (SIMT, streaming SIMT and MMA do)",
                        fa_variant_name(info->backward.variant), (int)info->backward.variant);
     if (d->head_dim % 8 || d->head_dim < 8 || d->head_dim > 256)
         return fa_fail(FA_ERR_UNSUPPORTED_HEAD_DIM, "head_dim %d is not a multiple of 8 in [8, 256]", d->head_dim);
@@ -378,12 +448,15 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
         free(p);
         return st;
     }
-    p->num_splits = info->forward.variant == FA_VARIANT_SPLITK && info->forward.split_k > 1
+    p->num_splits = (info->forward.variant == FA_VARIANT_SPLITK || info->forward.variant == FA_VARIANT_MMA) &&
+                            info->forward.split_k > 1
                         ? info->forward.split_k
                         : 1;
     /* Deterministic mode keeps dQ's sums in a fixed order: a kernel of its
      * own instead of atomics. */
-    p->dq_atomic = p->bwd_shape.stream && !d->deterministic;
+    p->dq_atomic = (p->bwd_shape.stream || p->bwd_shape.mma) && !d->deterministic;
+    p->dq_wg = p->bwd_shape.mma ? p->bwd_shape.g.dq_warps * fa_mma_layout_get(p->bwd_shape.g.layout)->sub_group
+                                : p->bwd_shape.wg;
 
     p->q = resolve_layout(d, FA_TENSOR_Q);
     p->k = resolve_layout(d, FA_TENSOR_K);
@@ -587,7 +660,7 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     arg_mem(&kv, mem_of(args->dk));
     arg_mem(&kv, mem_of(args->dv));
     bwd_common_args(&kv, p, plan);
-    if (s->stream) arg_mem(&kv, or_dummy(p, p->dq_acc));
+    if (s->stream || s->mma) arg_mem(&kv, or_dummy(p, p->dq_acc));
     FA_CHECK(args_done(&kv, "fa_bwd_dkdv"));
     size_t ktiles = (size_t)fa_tile_count(d->seqlen_k, s->bc);
     size_t kv_global[3] = {ktiles * (size_t)s->wg, (size_t)d->heads_kv, (size_t)d->batch};
@@ -620,8 +693,9 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     bwd_common_args(&q, p, plan);
     FA_CHECK(args_done(&q, "fa_bwd_dq"));
     size_t qtiles = (size_t)fa_tile_count(d->seqlen_q, s->br);
-    size_t q_global[3] = {qtiles * (size_t)s->wg, (size_t)d->heads_q, (size_t)d->batch};
-    return launch(p, p->dq_kernel, 3, q_global, local);
+    size_t q_global[3] = {qtiles * (size_t)p->dq_wg, (size_t)d->heads_q, (size_t)d->batch};
+    size_t q_local[3] = {(size_t)p->dq_wg, 1, 1};
+    return launch(p, p->dq_kernel, 3, q_global, q_local);
 }
 
 fa_status fa_cl_last_time_ms(void *ctx, void *plan_impl, double *ms) {

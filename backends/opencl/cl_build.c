@@ -6,6 +6,7 @@
 #include "fa_internal.h"
 #include "kernel_sources.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,28 @@ static cl_program from_binary(fa_cl_context *ctx, const void *binary, size_t siz
     return program;
 }
 
+/* FLASHATTN_OPENCL_LOG_DIR: every successful build's log (with NVIDIA's
+ * -cl-nv-verbose, the registers and spills of each kernel) in that folder,
+ * named by a hash of the source and options. Failed builds put theirs in
+ * the error message instead. */
+static void keep_log(fa_cl_context *ctx, cl_program program, const char *source, size_t size, const char *options) {
+    const char *dir = getenv("FLASHATTN_OPENCL_LOG_DIR");
+    if (!dir || !dir[0]) return;
+    char *log = build_log(ctx, program);
+    if (!log) return;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < size; i++) h = (h ^ (uint8_t)source[i]) * 16777619u;
+    for (const char *c = options; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/opencl-%08x.log", dir, (unsigned)h);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "options: %s\n%s", options, log);
+        fclose(f);
+    }
+    free(log);
+}
+
 static fa_status from_source(fa_cl_context *ctx, const char *source, size_t size, const char *options,
                              cl_program *out) {
     cl_int err = CL_SUCCESS;
@@ -88,6 +111,7 @@ static fa_status from_source(fa_cl_context *ctx, const char *source, size_t size
         fa_cl.clReleaseProgram(program);
         return st;
     }
+    keep_log(ctx, program, source, size, options);
     *out = program;
     return FA_SUCCESS;
 }

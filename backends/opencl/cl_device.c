@@ -3,6 +3,7 @@
 #include "cl_runtime_internal.h"
 
 #include "fa_internal.h"
+#include "mma_layouts.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -179,6 +180,29 @@ static int intel_subgroup_size(cl_device_id dev) {
     return best;
 }
 
+/* Dense fp16/bf16 matrix FLOPs per clock per SM with fp32 accumulation
+ * (NVIDIA's architecture whitepapers): GA100 (sm_80) 2048; GA10x and AD10x
+ * (sm_86, sm_87, sm_89) 1024; GH100 (sm_90) 4096, assumed for later ones,
+ * whose mma.sync is what OpenCL reaches. */
+static double nvidia_matrix_flops(unsigned major, unsigned minor) {
+    if (major == 8) return minor == 0 ? 2048.0 : 1024.0;
+    return 4096.0;
+}
+
+/* The device's matrix units as a layout of the OpenCL matrix-unit kernels
+ * (core/mma_layouts.h): matrix_m/n/k from the table, the rate given. */
+static void describe_matrix_units(fa_cl_device *d, fa_mma_layout layout, int emulated, double flops_per_clock) {
+    const fa_mma_layout_info *l = fa_mma_layout_get(layout);
+    fa_device_desc *desc = &d->info.desc;
+    if (!l || !(flops_per_clock > 0.0)) return;
+    d->mma_layout = layout;
+    d->mma_emulated = emulated;
+    desc->matrix_flops_per_clock_cu = flops_per_clock;
+    desc->matrix_m = l->m;
+    desc->matrix_n = l->n;
+    desc->matrix_k = l->k;
+}
+
 static void describe_vendor(fa_cl_device *d, const char *ext) {
     fa_device_desc *desc = &d->info.desc;
     cl_device_id dev = d->device;
@@ -198,6 +222,9 @@ static void describe_vendor(fa_cl_device *d, const char *ext) {
             snprintf(desc->arch, sizeof desc->arch, "sm_%u%u", (unsigned)major, (unsigned)minor);
             flops = 2.0 * nvidia_fp32_lanes(major, minor);
         }
+        /* mma.sync m16n8k16 for fp16 and bf16 from sm_80 on (inline PTX;
+         * kernels_cl/mma_nvidia.h). */
+        if (major >= 8) describe_matrix_units(d, FA_MMA_LAYOUT_NVIDIA, 0, nvidia_matrix_flops(major, minor));
     } else if (!cpu && has_extension(ext, "cl_amd_device_attribute_query")) {
         simd = (int)device_uint(dev, FA_CL_DEVICE_WAVEFRONT_WIDTH_AMD, 0);
         /* ROCm names the device by its target ("gfx90a:sramecc+:xnack-"),
@@ -256,7 +283,8 @@ static double bandwidth_estimate(const fa_cl_device *d) {
     }
 }
 
-static void describe(fa_cl_device *d, int index) {
+/* emulate: the layout FLASHATTN_OPENCL_MMA_EMULATE names, or none. */
+static void describe(fa_cl_device *d, int index, fa_mma_layout emulate) {
     cl_device_id dev = d->device;
     fa_device_info *info = &d->info;
     fa_device_desc *desc = &info->desc;
@@ -291,11 +319,9 @@ static void describe(fa_cl_device *d, int index) {
     char *ext = device_string(dev, CL_DEVICE_EXTENSIONS);
     describe_vendor(d, ext);
     free(ext);
-
-    /* OpenCL C reaches no matrix units (no tensor-core, MFMA or XMX builtins
-     * in the 1.2 language). */
-    desc->matrix_flops_per_clock_cu = 0.0;
-    desc->matrix_m = desc->matrix_n = desc->matrix_k = 0;
+    /* An emulated layout runs its instructions on the vector units: no
+     * faster than them. */
+    if (emulate != FA_MMA_LAYOUT_NONE) describe_matrix_units(d, emulate, 1, desc->fp32_flops_per_clock_cu);
 
     cl_estimate_gbs[index] = bandwidth_estimate(d);
     desc->bandwidth_gbs = cl_estimate_gbs[index];
@@ -314,8 +340,25 @@ static void describe(fa_cl_device *d, int index) {
 /* ------------------------------------------------------------------------ */
 /* Enumeration                                                              */
 
+/* FLASHATTN_OPENCL_MMA_EMULATE: a layout name, or unset (or empty, or
+ * "off") for none; anything else makes the backend unavailable, with the
+ * reason, rather than run other kernels than asked for. */
+static int emulated_layout(fa_mma_layout *out, char *reason, size_t reason_size) {
+    const char *env = getenv("FLASHATTN_OPENCL_MMA_EMULATE");
+    *out = FA_MMA_LAYOUT_NONE;
+    if (!env || !env[0] || strcmp(env, "off") == 0) return 1;
+    *out = fa_mma_layout_named(env);
+    if (*out != FA_MMA_LAYOUT_NONE) return 1;
+    snprintf(reason, reason_size,
+             "FLASHATTN_OPENCL_MMA_EMULATE=%s names no matrix-unit layout (nvidia, intel, amd-mfma, amd-wmma or off)",
+             env);
+    return 0;
+}
+
 fa_status fa_cl_enumerate(char *reason, size_t reason_size) {
     cl_device_total = 0;
+    fa_mma_layout emulate;
+    if (!emulated_layout(&emulate, reason, reason_size)) return FA_ERR_BACKEND_UNAVAILABLE;
     cl_uint nplat = 0;
     cl_int err = fa_cl.clGetPlatformIDs(0, NULL, &nplat);
     /* The ICD loader answers CL_PLATFORM_NOT_FOUND_KHR when no vendor ICD is
@@ -350,7 +393,7 @@ fa_status fa_cl_enumerate(char *reason, size_t reason_size) {
                 memset(d, 0, sizeof *d);
                 d->platform = plats[p];
                 d->device = devs[i];
-                describe(d, cl_device_total);
+                describe(d, cl_device_total, emulate);
                 cl_probe_done[cl_device_total] = 0;
                 cl_device_total++;
             }

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# On an NVIDIA GPU machine, from the repository root: the OpenCL backend's
+# matrix-unit kernels (kernels_cl/fwd_mma.cl, bwd_mma.cl on mma.sync through
+# inline PTX) through NVIDIA's OpenCL. Steps:
+#
+#   compile  builds the programs the planner picks for the benchmark shapes
+#            (16k tokens, hidden 2048: the tiles do not depend on N there;
+#            fp16 and bf16, d 64 and 128, causal and not, and the
+#            deterministic backward's dQ kernel) with -cl-nv-verbose, and
+#            lists each kernel's registers and spills ($OUT/mma-registers.txt;
+#            the build logs in $OUT/cl-logs). A kernel that spills is
+#            reported and fails the step.
+#   tests    the OpenCL suite (test_opencl_attention) and the matrix-unit
+#            cases (test_opencl_mma) on the GPU with FA_TEST_LARGE=1 (N up to
+#            16k), after printing the plans (fp16 and bf16 must plan "mma").
+#   bench    bench/compare_nvidia.sh with the OpenCL backend alone: fp16,
+#            bf16 (and fp32, the FMA kernels), d 64 and 128, causal and not,
+#            N 2048 .. 16384 at 16k tokens, beside PyTorch SDPA's
+#            FLASH_ATTENTION (FlashAttention-2), CUDNN_ATTENTION and
+#            EFFICIENT_ATTENTION in the same run; ratio tables in
+#            $OUT/ratio.md.
+#
+# Usage: bench/opencl_mma_gpu.sh [compile|tests|bench|all]   (default all;
+# each step alone fits in 10 minutes on an H100 or H200, the build
+# included). Outputs in $OUT (default ./gpu-out).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+what=${1:-all}
+case $what in
+  compile|tests|bench|all) ;;
+  -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "unknown step $what (try --help)" >&2; exit 2 ;;
+esac
+
+# shellcheck source=bench/gpu_env.sh
+. bench/gpu_env.sh
+fa_nvidia_opencl || exit 1
+fa_gpu_info
+build="build-gpu"
+stamp "configure and build $build"
+# Every switch is given: build-gpu keeps what other scripts configured.
+fa_gpu_build "$build" "fa-info fa-run fa-bench test_opencl_attention test_opencl_mma" -DFA_OPENCL=ON \
+  -DFA_CUDA=AUTO -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DCMAKE_BUILD_TYPE=Release || exit 1
+failed=0
+
+# The benchmark's shapes: d, N -> batch and heads at 16k tokens, hidden 2048.
+shape_args() { echo "--dim $1 --seqlen $2 --batch $(( 16384 / $2 )) --heads $(( 2048 / $1 ))"; }
+
+if [ "$what" = compile ] || [ "$what" = all ]; then
+  stamp "compile: the planned matrix-unit programs with -cl-nv-verbose"
+  logs="$out/cl-logs"
+  rm -rf "$logs"
+  mkdir -p "$logs"
+  # A cache of its own: each distinct program is compiled (and logged) once.
+  rm -rf "$out/cl-cache-compile"
+  for dtype in fp16 bf16; do
+    for dim in 64 128; do
+      for flags in "" --causal "--deterministic"; do
+        [ "$flags" = --deterministic ] && [ "$dtype" = bf16 ] && continue
+        # shellcheck disable=SC2046,SC2086  # the shape's and the flags' words
+        FLASHATTN_CACHE_DIR="$out/cl-cache-compile" FLASHATTN_OPENCL_LOG_DIR="$logs" \
+          FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose \
+          "$build/fa-run" --backend opencl --dtype "$dtype" $(shape_args "$dim" 16384) $flags \
+          --repeats 1 --no-check >> "$out/compile-runs.txt" 2>&1 ||
+          { echo "  fa-run $dtype d$dim $flags failed (see compile-runs.txt)"; failed=1; }
+        stamp "  $dtype d$dim $flags"
+      done
+    done
+  done
+  # One line per kernel: the build's tile options, registers, spills.
+  python3 - "$logs" > "$out/mma-registers.txt" <<'EOF'
+import os, re, sys
+rows, spilled = [], 0
+for name in sorted(os.listdir(sys.argv[1])):
+    text = open(os.path.join(sys.argv[1], name), errors="replace").read()
+    opts = text.splitlines()[0] if text else ""
+    if "FA_MMA_" not in opts:
+        continue
+    keep = [w for w in opts.split() if w.startswith("-D") and w.split("=")[0] in
+            ("-DHEAD_DIM", "-DBR", "-DBC", "-DWARPS", "-DDTYPE_F16", "-DDTYPE_BF16", "-DQREG", "-DDQ_ATOMIC",
+             "-DFA_BWD_DQ", "-DCAUSAL", "-DSPLITK")]
+    # ptxas reports an entry's spills and registers after its name, in
+    # either order.
+    cur = None
+    for line in text.splitlines() + ["entry function '(end)'"]:
+        m = re.search(r"entry function '(\w+|\(end\))'", line)
+        if m:
+            if cur and cur[1] is not None:
+                rows.append(cur)
+            cur = [m.group(1), None, 0, 0, " ".join(keep)]
+            continue
+        m = re.search(r"Used (\d+) registers", line)
+        if m and cur:
+            cur[1] = int(m.group(1))
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and cur:
+            cur[2], cur[3] = int(m.group(1)), int(m.group(2))
+for r in rows:
+    spilled += r[2] + r[3] > 0
+    print("%-20s %4d registers  spill %5d/%-5d  %s" % tuple(r))
+print("%d kernels, %d spilling" % (len(rows), spilled))
+sys.exit(1 if spilled or not rows else 0)
+EOF
+  rc=$?
+  cat "$out/mma-registers.txt"
+  [ "$rc" = 0 ] || { echo "compile: spills, or no matrix-unit kernel was built (see $out/mma-registers.txt)"; failed=1; }
+fi
+
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  stamp "tests: the plans, then the OpenCL suite and the matrix-unit cases (FA_TEST_LARGE=1)"
+  for dtype in fp16 bf16 fp32; do
+    # shellcheck disable=SC2046
+    "$build/fa-info" --backend opencl --dtype "$dtype" $(shape_args 128 8192) 2>&1 | grep -E "^(forward|backward):"
+  done | tee "$out/plans.txt"
+  grep -q "^forward: mma" "$out/plans.txt" || { echo "tests: fp16/bf16 did not plan the matrix units"; failed=1; }
+  FA_TEST_LARGE=1 ctest --test-dir "$build" -R '^opencl_(attention|mma)\.' --output-on-failure -j4 --timeout 900 \
+    > "$out/opencl-mma-tests.log" 2>&1 || failed=1
+  grep -E "tests passed|FAILED|Failed|\(Skipped\)" "$out/opencl-mma-tests.log" | head -40
+fi
+
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  stamp "bench: compare_nvidia.sh with the OpenCL backend"
+  FA_BUILD_DIR=$build FA_BACKENDS=opencl FA_SEQLENS=2048,4096,8192,16384 FA_PEERS=flash,cudnn,efficient \
+    bash bench/compare_nvidia.sh || failed=1
+fi
+stamp "done (exit $failed)"
+exit "$failed"

@@ -1,0 +1,171 @@
+/* OpenCL plans on matrix units: the tiles kernels_cl/fwd_mma.cl and
+ * bwd_mma.cl run, for the layout of the device's matrix instruction
+ * (core/mma_layouts.h). planner.c asks this file, for FA_VARIANT_MMA
+ * candidates on OpenCL devices, which tiles and micro-tiles are valid and
+ * how much local memory they take; the OpenCL backend asks it for the same
+ * geometry to build the kernels.
+ *
+ * The kernels (kernels_cl/mma_common.h): a work-group of `warps`
+ * sub-groups, each owning `strips` strips of m rows of the tile (query
+ * rows forward; keys in the dK/dV kernel backward) and holding their
+ * accumulators in fragments. Head_dim is padded with zeros to a multiple
+ * of the instruction's k and n (d_pad); tiles over head_dim are 16-bit
+ * with one 16-byte chunk of padding a row (row stride d_pad + 8).
+ *
+ * - Forward: Q [br], K [bc], V [bc] tiles; where the three do not fit in
+ *   local memory, Q's fragments stay in registers (QREG) and its tile
+ *   shares the words of K's and V's. A layout whose accumulators do not
+ *   turn into A operands in registers adds P [br][bc + 8].
+ * - Backward, dK/dV kernel: K, V [bc], Q, dO [br] tiles, L and D of the
+ *   query tile (fp32); dS [br][bc + 8] for the dQ products added with
+ *   atomics (not deterministic); P^T and dS^T [bc][br + 8] where A
+ *   operands come from memory. Deterministic mode adds a dQ kernel of
+ *   dq_warps = br / m sub-groups (one strip of queries each) over key tiles
+ *   of bc: Q, dO [br], K, V [bc], and dS [br][bc + 8] where A operands come
+ *   from memory. The pass's figure is the larger kernel's.
+ *
+ * A micro-tile (tr x tc) is what one work-item holds of the score tile,
+ * as for SIMT plans, so that (br / tr) * (bc / tc) is the work-group:
+ * per strip c_rows rows, and c_elems / c_rows columns of every n-wide
+ * column tile (forward: tr = strips * c_rows, tc = bc * cols / n;
+ * backward, keys down: tc = strips * c_rows, tr = br * cols / n).
+ *
+ * Registers: the fp32 words of fragments a lane holds must stay within the
+ * layout's budget: forward O and S (and Q with QREG), backward dK, dV, S^T
+ * and dP^T (and P, dS as operands where they stay in registers), the dQ
+ * kernel dQ, S and dP. */
+#include "planner_cl_mma.h"
+
+#include "planner.h"
+
+#define FA_CL_MMA_MAX_WARPS 8
+#define FA_CL_MMA_MAX_STRIPS 2
+
+int fa_cl_mma_applies(const fa_device_desc *dev, const fa_attention_desc *desc) {
+    return dev && desc && fa_mma_layout_of(dev) != FA_MMA_LAYOUT_NONE &&
+           (desc->q.dtype == FA_DTYPE_F16 || desc->q.dtype == FA_DTYPE_BF16);
+}
+
+static int d_pad_of(const fa_mma_layout_info *L, int d) {
+    const int a = L->k > L->n ? L->k : L->n;
+    return (d + a - 1) / a * a;
+}
+
+/* 16-bit elements of one head_dim-wide tile of `rows` rows. */
+static size_t rows_elems(const fa_mma_layout_info *L, int d, int rows) {
+    return (size_t)rows * (size_t)(d_pad_of(L, d) + 8);
+}
+
+static int is_pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)) == 0; }
+
+/* Forward local memory with and without QREG (bytes). */
+static size_t fwd_local(const fa_mma_layout_info *L, int d, int br, int bc, int q_regs) {
+    const size_t q = rows_elems(L, d, br), kv = 2 * rows_elems(L, d, bc);
+    const size_t main = q_regs ? (q > kv ? q : kv) : q + kv;
+    const size_t p = L->c2a_regs ? 0 : (size_t)br * (size_t)(bc + 8);
+    return 2 * (main + p);
+}
+
+static int fwd_q_regs(const fa_device_desc *dev, const fa_mma_layout_info *L, int d, int br, int bc) {
+    return fwd_local(L, d, br, bc, 0) > fa_plan_usable_local_mem(dev);
+}
+
+static size_t dkdv_local(const fa_mma_layout_info *L, const fa_attention_desc *desc, int br, int bc) {
+    const int d = desc->head_dim;
+    size_t elems = 2 * rows_elems(L, d, bc) + 2 * rows_elems(L, d, br);
+    if (!desc->deterministic) elems += (size_t)br * (size_t)(bc + 8);
+    if (!L->c2a_regs) elems += 2 * (size_t)bc * (size_t)(br + 8);
+    return 2 * elems + 4 * 2 * (size_t)br;
+}
+
+static size_t dq_local(const fa_mma_layout_info *L, const fa_attention_desc *desc, int br, int bc) {
+    const int d = desc->head_dim;
+    size_t elems = 2 * rows_elems(L, d, br) + 2 * rows_elems(L, d, bc);
+    if (!L->c2a_regs) elems += (size_t)br * (size_t)(bc + 8);
+    return 2 * elems;
+}
+
+size_t fa_cl_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
+    const fa_mma_layout_info *L = fa_mma_layout_get(fa_mma_layout_of(dev));
+    if (!L || !desc || br <= 0 || bc <= 0) return 0;
+    if (pass == FA_PASS_FORWARD)
+        return fwd_local(L, desc->head_dim, br, bc, fwd_q_regs(dev, L, desc->head_dim, br, bc));
+    size_t kv = dkdv_local(L, desc, br, bc);
+    if (desc->deterministic) {
+        size_t q = dq_local(L, desc, br, bc);
+        if (q > kv) kv = q;
+    }
+    return kv;
+}
+
+size_t fa_cl_mma_scratch_bytes(fa_mma_layout layout, int warps) {
+    const fa_mma_layout_info *L = fa_mma_layout_get(layout);
+    if (!L || warps <= 0) return 0;
+    /* kernels_cl/mma_generic.h FA_SCR_WORDS. */
+    const int mma = (L->m * L->k + L->k * L->n) / 2, shfl = L->sub_group * L->c_rows;
+    return 4 * (size_t)warps * (size_t)(mma > shfl ? mma : shfl);
+}
+
+/* Divisibility of the products (the tile's sides against the fragments). */
+int fa_cl_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
+    const fa_mma_layout_info *L = fa_mma_layout_get(fa_mma_layout_of(dev));
+    if (!L || !fa_cl_mma_applies(dev, desc) || br <= 0 || bc <= 0) return 0;
+    if (pass == FA_PASS_FORWARD) {
+        /* S n-tiles and P V k-steps run over the keys. */
+        if (br % L->m || bc % L->n || bc % L->k) return 0;
+    } else {
+        /* S^T n-tiles and P^T k-steps over the queries; the dQ kernel's
+         * strips over them too, its n-tiles and k-steps over the keys. */
+        if (bc % L->m || br % L->n || br % L->k || br % L->m || bc % L->n || bc % L->k) return 0;
+    }
+    for (int tr = 1; tr <= 256; tr *= 2)
+        for (int tc = 1; tc <= 256; tc *= 2)
+            if (fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, NULL)) return 1;
+    return 0;
+}
+
+int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                          int tr, int tc, fa_cl_mma_geometry *g) {
+    const fa_mma_layout layout = fa_mma_layout_of(dev);
+    const fa_mma_layout_info *L = fa_mma_layout_get(layout);
+    if (!L || !fa_cl_mma_applies(dev, desc) || br <= 0 || bc <= 0 || tr <= 0 || tc <= 0) return 0;
+    const int fwd = pass == FA_PASS_FORWARD, cols = L->c_elems / L->c_rows, d = desc->head_dim;
+    /* Rows a lane holds per strip (down the strips) and columns per n-wide
+     * column tile (across). */
+    const int down = fwd ? tr : tc, across = fwd ? tc : tr, other = fwd ? bc : br, rows = fwd ? br : bc;
+    if (down % L->c_rows || (long)across * L->n != (long)other * cols) return 0;
+    const int strips = down / L->c_rows;
+    if (!is_pow2_upto(strips, FA_CL_MMA_MAX_STRIPS) || rows % (strips * L->m)) return 0;
+    const int warps = rows / (strips * L->m), wgs = warps * L->sub_group;
+    if (!is_pow2_upto(warps, FA_CL_MMA_MAX_WARPS) || wgs > dev->max_work_group_size) return 0;
+    if (wgs < dev->simd_width || wgs % dev->simd_width) return 0;
+    const int dp = d_pad_of(L, d);
+    /* fp32 words of fragments per lane: an m x n accumulator is m n / sg of
+     * them, an m x k operand m k / (2 sg). */
+    const long per_row = (long)L->m * strips; /* rows of the lane's strips, times sg per lane */
+    int q_regs = 0, dq_warps = 0;
+    if (fwd) {
+        q_regs = fwd_q_regs(dev, L, d, br, bc);
+        const long words = per_row * (dp + bc) / L->sub_group + (q_regs ? per_row * dp / (2 * L->sub_group) : 0);
+        if (words > L->fwd_budget) return 0;
+    } else {
+        const long words =
+            per_row * (2 * dp + 2 * br + (L->c2a_regs ? br : 0)) / L->sub_group;
+        if (words > L->bwd_budget) return 0;
+        if (desc->deterministic) {
+            dq_warps = br / L->m;
+            if (!is_pow2_upto(dq_warps, FA_CL_MMA_MAX_WARPS) || dq_warps * L->sub_group > dev->max_work_group_size)
+                return 0;
+            if ((long)L->m * (dp + 2 * bc) / L->sub_group > L->fwd_budget) return 0;
+        }
+    }
+    if (g) {
+        g->layout = layout;
+        g->warps = warps;
+        g->strips = strips;
+        g->q_regs = q_regs;
+        g->d_pad = dp;
+        g->dq_warps = dq_warps;
+    }
+    return 1;
+}

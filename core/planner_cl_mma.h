@@ -1,0 +1,40 @@
+/* OpenCL plans on matrix units (core/planner_cl_mma.c): the geometry of
+ * kernels_cl/fwd_mma.cl and bwd_mma.cl for a tile, shared by the planner,
+ * the OpenCL backend (its build options) and the tests. */
+#ifndef FA_PLANNER_CL_MMA_H
+#define FA_PLANNER_CL_MMA_H
+
+#include "flashattn.h"
+#include "mma_layouts.h"
+
+#include <stddef.h>
+
+/* What a tile and micro-tile mean to the kernels. */
+typedef struct fa_cl_mma_geometry {
+    fa_mma_layout layout;
+    int warps;        /* sub-groups of the work-group (forward; dK/dV backward) */
+    int strips;       /* strips of m rows a sub-group owns: queries forward, keys backward */
+    int q_regs;       /* forward: Q's fragments stay in registers (QREG) */
+    int d_pad;        /* head_dim padded to whole fragments */
+    int dq_warps;     /* backward, deterministic: sub-groups of the dQ kernel,
+                         one strip of queries each */
+} fa_cl_mma_geometry;
+
+/* Whether a problem runs on the device's matrix units through OpenCL: an
+ * OpenCL device whose matrix shape is a known layout, fp16 or bf16. */
+int fa_cl_mma_applies(const fa_device_desc *dev, const fa_attention_desc *desc);
+/* Whether some micro-tile runs a br x bc tile (local memory aside). */
+int fa_cl_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc);
+/* The geometry of a micro-tile (tr x tc: the scores a work-item holds, as
+ * for SIMT plans); 0 when the kernels cannot run it on the device
+ * (layout, work-group, registers; local memory aside). g may be NULL. */
+int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                          int tr, int tc, fa_cl_mma_geometry *g);
+/* Local memory (bytes) of a pass's kernels on real matrix units: the
+ * largest of its kernels, which each declare exactly this much or less
+ * (the emulated layouts add their scratch, fa_cl_mma_scratch_bytes). */
+size_t fa_cl_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc);
+/* The local scratch an emulated layout's kernels add: warps sub-groups. */
+size_t fa_cl_mma_scratch_bytes(fa_mma_layout layout, int warps);
+
+#endif

@@ -1,0 +1,287 @@
+/* Forward pass on matrix units (FlashAttention-2 work partitioning): one
+ * work-group per (query tile of BR rows, query head, sequence [, key
+ * split]). Each sub-group owns MT strips of FA_M query rows and keeps their
+ * scores, running maxima, row sums and output accumulators in fragments, so
+ * the softmax exchanges only between the lanes of a row (fa_rows_max). K
+ * and V tiles pass through local memory, one buffer each: V's copy runs
+ * while S = Q K^T is computed, the next K's while O += P V is (asynchronous
+ * where the layer's fa_copy16 is: cp.async on NVIDIA). O is rescaled once
+ * per key tile and normalised once at the end.
+ *
+ * Local memory, exactly core/planner_cl_mma.c's forward figure (16-bit
+ * elements, tiles as mma_common.h lays them out):
+ *   Q [BR][LDS], K [BC][LDS], V [BC][LDS]; with QREG, Q's tile overlaps K
+ *   and V (its fragments are read into registers before they load);
+ *   P [BR][BC + 8] where the layout takes A operands only from memory
+ *   (!FA_C2A_REGS); the fragment layer's scratch (emulated layouts).
+ * At the end the start of it holds O, for 16-byte stores.
+ *
+ * Softmax in base 2, the row maximum m kept in score units: every
+ * probability is one exp2 of s * scale log2 e - m * scale log2 e.
+ *
+ * With SPLITK the key tiles are cut into num_splits parts as in fwd.cl;
+ * each work-group writes its normalised partial output and log-sum-exp in
+ * fp32 for fa_splitk_merge (splitk.cl). */
+
+#define MT (BR / (WARPS * FA_M))
+#define NT (BC / FA_N)
+#define DT (D_PAD / FA_N)
+#define KS (D_PAD / FA_K)
+#define KP (BC / FA_K)
+
+#if BR % (WARPS * FA_M) != 0 || BC % FA_N != 0 || BC % FA_K != 0
+#error "fwd_mma: BR must be a multiple of WARPS * FA_M, BC of FA_N and FA_K"
+#endif
+
+#define Q_ELEMS (BR * LDS)
+#define KV_ELEMS (BC * LDS)
+#ifdef QREG
+#define MAIN_ELEMS FA_MMA_MAX(Q_ELEMS, 2 * KV_ELEMS)
+#define K_AT 0
+#else
+#define MAIN_ELEMS (Q_ELEMS + 2 * KV_ELEMS)
+#define K_AT Q_ELEMS
+#endif
+#if FA_C2A_REGS
+#define P_ELEMS 0
+#else
+#define LDP (BC + 8)
+#define P_ELEMS (BR * LDP)
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) FA_KERNEL_ATTRS void
+fa_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
+           __global ushort *o, __global float *lse, FA_FWD_PARAMS) {
+    __local ushort smem[MAIN_ELEMS + P_ELEMS] __attribute__((aligned(16)));
+    FA_FRAG_SCRATCH(WARPS);
+    __local ushort *const Qs = smem;
+    __local ushort *const Ks = smem + K_AT;
+    __local ushort *const Vs = Ks + KV_ELEMS;
+#if !FA_C2A_REGS
+    __local ushort *const Ps = smem + MAIN_ELEMS;
+#endif
+
+    const int lid = get_local_id(0);
+    const fa_frag_ctx fc = FA_FRAG_CTX(lid);
+    const int q0 = FA_QUERY_TILE() * BR;
+    const int h = get_group_id(1);
+    const int b = get_group_id(2) / num_splits;
+    const int split = get_group_id(2) % num_splits;
+    const int hk = h / group;
+    (void)split;
+    (void)part_o;
+    (void)part_l;
+
+    const fa_seq seq = fa_seq_of(b, seqlen_q, seqlen_k, cu_q, cu_k);
+    if (q0 >= seq.len_q) return; /* the whole work-group: no barrier missed */
+
+    fa_mask mask;
+    mask.len_q = seq.len_q;
+    mask.len_k = seq.len_k;
+    mask.window_left = window_left;
+    mask.window_right = window_right;
+    mask.block_q = block_q;
+    mask.block_k = block_k;
+    mask.block_cols = block_cols;
+
+    fa_layout lq = {q_off, q_sb, q_ss, q_sh}, lk = {k_off, k_sb, k_ss, k_sh};
+    fa_layout lv = {v_off, v_sb, v_ss, v_sh}, lo = {o_off, o_sb, o_ss, o_sh};
+    __global const ushort *const kg = k + fa_row_index(lk, b, seq.start_k, 0, hk);
+    __global const ushort *const vg = v + fa_row_index(lv, b, seq.start_k, 0, hk);
+    const int row_base = fc.sg * MT * FA_M; /* this sub-group's first row of the tile */
+
+#ifdef DROPOUT
+    fa_dropout drop;
+    drop.key0 = drop_key0;
+    drop.key1 = drop_key1;
+    drop.offset_lo = drop_offset_lo;
+    drop.threshold = drop_threshold;
+    drop.keep_scale = drop_scale;
+    const uint bh = (uint)b * (uint)heads_q + (uint)h;
+#endif
+
+    /* Key tiles this query tile can see, then this split's share of them. */
+    int k_lo, k_hi;
+    fa_key_range(&mask, q0, min(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
+    int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+#ifdef SPLITK
+    {
+        const int per = (t_end - t_begin + num_splits - 1) / num_splits;
+        const int s_begin = min(t_end, t_begin + split * per);
+        t_end = min(t_end, s_begin + per);
+        t_begin = s_begin;
+    }
+#endif
+
+    fa_c oacc[MT][DT];
+    float m_run[MT][FA_C_ROWS], l_run[MT][FA_C_ROWS];
+    FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) {
+        FA_MMA_UNROLL for (int j = 0; j < DT; j++)
+            FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) oacc[mt][j].x[e] = 0.0f;
+        FA_MMA_UNROLL for (int s = 0; s < FA_C_ROWS; s++) {
+            m_run[mt][s] = -INFINITY;
+            l_run[mt][s] = 0.0f;
+        }
+    }
+
+    fa_fetch_rows(Qs, q + fa_row_index(lq, b, seq.start_q, q0, h), q_ss, BR, seq.len_q - q0, lid);
+#ifdef QREG
+    /* Q's fragments once; its tile is K's and V's from here on. */
+    fa_a qa[MT][KS];
+    fa_copy_wait();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
+        FA_MMA_UNROLL for (int ks = 0; ks < KS; ks++) fa_load_a(&qa[mt][ks], Qs, LDS, row_base + mt * FA_M, ks * FA_K, fc);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+
+    int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end);
+    if (t < t_end) fa_fetch_rows(Ks, kg + (long)t * BC * k_ss, k_ss, BC, seq.len_k - t * BC, lid);
+    while (t < t_end) {
+        const int k0 = t * BC;
+        const int t_next = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end);
+        fa_copy_wait();
+        barrier(CLK_LOCAL_MEM_FENCE); /* K is in; every sub-group is done with V (and P) */
+        fa_fetch_rows(Vs, vg + (long)k0 * v_ss, v_ss, BC, seq.len_k - k0, lid);
+
+        /* S = Q K^T */
+        fa_c s[MT][NT];
+        FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
+            FA_MMA_UNROLL for (int j = 0; j < NT; j++)
+                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) s[mt][j].x[e] = 0.0f;
+        FA_MMA_UNROLL for (int ks = 0; ks < KS; ks++) {
+#ifdef QREG
+#define A_Q(mt) qa[mt][ks]
+#else
+            fa_a a[MT];
+            FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_load_a(&a[mt], Qs, LDS, row_base + mt * FA_M, ks * FA_K, fc);
+#define A_Q(mt) a[mt]
+#endif
+            FA_MMA_UNROLL for (int j = 0; j < NT; j++) {
+                fa_b bk;
+                fa_load_b_nk(&bk, Ks, LDS, j * FA_N, ks * FA_K, fc);
+                FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_mma(&s[mt][j], &A_Q(mt), &bk, fc);
+            }
+#undef A_Q
+        }
+
+        /* Masks: whole tiles test no element. */
+        if (fa_tile_class(&mask, tile_map, tile_cols, q0, k0) == FA_TILE_PARTIAL) {
+            FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
+                FA_MMA_UNROLL for (int j = 0; j < NT; j++)
+                    fa_frag_mask(&s[mt][j], &mask, block_mask, q0 + row_base + mt * FA_M, k0 + j * FA_N, 0, -INFINITY,
+                                 fc);
+        }
+
+        /* Online softmax: new maxima over the rows' lanes, one rescale of O
+         * and l. l sums this lane's columns only (fa_rows_sum at the end). */
+        FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) {
+            float mx[FA_C_ROWS], m_use[FA_C_ROWS], alpha[FA_C_ROWS], sum[FA_C_ROWS];
+            FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) {
+                mx[r] = m_run[mt][r];
+                sum[r] = 0.0f;
+            }
+            FA_MMA_UNROLL for (int j = 0; j < NT; j++)
+                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++)
+                    mx[FA_C_SLOT(e)] = fmax(mx[FA_C_SLOT(e)], s[mt][j].x[e]);
+            fa_rows_max(mx, fc);
+            /* A row that has seen no visible key keeps m = -inf and
+             * exponentiates against 0 instead (no inf - inf). */
+            FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) {
+                m_use[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * scale_log2;
+                alpha[r] = exp2(m_run[mt][r] * scale_log2 - m_use[r]);
+                m_run[mt][r] = mx[r];
+            }
+            FA_MMA_UNROLL for (int j = 0; j < NT; j++)
+                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
+                    const float p = exp2(fma(s[mt][j].x[e], scale_log2, -m_use[FA_C_SLOT(e)]));
+                    s[mt][j].x[e] = p;
+                    sum[FA_C_SLOT(e)] += p;
+                }
+            FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) l_run[mt][r] = l_run[mt][r] * alpha[r] + sum[r];
+            FA_MMA_UNROLL for (int j = 0; j < DT; j++)
+                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) oacc[mt][j].x[e] *= alpha[FA_C_SLOT(e)];
+        }
+
+#ifdef DROPOUT
+        /* The row sums above have P before dropout; O takes the kept ones. */
+        FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
+            FA_MMA_UNROLL for (int j = 0; j < NT; j++) {
+                const uint keep = fa_frag_keep(&drop, bh, q0 + row_base + mt * FA_M, k0 + j * FA_N, 0, fc);
+                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++)
+                    if (!(keep >> e & 1u)) s[mt][j].x[e] = 0.0f;
+            }
+#endif
+
+        /* O += P V, P as the A operand: from registers where the layout
+         * allows, else through local memory. */
+#if FA_C2A_REGS
+        fa_a pa[MT][KP];
+        FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
+            FA_MMA_UNROLL for (int kp = 0; kp < KP; kp++) fa_c_to_a(&pa[mt][kp], &s[mt][kp * (FA_K / FA_N)]);
+#else
+        FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
+            FA_MMA_UNROLL for (int j = 0; j < NT; j++)
+                fa_put_c(Ps, LDP, row_base + mt * FA_M, j * FA_N, &s[mt][j], 1.0f, fc);
+#endif
+        fa_copy_wait();
+        barrier(CLK_LOCAL_MEM_FENCE); /* V (and P) are in; every sub-group is done with K */
+        if (t_next < t_end) fa_fetch_rows(Ks, kg + (long)t_next * BC * k_ss, k_ss, BC, seq.len_k - t_next * BC, lid);
+        FA_MMA_UNROLL for (int kp = 0; kp < KP; kp++) {
+#if FA_C2A_REGS
+#define A_P(mt) pa[mt][kp]
+#else
+            fa_a pa[MT];
+            FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_load_a(&pa[mt], Ps, LDP, row_base + mt * FA_M, kp * FA_K, fc);
+#define A_P(mt) pa[mt]
+#endif
+            FA_MMA_UNROLL for (int j = 0; j < DT; j++) {
+                fa_b bv;
+                fa_load_b_kn(&bv, Vs, LDS, kp * FA_K, j * FA_N, fc);
+                FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_mma(&oacc[mt][j], &A_P(mt), &bv, fc);
+            }
+#undef A_P
+        }
+        t = t_next;
+    }
+    fa_copy_wait();
+    barrier(CLK_LOCAL_MEM_FENCE); /* every sub-group is done with the tiles; no copy is in flight */
+
+    /* Normalise once; a row with no visible key gives O = 0, L = -inf. */
+    FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) {
+        fa_rows_sum(l_run[mt], fc);
+        float inv[FA_C_ROWS];
+        FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) {
+            const float l = l_run[mt][r], m = m_run[mt][r];
+            inv[r] = l > 0.0f ? drop_scale / l : 0.0f;
+            const int row = q0 + row_base + mt * FA_M + FA_C_SLOT_ROW(fc.lane, r);
+            const float lse_r = m == -INFINITY ? -INFINITY : (m * scale_log2 + log2(l)) * FA_LN2;
+            if ((fc.lane & FA_RED_ALL) == 0 && row < seq.len_q) {
+#ifdef SPLITK
+                part_l[(long)(split * heads_q + h) * total_q + seq.start_q + row] = lse_r;
+#else
+                lse[fa_lse_index(b, h, row, heads_q, seqlen_q, seq.start_q, total_q)] = lse_r;
+#endif
+            }
+        }
+        FA_MMA_UNROLL for (int j = 0; j < DT; j++)
+            FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) oacc[mt][j].x[e] *= inv[FA_C_SLOT(e)];
+    }
+#ifdef SPLITK
+    /* fp32 partial rows, element by element. */
+    FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
+        FA_MMA_UNROLL for (int j = 0; j < DT; j++)
+            FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
+                const int row = q0 + row_base + mt * FA_M + FA_C_ROW(fc.lane, e), x = j * FA_N + FA_C_COL(fc.lane, e);
+                if (row < seq.len_q && x < HEAD_DIM)
+                    part_o[((long)(split * heads_q + h) * total_q + seq.start_q + row) * HEAD_DIM + x] = oacc[mt][j].x[e];
+            }
+#else
+    /* O through local memory (Q's tile, free since the last barrier), then
+     * 16 bytes a store. */
+    FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
+        FA_MMA_UNROLL for (int j = 0; j < DT; j++) fa_put_c(Qs, LDS, row_base + mt * FA_M, j * FA_N, &oacc[mt][j], 1.0f, fc);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    fa_store_rows(o + fa_row_index(lo, b, seq.start_q, q0, h), o_ss, Qs, BR, seq.len_q - q0, lid);
+#endif
+}

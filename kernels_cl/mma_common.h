@@ -1,0 +1,91 @@
+/* Shared by the matrix-unit kernels (fwd_mma.cl, bwd_mma.cl), on top of the
+ * fragment layer: tile geometry, copies of head_dim-wide tiles between
+ * global and local memory, and masks and dropout on accumulator fragments.
+ *
+ * Build options beyond common.h's: WARPS (sub-groups per work-group; the
+ * work-group is WARPS * FA_SG work-items, and the host passes TR and TC
+ * with (BR / TR) * (BC / TC) equal to it), QREG (forward: Q's fragments
+ * stay in registers and its tile shares local memory with K and V).
+ *
+ * Tiles over head_dim are 16-bit, row-major, HEAD_DIM padded with zeros to
+ * D_PAD (a multiple of the instruction's k and n, so head_dims that are not
+ * multiples of 16 run on the same fragments), and every row padded by one
+ * 16-byte chunk (LDS) so that the rows a fragment load reads fall on
+ * different banks. core/planner_cl_mma.c budgets the same sizes. */
+
+#define FA_THREADS (WARPS * FA_SG)
+#if FA_THREADS != WG_SIZE
+#error "the work-group must be WARPS sub-groups: (BR / TR) * (BC / TC) = WARPS * FA_SG"
+#endif
+
+#define FA_DALIGN FA_MMA_MAX(FA_K, FA_N)
+#define D_PAD ((HEAD_DIM + FA_DALIGN - 1) / FA_DALIGN * FA_DALIGN)
+#define LDS (D_PAD + 8)
+#define D_CHUNKS (D_PAD / 8)
+
+/* Rows [0, rows) of a head_dim-wide operand (row r at src + r * stride)
+ * into a tile; rows from `valid` on and dimensions past HEAD_DIM are
+ * zero. The copies land by the caller's fa_copy_wait. */
+FA_FN void fa_fetch_rows(__local ushort *dst, __global const ushort *src, long stride, int rows, int valid,
+                         int lid) {
+    for (int e = lid; e < rows * D_CHUNKS; e += FA_THREADS) {
+        const int r = e / D_CHUNKS, c = e - r * D_CHUNKS;
+        const int ok = r < valid && c * 8 < HEAD_DIM;
+        fa_copy16(dst + r * LDS + c * 8, src + (ok ? (long)r * stride + c * 8 : 0), ok);
+    }
+}
+
+/* The first `valid` of `rows` rows of a tile (HEAD_DIM dimensions) to
+ * global memory, 16 bytes a store. */
+FA_FN void fa_store_rows(__global ushort *dst, long stride, __local const ushort *src, int rows, int valid,
+                         int lid) {
+    const int n = min(rows, valid);
+    for (int e = lid; e < n * (HEAD_DIM / 8); e += FA_THREADS) {
+        const int r = e / (HEAD_DIM / 8), c = e - r * (HEAD_DIM / 8);
+        *(__global uint4 *)(dst + (long)r * stride + c * 8) = *(__local const uint4 *)(src + r * LDS + c * 8);
+    }
+}
+
+/* An accumulator of the rows r0.. and columns c0.. of a tile, times
+ * `scale`, as 16-bit values into a local tile (row stride ld), or into its
+ * transpose (element (r, c) at tile[c * ld + r]). */
+FA_FN void fa_put_c(__local ushort *tile, int ld, int r0, int c0, const fa_c *c, float scale, fa_frag_ctx ctx) {
+    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++)
+        tile[(r0 + FA_C_ROW(ctx.lane, e)) * ld + c0 + FA_C_COL(ctx.lane, e)] = fa_f2h(c->x[e] * scale);
+}
+
+FA_FN void fa_put_c_t(__local ushort *tile, int ld, int r0, int c0, const fa_c *c, fa_frag_ctx ctx) {
+    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++)
+        tile[(c0 + FA_C_COL(ctx.lane, e)) * ld + r0 + FA_C_ROW(ctx.lane, e)] = fa_f2h(c->x[e]);
+}
+
+/* An accumulator's elements set to `hidden` where the masks hide them; its
+ * element e is query row0 + FA_C_ROW(lane, e) against key col0 + FA_C_COL
+ * (lane, e), or, transposed (backward), key row0 + row against query col0
+ * + column. */
+FA_FN void fa_frag_mask(fa_c *c, const fa_mask *m, __global const uchar *block_mask, int row0, int col0,
+                        int transposed, float hidden, fa_frag_ctx ctx) {
+    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
+        const int r = row0 + FA_C_ROW(ctx.lane, e), k = col0 + FA_C_COL(ctx.lane, e);
+        if (!(transposed ? fa_visible(m, block_mask, k, r) : fa_visible(m, block_mask, r, k))) c->x[e] = hidden;
+    }
+}
+
+/* The dropout decisions of an accumulator's elements (bit e set: kept),
+ * element e standing for query / key positions as in fa_frag_mask. The
+ * same Philox words as fa_dropout_mark: one call per four keys of a row. */
+FA_FN uint fa_frag_keep(const fa_dropout *dp, uint bh, int row0, int col0, int transposed, fa_frag_ctx ctx) {
+    uint keep = 0u;
+    uint4 rnd = (uint4)(0u);
+    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
+        const int r = row0 + FA_C_ROW(ctx.lane, e), k = col0 + FA_C_COL(ctx.lane, e);
+        const uint q = (uint)(transposed ? k : r), key = (uint)(transposed ? r : k);
+        /* Paired elements (FA_C_PAIRED) share their row and group of four
+         * keys, untransposed. */
+        if (!FA_C_PAIRED || transposed || e % 2 == 0)
+            rnd = fa_philox((uint4)(key >> 2, q, bh, dp->offset_lo), dp->key0, dp->key1);
+        const uint w = (key & 3u) == 0u ? rnd.x : (key & 3u) == 1u ? rnd.y : (key & 3u) == 2u ? rnd.z : rnd.w;
+        if (w >= dp->threshold) keep |= 1u << e;
+    }
+    return keep;
+}

@@ -1,0 +1,21 @@
+/* The attention suite's hooks for the OpenCL backend (tests/opencl_suite.c),
+ * shared by the OpenCL test files: forcing tile shapes (FMA, streaming or
+ * matrix-unit kernels), checking a plan's local memory, and telling which
+ * described devices' matrix-unit tiles run on the context. */
+#ifndef FA_OPENCL_SUITE_H
+#define FA_OPENCL_SUITE_H
+
+#include "attention_suite.h"
+
+/* compiled is 0 where the OpenCL backend is not built in. */
+extern const suite_backend opencl_suite;
+
+/* Forced FMA tiles run in the streaming kernels while on is set (else in
+ * the kernels an OpenCL plan with those tiles uses); key splits always run
+ * SPLITK, and tiles marked mma the matrix-unit kernels. */
+void opencl_suite_stream(int on);
+
+/* Whether FLASHATTN_OPENCL_MMA_EMULATE names a layout for this run. */
+int opencl_suite_emulating(void);
+
+#endif

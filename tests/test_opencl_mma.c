@@ -1,0 +1,194 @@
+/* The OpenCL matrix-unit kernels (kernels_cl/fwd_mma.cl, bwd_mma.cl) in
+ * tiles the planner would not pick on this device: every work-group shape
+ * of the layout (sub-groups, strips), Q's fragments in registers, key
+ * splits, head dims that are not whole fragments, lengths that are not
+ * whole tiles; fp16 and bf16 against the fp64 reference, through the
+ * suite's checks (tests/attention_suite.c). They need a device whose
+ * matrix units the fragment layer reaches: natively (NVIDIA sm_80+), or
+ * emulated, as ctest runs them once per layout below on PoCL.
+ *
+ * fa-test-labels: device
+ * fa-test-mma-layouts: nvidia */
+#include "attention_suite.h"
+#include "harness.h"
+#include "opencl_suite.h"
+
+#include "plan.h"
+#include "planner_cl_mma.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef FA_WITH_OPENCL
+#include "backends/opencl/cl_mma.h"
+
+/* The layout of this context's matrix units; skips the case without. */
+static const fa_mma_layout_info *layer(void) {
+    suite_use_backend(&opencl_suite);
+    fa_context ctx = suite_context();
+    if (!ctx) return NULL;
+    return fa_mma_layout_get(fa_cl_mma_layer(ctx->impl, NULL));
+}
+#define REQUIRE_LAYER(l)                                                                   \
+    do {                                                                                   \
+        suite_use_backend(&opencl_suite);                                                  \
+        if (!suite_context()) FA_SKIP("no OpenCL device");                                 \
+        (l) = layer();                                                                     \
+        if (!(l)) FA_SKIP("no matrix units the fragment layer reaches here: set FLASHATTN_OPENCL_MMA_EMULATE"); \
+    } while (0)
+#else
+#define REQUIRE_LAYER(l)                                                                   \
+    do {                                                                                   \
+        (void)(l);                                                                         \
+        FA_SKIP("the OpenCL backend is not built into this library");                      \
+    } while (0)
+#endif
+
+#ifdef FA_WITH_OPENCL
+/* A matrix-unit tile: strips of m rows a sub-group (queries forward, keys
+ * backward) and the micro-tile planner_cl_mma.c counts for it. */
+static suite_tiles mma_tile(const fa_mma_layout_info *l, fa_pass pass, int br, int bc, int strips, int split) {
+    const int cols = l->c_elems / l->c_rows;
+    suite_tiles t = {br, bc, 0, 0, split, 1};
+    if (pass == FA_PASS_FORWARD) {
+        t.tr = strips * l->c_rows;
+        t.tc = bc * cols / l->n;
+    } else {
+        t.tc = strips * l->c_rows;
+        t.tr = br * cols / l->n;
+    }
+    return t;
+}
+
+/* Whether the device runs the tile (the planner's geometry, and the
+ * emulated layer's scratch beside the tiles). */
+static int runs_here(const fa_attention_desc *d, fa_pass pass, const suite_tiles *t) {
+    fa_context ctx = suite_context();
+    const fa_device_desc *dev = &ctx->info.desc;
+    fa_cl_mma_geometry g;
+    if (!fa_cl_mma_geometry_of(dev, d, pass, t->br, t->bc, t->tr, t->tc, &g)) return 0;
+    const int most = g.warps > g.dq_warps ? g.warps : g.dq_warps;
+    return fa_cl_mma_local_mem(dev, d, pass, t->br, t->bc) + fa_cl_mma_extra_local(ctx->impl, most) <=
+           dev->local_mem_bytes;
+}
+
+static fa_dtype alternate(int i) { return i % 2 ? FA_DTYPE_BF16 : FA_DTYPE_F16; }
+
+/* One run with forced tiles (fwd or bwd NULL: the planner's); counts the
+ * runs and names the geometry. */
+static int run_forced(const char *what, const fa_attention_desc *d, const suite_tiles *f, const suite_tiles *b,
+                      int backward) {
+    if ((f && !runs_here(d, FA_PASS_FORWARD, f)) || (b && !runs_here(d, FA_PASS_BACKWARD, b))) {
+        fprintf(stderr, "  %-40s not a tile of this device: not run\n", what);
+        return 0;
+    }
+    char name[160];
+    snprintf(name, sizeof name, "%s %s d%d", what, fa_dtype_name(d->q.dtype), d->head_dim);
+    suite_run_tiles(name, d, f, b, backward);
+    return 1;
+}
+#endif
+
+/* Work-groups of 1, 2, 4 and 8 sub-groups, one and two strips each, in
+ * both passes; key tiles of one k-step and more; a length that is a whole
+ * number of no tile. */
+FA_TEST(work_group_shapes) {
+    const fa_mma_layout_info *l = NULL;
+    REQUIRE_LAYER(l);
+#ifdef FA_WITH_OPENCL
+    const int side = l->k > l->n ? l->k : l->n; /* the narrowest other side */
+    static const int shapes[][2] = {{1, 1}, {2, 2}, {4, 1}, {8, 1}, {1, 2}};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int warps = shapes[i][0], strips = shapes[i][1], rows = warps * strips * l->m;
+        const int other = strips == 1 && i % 2 ? 2 * side : side;
+        fa_attention_desc d = suite_desc(alternate((int)i), 1, 150, 170, 2, 1, 64);
+        d.causal = i == 2;
+        const suite_tiles f = mma_tile(l, FA_PASS_FORWARD, rows, other, strips, 1);
+        const suite_tiles b = mma_tile(l, FA_PASS_BACKWARD, other, rows, strips, 1);
+        char what[96];
+        snprintf(what, sizeof what, "%d sub-groups x %d strips, other side %d", warps, strips, other);
+        ran += run_forced(what, &d, &f, &b, 1);
+    }
+    CHECK_MSG(ran >= 3, "only %d of the work-group shapes ran", ran);
+#endif
+}
+
+/* Head dims that are whole fragments (64, 128, 256) and that are not (8,
+ * 40, 72, 200): padded with zeros to whole fragments, never stored. */
+FA_TEST(head_dims) {
+    const fa_mma_layout_info *l = NULL;
+    REQUIRE_LAYER(l);
+#ifdef FA_WITH_OPENCL
+    (void)l;
+    static const int dims[] = {8, 40, 64, 72, 128, 200, 256};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fa_attention_desc d = suite_desc(alternate((int)i), 1, 77, 93, 2, 2, dims[i]);
+        d.causal = i % 3 == 1;
+        char name[64];
+        snprintf(name, sizeof name, "planner's tiles %s d%d", fa_dtype_name(d.q.dtype), dims[i]);
+        suite_run_tiles(name, &d, NULL, NULL, 1);
+    }
+#endif
+}
+
+/* Q's fragments in registers (QREG), as on a device of 48 KiB whose tiles
+ * do not fit three at head_dim 128: the context is described so for the
+ * case, which the planner's geometry then decides. */
+FA_TEST(q_in_registers) {
+    const fa_mma_layout_info *l = NULL;
+    REQUIRE_LAYER(l);
+#ifdef FA_WITH_OPENCL
+    fa_context ctx = suite_context();
+    fa_cl_context *cl = ctx->impl;
+    const size_t saved = ctx->info.desc.local_mem_bytes, saved_cl = cl->info.desc.local_mem_bytes;
+    /* 48 KiB, and room for an emulated layer's scratch beside it. */
+    const size_t small = 48 * 1024 + fa_cl_mma_extra_local(cl, 8);
+    ctx->info.desc.local_mem_bytes = cl->info.desc.local_mem_bytes = small;
+    int ran = 0;
+    for (int strips = 1; strips <= 2; strips++)
+        for (int warps = 8; warps >= 1; warps /= 2) {
+            fa_attention_desc d = suite_desc(alternate(warps), 1, 130, 150, 2, 1, 128);
+            d.window_left = 60;
+            const int rows = warps * strips * l->m;
+            const suite_tiles f = mma_tile(l, FA_PASS_FORWARD, rows, 64, strips, 1);
+            fa_cl_mma_geometry g;
+            if (!fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_FORWARD, f.br, f.bc, f.tr, f.tc, &g) ||
+                !g.q_regs || !runs_here(&d, FA_PASS_FORWARD, &f))
+                continue;
+            char what[64];
+            snprintf(what, sizeof what, "Q in registers, %d x %d", f.br, f.bc);
+            ran += run_forced(what, &d, &f, NULL, 1);
+            break;
+        }
+    ctx->info.desc.local_mem_bytes = saved;
+    cl->info.desc.local_mem_bytes = saved_cl;
+    CHECK_MSG(ran > 0, "no %s tile with Q in registers fits %zu bytes", l->name, small);
+#endif
+}
+
+/* The forward with keys split (decoding), merged through L: causal,
+ * windowed and variable-length, more splits than some sequences have key
+ * tiles. */
+FA_TEST(split_keys) {
+    const fa_mma_layout_info *l = NULL;
+    REQUIRE_LAYER(l);
+#ifdef FA_WITH_OPENCL
+    const int side = l->k > l->n ? l->k : l->n;
+    fa_attention_desc d = suite_desc(FA_DTYPE_F16, 2, 5, 700, 4, 1, 64);
+    d.causal = 1;
+    suite_tiles f = mma_tile(l, FA_PASS_FORWARD, l->m, 2 * side, 1, 5);
+    CHECK(run_forced("split 5 causal", &d, &f, NULL, 0));
+    static const int32_t cu_q[] = {0, 1, 3, 4};
+    static const int32_t cu_k[] = {0, 300, 1100, 1101};
+    d = suite_desc(FA_DTYPE_BF16, 3, 2, 800, 2, 2, 96);
+    d.cu_seqlens_q = cu_q;
+    d.cu_seqlens_k = cu_k;
+    d.window_left = 250;
+    f = mma_tile(l, FA_PASS_FORWARD, l->m, side, 1, 7);
+    CHECK(run_forced("split 7 varlen window", &d, &f, NULL, 0));
+#endif
+}
+
+FA_TEST_MAIN(FA_CASE(work_group_shapes), FA_CASE(head_dims), FA_CASE(q_in_registers), FA_CASE(split_keys))

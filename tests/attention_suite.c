@@ -467,6 +467,11 @@ static void run_tiles(const char *name, const fa_attention_desc *desc, const sui
     free(res.o);
 }
 
+void suite_run(const char *name, const fa_attention_desc *desc, const suite_tiles *fwd, const suite_tiles *bwd,
+               int backward) {
+    run_tiles(name, desc, fwd, bwd, backward);
+}
+
 void suite_dtypes(void) {
     SUITE_REQUIRE();
     const fa_dtype dts[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};

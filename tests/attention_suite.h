@@ -40,6 +40,11 @@ uint8_t *suite_random_block_mask(fa_attention_desc *d, int block_q, int block_k,
 uint64_t suite_case_seed(const char *name, uint64_t extra);
 /* The backend's best device, shared by the cases; NULL when absent. */
 fa_context suite_context(void);
+/* One case of the suite's kind (fresh inputs, every output checked against
+ * the reference): the forward pass (and the backward), on the forced tiles
+ * where fwd or bwd is not NULL. */
+void suite_run(const char *name, const fa_attention_desc *desc, const suite_tiles *fwd, const suite_tiles *bwd,
+               int backward);
 
 void suite_dtypes(void);
 void suite_head_dims(void);

@@ -81,6 +81,7 @@ FA_FN void fa_mma(fa_c *c, const fa_a *a, const fa_b *b) {
  * half 0, element w) and 2 w + 1 (half 1, element w). Each lane packs its
  * own elements in pairs, swaps them with lane l ^ 16, and interleaves. */
 #define FA_NATIVE_X2P 1
+FA_FN fa_uint fa_pack2(float lo, float hi); /* mma_frag.h */
 FA_FN void fa_x_to_p(fa_b *p, const fa_c *x, int ks, int lane) {
     const bool upper = lane >= 16;
 #pragma unroll

@@ -143,8 +143,25 @@ uint16_t fa_mma_from_float(float f, fa_mma_input type) {
     return (uint16_t)(sign | (exp << 10) | (mant & 0x3ff));
 }
 
-int fa_mma_model_run(const fa_mma_model *m, const uint16_t *a, const uint16_t *b, float *c) {
+/* An operand (rows x cols) as values from the registers where the layout
+ * puts each element; returns how many elements differ between copies. */
+static int gather(const fa_mma_model *m, const uint16_t *regs, int slots, int rows, int cols,
+                  fa_mma_loc (*at)(int, int, int), double *out) {
     int mismatched = 0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            const fa_mma_loc l0 = at(r, c, 0);
+            const uint16_t v = regs[l0.lane * slots + l0.slot];
+            for (int cp = 1; cp < m->copies; cp++) {
+                const fa_mma_loc l = at(r, c, cp);
+                mismatched += regs[l.lane * slots + l.slot] != v;
+            }
+            out[r * cols + c] = fa_mma_to_float(v, m->input);
+        }
+    return mismatched;
+}
+
+int fa_mma_model_run(const fa_mma_model *m, const uint16_t *a, const uint16_t *b, float *c) {
     double *av = malloc(sizeof(double) * (size_t)(m->m * m->k));
     double *bv = malloc(sizeof(double) * (size_t)(m->k * m->n));
     if (!av || !bv) {
@@ -152,26 +169,8 @@ int fa_mma_model_run(const fa_mma_model *m, const uint16_t *a, const uint16_t *b
         free(bv);
         return -1;
     }
-    for (int i = 0; i < m->m; i++)
-        for (int kk = 0; kk < m->k; kk++) {
-            const fa_mma_loc l0 = m->a_at(i, kk, 0);
-            const uint16_t v = a[l0.lane * m->a_slots + l0.slot];
-            for (int cp = 1; cp < m->copies; cp++) {
-                const fa_mma_loc l = m->a_at(i, kk, cp);
-                mismatched += a[l.lane * m->a_slots + l.slot] != v;
-            }
-            av[i * m->k + kk] = fa_mma_to_float(v, m->input);
-        }
-    for (int kk = 0; kk < m->k; kk++)
-        for (int j = 0; j < m->n; j++) {
-            const fa_mma_loc l0 = m->b_at(kk, j, 0);
-            const uint16_t v = b[l0.lane * m->b_slots + l0.slot];
-            for (int cp = 1; cp < m->copies; cp++) {
-                const fa_mma_loc l = m->b_at(kk, j, cp);
-                mismatched += b[l.lane * m->b_slots + l.slot] != v;
-            }
-            bv[kk * m->n + j] = fa_mma_to_float(v, m->input);
-        }
+    const int mismatched = gather(m, a, m->a_slots, m->m, m->k, m->a_at, av) +
+                           gather(m, b, m->b_slots, m->k, m->n, m->b_at, bv);
     for (int i = 0; i < m->m; i++)
         for (int j = 0; j < m->n; j++) {
             const fa_mma_loc l = m->c_at(i, j);

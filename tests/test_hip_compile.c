@@ -411,35 +411,60 @@ static void add_variant(variant_set *set, const fa_attention_desc *d, const fa_k
     set->v[set->count++] = v;
 }
 
-/* The programs of the plans a device gets for training shapes, a small
- * batch and decoding (the split-K plans), every head dimension, the given
- * dtypes, with no optional feature or with all of them; built for a
- * wavefront of wave lanes and the targets in mask. */
-static void enumerate(const fa_device_desc *dev, int wave, int features, const fa_dtype *dtypes, int ndtypes,
-                      unsigned mask, variant_set *set) {
+/* What a sweep does with one plan: the problem, its plan, and which
+ * feature set it was planned with. */
+typedef void (*plan_fn)(void *user, const fa_attention_desc *d, const fa_plan_info *info, int features);
+
+/* The plans a device gets for training shapes, a small batch and decoding
+ * (the split-K plans), every head dimension, the given dtypes, for the
+ * feature sets first to last (0 no optional feature, 1 all of them, 2 all
+ * of them in deterministic mode). */
+static void for_each_plan(const fa_device_desc *dev, const fa_dtype *dtypes, int ndtypes, int first, int last,
+                          plan_fn fn, void *user) {
     static const int shapes[][4] = {{8, 2048, 2048, 16}, {2, 2048, 2048, 16}, {1, 512, 512, 8},
                                     {2, 4, 8192, 16}, {1, 1, 4096, 32}};
     static const int dims[] = {32, 64, 96, 128, 256};
     memset(block_mask_bytes, 1, sizeof block_mask_bytes);
-    for (int t = 0; t < ndtypes; t++)
-        for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
-            for (size_t s = 0; s < FA_ARRAY_SIZE(shapes); s++) {
-                fa_attention_desc d;
-                fa_attention_desc_init(&d);
-                d.batch = shapes[s][0];
-                d.seqlen_q = shapes[s][1];
-                d.seqlen_k = shapes[s][2];
-                d.heads_q = d.heads_kv = shapes[s][3];
-                d.head_dim = dims[i];
-                d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dtypes[t];
-                if (features) set_all_features(&d);
-                fa_plan_info info;
-                fa_status st = fa_plan_for_device(dev, &d, &info);
-                CHECK_MSG(st == FA_SUCCESS, "planning for %s: %s", dev->name, fa_last_error());
-                if (st != FA_SUCCESS) continue;
-                add_variant(set, &d, &info.forward, FA_PASS_FORWARD, wave, features, mask);
-                add_variant(set, &d, &info.backward, FA_PASS_BACKWARD, wave, features, mask);
-            }
+    for (int features = first; features <= last; features++)
+        for (int t = 0; t < ndtypes; t++)
+            for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
+                for (size_t s = 0; s < FA_ARRAY_SIZE(shapes); s++) {
+                    fa_attention_desc d;
+                    fa_attention_desc_init(&d);
+                    d.batch = shapes[s][0];
+                    d.seqlen_q = shapes[s][1];
+                    d.seqlen_k = shapes[s][2];
+                    d.heads_q = d.heads_kv = shapes[s][3];
+                    d.head_dim = dims[i];
+                    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dtypes[t];
+                    if (features) set_all_features(&d);
+                    d.deterministic = features == 2;
+                    fa_plan_info info;
+                    fa_status st = fa_plan_for_device(dev, &d, &info);
+                    CHECK_MSG(st == FA_SUCCESS, "planning for %s (%s): %s", dev->name, dev->arch, fa_last_error());
+                    if (st == FA_SUCCESS) fn(user, &d, &info, features);
+                }
+}
+
+typedef struct simt_sweep {
+    variant_set *set;
+    int wave;
+    unsigned mask;
+} simt_sweep;
+
+static void add_simt_plan(void *user, const fa_attention_desc *d, const fa_plan_info *info, int features) {
+    const simt_sweep *w = user;
+    add_variant(w->set, d, &info->forward, FA_PASS_FORWARD, w->wave, features, w->mask);
+    add_variant(w->set, d, &info->backward, FA_PASS_BACKWARD, w->wave, features, w->mask);
+}
+
+/* The programs of a device's plans (for_each_plan), with no optional
+ * feature or with all of them; built for a wavefront of wave lanes and the
+ * targets in mask. */
+static void enumerate(const fa_device_desc *dev, int wave, int features, const fa_dtype *dtypes, int ndtypes,
+                      unsigned mask, variant_set *set) {
+    simt_sweep w = {set, wave, mask};
+    for_each_plan(dev, dtypes, ndtypes, features, features, add_simt_plan, &w);
 }
 
 static void variant_label(const variant *v, char *out, size_t size) {
@@ -931,58 +956,44 @@ static void *mma_worker(void *arg) {
     }
 }
 
-/* The matrix-core programs of the plans a device gets for the training,
- * small and decoding shapes of enumerate(), head dimensions 32 to 256, in
- * the given dtypes, for the feature sets from `features` to `last` (0 none,
- * 1 all of them, 2 all of them in deterministic mode); one job per
- * distinct program. */
+typedef struct mma_sweep {
+    const fa_device_desc *dev;
+    mma_job *jobs;
+    int *count;
+} mma_sweep;
+
+/* One job per distinct matrix-core program of a plan. */
+static void add_mma_plan(void *user, const fa_attention_desc *d, const fa_plan_info *info, int features) {
+    const mma_sweep *w = user;
+    const fa_kernel_plan *kp[2] = {&info->forward, &info->backward};
+    for (int pass = 0; pass < 2; pass++) {
+        if (kp[pass]->variant != FA_VARIANT_MMA) continue;
+        mma_job j;
+        memset(&j, 0, sizeof j);
+        fa_status st = fa_hip_program_for_device(w->dev, d, kp[pass], (fa_pass)pass, &j.prog);
+        CHECK_MSG(st == FA_SUCCESS, "no program for a planned %s tile: %s", pass ? "backward" : "forward",
+                  fa_last_error());
+        if (st != FA_SUCCESS) continue;
+        snprintf(j.arch, sizeof j.arch, "%s", w->dev->arch);
+        int dup = 0;
+        for (int k = 0; k < *w->count && !dup; k++)
+            dup = strcmp(w->jobs[k].arch, j.arch) == 0 && same_program(&w->jobs[k].prog, &j.prog);
+        if (dup) continue;
+        CHECK_MSG(*w->count < MAX_MMA_JOBS, "more than %d matrix-core programs", MAX_MMA_JOBS);
+        if (*w->count >= MAX_MMA_JOBS) return;
+        snprintf(j.label, sizeof j.label, "%s %-4s d%-3d %3dx%-3d %2dx%-2d wg%-4d %s", pass ? "bwd" : "fwd",
+                 fa_dtype_name(d->q.dtype), d->head_dim, kp[pass]->br, kp[pass]->bc, kp[pass]->thread_rows,
+                 kp[pass]->thread_cols, kp[pass]->work_group_size,
+                 features == 0 ? "-" : features == 1 ? "all" : "all det");
+        w->jobs[(*w->count)++] = j;
+    }
+}
+
+/* The matrix-core programs of a device's plans (for_each_plan). */
 static void enumerate_mma(const fa_device_desc *dev, const fa_dtype *dtypes, int ndtypes, int first, int last,
                           mma_job *jobs, int *count) {
-    static const int shapes[][4] = {{8, 2048, 2048, 16}, {2, 2048, 2048, 16}, {1, 512, 512, 8},
-                                    {2, 4, 8192, 16}, {1, 1, 4096, 32}};
-    static const int dims[] = {32, 64, 96, 128, 256};
-    memset(block_mask_bytes, 1, sizeof block_mask_bytes);
-    for (int features = first; features <= last; features++)
-        for (int t = 0; t < ndtypes; t++)
-            for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
-                for (size_t s = 0; s < FA_ARRAY_SIZE(shapes); s++) {
-                    fa_attention_desc d;
-                    fa_attention_desc_init(&d);
-                    d.batch = shapes[s][0];
-                    d.seqlen_q = shapes[s][1];
-                    d.seqlen_k = shapes[s][2];
-                    d.heads_q = d.heads_kv = shapes[s][3];
-                    d.head_dim = dims[i];
-                    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dtypes[t];
-                    if (features) set_all_features(&d);
-                    d.deterministic = features == 2;
-                    fa_plan_info info;
-                    fa_status st = fa_plan_for_device(dev, &d, &info);
-                    CHECK_MSG(st == FA_SUCCESS, "planning for %s: %s", dev->arch, fa_last_error());
-                    if (st != FA_SUCCESS) continue;
-                    const fa_kernel_plan *kp[2] = {&info.forward, &info.backward};
-                    for (int pass = 0; pass < 2; pass++) {
-                        if (kp[pass]->variant != FA_VARIANT_MMA) continue;
-                        mma_job j;
-                        memset(&j, 0, sizeof j);
-                        st = fa_hip_program_for_device(dev, &d, kp[pass], (fa_pass)pass, &j.prog);
-                        CHECK_MSG(st == FA_SUCCESS, "no program for a planned %s tile: %s", pass ? "backward" : "forward",
-                                  fa_last_error());
-                        if (st != FA_SUCCESS) continue;
-                        snprintf(j.arch, sizeof j.arch, "%s", dev->arch);
-                        int dup = 0;
-                        for (int k = 0; k < *count && !dup; k++)
-                            dup = strcmp(jobs[k].arch, j.arch) == 0 && same_program(&jobs[k].prog, &j.prog);
-                        if (dup) continue;
-                        CHECK_MSG(*count < MAX_MMA_JOBS, "more than %d matrix-core programs", MAX_MMA_JOBS);
-                        if (*count >= MAX_MMA_JOBS) return;
-                        snprintf(j.label, sizeof j.label, "%s %-4s d%-3d %3dx%-3d %2dx%-2d wg%-4d %s", pass ? "bwd" : "fwd",
-                                 fa_dtype_name(d.q.dtype), d.head_dim, kp[pass]->br, kp[pass]->bc,
-                                 kp[pass]->thread_rows, kp[pass]->thread_cols, kp[pass]->work_group_size,
-                                 features == 0 ? "-" : features == 1 ? "all" : "all det");
-                        jobs[(*count)++] = j;
-                    }
-                }
+    mma_sweep w = {dev, jobs, count};
+    for_each_plan(dev, dtypes, ndtypes, first, last, add_mma_plan, &w);
 }
 #endif
 

@@ -147,9 +147,23 @@ static uint16_t *random16(fa_rng *rng, int count, fa_mma_input type) {
     return t;
 }
 
-/* Whether an fp32 sum is the exact one (want, of terms whose magnitudes
- * add to scale) up to the roundings of fp32 accumulation. */
-static int close_to(double got, double want, double scale) { return fabs(got - want) <= 1e-6 * scale + 1e-12; }
+static double *to_doubles(const uint16_t *t, int count, fa_mma_input type) {
+    double *v = malloc(sizeof(double) * (size_t)(count > 0 ? count : 1));
+    for (int i = 0; v && i < count; i++) v[i] = fa_mma_to_float(t[i], type);
+    return v;
+}
+
+/* Whether an fp32 result is the dot product of x[i xs] and y[i ys], i < n
+ * (exact in double), up to the roundings of fp32 accumulation. */
+static int is_dot(float got, const double *x, int xs, const double *y, int ys, int n) {
+    double want = 0.0, scale = 0.0;
+    for (int i = 0; i < n; i++) {
+        const double term = x[i * xs] * y[i * ys];
+        want += term;
+        scale += fabs(term);
+    }
+    return fabs(got - want) <= 1e-6 * scale + 1e-12;
+}
 
 /* ------------------------------------------------------------------------ */
 
@@ -160,7 +174,8 @@ static void check_instruction(const layer *L, const fa_mma_model *M, fa_rng *rng
     uint16_t *a = calloc((size_t)(L->sg * L->a_elems), 2), *b = calloc((size_t)(L->sg * L->b_elems), 2);
     float *c = calloc((size_t)(L->sg * L->c_elems), sizeof(float));
     int *seen = calloc((size_t)(L->m * L->n), sizeof(int));
-    if (!A || !B || !a || !b || !c || !seen) goto out;
+    double *Ad = A ? to_doubles(A, L->m * L->k, M->input) : NULL, *Bd = B ? to_doubles(B, L->k * L->n, M->input) : NULL;
+    if (!A || !B || !a || !b || !c || !seen || !Ad || !Bd) goto out;
     load_a(L, A, L->k, 0, 0, a);
     load_b_kn(L, B, L->n, 0, 0, b);
     CHECK_MSG(fa_mma_model_run(M, a, b, c) == 0, "%s: A or B differs between the copies of %s", L->name,
@@ -174,14 +189,7 @@ static void check_instruction(const layer *L, const fa_mma_model *M, fa_rng *rng
                 continue;
             }
             seen[i * L->n + j]++;
-            double want = 0.0, scale = 0.0;
-            for (int kk = 0; kk < L->k; kk++) {
-                const double term =
-                    (double)fa_mma_to_float(A[i * L->k + kk], M->input) * fa_mma_to_float(B[kk * L->n + j], M->input);
-                want += term;
-                scale += fabs(term);
-            }
-            wrong += !close_to(c[l * L->c_elems + e], want, scale);
+            wrong += !is_dot(c[l * L->c_elems + e], Ad + i * L->k, 1, Bd + j, L->n, L->k);
         }
     int coverage = 0;
     for (int i = 0; i < L->m * L->n; i++) coverage += seen[i] != 1;
@@ -191,6 +199,8 @@ static void check_instruction(const layer *L, const fa_mma_model *M, fa_rng *rng
 out:
     free(A);
     free(B);
+    free(Ad);
+    free(Bd);
     free(a);
     free(b);
     free(c);
@@ -210,8 +220,10 @@ static int check_products(const layer *L, const fa_mma_model *M, fa_rng *rng, in
     float *s = calloc((size_t)(nj * lanes * L->c_elems), sizeof(float));
     float *acc = calloc((size_t)(nf * lanes * L->c_elems), sizeof(float));
     double *S = calloc((size_t)(own * other), sizeof(double));
+    double *Ownd = Own ? to_doubles(Own, own * dim, M->input) : NULL, *Othd = Oth ? to_doubles(Oth, other * dim, M->input) : NULL;
+    double *Zd = Z ? to_doubles(Z, other * dim, M->input) : NULL;
     int wrong = 0;
-    if (!Own || !Oth || !Z || !a || !b || !s || !acc || !S) {
+    if (!Own || !Oth || !Z || !a || !b || !s || !acc || !S || !Ownd || !Othd || !Zd) {
         wrong = -1;
         goto out;
     }
@@ -232,15 +244,8 @@ static int check_products(const layer *L, const fa_mma_model *M, fa_rng *rng, in
         for (int l = 0; l < lanes; l++)
             for (int e = 0; e < L->c_elems; e++) {
                 const int r = L->own_of(l, e), c = j * L->other_t + L->other_of(l, e);
-                double want = 0.0, scale = 0.0;
-                for (int x = 0; x < dim; x++) {
-                    const double term =
-                        (double)fa_mma_to_float(Own[r * dim + x], M->input) * fa_mma_to_float(Oth[c * dim + x], M->input);
-                    want += term;
-                    scale += fabs(term);
-                }
                 const float got = s[((size_t)j * lanes + l) * L->c_elems + e];
-                wrong += !close_to(got, want, scale);
+                wrong += !is_dot(got, Ownd + r * dim, 1, Othd + c * dim, 1, dim);
                 S[r * other + c] = fa_mma_to_float(fa_mma_from_float(got, M->input), M->input);
             }
     /* Accumulating product: the scores as the X operand of k-step p (from
@@ -269,18 +274,15 @@ static int check_products(const layer *L, const fa_mma_model *M, fa_rng *rng, in
         for (int l = 0; l < lanes; l++)
             for (int e = 0; e < L->c_elems; e++) {
                 const int r = L->own_of(l, e), x = f * L->other_t + L->other_of(l, e);
-                double want = 0.0, scale = 0.0;
-                for (int c = 0; c < other; c++) {
-                    const double term = S[r * other + c] * fa_mma_to_float(Z[c * dim + x], M->input);
-                    want += term;
-                    scale += fabs(term);
-                }
-                wrong += !close_to(acc[((size_t)f * lanes + l) * L->c_elems + e], want, scale);
+                wrong += !is_dot(acc[((size_t)f * lanes + l) * L->c_elems + e], S + r * other, 1, Zd + x, dim, other);
             }
 out:
     free(Own);
     free(Oth);
     free(Z);
+    free(Ownd);
+    free(Othd);
+    free(Zd);
     free(a);
     free(b);
     free(s);

@@ -8,6 +8,11 @@
  * - MI250X, one of its two GCDs: 110 CUs; fp32 counted as packed FP32
  *   (95.7 TFLOP/s for both GCDs); MFMA fp16 1024 flops per clock per CU
  *   (383 TFLOP/s for both GCDs at 1700 MHz).
+ * - MI300X: 304 CUs at 2100 MHz, 5.3 TB/s of HBM3 (192 GB), 64 KiB of LDS
+ *   per work-group; fp32 163.4 TFLOP/s (256 per CU and clock), MFMA fp16
+ *   dense 1307.4 TFLOP/s (2048 per CU and clock); 4 MiB of L2 on each of
+ *   its eight XCDs (the 256 MiB Infinity Cache beside them is not counted).
+ *   gfx942 (CDNA3), from AMD's data sheet and CDNA3 white paper.
  * - Arc A770: 32 Xe-cores of 16 vector engines x 8 fp32 lanes; XMX 2048
  *   fp16 flops per clock per Xe-core (138 TFLOP/s at 2100 MHz).
  * - NVIDIA's OpenCL on an H100: local memory capped at 48 KiB; the tensor
@@ -63,6 +68,26 @@ static const fa_described_device described[] = {
       .matrix_n = 32,
       .matrix_k = 8,
       .l2_cache_bytes = 8 * MIB}},
+    {"mi300x",
+     {.name = "AMD Instinct MI300X",
+      .vendor = "Advanced Micro Devices, Inc.",
+      .arch = "gfx942",
+      .backend = FA_BACKEND_HIP,
+      .type = FA_DEVICE_GPU,
+      .local_mem_bytes = 64 * KIB,
+      .max_work_group_size = 1024,
+      .simd_width = 64,
+      .compute_units = 304,
+      .clock_mhz = 2100,
+      .bandwidth_gbs = 5300.0,
+      .bandwidth_measured = 0,
+      .global_mem_bytes = 192 * GIB,
+      .fp32_flops_per_clock_cu = 256.0,
+      .matrix_flops_per_clock_cu = 2048.0,
+      .matrix_m = 32,
+      .matrix_n = 32,
+      .matrix_k = 8,
+      .l2_cache_bytes = 32 * MIB}},
     {"arc-a770",
      {.name = "Intel(R) Arc(TM) A770 Graphics",
       .vendor = "Intel(R) Corporation",

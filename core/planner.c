@@ -13,8 +13,10 @@
  *    and where no MMA tile fits; CUDA plans MMA tiles for fp16/bf16 (fp32 with
  *    allow_tf32) on a device with matrix units, SIMT otherwise, and on sm_90
  *    plans fp16/bf16 for warpgroup MMA first (WGMMA, below), MMA where
- *    none of its tiles fits; HIP and the
- *    CPU reference plan SIMT. A forward pass whose smallest tiles (8 rows)
+ *    none of its tiles fits; HIP plans MMA tiles for fp16/bf16 where a
+ *    layer of its matrix-core kernels runs the device's matrix units
+ *    (planner_hip_mma.c: NVIDIA through the mapping, CDNA, RDNA3), SIMT
+ *    otherwise; the CPU reference plans SIMT. A forward pass whose smallest tiles (8 rows)
  *    still leave compute units idle, over keys long enough to split
  *    (decoding), plans SIMT tiles with and without key splits (SPLITK).
  * 2. Candidates: br, bc in {128, 64, 32, 16, 8}, thread_rows and
@@ -50,6 +52,7 @@
 #include "desc.h"
 #include "fa_internal.h"
 #include "planner_cl_mma.h"
+#include "planner_hip_mma.h"
 
 #include <limits.h>
 #include <math.h>
@@ -84,6 +87,13 @@ static const int tile_sizes[] = {128, 64, 32, 16, 8};
 static const int thread_sizes[] = {1, 2, 4, 8};
 /* MMA micro-tiles (mma_micro_tile_ok) reach a quarter of a 128-wide tile. */
 static const int mma_thread_sizes[] = {1, 2, 4, 8, 16, 32};
+/* HIP's reach half of it (a lane of a 32x32 MFMA holds 16 of 32 keys). */
+static const int hip_mma_thread_sizes[] = {1, 2, 4, 8, 16, 32, 64};
+
+/* HIP's matrix-core plans take their geometry from planner_hip_mma.c. */
+static int hip_mma(const fa_device_desc *dev, fa_variant variant) {
+    return variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_HIP;
+}
 
 int fa_variant_on_matrix_units(fa_variant variant) {
     return variant == FA_VARIANT_MMA || variant == FA_VARIANT_WGMMA;
@@ -93,7 +103,11 @@ int fa_cl_dq_accumulates(fa_variant variant) {
     return variant == FA_VARIANT_SIMT_STREAM || variant == FA_VARIANT_MMA;
 }
 
-static const int *micro_tile_sizes(fa_variant variant, size_t *count) {
+static const int *micro_tile_sizes(const fa_device_desc *dev, fa_variant variant, size_t *count) {
+    if (hip_mma(dev, variant)) {
+        *count = FA_ARRAY_SIZE(hip_mma_thread_sizes);
+        return hip_mma_thread_sizes;
+    }
     if (fa_variant_on_matrix_units(variant)) {
         *count = FA_ARRAY_SIZE(mma_thread_sizes);
         return mma_thread_sizes;
@@ -268,6 +282,7 @@ static int has_matrix_units(const fa_device_desc *dev) {
 
 static family base_family(const fa_device_desc *dev, const fa_attention_desc *desc) {
     if (fa_cl_mma_applies(dev, desc)) return FAMILY_MMA;
+    if (fa_hip_mma_applies(dev, desc)) return FAMILY_MMA;
     if (dev->backend != FA_BACKEND_CUDA || !has_matrix_units(dev)) return FAMILY_SIMT;
     fa_dtype t = desc->q.dtype;
     if (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16 || (t == FA_DTYPE_F32 && desc->allow_tf32)) return FAMILY_MMA;
@@ -538,6 +553,7 @@ static int stream_layout_ok(const fa_attention_desc *desc, fa_pass pass, int br,
 static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
                      int br, int bc, int tr, int tc) {
     if (cl_mma(dev, variant)) return fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, NULL);
+    if (hip_mma(dev, variant)) return fa_hip_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, NULL);
     if (variant == FA_VARIANT_MMA) return mma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
     if (variant == FA_VARIANT_WGMMA) return wgmma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
     if (br % tr || bc % tc || tr * tc > FA_MAX_THREAD_TILE) return 0;
@@ -560,7 +576,7 @@ static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, f
 static int any_layout(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
                       int br, int bc) {
     size_t n;
-    const int *sizes = micro_tile_sizes(variant, &n);
+    const int *sizes = micro_tile_sizes(dev, variant, &n);
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < n; j++)
             if (layout_ok(dev, desc, variant, pass, br, bc, sizes[i], sizes[j])) return 1;
@@ -629,7 +645,8 @@ static int tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_
                    int br, int bc, int *split) {
     *split = 1;
     if (cl_mma(dev, variant)) return fa_cl_mma_tile_ok(dev, desc, pass, br, bc);
-    if (variant == FA_VARIANT_MMA && !mma_tile_ok(dev, desc, pass, br, bc)) return 0;
+    if (hip_mma(dev, variant) && !fa_hip_mma_tile_ok(dev, desc, pass, br, bc)) return 0;
+    if (variant == FA_VARIANT_MMA && !hip_mma(dev, variant) && !mma_tile_ok(dev, desc, pass, br, bc)) return 0;
     if (variant == FA_VARIANT_WGMMA && !wgmma_tile_ok(desc, pass, br, bc)) return 0;
     if (variant == FA_VARIANT_SPLITK) {
         *split = split_count(dev, desc, br, bc);
@@ -713,7 +730,10 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
     int found = 0;
     for (int v = 0; v < nvar; v++) {
         const fa_variant variant = variants[v];
-        const int max_stages = fa_variant_on_matrix_units(variant) && !cl_mma(dev, variant) ? 2 : 1;
+        /* HIP's and OpenCL's matrix-core kernels copy one tile while
+         * computing on another (K against V), in one stage. */
+        const int max_stages =
+            fa_variant_on_matrix_units(variant) && !cl_mma(dev, variant) && !hip_mma(dev, variant) ? 2 : 1;
         for (size_t i = 0; i < FA_ARRAY_SIZE(tile_sizes); i++)
             for (size_t j = 0; j < FA_ARRAY_SIZE(tile_sizes); j++) {
                 const int br = tile_sizes[i], bc = tile_sizes[j];
@@ -733,17 +753,18 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                 c.inadequate = c.groups < bar;
                 for (int stages = max_stages; stages >= 1; stages--) {
                     c.stages = stages;
-                    c.local_mem = cl_mma(dev, variant) ? fa_cl_mma_local_mem(dev, desc, pass, br, bc)
-                                                       : fa_plan_local_mem(variant, pass, desc, br, bc, stages);
+                    c.local_mem = cl_mma(dev, variant)    ? fa_cl_mma_local_mem(dev, desc, pass, br, bc)
+                                  : hip_mma(dev, variant) ? fa_hip_mma_local_mem(desc, pass, br, bc)
+                                                          : fa_plan_local_mem(variant, pass, desc, br, bc, stages);
                     if (c.local_mem > usable_local_mem(dev)) continue;
                     size_t n_sizes;
-                    const int *sizes = micro_tile_sizes(variant, &n_sizes);
+                    const int *sizes = micro_tile_sizes(dev, variant, &n_sizes);
                     for (size_t a = 0; a < n_sizes; a++)
                         for (size_t b = 0; b < n_sizes; b++) {
                             c.tr = sizes[a];
                             c.tc = sizes[b];
                             if (!layout_ok(dev, desc, variant, pass, br, bc, c.tr, c.tc)) continue;
-                            if (variant == FA_VARIANT_MMA && !cl_mma(dev, variant) &&
+                            if (variant == FA_VARIANT_MMA && !cl_mma(dev, variant) && !hip_mma(dev, variant) &&
                                 !mma_stages_ok(dev, desc, pass, br, bc, c.tr, stages))
                                 continue;
                             /* Bytes depend on the tile only; compute time

@@ -74,7 +74,7 @@ double fa_device_bandwidth(const fa_device_desc *dev);
 /* Devices described by hand (GUIDE section 3): the planner's tests, fa-info
  * --describe, and the OpenCL tests that force other vendors' tiles onto PoCL. */
 typedef struct fa_described_device {
-    const char *key;            /* "h100", "mi250x", "arc-a770", "nvidia-opencl", "pocl-cpu" */
+    const char *key;            /* "h100", "mi250x", "mi300x", "arc-a770", "nvidia-opencl", "pocl-cpu" */
     fa_device_desc desc;
 } fa_described_device;
 

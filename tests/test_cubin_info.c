@@ -37,11 +37,13 @@ static size_t append(image *im, const void *data, size_t n) {
 
 /* Sections: null, .shstrtab, .strtab, .symtab (symbols: none, "other",
  * "kern"), .nv.info with attributes of both kernels and records of the
- * other formats in between. */
-static void build(image *im, uint32_t regs, uint32_t frame) {
+ * other formats in between; with shared, a kernel's static shared memory
+ * too (.nv.shared.kern: no bits in the file, an offset and size beyond
+ * it, as NVRTC writes it). */
+static void build(image *im, uint32_t regs, uint32_t frame, int shared) {
     memset(im, 0, sizeof *im);
     im->n = 64;
-    static const char shstr[] = "\0.shstrtab\0.strtab\0.symtab\0.nv.info";
+    static const char shstr[] = "\0.shstrtab\0.strtab\0.symtab\0.nv.info\0.nv.shared.kern";
     static const char str[] = "\0other\0kern";
     const size_t shstr_at = append(im, shstr, sizeof shstr), str_at = append(im, str, sizeof str);
     uint8_t sym[3 * 24];
@@ -71,12 +73,14 @@ static void build(image *im, uint32_t regs, uint32_t frame) {
     const size_t info_at = append(im, info, k);
     const size_t shoff = (im->n + 7) & ~(size_t)7;
     /* name, type, offset, size, link, entsize per section */
-    const uint64_t sh[5][6] = {{0, 0, 0, 0, 0, 0},
+    const uint64_t sh[6][6] = {{0, 0, 0, 0, 0, 0},
                                {1, 3, shstr_at, sizeof shstr, 0, 0},
                                {11, 3, str_at, sizeof str, 0, 0},
                                {19, 2, sym_at, sizeof sym, 2, 24},
-                               {27, 0x70000000, info_at, k, 3, 0}};
-    for (int i = 0; i < 5; i++) {
+                               {27, 0x70000000, info_at, k, 3, 0},
+                               {36, 8, 0x10000, 20480, 0, 0}};
+    const int sections = shared ? 6 : 5;
+    for (int i = 0; i < sections; i++) {
         uint8_t *h = im->b + shoff + (size_t)i * 64;
         put32(h, (uint32_t)sh[i][0]);
         put32(h + 4, (uint32_t)sh[i][1]);
@@ -85,13 +89,13 @@ static void build(image *im, uint32_t regs, uint32_t frame) {
         put32(h + 40, (uint32_t)sh[i][4]);
         put64(h + 56, sh[i][5]);
     }
-    im->n = shoff + 5 * 64;
+    im->n = shoff + (size_t)sections * 64;
     memcpy(im->b, "\177ELF", 4);
     im->b[4] = 2;
     im->b[5] = 1;
     put64(im->b + 0x28, shoff);
     put16(im->b + 0x3a, 64);
-    put16(im->b + 0x3c, 5);
+    put16(im->b + 0x3c, (uint16_t)sections);
     put16(im->b + 0x3e, 1);
 }
 #endif
@@ -101,15 +105,20 @@ FA_TEST(reads_registers_and_frame) {
     FA_SKIP("the CUDA backend is not built into this library");
 #else
     image im;
-    build(&im, 222, 0);
+    build(&im, 222, 0, 0);
     int regs = -1, frame = -1;
     CHECK(fa_cubin_kernel_resources(im.b, im.n, "kern", &regs, &frame) == 0);
     CHECK(regs == 222 && frame == 0);
     CHECK(fa_cubin_kernel_resources(im.b, im.n, "other", &regs, &frame) == 0);
     CHECK(regs == 40 && frame == 16);
-    build(&im, 255, 8);
+    build(&im, 255, 8, 0);
     CHECK(fa_cubin_kernel_resources(im.b, im.n, "kern", &regs, &frame) == 0);
     CHECK(regs == 255 && frame == 8);
+    /* A kernel with static shared memory (the HIP kernels through the
+     * mapping): its section has no bits in the file. */
+    build(&im, 186, 0, 1);
+    CHECK(fa_cubin_kernel_resources(im.b, im.n, "kern", &regs, &frame) == 0);
+    CHECK(regs == 186 && frame == 0);
     regs = frame = 7;
     CHECK(fa_cubin_kernel_resources(im.b, im.n, "missing", &regs, &frame) == -1);
     CHECK(regs == 7 && frame == 7);
@@ -127,7 +136,7 @@ FA_TEST(truncated_or_corrupt_images_fail_cleanly) {
     FA_SKIP("the CUDA backend is not built into this library");
 #else
     image im;
-    build(&im, 128, 0);
+    build(&im, 128, 0, 1);
     int regs, frame;
     for (size_t n = 0; n < im.n; n++) {
         uint8_t *copy = malloc(n ? n : 1);

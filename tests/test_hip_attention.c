@@ -2,18 +2,28 @@
  * device: an AMD GPU, or an NVIDIA GPU through the HIP-on-CUDA mapping
  * (FA_HIP_NVIDIA, backends/hip_nvidia/). The same cases as the OpenCL
  * kernels' test, against the fp64 reference; skipped where no HIP device
- * exists.
+ * exists. Where the planner gives fp16 and bf16 problems the matrix-core
+ * kernels (kernels_hip/fwd_mma.hip, bwd_mma.hip: NVIDIA through the
+ * mapping, CDNA, RDNA3), the suite's cases on those dtypes run them, and
+ * the cases below run them on every tile geometry the device takes and
+ * with every option.
  *
  * fa-test-labels: device */
 #include "attention_suite.h"
 #include "harness.h"
 
 #include "planner.h"
+#include "planner_hip_mma.h"
 
 #include <stdio.h>
 
 #ifdef FA_WITH_HIP
 #include "backends/hip/hip_runtime_internal.h"
+
+static size_t pass_local_mem(const fa_kernel_plan *kp, fa_pass pass, const fa_attention_desc *desc) {
+    return kp->variant == FA_VARIANT_MMA ? fa_hip_mma_local_mem(desc, pass, kp->br, kp->bc)
+                                         : fa_plan_local_mem(FA_VARIANT_SIMT, pass, desc, kp->br, kp->bc, 1);
+}
 
 static void apply_tiles(fa_kernel_plan *kp, const suite_tiles *t, fa_pass pass, const fa_attention_desc *desc) {
     kp->br = t->br;
@@ -22,9 +32,9 @@ static void apply_tiles(fa_kernel_plan *kp, const suite_tiles *t, fa_pass pass, 
     kp->thread_cols = t->tc;
     kp->work_group_size = (t->br / t->tr) * (t->bc / t->tc);
     kp->split_k = t->split > 1 ? t->split : 1;
-    kp->variant = t->split > 1 ? FA_VARIANT_SPLITK : FA_VARIANT_SIMT;
+    kp->variant = t->mma ? FA_VARIANT_MMA : t->split > 1 ? FA_VARIANT_SPLITK : FA_VARIANT_SIMT;
     kp->stages = 1;
-    kp->local_mem_bytes = fa_plan_local_mem(FA_VARIANT_SIMT, pass, desc, t->br, t->bc, 1);
+    kp->local_mem_bytes = pass_local_mem(kp, pass, desc);
 }
 
 static fa_status hip_force_tiles(fa_plan plan, const suite_tiles *fwd, const suite_tiles *bwd) {
@@ -56,7 +66,7 @@ static void hip_check_plan(const char *name, fa_plan plan) {
     for (int pass = 0; pass < 2; pass++) {
         fa_hip_kernel_usage u;
         fa_status st = fa_hip_plan_kernel_usage(plan->impl, (fa_pass)pass, &u);
-        size_t want = fa_plan_local_mem(FA_VARIANT_SIMT, (fa_pass)pass, &plan->desc, kp[pass]->br, kp[pass]->bc, 1);
+        size_t want = pass_local_mem(kp[pass], (fa_pass)pass, &plan->desc);
         CHECK_MSG(st == FA_SUCCESS && u.local_bytes >= want && u.local_bytes <= want + TILE_PADDING,
                   "%s: %s kernels use %zu bytes of local memory, the planner budgets %zu", name,
                   pass ? "backward" : "forward", u.local_bytes, want);
@@ -99,9 +109,155 @@ FA_TEST(destroy_in_any_order) { HIP_CASE(destroy_in_any_order); }
 FA_TEST(huge_mask_blocks) { HIP_CASE(huge_mask_blocks); }
 FA_TEST(env_build_options) { HIP_CASE(env_build_options); }
 
+/* ------------------------------------------------------------------------ */
+/* The matrix-core kernels                                                   */
+
+#ifdef FA_WITH_HIP
+/* The suite's device's description, when its matrix cores run dtype
+ * through a layer of the kernels; NULL otherwise. */
+static const fa_device_desc *mma_device(fa_dtype dtype, fa_device_desc *out) {
+    fa_context ctx = suite_context();
+    fa_device_info info;
+    if (!ctx || fa_context_get_info(ctx, &info) != FA_SUCCESS) return NULL;
+    *out = info.desc;
+    fa_hip_mma_layer layers[2];
+    return fa_hip_mma_layers(out, dtype, layers) > 0 ? out : NULL;
+}
+
+#define MAX_GEOMETRIES 64
+
+/* Every tile the kernels run on the device for a pass (local memory
+ * included), as suite tiles: for each layer, one or two strips a
+ * wavefront, 1 to 8 wavefronts, the other side 16 to 128. */
+static int geometries_of(const fa_device_desc *dev, const fa_attention_desc *d, fa_pass pass, suite_tiles *out) {
+    static const int strips[] = {1, 2}, warps[] = {1, 2, 4, 8}, sides[] = {16, 32, 64, 128};
+    fa_hip_mma_layer layers[2];
+    const int nl = fa_hip_mma_layers(dev, d->q.dtype, layers);
+    int n = 0;
+    for (int i = 0; i < nl; i++) {
+        const fa_hip_mma_layer_info *L = fa_hip_mma_layer_get(layers[i]);
+        const int own = L->own_n ? L->n : L->m, other = L->own_n ? L->m : L->n, per = L->c_elems / L->own_slots;
+        for (int s = 0; s < 2; s++)
+            for (int w = 0; w < 4; w++)
+                for (int o = 0; o < 4; o++) {
+                    const int rows = warps[w] * strips[s] * own, side = sides[o];
+                    suite_tiles t = {0, 0, 0, 0, 1, 1};
+                    if (pass == FA_PASS_FORWARD) {
+                        t.br = rows;
+                        t.bc = side;
+                        t.tr = L->own_slots * strips[s];
+                        t.tc = side / other * per;
+                    } else {
+                        t.br = side;
+                        t.bc = rows;
+                        t.tr = side / other * per;
+                        t.tc = L->own_slots * strips[s];
+                    }
+                    if (t.tr <= 0 || t.tc <= 0 || n >= MAX_GEOMETRIES) continue;
+                    if (!fa_hip_mma_geometry_of(dev, d, pass, t.br, t.bc, t.tr, t.tc, NULL)) continue;
+                    if (fa_hip_mma_local_mem(d, pass, t.br, t.bc) > dev->local_mem_bytes) continue;
+                    out[n++] = t;
+                }
+    }
+    return n;
+}
+#endif
+
+/* Every tile geometry the device's layers take (wavefronts, strips, other
+ * side), forward with backward, at head dimensions 32 to 128, fp16 and
+ * bf16, causal or not, with grouped queries and lengths no tile divides. */
+FA_TEST(mma_geometries) {
+#ifndef FA_WITH_HIP
+    FA_SKIP("the HIP backend is not built into this library");
+#else
+    suite_use_backend(&hip);
+    if (!suite_context()) FA_SKIP("no HIP device (the suite's cases say why)");
+    static const int dims[] = {32, 64, 96, 128};
+    int runs = 0;
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        const fa_dtype dt = i % 2 ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+        fa_device_desc dev;
+        if (!mma_device(dt, &dev)) FA_SKIP("the HIP device has no matrix cores the kernels run");
+        fa_attention_desc d = suite_desc(dt, 1, 150, 170, 2, 1, dims[i]);
+        d.causal = (int)(i / 2) % 2;
+        suite_tiles f[MAX_GEOMETRIES], b[MAX_GEOMETRIES];
+        const int nf = geometries_of(&dev, &d, FA_PASS_FORWARD, f), nb = geometries_of(&dev, &d, FA_PASS_BACKWARD, b);
+        CHECK_MSG(nf > 0 && nb > 0, "d%d: %d forward and %d backward geometries", dims[i], nf, nb);
+        const int n = nf > nb ? nf : nb;
+        for (int j = 0; j < n && nf > 0 && nb > 0; j++) {
+            const suite_tiles *tf = &f[j % nf], *tb = &b[j % nb];
+            char name[96];
+            snprintf(name, sizeof name, "mma d%d %dx%d/%dx%d, %dx%d/%dx%d%s", dims[i], tf->br, tf->bc, tf->tr, tf->tc,
+                     tb->br, tb->bc, tb->tr, tb->tc, d.causal ? " causal" : "");
+            suite_run_tiles(name, &d, tf, tb, 1);
+            runs++;
+        }
+    }
+    fprintf(stderr, "  %d matrix-core geometry runs\n", runs);
+#endif
+}
+
+/* The planner's own matrix-core plans with every option, alone and
+ * together, in fp16 and bf16 at head dimensions 64 and 128. */
+FA_TEST(mma_options) {
+#ifndef FA_WITH_HIP
+    FA_SKIP("the HIP backend is not built into this library");
+#else
+    suite_use_backend(&hip);
+    fa_context ctx = suite_context();
+    if (!ctx) FA_SKIP("no HIP device (the suite's cases say why)");
+    static const int32_t cu_q[] = {0, 5, 5, 82, 150};
+    static const int32_t cu_k[] = {0, 33, 45, 145, 145};
+    static const char *const options[] = {"causal", "window", "block mask", "dropout causal", "varlen gqa dropout",
+                                          "all"};
+    for (int t = 0; t < 2; t++)
+        for (int dim = 64; dim <= 128; dim += 64) {
+            const fa_dtype dt = t ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+            fa_device_desc dev;
+            if (!mma_device(dt, &dev)) FA_SKIP("the HIP device has no matrix cores the kernels run");
+            for (int o = 0; o < 6; o++) {
+                fa_attention_desc d = suite_desc(dt, 2, 170, 190, 4, 2, dim);
+                uint8_t *mask = NULL;
+                if (o == 0 || o == 3 || o == 5) d.causal = 1;
+                if (o == 1 || o == 5) {
+                    d.window_left = 40;
+                    d.window_right = o == 5 ? 0 : 10;
+                }
+                if (o == 2 || o == 5) mask = suite_random_block_mask(&d, 32, 48, suite_case_seed(options[o], (uint64_t)dim));
+                if (o >= 3) {
+                    d.dropout_p = 0.2f;
+                    d.dropout_seed = 99 + (uint64_t)dim;
+                }
+                if (o == 4) {
+                    d.batch = 4;
+                    d.seqlen_q = 77;
+                    d.seqlen_k = 100;
+                    d.cu_seqlens_q = cu_q;
+                    d.cu_seqlens_k = cu_k;
+                }
+                fa_plan plan = NULL;
+                if (fa_plan_create(ctx, &d, &plan) == FA_SUCCESS) {
+                    CHECK_MSG(plan->info.forward.variant == FA_VARIANT_MMA && plan->info.backward.variant == FA_VARIANT_MMA,
+                              "%s d%d %s: the planner chose %s / %s", fa_dtype_name(dt), dim, options[o],
+                              fa_variant_name(plan->info.forward.variant), fa_variant_name(plan->info.backward.variant));
+                    fa_plan_destroy(plan);
+                }
+                char name[96];
+                snprintf(name, sizeof name, "mma %s d%d %s", fa_dtype_name(dt), dim, options[o]);
+                suite_run_tiles(name, &d, NULL, NULL, 1);
+                d.deterministic = 1;
+                snprintf(name, sizeof name, "mma %s d%d %s deterministic", fa_dtype_name(dt), dim, options[o]);
+                suite_run_tiles(name, &d, NULL, NULL, 1);
+                free(mask);
+            }
+        }
+#endif
+}
+
 FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
              FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
              FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
-             FA_CASE(huge_mask_blocks), FA_CASE(env_build_options))
+             FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_geometries),
+             FA_CASE(mma_options))

@@ -25,10 +25,14 @@
 #ifdef FA_WITH_HIP
 #include "backends/hip/hip_runtime_internal.h"
 #endif
+#ifdef FA_WITH_CUDA
+#include "backends/cuda/cubin_info.h"
+#endif
 
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -407,35 +411,60 @@ static void add_variant(variant_set *set, const fa_attention_desc *d, const fa_k
     set->v[set->count++] = v;
 }
 
-/* The programs of the plans a device gets for training shapes, a small
- * batch and decoding (the split-K plans), every head dimension, the given
- * dtypes, with no optional feature or with all of them; built for a
- * wavefront of wave lanes and the targets in mask. */
-static void enumerate(const fa_device_desc *dev, int wave, int features, const fa_dtype *dtypes, int ndtypes,
-                      unsigned mask, variant_set *set) {
+/* What a sweep does with one plan: the problem, its plan, and which
+ * feature set it was planned with. */
+typedef void (*plan_fn)(void *user, const fa_attention_desc *d, const fa_plan_info *info, int features);
+
+/* The plans a device gets for training shapes, a small batch and decoding
+ * (the split-K plans), every head dimension, the given dtypes, for the
+ * feature sets first to last (0 no optional feature, 1 all of them, 2 all
+ * of them in deterministic mode). */
+static void for_each_plan(const fa_device_desc *dev, const fa_dtype *dtypes, int ndtypes, int first, int last,
+                          plan_fn fn, void *user) {
     static const int shapes[][4] = {{8, 2048, 2048, 16}, {2, 2048, 2048, 16}, {1, 512, 512, 8},
                                     {2, 4, 8192, 16}, {1, 1, 4096, 32}};
     static const int dims[] = {32, 64, 96, 128, 256};
     memset(block_mask_bytes, 1, sizeof block_mask_bytes);
-    for (int t = 0; t < ndtypes; t++)
-        for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
-            for (size_t s = 0; s < FA_ARRAY_SIZE(shapes); s++) {
-                fa_attention_desc d;
-                fa_attention_desc_init(&d);
-                d.batch = shapes[s][0];
-                d.seqlen_q = shapes[s][1];
-                d.seqlen_k = shapes[s][2];
-                d.heads_q = d.heads_kv = shapes[s][3];
-                d.head_dim = dims[i];
-                d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dtypes[t];
-                if (features) set_all_features(&d);
-                fa_plan_info info;
-                fa_status st = fa_plan_for_device(dev, &d, &info);
-                CHECK_MSG(st == FA_SUCCESS, "planning for %s: %s", dev->name, fa_last_error());
-                if (st != FA_SUCCESS) continue;
-                add_variant(set, &d, &info.forward, FA_PASS_FORWARD, wave, features, mask);
-                add_variant(set, &d, &info.backward, FA_PASS_BACKWARD, wave, features, mask);
-            }
+    for (int features = first; features <= last; features++)
+        for (int t = 0; t < ndtypes; t++)
+            for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
+                for (size_t s = 0; s < FA_ARRAY_SIZE(shapes); s++) {
+                    fa_attention_desc d;
+                    fa_attention_desc_init(&d);
+                    d.batch = shapes[s][0];
+                    d.seqlen_q = shapes[s][1];
+                    d.seqlen_k = shapes[s][2];
+                    d.heads_q = d.heads_kv = shapes[s][3];
+                    d.head_dim = dims[i];
+                    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dtypes[t];
+                    if (features) set_all_features(&d);
+                    d.deterministic = features == 2;
+                    fa_plan_info info;
+                    fa_status st = fa_plan_for_device(dev, &d, &info);
+                    CHECK_MSG(st == FA_SUCCESS, "planning for %s (%s): %s", dev->name, dev->arch, fa_last_error());
+                    if (st == FA_SUCCESS) fn(user, &d, &info, features);
+                }
+}
+
+typedef struct simt_sweep {
+    variant_set *set;
+    int wave;
+    unsigned mask;
+} simt_sweep;
+
+static void add_simt_plan(void *user, const fa_attention_desc *d, const fa_plan_info *info, int features) {
+    const simt_sweep *w = user;
+    add_variant(w->set, d, &info->forward, FA_PASS_FORWARD, w->wave, features, w->mask);
+    add_variant(w->set, d, &info->backward, FA_PASS_BACKWARD, w->wave, features, w->mask);
+}
+
+/* The programs of a device's plans (for_each_plan), with no optional
+ * feature or with all of them; built for a wavefront of wave lanes and the
+ * targets in mask. */
+static void enumerate(const fa_device_desc *dev, int wave, int features, const fa_dtype *dtypes, int ndtypes,
+                      unsigned mask, variant_set *set) {
+    simt_sweep w = {set, wave, mask};
+    for_each_plan(dev, dtypes, ndtypes, features, features, add_simt_plan, &w);
 }
 
 static void variant_label(const variant *v, char *out, size_t size) {
@@ -619,6 +648,10 @@ FA_TEST(amd_targets) {
     const fa_described_device *mi = fa_described_device_find("mi250x");
     CHECK(mi != NULL);
     if (!mi) return;
+    /* The SIMT kernels' tiles: the MI250X's matrix cores set aside (its
+     * fp16 and bf16 plans there are the matrix-core kernels'). */
+    fa_device_desc mi_simt = mi->desc;
+    mi_simt.matrix_flops_per_clock_cu = 0.0;
     const fa_device_desc rdna = gfx1030_device();
     static const fa_dtype all_dtypes[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     /* With every optional feature on: fp32 and bf16, the two load and
@@ -626,10 +659,10 @@ FA_TEST(amd_targets) {
      * target of each wavefront width; a budget of about five minutes on
      * two cores leaves no room for more. */
     static const fa_dtype feature_dtypes[] = {FA_DTYPE_F32, FA_DTYPE_BF16};
-    enumerate(&mi->desc, 64, 0, all_dtypes, 3, T_GFX908 | T_GFX90A | T_GFX940, &set);
-    enumerate(&mi->desc, 32, 0, all_dtypes, 3, T_GFX1030, &set);
+    enumerate(&mi_simt, 64, 0, all_dtypes, 3, T_GFX908 | T_GFX90A | T_GFX940, &set);
+    enumerate(&mi_simt, 32, 0, all_dtypes, 3, T_GFX1030, &set);
     enumerate(&rdna, 32, 0, all_dtypes, 3, T_GFX1030, &set);
-    enumerate(&mi->desc, 64, 1, feature_dtypes, 2, T_GFX90A, &set);
+    enumerate(&mi_simt, 64, 1, feature_dtypes, 2, T_GFX90A, &set);
     enumerate(&rdna, 32, 1, feature_dtypes, 2, T_GFX1030, &set);
     CHECK_MSG(!set.overflow, "more than %d distinct programs", MAX_VARIANTS);
 
@@ -865,6 +898,170 @@ FA_TEST(nvidia_mapping_compiles) {
 #endif
 }
 
+#if defined(FA_WITH_HIP) && defined(FA_HIP_ON_CUDA_LIBRARY) && defined(FA_WITH_CUDA)
+/* An NVIDIA GPU as the HIP backend sees it through the mapping
+ * (backends/hip_nvidia/): the described H100 (or an A100 for sm_80) with 48
+ * KiB of shared memory a block (the kernels' static tiles), its
+ * architecture sm_XY and the tensor-core rate hip_backend.c gives it. */
+static fa_device_desc nvidia_through_mapping(int sm) {
+    fa_device_desc d = fa_described_device_find("h100")->desc;
+    d.backend = FA_BACKEND_HIP;
+    d.local_mem_bytes = 48 * 1024;
+    snprintf(d.arch, sizeof d.arch, "sm_%d", sm);
+    if (sm < 90) {
+        d.compute_units = 108;
+        d.clock_mhz = 1410;
+        d.bandwidth_gbs = 1555.0;
+        d.matrix_flops_per_clock_cu = 2048.0;
+    }
+    return d;
+}
+
+typedef struct mma_job {
+    char arch[32];
+    char label[112];
+    fa_hip_program prog;
+    fa_status status;
+    char error[400];
+    int regs[3], frame[3];
+} mma_job;
+
+#define MAX_MMA_JOBS 256
+
+typedef struct mma_pool {
+    mma_job *jobs;
+    int count, next;
+    pthread_mutex_t lock;
+} mma_pool;
+
+static void *mma_worker(void *arg) {
+    mma_pool *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        const int i = p->next < p->count ? p->next++ : -1;
+        pthread_mutex_unlock(&p->lock);
+        if (i < 0) return NULL;
+        mma_job *j = &p->jobs[i];
+        void *code = NULL;
+        size_t size = 0;
+        j->status = fa_hip_compile(j->arch, &j->prog, &code, &size);
+        if (j->status != FA_SUCCESS) {
+            snprintf(j->error, sizeof j->error, "%s", fa_last_error());
+            continue;
+        }
+        for (int k = 0; k < j->prog.kernel_count; k++)
+            if (fa_cubin_kernel_resources(code, size, j->prog.kernels[k], &j->regs[k], &j->frame[k]) != 0)
+                j->regs[k] = j->frame[k] = -1;
+        free(code);
+    }
+}
+
+typedef struct mma_sweep {
+    const fa_device_desc *dev;
+    mma_job *jobs;
+    int *count;
+} mma_sweep;
+
+/* One job per distinct matrix-core program of a plan. */
+static void add_mma_plan(void *user, const fa_attention_desc *d, const fa_plan_info *info, int features) {
+    const mma_sweep *w = user;
+    const fa_kernel_plan *kp[2] = {&info->forward, &info->backward};
+    for (int pass = 0; pass < 2; pass++) {
+        if (kp[pass]->variant != FA_VARIANT_MMA) continue;
+        mma_job j;
+        memset(&j, 0, sizeof j);
+        fa_status st = fa_hip_program_for_device(w->dev, d, kp[pass], (fa_pass)pass, &j.prog);
+        CHECK_MSG(st == FA_SUCCESS, "no program for a planned %s tile: %s", pass ? "backward" : "forward",
+                  fa_last_error());
+        if (st != FA_SUCCESS) continue;
+        snprintf(j.arch, sizeof j.arch, "%s", w->dev->arch);
+        int dup = 0;
+        for (int k = 0; k < *w->count && !dup; k++)
+            dup = strcmp(w->jobs[k].arch, j.arch) == 0 && same_program(&w->jobs[k].prog, &j.prog);
+        if (dup) continue;
+        CHECK_MSG(*w->count < MAX_MMA_JOBS, "more than %d matrix-core programs", MAX_MMA_JOBS);
+        if (*w->count >= MAX_MMA_JOBS) return;
+        snprintf(j.label, sizeof j.label, "%s %-4s d%-3d %3dx%-3d %2dx%-2d wg%-4d %s", pass ? "bwd" : "fwd",
+                 fa_dtype_name(d->q.dtype), d->head_dim, kp[pass]->br, kp[pass]->bc, kp[pass]->thread_rows,
+                 kp[pass]->thread_cols, kp[pass]->work_group_size,
+                 features == 0 ? "-" : features == 1 ? "all" : "all det");
+        w->jobs[(*w->count)++] = j;
+    }
+}
+
+/* The matrix-core programs of a device's plans (for_each_plan). */
+static void enumerate_mma(const fa_device_desc *dev, const fa_dtype *dtypes, int ndtypes, int first, int last,
+                          mma_job *jobs, int *count) {
+    mma_sweep w = {dev, jobs, count};
+    for_each_plan(dev, dtypes, ndtypes, first, last, add_mma_plan, &w);
+}
+#endif
+
+/* The NVIDIA layer of the matrix-core kernels, as the GPU machine runs it:
+ * the programs the planner makes for an H100 (sm_90) and an A100 (sm_80)
+ * through the HIP-on-CUDA mapping compiled by NVRTC behind the prelude (the
+ * mapping's hiprtc), registers and stack frame read from each kernel's
+ * CUBIN; a frame (spilled registers) fails. sm_90 gets fp16 and bf16
+ * without options and bf16 with every option (the two dtypes differ in
+ * their conversions only), plain and deterministic; sm_80, whose code is
+ * the same PTX, bf16 without options: a budget of minutes on two cores. */
+FA_TEST(nvidia_mma_variants) {
+#if !defined(FA_WITH_HIP) || !defined(FA_HIP_ON_CUDA_LIBRARY)
+    FA_SKIP("the HIP-on-CUDA mapping is not built (FA_HIP_NVIDIA=OFF)");
+#elif !defined(FA_WITH_CUDA)
+    FA_SKIP("the CUDA backend (its CUBIN reader) is not built into this library");
+#else
+    setenv("FLASHATTN_HIP_LIBRARY", FA_HIP_ON_CUDA_LIBRARY, 1);
+    setenv("FLASHATTN_CACHE_DIR", "off", 1);
+    static mma_job jobs[MAX_MMA_JOBS];
+    int count = 0;
+    const fa_device_desc devs[] = {nvidia_through_mapping(90), nvidia_through_mapping(80)};
+    static const fa_dtype both[] = {FA_DTYPE_F16, FA_DTYPE_BF16}, bf16[] = {FA_DTYPE_BF16};
+    enumerate_mma(&devs[0], both, 2, 0, 0, jobs, &count);
+    enumerate_mma(&devs[0], bf16, 1, 1, 2, jobs, &count);
+    enumerate_mma(&devs[1], bf16, 1, 0, 0, jobs, &count);
+    CHECK_MSG(count > 0, "no matrix-core plan for NVIDIA through the mapping");
+    if (count == 0) return;
+    void *code = NULL;
+    size_t size = 0;
+    fa_status st = fa_hip_compile(jobs[0].arch, &jobs[0].prog, &code, &size);
+    free(code);
+    if (st == FA_ERR_BACKEND_UNAVAILABLE || (st == FA_ERR_COMPILE && strstr(fa_last_error(), "NVRTC not found")))
+        FA_SKIP("no NVRTC here");
+
+    mma_pool pool = {jobs, count, 0, PTHREAD_MUTEX_INITIALIZER};
+    pthread_t tid[8];
+    const int threads = cpu_count() < 8 ? cpu_count() : 8;
+    int started = 0;
+    time_t t0 = time(NULL);
+    for (int i = 0; i < threads; i++)
+        if (pthread_create(&tid[started], NULL, mma_worker, &pool) == 0) started++;
+    if (started == 0) mma_worker(&pool);
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+    fprintf(stderr, "%d matrix-core programs compiled by NVRTC in %ld s\n", count, (long)(time(NULL) - t0));
+
+    printf("%-52s %-6s %s\n", "program (pass dtype dim tile micro-tile wg features)", "arch", "kernel: registers/frame");
+    int failed = 0, spilled = 0;
+    for (int i = 0; i < count; i++) {
+        const mma_job *j = &jobs[i];
+        if (j->status != FA_SUCCESS) {
+            failed++;
+            printf("%-52s %-6s FAILED: %.300s\n", j->label, j->arch, j->error);
+            continue;
+        }
+        printf("%-52s %-6s", j->label, j->arch);
+        for (int k = 0; k < j->prog.kernel_count; k++) {
+            printf(" %s: %d/%d", j->prog.kernels[k] + 3, j->regs[k], j->frame[k]);
+            if (j->regs[k] < 0 || j->frame[k] != 0) spilled++;
+        }
+        printf("\n");
+    }
+    printf("%d programs, %d failed, %d kernels with a stack frame or unreadable\n", count, failed, spilled);
+    CHECK_MSG(failed == 0, "%d programs failed to compile", failed);
+    CHECK_MSG(spilled == 0, "%d kernels spill registers (or their CUBIN was unreadable)", spilled);
+#endif
+}
+
 /* Shapes the kernels cannot run are refused before any compile. */
 FA_TEST(program_checks) {
 #ifndef FA_WITH_HIP
@@ -902,4 +1099,4 @@ FA_TEST(program_checks) {
 }
 
 FA_TEST_MAIN(FA_CASE(amd_targets), FA_CASE(hiprtc_runtime_path), FA_CASE(nvidia_mapping_compiles),
-             FA_CASE(program_checks))
+             FA_CASE(nvidia_mma_variants), FA_CASE(program_checks))

@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "planner.h"
 #include "planner_cl_mma.h"
+#include "planner_hip_mma.h"
 #include "test_util.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -73,6 +74,16 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         CHECK_MSG(ok && g.warps * fa_mma_layout_get(g.layout)->sub_group == k->work_group_size,
                   "%s: OpenCL mma %d x %d, micro-tile %d x %d, work-group %d", what, k->br, k->bc, k->thread_rows,
                   k->thread_cols, k->work_group_size);
+    } else if (k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_HIP) {
+        /* HIP's: whole wavefronts of the layer its architecture runs, each
+         * owning one or two strips (planner_hip_mma.c). */
+        fa_hip_mma_geometry g;
+        const int ok = fa_hip_mma_geometry_of(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols, &g);
+        const fa_hip_mma_layer_info *L = ok ? fa_hip_mma_layer_get(g.layer) : NULL;
+        CHECK_MSG(L && (g.strips == 1 || g.strips == 2) && k->work_group_size == g.warps * L->lanes &&
+                      L->lanes == dev->simd_width && k->stages == 1,
+                  "%s: hip mma %d x %d, micro-tile %d x %d, work-group %d", what, k->br, k->bc, k->thread_rows,
+                  k->thread_cols, k->work_group_size);
     } else if (k->variant == FA_VARIANT_MMA) {
         const int warps = k->work_group_size / dev->simd_width;
         const int strips = (pass == FA_PASS_FORWARD ? k->br : k->bc) / (16 * (warps > 0 ? warps : 1));
@@ -97,8 +108,10 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
               k->thread_rows, k->thread_cols);
     CHECK(k->simd_width == dev->simd_width);
     const int cl_mma = k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL;
-    size_t lm = cl_mma ? fa_cl_mma_local_mem(dev, d, pass, k->br, k->bc)
-                       : fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages);
+    const int hip_mma = k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_HIP;
+    size_t lm = cl_mma    ? fa_cl_mma_local_mem(dev, d, pass, k->br, k->bc)
+                : hip_mma ? fa_hip_mma_local_mem(d, pass, k->br, k->bc)
+                          : fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages);
     CHECK_MSG(k->local_mem_bytes == lm && lm <= dev->local_mem_bytes, "%s: local memory %zu (formula %zu) of %zu",
               what, k->local_mem_bytes, lm, dev->local_mem_bytes);
 
@@ -115,6 +128,8 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         CHECK(k->work_group_size % dev->simd_width == 0);
         const int side = pass == FA_PASS_FORWARD ? k->br : k->bc;
         CHECK(side % dev->matrix_m == 0 && (pass == FA_PASS_FORWARD ? k->bc : k->br) % dev->matrix_k == 0);
+    } else if (hip_mma) {
+        CHECK_MSG(matrix && half && fa_hip_mma_applies(dev, d), "%s: hip mma", what);
     } else if (k->variant == FA_VARIANT_MMA) {
         CHECK_MSG(dev->backend == FA_BACKEND_CUDA && matrix && (half || d->allow_tf32), "%s: mma", what);
         CHECK(k->stages == 1 || k->stages == 2);
@@ -195,7 +210,7 @@ FA_TEST(tiles_valid_on_every_device) {
                         plans++;
                     }
     }
-    CHECK(plans == 5 * 3 * 5 * 4 * 2);
+    CHECK(plans == fa_described_device_count() * 3 * 5 * 4 * 2);
 }
 
 FA_TEST(same_input_same_plan) {
@@ -242,10 +257,14 @@ FA_TEST(local_memory_gives_different_tiles) {
     /* Kernels that hold tiles over the whole head_dim in local memory:
      * NVIDIA's OpenCL description on a backend without the streaming
      * kernels stands for 48 KiB. */
-    const char *keys[] = {"h100", "nvidia-opencl as SIMT", "mi250x"};
+    const char *keys[] = {"h100", "nvidia-opencl as SIMT", "mi250x as SIMT"};
     fa_device_desc simt48 = *device("nvidia-opencl");
     simt48.backend = FA_BACKEND_HIP;
-    const fa_device_desc *devs[] = {device("h100"), &simt48, device("mi250x")};
+    simt48.matrix_flops_per_clock_cu = 0.0; /* else HIP's NVIDIA layer plans MMA */
+    simt48.matrix_m = simt48.matrix_n = simt48.matrix_k = 0;
+    fa_device_desc simt64 = *device("mi250x");
+    simt64.matrix_flops_per_clock_cu = 0.0;
+    const fa_device_desc *devs[] = {device("h100"), &simt48, &simt64};
     for (int t = 0; t < 2; t++) {
         fa_attention_desc d = shape(4, 4096, 4096, 16, 16, 128, t ? FA_DTYPE_F32 : FA_DTYPE_F16);
         fa_plan_info p[3];
@@ -464,9 +483,18 @@ FA_TEST(variants_by_backend) {
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_SIMT);
     d.head_dim = 128;
-    /* CUDA and OpenCL without matrix units, HIP, the reference: SIMT tiles,
-     * which OpenCL also runs in its streaming kernels (at head_dim 128 in 48
-     * or 64 KiB they take the larger tiles). */
+    /* HIP on CDNA's matrix cores: MMA tiles in one stage. */
+    const fa_device_desc *amd[] = {device("mi250x"), device("mi300x")};
+    for (size_t i = 0; i < COUNT(amd); i++) {
+        CHECK_OK(fa_plan_for_device(amd[i], &d, &p));
+        CHECK_MSG(p.forward.variant == FA_VARIANT_MMA && p.backward.variant == FA_VARIANT_MMA, "%s: %s / %s",
+                  amd[i]->name, fa_variant_name(p.forward.variant), fa_variant_name(p.backward.variant));
+        CHECK(p.forward.stages == 1 && p.backward.stages == 1);
+    }
+    /* CUDA without matrix units, HIP without (RDNA2) or in fp32, OpenCL
+     * (even with XMX), the reference: SIMT tiles, which OpenCL also runs
+     * in its streaming kernels (at head_dim 128 in 48 or 64 KiB they take
+     * the larger tiles). */
     fa_device_desc plain = *device("h100");
     plain.matrix_flops_per_clock_cu = 0;
     plain.matrix_m = plain.matrix_n = plain.matrix_k = 0;
@@ -475,7 +503,11 @@ FA_TEST(variants_by_backend) {
     plain_cl.matrix_m = plain_cl.matrix_n = plain_cl.matrix_k = 0;
     fa_device_desc ref = *device("pocl-cpu");
     ref.backend = FA_BACKEND_REFERENCE;
-    const fa_device_desc *simt[] = {&plain, device("mi250x"), &plain_cl, &ref};
+    fa_device_desc rdna2 = *device("mi250x");
+    snprintf(rdna2.arch, sizeof rdna2.arch, "gfx1030");
+    rdna2.simd_width = 32;
+    rdna2.matrix_flops_per_clock_cu = 0;
+    const fa_device_desc *simt[] = {&plain, &rdna2, &plain_cl, &ref};
     for (size_t i = 0; i < COUNT(simt); i++) {
         CHECK_OK(fa_plan_for_device(simt[i], &d, &p));
         const fa_variant want = simt[i]->backend == FA_BACKEND_OPENCL ? FA_VARIANT_SIMT_STREAM : FA_VARIANT_SIMT;
@@ -696,14 +728,17 @@ FA_TEST(format_shows_plan) {
 }
 
 FA_TEST(described_devices_table) {
-    static const char *keys[] = {"h100", "mi250x", "arc-a770", "nvidia-opencl", "pocl-cpu"};
-    CHECK(fa_described_device_count() == 5);
-    for (int i = 0; i < 5; i++) {
+    static const char *keys[] = {"h100", "mi250x", "mi300x", "arc-a770", "nvidia-opencl", "pocl-cpu"};
+    CHECK(fa_described_device_count() == 6);
+    for (int i = 0; i < 6; i++) {
         const fa_described_device *dd = fa_described_device_get(i);
         CHECK(dd && strcmp(dd->key, keys[i]) == 0 && fa_described_device_find(keys[i]) == dd);
         CHECK(dd->desc.name[0] && dd->desc.vendor[0] && dd->desc.global_mem_bytes > 0);
     }
-    CHECK(fa_described_device_get(5) == NULL && fa_described_device_get(-1) == NULL);
+    CHECK(fa_described_device_get(6) == NULL && fa_described_device_get(-1) == NULL);
+    const fa_device_desc *mi = device("mi300x");
+    CHECK(mi->backend == FA_BACKEND_HIP && strcmp(mi->arch, "gfx942") == 0 && mi->compute_units == 304 &&
+          mi->simd_width == 64 && mi->local_mem_bytes == 65536 && mi->matrix_flops_per_clock_cu == 2048.0);
     CHECK(fa_described_device_find("h200") == NULL && fa_described_device_find(NULL) == NULL);
     const fa_device_desc *h = device("h100");
     CHECK(h->backend == FA_BACKEND_CUDA && h->local_mem_bytes == 232448 && h->compute_units == 132);

@@ -22,7 +22,7 @@ static void print_plan(const fa_device_desc *dev, const fa_attention_desc *desc)
 static const char extra_usage[] =
     "fa-info:\n"
     "  --describe KEY      plan for a described device instead of the ones present:\n"
-    "                      h100, mi250x, arc-a770, nvidia-opencl, pocl-cpu, or all\n";
+    "                      h100, mi250x, mi300x, arc-a770, nvidia-opencl, pocl-cpu, or all\n";
 
 int main(int argc, char **argv) {
     fa_cli cli;

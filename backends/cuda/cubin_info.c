@@ -11,6 +11,7 @@
 #include <string.h>
 
 #define ELF_SHT_SYMTAB 2
+#define ELF_SHT_NOBITS 8
 #define EIATTR_FRAME_SIZE 0x11
 #define EIATTR_REGCOUNT 0x2f
 
@@ -42,7 +43,9 @@ static int read_section(const elf_image *e, uint64_t shoff, unsigned shentsize, 
     s->size = rd64(h + 32);
     s->link = rd32(h + 40);
     s->entsize = rd64(h + 56);
-    return in_bounds(e, s->offset, s->size) ? 0 : -1;
+    /* A section without bits in the file (.nv.shared.*, a kernel's static
+     * shared memory) may name any offset and size. */
+    return s->type == ELF_SHT_NOBITS || in_bounds(e, s->offset, s->size) ? 0 : -1;
 }
 
 /* The NUL-terminated string at off in a string-table section, or NULL. */

@@ -15,7 +15,12 @@
  * "sm_XX" through the NVIDIA mapping in backends/hip_nvidia/, which then
  * also gets kernels_hip/hip_nvidia_prelude.h in front of the source), "-O3",
  * and the plan's -D constants, WAVE among them: the wavefront width comes
- * from the device description, never from an assumption. */
+ * from the device description, never from an assumption.
+ *
+ * MMA plans run the matrix-core kernels (kernels_hip/fwd_mma.hip,
+ * bwd_mma.hip) on the fragment layer core/planner_hip_mma.c gives the plan
+ * on the device; their backward adds dQ into an fp32 accumulator with
+ * atomics, or, in deterministic mode, runs a dQ kernel of its own. */
 #define FA_HIP_RUNTIME_TYPES
 #include "hip_runtime_internal.h"
 
@@ -29,6 +34,7 @@
 #include "kernel_sources.h"
 #include "plan.h"
 #include "planner.h"
+#include "planner_hip_mma.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -150,6 +156,20 @@ static const char *dtype_define(fa_dtype t) {
     }
 }
 
+/* The defines every program takes: tile, wavefront, dtype, options. */
+static int add_common_defines(fa_hip_program *out, const fa_attention_desc *d, const fa_kernel_plan *kp, int wave) {
+    int ok = add_define(out, "-DHEAD_DIM=%d", d->head_dim, 1) && add_define(out, "-DBR=%d", kp->br, 1) &&
+             add_define(out, "-DBC=%d", kp->bc, 1) && add_define(out, "-DTR=%d", kp->thread_rows, 1) &&
+             add_define(out, "-DTC=%d", kp->thread_cols, 1) && add_define(out, "-DWAVE=%d", wave, 1) &&
+             add_define(out, dtype_define(d->q.dtype), 0, 0);
+    if (ok && d->causal) ok = add_define(out, "-DCAUSAL", 0, 0);
+    if (ok && (d->window_left >= 0 || d->window_right >= 0)) ok = add_define(out, "-DWINDOW", 0, 0);
+    if (ok && d->block_mask) ok = add_define(out, "-DBLOCK_MASK", 0, 0);
+    if (ok && d->dropout_p > 0.0f) ok = add_define(out, "-DDROPOUT", 0, 0);
+    if (ok && d->cu_seqlens_q) ok = add_define(out, "-DVARLEN", 0, 0);
+    return ok;
+}
+
 fa_status fa_hip_program_for(const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass, int wave,
                              fa_hip_program *out) {
     if (!d || !kp || !out) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !d ? "desc" : !kp ? "plan" : "out");
@@ -180,15 +200,7 @@ fa_status fa_hip_program_for(const fa_attention_desc *d, const fa_kernel_plan *k
         return fa_fail(FA_ERR_INTERNAL, "%s plan: %d x %d accumulators per work-item exceed %d", name,
                        kp->thread_rows, dpt, FA_HIP_MAX_ACCUMULATORS);
 
-    int ok = add_define(out, "-DHEAD_DIM=%d", d->head_dim, 1) && add_define(out, "-DBR=%d", kp->br, 1) &&
-             add_define(out, "-DBC=%d", kp->bc, 1) && add_define(out, "-DTR=%d", kp->thread_rows, 1) &&
-             add_define(out, "-DTC=%d", kp->thread_cols, 1) && add_define(out, "-DWAVE=%d", wave, 1) &&
-             add_define(out, dtype_define(d->q.dtype), 0, 0);
-    if (ok && d->causal) ok = add_define(out, "-DCAUSAL", 0, 0);
-    if (ok && (d->window_left >= 0 || d->window_right >= 0)) ok = add_define(out, "-DWINDOW", 0, 0);
-    if (ok && d->block_mask) ok = add_define(out, "-DBLOCK_MASK", 0, 0);
-    if (ok && d->dropout_p > 0.0f) ok = add_define(out, "-DDROPOUT", 0, 0);
-    if (ok && d->cu_seqlens_q) ok = add_define(out, "-DVARLEN", 0, 0);
+    int ok = add_common_defines(out, d, kp, wave);
     const int split = pass == FA_PASS_FORWARD && kp->variant == FA_VARIANT_SPLITK && kp->split_k > 1;
     if (ok && split) ok = add_define(out, "-DSPLITK", 0, 0);
     if (!ok) return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit");
@@ -210,6 +222,56 @@ fa_status fa_hip_program_for(const fa_attention_desc *d, const fa_kernel_plan *k
     return FA_SUCCESS;
 }
 
+/* The matrix-core programs: the plan's layer and geometry from
+ * core/planner_hip_mma.c, the kernels of fwd_mma.hip or bwd_mma.hip. The
+ * backward adds dQ into an fp32 accumulator with atomics (DQ_ATOMIC)
+ * unless the descriptor asks for deterministic results, which the dQ
+ * kernel of its own gives. */
+static fa_status mma_program_for(const fa_device_desc *dev, const fa_attention_desc *d, const fa_kernel_plan *kp,
+                                 fa_pass pass, fa_hip_program *out) {
+    const char *name = pass == FA_PASS_BACKWARD ? "backward" : "forward";
+    fa_hip_mma_geometry g;
+    if (!fa_hip_mma_geometry_of(dev, d, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, &g))
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "%s plan: the matrix-core kernels cannot run tile %d x %d with micro-tile %d x %d at head_dim "
+                       "%d in %s on %s (wavefront %d)",
+                       name, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, d->head_dim, fa_dtype_name(d->q.dtype),
+                       dev->arch[0] ? dev->arch : "an unnamed architecture", dev->simd_width);
+    const fa_hip_mma_layer_info *L = fa_hip_mma_layer_get(g.layer);
+    if (kp->work_group_size != g.warps * L->lanes)
+        return fa_fail(FA_ERR_INTERNAL, "%s plan: work_group_size %d is not %d wavefronts of %d", name,
+                       kp->work_group_size, g.warps, L->lanes);
+    const int atomic = pass == FA_PASS_BACKWARD && !d->deterministic;
+    int ok = add_common_defines(out, d, kp, L->lanes) && add_define(out, "-DWARPS=%d", g.warps, 1) &&
+             add_define(out, "-DSTRIPS=%d", g.strips, 1);
+    if (ok && L->define) ok = add_define(out, L->define, 0, 0);
+    if (ok && atomic) ok = add_define(out, "-DDQ_ATOMIC", 0, 0);
+    if (!ok) return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit");
+    out->paths[out->path_count++] = "kernels_hip/common.h";
+    out->paths[out->path_count++] = L->header;
+    out->paths[out->path_count++] = "kernels_hip/mma_frag.h";
+    out->paths[out->path_count++] = "kernels_hip/mma_tiles.h";
+    if (pass == FA_PASS_FORWARD) {
+        out->paths[out->path_count++] = "kernels_hip/fwd_mma.hip";
+        out->kernels[out->kernel_count++] = "fa_forward_mma";
+    } else {
+        out->paths[out->path_count++] = "kernels_hip/bwd_mma.hip";
+        out->kernels[out->kernel_count++] = "fa_bwd_prep_mma";
+        out->kernels[out->kernel_count++] = "fa_bwd_dkdv_mma";
+        out->kernels[out->kernel_count++] = atomic ? "fa_bwd_dq_convert" : "fa_bwd_dq_mma";
+    }
+    return FA_SUCCESS;
+}
+
+fa_status fa_hip_program_for_device(const fa_device_desc *dev, const fa_attention_desc *d, const fa_kernel_plan *kp,
+                                    fa_pass pass, fa_hip_program *out) {
+    if (!dev || !d || !kp || !out)
+        return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !dev ? "device" : !d ? "desc" : !kp ? "plan" : "out");
+    if (kp->variant != FA_VARIANT_MMA) return fa_hip_program_for(d, kp, pass, dev->simd_width, out);
+    memset(out, 0, sizeof *out);
+    return mma_program_for(dev, d, kp, pass, out);
+}
+
 static int is_nvidia_arch(const char *arch) { return arch && strncmp(arch, "sm_", 3) == 0; }
 
 fa_status fa_hip_program_source(const fa_hip_program *prog, const char *arch, char **text_out, size_t *size_out) {
@@ -217,11 +279,12 @@ fa_status fa_hip_program_source(const fa_hip_program *prog, const char *arch, ch
         return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !prog ? "prog" : !text_out ? "text" : "size");
     *text_out = NULL;
     *size_out = 0;
-    const char *paths[5];
+    enum { MAX_PATHS = FA_HIP_MAX_PATHS + 1 };
+    const char *paths[MAX_PATHS];
     int count = 0;
     if (is_nvidia_arch(arch)) paths[count++] = FA_HIP_PRELUDE;
-    for (int i = 0; i < prog->path_count && count < 5; i++) paths[count++] = prog->paths[i];
-    const fa_kernel_source *srcs[5];
+    for (int i = 0; i < prog->path_count && count < MAX_PATHS; i++) paths[count++] = prog->paths[i];
+    const fa_kernel_source *srcs[MAX_PATHS];
     size_t total = 1;
     for (int i = 0; i < count; i++) {
         srcs[i] = fa_kernel_source_find(paths[i]);
@@ -362,6 +425,9 @@ fa_status fa_hip_compile(const char *arch, const fa_hip_program *prog, void **co
 
 typedef struct hip_pass {
     int br, bc, tr, tc, wg;
+    int mma;                    /* the matrix-core kernels (MMA plans) */
+    int dq_atomic;              /* backward, mma: dQ through the fp32 accumulator */
+    int dq_threads;             /* backward, mma, deterministic: the dQ kernel's work-group */
     hipModule_t module;
     hipFunction_t fn[3];
     int fn_count;
@@ -378,6 +444,7 @@ typedef struct fa_hip_plan {
     int fwd_tile_cols, bwd_tile_cols;
     void *part_o, *part_l;      /* split-K partial results */
     void *dvec;                 /* backward: rowsum(dO * O) */
+    void *dq_acc;               /* backward, mma: fp32 dQ [heads_q][total_q][head_dim] */
 
     fa_layout q, k, v, o;
     int block_cols;
@@ -459,7 +526,8 @@ static fa_status check_fit(const fa_hip_context *ctx, const fa_plan_s *plan, con
     if (kp->work_group_size > dev->max_work_group_size)
         return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: work-group of %d exceeds the device's %d", name,
                        kp->work_group_size, dev->max_work_group_size);
-    size_t local = fa_plan_local_mem(FA_VARIANT_SIMT, pass, &plan->desc, kp->br, kp->bc, 1);
+    size_t local = kp->variant == FA_VARIANT_MMA ? fa_hip_mma_local_mem(&plan->desc, pass, kp->br, kp->bc)
+                                                 : fa_plan_local_mem(FA_VARIANT_SIMT, pass, &plan->desc, kp->br, kp->bc, 1);
     if (local > ctx->lds_bytes)
         return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %zu bytes of local memory exceed the device's %zu", name, local,
                        ctx->lds_bytes);
@@ -503,7 +571,8 @@ static void release_plan(fa_hip_plan *p) {
     (void)api->hipStreamSynchronize(p->ctx->stream);
     if (p->fwd.module) (void)api->hipModuleUnload(p->fwd.module);
     if (p->bwd.module) (void)api->hipModuleUnload(p->bwd.module);
-    void *mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles, p->part_o, p->part_l, p->dvec};
+    void *mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles, p->part_o, p->part_l, p->dvec,
+                    p->dq_acc};
     for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
         if (mems[i]) (void)api->hipFree(mems[i]);
     if (p->start) (void)api->hipEventDestroy(p->start);
@@ -523,9 +592,10 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
     const fa_hip_api *api = fa_hip_api_get();
     fa_hip_context *ctx = p->ctx;
 
+    const fa_device_desc *dev = &plan->ctx->info.desc;
     fa_hip_program fwd_prog, bwd_prog;
-    FA_CHECK(fa_hip_program_for(d, &info->forward, FA_PASS_FORWARD, ctx->warp_size, &fwd_prog));
-    FA_CHECK(fa_hip_program_for(d, &info->backward, FA_PASS_BACKWARD, ctx->warp_size, &bwd_prog));
+    FA_CHECK(fa_hip_program_for_device(dev, d, &info->forward, FA_PASS_FORWARD, &fwd_prog));
+    FA_CHECK(fa_hip_program_for_device(dev, d, &info->backward, FA_PASS_BACKWARD, &bwd_prog));
     FA_CHECK(check_fit(ctx, plan, &info->forward, FA_PASS_FORWARD));
     FA_CHECK(check_fit(ctx, plan, &info->backward, FA_PASS_BACKWARD));
     const fa_kernel_plan *kp[2] = {&info->forward, &info->backward};
@@ -536,6 +606,14 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
         hp[i]->tr = kp[i]->thread_rows;
         hp[i]->tc = kp[i]->thread_cols;
         hp[i]->wg = kp[i]->work_group_size;
+        hp[i]->mma = kp[i]->variant == FA_VARIANT_MMA;
+    }
+    if (p->bwd.mma) {
+        fa_hip_mma_geometry g;
+        if (!fa_hip_mma_geometry_of(dev, d, FA_PASS_BACKWARD, p->bwd.br, p->bwd.bc, p->bwd.tr, p->bwd.tc, &g))
+            return fa_fail(FA_ERR_INTERNAL, "backward plan: no matrix-core geometry");
+        p->bwd.dq_atomic = !d->deterministic;
+        p->bwd.dq_threads = g.dq_warps * fa_hip_mma_layer_get(g.layer)->lanes;
     }
     p->num_splits = info->forward.variant == FA_VARIANT_SPLITK && info->forward.split_k > 1 ? info->forward.split_k : 1;
 
@@ -576,6 +654,10 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
     }
     FA_CHECK(fa_workspace_bytes("the backward row sums", (size_t[]){heads, tokens, sizeof(float)}, 3, &bytes));
     FA_CHECK(device_alloc(bytes, NULL, "the backward row sums", &p->dvec));
+    if (p->bwd.mma && p->bwd.dq_atomic) {
+        FA_CHECK(fa_workspace_bytes("the fp32 dQ accumulator", (size_t[]){heads, tokens, dim, sizeof(float)}, 4, &bytes));
+        FA_CHECK(device_alloc(bytes, NULL, "the fp32 dQ accumulator", &p->dq_acc));
+    }
 
     char arch[64], runtime[48];
     target_arch(ctx, arch, sizeof arch);
@@ -739,7 +821,7 @@ static fa_status run_forward(fa_hip_plan *p, const fa_plan_s *plan, const fa_fwd
     arg_ptr(&a, p->part_o);
     arg_ptr(&a, p->part_l);
     const size_t tiles = ((size_t)d->seqlen_q + (size_t)p->fwd.br - 1) / (size_t)p->fwd.br;
-    FA_CHECK(launch(p, p->fwd.fn[0], "fa_forward", tiles, (size_t)d->heads_q, (size_t)d->batch * (size_t)p->num_splits,
+    FA_CHECK(launch(p, p->fwd.fn[0], p->fwd.mma ? "fa_forward_mma" : "fa_forward", tiles, (size_t)d->heads_q, (size_t)d->batch * (size_t)p->num_splits,
                     (unsigned)p->fwd.wg, &a));
     if (p->num_splits == 1) return FA_SUCCESS;
 
@@ -791,7 +873,70 @@ static void bwd_common_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *
     mask_args(a, p, plan, p->bwd_tiles, p->bwd_tile_cols);
 }
 
+/* The tensors the dK/dV and dQ kernels take first. */
+static void bwd_inputs(hip_args *a, const fa_hip_plan *p, const fa_bwd_args *args) {
+    arg_ptr(a, ptr_of(args->q));
+    arg_ptr(a, ptr_of(args->k));
+    arg_ptr(a, ptr_of(args->v));
+    arg_ptr(a, ptr_of(args->lse));
+    arg_ptr(a, ptr_of(args->dout));
+    arg_ptr(a, p->dvec);
+}
+
+/* Rows per work-group of the matrix-core backward's row kernels
+ * (FA_PREP_ROWS in kernels_hip/bwd_mma.hip) and their work-group. */
+#define FA_HIP_PREP_ROWS 32
+#define FA_HIP_PREP_THREADS 256
+
+static fa_status run_backward_mma(fa_hip_plan *p, const fa_plan_s *plan, const fa_bwd_args *args) {
+    const fa_attention_desc *d = &plan->desc;
+    const size_t row_blocks = ((size_t)d->seqlen_q + FA_HIP_PREP_ROWS - 1) / FA_HIP_PREP_ROWS;
+    hip_args a = {0};
+    arg_ptr(&a, ptr_of(args->o));
+    arg_ptr(&a, ptr_of(args->dout));
+    arg_ptr(&a, p->dvec);
+    arg_ptr(&a, p->bwd.dq_atomic ? p->dq_acc : NULL);
+    arg_layout(&a, &p->o);
+    arg_int(&a, d->seqlen_q);
+    arg_int(&a, d->heads_q);
+    arg_i64(&a, plan->total_q);
+    arg_ptr(&a, p->cu_q);
+    FA_CHECK(launch(p, p->bwd.fn[0], "fa_bwd_prep_mma", row_blocks, (size_t)d->heads_q, (size_t)d->batch,
+                    FA_HIP_PREP_THREADS, &a));
+
+    hip_args kv = {0};
+    bwd_inputs(&kv, p, args);
+    arg_ptr(&kv, ptr_of(args->dk));
+    arg_ptr(&kv, ptr_of(args->dv));
+    arg_ptr(&kv, p->dq_acc);
+    bwd_common_args(&kv, p, plan);
+    const size_t ktiles = ((size_t)d->seqlen_k + (size_t)p->bwd.bc - 1) / (size_t)p->bwd.bc;
+    FA_CHECK(launch(p, p->bwd.fn[1], "fa_bwd_dkdv_mma", ktiles, (size_t)d->heads_kv, (size_t)d->batch,
+                    (unsigned)p->bwd.wg, &kv));
+
+    hip_args q = {0};
+    if (p->bwd.dq_atomic) {
+        arg_ptr(&q, p->dq_acc);
+        arg_ptr(&q, ptr_of(args->dq));
+        arg_layout(&q, &p->q);
+        arg_int(&q, d->seqlen_q);
+        arg_int(&q, d->heads_q);
+        arg_i64(&q, plan->total_q);
+        arg_ptr(&q, p->cu_q);
+        arg_float(&q, plan->scale);
+        return launch(p, p->bwd.fn[2], "fa_bwd_dq_convert", row_blocks, (size_t)d->heads_q, (size_t)d->batch,
+                      FA_HIP_PREP_THREADS, &q);
+    }
+    bwd_inputs(&q, p, args);
+    arg_ptr(&q, ptr_of(args->dq));
+    bwd_common_args(&q, p, plan);
+    const size_t qtiles = ((size_t)d->seqlen_q + (size_t)p->bwd.br - 1) / (size_t)p->bwd.br;
+    return launch(p, p->bwd.fn[2], "fa_bwd_dq_mma", qtiles, (size_t)d->heads_q, (size_t)d->batch,
+                  (unsigned)p->bwd.dq_threads, &q);
+}
+
 static fa_status run_backward(fa_hip_plan *p, const fa_plan_s *plan, const fa_bwd_args *args) {
+    if (p->bwd.mma) return run_backward_mma(p, plan, args);
     const fa_attention_desc *d = &plan->desc;
     hip_args a = {0};
     arg_ptr(&a, ptr_of(args->o));
@@ -806,12 +951,7 @@ static fa_status run_backward(fa_hip_plan *p, const fa_plan_s *plan, const fa_bw
                     (size_t)d->batch, 64, &a));
 
     hip_args kv = {0};
-    arg_ptr(&kv, ptr_of(args->q));
-    arg_ptr(&kv, ptr_of(args->k));
-    arg_ptr(&kv, ptr_of(args->v));
-    arg_ptr(&kv, ptr_of(args->lse));
-    arg_ptr(&kv, ptr_of(args->dout));
-    arg_ptr(&kv, p->dvec);
+    bwd_inputs(&kv, p, args);
     arg_ptr(&kv, ptr_of(args->dk));
     arg_ptr(&kv, ptr_of(args->dv));
     bwd_common_args(&kv, p, plan);
@@ -820,12 +960,7 @@ static fa_status run_backward(fa_hip_plan *p, const fa_plan_s *plan, const fa_bw
                     (unsigned)p->bwd.wg, &kv));
 
     hip_args q = {0};
-    arg_ptr(&q, ptr_of(args->q));
-    arg_ptr(&q, ptr_of(args->k));
-    arg_ptr(&q, ptr_of(args->v));
-    arg_ptr(&q, ptr_of(args->lse));
-    arg_ptr(&q, ptr_of(args->dout));
-    arg_ptr(&q, p->dvec);
+    bwd_inputs(&q, p, args);
     arg_ptr(&q, ptr_of(args->dq));
     bwd_common_args(&q, p, plan);
     const size_t qtiles = ((size_t)d->seqlen_q + (size_t)p->bwd.br - 1) / (size_t)p->bwd.br;

@@ -90,7 +90,8 @@ fa_status fa_hip_error(hipError_t err, const char *what) {
  *   and MI250X (gfx90a) 383 TFLOP/s are both 1024 per CU per clock; MI300X
  *   (gfx942) 1307 TFLOP/s is 2048; MI355X (gfx950) 4096; RDNA3 WMMA 512,
  *   RDNA4 1024; RDNA1/RDNA2 and GCN have no matrix units.
- * - shape: the MFMA v_mfma_f32_32x32x8f16 on CDNA, WMMA 16x16x16 on RDNA3+.
+ * - shape: the MFMA v_mfma_f32_32x32x8f16 on CDNA, WMMA 16x16x16 on RDNA3+,
+ *   mma.sync m16n8k16 on NVIDIA through the mapping.
  * On RDNA in WGP mode the runtime may count work-group processors (two CUs
  * each) as compute units; the rates above are per CU and then understate
  * such a device by half, which errs on the safe side for the planner. */
@@ -110,8 +111,12 @@ static const hip_arch_rates hip_rates[] = {
     {"gfx950", 256.0, 4096.0, 32, 32, 8},
     {"gfx11", 256.0, 512.0, 16, 16, 16},
     {"gfx12", 256.0, 1024.0, 16, 16, 16},
-    /* NVIDIA through the mapping: FMA rate of sm_80+ SMs; the HIP kernels
-     * use no matrix units there. */
+    /* NVIDIA through the mapping: FMA rate of sm_80+ SMs, and the tensor
+     * cores the HIP matrix-core kernels run with mma.sync m16n8k16 (dense
+     * fp16: A100 312 TFLOP/s is 2048 per SM per clock, H100 4096). */
+    {"sm_8", 256.0, 2048.0, 16, 8, 16},
+    {"sm_9", 256.0, 4096.0, 16, 8, 16},
+    {"sm_1", 256.0, 4096.0, 16, 8, 16},
     {"sm_", 256.0, 0.0, 0, 0, 0},
 };
 

@@ -61,14 +61,15 @@ void fa_hip_native_free(fa_hip_native_mem *mem);
 /* Attention half (hip_attention.c)                                         */
 /* ------------------------------------------------------------------------ */
 
-#define FA_HIP_MAX_DEFINES 16
+#define FA_HIP_MAX_DEFINES 24
+#define FA_HIP_MAX_PATHS 6
 #define FA_HIP_DEFINE_SIZE 40
 
 /* The kernels of one pass as the backend builds them: the kernels_hip/
  * sources in order, the -D options fixed by the plan, the entry points.
  * The CI compile check builds exactly these for AMD targets. */
 typedef struct fa_hip_program {
-    const char *paths[4];
+    const char *paths[FA_HIP_MAX_PATHS];
     int path_count;
     char defines[FA_HIP_MAX_DEFINES][FA_HIP_DEFINE_SIZE];
     int define_count;
@@ -81,6 +82,12 @@ typedef struct fa_hip_program {
  * shape the kernels need (divisibility, accumulators per work-item). */
 fa_status fa_hip_program_for(const fa_attention_desc *desc, const fa_kernel_plan *kp, fa_pass pass, int wave,
                              fa_hip_program *out);
+
+/* The program of a pass for a kernel plan on a device: the matrix-core
+ * kernels (fwd_mma.hip, bwd_mma.hip on the layer core/planner_hip_mma.c
+ * gives the plan) for MMA plans, fa_hip_program_for's otherwise. */
+fa_status fa_hip_program_for_device(const fa_device_desc *dev, const fa_attention_desc *desc, const fa_kernel_plan *kp,
+                                    fa_pass pass, fa_hip_program *out);
 
 /* The program's full source text as compiled for arch (the NVIDIA prelude
  * first when arch is "sm_*"), malloc'ed; *size without the NUL. */

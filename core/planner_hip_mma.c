@@ -1,0 +1,179 @@
+/* HIP plans on matrix cores: which layer of kernels_hip/ a device's matrix
+ * units take, and what a tile and micro-tile mean to fwd_mma.hip and
+ * bwd_mma.hip (wavefronts, strips of own rows, registers, local memory).
+ * The planner (planner.c) enumerates tiles as for every family and asks
+ * here whether one runs; the HIP backend asks for the geometry to build
+ * the kernels.
+ *
+ * The micro-tile of an MMA plan is the scores a lane holds, as for SIMT
+ * plans, so that (br / tr) * (bc / tc) is the work-group: per fragment a
+ * lane holds c_elems scores on own_slots own rows. Forward the own rows are
+ * queries: tr = own_slots * strips, tc = (bc / other side) * c_elems /
+ * own_slots. Backward (the dK/dV kernel) they are keys: tc = own_slots *
+ * strips, tr = (br / other side) * c_elems / own_slots. Layers differ in
+ * these counts, so a micro-tile names its layer on a device (the CDNA
+ * shapes: tc = bc / 2 for 32x32x8, bc / 4 for 16x16x16). */
+#include "planner_hip_mma.h"
+
+#include "fa_internal.h"
+
+#include <string.h>
+
+/* Register budgets, in fp32 words of fragments a lane holds per strip:
+ * forward the Q operands, the scores twice (they become the P operands
+ * and pass through the masks' and dropout's arithmetic) and the output
+ * accumulators; backward dK and dV and five words a score of the dK/dV
+ * kernel (S and dP, their operands, the softmax gradient's arithmetic),
+ * or dQ and three a score of the deterministic dQ kernel.
+ * NVIDIA has 255 registers a thread; CDNA 512 (256 VGPRs and 256 AGPRs for
+ * the accumulators) at one wavefront a SIMD; RDNA3 256 VGPRs in wave32.
+ * Calibrated by tests/test_hip_compile.c, which compiles every plan for
+ * each target and fails on spills: on NVIDIA (NVRTC 13.0) 160 words
+ * forward took 248 registers with every option at head_dim 128; the dK/dV
+ * kernel spilled at 64 x 64, head_dim 32 (two words a score: 96) with
+ * every option. */
+static const fa_hip_mma_layer_info layers[FA_HIP_MMA_LAYER_COUNT] = {
+    [FA_HIP_MMA_NVIDIA] = {"nvidia", "kernels_hip/mma_nvidia.h", NULL, 16, 8, 16, 32, 0, 8, 4, 4, 2, 160, 176},
+    [FA_HIP_MMA_MFMA32] = {"mfma32", "kernels_hip/mma_cdna.h", "-DFA_MFMA32", 32, 32, 8, 64, 1, 4, 4, 16, 1, 256, 256},
+    [FA_HIP_MMA_MFMA16] = {"mfma16", "kernels_hip/mma_cdna.h", "-DFA_MFMA16", 16, 16, 16, 64, 1, 4, 4, 4, 1, 256, 256},
+    [FA_HIP_MMA_WMMA] = {"wmma", "kernels_hip/mma_rdna3.h", NULL, 16, 16, 16, 32, 1, 16, 16, 8, 1, 160, 160},
+};
+
+static const int strip_counts[] = {1, 2};
+static const int warp_counts[] = {1, 2, 4, 8};
+
+const fa_hip_mma_layer_info *fa_hip_mma_layer_get(fa_hip_mma_layer layer) {
+    if ((int)layer <= FA_HIP_MMA_NONE || layer >= FA_HIP_MMA_LAYER_COUNT) return NULL;
+    return &layers[layer];
+}
+
+/* "sm_90" -> 90; 0 for other names. */
+static int sm_number(const char *arch) {
+    if (strncmp(arch, "sm_", 3) != 0) return 0;
+    int v = 0;
+    for (const char *c = arch + 3; *c >= '0' && *c <= '9'; c++) v = 10 * v + (*c - '0');
+    return v;
+}
+
+int fa_hip_mma_layers(const fa_device_desc *dev, fa_dtype dtype, fa_hip_mma_layer out[2]) {
+    if (!dev || dev->backend != FA_BACKEND_HIP || !(dev->matrix_flops_per_clock_cu > 0.0)) return 0;
+    if (dtype != FA_DTYPE_F16 && dtype != FA_DTYPE_BF16) return 0;
+    int n = 0;
+    /* CDNA2 on (gfx908, CDNA1, lacks the bf16 _1k forms); RDNA3 only
+     * (RDNA4's WMMA lays its operands out otherwise). */
+    if (sm_number(dev->arch) >= 80) {
+        out[n++] = FA_HIP_MMA_NVIDIA;
+    } else if (strcmp(dev->arch, "gfx90a") == 0 || strncmp(dev->arch, "gfx94", 5) == 0 ||
+               strncmp(dev->arch, "gfx95", 5) == 0) {
+        out[n++] = FA_HIP_MMA_MFMA32;
+        out[n++] = FA_HIP_MMA_MFMA16;
+    } else if (strncmp(dev->arch, "gfx11", 5) == 0) {
+        out[n++] = FA_HIP_MMA_WMMA;
+    }
+    /* The wavefront the kernels are built for must be the instruction's. */
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (layers[out[i]].lanes == dev->simd_width) out[kept++] = out[i];
+    return kept;
+}
+
+int fa_hip_mma_applies(const fa_device_desc *dev, const fa_attention_desc *desc) {
+    fa_hip_mma_layer l[2];
+    return dev && desc && fa_hip_mma_layers(dev, desc->q.dtype, l) > 0;
+}
+
+static int own_side(const fa_hip_mma_layer_info *L) { return L->own_n ? L->n : L->m; }
+static int other_side(const fa_hip_mma_layer_info *L) { return L->own_n ? L->m : L->n; }
+static int own_op_elems(const fa_hip_mma_layer_info *L) { return L->own_n ? L->b_elems : L->a_elems; }
+/* Scores a lane holds per own row of one fragment. */
+static int others_per_lane(const fa_hip_mma_layer_info *L) { return L->c_elems / L->own_slots; }
+
+static int in_list(int v, const int *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (list[i] == v) return 1;
+    return 0;
+}
+
+/* Whether a layer runs a tile with strips own strips a wavefront;
+ * fills g. */
+static int shape_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, fa_hip_mma_layer layer,
+                    int br, int bc, int strips, fa_hip_mma_geometry *g) {
+    const fa_hip_mma_layer_info *L = &layers[layer];
+    const int d = desc->head_dim, own = own_side(L), other = other_side(L), acc = (d / other) * L->c_elems;
+    const int own_rows = pass == FA_PASS_FORWARD ? br : bc, other_rows = pass == FA_PASS_FORWARD ? bc : br;
+    if (d % L->k || d % other || other_rows % other || other_rows % L->k) return 0;
+    if (own_rows % (strips * own)) return 0;
+    const int warps = own_rows / (strips * own);
+    if (!in_list(warps, warp_counts, FA_ARRAY_SIZE(warp_counts)) || warps * L->lanes > dev->max_work_group_size)
+        return 0;
+    const int scores = (other_rows / other) * L->c_elems;
+    int dq_warps = 0;
+    if (pass == FA_PASS_FORWARD) {
+        /* Q comes in through the K and V tiles. */
+        if (br > 2 * bc) return 0;
+        const int q_words = (d / L->k) * own_op_elems(L) / 2;
+        if (strips * (q_words + 2 * scores + acc) > L->fwd_budget) return 0;
+    } else {
+        /* dQ = dS K from local memory (queries along m, head_dim along n),
+         * and the deterministic dQ kernel's strips of queries. */
+        if (br % L->m || d % L->n || br % own) return 0;
+        dq_warps = br / own;
+        if (dq_warps * L->lanes > dev->max_work_group_size) return 0;
+        if (strips * (2 * acc + 5 * scores) > L->bwd_budget) return 0;
+        if (desc->deterministic && acc + 3 * (bc / other) * L->c_elems > L->bwd_budget) return 0;
+    }
+    if (g) {
+        g->layer = layer;
+        g->warps = warps;
+        g->strips = strips;
+        g->dq_warps = dq_warps;
+    }
+    return 1;
+}
+
+/* The micro-tile of a layer and strip count on a tile. */
+static void micro_tile(const fa_hip_mma_layer_info *L, fa_pass pass, int br, int bc, int strips, int *tr, int *tc) {
+    const int own = L->own_slots * strips;
+    if (pass == FA_PASS_FORWARD) {
+        *tr = own;
+        *tc = bc / other_side(L) * others_per_lane(L);
+    } else {
+        *tr = br / other_side(L) * others_per_lane(L);
+        *tc = own;
+    }
+}
+
+int fa_hip_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                           int tr, int tc, fa_hip_mma_geometry *g) {
+    if (!dev || !desc || br <= 0 || bc <= 0 || tr <= 0 || tc <= 0) return 0;
+    fa_hip_mma_layer list[2];
+    const int n = fa_hip_mma_layers(dev, desc->q.dtype, list);
+    for (int i = 0; i < n; i++)
+        for (size_t s = 0; s < FA_ARRAY_SIZE(strip_counts); s++) {
+            int want_tr, want_tc;
+            micro_tile(&layers[list[i]], pass, br, bc, strip_counts[s], &want_tr, &want_tc);
+            if (want_tr == tr && want_tc == tc && shape_ok(dev, desc, pass, list[i], br, bc, strip_counts[s], g))
+                return 1;
+        }
+    return 0;
+}
+
+int fa_hip_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
+    if (!dev || !desc) return 0;
+    fa_hip_mma_layer list[2];
+    const int n = fa_hip_mma_layers(dev, desc->q.dtype, list);
+    for (int i = 0; i < n; i++)
+        for (size_t s = 0; s < FA_ARRAY_SIZE(strip_counts); s++)
+            if (shape_ok(dev, desc, pass, list[i], br, bc, strip_counts[s], NULL)) return 1;
+    return 0;
+}
+
+size_t fa_hip_mma_local_mem(const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
+    if (!desc || br <= 0 || bc <= 0 || desc->head_dim <= 0) return 0;
+    const size_t row = 2 * ((size_t)desc->head_dim + 8), r = (size_t)br, c = (size_t)bc;
+    /* fwd_mma.hip: K and V tiles. */
+    if (pass == FA_PASS_FORWARD) return 2 * c * row;
+    /* bwd_mma.hip, fa_bwd_dkdv_mma: K, V, Q, dO tiles, dS [query][key]
+     * (rows of bc + 8), L and D. */
+    return 2 * (c + r) * row + r * 2 * (c + 8) + 2 * r * 4;
+}

@@ -1,0 +1,41 @@
+/* Clears the macros a kernels_hip/mma_<layer>.h defines, so that
+ * tests/test_hip_mma_layouts.c can read every layer's index functions in
+ * one translation unit. */
+#undef FA_LAYER_NAME
+#undef FA_SG
+#undef FA_M
+#undef FA_N
+#undef FA_K
+#undef FA_A_ELEMS
+#undef FA_B_ELEMS
+#undef FA_C_ELEMS
+#undef FA_A_ROW
+#undef FA_A_COL
+#undef FA_B_K
+#undef FA_B_N
+#undef FA_C_ROW
+#undef FA_C_COL
+#undef FA_OWN_N
+#undef FA_OWN_SLOTS
+#undef FA_OWN_SLOT
+#undef FA_OWN_IDX
+#undef FA_RED_STEPS
+#undef FA_RED_MASK
+#undef FA_X2P_FRAG
+#undef FA_X2P_ELEM
+#undef FA_X2P_LANE
+#undef FA_C_RUN_M
+#undef FA_C_RUN_N
+#undef FA_A_KRUN
+#undef FA_B_KRUN
+#undef FA_INSTR_F16
+#undef FA_INSTR_BF16
+#undef FA_HALF_LANES
+#undef FA_LDSM_A_ROW
+#undef FA_LDSM_A_COL
+#undef FA_LDSM_AT_ROW
+#undef FA_LDSM_AT_COL
+#undef FA_LDSM_BNK_ROW
+#undef FA_LDSM_BNK_COL
+#undef FA_LDSM_BKN_ROW
+#undef FA_LDSM_BKN_COL

@@ -9,12 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh
 . bench/gpu_env.sh
-fa_gpu_info
-fa_nvidia_opencl
-fa_clblast
-fa_hip_nvidia_args
-stamp "configure and build"
-fa_gpu_build build-gpu "" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_OPENCL=ON "${hip_args[@]}" || exit 1
+fa_gpu_build_all || exit 1
 build-gpu/fa-info 2>&1 | grep -E "^\[|available" | tee "$out/fa-info.txt"
 stamp "device and compile tests"
 ctest --test-dir build-gpu -L "device|compile" -j8 --timeout 500 > "$out/ctest.log" 2>&1

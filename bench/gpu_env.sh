@@ -5,7 +5,7 @@
 # Sets: out (from $OUT, default ./gpu-out; created), t_start.
 # Exports: FLASHATTN_CACHE_DIR (default /tmp/fa-kernel-cache).
 # Functions: stamp, fa_gpu_info, fa_nvidia_opencl, fa_hip_nvidia_args,
-# fa_clblast, fa_gpu_build.
+# fa_clblast, fa_gpu_build, fa_gpu_build_all.
 # shellcheck shell=bash
 
 out=${OUT:-$PWD/gpu-out}
@@ -77,4 +77,17 @@ fa_gpu_build() {
   cmake -S . -B "$dir" -DFA_WERROR=ON "$@" > "$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; return 1; }
   cmake --build "$dir" -j"$(nproc)" "${target_args[@]}" > "$out/build.log" 2>&1 ||
     { grep -E "error|warning" "$out/build.log" | head -40; tail -5 "$out/build.log"; return 1; }
+}
+
+# Every backend the machine can run (CUDA, NVIDIA's OpenCL with CLBlast
+# where .deps/clblast has it, HIP through the mapping where .deps/hip has
+# its headers) built into build-gpu (Release), after the GPU's details.
+# Returns 1 when the build fails.
+fa_gpu_build_all() {
+  fa_gpu_info
+  fa_nvidia_opencl
+  fa_clblast
+  fa_hip_nvidia_args
+  stamp "configure and build"
+  fa_gpu_build build-gpu "" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_OPENCL=ON "${hip_args[@]}"
 }

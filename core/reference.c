@@ -204,6 +204,11 @@ void fa_ref_forward_f64(const fa_attention_desc *desc, const double *q, const do
                 double *li = lse + fa_ref_lse_index(desc, b, h, i);
                 for (int x = 0; x < d; x++) oi[x] = 0.0;
 
+                /* Only the masks make a row fully masked. Past them the
+                 * arithmetic is IEEE's with no case of its own: m ignores a
+                 * NaN score, whose exp then makes the sum NaN; a +inf score
+                 * gives exp(inf - inf), scores all -inf exp(-inf + inf),
+                 * NaN both, as softmax is there (include/flashattn.h). */
                 double m = -INFINITY;
                 int visible = 0;
                 for (int j = 0; j < sk; j++) {
@@ -225,10 +230,11 @@ void fa_ref_forward_f64(const fa_attention_desc *desc, const double *q, const do
                 }
                 double lse_i = m + log(sum);
                 *li = lse_i;
+                /* Dropout multiplies: a dropped key's NaN or inf in V still
+                 * makes NaN (0 * NaN), as dropout(P) V does. */
                 for (int j = 0; j < sk; j++) {
                     if (!fa_ref_visible(desc, sq, sk, i, j)) continue;
                     double zf = dropout_factor(desc, &drop, b, h, i, j);
-                    if (zf == 0.0) continue;
                     double s = scores ? scores[j] : scale * dot(qi, k + layout_row(&L.k, b, j, hk), d);
                     double p = exp(s - lse_i) * zf;
                     const double *vj = v + layout_row(&L.v, b, j, hk);
@@ -500,8 +506,7 @@ fa_status fa_ref_standard_forward(const fa_attention_desc *desc, const void *q, 
                         if (!fa_ref_visible(desc, sq, sk, i, j)) continue;
                         float p = round_to(dt, expf((float)srow[j] - m) / sum);
                         double zf = dropout_factor(desc, &drop, b, h, i, j);
-                        if (zf == 0.0) continue;
-                        if (drop.on) p = round_to(dt, p * keep_scale);
+                        if (drop.on) p = round_to(dt, p * (zf == 0.0 ? 0.0f : keep_scale));
                         const double *vj = vd + layout_row(&L.v, b, j, hk);
                         for (int x = 0; x < d; x++) orow[x] += p * (float)vj[x];
                     }

@@ -7,7 +7,9 @@
  *   L_i   = log sum_j exp(s_j)                 (-inf if no key is visible)
  *   p_j   = exp(s_j - L_i)
  *   o_i   = sum_j p_j * z_j / (1 - p_drop) * v_j   z_j: dropout keep bit
- * A row with no visible key gives o_i = 0 and L_i = -inf.
+ * A row with no visible key gives o_i = 0 and L_i = -inf. Everything else
+ * is plain IEEE arithmetic, NaN and infinities included: the rules above
+ * fa_forward in include/flashattn.h, which every kernel follows.
  * Backward, from (Q, K, V, O, L, dO):
  *   D_i    = dO_i . O_i
  *   dP_ij  = z_ij / (1 - p_drop) * dO_i . v_j

@@ -463,7 +463,36 @@ FA_API fa_status fa_plan_destroy(fa_plan plan);
  * of its buffer. */
 
 /* O and the log-sum-exp L. Buffers must belong to the plan's context and
- * hold their tensors as the descriptor lays them out. */
+ * hold their tensors as the descriptor lays them out.
+ *
+ * Non-finite values. Every backend computes in IEEE fp32 arithmetic (the
+ * CPU reference in fp64) and hides no NaN or infinity:
+ * - A row is fully masked, O = 0 and L = -inf (and in fa_backward no
+ *   gradient from it), exactly when the masks (causal, window, block mask,
+ *   sequence lengths) leave it no key; never because of its values.
+ * - Otherwise L and O are what IEEE arithmetic makes of the softmax over
+ *   the row's visible keys: a NaN in its query or in a visible key, a
+ *   logit of +inf, or visible logits that are all -inf give L = NaN and O
+ *   all NaN; a logit of -inf among finite ones weighs 0; a NaN or an
+ *   infinity in a visible key's value reaches O in that dimension. Dropout
+ *   multiplies P by 0 or 1 / (1 - p): a dropped key's NaN or infinite
+ *   value still gives NaN.
+ * - Logits are computed in fp32 (scale * q.k accumulated in fp32, whatever
+ *   the dtype): where that overflows, the result is fp32's, NaN or
+ *   infinite, where the fp64 reference may still be finite. fp16 inputs
+ *   cannot get there; fp32 and bf16 ones of about 1e19 and more can.
+ * - fa_backward differentiates the same arithmetic: a NaN or an infinity
+ *   in Q, K, V, O, dO or L reaches the gradients of the (query, key) pairs
+ *   it enters. A row with L = -inf is taken as fully masked (fa_forward
+ *   writes -inf for those rows only).
+ * - A pair the masks hide never enters a softmax: the key of a hidden pair
+ *   never changes O or L. But inside the tiles a kernel computes, hidden
+ *   pairs take part in the products as exact zeros, and 0 * inf and
+ *   0 * NaN are NaN: a NaN or an infinity in V (fa_forward), or in Q, K,
+ *   V, O or dO (fa_backward), may reach the outputs of a row or a key the
+ *   masks hide it from (standard attention's too). Finite inputs never
+ *   make NaN so: keep hidden padding finite (varlen padding outside the
+ *   sequences is never read). */
 FA_API fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v,
                      fa_buffer o, fa_buffer lse);
 /* dQ, dK, dV from Q, K, V, O, L and dO (P recomputed from L). */

@@ -70,7 +70,7 @@
             for (int j = 0; j < TC; j++) {                                                 \
                 const int r_ = (ROW), c_ = (COL);                                          \
                 float pv = exp2(s[i][j] * scale_log2 - Ls[r_]);                            \
-                if (cls == FA_TILE_PARTIAL && !fa_visible(&mask, block_mask, q0 + r_, k0 + c_)) \
+                if (cls == FA_TILE_PARTIAL && !fa_visible(&mask, block_mask, q0, r_, k0, c_)) \
                     pv = 0.0f;                                                             \
                 s[i][j] = pv;                                                              \
                 DROPOUT_STORE(PTILE[r_ * (RS) + c_ * (CS)] = pv);                          \
@@ -131,7 +131,7 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
     for (int e = lid; e < BC * D8; e += WG_SIZE) {
         int c = e / D8, x0 = (e % D8) * 8;
         float8 kv = (float8)(0.0f), vv = (float8)(0.0f);
-        if (k0 + c < seq.len_k) {
+        if (c < seq.len_k - k0) {
             kv = LOAD8(k, k_base + (long)c * k_ss + x0);
             vv = LOAD8(v, v_base + (long)c * v_ss + x0);
         }
@@ -143,23 +143,23 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
     for (int j = 0; j < KPT; j++)
         for (int u = 0; u < DPT; u++) acc_k[j][u] = acc_v[j][u] = 0.0f;
 
-    int r_lo, r_hi;
-    fa_query_range(&mask, k0, min(k0 + BC, seq.len_k) - 1, &r_lo, &r_hi);
-    const int t_begin = r_lo / BR, t_end = r_hi > r_lo ? (r_hi + BR - 1) / BR : t_begin;
+    int r_lo, r_hi, t_begin, t_end;
+    fa_query_range(&mask, k0, k0 + min(BC, seq.len_k - k0) - 1, &r_lo, &r_hi);
+    fa_tile_span(r_lo, r_hi, BR, &t_begin, &t_end);
 
     for (int hh = 0; hh < group; hh++) {
         const int h = hk * group + hh;
         for (int t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end); t < t_end;
              t = fa_next_query_tile(tile_map, tile_cols, k0, t + 1, t_end)) {
             const int q0 = t * BR;
-            const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0);
+            const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS);
 
             const long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
             const long o_base = fa_row_index(lo, b, seq.start_q, q0, h);
             for (int e = lid; e < BR * D8; e += WG_SIZE) {
                 int r = e / D8, x0 = (e % D8) * 8;
                 float8 qv = (float8)(0.0f), gv = (float8)(0.0f);
-                if (q0 + r < seq.len_q) {
+                if (r < seq.len_q - q0) {
                     qv = LOAD8(q, q_base + (long)r * q_ss + x0);
                     gv = LOAD8(dout, o_base + (long)r * o_ss + x0);
                 }
@@ -168,7 +168,7 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
             }
             for (int r = lid; r < BR; r += WG_SIZE) {
                 float lv_ = INFINITY, dv_ = 0.0f;
-                if (q0 + r < seq.len_q) {
+                if (r < seq.len_q - q0) {
                     long li = fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q);
                     float L = lse[li];
                     lv_ = L == -INFINITY ? INFINITY : L * FA_LOG2E;
@@ -234,7 +234,7 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
     const long dv_base = fa_row_index(lv, b, seq.start_k, k0, hk);
     for (int j = 0; j < KPT; j++) {
         const int c = tr + j * NTR;
-        if (c >= BC || k0 + c >= seq.len_k) continue;
+        if (c >= BC || c >= seq.len_k - k0) continue;
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
             if (x >= HEAD_DIM) continue;
@@ -273,7 +273,7 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
     for (int e = lid; e < BR * D8; e += WG_SIZE) {
         int r = e / D8, x0 = (e % D8) * 8;
         float8 qv = (float8)(0.0f), gv = (float8)(0.0f);
-        if (q0 + r < seq.len_q) {
+        if (r < seq.len_q - q0) {
             qv = LOAD8(q, q_base + (long)r * q_ss + x0);
             gv = LOAD8(dout, o_base + (long)r * o_ss + x0);
         }
@@ -282,7 +282,7 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
     }
     for (int r = lid; r < BR; r += WG_SIZE) {
         float lv_ = INFINITY, dv_ = 0.0f;
-        if (q0 + r < seq.len_q) {
+        if (r < seq.len_q - q0) {
             long li = fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q);
             float L = lse[li];
             lv_ = L == -INFINITY ? INFINITY : L * FA_LOG2E;
@@ -296,23 +296,23 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
     for (int i = 0; i < TR; i++)
         for (int u = 0; u < DPT; u++) acc[i][u] = 0.0f;
 
-    int k_lo, k_hi;
-    fa_key_range(&mask, q0, min(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
-    const int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+    int k_lo, k_hi, t_begin, t_end;
+    fa_key_range(&mask, q0, q0 + min(BR, seq.len_q - q0) - 1, &k_lo, &k_hi);
+    fa_tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
     const long k_base = fa_row_index(lk, b, seq.start_k, 0, hk);
     const long v_base = fa_row_index(lv, b, seq.start_k, 0, hk);
 
     for (int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end); t < t_end;
          t = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end)) {
         const int k0 = t * BC;
-        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0);
+        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED);
 
         for (int e = lid; e < BC * D8; e += WG_SIZE) {
             int c = e / D8, x0 = (e % D8) * 8;
             float8 kv = (float8)(0.0f), vv = (float8)(0.0f);
-            if (k0 + c < seq.len_k) {
-                kv = LOAD8(k, k_base + (long)(k0 + c) * k_ss + x0);
-                vv = LOAD8(v, v_base + (long)(k0 + c) * v_ss + x0);
+            if (c < seq.len_k - k0) {
+                kv = LOAD8(k, k_base + ((long)k0 + c) * k_ss + x0);
+                vv = LOAD8(v, v_base + ((long)k0 + c) * v_ss + x0);
             }
             float kx[8];
             vstore8(kv, 0, kx);
@@ -360,9 +360,8 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
     }
 
     for (int i = 0; i < TR; i++) {
-        const int r = q0 + tr * TR + i;
-        if (r >= seq.len_q) continue;
-        const long row = fa_row_index(lq, b, seq.start_q, r, h);
+        if (tr * TR + i >= seq.len_q - q0) continue;
+        const long row = fa_row_index(lq, b, seq.start_q, q0 + tr * TR + i, h);
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
             if (x < HEAD_DIM) STORE1(dq, row + x, acc[i][u] * scale);
@@ -493,7 +492,7 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
     do {                                                                                   \
         for (int r_ = lid; r_ < BR; r_ += WG_SIZE) {                                       \
             float lv_ = INFINITY, dv_ = 0.0f;                                              \
-            if ((q0_) + r_ < seq.len_q) {                                                  \
+            if (r_ < seq.len_q - (q0_)) {                                                  \
                 const long li_ = fa_lse_index(b, (h_), (q0_) + r_, heads_q, seqlen_q, seq.start_q, total_q); \
                 const float L_ = lse[li_];                                                 \
                 lv_ = L_ == -INFINITY ? INFINITY : L_ * FA_LOG2E;                          \
@@ -544,7 +543,7 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
             FA_UNROLL for (int j = 0; j < TC; j++) {                                       \
                 float pv = exp2(s[i][j] * scale_log2 - Ls[tr * TR + i]);                   \
                 if (cls == FA_TILE_PARTIAL &&                                              \
-                    !fa_visible(&mask, block_mask, q0 + tr * TR + i, k0 + tc * TC + j))    \
+                    !fa_visible(&mask, block_mask, q0, tr * TR + i, k0, tc * TC + j))      \
                     pv = 0.0f;                                                             \
                 s[i][j] = pv;                                                              \
             }                                                                              \
@@ -702,9 +701,10 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
     FA_UNROLL for (int j = 0; j < TC; j++)
         FA_UNROLL for (int x = 0; x < KGS * KG; x++) acc_k[j][x] = acc_v[j][x] = 0.0f;
 
-    int r_lo, r_hi;
-    fa_query_range(&mask, k0, min(k0 + BC, seq.len_k) - 1, &r_lo, &r_hi);
-    const int t_begin = r_lo / BR, n_t = r_hi > r_lo ? (r_hi + BR - 1) / BR - t_begin : 0;
+    int r_lo, r_hi, t_begin, t_end;
+    fa_query_range(&mask, k0, k0 + min(BC, seq.len_k - k0) - 1, &r_lo, &r_hi);
+    fa_tile_span(r_lo, r_hi, BR, &t_begin, &t_end);
+    const int n_t = t_end - t_begin;
     const int total = group * n_t;
 #ifdef DQ_ATOMIC
     const int rot = n_t > 0 ? (int)(get_group_id(0) % (uint)n_t) : 0;
@@ -722,7 +722,7 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
     while (vis < total) {
         const int h = hk * group + vis / n_t;
         const int q0 = (t_begin + (vis % n_t + rot) % n_t) * BR;
-        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0);
+        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS);
         const long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
         const long o_base = fa_row_index(lo, b, seq.start_q, q0, h);
         const int valid_q = seq.len_q - q0;
@@ -782,10 +782,9 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
             barrier(CLK_LOCAL_MEM_FENCE);
         }
         FA_UNROLL for (int i = 0; i < TR; i++) {
-            const int r = q0 + tr * TR + i;
-            if (r >= seq.len_q) continue;
+            if (tr * TR + i >= seq.len_q - q0) continue;
             volatile __global float *row =
-                dq_acc + fa_lse_index(b, h, r, heads_q, seqlen_q, seq.start_q, total_q) * HEAD_DIM;
+                dq_acc + fa_lse_index(b, h, q0 + tr * TR + i, heads_q, seqlen_q, seq.start_q, total_q) * HEAD_DIM;
             FA_UNROLL for (int u = 0; u < QGS; u++)
                 FA_UNROLL for (int g = 0; g < QG; g++) {
                     const int x = Q_DIM(u, g);
@@ -798,7 +797,7 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
 
     FA_UNROLL for (int j = 0; j < TC; j++) {
         const int c = tc * TC + j;
-        if (k0 + c >= seq.len_k) continue;
+        if (c >= seq.len_k - k0) continue;
         FA_UNROLL for (int u = 0; u < KGS; u++)
             FA_UNROLL for (int g = 0; g < KG; g++) {
                 const int x = K_DIM(u, g);
@@ -838,9 +837,9 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
     FA_UNROLL for (int i = 0; i < TR; i++)
         FA_UNROLL for (int x = 0; x < QGS * QG; x++) acc[i][x] = 0.0f;
 
-    int k_lo, k_hi;
-    fa_key_range(&mask, q0, min(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
-    const int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+    int k_lo, k_hi, t_begin, t_end;
+    fa_key_range(&mask, q0, q0 + min(BR, seq.len_q - q0) - 1, &k_lo, &k_hi);
+    fa_tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
 
     float8 st[NST];
     int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end);
@@ -850,7 +849,7 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
     while (t < t_end) {
         const int k0 = t * BC;
         const int t_next = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end);
-        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0);
+        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED);
         const long kt_base = k_base + (long)k0 * k_ss, vt_base = v_base + (long)k0 * v_ss;
         const int valid_k = seq.len_k - k0;
 
@@ -881,9 +880,8 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
     }
 
     FA_UNROLL for (int i = 0; i < TR; i++) {
-        const int r = q0 + tr * TR + i;
-        if (r >= seq.len_q) continue;
-        const long row = fa_row_index(lq, b, seq.start_q, r, h);
+        if (tr * TR + i >= seq.len_q - q0) continue;
+        const long row = fa_row_index(lq, b, seq.start_q, q0 + tr * TR + i, h);
         FA_UNROLL for (int u = 0; u < QGS; u++)
             FA_UNROLL for (int g = 0; g < QG; g++) {
                 const int x = Q_DIM(u, g);

@@ -45,7 +45,6 @@ __kernel void fa_bwd_dot(__global const store_t *o, __global const store_t *dout
                          , __global float *dq_acc
 #endif
                          ) {
-    const int t = get_global_id(0);
     const int b = get_global_id(1) / heads_q, h = get_global_id(1) % heads_q;
 #ifdef VARLEN
     const long start_q = cu_q[b];
@@ -54,7 +53,10 @@ __kernel void fa_bwd_dot(__global const store_t *o, __global const store_t *dout
     const long start_q = (long)b * seqlen_q;
     const int len_q = seqlen_q;
 #endif
-    if (t >= len_q) return;
+    /* Compared before narrowing: past a sequence near 2^31 tokens the row
+     * passes INT_MAX. */
+    if (get_global_id(0) >= (size_t)len_q) return;
+    const int t = (int)get_global_id(0);
     fa_layout lo = {o_off, o_sb, o_ss, o_sh};
     const long row = fa_row_index(lo, b, start_q, t, h);
     float8 acc = (float8)(0.0f);
@@ -76,7 +78,6 @@ __kernel void fa_bwd_dq_convert(__global const float *dq_acc, __global store_t *
                                 long q_ss, long q_sh, int seqlen_q, int heads_q, long total_q,
                                 __global const int *cu_q, float scale) {
     const int x0 = get_global_id(0) * 8;
-    const int t = get_global_id(1);
     const int b = get_global_id(2) / heads_q, h = get_global_id(2) % heads_q;
     if (x0 >= HEAD_DIM) return;
 #ifdef VARLEN
@@ -86,7 +87,8 @@ __kernel void fa_bwd_dq_convert(__global const float *dq_acc, __global store_t *
     const long start_q = (long)b * seqlen_q;
     const int len_q = seqlen_q;
 #endif
-    if (t >= len_q) return;
+    if (get_global_id(1) >= (size_t)len_q) return; /* before narrowing, as in fa_bwd_dot */
+    const int t = (int)get_global_id(1);
     fa_layout lq = {q_off, q_sb, q_ss, q_sh};
     const long row = fa_row_index(lq, b, start_q, t, h);
     const float8 val = vload8(0, dq_acc + fa_lse_index(b, h, t, heads_q, seqlen_q, start_q, total_q) * HEAD_DIM + x0);

@@ -22,7 +22,9 @@
  *   dS = P (z keep_scale dP - D),  dV += (z keep_scale P)^T dO,  dK += dS^T Q
  * (z the dropout keep bit). A row with L = -inf (no visible key) takes
  * L = +inf, which makes its P exactly 0; hidden elements are set to 0, not
- * multiplied by a mask.
+ * multiplied by a mask. Tiles with rows past the sequence count as partial
+ * in fa_bwd_dkdv (FA_ROWS_FEED_KEYS): their zero queries would otherwise
+ * add 0 * inf to a key's dK and dV.
  *
  * Local memory, exactly core/planner_cl_mma.c's backward figures (16-bit
  * tiles as mma_common.h lays them out):
@@ -100,9 +102,9 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
         FA_MMA_UNROLL for (int j = 0; j < DT; j++)
             FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) dka[kt][j].x[e] = dva[kt][j].x[e] = 0.0f;
 
-    int r_lo, r_hi;
-    fa_query_range(&mask, k0, min(k0 + BC, seq.len_k) - 1, &r_lo, &r_hi);
-    const int t_begin = r_lo / BR, t_end = r_hi > r_lo ? (r_hi + BR - 1) / BR : t_begin;
+    int r_lo, r_hi, t_begin, t_end;
+    fa_query_range(&mask, k0, k0 + min(BC, seq.len_k - k0) - 1, &r_lo, &r_hi);
+    fa_tile_span(r_lo, r_hi, BR, &t_begin, &t_end);
 
     for (int hh = 0; hh < group; hh++) {
         const int h = hk * group + hh;
@@ -116,7 +118,7 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
             fa_fetch_rows(dOs, dout + fa_row_index(lo, b, seq.start_q, q0, h), o_ss, BR, seq.len_q - q0, lid);
             for (int r = lid; r < BR; r += FA_THREADS) {
                 float l2 = INFINITY, dd = 0.0f;
-                if (q0 + r < seq.len_q) {
+                if (r < seq.len_q - q0) {
                     const long li = fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q);
                     const float L = lse[li];
                     l2 = L == -INFINITY ? INFINITY : L * FA_LOG2E;
@@ -154,15 +156,16 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
             }
 
             /* P (times z keep_scale) into st, dS into pt. */
-            const int partial = fa_tile_class(&mask, tile_map, tile_cols, q0, k0) == FA_TILE_PARTIAL;
+            const int partial =
+                fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS) == FA_TILE_PARTIAL;
             FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
                 FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
-                    const int key0 = k0 + key_base + kt * FA_M, ql0 = j * FA_N;
+                    const int kc = key_base + kt * FA_M, ql0 = j * FA_N;
                     fa_c seen;
                     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) seen.x[e] = 1.0f;
-                    if (partial) fa_frag_mask(&seen, &mask, block_mask, key0, q0 + ql0, 1, 0.0f, fc);
+                    if (partial) fa_frag_mask(&seen, &mask, block_mask, q0, ql0, k0, kc, 1, 0.0f, fc);
 #ifdef DROPOUT
-                    const uint keep = fa_frag_keep(&drop, bh, key0, q0 + ql0, 1, fc);
+                    const uint keep = fa_frag_keep(&drop, bh, (uint)k0 + (uint)kc, (uint)q0 + (uint)ql0, 1, fc);
 #else
                     const uint keep = ~0u;
 #endif
@@ -248,11 +251,13 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
                 if (u < DQ_UNITS) {
                     FA_MMA_UNROLL for (int n = 0; n < DQU; n++)
                         FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
-                            const int r = q0 + mq * FA_M + FA_C_ROW(fc.lane, e);
+                            const int r = mq * FA_M + FA_C_ROW(fc.lane, e);
                             const int x = (j0 + n) * FA_N + FA_C_COL(fc.lane, e);
-                            if (r < seq.len_q && x < HEAD_DIM)
-                                fa_atomic_add(dq_acc + fa_lse_index(b, h, r, heads_q, seqlen_q, seq.start_q, total_q) *
-                                                           HEAD_DIM + x,
+                            if (r < seq.len_q - q0 && x < HEAD_DIM)
+                                fa_atomic_add(dq_acc +
+                                                  fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q) *
+                                                      HEAD_DIM +
+                                                  x,
                                               acc[n].x[e]);
                         }
                 }
@@ -323,11 +328,11 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
      * the lane's rows. */
     float l2[FA_C_ROWS], dd[FA_C_ROWS];
     FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) {
-        const int row = q0 + row_base + FA_C_SLOT_ROW(fc.lane, r);
+        const int row = row_base + FA_C_SLOT_ROW(fc.lane, r);
         l2[r] = INFINITY;
         dd[r] = 0.0f;
-        if (row < seq.len_q) {
-            const long li = fa_lse_index(b, h, row, heads_q, seqlen_q, seq.start_q, total_q);
+        if (row < seq.len_q - q0) {
+            const long li = fa_lse_index(b, h, q0 + row, heads_q, seqlen_q, seq.start_q, total_q);
             const float L = lse[li];
             l2[r] = L == -INFINITY ? INFINITY : L * FA_LOG2E;
             dd[r] = dvec[li];
@@ -339,9 +344,9 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
     fa_fetch_rows(Qs, q + fa_row_index(lq, b, seq.start_q, q0, h), q_ss, BR, seq.len_q - q0, lid);
     fa_fetch_rows(dOs, dout + fa_row_index(lo, b, seq.start_q, q0, h), o_ss, BR, seq.len_q - q0, lid);
 
-    int k_lo, k_hi;
-    fa_key_range(&mask, q0, min(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
-    const int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+    int k_lo, k_hi, t_begin, t_end;
+    fa_key_range(&mask, q0, q0 + min(BR, seq.len_q - q0) - 1, &k_lo, &k_hi);
+    fa_tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
 
     fa_c acc[DT];
     FA_MMA_UNROLL for (int j = 0; j < DT; j++)
@@ -371,13 +376,13 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
             }
         }
 
-        const int partial = fa_tile_class(&mask, tile_map, tile_cols, q0, k0) == FA_TILE_PARTIAL;
+        const int partial = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED) == FA_TILE_PARTIAL;
         FA_MMA_UNROLL for (int j = 0; j < NT; j++) {
             fa_c seen;
             FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) seen.x[e] = 1.0f;
-            if (partial) fa_frag_mask(&seen, &mask, block_mask, q0 + row_base, k0 + j * FA_N, 0, 0.0f, fc);
+            if (partial) fa_frag_mask(&seen, &mask, block_mask, q0, row_base, k0, j * FA_N, 0, 0.0f, fc);
 #ifdef DROPOUT
-            const uint keep = fa_frag_keep(&drop, bh, q0 + row_base, k0 + j * FA_N, 0, fc);
+            const uint keep = fa_frag_keep(&drop, bh, (uint)q0 + (uint)row_base, (uint)k0 + (uint)(j * FA_N), 0, fc);
 #else
             const uint keep = ~0u;
 #endif

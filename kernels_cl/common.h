@@ -372,6 +372,12 @@ FA_FN long fa_lse_index(int b, int h, int t, int heads_q, int seqlen_q, long sta
 
 /* ------------------------------------------------------------------------ */
 /* Masks (include/flashattn.h), on positions within one sequence.           */
+/*                                                                          */
+/* A position is a tile's first row or key (q0, k0: always inside the       */
+/* sequence) plus an offset in the tile (r, c). q0 + r may pass INT_MAX on  */
+/* the last tile of a sequence near 2^31 tokens, and window bounds take any */
+/* int: every test below compares what is left of the sequence, or works   */
+/* in 64 bits where it runs once per tile, so that no sum can overflow.     */
 /* ------------------------------------------------------------------------ */
 
 typedef struct fa_mask {
@@ -380,17 +386,29 @@ typedef struct fa_mask {
     int block_q, block_k, block_cols;
 } fa_mask;
 
-FA_FN bool fa_visible(const fa_mask *m, __global const uchar *block_mask, int i, int j) {
-    /* Padding rows (i >= len_q) see nothing: their results are never stored,
-     * and the block mask has no entries for them. */
-    if (j >= m->len_k || i >= m->len_q) return false;
-    int diag = i + m->len_k - m->len_q;
+/* Whether query q0 + r sees key k0 + c. Padding rows and keys (past their
+ * sequence) see nothing: their results are never stored, and the block
+ * mask has no entries for them. The causal and window masks look at the
+ * distance of key j from query i's diagonal i + len_k - len_q,
+ * d = (j - i) - (len_k - len_q): visible iff d <= 0 (causal),
+ * d <= window_right and d >= -window_left. With i and j inside the
+ * sequence, d lies in [1 - len_k, len_q - 1]: no step overflows, whatever
+ * the window bounds. */
+FA_FN bool fa_visible(const fa_mask *m, __global const uchar *block_mask, int q0, int r, int k0, int c) {
+    if (r >= m->len_q - q0 || c >= m->len_k - k0) return false;
+    const int i = q0 + r, j = k0 + c;
+    (void)i;
+    (void)j;
+    (void)block_mask;
+#if defined(CAUSAL) || defined(WINDOW)
+    const int d = (j - i) - (m->len_k - m->len_q);
+#endif
 #ifdef CAUSAL
-    if (j > diag) return false;
+    if (d > 0) return false;
 #endif
 #ifdef WINDOW
-    if (m->window_left >= 0 && j < diag - m->window_left) return false;
-    if (m->window_right >= 0 && j > diag + m->window_right) return false;
+    if (m->window_left >= 0 && d < -m->window_left) return false;
+    if (m->window_right >= 0 && d > m->window_right) return false;
 #endif
 #ifdef BLOCK_MASK
     if (!block_mask[(long)(i / m->block_q) * m->block_cols + j / m->block_k]) return false;
@@ -398,11 +416,15 @@ FA_FN bool fa_visible(const fa_mask *m, __global const uchar *block_mask, int i,
     return true;
 }
 
-/* The key range [*lo, *hi) that rows [r0, r1] may see under the causal and
- * window masks (the block mask is handled per tile). */
+/* The key range [*lo, *hi) that rows [r0, r1] (inside the sequence) may
+ * see under the causal and window masks (the block mask is handled per
+ * tile). In 64 bits: r1 + off + window_right + 1 passes INT_MAX. */
 FA_FN void fa_key_range(const fa_mask *m, int r0, int r1, int *lo, int *hi) {
-    int off = m->len_k - m->len_q;
-    int a = 0, b = m->len_k;
+    const long off = (long)m->len_k - m->len_q;
+    long a = 0, b = m->len_k;
+    (void)off;
+    (void)r0;
+    (void)r1;
 #ifdef CAUSAL
     b = min(b, r1 + off + 1);
 #endif
@@ -410,14 +432,19 @@ FA_FN void fa_key_range(const fa_mask *m, int r0, int r1, int *lo, int *hi) {
     if (m->window_right >= 0) b = min(b, r1 + off + m->window_right + 1);
     if (m->window_left >= 0) a = max(a, r0 + off - m->window_left);
 #endif
-    *lo = a;
-    *hi = max(a, b);
+    /* 0 <= a < len_k (r0 < len_q) and b <= len_k: both fit an int. */
+    *lo = (int)a;
+    *hi = (int)max(a, b);
 }
 
-/* The query range [*lo, *hi) that may see keys [c0, c1]. */
+/* The query range [*lo, *hi) that may see keys [c0, c1] (inside the
+ * sequence). */
 FA_FN void fa_query_range(const fa_mask *m, int c0, int c1, int *lo, int *hi) {
-    int off = m->len_k - m->len_q;
-    int a = 0, b = m->len_q;
+    const long off = (long)m->len_k - m->len_q;
+    long a = 0, b = m->len_q;
+    (void)off;
+    (void)c0;
+    (void)c1;
 #ifdef CAUSAL
     a = max(a, c0 - off);
 #endif
@@ -425,8 +452,16 @@ FA_FN void fa_query_range(const fa_mask *m, int c0, int c1, int *lo, int *hi) {
     if (m->window_right >= 0) a = max(a, c0 - off - m->window_right);
     if (m->window_left >= 0) b = min(b, c1 - off + m->window_left + 1);
 #endif
-    *lo = a;
-    *hi = max(a, b);
+    /* 0 <= a < len_q (c0 < len_k) and b <= len_q: both fit an int. */
+    *lo = (int)a;
+    *hi = (int)max(a, b);
+}
+
+/* The tiles a range [lo, hi) of rows or keys falls in, for tiles of n:
+ * [*t0, *t1), empty for an empty range. No lo + n - 1: hi may be INT_MAX. */
+FA_FN void fa_tile_span(int lo, int hi, int n, int *t0, int *t1) {
+    *t0 = lo / n;
+    *t1 = hi > lo ? (hi - 1) / n + 1 : *t0;
 }
 
 /* Tile classes: the host's tile map says, per (query tile, key tile), what
@@ -461,17 +496,27 @@ FA_FN int fa_next_query_tile(__global const uchar *tile_map, int tile_cols, int 
 
 /* Whether every element of the tile [q0, q0 + BR) x [k0, k0 + BC) is
  * visible (FA_TILE_FULL: no per-element test needed) or only some
- * (FA_TILE_PARTIAL). Only queries below len_q count: the rows past it are
- * padding whose results are never stored. */
-FA_FN int fa_tile_class(const fa_mask *m, __global const uchar *tile_map, int tile_cols, int q0,
-                        int k0) {
+ * (FA_TILE_PARTIAL). Rows past len_q count only with FA_ROWS_FEED_KEYS:
+ * in the dK/dV kernels every row of a tile adds to the keys' sums, and a
+ * padding row's zero query times a key holding inf would add NaN; elsewhere
+ * they are padding whose results are never stored. */
+#define FA_ROWS_STORED 0
+#define FA_ROWS_FEED_KEYS 1
+FA_FN int fa_tile_class(const fa_mask *m, __global const uchar *tile_map, int tile_cols, int q0, int k0,
+                        int rows) {
 #ifdef BLOCK_MASK
     if (tile_map[(long)(q0 / BR) * tile_cols + k0 / BC] != FA_TILE_FULL) return FA_TILE_PARTIAL;
+#else
+    (void)tile_map;
+    (void)tile_cols;
 #endif
-    int r1 = min(q0 + BR, m->len_q) - 1;
-    int c1 = k0 + BC - 1;
-    if (c1 >= m->len_k) return FA_TILE_PARTIAL;
-    int off = m->len_k - m->len_q;
+    if (BC > m->len_k - k0) return FA_TILE_PARTIAL;
+    if (rows == FA_ROWS_FEED_KEYS && BR > m->len_q - q0) return FA_TILE_PARTIAL;
+    const long r1 = (long)q0 + min(BR, m->len_q - q0) - 1, c1 = (long)k0 + BC - 1;
+    const long off = (long)m->len_k - m->len_q;
+    (void)r1;
+    (void)c1;
+    (void)off;
 #ifdef CAUSAL
     if (c1 > q0 + off) return FA_TILE_PARTIAL;
 #endif
@@ -480,6 +525,48 @@ FA_FN int fa_tile_class(const fa_mask *m, __global const uchar *tile_map, int ti
     if (m->window_left >= 0 && k0 < r1 + off - m->window_left) return FA_TILE_PARTIAL;
 #endif
     return FA_TILE_FULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The end of a row's online softmax (the rules for NaN and infinities are   */
+/* above fa_forward in include/flashattn.h).                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Whether the masks leave query q0 + r (inside the sequence) any key: its
+ * key range under the causal and window masks, then the block mask's
+ * blocks over that range. A row's running maximum stays -inf when no key
+ * is visible, but also when its visible scores were all NaN (max ignores
+ * them) or -inf; values must never make a row look masked, so the masks
+ * decide. Called at the end, for rows whose maximum stayed -inf only:
+ * nothing is added per element or per tile. */
+FA_FN bool fa_row_sees_key(const fa_mask *m, __global const uchar *block_mask, int q0, int r) {
+    if (r >= m->len_q - q0) return false; /* padding: never stored */
+    const int i = q0 + r;
+    int lo, hi;
+    fa_key_range(m, i, i, &lo, &hi);
+    if (hi <= lo) return false;
+#ifdef BLOCK_MASK
+    const long row = (long)(i / m->block_q) * m->block_cols;
+    for (int c = lo / m->block_k; c <= (hi - 1) / m->block_k; c++)
+        if (block_mask[row + c]) return true;
+    return false;
+#else
+    (void)block_mask;
+    return true;
+#endif
+}
+
+/* L of a finished row that sees a key, from m and l = sum of exp2(s - m)
+ * (base 2): NaN where a NaN met l, or where the visible scores were all
+ * -inf (l = 0: the softmax is 0 / 0, and O, the accumulator over l, is
+ * NaN too); else ln of the sum. A key split's partial row (SPLITK builds)
+ * keeps -inf for l = 0 instead: no mass, which the merge weighs as nothing
+ * and turns into NaN only if no split has any (splitk.cl). */
+FA_FN float fa_row_lse(float m, float l) {
+#ifndef SPLITK
+    if (l == 0.0f) return NAN;
+#endif
+    return (m + log2(l)) * FA_LN2;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -516,8 +603,8 @@ FA_FN void fa_dropout_mark(__local float *tile, int rs, int cs, const fa_dropout
 #if BC % 4 == 0
     for (int e = get_local_id(0); e < BR * (BC / 4); e += WG_SIZE) {
         int r = e % BR, g = e / BR;
-        uint col = (uint)(k0 + 4 * g);
-        uint4 rnd = fa_philox((uint4)(col >> 2, (uint)(q0 + r), bh, dp->offset_lo), dp->key0, dp->key1);
+        uint col = (uint)k0 + 4u * (uint)g;
+        uint4 rnd = fa_philox((uint4)(col >> 2, (uint)q0 + (uint)r, bh, dp->offset_lo), dp->key0, dp->key1);
         __local float *t = tile + r * rs + 4 * g * cs;
         if (rnd.x < dp->threshold) t[0] = -t[0];
         if (rnd.y < dp->threshold) t[cs] = -t[cs];
@@ -527,8 +614,8 @@ FA_FN void fa_dropout_mark(__local float *tile, int rs, int cs, const fa_dropout
 #else
     for (int e = get_local_id(0); e < BR * BC; e += WG_SIZE) {
         int r = e % BR, c = e / BR;
-        uint col = (uint)(k0 + c);
-        uint4 rnd = fa_philox((uint4)(col >> 2, (uint)(q0 + r), bh, dp->offset_lo), dp->key0, dp->key1);
+        uint col = (uint)k0 + (uint)c;
+        uint4 rnd = fa_philox((uint4)(col >> 2, (uint)q0 + (uint)r, bh, dp->offset_lo), dp->key0, dp->key1);
         uint w = (col & 3u) == 0u ? rnd.x : (col & 3u) == 1u ? rnd.y : (col & 3u) == 2u ? rnd.z : rnd.w;
         if (w < dp->threshold) tile[r * rs + c * cs] = -tile[r * rs + c * cs];
     }

@@ -78,16 +78,15 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
     for (int e = lid; e < BR * D8; e += WG_SIZE) {
         int r = e / D8, x0 = (e % D8) * 8;
         float8 val = (float8)(0.0f);
-        if (q0 + r < seq.len_q) val = LOAD8(q, q_base + (long)r * q_ss + x0);
+        if (r < seq.len_q - q0) val = LOAD8(q, q_base + (long)r * q_ss + x0);
         STORE8_T(Qt, BR, x0, r, val);
     }
 
     /* Key tiles this query tile can see, then this split's share of them. */
-    const int r_last = min(q0 + BR, seq.len_q) - 1;
-    int k_lo, k_hi;
+    const int r_last = q0 + min(BR, seq.len_q - q0) - 1;
+    int k_lo, k_hi, t_begin, t_end;
     fa_key_range(&mask, q0, r_last, &k_lo, &k_hi);
-    int t_begin = k_lo / BC, t_end = (k_hi + BC - 1) / BC;
-    if (k_hi <= k_lo) t_end = t_begin;
+    fa_tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
 #ifdef SPLITK
     {
         int per = (t_end - t_begin + num_splits - 1) / num_splits;
@@ -107,15 +106,15 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
     for (int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end); t < t_end;
          t = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end)) {
         const int k0 = t * BC;
-        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0);
+        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED);
 
         /* K transposed and V as is; keys past the sequence zero-filled. */
         for (int e = lid; e < BC * D8; e += WG_SIZE) {
             int c = e / D8, x0 = (e % D8) * 8;
             float8 kv = (float8)(0.0f), vv = (float8)(0.0f);
-            if (k0 + c < seq.len_k) {
-                kv = LOAD8(k, k_base + (long)(k0 + c) * k_ss + x0);
-                vv = LOAD8(v, v_base + (long)(k0 + c) * v_ss + x0);
+            if (c < seq.len_k - k0) {
+                kv = LOAD8(k, k_base + ((long)k0 + c) * k_ss + x0);
+                vv = LOAD8(v, v_base + ((long)k0 + c) * v_ss + x0);
             }
             STORE8_T(Kt, BC, x0, c, kv);
             vstore8(vv, 0, Vs + c * HEAD_DIM + x0);
@@ -137,8 +136,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
             float col[TR];
             for (int i = 0; i < TR; i++) {
                 s[i][j] *= scale_log2;
-                if (cls == FA_TILE_PARTIAL &&
-                    !fa_visible(&mask, block_mask, q0 + tr * TR + i, k0 + tc * TC + j))
+                if (cls == FA_TILE_PARTIAL && !fa_visible(&mask, block_mask, q0, tr * TR + i, k0, tc * TC + j))
                     s[i][j] = -INFINITY;
                 col[i] = s[i][j];
             }
@@ -204,24 +202,26 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    /* Normalise once; a row with no visible key gives O = 0, L = -inf. */
+    /* Normalise once; a row the masks leave no key gives O = 0 (whatever
+     * 0 * NaN its accumulator met) and L = -inf (fa_row_sees_key). */
     for (int i = 0; i < TR; i++) {
+        if (tr * TR + i >= seq.len_q - q0) continue;
         const int r = q0 + tr * TR + i;
-        if (r >= seq.len_q) continue;
-        const float inv = l[i] > 0.0f ? drop_scale / l[i] : 0.0f;
-        const float lse_r = m[i] == -INFINITY ? -INFINITY : (m[i] + log2(l[i])) * FA_LN2;
+        const bool masked = m[i] == -INFINITY && !fa_row_sees_key(&mask, block_mask, q0, tr * TR + i);
+        const float inv = drop_scale / l[i];
+        const float lse_r = masked ? -INFINITY : fa_row_lse(m[i], l[i]);
 #ifdef SPLITK
         const long row = (long)(split * heads_q + h) * total_q + seq.start_q + r;
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
-            if (x < HEAD_DIM) part_o[row * HEAD_DIM + x] = acc[i][u] * inv;
+            if (x < HEAD_DIM) part_o[row * HEAD_DIM + x] = masked ? 0.0f : acc[i][u] * inv;
         }
         if (tc == 0) part_l[row] = lse_r;
 #else
         const long o_row = fa_row_index(lo, b, seq.start_q, r, h);
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
-            if (x < HEAD_DIM) STORE1(o, o_row + x, acc[i][u] * inv);
+            if (x < HEAD_DIM) STORE1(o, o_row + x, masked ? 0.0f : acc[i][u] * inv);
         }
         if (tc == 0) lse[fa_lse_index(b, h, r, heads_q, seqlen_q, seq.start_q, total_q)] = lse_r;
 #endif
@@ -305,10 +305,11 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
         FA_UNROLL for (int s_ = 0; s_ < QN; s_++) fa_stream_store_cols(Qc, BR, DC / 8, lid, s_, st[s_]); \
         FA_UNROLL for (int s_ = 0; s_ < KN; s_++) fa_stream_store_cols(Kc, BC, DC / 8, lid, s_, st[QN + s_]); \
     } while (0)
-#define FWD_FETCH_V(r0_)                                                                   \
+#define FWD_FETCH_V(k0_, c_)                                                               \
     do {                                                                                   \
         FA_UNROLL for (int s_ = 0; s_ < VN; s_++)                                          \
-            st[s_] = fa_stream_load_rows(v, v_base + (long)(r0_) * v_ss, v_ss, KV, seq.len_k - (r0_), lid, s_); \
+            st[s_] = fa_stream_load_rows(v, v_base + ((long)(k0_) + (c_)) * v_ss, v_ss, KV, seq.len_k - (k0_) - (c_), \
+                                         lid, s_);                                         \
     } while (0)
 #define FWD_PUT_V()                                                                        \
     do {                                                                                   \
@@ -323,12 +324,12 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
         if ((kc_) + 1 < NKC)                                                               \
             FWD_FETCH_QK(k0, ((kc_) + 1) * DC);                                            \
         else                                                                               \
-            FWD_FETCH_V(k0);                                                               \
+            FWD_FETCH_V(k0, 0);                                                            \
     } while (0)
 #define FWD_NEXT_V(vc_)                                                                    \
     do {                                                                                   \
         if ((vc_) + 1 < NVC)                                                               \
-            FWD_FETCH_V(k0 + ((vc_) + 1) * KV);                                            \
+            FWD_FETCH_V(k0, ((vc_) + 1) * KV);                                             \
         else if (t_next < t_end)                                                           \
             FWD_FETCH_QK(t_next * BC, 0);                                                  \
     } while (0)
@@ -403,10 +404,10 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
     drop.keep_scale = drop_scale;
 #endif
 
-    const int r_last = min(q0 + BR, seq.len_q) - 1;
-    int k_lo, k_hi;
+    const int r_last = q0 + min(BR, seq.len_q - q0) - 1;
+    int k_lo, k_hi, t_begin, t_end;
     fa_key_range(&mask, q0, r_last, &k_lo, &k_hi);
-    const int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+    fa_tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
 
     float m[TR], l[TR], acc[TR][OPT * OG];
     FA_UNROLL for (int i = 0; i < TR; i++) {
@@ -421,7 +422,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
     while (t < t_end) {
         const int k0 = t * BC;
         const int t_next = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end);
-        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0);
+        const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED);
 
         /* S = Q K^T, DC dimensions at a time; the loads of the last chunk's
          * successor are the first rows of V (FA_LOADS_*: common.h). */
@@ -451,7 +452,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
             mx[i] = -INFINITY;
             FA_UNROLL for (int j = 0; j < TC; j++) {
                 s[i][j] *= scale_log2;
-                if (cls == FA_TILE_PARTIAL && !fa_visible(&mask, block_mask, q0 + tr * TR + i, k0 + tc * TC + j))
+                if (cls == FA_TILE_PARTIAL && !fa_visible(&mask, block_mask, q0, tr * TR + i, k0, tc * TC + j))
                     s[i][j] = -INFINITY;
                 mx[i] = fmax(mx[i], s[i][j]);
             }
@@ -504,17 +505,19 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
     }
     FA_ROW_SUMS(l, Pt);
 
-    /* Normalise once; a row with no visible key gives O = 0, L = -inf. */
+    /* Normalise once; a row the masks leave no key gives O = 0 (whatever
+     * 0 * NaN its accumulator met) and L = -inf (fa_row_sees_key). */
     FA_UNROLL for (int i = 0; i < TR; i++) {
+        if (tr * TR + i >= seq.len_q - q0) continue;
         const int r = q0 + tr * TR + i;
-        if (r >= seq.len_q) continue;
-        const float inv = l[i] > 0.0f ? drop_scale / l[i] : 0.0f;
-        const float lse_r = m[i] == -INFINITY ? -INFINITY : (m[i] + log2(l[i])) * FA_LN2;
+        const bool masked = m[i] == -INFINITY && !fa_row_sees_key(&mask, block_mask, q0, tr * TR + i);
+        const float inv = drop_scale / l[i];
+        const float lse_r = masked ? -INFINITY : fa_row_lse(m[i], l[i]);
         const long o_row = fa_row_index(lo, b, seq.start_q, r, h);
         FA_UNROLL for (int u = 0; u < OPT; u++)
             FA_UNROLL for (int g = 0; g < OG; g++) {
                 const int x = O_DIM(u, g);
-                if (x < HEAD_DIM) STORE1(o, o_row + x, acc[i][u * OG + g] * inv);
+                if (x < HEAD_DIM) STORE1(o, o_row + x, masked ? 0.0f : acc[i][u * OG + g] * inv);
             }
         if (tc == 0) lse[fa_lse_index(b, h, r, heads_q, seqlen_q, seq.start_q, total_q)] = lse_r;
     }

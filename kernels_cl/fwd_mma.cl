@@ -101,9 +101,9 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
 #endif
 
     /* Key tiles this query tile can see, then this split's share of them. */
-    int k_lo, k_hi;
-    fa_key_range(&mask, q0, min(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
-    int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+    int k_lo, k_hi, t_begin, t_end;
+    fa_key_range(&mask, q0, q0 + min(BR, seq.len_q - q0) - 1, &k_lo, &k_hi);
+    fa_tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
 #ifdef SPLITK
     {
         const int per = (t_end - t_begin + num_splits - 1) / num_splits;
@@ -166,10 +166,10 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
         }
 
         /* Masks: whole tiles test no element. */
-        if (fa_tile_class(&mask, tile_map, tile_cols, q0, k0) == FA_TILE_PARTIAL) {
+        if (fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED) == FA_TILE_PARTIAL) {
             FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
                 FA_MMA_UNROLL for (int j = 0; j < NT; j++)
-                    fa_frag_mask(&s[mt][j], &mask, block_mask, q0 + row_base + mt * FA_M, k0 + j * FA_N, 0, -INFINITY,
+                    fa_frag_mask(&s[mt][j], &mask, block_mask, q0, row_base + mt * FA_M, k0, j * FA_N, 0, -INFINITY,
                                  fc);
         }
 
@@ -207,7 +207,8 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
         /* The row sums above have P before dropout; O takes the kept ones. */
         FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
             FA_MMA_UNROLL for (int j = 0; j < NT; j++) {
-                const uint keep = fa_frag_keep(&drop, bh, q0 + row_base + mt * FA_M, k0 + j * FA_N, 0, fc);
+                const uint keep =
+                    fa_frag_keep(&drop, bh, (uint)q0 + (uint)(row_base + mt * FA_M), (uint)k0 + (uint)(j * FA_N), 0, fc);
                 FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++)
                     if (!(keep >> e & 1u)) s[mt][j].x[e] = 0.0f;
             }
@@ -247,34 +248,41 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
     fa_copy_wait();
     barrier(CLK_LOCAL_MEM_FENCE); /* every sub-group is done with the tiles; no copy is in flight */
 
-    /* Normalise once; a row with no visible key gives O = 0, L = -inf. */
+    /* Normalise once; a row the masks leave no key gives O = 0 (whatever
+     * 0 * NaN its accumulator met) and L = -inf (fa_row_sees_key). */
     FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) {
         fa_rows_sum(l_run[mt], fc);
         float inv[FA_C_ROWS];
         FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) {
             const float l = l_run[mt][r], m = m_run[mt][r];
-            inv[r] = l > 0.0f ? drop_scale / l : 0.0f;
-            const int row = q0 + row_base + mt * FA_M + FA_C_SLOT_ROW(fc.lane, r);
-            const float lse_r = m == -INFINITY ? -INFINITY : (m * scale_log2 + log2(l)) * FA_LN2;
-            if ((fc.lane & FA_RED_ALL) == 0 && row < seq.len_q) {
+            const int row = row_base + mt * FA_M + FA_C_SLOT_ROW(fc.lane, r);
+            const int masked = m == -INFINITY && !fa_row_sees_key(&mask, block_mask, q0, row);
+            inv[r] = masked ? 0.0f : drop_scale / l;
+            const float lse_r = masked ? -INFINITY : fa_row_lse(m * scale_log2, l);
+            if ((fc.lane & FA_RED_ALL) == 0 && row < seq.len_q - q0) {
 #ifdef SPLITK
-                part_l[(long)(split * heads_q + h) * total_q + seq.start_q + row] = lse_r;
+                part_l[(long)(split * heads_q + h) * total_q + seq.start_q + q0 + row] = lse_r;
 #else
-                lse[fa_lse_index(b, h, row, heads_q, seqlen_q, seq.start_q, total_q)] = lse_r;
+                lse[fa_lse_index(b, h, q0 + row, heads_q, seqlen_q, seq.start_q, total_q)] = lse_r;
 #endif
             }
         }
+        /* inv = 0 marks a masked row: 0, not 0 times what the accumulator met. */
         FA_MMA_UNROLL for (int j = 0; j < DT; j++)
-            FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) oacc[mt][j].x[e] *= inv[FA_C_SLOT(e)];
+            FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
+                const float f = inv[FA_C_SLOT(e)];
+                oacc[mt][j].x[e] = f == 0.0f ? 0.0f : oacc[mt][j].x[e] * f;
+            }
     }
 #ifdef SPLITK
     /* fp32 partial rows, element by element. */
     FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
         FA_MMA_UNROLL for (int j = 0; j < DT; j++)
             FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
-                const int row = q0 + row_base + mt * FA_M + FA_C_ROW(fc.lane, e), x = j * FA_N + FA_C_COL(fc.lane, e);
-                if (row < seq.len_q && x < HEAD_DIM)
-                    part_o[((long)(split * heads_q + h) * total_q + seq.start_q + row) * HEAD_DIM + x] = oacc[mt][j].x[e];
+                const int row = row_base + mt * FA_M + FA_C_ROW(fc.lane, e), x = j * FA_N + FA_C_COL(fc.lane, e);
+                if (row < seq.len_q - q0 && x < HEAD_DIM)
+                    part_o[((long)(split * heads_q + h) * total_q + seq.start_q + q0 + row) * HEAD_DIM + x] =
+                        oacc[mt][j].x[e];
             }
 #else
     /* O through local memory (Q's tile, free since the last barrier), then

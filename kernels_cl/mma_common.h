@@ -60,26 +60,30 @@ FA_FN void fa_put_c_t(__local ushort *tile, int ld, int r0, int c0, const fa_c *
 }
 
 /* An accumulator's elements set to `hidden` where the masks hide them; its
- * element e is query row0 + FA_C_ROW(lane, e) against key col0 + FA_C_COL
- * (lane, e), or, transposed (backward), key row0 + row against query col0
- * + column. */
-FA_FN void fa_frag_mask(fa_c *c, const fa_mask *m, __global const uchar *block_mask, int row0, int col0,
+ * element e is query q0 + qr + FA_C_ROW(lane, e) against key k0 + kc +
+ * FA_C_COL(lane, e), or, transposed (backward), key k0 + kc + row against
+ * query q0 + qr + column (tile origins and offsets apart, as fa_visible
+ * takes them). */
+FA_FN void fa_frag_mask(fa_c *c, const fa_mask *m, __global const uchar *block_mask, int q0, int qr, int k0, int kc,
                         int transposed, float hidden, fa_frag_ctx ctx) {
     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
-        const int r = row0 + FA_C_ROW(ctx.lane, e), k = col0 + FA_C_COL(ctx.lane, e);
-        if (!(transposed ? fa_visible(m, block_mask, k, r) : fa_visible(m, block_mask, r, k))) c->x[e] = hidden;
+        const int row = FA_C_ROW(ctx.lane, e), col = FA_C_COL(ctx.lane, e);
+        const int r = qr + (transposed ? col : row), k = kc + (transposed ? row : col);
+        if (!fa_visible(m, block_mask, q0, r, k0, k)) c->x[e] = hidden;
     }
 }
 
 /* The dropout decisions of an accumulator's elements (bit e set: kept),
- * element e standing for query / key positions as in fa_frag_mask. The
- * same Philox words as fa_dropout_mark: one call per four keys of a row. */
-FA_FN uint fa_frag_keep(const fa_dropout *dp, uint bh, int row0, int col0, int transposed, fa_frag_ctx ctx) {
+ * element e standing for query row0 + FA_C_ROW(lane, e) and key col0 +
+ * FA_C_COL(lane, e), or the reverse, transposed. Unsigned: a padding row's
+ * position may pass INT_MAX, and wraps harmlessly here. The same Philox
+ * words as fa_dropout_mark: one call per four keys of a row. */
+FA_FN uint fa_frag_keep(const fa_dropout *dp, uint bh, uint row0, uint col0, int transposed, fa_frag_ctx ctx) {
     uint keep = 0u;
     uint4 rnd = (uint4)(0u);
     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
-        const int r = row0 + FA_C_ROW(ctx.lane, e), k = col0 + FA_C_COL(ctx.lane, e);
-        const uint q = (uint)(transposed ? k : r), key = (uint)(transposed ? r : k);
+        const uint r = row0 + (uint)FA_C_ROW(ctx.lane, e), k = col0 + (uint)FA_C_COL(ctx.lane, e);
+        const uint q = transposed ? k : r, key = transposed ? r : k;
         /* Paired elements (FA_C_PAIRED) share their row and group of four
          * keys, untransposed. */
         if (!FA_C_PAIRED || transposed || e % 2 == 0)

@@ -2,8 +2,11 @@
  * split s, a normalised partial output O_s and its log-sum-exp L_s. The
  * full row is their log-sum-exp weighted mean:
  *   L = log sum_s exp(L_s),   O = sum_s exp(L_s - L) O_s
- * A split that saw no key has L_s = -inf and weighs nothing; a row no split
- * saw anything of gets O = 0, L = -inf.
+ * A split with L_s = -inf has no mass and weighs nothing; its O_s is 0 if
+ * the masks leave the row no key at all, else NaN (0 / 0). A row no split
+ * has mass of gets O = 0, L = -inf in the first case, NaN in the other
+ * (its visible scores were all -inf: softmax is 0 / 0 there). A NaN L_s
+ * spreads to the whole row.
  *
  * One work-item per (dim x, row t, sequence * heads_q + head). */
 __kernel void fa_splitk_merge(__global const float *part_o, __global const float *part_l,
@@ -12,7 +15,6 @@ __kernel void fa_splitk_merge(__global const float *part_o, __global const float
                               int seqlen_q, int heads_q, long total_q,
                               __global const int *cu_q, int num_splits) {
     const int x = get_global_id(0);
-    const int t = get_global_id(1);
     const int b = get_global_id(2) / heads_q, h = get_global_id(2) % heads_q;
     if (x >= HEAD_DIM) return;
 #ifdef VARLEN
@@ -22,24 +24,40 @@ __kernel void fa_splitk_merge(__global const float *part_o, __global const float
     const long start_q = (long)b * seqlen_q;
     const int len_q = seqlen_q;
 #endif
-    if (t >= len_q) return;
+    /* Compared before narrowing: past a sequence near 2^31 tokens the row
+     * passes INT_MAX. */
+    if (get_global_id(1) >= (size_t)len_q) return;
+    const int t = (int)get_global_id(1);
     const long row = start_q + t;
     const long split_stride = (long)heads_q * total_q;
 
     float mx = -INFINITY;
-    for (int s = 0; s < num_splits; s++)
-        mx = fmax(mx, part_l[s * split_stride + (long)h * total_q + row]);
+    bool mass = false; /* a split with L_s > -inf, or NaN */
+    for (int s = 0; s < num_splits; s++) {
+        const float ls = part_l[s * split_stride + (long)h * total_q + row];
+        mx = fmax(mx, ls);
+        mass |= ls != -INFINITY;
+    }
     float out = 0.0f, lse_r = -INFINITY;
-    if (mx != -INFINITY) {
+    if (mass) {
+        /* mx = -inf here only when every split with mass has L_s = NaN: the
+         * weights come out NaN, as they must. */
+        const float m_use = mx == -INFINITY ? 0.0f : mx;
         float wsum = 0.0f;
         for (int s = 0; s < num_splits; s++) {
             long i = s * split_stride + (long)h * total_q + row;
-            float w = exp(part_l[i] - mx);
+            if (part_l[i] == -INFINITY) continue;
+            float w = exp(part_l[i] - m_use);
             wsum += w;
             out = fma(w, part_o[i * HEAD_DIM + x], out);
         }
         out /= wsum;
-        lse_r = mx + log(wsum);
+        lse_r = m_use + log(wsum);
+    } else {
+        for (int s = 0; s < num_splits; s++) {
+            long i = s * split_stride + (long)h * total_q + row;
+            if (isnan(part_o[i * HEAD_DIM + x])) out = lse_r = NAN;
+        }
     }
     fa_layout lo = {o_off, o_sb, o_ss, o_sh};
     STORE1(o, fa_row_index(lo, b, start_q, t, h) + x, out);

@@ -126,7 +126,14 @@ __kernel void std_begin(__global float *unused) {}
 /* Forward: P = softmax(S) in place, and L                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Max and sum of exp over a work-group: (m, l) pairs merged pairwise. */
+/* A row's running maximum starts at -inf, and every visible score raises
+ * it to at least STD_SEEN, whatever its value (a NaN, which max ignores,
+ * or -inf): -inf at the end means only that the masks left the row no key,
+ * never that its values were strange. */
+#define STD_SEEN (-FLT_MAX)
+
+/* Max and sum of exp over a work-group: (m, l) pairs merged pairwise; -inf
+ * on both sides means no visible key on either. */
 FA_FN void std_merge(float *m, float *l, float m2, float l2) {
     float mm = fmax(*m, m2);
     if (mm == -INFINITY) return; /* both empty */
@@ -136,8 +143,10 @@ FA_FN void std_merge(float *m, float *l, float m2, float l2) {
 
 /* One work-group per query row (b, h, i). S is read rounded to the dtype;
  * P = exp(S - max) / sum, rounded; dropped elements become 0 and kept ones
- * round(P / (1 - p)); masked ones 0. L = max + log(sum), -inf for a row
- * that sees no key. Grid: (STD_WG * seqlen_q, pairs). */
+ * round(P / (1 - p)); masked ones 0. L = max + log(sum): -inf for a row
+ * that sees no key, NaN (and P too) where the visible scores are all -inf
+ * (sum = 0) or a NaN met the sum (as fa_row_lse). Grid: (STD_WG *
+ * seqlen_q, pairs). */
 __kernel __attribute__((reqd_work_group_size(STD_WG, 1, 1))) void std_softmax(
     __global float *s, __global float *lse, long total_q, STD_SHAPE_PARAMS, STD_MASK_PARAMS,
     STD_DROPOUT_PARAMS) {
@@ -149,13 +158,15 @@ __kernel __attribute__((reqd_work_group_size(STD_WG, 1, 1))) void std_softmax(
     const fa_mask m = std_mask(&sq, window_left, window_right, block_q, block_k, block_cols);
     __global float *row = s + std_row(pair_off, pair, &sq, i);
 
+    /* Keys count in 64 bits: j + STD_WG would pass INT_MAX on a sequence
+     * near 2^31 keys. */
     float mx = -INFINITY, sum = 0.0f;
-    for (int j = lid; j < sq.len_k; j += STD_WG) {
-        if (!fa_visible(&m, block_mask, i, j)) continue;
-        float v = std_round(row[j]);
-        if (v > mx) {
-            sum = sum * exp(mx - v) + 1.0f;
-            mx = v;
+    for (long j = lid; j < sq.len_k; j += STD_WG) {
+        if (!fa_visible(&m, block_mask, i, 0, (int)j, 0)) continue;
+        const float v = std_round(row[j]), seen = fmax(v, STD_SEEN);
+        if (seen > mx) {
+            sum = sum * exp(mx - seen) + exp(v - seen);
+            mx = seen;
         } else {
             sum += exp(v - mx);
         }
@@ -174,24 +185,26 @@ __kernel __attribute__((reqd_work_group_size(STD_WG, 1, 1))) void std_softmax(
     }
     mx = red_m[0];
     sum = red_l[0];
-    if (lid == 0) lse[fa_lse_index(b, h, i, heads_q, seqlen_q, sq.start_q, total_q)] =
-        mx == -INFINITY ? -INFINITY : mx + log(sum);
+    if (lid == 0)
+        lse[fa_lse_index(b, h, i, heads_q, seqlen_q, sq.start_q, total_q)] =
+            mx == -INFINITY ? -INFINITY : sum == 0.0f ? NAN : mx + log(sum);
 
 #ifdef DROPOUT
     const fa_dropout dp = {key0, key1, offset_lo, threshold, keep_scale};
 #endif
     /* Four neighbouring keys per work-item and step: one Philox call. */
-    for (int j4 = 4 * lid; j4 < sq.len_k; j4 += 4 * STD_WG) {
+    for (long j4 = 4 * lid; j4 < sq.len_k; j4 += 4 * STD_WG) {
 #ifdef DROPOUT
-        const uint4 rnd = std_dropout_words(&dp, b, h, heads_q, i, j4);
+        const uint4 rnd = std_dropout_words(&dp, b, h, heads_q, i, (int)j4);
 #endif
-        for (int c = 0; c < 4 && j4 + c < sq.len_k; c++) {
-            const int j = j4 + c;
+        for (int c = 0; c < 4 && c < sq.len_k - j4; c++) {
+            const int j = (int)j4 + c;
             float p = 0.0f;
-            if (mx != -INFINITY && fa_visible(&m, block_mask, i, j)) {
+            if (mx != -INFINITY && fa_visible(&m, block_mask, i, 0, j, 0)) {
                 p = std_round(exp(std_round(row[j]) - mx) / sum);
 #ifdef DROPOUT
-                p = std_word(rnd, c) < threshold ? 0.0f : std_round(p * keep_scale);
+                /* Multiplied, not selected: a NaN stays NaN when dropped. */
+                p = std_round(p * (std_word(rnd, c) < threshold ? 0.0f : keep_scale));
 #endif
             }
             row[j] = p;
@@ -236,10 +249,10 @@ __kernel void std_probs(__global float *s, __global const float *lse, long total
                         STD_MASK_PARAMS) {
     STD_ELEMENT_PROLOGUE;
     const float li = lse[fa_lse_index(b, h, i, heads_q, seqlen_q, sq.start_q, total_q)];
-    for (int c = 0; c < 4 && j4 + c < sq.len_k; c++) {
+    for (int c = 0; c < 4 && c < sq.len_k - j4; c++) {
         const int j = j4 + c;
         float p = 0.0f;
-        if (li != -INFINITY && fa_visible(&m, block_mask, i, j)) p = std_round(exp(std_round(s[row + j]) - li));
+        if (li != -INFINITY && fa_visible(&m, block_mask, i, 0, j, 0)) p = std_round(exp(std_round(s[row + j]) - li));
         s[row + j] = p;
     }
 }
@@ -256,14 +269,15 @@ __kernel void std_dscores(__global float *p, __global float *dp, __global const 
     const fa_dropout drop = {key0, key1, offset_lo, threshold, keep_scale};
     const uint4 rnd = std_dropout_words(&drop, b, h, heads_q, i, j4);
 #endif
-    for (int c = 0; c < 4 && j4 + c < sq.len_k; c++) {
+    for (int c = 0; c < 4 && c < sq.len_k - j4; c++) {
         const long e = row + j4 + c;
         const float pv = p[e];
         float dpv = std_round(dp[e]);
 #ifdef DROPOUT
-        const bool keep = std_word(rnd, c) >= threshold;
-        dpv = keep ? dpv * keep_scale : 0.0f;
-        p[e] = keep ? std_round(pv * keep_scale) : 0.0f;
+        /* Multiplied, not selected: a NaN stays NaN when dropped. */
+        const float z = std_word(rnd, c) >= threshold ? keep_scale : 0.0f;
+        dpv *= z;
+        p[e] = std_round(pv * z);
 #endif
         dp[e] = std_round(pv * (dpv - di));
     }

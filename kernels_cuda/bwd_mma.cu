@@ -108,18 +108,19 @@ FA_DEV void red_add2(float *addr, float v0, float v1) {
 }
 
 /* Adds a warp's C fragments of dQ to the fp32 accumulator: 16 queries from
- * r0, N n-tiles from head dimension c0 + 8 j0 (rows past the end of the
- * sequence are not there). c0 (a warpgroup's block of columns) and j0 (a
- * warp's unit of n-tiles) stay apart: so written, both callers compile to
- * the binaries measured before this helper existed. */
+ * q0 + r0 (q0 the tile's first; rows past the end of the sequence are not
+ * there), N n-tiles from head dimension c0 + 8 j0. c0 (a warpgroup's block
+ * of columns) and j0 (a warp's unit of n-tiles) stay apart: so written,
+ * both callers compile to the binaries measured before this helper
+ * existed. */
 template <int N>
-FA_DEV void add_dq_strip(const fa_params &p, const fa_seq &seq, int b, int h, int r0, int c0, int j0,
+FA_DEV void add_dq_strip(const fa_params &p, const fa_seq &seq, int b, int h, int q0, int r0, int c0, int j0,
                          const float (*acc)[4], int g, int t4) {
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         const int r = r0 + g + 8 * hf;
-        if (r < seq.len_q) {
-            float *row = p.dq_acc + lse_index(p, b, h, r, seq.start_q) * HEAD_DIM + c0;
+        if (r < seq.len_q - q0) {
+            float *row = p.dq_acc + lse_index(p, b, h, q0 + r, seq.start_q) * HEAD_DIM + c0;
 #pragma unroll
             for (int n = 0; n < N; n++) red_add2(row + 8 * (j0 + n) + 2 * t4, acc[n][2 * hf], acc[n][2 * hf + 1]);
         }
@@ -153,20 +154,29 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NQ][4], u32 a_sm, u32 b_sm, int key
 
 /* P = exp2(S^T * scale log2 e - L log2 e) into sacc (times z keep_scale)
  * and dS = P * (z keep_scale dP - D) into pacc, for the warp's key strips
- * (first key k_w) and the tile's queries from q0, with L (natural log, as
- * the forward stored it) and D of those queries in Lb, Db. MASKED: hidden
- * keys give 0, selected rather than multiplied, so a hidden key contributes
- * nothing even where its K or V is not finite. Rows past the end read
- * L = D = 0 and, their Q and dO being zero, add nothing. */
+ * (first key k0 + k_w) and the tile's queries from q0, with L (natural
+ * log, as the forward stored it) and D of those queries in Lb, Db. MASKED:
+ * hidden pairs give P = dS = 0, selected rather than multiplied (their S
+ * or dP may be NaN); they still enter the products below as zeros, where
+ * 0 times a NaN or inf in Q, K or dO is NaN (the header's last rule).
+ * Rows past the end of the sequence read L = D = 0 and are hidden (the
+ * dK/dV kernel's tiles count them, ROWS_FEED_KEYS). */
 template <bool MASKED>
 FA_DEV void p_and_ds(float (&sacc)[KT][NQ][4], float (&pacc)[KT][NQ][4], const float *Lb, const float *Db,
-                     const fa_params &p, const fa_mask &mask, int q0, int k_w, int g, int t4, float sl2, u32 bh) {
+                     const fa_params &p, const fa_mask &mask, int q0, int k0, int k_w, int g, int t4, float sl2,
+                     u32 bh) {
     (void)p;
     (void)mask;
     (void)q0;
+    (void)k0;
     (void)k_w;
     (void)g;
     (void)bh;
+    /* What is left of the sequences from the thread's first query and key
+     * (per-tile values for the per-element test, common.cuh). */
+    const int rows0 = mask.len_q - q0 - 2 * t4, keys0 = mask.len_k - k0 - (k_w + g);
+    (void)rows0;
+    (void)keys0;
 #pragma unroll
     for (int j = 0; j < NQ; j++) {
         /* Two neighbouring queries per thread and n-tile: one load each
@@ -181,13 +191,13 @@ FA_DEV void p_and_ds(float (&sacc)[KT][NQ][4], float (&pacc)[KT][NQ][4], const f
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int ql = 8 * j + 2 * t4 + (e & 1), kl = kt * 16 + g + 8 * (e >> 1);
-                const bool seen = !MASKED || visible(mask, q0 + ql, k_w + kl);
+                const bool seen = !MASKED || visible_left(mask, rows0 - (8 * j + (e & 1)), keys0 - (kt * 16 + 8 * (e >> 1)));
                 const float lse = MASKED ? Lb[ql] : e & 1 ? l2.y : l2.x, dq = MASKED ? Db[ql] : e & 1 ? d2.y : d2.x;
                 const float lq = lse == -FA_INF ? FA_INF : lse * FA_LOG2E;
                 const float pv = fa_exp2(fmaf(sacc[kt][j][e], sl2, -lq));
                 float z = 1.0f;
 #ifdef DROPOUT
-                z = dropout_keep(p, bh, q0 + ql, k_w + kl) ? p.drop_scale : 0.0f;
+                z = dropout_keep(p, bh, (u32)q0 + (u32)ql, (u32)k0 + (u32)(k_w + kl)) ? p.drop_scale : 0.0f;
 #endif
                 pacc[kt][j][e] = seen ? pv * (pacc[kt][j][e] * z - dq) : 0.0f;
                 sacc[kt][j][e] = seen ? pv * z : 0.0f;
@@ -225,9 +235,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
     const float sl2 = p.scale_log2;
     const int key_base = warp * KT * 16;
 
-    int r_lo, r_hi;
-    query_range(mask, k0, min(k0 + BC, seq.len_k) - 1, &r_lo, &r_hi);
-    const int t_begin = r_lo / BR, t_end = r_hi > r_lo ? (r_hi + BR - 1) / BR : t_begin;
+    int r_lo, r_hi, t_begin, t_end;
+    query_range(mask, k0, tile_last(k0, BC, seq.len_k), &r_lo, &r_hi);
+    tile_span(r_lo, r_hi, BR, &t_begin, &t_end);
 
     /* The (query head, query tile) steps, in order; the query range and the
      * tile map do not depend on the head. */
@@ -246,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         LOAD_TILE(BR)(do_sm + (ST) * QT_BYTES, (const elem_t *)p.dout + O_ROW(p, b, seq, q0_, h_), p.o_ss, \
                       seq.len_q - q0_, tid);                                                           \
         for (int i_ = tid; i_ < BR; i_ += THREADS) {                                                   \
-            const bool ok_ = q0_ + i_ < seq.len_q;                                                     \
+            const bool ok_ = i_ < seq.len_q - q0_;                                                     \
             const i64 li_ = ok_ ? lse_index(p, b, h_, q0_ + i_, seq.start_q) : 0;                      \
             cp_async4(smem_u32(Ls + (ST) * BR + i_), p.lse + li_, ok_ ? 4 : 0);                        \
             cp_async4(smem_u32(Ds + (ST) * BR + i_), p.dvec + li_, ok_ ? 4 : 0);                       \
@@ -322,10 +332,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #else
         const u32 bh = 0;
 #endif
-        if (tile_full(p, mask, cur_t, tk, q0, k0, BR, BC))
-            p_and_ds<false>(sacc, pacc, Lb, Db, p, mask, q0, k0 + key_base, g, t4, sl2, bh);
+        if (tile_full(p, mask, cur_t, tk, q0, k0, BR, BC, ROWS_FEED_KEYS))
+            p_and_ds<false>(sacc, pacc, Lb, Db, p, mask, q0, k0, key_base, g, t4, sl2, bh);
         else
-            p_and_ds<true>(sacc, pacc, Lb, Db, p, mask, q0, k0 + key_base, g, t4, sl2, bh);
+            p_and_ds<true>(sacc, pacc, Lb, Db, p, mask, q0, k0, key_base, g, t4, sl2, bh);
 
 #ifdef DQ_ATOMIC
         /* dS^T into shared memory for dQ += dS K below, before the floats
@@ -377,7 +387,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             wg_commit();
             wg_wait<0>();
             wg_hold<DQ_N / 8>(acc);
-            add_dq_strip<DQ_N / 8>(p, seq, b, h, q0 + mb * 64 + (warp % 4) * 16, n0, 0, acc, g, t4);
+            add_dq_strip<DQ_N / 8>(p, seq, b, h, q0, mb * 64 + (warp % 4) * 16, n0, 0, acc, g, t4);
         }
 #endif
         wg_wait<0>();
@@ -439,7 +449,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
                 }
             }
 #pragma unroll
-            for (int m = 0; m < DQ_M; m++) add_dq_strip<DQ_UNIT>(p, seq, b, h, q0 + (mq + m) * 16, 0, j0, acc[m], g, t4);
+            for (int m = 0; m < DQ_M; m++) add_dq_strip<DQ_UNIT>(p, seq, b, h, q0, (mq + m) * 16, 0, j0, acc[m], g, t4);
         }
 #elif !defined(DQ_ATOMIC)
         (void)ds_sm;
@@ -519,11 +529,11 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
     for (int mt = 0; mt < DQ_MT; mt++)
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
-            const int r = q0 + row_base + mt * 16 + g + 8 * hf;
+            const int r = row_base + mt * 16 + g + 8 * hf;
             l2[mt][hf] = FA_INF;
             dd[mt][hf] = 0.0f;
-            if (r < seq.len_q) {
-                const i64 li = lse_index(p, b, h, r, seq.start_q);
+            if (r < seq.len_q - q0) {
+                const i64 li = lse_index(p, b, h, q0 + r, seq.start_q);
                 const float lv = p.lse[li];
                 l2[mt][hf] = lv == -FA_INF ? FA_INF : lv * FA_LOG2E;
                 dd[mt][hf] = p.dvec[li];
@@ -538,9 +548,9 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
                                        seq.len_q - q0, tid);
     cp_async_commit();
 
-    int k_lo, k_hi;
-    key_range(mask, q0, min(q0 + DQ_BR, seq.len_q) - 1, &k_lo, &k_hi);
-    const int t_begin = k_lo / DQ_BC, t_end = k_hi > k_lo ? (k_hi + DQ_BC - 1) / DQ_BC : t_begin;
+    int k_lo, k_hi, t_begin, t_end;
+    key_range(mask, q0, tile_last(q0, DQ_BR, seq.len_q), &k_lo, &k_hi);
+    tile_span(k_lo, k_hi, DQ_BC, &t_begin, &t_end);
 
     float acc[DQ_MT][DT][4];
 #pragma unroll
@@ -591,7 +601,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
             }
         }
 
-        const bool full = tile_full(p, mask, tq, t, q0, k0, DQ_BR, DQ_BC);
+        const bool full = tile_full(p, mask, tq, t, q0, k0, DQ_BR, DQ_BC, ROWS_STORED);
 #pragma unroll
         for (int mt = 0; mt < DQ_MT; mt++)
 #pragma unroll
@@ -599,12 +609,12 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int hf = e >> 1;
-                    const int r = q0 + row_base + mt * 16 + g + 8 * hf, c = k0 + 8 * j + 2 * t4 + (e & 1);
-                    const bool seen = full || visible(mask, r, c);
+                    const int r = row_base + mt * 16 + g + 8 * hf, c = 8 * j + 2 * t4 + (e & 1);
+                    const bool seen = full || visible(mask, q0, r, k0, c);
                     const float pv = fa_exp2(fmaf(s[mt][j][e], sl2, -l2[mt][hf]));
                     float z = 1.0f;
 #ifdef DROPOUT
-                    z = dropout_keep(p, bh, r, c) ? p.drop_scale : 0.0f;
+                    z = dropout_keep(p, bh, (u32)q0 + (u32)r, (u32)k0 + (u32)c) ? p.drop_scale : 0.0f;
 #endif
                     dp[mt][j][e] = seen ? pv * (dp[mt][j][e] * z - dd[mt][hf]) : 0.0f;
                 }

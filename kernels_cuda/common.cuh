@@ -22,6 +22,7 @@ typedef long long i64;
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.69314718055994531f
 #define FA_INF __int_as_float(0x7f800000)
+#define FA_NAN __int_as_float(0x7fffffff)
 
 /* ------------------------------------------------------------------------ */
 /* The parameter block every kernel takes by value. The host mirrors it     */
@@ -144,6 +145,9 @@ FA_DEV float fa_exp2(float x) {
     return y;
 }
 
+/* Whether x is NaN, without a header to take isnan from. */
+FA_DEV bool fa_isnan(float x) { return x != x; }
+
 /* ------------------------------------------------------------------------ */
 /* Sequences and layouts                                                     */
 /* ------------------------------------------------------------------------ */
@@ -198,6 +202,12 @@ FA_DEV i64 lse_index(const fa_params &p, int b, int h, int t, i64 start_q) {
 
 /* ------------------------------------------------------------------------ */
 /* Masks (include/flashattn.h), on positions within one sequence             */
+/*                                                                          */
+/* A position is a tile's first row or key (q0, k0: always inside the       */
+/* sequence) plus an offset in the tile (r, c). q0 + r may pass INT_MAX on  */
+/* the last tile of a sequence near 2^31 tokens, and window bounds take any */
+/* int: every test below compares what is left of the sequence, or works   */
+/* in 64 bits where it runs once per tile, so that no sum can overflow.     */
 /* ------------------------------------------------------------------------ */
 
 struct fa_mask {
@@ -220,19 +230,33 @@ FA_DEV fa_mask mask_of(const fa_params &p, const fa_seq &s) {
     return m;
 }
 
-/* Rows past len_q see nothing: their results are never stored, and the
- * block mask has no entries for them. */
-FA_DEV bool visible(const fa_mask &m, int i, int j) {
-    if (j >= m.len_k || i >= m.len_q) return false;
+FA_DEV i64 min64(i64 a, i64 b) { return a < b ? a : b; }
+FA_DEV i64 max64(i64 a, i64 b) { return a > b ? a : b; }
+
+/* Whether the query rows_left rows before the end of its sequence sees the
+ * key keys_left keys before the end of its. Padding rows and keys (past
+ * their sequence: rows_left or keys_left <= 0) see nothing: their results
+ * are never stored, and the block mask has no entries for them. The
+ * causal and window masks look at the distance of key j from query i's
+ * diagonal i + len_k - len_q, d = (j - i) - (len_k - len_q): visible iff
+ * d <= 0 (causal), d <= window_right and d >= -window_left. With i and j
+ * inside the sequence, d lies in [1 - len_k, len_q - 1]: no step
+ * overflows, whatever the window bounds. Tight loops pass rows_left and
+ * keys_left from per-tile values (fwd_mma.cu). */
+FA_DEV bool visible_left(const fa_mask &m, int rows_left, int keys_left) {
+    if (rows_left <= 0 || keys_left <= 0) return false;
+    const int i = m.len_q - rows_left, j = m.len_k - keys_left;
+    (void)i;
+    (void)j;
 #if defined(CAUSAL) || defined(WINDOW)
-    const int diag = i + m.len_k - m.len_q;
+    const int d = (j - i) - (m.len_k - m.len_q);
 #endif
 #ifdef CAUSAL
-    if (j > diag) return false;
+    if (d > 0) return false;
 #endif
 #ifdef WINDOW
-    if (m.window_left >= 0 && j < diag - m.window_left) return false;
-    if (m.window_right >= 0 && j > diag + m.window_right) return false;
+    if (m.window_left >= 0 && d < -m.window_left) return false;
+    if (m.window_right >= 0 && d > m.window_right) return false;
 #endif
 #ifdef BLOCK_MASK
     if (!m.block_mask[(i64)(i / m.block_q) * m.block_cols + j / m.block_k]) return false;
@@ -240,46 +264,61 @@ FA_DEV bool visible(const fa_mask &m, int i, int j) {
     return true;
 }
 
-/* Keys [*lo, *hi) that rows [r0, r1] may see under the causal and window
- * masks (the block mask is handled per tile). */
-FA_DEV void key_range(const fa_mask &m, int r0, int r1, int *lo, int *hi) {
-    int a = 0, b = m.len_k;
-#if defined(CAUSAL) || defined(WINDOW)
-    const int off = m.len_k - m.len_q;
-#else
-    (void)r0;
-    (void)r1;
-#endif
-#ifdef CAUSAL
-    b = min(b, r1 + off + 1);
-#endif
-#ifdef WINDOW
-    if (m.window_right >= 0) b = min(b, r1 + off + m.window_right + 1);
-    if (m.window_left >= 0) a = max(a, r0 + off - m.window_left);
-#endif
-    *lo = a;
-    *hi = max(a, b);
+/* Whether query q0 + r sees key k0 + c (q0 and k0 inside the sequence). */
+FA_DEV bool visible(const fa_mask &m, int q0, int r, int k0, int c) {
+    return visible_left(m, m.len_q - q0 - r, m.len_k - k0 - c);
 }
 
-/* Queries [*lo, *hi) that may see keys [c0, c1]. */
-FA_DEV void query_range(const fa_mask &m, int c0, int c1, int *lo, int *hi) {
-    int a = 0, b = m.len_q;
-#if defined(CAUSAL) || defined(WINDOW)
-    const int off = m.len_k - m.len_q;
-#else
-    (void)c0;
-    (void)c1;
-#endif
+/* Keys [*lo, *hi) that rows [r0, r1] (inside the sequence) may see under
+ * the causal and window masks (the block mask is handled per tile). In 64
+ * bits: r1 + off + window_right + 1 passes INT_MAX. */
+FA_DEV void key_range(const fa_mask &m, int r0, int r1, int *lo, int *hi) {
+    const i64 off = (i64)m.len_k - m.len_q;
+    i64 a = 0, b = m.len_k;
+    (void)off;
+    (void)r0;
+    (void)r1;
 #ifdef CAUSAL
-    a = max(a, c0 - off);
+    b = min64(b, r1 + off + 1);
 #endif
 #ifdef WINDOW
-    if (m.window_right >= 0) a = max(a, c0 - off - m.window_right);
-    if (m.window_left >= 0) b = min(b, c1 - off + m.window_left + 1);
+    if (m.window_right >= 0) b = min64(b, r1 + off + m.window_right + 1);
+    if (m.window_left >= 0) a = max64(a, r0 + off - m.window_left);
 #endif
-    *lo = a;
-    *hi = max(a, b);
+    /* 0 <= a < len_k (r0 < len_q) and b <= len_k: both fit an int. */
+    *lo = (int)a;
+    *hi = (int)max64(a, b);
 }
+
+/* Queries [*lo, *hi) that may see keys [c0, c1] (inside the sequence). */
+FA_DEV void query_range(const fa_mask &m, int c0, int c1, int *lo, int *hi) {
+    const i64 off = (i64)m.len_k - m.len_q;
+    i64 a = 0, b = m.len_q;
+    (void)off;
+    (void)c0;
+    (void)c1;
+#ifdef CAUSAL
+    a = max64(a, c0 - off);
+#endif
+#ifdef WINDOW
+    if (m.window_right >= 0) a = max64(a, c0 - off - m.window_right);
+    if (m.window_left >= 0) b = min64(b, c1 - off + m.window_left + 1);
+#endif
+    /* 0 <= a < len_q (c0 < len_k) and b <= len_q: both fit an int. */
+    *lo = (int)a;
+    *hi = (int)max64(a, b);
+}
+
+/* The tiles of n a range [lo, hi) falls in: [*t0, *t1), empty for an empty
+ * range. No hi + n - 1: hi may be INT_MAX. */
+FA_DEV void tile_span(int lo, int hi, int n, int *t0, int *t1) {
+    *t0 = lo / n;
+    *t1 = hi > lo ? (hi - 1) / n + 1 : *t0;
+}
+
+/* The last row of a tile of n rows from q0 that lies inside a sequence of
+ * len (q0 < len). */
+FA_DEV int tile_last(int q0, int n, int len) { return q0 + min(n, len - q0) - 1; }
 
 /* What the block mask leaves of a (query tile, key tile): the host's tile
  * map (cuda_attention.c) holds 0 nothing, 1 part, 2 all. */
@@ -313,9 +352,14 @@ FA_DEV int next_query_tile(const fa_params &p, int tk, int t, int t_end) {
 }
 
 /* Whether every element of [q0, q0 + br) x [k0, k0 + bc) is visible (no
- * per-element test needed). Rows past len_q do not count: their results
- * are never stored. */
-FA_DEV bool tile_full(const fa_params &p, const fa_mask &m, int tq, int tk, int q0, int k0, int br, int bc) {
+ * per-element test needed). Rows past len_q count only with
+ * ROWS_FEED_KEYS: in the dK/dV kernels every row of a tile adds to the
+ * keys' sums, and a padding row's zero query times a key holding inf would
+ * add NaN; elsewhere they are padding whose results are never stored. */
+#define ROWS_STORED 0
+#define ROWS_FEED_KEYS 1
+FA_DEV bool tile_full(const fa_params &p, const fa_mask &m, int tq, int tk, int q0, int k0, int br, int bc,
+                      int rows) {
 #ifdef BLOCK_MASK
     if (p.tile_map[(i64)tq * p.tile_cols + tk] != TILE_FULL) return false;
 #else
@@ -323,14 +367,11 @@ FA_DEV bool tile_full(const fa_params &p, const fa_mask &m, int tq, int tk, int 
     (void)tq;
     (void)tk;
 #endif
-    const int c1 = k0 + bc - 1;
-    if (c1 >= m.len_k) return false;
+    if (bc > m.len_k - k0) return false;
+    if (rows == ROWS_FEED_KEYS && br > m.len_q - q0) return false;
 #if defined(CAUSAL) || defined(WINDOW)
-    const int r1 = min(q0 + br, m.len_q) - 1, off = m.len_k - m.len_q;
+    const i64 r1 = tile_last(q0, br, m.len_q), c1 = (i64)k0 + bc - 1, off = (i64)m.len_k - m.len_q;
     (void)r1;
-#else
-    (void)q0;
-    (void)br;
 #endif
 #ifdef CAUSAL
     if (c1 > q0 + off) return false;
@@ -340,6 +381,47 @@ FA_DEV bool tile_full(const fa_params &p, const fa_mask &m, int tq, int tk, int 
     if (m.window_left >= 0 && k0 < r1 + off - m.window_left) return false;
 #endif
     return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The end of a row's online softmax (the rules for NaN and infinities are   */
+/* above fa_forward in include/flashattn.h)                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Whether the masks leave query q0 + r (inside the sequence) any key: its
+ * key range under the causal and window masks, then the block mask's
+ * blocks over that range. A row's running maximum stays -inf when no key
+ * is visible, but also when its visible scores were all NaN (max ignores
+ * them) or -inf; values must never make a row look masked, so the masks
+ * decide. Called at the end, for rows whose maximum stayed -inf only:
+ * nothing is added per element or per tile. */
+FA_DEV bool row_sees_key(const fa_mask &m, int q0, int r) {
+    if (r >= m.len_q - q0) return false; /* padding: never stored */
+    const int i = q0 + r;
+    int lo, hi;
+    key_range(m, i, i, &lo, &hi);
+    if (hi <= lo) return false;
+#ifdef BLOCK_MASK
+    const i64 row = (i64)(i / m.block_q) * m.block_cols;
+    for (int c = lo / m.block_k; c <= (hi - 1) / m.block_k; c++)
+        if (m.block_mask[row + c]) return true;
+    return false;
+#else
+    return true;
+#endif
+}
+
+/* L of a finished row that sees a key, from m and l = sum of exp2(s - m)
+ * (base 2): NaN where a NaN met l, or where the visible scores were all
+ * -inf (l = 0: the softmax is 0 / 0, and O, the accumulator over l, is
+ * NaN too); else ln of the sum. A key split's partial row (SPLITK builds)
+ * keeps -inf for l = 0 instead: no mass, which the merge weighs as nothing
+ * and turns into NaN only if no split has any (rowwise.cuh). */
+FA_DEV float row_lse(float m, float l) {
+#ifndef SPLITK
+    if (l == 0.0f) return FA_NAN;
+#endif
+    return (m + log2f(l)) * FA_LN2;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -365,9 +447,10 @@ FA_DEV uint4 philox(u32 c0, u32 c1, u32 c2, u32 c3, u32 k0, u32 k1) {
 }
 
 /* The four random words of (row, columns 4g .. 4g + 3) of one (sequence,
- * head): bh = batch * heads_q + head. */
-FA_DEV uint4 dropout_words(const fa_params &p, u32 bh, int row, int col4) {
-    return philox((u32)col4 >> 2, (u32)row, bh, p.drop_offset_lo, p.drop_key0, p.drop_key1);
+ * head): bh = batch * heads_q + head. Positions are unsigned: a padding
+ * row's q0 + r may pass INT_MAX, and wraps harmlessly here. */
+FA_DEV uint4 dropout_words(const fa_params &p, u32 bh, u32 row, u32 col4) {
+    return philox(col4 >> 2, row, bh, p.drop_offset_lo, p.drop_key0, p.drop_key1);
 }
 
 FA_DEV u32 word_of(uint4 w, int i) {
@@ -375,8 +458,8 @@ FA_DEV u32 word_of(uint4 w, int i) {
 }
 
 /* Whether element (row, col) is kept. */
-FA_DEV bool dropout_keep(const fa_params &p, u32 bh, int row, int col) {
-    return word_of(dropout_words(p, bh, row, col & ~3), col & 3) >= p.drop_threshold;
+FA_DEV bool dropout_keep(const fa_params &p, u32 bh, u32 row, u32 col) {
+    return word_of(dropout_words(p, bh, row, col & ~3u), (int)(col & 3u)) >= p.drop_threshold;
 }
 
 #endif

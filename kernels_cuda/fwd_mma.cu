@@ -89,9 +89,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
     const elem_t *kg = (const elem_t *)p.k + K_ROW(p, b, seq, 0, hk);
     const elem_t *vg = (const elem_t *)p.v + V_ROW(p, b, seq, 0, hk);
 
-    int k_lo, k_hi;
-    key_range(mask, q0, min(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
-    const int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+    int k_lo, k_hi, t_begin, t_end;
+    key_range(mask, q0, tile_last(q0, BR, seq.len_q), &k_lo, &k_hi);
+    tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
     const int row_base = warp * MT * 16; /* first row of this warp in the tile */
     const float sl2 = p.scale_log2;
 #ifdef DROPOUT
@@ -204,17 +204,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
 #endif
 
         /* Masks: whole tiles need no per-element test. */
-        if (!tile_full(p, mask, tq, t, q0, k0, BR, BC)) {
+        if (!tile_full(p, mask, tq, t, q0, k0, BR, BC, ROWS_STORED)) {
+            /* What is left of the sequences from the thread's first row and key. */
+            const int rows0 = seq.len_q - q0 - (row_base + g), keys0 = seq.len_k - k0 - 2 * t4;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int j = 0; j < NT; j++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int r = q0 + row_base + mt * 16 + g + 8 * (e >> 1);
-                        const int c = k0 + 8 * j + 2 * t4 + (e & 1);
-                        if (!visible(mask, r, c)) s[mt][j][e] = -FA_INF;
-                    }
+                    for (int e = 0; e < 4; e++)
+                        if (!visible_left(mask, rows0 - (mt * 16 + 8 * (e >> 1)), keys0 - (8 * j + (e & 1))))
+                            s[mt][j][e] = -FA_INF;
         }
 
         /* Online softmax: new maxima, one rescale of O and l. */
@@ -265,12 +265,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
          * other its half. The row sums above already have P before dropout. */
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            const int r_g = q0 + row_base + mt * 16 + g;
+            const u32 r_g = (u32)q0 + (u32)(row_base + mt * 16 + g);
             const int odd = t4 & 1;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
-                const int col4 = (k0 + 8 * j + 2 * t4) & ~3;
-                const uint4 w = dropout_words(p, bh, r_g + 8 * odd, col4);
+                const u32 col4 = ((u32)k0 + (u32)(8 * j + 2 * t4)) & ~3u;
+                const uint4 w = dropout_words(p, bh, r_g + 8u * (u32)odd, col4);
                 const u32 give0 = odd ? w.x : w.z, give1 = odd ? w.y : w.w;
                 const u32 got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
                 const u32 got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
@@ -334,7 +334,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
     cp_async_wait<0>();
     __syncthreads(); /* Qs is free for O */
 
-    /* Normalise once; a row with no visible key gives O = 0, L = -inf. */
+    /* Normalise once; a row the masks leave no key gives O = 0 (whatever
+     * 0 * NaN its accumulator met) and L = -inf (row_sees_key). */
     unsigned char *o_tile = smem;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
@@ -343,18 +344,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
             float l = l_run[mt][hf];
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const float inv = l > 0.0f ? p.drop_scale / l : 0.0f;
+            const float m = m_run[mt][hf];
+            const int r = row_base + mt * 16 + g + 8 * hf;
+            const bool masked = m == -FA_INF && !row_sees_key(mask, q0, r);
+            const float inv = p.drop_scale / l;
 #pragma unroll
             for (int j = 0; j < DT; j++) {
-                o_acc[mt][j][2 * hf] *= inv;
-                o_acc[mt][j][2 * hf + 1] *= inv;
+                o_acc[mt][j][2 * hf] = masked ? 0.0f : o_acc[mt][j][2 * hf] * inv;
+                o_acc[mt][j][2 * hf + 1] = masked ? 0.0f : o_acc[mt][j][2 * hf + 1] * inv;
             }
-            const int r = q0 + row_base + mt * 16 + g + 8 * hf;
-            if (t4 == 0 && r < seq.len_q) {
-                const float m = m_run[mt][hf];
-                p.lse[lse_index(p, b, h, r, seq.start_q)] =
-                    m == -FA_INF ? -FA_INF : (m * sl2 + log2f(l)) * FA_LN2;
-            }
+            if (t4 == 0 && r < seq.len_q - q0)
+                p.lse[lse_index(p, b, h, q0 + r, seq.start_q)] = masked ? -FA_INF : row_lse(m * sl2, l);
         }
 #pragma unroll
         for (int j = 0; j < DT; j++) store_c(o_tile, row_base + mt * 16, j, o_acc[mt][j], lane);

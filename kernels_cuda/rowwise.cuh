@@ -11,13 +11,15 @@
 #define ROWWISE_ROWS (ROWWISE_THREADS / 8) /* rows per block */
 
 /* Block (x: group of ROWWISE_ROWS rows, y: query head, z: sequence); thread
- * (row, lane8) covers chunks lane8, lane8 + 8, ... of its row. */
-#define ROWWISE_SETUP()                                            \
-    const int lane8 = threadIdx.x & 7;                             \
-    const int r = blockIdx.x * ROWWISE_ROWS + (threadIdx.x >> 3);  \
-    const int h = blockIdx.y, b = blockIdx.z;                      \
-    const fa_seq seq = seq_of(p, b);                               \
-    if (r >= seq.len_q) return
+ * (row, lane8) covers chunks lane8, lane8 + 8, ... of its row. The row is
+ * compared unsigned: past a sequence near 2^31 tokens it passes INT_MAX. */
+#define ROWWISE_SETUP()                                                      \
+    const int lane8 = threadIdx.x & 7;                                       \
+    const u32 r_ = blockIdx.x * ROWWISE_ROWS + (threadIdx.x >> 3);           \
+    const int h = blockIdx.y, b = blockIdx.z;                                \
+    const fa_seq seq = seq_of(p, b);                                         \
+    if (r_ >= (u32)seq.len_q) return;                                        \
+    const int r = (int)r_
 
 #ifdef BWD
 /* D = rowsum(dO * O) of the values as stored, in fp32. */
@@ -68,37 +70,61 @@ extern "C" __global__ void __launch_bounds__(ROWWISE_THREADS) fa_bwd_dq_convert(
  * O_s and its log-sum-exp L_s (fp32, [split][heads_q][total_q]); the row is
  * their log-sum-exp weighted mean:
  *   L = log sum_s exp(L_s),   O = sum_s exp(L_s - L) O_s.
- * A split that saw no key has L_s = -inf and weighs nothing; a row no split
- * saw anything of gets O = 0, L = -inf. The splits are summed in order:
- * the result does not depend on timing. */
+ * A split with L_s = -inf has no mass and weighs nothing; its O_s is 0 if
+ * the masks leave the row no key at all, else NaN (0 / 0). A row no split
+ * has mass of gets O = 0, L = -inf in the first case, NaN in the other
+ * (its visible scores were all -inf: softmax is 0 / 0 there). A NaN L_s
+ * spreads to the whole row. The splits are summed in order: the
+ * result does not depend on timing. */
 extern "C" __global__ void __launch_bounds__(ROWWISE_THREADS) fa_splitk_merge(const fa_params p) {
     ROWWISE_SETUP();
     const i64 row = (i64)h * p.total_q + seq.start_q + r;
     const i64 split_stride = (i64)p.heads_q * p.total_q;
     float mx = -FA_INF;
-    for (int s = 0; s < p.num_splits; s++) mx = fmaxf(mx, p.part_l[s * split_stride + row]);
+    bool mass = false; /* a split with L_s > -inf, or NaN */
+    for (int s = 0; s < p.num_splits; s++) {
+        const float ls = p.part_l[s * split_stride + row];
+        mx = fmaxf(mx, ls);
+        mass |= ls != -FA_INF;
+    }
+    /* mx = -inf with mass only when every split with mass has L_s = NaN:
+     * the weights come out NaN, as they must. */
+    const float m_use = mx == -FA_INF ? 0.0f : mx;
     float lse_r = -FA_INF, wsum = 0.0f;
-    if (mx != -FA_INF) {
-        for (int s = 0; s < p.num_splits; s++) wsum += expf(p.part_l[s * split_stride + row] - mx);
-        lse_r = mx + logf(wsum);
+    if (mass) {
+        for (int s = 0; s < p.num_splits; s++) {
+            const float ls = p.part_l[s * split_stride + row];
+            if (ls != -FA_INF) wsum += expf(ls - m_use);
+        }
+        lse_r = m_use + logf(wsum);
     }
     elem_t *o = (elem_t *)p.o + O_ROW(p, b, seq, r, h);
     for (int x0 = lane8 * 8; x0 < HEAD_DIM; x0 += 64) {
         float v[8];
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = 0.0f;
-        if (mx != -FA_INF) {
-            for (int s = 0; s < p.num_splits; s++) {
-                const i64 i = s * split_stride + row;
-                const float w = expf(p.part_l[i] - mx) / wsum;
-                const float *po = p.part_o + i * HEAD_DIM + x0;
+        for (int s = 0; s < p.num_splits; s++) {
+            const i64 i = s * split_stride + row;
+            const float *po = p.part_o + i * HEAD_DIM + x0;
+            if (p.part_l[i] != -FA_INF) {
+                const float w = expf(p.part_l[i] - m_use) / wsum;
 #pragma unroll
                 for (int e = 0; e < 8; e++) v[e] = fmaf(w, po[e], v[e]);
+            } else if (!mass) {
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    if (fa_isnan(po[e])) v[e] = FA_NAN;
             }
         }
         store8(o + x0, v);
     }
-    if (lane8 == 0) p.lse[lse_index(p, b, h, r, seq.start_q)] = lse_r;
+    if (lane8 == 0) {
+        /* No split with mass: NaN where one saw keys (its O_s is NaN). */
+        if (!mass)
+            for (int s = 0; s < p.num_splits; s++)
+                if (fa_isnan(p.part_o[(s * split_stride + row) * HEAD_DIM])) lse_r = FA_NAN;
+        p.lse[lse_index(p, b, h, r, seq.start_q)] = lse_r;
+    }
 }
 #endif
 

@@ -114,13 +114,13 @@ extern "C" __global__ void __launch_bounds__(WG) fa_fwd_simt(const fa_params p) 
     for (int e = lid; e < BR * D8; e += WG) {
         const int r = e / D8, x0 = (e % D8) * 8;
         float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (q0 + r < seq.len_q) load8(qg + (i64)r * p.q_ss + x0, v);
+        if (r < seq.len_q - q0) load8(qg + (i64)r * p.q_ss + x0, v);
         store8_t(Qt, BR, x0, r, v);
     }
 
-    int k_lo, k_hi;
-    key_range(mask, q0, min(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
-    int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+    int k_lo, k_hi, t_begin, t_end;
+    key_range(mask, q0, tile_last(q0, BR, seq.len_q), &k_lo, &k_hi);
+    tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
 #ifdef SPLITK
     {
         const int per = (t_end - t_begin + p.num_splits - 1) / p.num_splits;
@@ -144,9 +144,9 @@ extern "C" __global__ void __launch_bounds__(WG) fa_fwd_simt(const fa_params p) 
         for (int e = lid; e < BC * D8; e += WG) {
             const int c = e / D8, x0 = (e % D8) * 8;
             float kv[8] = {0, 0, 0, 0, 0, 0, 0, 0}, vv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            if (k0 + c < seq.len_k) {
-                load8(kg + (i64)(k0 + c) * p.k_ss + x0, kv);
-                load8(vg + (i64)(k0 + c) * p.v_ss + x0, vv);
+            if (c < seq.len_k - k0) {
+                load8(kg + ((i64)k0 + c) * p.k_ss + x0, kv);
+                load8(vg + ((i64)k0 + c) * p.v_ss + x0, vv);
             }
             store8_t(Kt, BC, x0, c, kv);
             store8_row(Vs + c * HEAD_DIM + x0, vv);
@@ -168,14 +168,14 @@ extern "C" __global__ void __launch_bounds__(WG) fa_fwd_simt(const fa_params p) 
 #pragma unroll
                 for (int j = 0; j < TC; j++) s[i][j] = fmaf(a[i], bk[j], s[i][j]);
         }
-        const bool full = tile_full(p, mask, tq, t, q0, k0, BR, BC);
+        const bool full = tile_full(p, mask, tq, t, q0, k0, BR, BC, ROWS_STORED);
 #pragma unroll
         for (int j = 0; j < TC; j++) {
             float col[TR];
 #pragma unroll
             for (int i = 0; i < TR; i++) {
                 s[i][j] *= sl2;
-                if (!full && !visible(mask, q0 + tr * TR + i, k0 + tc * TC + j)) s[i][j] = -FA_INF;
+                if (!full && !visible(mask, q0, tr * TR + i, k0, tc * TC + j)) s[i][j] = -FA_INF;
                 col[i] = s[i][j];
             }
             sts_n<TR>(Pt + (tc * TC + j) * BR + tr * TR, col);
@@ -209,7 +209,7 @@ extern "C" __global__ void __launch_bounds__(WG) fa_fwd_simt(const fa_params p) 
 #ifdef DROPOUT
                 /* A dropped probability is marked by its sign (values are
                  * >= 0; a dropped 0 becomes -0). */
-                if (!dropout_keep(p, bh, q0 + tr * TR + i, k0 + tc * TC + j)) pv = -pv;
+                if (!dropout_keep(p, bh, (u32)q0 + (u32)(tr * TR + i), (u32)k0 + (u32)(tc * TC + j))) pv = -pv;
 #endif
                 col[i] = pv;
             }
@@ -248,19 +248,21 @@ extern "C" __global__ void __launch_bounds__(WG) fa_fwd_simt(const fa_params p) 
         __syncthreads();
     }
 
-    /* Normalise once; a row with no visible key gives O = 0, L = -inf. */
+    /* Normalise once; a row the masks leave no key gives O = 0 (whatever
+     * 0 * NaN its accumulator met) and L = -inf (row_sees_key). */
 #pragma unroll
     for (int i = 0; i < TR; i++) {
+        if (tr * TR + i >= seq.len_q - q0) continue;
         const int r = q0 + tr * TR + i;
-        if (r >= seq.len_q) continue;
-        const float inv = l[i] > 0.0f ? p.drop_scale / l[i] : 0.0f;
-        const float lse_r = m[i] == -FA_INF ? -FA_INF : (m[i] + log2f(l[i])) * FA_LN2;
+        const bool masked = m[i] == -FA_INF && !row_sees_key(mask, q0, tr * TR + i);
+        const float inv = p.drop_scale / l[i];
+        const float lse_r = masked ? -FA_INF : row_lse(m[i], l[i]);
 #ifdef SPLITK
         const i64 row = (i64)(split * p.heads_q + h) * p.total_q + seq.start_q + r;
 #pragma unroll
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
-            if (DIM_OK(x)) p.part_o[row * HEAD_DIM + x] = acc[i][u] * inv;
+            if (DIM_OK(x)) p.part_o[row * HEAD_DIM + x] = masked ? 0.0f : acc[i][u] * inv;
         }
         if (tc == 0) p.part_l[row] = lse_r;
 #else
@@ -268,7 +270,7 @@ extern "C" __global__ void __launch_bounds__(WG) fa_fwd_simt(const fa_params p) 
 #pragma unroll
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
-            if (DIM_OK(x)) orow[x] = from_f32(acc[i][u] * inv);
+            if (DIM_OK(x)) orow[x] = from_f32(masked ? 0.0f : acc[i][u] * inv);
         }
         if (tc == 0) p.lse[lse_index(p, b, h, r, seq.start_q)] = lse_r;
 #endif
@@ -282,10 +284,11 @@ extern "C" __global__ void __launch_bounds__(WG) fa_fwd_simt(const fa_params p) 
 
 #ifdef BWD
 /* z / (1 - p) of element (query row r, key c): keep_scale or 0. With
- * s = q.k, P = exp2(s scale log2 e - L log2 e):
+ * s = q.k, P = exp2(s scale log2 e - L log2 e), with r and c offsets in the
+ * tile at (q0, k0):
  *   dS = P (z dP - D),   dV += z P dO,   dK += dS q,   dQ += dS k. */
 #ifdef DROPOUT
-#define DROP_Z(r, c) (dropout_keep(p, bh, (r), (c)) ? p.drop_scale : 0.0f)
+#define DROP_Z(r, c) (dropout_keep(p, bh, (u32)q0 + (u32)(r), (u32)k0 + (u32)(c)) ? p.drop_scale : 0.0f)
 #else
 #define DROP_Z(r, c) 1.0f
 #endif
@@ -309,7 +312,7 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
     for (int e = lid; e < BC * D8; e += WG) {
         const int c = e / D8, x0 = (e % D8) * 8;
         float kv[8] = {0, 0, 0, 0, 0, 0, 0, 0}, vv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (k0 + c < seq.len_k) {
+        if (c < seq.len_k - k0) {
             load8(kg + (i64)c * p.k_ss + x0, kv);
             load8(vg + (i64)c * p.v_ss + x0, vv);
         }
@@ -323,9 +326,9 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
 #pragma unroll
         for (int u = 0; u < DPT; u++) acc_k[j][u] = acc_v[j][u] = 0.0f;
 
-    int r_lo, r_hi;
-    query_range(mask, k0, min(k0 + BC, seq.len_k) - 1, &r_lo, &r_hi);
-    const int t_begin = r_lo / BR, t_end = r_hi > r_lo ? (r_hi + BR - 1) / BR : t_begin;
+    int r_lo, r_hi, t_begin, t_end;
+    query_range(mask, k0, tile_last(k0, BC, seq.len_k), &r_lo, &r_hi);
+    tile_span(r_lo, r_hi, BR, &t_begin, &t_end);
 
     for (int hh = 0; hh < p.group; hh++) {
         const int h = hk * p.group + hh;
@@ -340,7 +343,7 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
             for (int e = lid; e < BR * D8; e += WG) {
                 const int r = e / D8, x0 = (e % D8) * 8;
                 float qv[8] = {0, 0, 0, 0, 0, 0, 0, 0}, gv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                if (q0 + r < seq.len_q) {
+                if (r < seq.len_q - q0) {
                     load8(qg + (i64)r * p.q_ss + x0, qv);
                     load8(og + (i64)r * p.o_ss + x0, gv);
                 }
@@ -349,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
             }
             for (int r = lid; r < BR; r += WG) {
                 float lv = FA_INF, dv = 0.0f;
-                if (q0 + r < seq.len_q) {
+                if (r < seq.len_q - q0) {
                     const i64 li = lse_index(p, b, h, q0 + r, seq.start_q);
                     const float L = p.lse[li];
                     lv = L == -FA_INF ? FA_INF : L * FA_LOG2E;
@@ -387,16 +390,16 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
                         }
                 }
             }
-            const bool full = tile_full(p, mask, tq, tk, q0, k0, BR, BC);
+            const bool full = tile_full(p, mask, tq, tk, q0, k0, BR, BC, ROWS_FEED_KEYS);
 #pragma unroll
             for (int i = 0; i < TR; i++) {
                 const int rl = tr * TR + i;
 #pragma unroll
                 for (int j = 0; j < TC; j++) {
                     const int cl = tc * TC + j;
-                    const bool seen = full || visible(mask, q0 + rl, k0 + cl);
+                    const bool seen = full || visible(mask, q0, rl, k0, cl);
                     const float pv = fa_exp2(s[i][j] * sl2 - Ls[rl]);
-                    const float z = DROP_Z(q0 + rl, k0 + cl);
+                    const float z = DROP_Z(rl, cl);
                     dp[i][j] = seen ? pv * (dp[i][j] * z - Ds[rl]) : 0.0f;
                     s[i][j] = seen ? pv * z : 0.0f;
                 }
@@ -452,9 +455,8 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
                 }
 #pragma unroll
                 for (int i = 0; i < TR; i++) {
-                    const int r = q0 + tr * TR + i;
-                    if (r >= seq.len_q) continue;
-                    float *row = p.dq_acc + lse_index(p, b, h, r, seq.start_q) * HEAD_DIM;
+                    if (tr * TR + i >= seq.len_q - q0) continue;
+                    float *row = p.dq_acc + lse_index(p, b, h, q0 + tr * TR + i, seq.start_q) * HEAD_DIM;
 #pragma unroll
                     for (int u = 0; u < DPT; u++) {
                         const int x = tc + u * NTC;
@@ -472,7 +474,7 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
 #pragma unroll
     for (int j = 0; j < KPT; j++) {
         const int c = tr + j * NTR;
-        if (c >= BC || k0 + c >= seq.len_k) continue;
+        if (c >= BC || c >= seq.len_k - k0) continue;
 #pragma unroll
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
@@ -506,7 +508,7 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dq_simt(const fa_params 
     for (int e = lid; e < BR * D8; e += WG) {
         const int r = e / D8, x0 = (e % D8) * 8;
         float qv[8] = {0, 0, 0, 0, 0, 0, 0, 0}, gv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (q0 + r < seq.len_q) {
+        if (r < seq.len_q - q0) {
             load8(qg + (i64)r * p.q_ss + x0, qv);
             load8(og + (i64)r * p.o_ss + x0, gv);
         }
@@ -515,7 +517,7 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dq_simt(const fa_params 
     }
     for (int r = lid; r < BR; r += WG) {
         float lv = FA_INF, dv = 0.0f;
-        if (q0 + r < seq.len_q) {
+        if (r < seq.len_q - q0) {
             const i64 li = lse_index(p, b, h, q0 + r, seq.start_q);
             const float L = p.lse[li];
             lv = L == -FA_INF ? FA_INF : L * FA_LOG2E;
@@ -531,9 +533,9 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dq_simt(const fa_params 
 #pragma unroll
         for (int u = 0; u < DPT; u++) acc[i][u] = 0.0f;
 
-    int k_lo, k_hi;
-    key_range(mask, q0, min(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
-    const int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+    int k_lo, k_hi, t_begin, t_end;
+    key_range(mask, q0, tile_last(q0, BR, seq.len_q), &k_lo, &k_hi);
+    tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
     const elem_t *kg = (const elem_t *)p.k + K_ROW(p, b, seq, 0, hk);
     const elem_t *vg = (const elem_t *)p.v + V_ROW(p, b, seq, 0, hk);
 
@@ -542,9 +544,9 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dq_simt(const fa_params 
         for (int e = lid; e < BC * D8; e += WG) {
             const int c = e / D8, x0 = (e % D8) * 8;
             float kv[8] = {0, 0, 0, 0, 0, 0, 0, 0}, vv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            if (k0 + c < seq.len_k) {
-                load8(kg + (i64)(k0 + c) * p.k_ss + x0, kv);
-                load8(vg + (i64)(k0 + c) * p.v_ss + x0, vv);
+            if (c < seq.len_k - k0) {
+                load8(kg + ((i64)k0 + c) * p.k_ss + x0, kv);
+                load8(vg + ((i64)k0 + c) * p.v_ss + x0, vv);
             }
             store8_t(Kt, BC, x0, c, kv);
             store8_t(Vt, BC, x0, c, vv);
@@ -571,7 +573,7 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dq_simt(const fa_params 
                     dp[i][j] = fmaf(gq[i], vv[j], dp[i][j]);
                 }
         }
-        const bool full = tile_full(p, mask, tq, t, q0, k0, BR, BC);
+        const bool full = tile_full(p, mask, tq, t, q0, k0, BR, BC, ROWS_STORED);
 #pragma unroll
         for (int j = 0; j < TC; j++) {
             const int cl = tc * TC + j;
@@ -579,9 +581,9 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dq_simt(const fa_params 
 #pragma unroll
             for (int i = 0; i < TR; i++) {
                 const int rl = tr * TR + i;
-                const bool seen = full || visible(mask, q0 + rl, k0 + cl);
+                const bool seen = full || visible(mask, q0, rl, k0, cl);
                 const float pv = fa_exp2(s[i][j] * sl2 - Ls[rl]);
-                col[i] = seen ? pv * (dp[i][j] * DROP_Z(q0 + rl, k0 + cl) - Ds[rl]) : 0.0f;
+                col[i] = seen ? pv * (dp[i][j] * DROP_Z(rl, cl) - Ds[rl]) : 0.0f;
             }
             sts_n<TR>(dSt + cl * BR + tr * TR, col);
         }
@@ -604,9 +606,8 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dq_simt(const fa_params 
 
 #pragma unroll
     for (int i = 0; i < TR; i++) {
-        const int r = q0 + tr * TR + i;
-        if (r >= seq.len_q) continue;
-        elem_t *row = (elem_t *)p.dq + Q_ROW(p, b, seq, r, h);
+        if (tr * TR + i >= seq.len_q - q0) continue;
+        elem_t *row = (elem_t *)p.dq + Q_ROW(p, b, seq, q0 + tr * TR + i, h);
 #pragma unroll
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;

@@ -114,11 +114,17 @@ FA_DEV i64 std_lse_index(const std_params &p, const std_row &r) {
 #ifdef DROPOUT
 /* The Philox words of keys j4 .. j4 + 3 (j4 a multiple of four) of the row,
  * as core/philox.h defines the counter: one call serves the four. */
-FA_DEV uint4 std_words(const std_params &p, const std_row &r, int j4) {
+FA_DEV uint4 std_words(const std_params &p, const std_row &r, u32 j4) {
     const u32 bh = (u32)r.b * (u32)p.heads_q + (u32)r.h;
     return philox((u32)j4 >> 2, (u32)r.i, bh, p.drop_offset_lo, p.drop_key0, p.drop_key1);
 }
 #endif
+
+/* A row's running maximum starts at -inf, and every visible score raises
+ * it to at least STD_SEEN (-FLT_MAX), whatever its value (a NaN, which max
+ * ignores, or -inf): -inf at the end means only that the masks left the
+ * row no key, never that its values were strange. */
+#define STD_SEEN (-3.402823466e+38f)
 
 /* (max, sum of exp) pairs merged: both sides empty stays (-inf, 0). Lanes
  * of a butterfly may differ in the last bit (contracted multiply-adds);
@@ -136,7 +142,10 @@ FA_DEV void std_merge(float &m, float &l, float m2, float l2) {
 /* ------------------------------------------------------------------------ */
 
 /* Masked elements of P are 0; a row that sees no key gets L = -inf and
- * P = 0 (so O = P V = 0). Grid: (longest len_q, pairs). */
+ * P = 0 (so O = P V = 0); one whose visible scores are all -inf (sum 0) or
+ * met a NaN gets NaN (as row_lse). Loops count unsigned: a row of a
+ * sequence near 2^31 keys would pass INT_MAX. Grid: (longest len_q,
+ * pairs). */
 extern "C" __global__ void __launch_bounds__(STD_THREADS) std_softmax(const std_params p) {
     std_row r;
     if (!std_row_of(p, r)) return;
@@ -144,12 +153,12 @@ extern "C" __global__ void __launch_bounds__(STD_THREADS) std_softmax(const std_
     elem_t *pr = (elem_t *)p.p + r.at;
 
     float mx = -FA_INF, sum = 0.0f;
-    for (int j = threadIdx.x; j < r.len_k; j += STD_THREADS) {
-        if (!visible(r.m, r.i, j)) continue;
-        const float v = to_f32(s[j]);
-        if (v > mx) {
-            sum = sum * expf(mx - v) + 1.0f;
-            mx = v;
+    for (u32 j = threadIdx.x; j < (u32)r.len_k; j += STD_THREADS) {
+        if (!visible(r.m, r.i, 0, (int)j, 0)) continue;
+        const float v = to_f32(s[j]), seen = fmaxf(v, STD_SEEN);
+        if (seen > mx) {
+            sum = sum * expf(mx - seen) + expf(v - seen);
+            mx = seen;
         } else {
             sum += expf(v - mx);
         }
@@ -168,19 +177,20 @@ extern "C" __global__ void __launch_bounds__(STD_THREADS) std_softmax(const std_
     mx = warp_m[0];
     sum = warp_l[0];
     for (int w = 1; w < STD_WARPS; w++) std_merge(mx, sum, warp_m[w], warp_l[w]);
-    if (threadIdx.x == 0) p.lse[std_lse_index(p, r)] = mx == -FA_INF ? -FA_INF : mx + logf(sum);
+    if (threadIdx.x == 0) p.lse[std_lse_index(p, r)] = mx == -FA_INF ? -FA_INF : sum == 0.0f ? FA_NAN : mx + logf(sum);
 
-    for (int j4 = 4 * (int)threadIdx.x; j4 < r.len_k; j4 += 4 * STD_THREADS) {
+    for (u32 j4 = 4 * threadIdx.x; j4 < (u32)r.len_k; j4 += 4 * STD_THREADS) {
 #ifdef DROPOUT
         const uint4 words = std_words(p, r, j4);
 #endif
-        for (int c = 0; c < 4 && j4 + c < r.len_k; c++) {
-            const int j = j4 + c;
+        for (u32 c = 0; c < 4 && j4 + c < (u32)r.len_k; c++) {
+            const u32 j = j4 + c;
             float v = 0.0f;
-            if (mx != -FA_INF && visible(r.m, r.i, j)) {
+            if (mx != -FA_INF && visible(r.m, r.i, 0, (int)j, 0)) {
                 v = std_round(expf(to_f32(s[j]) - mx) / sum);
 #ifdef DROPOUT
-                v = word_of(words, c) >= p.drop_threshold ? v * p.drop_scale : 0.0f;
+                /* Multiplied, not selected: a NaN stays NaN when dropped. */
+                v *= word_of(words, (int)c) >= p.drop_threshold ? p.drop_scale : 0.0f;
 #endif
             }
             pr[j] = from_f32(v);
@@ -201,9 +211,9 @@ extern "C" __global__ void __launch_bounds__(STD_THREADS) std_probs(const std_pa
     const float li = p.lse[std_lse_index(p, r)];
     const elem_t *s = (const elem_t *)p.s + r.at;
     elem_t *pr = (elem_t *)p.p + r.at;
-    for (int j = threadIdx.x; j < r.len_k; j += STD_THREADS) {
+    for (u32 j = threadIdx.x; j < (u32)r.len_k; j += STD_THREADS) {
         float v = 0.0f;
-        if (li != -FA_INF && visible(r.m, r.i, j)) v = expf(to_f32(s[j]) - li);
+        if (li != -FA_INF && visible(r.m, r.i, 0, (int)j, 0)) v = expf(to_f32(s[j]) - li);
         pr[j] = from_f32(v);
     }
 }
@@ -218,18 +228,19 @@ extern "C" __global__ void __launch_bounds__(STD_THREADS) std_dscores(const std_
     elem_t *pr = (elem_t *)p.p + r.at;
     const elem_t *dp = (const elem_t *)p.dp + r.at;
     elem_t *ds = (elem_t *)p.ds + r.at;
-    for (int j4 = 4 * (int)threadIdx.x; j4 < r.len_k; j4 += 4 * STD_THREADS) {
+    for (u32 j4 = 4 * threadIdx.x; j4 < (u32)r.len_k; j4 += 4 * STD_THREADS) {
 #ifdef DROPOUT
         const uint4 words = std_words(p, r, j4);
 #endif
-        for (int c = 0; c < 4 && j4 + c < r.len_k; c++) {
-            const int j = j4 + c;
+        for (u32 c = 0; c < 4 && j4 + c < (u32)r.len_k; c++) {
+            const u32 j = j4 + c;
             const float pv = to_f32(pr[j]);
             float dpv = to_f32(dp[j]);
 #ifdef DROPOUT
-            const bool keep = word_of(words, c) >= p.drop_threshold;
-            dpv = keep ? dpv * p.drop_scale : 0.0f;
-            pr[j] = from_f32(keep ? pv * p.drop_scale : 0.0f);
+            /* Multiplied, not selected: a NaN stays NaN when dropped. */
+            const float z = word_of(words, (int)c) >= p.drop_threshold ? p.drop_scale : 0.0f;
+            dpv *= z;
+            pr[j] = from_f32(pv * z);
 #endif
             ds[j] = from_f32(pv * (dpv - di));
         }

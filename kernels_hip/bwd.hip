@@ -88,7 +88,7 @@ extern "C" __global__ __launch_bounds__(64) void
 fa_bwd_dot(const store_t *__restrict__ o, const store_t *__restrict__ dout, float *__restrict__ dvec,
            fa_long o_off, fa_long o_sb, fa_long o_ss, fa_long o_sh, int seqlen_q, int heads_q, fa_long total_q,
            const int *cu_q) {
-    const int t = (int)(blockIdx.x * 64u + threadIdx.x);
+    const fa_uint t_ = blockIdx.x * 64u + threadIdx.x;
     const int h = (int)blockIdx.y, b = (int)blockIdx.z;
     (void)cu_q;
 #ifdef VARLEN
@@ -98,7 +98,9 @@ fa_bwd_dot(const store_t *__restrict__ o, const store_t *__restrict__ dout, floa
     const fa_long start_q = (fa_long)b * seqlen_q;
     const int len_q = seqlen_q;
 #endif
-    if (t >= len_q) return;
+    /* Unsigned: past a sequence near 2^31 tokens the row passes INT_MAX. */
+    if (t_ >= (fa_uint)len_q) return;
+    const int t = (int)t_;
     const fa_layout lo = {o_off, o_sb, o_ss, o_sh};
     const fa_long row = fa_row_index(lo, b, start_q, t, h);
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -126,7 +128,7 @@ fa_bwd_dot(const store_t *__restrict__ o, const store_t *__restrict__ dout, floa
             _Pragma("unroll") for (int j = 0; j < TC; j++) {                               \
                 const int r_ = (ROW), c_ = (COL);                                          \
                 float pv = exp2f(s[i][j] * scale_log2 - Ls[r_]);                           \
-                if (cls == FA_TILE_PARTIAL && !fa_visible(mask, block_mask, q0 + r_, k0 + c_)) \
+                if (cls == FA_TILE_PARTIAL && !fa_visible(mask, block_mask, q0, r_, k0, c_))   \
                     pv = 0.0f;                                                             \
                 s[i][j] = pv;                                                              \
                 DROPOUT_STORE(PTILE[r_ * (RS) + c_ * (CS)] = pv);                          \
@@ -188,7 +190,7 @@ FA_KERNEL void fa_bwd_dkdv(const store_t *__restrict__ q, const store_t *__restr
         const int c = e / D8, x0 = (e % D8) * 8;
         float kv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         float vv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        if (k0 + c < seq.len_k) {
+        if (c < seq.len_k - k0) {
             fa_load8(k, k_base + (fa_long)c * k_ss + x0, kv);
             fa_load8(v, v_base + (fa_long)c * v_ss + x0, vv);
         }
@@ -200,16 +202,16 @@ FA_KERNEL void fa_bwd_dkdv(const store_t *__restrict__ q, const store_t *__restr
     for (int j = 0; j < KPT; j++)
         for (int u = 0; u < DPT; u++) acc_k[j][u] = acc_v[j][u] = 0.0f;
 
-    int r_lo, r_hi;
-    fa_query_range(mask, k0, fa_imin(k0 + BC, seq.len_k) - 1, &r_lo, &r_hi);
-    const int t_begin = r_lo / BR, t_end = r_hi > r_lo ? (r_hi + BR - 1) / BR : t_begin;
+    int r_lo, r_hi, t_begin, t_end;
+    fa_query_range(mask, k0, fa_tile_last(k0, BC, seq.len_k), &r_lo, &r_hi);
+    fa_tile_span(r_lo, r_hi, BR, &t_begin, &t_end);
 
     for (int hh = 0; hh < group; hh++) {
         const int h = hk * group + hh;
         for (int t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end); t < t_end;
              t = fa_next_query_tile(tile_map, tile_cols, k0, t + 1, t_end)) {
             const int q0 = t * BR;
-            const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0);
+            const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS);
 
             const fa_long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
             const fa_long o_base = fa_row_index(lo, b, seq.start_q, q0, h);
@@ -217,7 +219,7 @@ FA_KERNEL void fa_bwd_dkdv(const store_t *__restrict__ q, const store_t *__restr
                 const int r = e / D8, x0 = (e % D8) * 8;
                 float qv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
                 float gv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-                if (q0 + r < seq.len_q) {
+                if (r < seq.len_q - q0) {
                     fa_load8(q, q_base + (fa_long)r * q_ss + x0, qv);
                     fa_load8(dout, o_base + (fa_long)r * o_ss + x0, gv);
                 }
@@ -226,7 +228,7 @@ FA_KERNEL void fa_bwd_dkdv(const store_t *__restrict__ q, const store_t *__restr
             }
             for (int r = lid; r < BR; r += WG_SIZE) {
                 float lv_ = FA_INF, dv_ = 0.0f;
-                if (q0 + r < seq.len_q) {
+                if (r < seq.len_q - q0) {
                     const fa_long li = fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q);
                     const float L = lse[li];
                     lv_ = L == -FA_INF ? FA_INF : L * FA_LOG2E;
@@ -298,7 +300,7 @@ FA_KERNEL void fa_bwd_dkdv(const store_t *__restrict__ q, const store_t *__restr
 #pragma unroll
     for (int j = 0; j < KPT; j++) {
         const int c = tr + j * NTR;
-        if (c >= BC || k0 + c >= seq.len_k) continue;
+        if (c >= BC || c >= seq.len_k - k0) continue;
 #pragma unroll
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
@@ -340,7 +342,7 @@ FA_KERNEL void fa_bwd_dq(const store_t *__restrict__ q, const store_t *__restric
         const int r = e / D8, x0 = (e % D8) * 8;
         float qv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         float gv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        if (q0 + r < seq.len_q) {
+        if (r < seq.len_q - q0) {
             fa_load8(q, q_base + (fa_long)r * q_ss + x0, qv);
             fa_load8(dout, o_base + (fa_long)r * o_ss + x0, gv);
         }
@@ -349,7 +351,7 @@ FA_KERNEL void fa_bwd_dq(const store_t *__restrict__ q, const store_t *__restric
     }
     for (int r = lid; r < BR; r += WG_SIZE) {
         float lv_ = FA_INF, dv_ = 0.0f;
-        if (q0 + r < seq.len_q) {
+        if (r < seq.len_q - q0) {
             const fa_long li = fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q);
             const float L = lse[li];
             lv_ = L == -FA_INF ? FA_INF : L * FA_LOG2E;
@@ -363,24 +365,24 @@ FA_KERNEL void fa_bwd_dq(const store_t *__restrict__ q, const store_t *__restric
     for (int i = 0; i < TR; i++)
         for (int u = 0; u < DPT; u++) acc[i][u] = 0.0f;
 
-    int k_lo, k_hi;
-    fa_key_range(mask, q0, fa_imin(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
-    const int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+    int k_lo, k_hi, t_begin, t_end;
+    fa_key_range(mask, q0, fa_tile_last(q0, BR, seq.len_q), &k_lo, &k_hi);
+    fa_tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
     const fa_long k_base = fa_row_index(lk, b, seq.start_k, 0, hk);
     const fa_long v_base = fa_row_index(lv, b, seq.start_k, 0, hk);
 
     for (int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end); t < t_end;
          t = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end)) {
         const int k0 = t * BC;
-        const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0);
+        const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED);
 
         for (int e = lid; e < BC * D8; e += WG_SIZE) {
             const int c = e / D8, x0 = (e % D8) * 8;
             float kv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
             float vv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-            if (k0 + c < seq.len_k) {
-                fa_load8(k, k_base + (fa_long)(k0 + c) * k_ss + x0, kv);
-                fa_load8(v, v_base + (fa_long)(k0 + c) * v_ss + x0, vv);
+            if (c < seq.len_k - k0) {
+                fa_load8(k, k_base + ((fa_long)k0 + c) * k_ss + x0, kv);
+                fa_load8(v, v_base + ((fa_long)k0 + c) * v_ss + x0, vv);
             }
             for (int u = 0; u < 8; u++) Kt[(x0 + u) * BC + (c ^ KSW(x0 + u))] = kv[u];
             fa_store8_t(Vt, BC, x0, c, vv);
@@ -427,9 +429,8 @@ FA_KERNEL void fa_bwd_dq(const store_t *__restrict__ q, const store_t *__restric
 
 #pragma unroll
     for (int i = 0; i < TR; i++) {
-        const int r = q0 + tr * TR + i;
-        if (r >= seq.len_q) continue;
-        const fa_long row = fa_row_index(lq, b, seq.start_q, r, h);
+        if (tr * TR + i >= seq.len_q - q0) continue;
+        const fa_long row = fa_row_index(lq, b, seq.start_q, q0 + tr * TR + i, h);
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
             if (x < HEAD_DIM) fa_store1(dq, row + x, acc[i][u] * scale);

@@ -81,13 +81,13 @@
     const fa_layout lq = {q_off, q_sb, q_ss, q_sh}, lk = {k_off, k_sb, k_ss, k_sh};        \
     const fa_layout lv = {v_off, v_sb, v_ss, v_sh}, lo = {o_off, o_sb, o_ss, o_sh}
 
-/* L (log2 units, +inf for rows without keys) and D of query row r. */
-FA_FN void fa_row_stats(const float *lse, const float *dvec, int b, int h, int r, int heads_q, int seqlen_q,
+/* L (log2 units, +inf for rows without keys) and D of query row q0 + r. */
+FA_FN void fa_row_stats(const float *lse, const float *dvec, int b, int h, int q0, int r, int heads_q, int seqlen_q,
                         const fa_seq &seq, fa_long total_q, float *l2, float *dd) {
     *l2 = FA_INF;
     *dd = 0.0f;
-    if (r < seq.len_q) {
-        const fa_long i = fa_lse_index(b, h, r, heads_q, seqlen_q, seq.start_q, total_q);
+    if (r < seq.len_q - q0) {
+        const fa_long i = fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q);
         const float L = lse[i];
         *l2 = L == -FA_INF ? FA_INF : L * FA_LOG2E;
         *dd = dvec[i];
@@ -96,12 +96,13 @@ FA_FN void fa_row_stats(const float *lse, const float *dvec, int b, int h, int r
 
 /* P and dS of a score fragment (s: scores, dp: dO.v) in place: on return s
  * holds z keep_scale P, dp holds dS. The fragment's own rows start at own0
- * and its other rows at oth0 (queries and keys as keys_own says); l2 and
- * dd give L (log2) and D of element e's query. */
+ * and its other rows at oth0 (queries and keys as keys_own says; offsets
+ * from the tile's q0 and k0); l2 and dd give L (log2) and D of element
+ * e's query. */
 #define FA_SOFTMAX_GRAD(S, DP, OWN0, OTH0, KEYS_OWN, L2_OF, D_OF)                            \
     do {                                                                                     \
         if (cls == FA_TILE_PARTIAL)                                                          \
-            fa_frag_mask(&(S), mask, block_mask, (OWN0), (OTH0), (KEYS_OWN), -FA_INF, lane);  \
+            fa_frag_mask(&(S), mask, block_mask, q0, k0, (OWN0), (OTH0), (KEYS_OWN), -FA_INF, lane); \
         FA_KEEP_BITS(OWN0, OTH0, KEYS_OWN);                                                  \
         _Pragma("unroll") for (int e = 0; e < FA_C_ELEMS; e++) {                             \
             const float p_ = fa_exp2((S).x[e] * scale_log2 - (L2_OF));                       \
@@ -112,7 +113,8 @@ FA_FN void fa_row_stats(const float *lse, const float *dvec, int b, int h, int r
     } while (0)
 
 #ifdef DROPOUT
-#define FA_KEEP_BITS(OWN0, OTH0, KEYS_OWN) const fa_uint keep_ = fa_frag_keep(drop, bh, (OWN0), (OTH0), (KEYS_OWN), lane)
+#define FA_KEEP_BITS(OWN0, OTH0, KEYS_OWN)                                                    \
+    const fa_uint keep_ = fa_frag_keep(drop, bh, q0, k0, (OWN0), (OTH0), (KEYS_OWN), lane)
 #define FA_KEEP(e) ((keep_ >> (e)) & 1u)
 #else
 #define FA_KEEP_BITS(OWN0, OTH0, KEYS_OWN) ((void)0)
@@ -133,12 +135,14 @@ fa_bwd_prep_mma(const store_t *__restrict__ o, const store_t *__restrict__ dout,
                 float *__restrict__ dq_acc, fa_long o_off, fa_long o_sb, fa_long o_ss, fa_long o_sh, int seqlen_q,
                 int heads_q, fa_long total_q, const int *cu_q) {
     const int part = (int)threadIdx.x % FA_PREP_TEAM;
-    const int t = (int)blockIdx.x * FA_PREP_ROWS + (int)threadIdx.x / FA_PREP_TEAM;
+    /* The row unsigned: past a sequence near 2^31 tokens it passes INT_MAX. */
+    const fa_uint t_ = blockIdx.x * FA_PREP_ROWS + threadIdx.x / FA_PREP_TEAM;
     const int h = (int)blockIdx.y, b = (int)blockIdx.z;
     const fa_seq seq = fa_seq_of(b, seqlen_q, 0, cu_q, cu_q);
     /* Rows past the sequence take part in the exchanges below (every lane
      * of a warp must, on NVIDIA), storing nothing. */
-    const bool row_ok = t < seq.len_q;
+    const bool row_ok = t_ < (fa_uint)seq.len_q;
+    const int t = row_ok ? (int)t_ : 0;
     const fa_layout lo = {o_off, o_sb, o_ss, o_sh};
     const fa_long row = fa_row_index(lo, b, seq.start_q, t, h);
     const fa_long li = fa_lse_index(b, h, t, heads_q, seqlen_q, seq.start_q, total_q);
@@ -168,10 +172,11 @@ fa_bwd_dq_convert(const float *__restrict__ dq_acc, store_t *__restrict__ dq, fa
                   fa_long q_ss, fa_long q_sh, int seqlen_q, int heads_q, fa_long total_q, const int *cu_q,
                   float scale) {
     const int part = (int)threadIdx.x % FA_PREP_TEAM;
-    const int t = (int)blockIdx.x * FA_PREP_ROWS + (int)threadIdx.x / FA_PREP_TEAM;
+    const fa_uint t_ = blockIdx.x * FA_PREP_ROWS + threadIdx.x / FA_PREP_TEAM; /* as in fa_bwd_prep_mma */
     const int h = (int)blockIdx.y, b = (int)blockIdx.z;
     const fa_seq seq = fa_seq_of(b, seqlen_q, 0, cu_q, cu_q);
-    if (t >= seq.len_q) return;
+    if (t_ >= (fa_uint)seq.len_q) return;
+    const int t = (int)t_;
     const fa_layout lq = {q_off, q_sb, q_ss, q_sh};
     const fa_long row = fa_row_index(lq, b, seq.start_q, t, h);
     const fa_long li = fa_lse_index(b, h, t, heads_q, seqlen_q, seq.start_q, total_q);
@@ -221,9 +226,9 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
 #pragma unroll
             for (int e = 0; e < FA_C_ELEMS; e++) acc_k[st][f].x[e] = acc_v[st][f].x[e] = 0.0f;
 
-    int r_lo, r_hi;
-    fa_query_range(mask, k0, fa_imin(k0 + BC, seq.len_k) - 1, &r_lo, &r_hi);
-    const int t_begin = r_lo / BR, t_end = r_hi > r_lo ? (r_hi + BR - 1) / BR : t_begin;
+    int r_lo, r_hi, t_begin, t_end;
+    fa_query_range(mask, k0, fa_tile_last(k0, BC, seq.len_k), &r_lo, &r_hi);
+    fa_tile_span(r_lo, r_hi, BR, &t_begin, &t_end);
 
     for (int hh = 0; hh < group; hh++) {
         const int h = hk * group + hh;
@@ -235,12 +240,12 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
         for (int t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end); t < t_end;
              t = fa_next_query_tile(tile_map, tile_cols, k0, t + 1, t_end)) {
             const int q0 = t * BR;
-            const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0);
+            const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS);
             fa_fetch_rows(Qs, qh + (fa_long)q0 * q_ss, q_ss, BR, seq.len_q - q0, lid, FA_THREADS);
             fa_fetch_rows(dOs, gh + (fa_long)q0 * o_ss, o_ss, BR, seq.len_q - q0, lid, FA_THREADS);
             fa_copy_commit();
             for (int r = lid; r < BR; r += FA_THREADS)
-                fa_row_stats(lse, dvec, b, h, q0 + r, heads_q, seqlen_q, seq, total_q, &Ls[r], &Ds[r]);
+                fa_row_stats(lse, dvec, b, h, q0, r, heads_q, seqlen_q, seq, total_q, &Ls[r], &Ds[r]);
             fa_copy_wait(0);
             __syncthreads();
 
@@ -274,10 +279,10 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
             }
 #pragma unroll
             for (int st = 0; st < STRIPS; st++) {
-                const int own0 = k0 + (warp * STRIPS + st) * FA_OWN_T;
+                const int own0 = (warp * STRIPS + st) * FA_OWN_T; /* from k0 */
 #pragma unroll
                 for (int j = 0; j < NJB; j++)
-                    FA_SOFTMAX_GRAD(s[st][j], dp[st][j], own0, q0 + j * FA_OTHER_T, true,
+                    FA_SOFTMAX_GRAD(s[st][j], dp[st][j], own0, j * FA_OTHER_T, true,
                                     Ls[j * FA_OTHER_T + FA_OTHER_OF(lane, e)], Ds[j * FA_OTHER_T + FA_OTHER_OF(lane, e)]);
             }
 
@@ -328,9 +333,9 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
                 }
 #pragma unroll
                 for (int e = 0; e < FA_C_ELEMS; e++) {
-                    const int r = q0 + qm * FA_M + FA_C_ROW(lane, e);
-                    if (r < seq.len_q)
-                        atomicAdd(dq_acc + fa_lse_index(b, h, r, heads_q, seqlen_q, seq.start_q, total_q) * HEAD_DIM +
+                    const int r = qm * FA_M + FA_C_ROW(lane, e);
+                    if (r < seq.len_q - q0)
+                        atomicAdd(dq_acc + fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q) * HEAD_DIM +
                                       fn * FA_N + FA_C_COL(lane, e),
                                   c.x[e]);
                 }
@@ -376,7 +381,7 @@ fa_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__restrict__ k, cons
 #ifdef DROPOUT
     const fa_uint bh = (fa_uint)b * (fa_uint)heads_q + (fa_uint)h;
 #endif
-    const int own0 = q0 + warp * FA_OWN_T;
+    const int own0 = warp * FA_OWN_T; /* from q0 */
 
     fa_fetch_rows(Qs, q + fa_row_index(lq, b, seq.start_q, q0, h), q_ss, BR, seq.len_q - q0, lid, DQ_THREADS);
     fa_fetch_rows(dOs, dout + fa_row_index(lo, b, seq.start_q, q0, h), o_ss, BR, seq.len_q - q0, lid, DQ_THREADS);
@@ -384,7 +389,8 @@ fa_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__restrict__ k, cons
     float l2[FA_OWN_SLOTS], dd[FA_OWN_SLOTS];
 #pragma unroll
     for (int sl = 0; sl < FA_OWN_SLOTS; sl++)
-        fa_row_stats(lse, dvec, b, h, own0 + FA_OWN_IDX(lane, sl), heads_q, seqlen_q, seq, total_q, &l2[sl], &dd[sl]);
+        fa_row_stats(lse, dvec, b, h, q0, own0 + FA_OWN_IDX(lane, sl), heads_q, seqlen_q, seq, total_q, &l2[sl],
+                     &dd[sl]);
 
     fa_c acc[NF];
 #pragma unroll
@@ -392,16 +398,16 @@ fa_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__restrict__ k, cons
 #pragma unroll
         for (int e = 0; e < FA_C_ELEMS; e++) acc[f].x[e] = 0.0f;
 
-    int k_lo, k_hi;
-    fa_key_range(mask, q0, fa_imin(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
-    const int t_begin = k_lo / BC, t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : t_begin;
+    int k_lo, k_hi, t_begin, t_end;
+    fa_key_range(mask, q0, fa_tile_last(q0, BR, seq.len_q), &k_lo, &k_hi);
+    fa_tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
     const store_t *const kh = k + fa_row_index(lk, b, seq.start_k, 0, hk);
     const store_t *const vh = v + fa_row_index(lv, b, seq.start_k, 0, hk);
 
     for (int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end); t < t_end;
          t = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end)) {
         const int k0 = t * BC;
-        const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0);
+        const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED);
         fa_fetch_rows(Ks, kh + (fa_long)k0 * k_ss, k_ss, BC, seq.len_k - k0, lid, DQ_THREADS);
         fa_fetch_rows(Vs, vh + (fa_long)k0 * v_ss, v_ss, BC, seq.len_k - k0, lid, DQ_THREADS);
         fa_copy_commit();
@@ -429,7 +435,7 @@ fa_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__restrict__ k, cons
         }
 #pragma unroll
         for (int j = 0; j < NJQ; j++)
-            FA_SOFTMAX_GRAD(s[j], dp[j], own0, k0 + j * FA_OTHER_T, false, l2[FA_OWN_SLOT(e)], dd[FA_OWN_SLOT(e)]);
+            FA_SOFTMAX_GRAD(s[j], dp[j], own0, j * FA_OTHER_T, false, l2[FA_OWN_SLOT(e)], dd[FA_OWN_SLOT(e)]);
 
         /* dQ += dS K over the tile's keys. */
 #pragma unroll

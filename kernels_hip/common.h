@@ -44,6 +44,7 @@ typedef unsigned char fa_uchar;
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.69314718055994531f
 #define FA_INF __int_as_float(0x7f800000)
+#define FA_NAN __int_as_float(0x7fffffff)
 
 FA_FN int fa_imin(int a, int b) { return a < b ? a : b; }
 FA_FN int fa_imax(int a, int b) { return a > b ? a : b; }
@@ -259,6 +260,12 @@ FA_FN fa_long fa_lse_index(int b, int h, int t, int heads_q, int seqlen_q, fa_lo
 
 /* ------------------------------------------------------------------------ */
 /* Masks (include/flashattn.h), on positions within one sequence.           */
+/*                                                                          */
+/* A position is a tile's first row or key (q0, k0: always inside the       */
+/* sequence) plus an offset in the tile (r, c). q0 + r may pass INT_MAX on  */
+/* the last tile of a sequence near 2^31 tokens, and window bounds take any */
+/* int: every test below compares what is left of the sequence, or works   */
+/* in 64 bits where it runs once per tile, so that no sum can overflow.     */
 /* ------------------------------------------------------------------------ */
 
 struct fa_mask {
@@ -267,19 +274,32 @@ struct fa_mask {
     int block_q, block_k, block_cols;
 };
 
-FA_FN bool fa_visible(const fa_mask &m, const fa_uchar *block_mask, int i, int j) {
-    /* Padding rows (i >= len_q) see nothing: their results are never stored,
-     * and the block mask has no entries for them. */
-    if (j >= m.len_k || i >= m.len_q) return false;
-    const int diag = i + m.len_k - m.len_q;
-    (void)diag;
+FA_FN fa_long fa_lmin(fa_long a, fa_long b) { return a < b ? a : b; }
+FA_FN fa_long fa_lmax(fa_long a, fa_long b) { return a > b ? a : b; }
+
+/* Whether query q0 + r sees key k0 + c. Padding rows and keys (past their
+ * sequence) see nothing: their results are never stored, and the block
+ * mask has no entries for them. The causal and window masks look at the
+ * distance of key j from query i's diagonal i + len_k - len_q,
+ * d = (j - i) - (len_k - len_q): visible iff d <= 0 (causal),
+ * d <= window_right and d >= -window_left. With i and j inside the
+ * sequence, d lies in [1 - len_k, len_q - 1]: no step overflows, whatever
+ * the window bounds. */
+FA_FN bool fa_visible(const fa_mask &m, const fa_uchar *block_mask, int q0, int r, int k0, int c) {
+    if (r >= m.len_q - q0 || c >= m.len_k - k0) return false;
+    const int i = q0 + r, j = k0 + c;
+    (void)i;
+    (void)j;
     (void)block_mask;
+#if defined(CAUSAL) || defined(WINDOW)
+    const int d = (j - i) - (m.len_k - m.len_q);
+#endif
 #ifdef CAUSAL
-    if (j > diag) return false;
+    if (d > 0) return false;
 #endif
 #ifdef WINDOW
-    if (m.window_left >= 0 && j < diag - m.window_left) return false;
-    if (m.window_right >= 0 && j > diag + m.window_right) return false;
+    if (m.window_left >= 0 && d < -m.window_left) return false;
+    if (m.window_right >= 0 && d > m.window_right) return false;
 #endif
 #ifdef BLOCK_MASK
     if (!block_mask[(fa_long)(i / m.block_q) * m.block_cols + j / m.block_k]) return false;
@@ -287,42 +307,57 @@ FA_FN bool fa_visible(const fa_mask &m, const fa_uchar *block_mask, int i, int j
     return true;
 }
 
-/* The key range [*lo, *hi) that rows [r0, r1] may see under the causal and
- * window masks (the block mask is handled per tile). */
+/* The key range [*lo, *hi) that rows [r0, r1] (inside the sequence) may
+ * see under the causal and window masks (the block mask is handled per
+ * tile). In 64 bits: r1 + off + window_right + 1 passes INT_MAX. */
 FA_FN void fa_key_range(const fa_mask &m, int r0, int r1, int *lo, int *hi) {
-    const int off = m.len_k - m.len_q;
-    int a = 0, b = m.len_k;
+    const fa_long off = (fa_long)m.len_k - m.len_q;
+    fa_long a = 0, b = m.len_k;
     (void)off;
     (void)r0;
     (void)r1;
 #ifdef CAUSAL
-    b = fa_imin(b, r1 + off + 1);
+    b = fa_lmin(b, r1 + off + 1);
 #endif
 #ifdef WINDOW
-    if (m.window_right >= 0) b = fa_imin(b, r1 + off + m.window_right + 1);
-    if (m.window_left >= 0) a = fa_imax(a, r0 + off - m.window_left);
+    if (m.window_right >= 0) b = fa_lmin(b, r1 + off + m.window_right + 1);
+    if (m.window_left >= 0) a = fa_lmax(a, r0 + off - m.window_left);
 #endif
-    *lo = a;
-    *hi = fa_imax(a, b);
+    /* 0 <= a < len_k (r0 < len_q) and b <= len_k: both fit an int. */
+    *lo = (int)a;
+    *hi = (int)fa_lmax(a, b);
 }
 
-/* The query range [*lo, *hi) that may see keys [c0, c1]. */
+/* The query range [*lo, *hi) that may see keys [c0, c1] (inside the
+ * sequence). */
 FA_FN void fa_query_range(const fa_mask &m, int c0, int c1, int *lo, int *hi) {
-    const int off = m.len_k - m.len_q;
-    int a = 0, b = m.len_q;
+    const fa_long off = (fa_long)m.len_k - m.len_q;
+    fa_long a = 0, b = m.len_q;
     (void)off;
     (void)c0;
     (void)c1;
 #ifdef CAUSAL
-    a = fa_imax(a, c0 - off);
+    a = fa_lmax(a, c0 - off);
 #endif
 #ifdef WINDOW
-    if (m.window_right >= 0) a = fa_imax(a, c0 - off - m.window_right);
-    if (m.window_left >= 0) b = fa_imin(b, c1 - off + m.window_left + 1);
+    if (m.window_right >= 0) a = fa_lmax(a, c0 - off - m.window_right);
+    if (m.window_left >= 0) b = fa_lmin(b, c1 - off + m.window_left + 1);
 #endif
-    *lo = a;
-    *hi = fa_imax(a, b);
+    /* 0 <= a < len_q (c0 < len_k) and b <= len_q: both fit an int. */
+    *lo = (int)a;
+    *hi = (int)fa_lmax(a, b);
 }
+
+/* The tiles of n a range [lo, hi) falls in: [*t0, *t1), empty for an empty
+ * range. No hi + n - 1: hi may be INT_MAX. */
+FA_FN void fa_tile_span(int lo, int hi, int n, int *t0, int *t1) {
+    *t0 = lo / n;
+    *t1 = hi > lo ? (hi - 1) / n + 1 : *t0;
+}
+
+/* The last row of a tile of n rows from q0 that lies inside a sequence of
+ * len (q0 < len). */
+FA_FN int fa_tile_last(int q0, int n, int len) { return q0 + fa_imin(n, len - q0) - 1; }
 
 /* Tile classes: the host's tile map says, per (query tile, key tile), what
  * the block mask leaves of it (0 nothing, 1 part, 2 all). */
@@ -365,20 +400,25 @@ FA_FN int fa_next_query_tile(const fa_uchar *tile_map, int tile_cols, int k0, in
 
 /* Whether every element of the tile [q0, q0 + BR) x [k0, k0 + BC) is
  * visible (FA_TILE_FULL: no per-element test needed) or only some
- * (FA_TILE_PARTIAL). Only queries below len_q count: the rows past it are
- * padding whose results are never stored. */
-FA_FN int fa_tile_class(const fa_mask &m, const fa_uchar *tile_map, int tile_cols, int q0, int k0) {
+ * (FA_TILE_PARTIAL). Rows past len_q count only with FA_ROWS_FEED_KEYS:
+ * in the dK/dV kernels every row of a tile adds to the keys' sums, and a
+ * padding row's zero query times a key holding inf would add NaN; elsewhere
+ * they are padding whose results are never stored. */
+#define FA_ROWS_STORED 0
+#define FA_ROWS_FEED_KEYS 1
+FA_FN int fa_tile_class(const fa_mask &m, const fa_uchar *tile_map, int tile_cols, int q0, int k0, int rows) {
 #ifdef BLOCK_MASK
     if (tile_map[(fa_long)(q0 / BR) * tile_cols + k0 / BC] != FA_TILE_FULL) return FA_TILE_PARTIAL;
 #else
     (void)tile_map;
     (void)tile_cols;
 #endif
-    const int r1 = fa_imin(q0 + BR, m.len_q) - 1;
-    const int c1 = k0 + BC - 1;
-    if (c1 >= m.len_k) return FA_TILE_PARTIAL;
-    const int off = m.len_k - m.len_q;
+    if (BC > m.len_k - k0) return FA_TILE_PARTIAL;
+    if (rows == FA_ROWS_FEED_KEYS && BR > m.len_q - q0) return FA_TILE_PARTIAL;
+    const fa_long r1 = fa_tile_last(q0, BR, m.len_q), c1 = (fa_long)k0 + BC - 1;
+    const fa_long off = (fa_long)m.len_k - m.len_q;
     (void)r1;
+    (void)c1;
     (void)off;
 #ifdef CAUSAL
     if (c1 > q0 + off) return FA_TILE_PARTIAL;
@@ -389,6 +429,51 @@ FA_FN int fa_tile_class(const fa_mask &m, const fa_uchar *tile_map, int tile_col
 #endif
     return FA_TILE_FULL;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The end of a row's online softmax (the rules for NaN and infinities are   */
+/* above fa_forward in include/flashattn.h).                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Whether the masks leave query q0 + r (inside the sequence) any key: its
+ * key range under the causal and window masks, then the block mask's
+ * blocks over that range. A row's running maximum stays -inf when no key
+ * is visible, but also when its visible scores were all NaN (max ignores
+ * them) or -inf; values must never make a row look masked, so the masks
+ * decide. Called at the end, for rows whose maximum stayed -inf only:
+ * nothing is added per element or per tile. */
+FA_FN bool fa_row_sees_key(const fa_mask &m, const fa_uchar *block_mask, int q0, int r) {
+    if (r >= m.len_q - q0) return false; /* padding: never stored */
+    const int i = q0 + r;
+    int lo, hi;
+    fa_key_range(m, i, i, &lo, &hi);
+    if (hi <= lo) return false;
+#ifdef BLOCK_MASK
+    const fa_long row = (fa_long)(i / m.block_q) * m.block_cols;
+    for (int c = lo / m.block_k; c <= (hi - 1) / m.block_k; c++)
+        if (block_mask[row + c]) return true;
+    return false;
+#else
+    (void)block_mask;
+    return true;
+#endif
+}
+
+/* L of a finished row that sees a key, from m and l = sum of exp2(s - m)
+ * (base 2): NaN where a NaN met l, or where the visible scores were all
+ * -inf (l = 0: the softmax is 0 / 0, and O, the accumulator over l, is
+ * NaN too); else ln of the sum. A key split's partial row (SPLITK builds)
+ * keeps -inf for l = 0 instead: no mass, which the merge weighs as nothing
+ * and turns into NaN only if no split has any (splitk.hip). */
+FA_FN float fa_row_lse(float m, float l) {
+#ifndef SPLITK
+    if (l == 0.0f) return FA_NAN;
+#endif
+    return (m + log2f(l)) * FA_LN2;
+}
+
+/* Whether x is NaN, without a header to take isnan from. */
+FA_FN bool fa_isnan(float x) { return x != x; }
 
 /* ------------------------------------------------------------------------ */
 /* Dropout: Philox4x32-10 exactly as core/philox.h defines it.              */
@@ -435,10 +520,10 @@ FA_FN void fa_dropout_mark(float *tile, int rs, int cs, const fa_dropout &dp, in
 #if BC % 4 == 0
     for (int e = (int)threadIdx.x; e < BR * (BC / 4); e += WG_SIZE) {
         const int r = e % BR, g = e / BR;
-        const fa_uint col = (fa_uint)(k0 + 4 * g);
+        const fa_uint col = (fa_uint)k0 + 4u * (fa_uint)g;
         fa_u4 ctr;
         ctr.x = col >> 2;
-        ctr.y = (fa_uint)(q0 + r);
+        ctr.y = (fa_uint)q0 + (fa_uint)r;
         ctr.z = bh;
         ctr.w = dp.offset_lo;
         const fa_u4 rnd = fa_philox(ctr, dp.key0, dp.key1);
@@ -451,10 +536,10 @@ FA_FN void fa_dropout_mark(float *tile, int rs, int cs, const fa_dropout &dp, in
 #else
     for (int e = (int)threadIdx.x; e < BR * BC; e += WG_SIZE) {
         const int r = e % BR, c = e / BR;
-        const fa_uint col = (fa_uint)(k0 + c);
+        const fa_uint col = (fa_uint)k0 + (fa_uint)c;
         fa_u4 ctr;
         ctr.x = col >> 2;
-        ctr.y = (fa_uint)(q0 + r);
+        ctr.y = (fa_uint)q0 + (fa_uint)r;
         ctr.z = bh;
         ctr.w = dp.offset_lo;
         const fa_u4 rnd = fa_philox(ctr, dp.key0, dp.key1);

@@ -99,16 +99,14 @@ FA_KERNEL void fa_forward(const store_t *__restrict__ q, const store_t *__restri
     for (int e = lid; e < BR * D8; e += WG_SIZE) {
         const int r = e / D8, x0 = (e % D8) * 8;
         float val[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        if (q0 + r < seq.len_q) fa_load8(q, q_base + (fa_long)r * q_ss + x0, val);
+        if (r < seq.len_q - q0) fa_load8(q, q_base + (fa_long)r * q_ss + x0, val);
         fa_store8_t(Qt, BR, x0, r, val);
     }
 
     /* Key tiles this query tile can see, then this split's share of them. */
-    const int r_last = fa_imin(q0 + BR, seq.len_q) - 1;
-    int k_lo, k_hi;
-    fa_key_range(mask, q0, r_last, &k_lo, &k_hi);
-    int t_begin = k_lo / BC, t_end = (k_hi + BC - 1) / BC;
-    if (k_hi <= k_lo) t_end = t_begin;
+    int k_lo, k_hi, t_begin, t_end;
+    fa_key_range(mask, q0, fa_tile_last(q0, BR, seq.len_q), &k_lo, &k_hi);
+    fa_tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
 #ifdef SPLITK
     {
         const int per = (t_end - t_begin + num_splits - 1) / num_splits;
@@ -128,16 +126,16 @@ FA_KERNEL void fa_forward(const store_t *__restrict__ q, const store_t *__restri
     for (int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end); t < t_end;
          t = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end)) {
         const int k0 = t * BC;
-        const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0);
+        const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED);
 
         /* K transposed and V as is; keys past the sequence zero-filled. */
         for (int e = lid; e < BC * D8; e += WG_SIZE) {
             const int c = e / D8, x0 = (e % D8) * 8;
             float kv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
             float vv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-            if (k0 + c < seq.len_k) {
-                fa_load8(k, k_base + (fa_long)(k0 + c) * k_ss + x0, kv);
-                fa_load8(v, v_base + (fa_long)(k0 + c) * v_ss + x0, vv);
+            if (c < seq.len_k - k0) {
+                fa_load8(k, k_base + ((fa_long)k0 + c) * k_ss + x0, kv);
+                fa_load8(v, v_base + ((fa_long)k0 + c) * v_ss + x0, vv);
             }
             fa_store8_t(Kt, BC, x0, c, kv);
             fa_store8(Vs + c * HEAD_DIM + x0, vv);
@@ -162,7 +160,7 @@ FA_KERNEL void fa_forward(const store_t *__restrict__ q, const store_t *__restri
 #pragma unroll
             for (int i = 0; i < TR; i++) {
                 s[i][j] *= scale_log2;
-                if (cls == FA_TILE_PARTIAL && !fa_visible(mask, block_mask, q0 + tr * TR + i, k0 + tc * TC + j))
+                if (cls == FA_TILE_PARTIAL && !fa_visible(mask, block_mask, q0, tr * TR + i, k0, tc * TC + j))
                     s[i][j] = -FA_INF;
             }
 
@@ -238,27 +236,29 @@ FA_KERNEL void fa_forward(const store_t *__restrict__ q, const store_t *__restri
         __syncthreads();
     }
 
-    /* Normalise once; a row with no visible key gives O = 0, L = -inf.
+    /* Normalise once; a row the masks leave no key gives O = 0 (whatever
+     * 0 * NaN its accumulator met) and L = -inf (fa_row_sees_key).
      * Unrolled by request: with the per-row exit NVRTC otherwise keeps
      * this loop, and the accumulators it indexes move to local memory. */
 #pragma unroll
     for (int i = 0; i < TR; i++) {
+        if (tr * TR + i >= seq.len_q - q0) continue;
         const int r = q0 + tr * TR + i;
-        if (r >= seq.len_q) continue;
-        const float inv = l[i] > 0.0f ? drop_scale / l[i] : 0.0f;
-        const float lse_r = m[i] == -FA_INF ? -FA_INF : (m[i] + log2f(l[i])) * FA_LN2;
+        const bool masked = m[i] == -FA_INF && !fa_row_sees_key(mask, block_mask, q0, tr * TR + i);
+        const float inv = drop_scale / l[i];
+        const float lse_r = masked ? -FA_INF : fa_row_lse(m[i], l[i]);
 #ifdef SPLITK
         const fa_long row = (fa_long)(split * heads_q + h) * total_q + seq.start_q + r;
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
-            if (x < HEAD_DIM) part_o[row * HEAD_DIM + x] = acc[i][u] * inv;
+            if (x < HEAD_DIM) part_o[row * HEAD_DIM + x] = masked ? 0.0f : acc[i][u] * inv;
         }
         if (tc == 0) part_l[row] = lse_r;
 #else
         const fa_long o_row = fa_row_index(lo, b, seq.start_q, r, h);
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
-            if (x < HEAD_DIM) fa_store1(o, o_row + x, acc[i][u] * inv);
+            if (x < HEAD_DIM) fa_store1(o, o_row + x, masked ? 0.0f : acc[i][u] * inv);
         }
         if (tc == 0) lse[fa_lse_index(b, h, r, heads_q, seqlen_q, seq.start_q, total_q)] = lse_r;
 #endif

@@ -89,9 +89,9 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
     __syncthreads();
 
     /* The key tiles this query tile can see. */
-    int k_lo, k_hi;
-    fa_key_range(mask, q0, fa_imin(q0 + BR, seq.len_q) - 1, &k_lo, &k_hi);
-    const int t_end = k_hi > k_lo ? (k_hi + BC - 1) / BC : 0;
+    int k_lo, k_hi, t_begin, t_end;
+    fa_key_range(mask, q0, fa_tile_last(q0, BR, seq.len_q), &k_lo, &k_hi);
+    fa_tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
 
     float m[STRIPS][FA_OWN_SLOTS], l[STRIPS][FA_OWN_SLOTS];
     fa_c acc[STRIPS][NF];
@@ -112,7 +112,7 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
      * every tile commits one group for the next K and one for the next V
      * (empty past the last tile), so "all but one" is always the group
      * needed next. */
-    int t = fa_next_key_tile(tile_map, tile_cols, q0, k_lo / BC, t_end);
+    int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end);
     if (t < t_end) {
         fa_fetch_rows(Ks, kp + (fa_long)t * BC * k_ss, k_ss, BC, seq.len_k - t * BC, lid, FA_THREADS);
         fa_copy_commit();
@@ -122,7 +122,7 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
     while (t < t_end) {
         const int k0 = t * BC;
         const int tn = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end);
-        const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0);
+        const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED);
 
         fa_copy_wait(1);
         __syncthreads();
@@ -148,7 +148,7 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
 
 #pragma unroll
         for (int st = 0; st < STRIPS; st++) {
-            const int own0 = q0 + (warp * STRIPS + st) * FA_OWN_T;
+            const int own0 = (warp * STRIPS + st) * FA_OWN_T; /* from q0 */
             float mx[FA_OWN_SLOTS], m_use[FA_OWN_SLOTS], alpha[FA_OWN_SLOTS], sum[FA_OWN_SLOTS];
 #pragma unroll
             for (int sl = 0; sl < FA_OWN_SLOTS; sl++) {
@@ -160,7 +160,7 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
 #pragma unroll
                 for (int e = 0; e < FA_C_ELEMS; e++) s[st][j].x[e] *= scale_log2;
                 if (cls == FA_TILE_PARTIAL)
-                    fa_frag_mask(&s[st][j], mask, block_mask, own0, k0 + j * FA_OTHER_T, false, -FA_INF, lane);
+                    fa_frag_mask(&s[st][j], mask, block_mask, q0, k0, own0, j * FA_OTHER_T, false, -FA_INF, lane);
 #pragma unroll
                 for (int e = 0; e < FA_C_ELEMS; e++) mx[FA_OWN_SLOT(e)] = fa_fmax(mx[FA_OWN_SLOT(e)], s[st][j].x[e]);
             }
@@ -174,7 +174,7 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
 #ifdef DROPOUT
-                const fa_uint keep = fa_frag_keep(drop, bh, own0, k0 + j * FA_OTHER_T, false, lane);
+                const fa_uint keep = fa_frag_keep(drop, bh, q0, k0, own0, j * FA_OTHER_T, false, lane);
 #endif
 #pragma unroll
                 for (int e = 0; e < FA_C_ELEMS; e++) {
@@ -216,7 +216,8 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
         t = tn;
     }
 
-    /* Normalise once; a row with no visible key gives O = 0, L = -inf. O
+    /* Normalise once; a row the masks leave no key gives O = 0 (whatever
+     * 0 * NaN its accumulator met) and L = -inf (fa_row_sees_key). O
      * leaves through local memory, as whole rows. */
 #pragma unroll
     for (int st = 0; st < STRIPS; st++) {
@@ -225,16 +226,21 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
         float inv[FA_OWN_SLOTS];
 #pragma unroll
         for (int sl = 0; sl < FA_OWN_SLOTS; sl++) {
-            inv[sl] = l[st][sl] > 0.0f ? drop_scale / l[st][sl] : 0.0f;
-            const int r = q0 + r0 + FA_OWN_IDX(lane, sl);
-            if (fa_row_leader(lane) && r < seq.len_q)
-                lse[fa_lse_index(b, h, r, heads_q, seqlen_q, seq.start_q, total_q)] =
-                    m[st][sl] == -FA_INF ? -FA_INF : (m[st][sl] + fa_log2(l[st][sl])) * FA_LN2;
+            const int r = r0 + FA_OWN_IDX(lane, sl);
+            const bool masked = m[st][sl] == -FA_INF && !fa_row_sees_key(mask, block_mask, q0, r);
+            /* 0 marks a masked row below: no other row's factor is 0. */
+            inv[sl] = masked ? 0.0f : drop_scale / l[st][sl];
+            if (fa_row_leader(lane) && r < seq.len_q - q0)
+                lse[fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q)] =
+                    masked ? -FA_INF : fa_row_lse(m[st][sl], l[st][sl]);
         }
 #pragma unroll
         for (int f = 0; f < NF; f++) {
 #pragma unroll
-            for (int e = 0; e < FA_C_ELEMS; e++) acc[st][f].x[e] *= inv[FA_OWN_SLOT(e)];
+            for (int e = 0; e < FA_C_ELEMS; e++) {
+                const float fct = inv[FA_OWN_SLOT(e)];
+                acc[st][f].x[e] = fct == 0.0f ? 0.0f : acc[st][f].x[e] * fct;
+            }
             fa_put_acc(smem, LD, r0, f * FA_DIM_T, &acc[st][f], 1.0f, lane);
         }
     }

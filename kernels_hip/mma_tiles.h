@@ -78,35 +78,39 @@ FA_FN void fa_put_score_t(fa_ushort *tile, int ld, int own0, int oth0, const fa_
         tile[(oth0 + FA_OTHER_OF(lane, e)) * ld + own0 + FA_OWN_OF(lane, e)] = fa_f2h(c->x[e]);
 }
 
-/* Query and key of element e of a score fragment at own0, oth0: the own
- * rows are queries unless KEYS_OWN (the dK/dV kernel). */
+/* Query and key offsets of element e of a score fragment whose own rows
+ * start at own0 and other rows at oth0: the own rows are queries unless
+ * KEYS_OWN (the dK/dV kernel). Offsets from the tile's first query and
+ * key (q0, k0), as fa_visible takes them. */
 #define FA_ELEM_QUERY(KEYS_OWN, own0, oth0, lane, e) \
     ((KEYS_OWN) ? (oth0) + FA_OTHER_OF(lane, e) : (own0) + FA_OWN_OF(lane, e))
 #define FA_ELEM_KEY(KEYS_OWN, own0, oth0, lane, e) \
     ((KEYS_OWN) ? (own0) + FA_OWN_OF(lane, e) : (oth0) + FA_OTHER_OF(lane, e))
 
 /* A score fragment's elements set to `hidden` where the masks hide them. */
-FA_FN void fa_frag_mask(fa_c *c, const fa_mask &m, const fa_uchar *block_mask, int own0, int oth0, bool keys_own,
-                        float hidden, int lane) {
+FA_FN void fa_frag_mask(fa_c *c, const fa_mask &m, const fa_uchar *block_mask, int q0, int k0, int own0, int oth0,
+                        bool keys_own, float hidden, int lane) {
 #pragma unroll
     for (int e = 0; e < FA_C_ELEMS; e++) {
         const int i = FA_ELEM_QUERY(keys_own, own0, oth0, lane, e), j = FA_ELEM_KEY(keys_own, own0, oth0, lane, e);
-        if (!fa_visible(m, block_mask, i, j)) c->x[e] = hidden;
+        if (!fa_visible(m, block_mask, q0, i, k0, j)) c->x[e] = hidden;
     }
 }
 
 /* The dropout decisions of a score fragment's elements (bit e set: kept),
  * the same Philox words as fa_dropout_mark (common.h): one call per four
  * keys of a query. Where keys are the other rows, a lane's runs of
- * FA_OTHER_RUN neighbouring keys (aligned) share one call. */
-FA_FN fa_uint fa_frag_keep(const fa_dropout &dp, fa_uint bh, int own0, int oth0, bool keys_own, int lane) {
+ * FA_OTHER_RUN neighbouring keys (aligned) share one call. Positions are
+ * unsigned: a padding row's may pass INT_MAX, and wraps harmlessly here. */
+FA_FN fa_uint fa_frag_keep(const fa_dropout &dp, fa_uint bh, int q0, int k0, int own0, int oth0, bool keys_own,
+                           int lane) {
     fa_uint keep = 0u;
     fa_u4 rnd;
     rnd.x = rnd.y = rnd.z = rnd.w = 0u;
 #pragma unroll
     for (int e = 0; e < FA_C_ELEMS; e++) {
-        const fa_uint q = (fa_uint)FA_ELEM_QUERY(keys_own, own0, oth0, lane, e);
-        const fa_uint key = (fa_uint)FA_ELEM_KEY(keys_own, own0, oth0, lane, e);
+        const fa_uint q = (fa_uint)q0 + (fa_uint)FA_ELEM_QUERY(keys_own, own0, oth0, lane, e);
+        const fa_uint key = (fa_uint)k0 + (fa_uint)FA_ELEM_KEY(keys_own, own0, oth0, lane, e);
         if (keys_own || e % FA_OTHER_RUN == 0) {
             fa_u4 ctr;
             ctr.x = key >> 2;

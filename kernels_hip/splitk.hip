@@ -2,8 +2,11 @@
  * split s, a normalised partial output O_s and its log-sum-exp L_s. The
  * full row is their log-sum-exp weighted mean:
  *   L = log sum_s exp(L_s),   O = sum_s exp(L_s - L) O_s
- * A split that saw no key has L_s = -inf and weighs nothing; a row no split
- * saw anything of gets O = 0, L = -inf. The twin of kernels_cl/splitk.cl.
+ * A split with L_s = -inf has no mass and weighs nothing; its O_s is 0 if
+ * the masks leave the row no key at all, else NaN (0 / 0). A row no split
+ * has mass of gets O = 0, L = -inf in the first case, NaN in the other
+ * (its visible scores were all -inf: softmax is 0 / 0 there). A NaN L_s
+ * spreads to the whole row. The twin of kernels_cl/splitk.cl.
  *
  * One work-item per head dimension x (threadIdx.x, a block of HEAD_DIM),
  * one work-group per (row t, head, sequence) = (blockIdx.x, .y, .z): rows
@@ -28,18 +31,32 @@ fa_splitk_merge(const float *__restrict__ part_o, const float *__restrict__ part
     const fa_long split_stride = (fa_long)heads_q * total_q;
 
     float mx = -FA_INF;
-    for (int s = 0; s < num_splits; s++) mx = fmaxf(mx, part_l[s * split_stride + (fa_long)h * total_q + row]);
+    bool mass = false; /* a split with L_s > -inf, or NaN */
+    for (int s = 0; s < num_splits; s++) {
+        const float ls = part_l[s * split_stride + (fa_long)h * total_q + row];
+        mx = fmaxf(mx, ls);
+        mass |= ls != -FA_INF;
+    }
     float out = 0.0f, lse_r = -FA_INF;
-    if (mx != -FA_INF) {
+    if (mass) {
+        /* mx = -inf here only when every split with mass has L_s = NaN: the
+         * weights come out NaN, as they must. */
+        const float m_use = mx == -FA_INF ? 0.0f : mx;
         float wsum = 0.0f;
         for (int s = 0; s < num_splits; s++) {
             const fa_long i = s * split_stride + (fa_long)h * total_q + row;
-            const float w = expf(part_l[i] - mx);
+            if (part_l[i] == -FA_INF) continue;
+            const float w = expf(part_l[i] - m_use);
             wsum += w;
             out = fmaf(w, part_o[i * HEAD_DIM + x], out);
         }
         out /= wsum;
-        lse_r = mx + logf(wsum);
+        lse_r = m_use + logf(wsum);
+    } else {
+        for (int s = 0; s < num_splits; s++) {
+            const fa_long i = s * split_stride + (fa_long)h * total_q + row;
+            if (fa_isnan(part_o[i * HEAD_DIM + x])) out = lse_r = FA_NAN;
+        }
     }
     const fa_layout lo = {o_off, o_sb, o_ss, o_sh};
     fa_store1(o, fa_row_index(lo, b, start_q, t, h) + x, out);

@@ -8,6 +8,7 @@
  * lo <= j - i <= hi, whose cells inside a rectangle have a closed form, and
  * the block-sparse mask is walked block by block. */
 #include "planner.h"
+#include "planner_decode.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -494,10 +495,18 @@ static void once_traffic(const fa_attention_desc *desc, fa_pass pass, int recomp
     }
 }
 
+/* The query rows of a tile as the tile visits count them: a decoding
+ * plan's rows are a GQA group's heads times tokens, of which the visits
+ * see the tokens. */
+static int visit_rows(const fa_attention_desc *desc, fa_pass pass, const fa_kernel_plan *plan) {
+    return pass == FA_PASS_FORWARD && plan->variant == FA_VARIANT_DECODE ? fa_decode_token_rows(desc, plan->br)
+                                                                         : plan->br;
+}
+
 fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                     const fa_kernel_plan *plan) {
     if (!plan) return fa_io_fused_visits(dev, desc, pass, plan, NULL);
-    const fa_tile_visits v = fa_io_tile_visits(desc, plan->br, plan->bc);
+    const fa_tile_visits v = fa_io_tile_visits(desc, visit_rows(desc, pass, plan), plan->bc);
     return fa_io_fused_visits(dev, desc, pass, plan, &v);
 }
 
@@ -506,7 +515,13 @@ fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *d
     fa_cost c = {0, 0, 0, 0, 0, 0, 0, 0};
     if (!dev || !desc || !plan) return c;
     if (plan->variant == FA_VARIANT_STANDARD) return fa_io_standard(dev, desc, pass);
-    if (plan->br <= 0 || plan->bc <= 0 || !v || v->br != plan->br || v->bc != plan->bc) return c;
+    if (plan->br <= 0 || plan->bc <= 0 || !v || v->br != visit_rows(desc, pass, plan) || v->bc != plan->bc) return c;
+    /* Decoding reads each key tile once per KV head and row tile (more
+     * than one only where a tile holds less than a group's heads), and
+     * computes all of a tile's packed rows. */
+    const int decode = pass == FA_PASS_FORWARD && plan->variant == FA_VARIANT_DECODE;
+    const double kv_heads_read = decode ? (double)desc->heads_kv * fa_decode_tiles_per_token(desc, plan->br)
+                                        : (double)desc->heads_q;
 
     const double e = dtype_bytes(desc->q.dtype), dim = (double)desc->head_dim;
     const double hq = (double)desc->heads_q, hkv = (double)desc->heads_kv;
@@ -523,7 +538,7 @@ fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *d
     once_traffic(desc, pass, recompute_dq, split, sq, sk, &once_rd, &once_wr);
     if (pass == FA_PASS_FORWARD) {
         head_set = 2.0 * (double)v->longest_k * dim * e;
-        if (head_set > 0.0) head_groups = ceil((double)v->its_q / plan->br) * split;
+        if (head_set > 0.0) head_groups = ceil((double)v->its_q / v->br) * split;
     } else {
         head_set = (double)v->longest_q * (2.0 * dim * e + 8.0 + (recompute_dq ? 0.0 : dim * 4.0));
         if (head_set > 0.0) head_groups = ceil((double)v->its_k / plan->bc);
@@ -535,7 +550,7 @@ fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *d
          * every query tile, and Q and dO of a query tile a second time
          * for dK and dV): re-reads of the same few kilobytes within
          * microseconds, which the cache serves, not HBM. */
-        rd += hq * sq * dim * e * split + hq * v->key_rows * dim * e * 2.0;
+        rd += hq * sq * dim * e * split + kv_heads_read * v->key_rows * dim * e * 2.0;
         wr += hq * sq * dim * e + hq * sq * 4.0;
         if (split > 1) {
             /* fp32 partial O and L of every split, written then merged. */
@@ -581,7 +596,7 @@ fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *d
      * computed whole, masked cells included. Per cell and head dimension the
      * forward does 2 products (4 flops), the backward 5 (10 flops), or 7
      * (14 flops) where dQ has a kernel of its own that recomputes P and dP. */
-    const double cells = v->pairs * (double)plan->br * (double)plan->bc * dim * hq;
+    const double cells = v->pairs * (double)plan->br * (double)plan->bc * dim * (decode ? kv_heads_read : hq);
     const double peak = fa_variant_on_matrix_units(plan->variant)
                             ? fa_device_peak_flops(dev, desc->q.dtype, desc->allow_tf32)
                             : simt_peak(dev) / simt_local_factor(desc, plan);

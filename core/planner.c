@@ -52,6 +52,7 @@
 #include "desc.h"
 #include "fa_internal.h"
 #include "planner_cl_mma.h"
+#include "planner_decode.h"
 #include "planner_hip_mma.h"
 
 #include <limits.h>
@@ -96,7 +97,7 @@ static int hip_mma(const fa_device_desc *dev, fa_variant variant) {
 }
 
 int fa_variant_on_matrix_units(fa_variant variant) {
-    return variant == FA_VARIANT_MMA || variant == FA_VARIANT_WGMMA;
+    return variant == FA_VARIANT_MMA || variant == FA_VARIANT_WGMMA || variant == FA_VARIANT_DECODE;
 }
 
 int fa_cl_dq_accumulates(fa_variant variant) {
@@ -197,6 +198,8 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
     switch (variant) {
     case FA_VARIANT_STANDARD:
         return 0;
+    case FA_VARIANT_DECODE:
+        return pass == FA_PASS_FORWARD ? fa_decode_local_mem(desc, br, stages) : 0;
     case FA_VARIANT_MMA:
         /* kernels_cuda/fwd_mma.cu: Q, and K and V per stage. */
         if (pass == FA_PASS_FORWARD) return fa_mma_tile_bytes(r, e * d) + st * 2 * fa_mma_tile_bytes(c, e * d);
@@ -813,6 +816,14 @@ static int any_tile_layout(const fa_device_desc *dev, const fa_attention_desc *d
 
 static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                            fa_kernel_plan *out) {
+    /* Decoding on CUDA's tensor cores is a problem of its own
+     * (planner_decode.c); elsewhere it is planned as SIMT tiles with key
+     * splits. */
+    if (pass == FA_PASS_FORWARD && fa_decode_applies(dev, desc, sm_version(dev))) {
+        FA_CHECK(fa_decode_plan(dev, desc, out));
+        out->workspace_bytes = workspace_bytes(dev, desc, pass, out->variant, out->split_k);
+        return FA_SUCCESS;
+    }
     family fam = base_family(dev, desc);
     if (pass == FA_PASS_FORWARD && decoding(dev, desc)) fam = FAMILY_DECODE;
     candidate best;

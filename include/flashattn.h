@@ -374,8 +374,12 @@ typedef enum fa_variant {
     FA_VARIANT_STANDARD = 3,  /* unfused: S and P in global memory */
     FA_VARIANT_SIMT_STREAM = 4, /* scalar FMA, operands streamed through local
                                   memory in head_dim chunks (OpenCL, large d) */
-    FA_VARIANT_WGMMA = 5       /* matrix units driven by whole warpgroups, operands
+    FA_VARIANT_WGMMA = 5,      /* matrix units driven by whole warpgroups, operands
                                   from local memory (CUDA sm_90, forward) */
+    FA_VARIANT_DECODE = 6      /* decoding on matrix units: the query rows of a
+                                  GQA group packed into one tile, so each KV head's
+                                  keys are read once; keys split, merged through L
+                                  (CUDA, forward) */
 } fa_variant;
 
 FA_API const char *fa_variant_name(fa_variant variant);

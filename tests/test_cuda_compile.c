@@ -67,6 +67,7 @@ typedef struct job {
     fa_attention_desc desc;
     fa_plan_info info;
     int cc_major, cc_minor;
+    int forward_only; /* fa_cuda_compile_forward */
     fa_status status;
     char error[1024];
     fa_cuda_kernel_report reports[MAX_REPORTS];
@@ -88,8 +89,8 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&p->lock);
         if (i >= p->njobs) return NULL;
         job *j = &p->jobs[i];
-        j->status = fa_cuda_compile_plan(&j->desc, &j->info, j->cc_major, j->cc_minor, j->reports, MAX_REPORTS,
-                                         &j->count);
+        j->status = (j->forward_only ? fa_cuda_compile_forward : fa_cuda_compile_plan)(
+            &j->desc, &j->info, j->cc_major, j->cc_minor, j->reports, MAX_REPORTS, &j->count);
         if (j->status != FA_SUCCESS) snprintf(j->error, sizeof j->error, "%s", fa_last_error());
     }
 }
@@ -186,7 +187,7 @@ static void print_and_check(const char *device, job *jobs, int n) {
         job *j = &jobs[i];
         CHECK_MSG(j->status == FA_SUCCESS, "%s %s: %s (%s)", device, j->label, fa_status_string(j->status), j->error);
         if (j->status != FA_SUCCESS) continue;
-        CHECK_MSG(j->count >= 2 && j->count <= MAX_REPORTS, "%s %s: %d kernels", device, j->label, j->count);
+        CHECK_MSG(j->count >= (j->forward_only ? 1 : 2) && j->count <= MAX_REPORTS, "%s %s: %d kernels", device, j->label, j->count);
         const fa_kernel_plan *f = &j->info.forward, *b = &j->info.backward;
         char plan[96];
         snprintf(plan, sizeof plan, "f %s %dx%d/%d s%d k%d, b %s %dx%d/%d", fa_variant_name(f->variant), f->br,
@@ -203,13 +204,13 @@ static void print_and_check(const char *device, job *jobs, int n) {
             CHECK_MSG(r->registers > 0 && r->registers <= 255, "%s %s %s: ptxas reported %d registers", r->arch,
                       j->label, r->kernel, r->registers);
             /* The planner's local-memory budget is what the kernels ask for. */
-            if (strstr(r->kernel, "fwd_mma") || strstr(r->kernel, "fwd_simt"))
+            if (strstr(r->kernel, "fwd_mma") || strstr(r->kernel, "fwd_simt") || strstr(r->kernel, "fwd_decode"))
                 CHECK_MSG(r->shared_bytes == f->local_mem_bytes, "%s %s %s: %zu bytes of shared memory, plan %zu",
                           r->arch, j->label, r->kernel, r->shared_bytes, f->local_mem_bytes);
             if (strstr(r->kernel, "dkdv"))
                 CHECK_MSG(r->shared_bytes == b->local_mem_bytes, "%s %s %s: %zu bytes of shared memory, plan %zu",
                           r->arch, j->label, r->kernel, r->shared_bytes, b->local_mem_bytes);
-            if (r->tensor_cores && strstr(r->kernel, "_mma")) {
+            if (r->tensor_cores && (strstr(r->kernel, "_mma") || strstr(r->kernel, "_decode"))) {
                 mma_kernels++;
                 CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
                           "%s %s %s spills: %d bytes stored, %d loaded, %d bytes of stack (options %s)", r->arch,
@@ -261,6 +262,75 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
     free(jobs);
 }
 
+/* Every decoding kernel the planner can emit: each dtype, each head_dim it
+ * takes, each tile height (the group's rows: 1 x 16 up to 64), with and
+ * without key splits, with no masks and with all of them (causal, window,
+ * varlen: the most registers). */
+static const int32_t dec_cu_q[] = {0, 1, 3, 4};
+static const int32_t dec_cu_k[] = {0, 4000, 4001, 9000};
+
+static int decode_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job *jobs, int cap) {
+    static const int groups[] = {1, 8, 16, 32}; /* rows 4 x group, seqlen_q 4: 4 .. 128 (> 64: not decode) */
+    int n = 0;
+    for (int t = 0; t < 2; t++)
+        for (int dim = 16; dim <= 256; dim += 16)
+            for (size_t gi = 0; gi < FA_ARRAY_SIZE(groups); gi++)
+                for (int opts = 0; opts < 2; opts++)
+                    for (int split = 0; split < 2; split++) {
+                        fa_attention_desc d;
+                        fa_attention_desc_init(&d);
+                        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = t ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+                        d.head_dim = dim;
+                        d.heads_kv = 2;
+                        d.heads_q = 2 * groups[gi];
+                        d.seqlen_q = 4;
+                        d.seqlen_k = 9000;
+                        /* Many sequences leave the device no room to split. */
+                        d.batch = split ? 1 : 512;
+                        if (opts) {
+                            d.causal = 1;
+                            d.window_left = 3000;
+                            d.window_right = 0;
+                            d.batch = split ? 3 : 512;
+                            if (split) {
+                                d.cu_seqlens_q = dec_cu_q;
+                                d.cu_seqlens_k = dec_cu_k;
+                            }
+                        }
+                        fa_plan_info info;
+                        fa_status st = fa_plan_for_device(dev, &d, &info);
+                        CHECK_MSG(st == FA_SUCCESS, "decode d%d g%d: %s", dim, groups[gi], fa_last_error());
+                        if (st != FA_SUCCESS || info.forward.variant != FA_VARIANT_DECODE) continue;
+                        CHECK_MSG((info.forward.split_k > 1) == split, "decode d%d g%d opts %d: %d splits", dim,
+                                  groups[gi], opts, info.forward.split_k);
+                        if (n >= cap) return n;
+                        job *j = &jobs[n++];
+                        memset(j, 0, sizeof *j);
+                        j->desc = d;
+                        j->info = info;
+                        j->cc_major = cc_major;
+                        j->cc_minor = cc_minor;
+                        j->forward_only = 1;
+                        snprintf(j->label, sizeof j->label, "%s d%d g%d %s%s", t ? "bf16" : "fp16", dim,
+                                 groups[gi], opts ? "masks" : "plain", split ? " split" : "");
+                    }
+    return n;
+}
+
+static void decode_sweep(const char *device, const fa_device_desc *dev, int cc_major, int cc_minor) {
+    const int cap = 2 * 16 * 4 * 2 * 2;
+    job *jobs = calloc((size_t)cap, sizeof *jobs);
+    CHECK(jobs != NULL);
+    if (!jobs) return;
+    const int n = decode_jobs(dev, cc_major, cc_minor, jobs, cap);
+    /* Groups of 32 at 4 tokens are 128 rows: not decoding; the rest are,
+     * within the registers (one strip at head_dim 256 and 16 rows). */
+    CHECK_MSG(n == 2 * 16 * 3 * 2 * 2, "%d decoding plans", n);
+    run_jobs(jobs, n);
+    print_and_check(device, jobs, n);
+    free(jobs);
+}
+
 #endif /* FA_WITH_CUDA */
 
 #ifdef FA_WITH_CUDA
@@ -284,6 +354,23 @@ FA_TEST(a100_sm80_variants) {
     REQUIRE_NVRTC();
     fa_device_desc d = a100();
     sweep("a100", &d, 8, 0);
+#endif
+}
+
+FA_TEST(h100_sm90_decode_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    decode_sweep("h100", &fa_described_device_find("h100")->desc, 9, 0);
+#endif
+}
+
+FA_TEST(a100_sm80_decode_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    fa_device_desc d = a100();
+    decode_sweep("a100", &d, 8, 0);
 #endif
 }
 
@@ -411,5 +498,6 @@ FA_TEST(errors_are_reported) {
 }
 
 
-FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(kernel_cache_roundtrip),
+FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
+             FA_CASE(a100_sm80_decode_variants), FA_CASE(kernel_cache_roundtrip),
              FA_CASE(errors_are_reported))

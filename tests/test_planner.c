@@ -67,6 +67,14 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
                       strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma %d x %d/%d, micro-tile %d x %d", what, k->br, k->bc, k->work_group_size, k->thread_rows,
                   k->thread_cols);
+    } else if (k->variant == FA_VARIANT_DECODE) {
+        /* The packed decoding kernel: four warps of 16 keys, 16 to 64 rows
+         * in strips of 16 (two rows a strip and thread). */
+        CHECK_MSG(pass == FA_PASS_FORWARD && k->br % 16 == 0 && k->br <= 64 && k->bc == 64 &&
+                      k->work_group_size == 128 && k->thread_rows == k->br / 8 && k->thread_cols == 4 &&
+                      k->stages >= 2 && k->stages <= 4 && dim % 16 == 0 && (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16),
+                  "%s: decode %d x %d/%d, micro-tile %d x %d, %d stages", what, k->br, k->bc, k->work_group_size,
+                  k->thread_rows, k->thread_cols, k->stages);
     } else if (k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL) {
         /* OpenCL's: the fragments of the device's layout (planner_cl_mma.c). */
         fa_cl_mma_geometry g;
@@ -121,6 +129,9 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     if (k->variant == FA_VARIANT_WGMMA) {
         CHECK_MSG(dev->backend == FA_BACKEND_CUDA && matrix && half, "%s: wgmma", what);
         CHECK(k->stages == 1 || k->stages == 2);
+    } else if (k->variant == FA_VARIANT_DECODE) {
+        CHECK_MSG(dev->backend == FA_BACKEND_CUDA && matrix && half && d->dropout_p == 0.0f && !d->block_mask,
+                  "%s: decode", what);
     } else if (cl_mma) {
         /* Head dims that are not whole fragments are padded. */
         CHECK_MSG(matrix && half && fa_cl_mma_applies(dev, d), "%s: OpenCL mma", what);
@@ -148,11 +159,15 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         /* The output micro-tile, tr rows x ceil(d / (bc / tc)) accumulators. */
         CHECK_MSG(k->thread_rows * ((dim + ntc - 1) / ntc) <= 64, "%s: O micro-tile", what);
     }
-    CHECK_MSG(k->split_k == 1 || (k->variant == FA_VARIANT_SPLITK && k->split_k > 1), "%s: split_k %d", what,
-              k->split_k);
+    CHECK_MSG(k->split_k == 1 || ((k->variant == FA_VARIANT_SPLITK || k->variant == FA_VARIANT_DECODE) && k->split_k > 1),
+              "%s: split_k %d", what, k->split_k);
 
-    /* Grid and workspace. */
-    long long groups = pass == FA_PASS_FORWARD
+    /* Grid and workspace: decoding's rows are a GQA group's heads times
+     * the tokens, one grid row per KV head. */
+    const long long group_rows = (long long)(d->heads_q / d->heads_kv) * d->seqlen_q;
+    long long groups = k->variant == FA_VARIANT_DECODE
+                           ? (long long)d->batch * d->heads_kv * ((group_rows + k->br - 1) / k->br) * k->split_k
+                       : pass == FA_PASS_FORWARD
                            ? (long long)d->batch * d->heads_q * ((d->seqlen_q + k->br - 1) / k->br) * k->split_k
                            : (long long)d->batch * d->heads_kv * ((d->seqlen_k + k->bc - 1) / k->bc);
     CHECK_MSG(k->num_work_groups == groups, "%s: %d work-groups, expected %lld", what, k->num_work_groups, groups);
@@ -381,6 +396,12 @@ FA_TEST(decoding_splits_keys) {
                 fa_plan_info p;
                 CHECK_OK(fa_plan_for_device(dev, &d, &p));
                 const fa_kernel_plan *k = &p.forward;
+                /* On CUDA's tensor cores decoding has a kernel of its own
+                 * (decoding_packs_gqa_groups). */
+                if (k->variant == FA_VARIANT_DECODE) {
+                    CHECK_MSG(g == 0 && t != FA_DTYPE_F32, "%s %s: decode", gpus[g], fa_dtype_name((fa_dtype)t));
+                    continue;
+                }
                 CHECK_MSG(k->variant == FA_VARIANT_SPLITK && k->split_k > 1, "%s sq %d: %s, split_k %d", gpus[g], sq,
                           fa_variant_name(k->variant), k->split_k);
                 if (k->split_k <= 1) continue;
@@ -750,8 +771,92 @@ FA_TEST(described_devices_table) {
     CHECK(device("pocl-cpu")->type == FA_DEVICE_CPU && device("pocl-cpu")->compute_units == 2);
 }
 
+/* Decoding on CUDA's tensor cores: a GQA group's rows share one tile, so
+ * K and V are counted once per KV head; the keys split until two blocks an
+ * SM are in flight, each split keeping two key tiles or more. */
+FA_TEST(decoding_packs_gqa_groups) {
+    const fa_device_desc *h100 = device("h100");
+    const int batches[] = {1, 8, 64};
+    for (int bi = 0; bi < 3; bi++)
+        for (int sk = 1024; sk <= 131072; sk *= 2)
+            for (int sq = 1; sq <= 4; sq++) {
+                fa_attention_desc d = shape(batches[bi], sq, sk, 32, 4, 128, FA_DTYPE_BF16);
+                fa_plan_info p;
+                CHECK_OK(fa_plan_for_device(h100, &d, &p));
+                const fa_kernel_plan *k = &p.forward;
+                CHECK_MSG(k->variant == FA_VARIANT_DECODE, "b%d sk %d sq %d: %s", batches[bi], sk, sq,
+                          fa_variant_name(k->variant));
+                if (k->variant != FA_VARIANT_DECODE) continue;
+                CHECK(check_kernel_plan("decode", h100, &d, FA_PASS_FORWARD, k) == 0);
+                /* The smallest tile that holds the group's 8 x sq rows. */
+                const int rows = 8 * sq;
+                CHECK_MSG(k->br == (rows <= 16 ? 16 : 32), "rows %d: br %d", rows, k->br);
+                const int key_tiles = (sk + 63) / 64, blocks = batches[bi] * 4;
+                CHECK(k->split_k <= 128 && (k->split_k == 1 || 2 * k->split_k <= key_tiles));
+                if (2 * (k->split_k + 1) <= key_tiles && k->split_k < 128)
+                    CHECK_MSG(blocks * k->split_k >= 2 * h100->compute_units && blocks * (k->split_k - 1) < 2 * h100->compute_units,
+                              "b%d sk %d: %d splits", batches[bi], sk, k->split_k);
+                if (batches[bi] == 1) CHECK(k->split_k >= 66 || 2 * k->split_k + 1 >= key_tiles);
+                /* Two blocks an SM fit (1 KiB kept a block), and the kernel's
+                 * bytes are the formula's. */
+                CHECK(k->local_mem_bytes == fa_plan_local_mem(FA_VARIANT_DECODE, FA_PASS_FORWARD, &d, k->br, 64, k->stages));
+                CHECK(2 * (k->local_mem_bytes + 1024) <= h100->local_mem_bytes + 1024);
+                CHECK(k->local_mem_bytes == 16 * (256 + 16) * (size_t)(k->br / 16) +
+                                                (size_t)k->stages * 2 * 64 * (256 + 16));
+                /* K and V once per KV head: what is read beyond Q (once per
+                 * split) and the partials is the cache, exactly. */
+                const double cache = 2.0 * batches[bi] * 4 * (double)sk * 128 * 2;
+                const double q = (double)batches[bi] * 32 * sq * 128 * 2 * k->split_k;
+                const double parts = k->split_k > 1 ? (double)k->split_k * batches[bi] * 32 * sq * 129 * 4 : 0.0;
+                CHECK_NEAR(k->cost.hbm_read_bytes, cache + q + parts, 1e-6 * cache);
+                CHECK(k->workspace_bytes == (k->split_k > 1 ? (size_t)k->split_k * batches[bi] * 32 * sq * 129 * 4 : 0));
+            }
+    /* Where the previous plan read K and V per query head. */
+    fa_attention_desc d = shape(8, 1, 65536, 32, 4, 128, FA_DTYPE_BF16);
+    fa_plan_info p;
+    CHECK_OK(fa_plan_for_device(h100, &d, &p));
+    CHECK(p.forward.cost.hbm_read_bytes < 1.1 * 2.0 * 8 * 4 * 65536 * 128 * 2);
+    /* Not decoding: more rows than a tile, dropout, block masks, fp32, short
+     * keys, a device without tensor cores or before sm_80. */
+    fa_attention_desc nd[6];
+    for (int i = 0; i < 6; i++) nd[i] = shape(1, 1, 32768, 32, 4, 128, FA_DTYPE_BF16);
+    nd[0].seqlen_q = 9;
+    nd[1].dropout_p = 0.1f;
+    nd[2].q.dtype = nd[2].k.dtype = nd[2].v.dtype = nd[2].o.dtype = FA_DTYPE_F32;
+    nd[3].seqlen_k = 128;
+    nd[4].head_dim = 40;
+    uint8_t mask[1] = {1};
+    nd[5].block_mask = mask;
+    nd[5].block_q = 64;
+    nd[5].block_k = 32768;
+    nd[5].block_mask_bytes = 1;
+    for (int i = 0; i < 6; i++) {
+        CHECK_OK(fa_plan_for_device(h100, &nd[i], &p));
+        CHECK_MSG(p.forward.variant != FA_VARIANT_DECODE, "case %d: decode", i);
+    }
+    fa_device_desc old = *h100;
+    snprintf(old.arch, sizeof old.arch, "sm_75");
+    CHECK_OK(fa_plan_for_device(&old, &d, &p));
+    CHECK(p.forward.variant != FA_VARIANT_DECODE);
+    CHECK_OK(fa_plan_for_device(device("nvidia-opencl"), &d, &p));
+    CHECK(p.forward.variant != FA_VARIANT_DECODE);
+    /* Causal, windows and varlen stay in it; a window bounds the splits by
+     * its own key tiles. */
+    d = shape(1, 4, 65536, 32, 4, 128, FA_DTYPE_F16);
+    d.causal = 1;
+    d.window_left = 1000;
+    d.window_right = 0;
+    CHECK_OK(fa_plan_for_device(h100, &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_DECODE && p.forward.split_k == (1000 + 4 + 63) / 64 / 2);
+    CHECK(check_kernel_plan("decode window", h100, &d, FA_PASS_FORWARD, &p.forward) == 0);
+    /* The plan text names the kernel. */
+    char text[2048];
+    CHECK(fa_plan_info_format(&p, text, sizeof text) > 0);
+    CHECK_MSG(strstr(text, "decode") != NULL, "%s", text);
+}
+
 FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan),
              FA_CASE(local_memory_gives_different_tiles), FA_CASE(more_local_memory_never_more_bytes),
-             FA_CASE(decoding_splits_keys), FA_CASE(variants_by_backend), FA_CASE(invalid_devices_rejected),
+             FA_CASE(decoding_splits_keys), FA_CASE(decoding_packs_gqa_groups), FA_CASE(variants_by_backend), FA_CASE(invalid_devices_rejected),
              FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan),
              FA_CASE(described_devices_table))

@@ -12,6 +12,7 @@
  *   forward MMA     fwd_mma.cu   fa_fwd_mma
  *   forward WGMMA   fwd_mma.cu   fa_fwd_mma, built with -DWGMMA for sm_90a
  *   forward SIMT    simt.cu      fa_fwd_simt [, fa_splitk_merge]
+ *   forward DECODE  decode.cu    fa_fwd_decode [, fa_splitk_merge]
  *   backward MMA    bwd_mma.cu   fa_bwd_dot, fa_bwd_dkdv_mma, then
  *                                fa_bwd_dq_convert (dQ by atomics) or
  *                                fa_bwd_dq_mma (deterministic)
@@ -31,6 +32,7 @@
 #include "plan_data.h"
 #include "plan.h"
 #include "planner.h"
+#include "planner_decode.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -209,6 +211,40 @@ static int qreg_fits(const fa_attention_desc *d, int strips, int bc) {
     return strips * (d->head_dim / 2 + bc / 2 + q_regs) <= CU_QREG_BUDGET;
 }
 
+/* kernels_cuda/decode.cu: the query rows of a GQA group packed into one
+ * tile, four warps of 16 keys, keys split with SPLITK. */
+static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, cu_program_spec *s) {
+    if (cc_major < 8)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the decoding kernel needs sm_80 or later (device: sm_%d)",
+                       cc_major);
+    if (d->q.dtype != FA_DTYPE_F16 && d->q.dtype != FA_DTYPE_BF16)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the decoding kernel takes fp16 or bf16, not %s",
+                       fa_dtype_name(d->q.dtype));
+    if (d->dropout_p > 0.0f || d->block_mask)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the decoding kernel runs without dropout and block masks");
+    if (kp->br % 16 || kp->br <= 0 || kp->br > 64 || kp->bc != FA_DECODE_BC ||
+        kp->work_group_size != FA_DECODE_WARPS * 32 || d->head_dim % 16 || kp->stages < 2 || kp->stages > 4 ||
+        kp->split_k < 1)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "forward plan: decoding tile %d x %d, %d threads, %d stages, %d splits at head_dim %d is not "
+                       "a shape of the kernel (16 to 64 rows in strips of 16, %d keys, %d threads, 2 to 4 stages, "
+                       "head_dim a multiple of 16)",
+                       kp->br, kp->bc, kp->work_group_size, kp->stages, kp->split_k, d->head_dim, FA_DECODE_BC,
+                       FA_DECODE_WARPS * 32);
+    s->file = "kernels_cuda/decode.cu";
+    s->short_name = "decode";
+    s->tensor_cores = 1;
+    FA_CHECK(append_define(s, " -DFWD -DBR=%d -DBC=%d -DWARPS=%d -DSTAGES=%d", kp->br, kp->bc, FA_DECODE_WARPS,
+                           kp->stages));
+    s->nkernels = 1;
+    s->kernels[0] = (cu_kernel_spec){"fa_fwd_decode", kp->work_group_size, fa_decode_local_mem(d, kp->br, kp->stages)};
+    if (kp->split_k > 1) {
+        FA_CHECK(append_define(s, " -DSPLITK", 0, 0, 0, 0));
+        s->kernels[s->nkernels++] = (cu_kernel_spec){"fa_splitk_merge", CU_ROWWISE_THREADS, 0};
+    }
+    return FA_SUCCESS;
+}
+
 static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor,
                               cu_program_spec *s) {
     memset(s, 0, sizeof *s);
@@ -229,6 +265,7 @@ static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *
                                                            kp->stages)};
         return FA_SUCCESS;
     }
+    if (kp->variant == FA_VARIANT_DECODE) return decode_spec(d, kp, cc_major, s);
     if (cu_mma_ok(kp)) {
         FA_CHECK(check_mma(d, kp, FA_PASS_FORWARD, cc_major));
         const int warps = kp->work_group_size / 32, strips = kp->br / (16 * warps);
@@ -475,7 +512,14 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     CUstream stream = p->ctx->stream;
     FA_CHECK(forward_spec(d, &info->forward, p->ctx->cc_major, p->ctx->cc_minor, &p->fwd.spec));
     FA_CHECK(backward_spec(d, &info->backward, p->ctx->cc_major, p->ctx->cc_minor, &p->bwd.spec));
-    p->num_splits = info->forward.variant == FA_VARIANT_SPLITK && info->forward.split_k > 1 ? info->forward.split_k : 1;
+    const fa_variant fv = info->forward.variant;
+    p->num_splits =
+        (fv == FA_VARIANT_SPLITK || fv == FA_VARIANT_DECODE) && info->forward.split_k > 1 ? info->forward.split_k : 1;
+    /* The decoding grid's rows: a group's heads times the tokens, an int
+     * in the kernel. */
+    if (fv == FA_VARIANT_DECODE && (int64_t)(d->heads_q / d->heads_kv) * d->seqlen_q > INT32_MAX / 2)
+        return fa_fail(FA_ERR_UNSUPPORTED, "decoding: heads_q / heads_kv (%d) * seqlen_q (%d) exceeds the kernel's rows",
+                       d->heads_q / d->heads_kv, d->seqlen_q);
     if ((int64_t)d->batch * p->num_splits > 65535 || d->heads_q > 65535)
         return fa_fail(FA_ERR_UNSUPPORTED, "batch * splits (%lld) and heads_q (%d) must each be at most 65535",
                        (long long)d->batch * p->num_splits, d->heads_q);
@@ -639,8 +683,15 @@ static fa_status forward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_
     CUresult r = cu()->cuEventRecord(p->ev_start, p->ctx->stream);
     if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
     const fa_kernel_plan *kp = &plan->info.forward;
-    FA_CHECK(launch(p, &p->fwd, 0, tiles_of(d->seqlen_q, kp->br), (unsigned)d->heads_q,
-                    (unsigned)(d->batch * p->num_splits), &prm));
+    if (kp->variant == FA_VARIANT_DECODE) {
+        /* (row tile of the packed group rows, KV head, sequence x split) */
+        const int64_t rows = (int64_t)(d->heads_q / d->heads_kv) * d->seqlen_q;
+        FA_CHECK(launch(p, &p->fwd, 0, (unsigned)((rows + kp->br - 1) / kp->br), (unsigned)d->heads_kv,
+                        (unsigned)(d->batch * p->num_splits), &prm));
+    } else {
+        FA_CHECK(launch(p, &p->fwd, 0, tiles_of(d->seqlen_q, kp->br), (unsigned)d->heads_q,
+                        (unsigned)(d->batch * p->num_splits), &prm));
+    }
     if (p->num_splits > 1)
         FA_CHECK(launch(p, &p->fwd, 1, tiles_of(d->seqlen_q, CU_ROWWISE_ROWS), (unsigned)d->heads_q, (unsigned)d->batch,
                         &prm));
@@ -756,14 +807,14 @@ fa_status fa_cuda_plan_shared_bytes(void *plan_impl, fa_pass pass, size_t *bytes
 /* ------------------------------------------------------------------------ */
 /* Compiling without a device (tests, tools)                                 */
 
-fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info *info, int cc_major, int cc_minor,
-                               fa_cuda_kernel_report *reports, int max_reports, int *count) {
+static fa_status compile_passes(const fa_attention_desc *desc, const fa_plan_info *info, int passes, int cc_major,
+                                int cc_minor, fa_cuda_kernel_report *reports, int max_reports, int *count) {
     if (!desc || !info || !count) return fa_fail(FA_ERR_NULL_POINTER, "desc, info or count is NULL");
     *count = 0;
     cu_program_spec specs[2];
     FA_CHECK(forward_spec(desc, &info->forward, cc_major, cc_minor, &specs[0]));
-    FA_CHECK(backward_spec(desc, &info->backward, cc_major, cc_minor, &specs[1]));
-    for (int s = 0; s < 2; s++) {
+    if (passes > 1) FA_CHECK(backward_spec(desc, &info->backward, cc_major, cc_minor, &specs[1]));
+    for (int s = 0; s < passes; s++) {
         fa_cuda_binary bin;
         FA_CHECK(compile_program(&specs[s], cc_major, cc_minor, &bin));
         for (int i = 0; i < specs[s].nkernels; i++) {
@@ -780,4 +831,14 @@ fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info
         fa_cuda_binary_free(&bin);
     }
     return FA_SUCCESS;
+}
+
+fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info *info, int cc_major, int cc_minor,
+                               fa_cuda_kernel_report *reports, int max_reports, int *count) {
+    return compile_passes(desc, info, 2, cc_major, cc_minor, reports, max_reports, count);
+}
+
+fa_status fa_cuda_compile_forward(const fa_attention_desc *desc, const fa_plan_info *info, int cc_major,
+                                  int cc_minor, fa_cuda_kernel_report *reports, int max_reports, int *count) {
+    return compile_passes(desc, info, 1, cc_major, cc_minor, reports, max_reports, count);
 }

@@ -99,6 +99,11 @@ typedef struct fa_cuda_kernel_report {
 fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info *info, int cc_major,
                                int cc_minor, fa_cuda_kernel_report *reports, int max_reports, int *count);
 
+/* The same for the forward pass alone (sweeps over forward-only kernels,
+ * such as decoding's, need not compile a backward per shape). */
+fa_status fa_cuda_compile_forward(const fa_attention_desc *desc, const fa_plan_info *info, int cc_major,
+                                  int cc_minor, fa_cuda_kernel_report *reports, int max_reports, int *count);
+
 /* The same for standard attention (cuda_standard.c): compiles
  * kernels_cuda/standard.cu, through the kernel cache, for the options of
  * desc (dtype, masks, dropout, varlen) as plan creation would, and reports

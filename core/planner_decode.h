@@ -1,0 +1,35 @@
+/* The decoding problem on CUDA (core/planner_decode.c): GQA-packed rows,
+ * keys split to fill the device, K and V read once per KV head. */
+#ifndef FA_PLANNER_DECODE_H
+#define FA_PLANNER_DECODE_H
+
+#include "flashattn.h"
+
+/* The kernel's fixed geometry (kernels_cuda/decode.cu): four warps of 16
+ * keys each per key tile. */
+#define FA_DECODE_WARPS 4
+#define FA_DECODE_BC 64
+
+/* Whether a forward pass is planned as packed decoding (FA_VARIANT_DECODE)
+ * on this device; sm is the CUDA architecture (90 for sm_90, 0 for none). */
+int fa_decode_applies(const fa_device_desc *dev, const fa_attention_desc *desc, int sm);
+
+/* The forward plan of a problem fa_decode_applies to, cost and workspace
+ * aside; FA_ERR_UNSUPPORTED when no tile fits the device's local memory. */
+fa_status fa_decode_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out);
+
+/* Shared memory of the kernel: Q, then K and V per stage or the warps'
+ * partial rows at the end, whichever is larger. */
+size_t fa_decode_local_mem(const fa_attention_desc *desc, int br, int stages);
+
+/* The query tokens a row tile of br packed rows stands for in the IO
+ * model's tile visits, and how many row tiles share one token's heads
+ * (each reads the keys again). */
+int fa_decode_token_rows(const fa_attention_desc *desc, int br);
+int fa_decode_tiles_per_token(const fa_attention_desc *desc, int br);
+
+/* Key splits of a plan with br packed rows: enough blocks for two a
+ * compute unit, each split keeping at least two key tiles. */
+int fa_decode_split_count(const fa_device_desc *dev, const fa_attention_desc *desc, int br);
+
+#endif

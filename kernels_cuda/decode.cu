@@ -1,0 +1,320 @@
+/* Decoding forward on tensor cores: few query rows against a long key
+ * sequence, bound by the bytes of K and V. One thread block per (row tile,
+ * KV head, sequence x key split): its BR rows are the query rows of a whole
+ * GQA group packed together (row r = token * group + head in the group), so
+ * the group's heads and tokens share every K/V tile and each KV head's keys
+ * and values are read once per step instead of once per query head.
+ *
+ * The rows are few (a decoding step has one to a few tokens), so the warps
+ * split the keys, not the rows: each of the WARPS warps owns 16 keys of
+ * every BC = 16 * WARPS key tile and keeps its own running maxima, sums
+ * and output accumulator for all BR rows (MT strips of 16, padded). K and
+ * V stream through STAGES buffers with cp.async, STAGES - 1 tiles ahead of
+ * the products, so the copies stay in flight while a tile is computed. At
+ * the end the warps' partial rows meet in shared memory (the K/V buffers,
+ * reused) and are combined by their maxima.
+ *
+ * With SPLITK the block covers one of num_splits equal runs of the key
+ * tiles and writes a normalised fp32 partial O and its L, merged by
+ * rowwise.cuh's fa_splitk_merge (the same layout as simt.cu's splits).
+ *
+ * Options: BR BC WARPS STAGES, and common.cuh's. Dropout and the block
+ * mask are not built here (the planner does not plan this kernel for
+ * them). Layout of the dynamic shared memory (core/planner_decode.c
+ * counts the same bytes):
+ *   Qs [BR x HEAD_DIM] (mma.cuh's padded tile), then either the stages'
+ *   Ks, Vs [STAGES][BC x HEAD_DIM] or, at the end, the warps' partial
+ *   O [WARPS][BR][HEAD_DIM + 4] and (m, l) [WARPS][BR][2] in fp32. */
+#include "common.cuh"
+#include "mma.cuh"
+#include "rowwise.cuh"
+
+#if defined(DROPOUT) || defined(BLOCK_MASK)
+#error "decode.cu: dropout and block masks run in the other forward kernels"
+#endif
+#if ELEM_BYTES != 2
+#error "decode.cu: fp16 or bf16"
+#endif
+
+#define THREADS (WARPS * 32)
+#define MT (BR / 16)
+#define WK 16 /* keys of a tile per warp */
+#define NT (WK / 8)
+#define DT (HEAD_DIM / 8)
+#define KS (HEAD_DIM / 16)
+#define O_STRIDE (HEAD_DIM + 4) /* fp32 words a partial row: 16-byte rows, fewer bank conflicts */
+
+#if BR % 16 != 0 || BC != WK * WARPS || HEAD_DIM % 16 != 0 || STAGES < 2
+#error "decode: BR a multiple of 16, BC = 16 * WARPS, HEAD_DIM a multiple of 16, STAGES >= 2"
+#endif
+
+#define Q_BYTES TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES)
+#define KV_TILE_BYTES TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES)
+
+/* Token and head-in-group of packed row pr (pr < group * len_q). */
+FA_DEV void unpack_row(int pr, int group, int *tok, int *gh) {
+    *tok = pr / group;
+    *gh = pr - *tok * group;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const u32 q_sm = smem_u32(smem);
+    const u32 k_sm = q_sm + Q_BYTES;
+    const u32 v_sm = k_sm + STAGES * KV_TILE_BYTES;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int hk = blockIdx.y, group = p.group;
+#ifdef SPLITK
+    const int b = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
+#else
+    const int b = blockIdx.z;
+#endif
+    const fa_seq seq = seq_of(p, b);
+    /* Packed rows of the sequence: group * len_q <= heads_q * len_q, which
+     * the host checked fits an int. */
+    const int rows_total = group * seq.len_q;
+    const int pr0 = blockIdx.x * BR;
+    if (pr0 >= rows_total) return;
+    const fa_mask mask = mask_of(p, seq);
+    const int tok_lo = pr0 / group, tok_hi = (min(pr0 + BR, rows_total) - 1) / group;
+
+    /* Q rows: each from its own (token, head). */
+    for (int e = tid; e < BR * ROW_CHUNKS; e += THREADS) {
+        const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS;
+        const int pr = pr0 + r;
+        const bool ok = pr < rows_total;
+        const elem_t *src = (const elem_t *)p.q;
+        if (ok) {
+            int tok, gh;
+            unpack_row(pr, group, &tok, &gh);
+            src += Q_ROW(p, b, seq, tok, hk * group + gh) + c * CHUNK_ELEMS;
+        }
+        cp_async16(chunk_addr(q_sm, r, c), src, ok ? 16 : 0);
+    }
+
+    int k_lo, k_hi, t_begin, t_end;
+    key_range(mask, tok_lo, tok_hi, &k_lo, &k_hi);
+    tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
+#ifdef SPLITK
+    {
+        const int per = (t_end - t_begin + p.num_splits - 1) / p.num_splits;
+        const int s_begin = min(t_end, t_begin + split * per);
+        t_end = min(t_end, s_begin + per);
+        t_begin = s_begin;
+    }
+#endif
+
+    const elem_t *kg = (const elem_t *)p.k + K_ROW(p, b, seq, 0, hk);
+    const elem_t *vg = (const elem_t *)p.v + V_ROW(p, b, seq, 0, hk);
+    /* The first STAGES - 1 tiles; a group is committed for every stage,
+     * empty or not, so that the wait below counts the same groups. */
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        const int t = t_begin + st;
+        if (t < t_end) {
+            load_tile_async<BC, THREADS>(k_sm + (u32)st * KV_TILE_BYTES, kg + (i64)t * BC * p.k_ss, p.k_ss,
+                                         seq.len_k - t * BC, tid);
+            load_tile_async<BC, THREADS>(v_sm + (u32)st * KV_TILE_BYTES, vg + (i64)t * BC * p.v_ss, p.v_ss,
+                                         seq.len_k - t * BC, tid);
+        }
+        cp_async_commit();
+    }
+
+    /* What is left of the sequence from each of the thread's rows (0 for
+     * padding rows, which see nothing and are never stored). */
+    int rows_left[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int pr = pr0 + mt * 16 + g + 8 * hf;
+            rows_left[mt][hf] = pr < rows_total ? seq.len_q - pr / group : 0;
+        }
+
+    const float sl2 = p.scale_log2;
+    float o_acc[MT][DT][4];
+    float m_run[MT][2], l_run[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int j = 0; j < DT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o_acc[mt][j][e] = 0.0f;
+        m_run[mt][0] = m_run[mt][1] = -FA_INF;
+        l_run[mt][0] = l_run[mt][1] = 0.0f;
+    }
+
+    const int key_base = warp * WK; /* this warp's keys in a tile */
+    int stage = 0;
+    for (int t = t_begin; t < t_end; t++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads(); /* tile t is in; every warp is done with tile t - 1 */
+        {
+            const int tn = t + STAGES - 1;
+            const int sn = (stage + STAGES - 1) % STAGES;
+            if (tn < t_end) {
+                load_tile_async<BC, THREADS>(k_sm + (u32)sn * KV_TILE_BYTES, kg + (i64)tn * BC * p.k_ss, p.k_ss,
+                                             seq.len_k - tn * BC, tid);
+                load_tile_async<BC, THREADS>(v_sm + (u32)sn * KV_TILE_BYTES, vg + (i64)tn * BC * p.v_ss, p.v_ss,
+                                             seq.len_k - tn * BC, tid);
+            }
+            cp_async_commit();
+        }
+        const int k0 = t * BC;
+        const u32 kb = k_sm + (u32)stage * KV_TILE_BYTES, vb = v_sm + (u32)stage * KV_TILE_BYTES;
+
+        /* S = Q K^T over this warp's 16 keys. */
+        float s[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][j][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            u32 b0[BREGS], b1[BREGS];
+            load_b2(kb, key_base, ks, b0, b1, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                u32 a[AREGS];
+                load_a(q_sm, mt * 16, ks, a, lane);
+                mma16(s[mt][0], a, b0);
+                mma16(s[mt][1], a, b1);
+            }
+        }
+
+        /* Masks, per element where the tile is not wholly visible to every
+         * token of the block. */
+        if (!tile_full(p, mask, 0, t, tok_lo, k0, tok_hi - tok_lo + 1, BC, ROWS_STORED)) {
+            const int keys0 = seq.len_k - k0 - key_base - 2 * t4;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (!visible_left(mask, rows_left[mt][e >> 1], keys0 - (8 * j + (e & 1))))
+                            s[mt][j][e] = -FA_INF;
+        }
+
+        /* Online softmax of the warp's keys. */
+        float alpha_of[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                float mx = m_run[mt][hf];
+#pragma unroll
+                for (int j = 0; j < NT; j++) mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                /* A row that has seen no visible key keeps m = -inf and
+                 * exponentiates against 0 instead (no inf - inf). */
+                const float m_use = mx == -FA_INF ? 0.0f : mx * sl2;
+                const float alpha = fa_exp2(m_run[mt][hf] * sl2 - m_use);
+                m_run[mt][hf] = mx;
+                float sum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
+                        const float pv = fa_exp2(fmaf(s[mt][j][e], sl2, -m_use));
+                        s[mt][j][e] = pv;
+                        sum += pv;
+                    }
+                l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
+                alpha_of[mt][hf] = alpha;
+            }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int j = 0; j < DT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o_acc[mt][j][e] *= alpha_of[mt][e >> 1];
+
+        /* O += P V over the warp's 16 keys (rows key_base .. of V). */
+        const u32 vw = vb + (u32)chunk_off(key_base, 0);
+#pragma unroll
+        for (int j = 0; j < DT; j += 2) {
+            u32 b0[BREGS], b1[BREGS];
+            load_bt2(vw, 0, j, b0, b1, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                u32 pa[AREGS];
+                c_to_a(s[mt][0], s[mt][1], pa);
+                mma16(o_acc[mt][j], pa, b0);
+                mma16(o_acc[mt][j + 1], pa, b1);
+            }
+        }
+        stage = (stage + 1) % STAGES;
+    }
+    cp_async_wait<0>();
+    __syncthreads(); /* the K/V buffers are free for the partial rows */
+
+    /* Each warp's partial rows: O unnormalised, m in score units, l. */
+    float *po = (float *)(smem + Q_BYTES);
+    float *pml = po + WARPS * BR * O_STRIDE;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = mt * 16 + g + 8 * hf;
+            float *orow = po + (warp * BR + r) * O_STRIDE;
+#pragma unroll
+            for (int j = 0; j < DT; j++)
+                *(float2 *)(orow + 8 * j + 2 * t4) = make_float2(o_acc[mt][j][2 * hf], o_acc[mt][j][2 * hf + 1]);
+            float l = l_run[mt][hf];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            if (t4 == 0) {
+                pml[2 * (warp * BR + r)] = m_run[mt][hf];
+                pml[2 * (warp * BR + r) + 1] = l;
+            }
+        }
+    __syncthreads();
+
+    /* Combine the warps by their maxima and normalise once; a row the
+     * masks leave no key gives O = 0 and L = -inf (row_sees_key). Four
+     * dimensions a thread and step. */
+    constexpr int D4 = HEAD_DIM / 4;
+    for (int e = tid; e < BR * D4; e += THREADS) {
+        const int r = e / D4, x = (e - r * D4) * 4;
+        const int pr = pr0 + r;
+        if (pr >= rows_total) continue;
+        int tok, gh;
+        unpack_row(pr, group, &tok, &gh);
+        const int h = hk * group + gh;
+        float mx = -FA_INF;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) mx = fmaxf(mx, pml[2 * (w * BR + r)]);
+        const float m_use = mx == -FA_INF ? 0.0f : mx * sl2;
+        float l = 0.0f, v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) {
+            const float f = fa_exp2(pml[2 * (w * BR + r)] * sl2 - m_use);
+            l = fmaf(f, pml[2 * (w * BR + r) + 1], l);
+            const float4 o = *(const float4 *)(po + (w * BR + r) * O_STRIDE + x);
+            v[0] = fmaf(f, o.x, v[0]);
+            v[1] = fmaf(f, o.y, v[1]);
+            v[2] = fmaf(f, o.z, v[2]);
+            v[3] = fmaf(f, o.w, v[3]);
+        }
+        const bool masked = mx == -FA_INF && !row_sees_key(mask, tok, 0);
+        const float inv = 1.0f / l;
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] = masked ? 0.0f : v[i] * inv;
+        const float lse_r = masked ? -FA_INF : row_lse(mx * sl2, l);
+#ifdef SPLITK
+        const i64 row = (i64)(split * p.heads_q + h) * p.total_q + seq.start_q + tok;
+        *(float4 *)(p.part_o + row * HEAD_DIM + x) = make_float4(v[0], v[1], v[2], v[3]);
+        if (x == 0) p.part_l[row] = lse_r;
+#else
+        elem_t *orow = (elem_t *)p.o + O_ROW(p, b, seq, tok, h) + x;
+        *(uint2 *)orow = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
+        if (x == 0) p.lse[lse_index(p, b, h, tok, seq.start_q)] = lse_r;
+#endif
+    }
+}

@@ -1034,6 +1034,147 @@ FA_TEST(mma_rejects_bad_tiles) {
     fa_plan_destroy(plan);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Decoding (kernels_cuda/decode.cu): a GQA group's heads and tokens packed   */
+/* into one tile, keys split                                                 */
+
+/* The packed kernel forced onto a problem (cache lengths the planner gives
+ * to other kernels: shorter than its key tiles, or 1). */
+static tiles decode_tiles(const fa_attention_desc *d, int split) {
+    const int rows = d->heads_q / d->heads_kv * d->seqlen_q;
+    const int br = rows <= 16 ? 16 : rows <= 32 && d->head_dim <= 128 ? 32 : 16;
+    tiles t = {FA_VARIANT_DECODE, br, 64, 128, br / 8, 4, 2, split};
+    return t;
+}
+
+/* Runs the forward of desc on the packed kernel: the planner's plan where
+ * the keys are long enough for it (which must be the packed kernel), else
+ * forced with split key ranges. */
+static void run_decode(const char *name, const fa_attention_desc *d, int split) {
+    if (d->seqlen_k >= 256 && split == 0) {
+        fa_plan plan = NULL;
+        CHECK_OK(fa_plan_create(g_ctx, d, &plan));
+        if (plan) {
+            CHECK_MSG(plan->info.forward.variant == FA_VARIANT_DECODE, "%s: planned %s", name,
+                      vname(&plan->info.forward));
+            fa_plan_destroy(plan);
+        }
+        run(name, d, 0);
+        return;
+    }
+    const tiles t = decode_tiles(d, split);
+    run_tiles(name, d, &t, NULL, 0);
+}
+
+FA_TEST(decode_gqa_lengths) {
+    REQUIRE_MMA();
+    const int groups[] = {1, 4, 8};
+    const int lens[] = {1, 63, 65, 300, 4099};
+    for (int w = 0; w < 2; w++)
+        for (int sq = 1; sq <= 4; sq++)
+            for (size_t gi = 0; gi < FA_ARRAY_SIZE(groups); gi++)
+                for (size_t li = 0; li < FA_ARRAY_SIZE(lens); li++) {
+                    fa_attention_desc d = mma_desc(w, 2, sq, lens[li], 2 * groups[gi], 2, 128);
+                    char name[80];
+                    snprintf(name, sizeof name, "decode sq%d g%d k%d", sq, groups[gi], lens[li]);
+                    run_decode(name, &d, 0);
+                    /* Split key ranges, empty ones included (more splits
+                     * than key tiles). */
+                    if (lens[li] > 1 || sq == 1) {
+                        snprintf(name, sizeof name, "decode sq%d g%d k%d split 3", sq, groups[gi], lens[li]);
+                        run_decode(name, &d, 3);
+                    }
+                }
+}
+
+FA_TEST(decode_masks) {
+    REQUIRE_MMA();
+    const int lens[] = {1, 3, 200, 4099};
+    for (int w = 0; w < 2; w++)
+        for (int sq = 1; sq <= 4; sq++)
+            for (size_t li = 0; li < FA_ARRAY_SIZE(lens); li++) {
+                /* Causal, bottom-right: with sq > keys the first rows see
+                 * nothing (O = 0, L = -inf). */
+                fa_attention_desc d = mma_desc(w, 2, sq, lens[li], 16, 2, 128);
+                d.causal = 1;
+                char name[80];
+                snprintf(name, sizeof name, "decode causal sq%d k%d", sq, lens[li]);
+                run_decode(name, &d, 0);
+                snprintf(name, sizeof name, "decode causal sq%d k%d split 2", sq, lens[li]);
+                run_decode(name, &d, 2);
+                /* Windows: left only, both sides, right of the diagonal. */
+                const int win[][3] = {{100, 0, 1}, {50, 10, 0}, {0, 0, 0}};
+                for (int i = 0; i < 3; i++) {
+                    d = mma_desc(w, 1, sq, lens[li], 8, 2, 64);
+                    d.window_left = win[i][0];
+                    d.window_right = win[i][1];
+                    d.causal = win[i][2];
+                    snprintf(name, sizeof name, "decode window %d,%d sq%d k%d", win[i][0], win[i][1], sq, lens[li]);
+                    run_decode(name, &d, 0);
+                    snprintf(name, sizeof name, "decode window %d,%d sq%d k%d split 4", win[i][0], win[i][1], sq,
+                             lens[li]);
+                    run_decode(name, &d, 4);
+                }
+            }
+}
+
+FA_TEST(decode_varlen) {
+    REQUIRE_MMA();
+    /* Sequences of 1 to 4 tokens (one of none) over caches of 1 to 5000
+     * keys (one of none): the grid covers the longest. */
+    static const int32_t cu_q[] = {0, 1, 5, 5, 7, 10};
+    static const int32_t cu_k[] = {0, 5000, 5001, 5301, 5301, 5400};
+    for (int w = 0; w < 2; w++)
+        for (int causal = 0; causal < 2; causal++) {
+            fa_attention_desc d = mma_desc(w, 5, 4, 5000, 8, 1, 128);
+            d.cu_seqlens_q = cu_q;
+            d.cu_seqlens_k = cu_k;
+            d.causal = causal;
+            run_decode(causal ? "decode varlen causal" : "decode varlen", &d, 0);
+            run_decode(causal ? "decode varlen causal split 5" : "decode varlen split 5", &d, 5);
+        }
+}
+
+FA_TEST(decode_head_dims) {
+    REQUIRE_MMA();
+    const int dims[] = {16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256};
+    for (int w = 0; w < 2; w++)
+        for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++) {
+            fa_attention_desc d = mma_desc(w, 1, 2, 1000, 16, 2, dims[i]);
+            char name[64];
+            snprintf(name, sizeof name, "decode head_dim %d", dims[i]);
+            run_decode(name, &d, 0);
+            d.causal = 1;
+            snprintf(name, sizeof name, "decode causal head_dim %d split 3", dims[i]);
+            run_decode(name, &d, 3);
+        }
+}
+
+/* What stays off the packed kernel, and a forced plan it cannot run. */
+FA_TEST(decode_refusals) {
+    REQUIRE_MMA();
+    fa_attention_desc d = mma_desc(1, 1, 1, 4096, 32, 4, 128);
+    d.dropout_p = 0.1f;
+    fa_plan plan = NULL;
+    CHECK_OK(fa_plan_create(g_ctx, &d, &plan));
+    if (plan) {
+        CHECK_MSG(plan->info.forward.variant != FA_VARIANT_DECODE, "dropout: %s", vname(&plan->info.forward));
+        fa_plan_destroy(plan);
+    }
+    run("decode shape with dropout", &d, 0);
+    d = mma_desc(1, 1, 1, 4096, 32, 4, 128);
+    CHECK_OK(fa_plan_create(g_ctx, &d, &plan));
+    if (!plan) return;
+    CHECK(plan->info.forward.variant == FA_VARIANT_DECODE);
+    tiles bad = from_plan(&plan->info.forward);
+    bad.bc = 32;
+    CHECK_STATUS(force_tiles(plan, &bad, NULL), FA_ERR_UNSUPPORTED);
+    bad = from_plan(&plan->info.forward);
+    bad.stages = 1;
+    CHECK_STATUS(force_tiles(plan, &bad, NULL), FA_ERR_UNSUPPORTED);
+    fa_plan_destroy(plan);
+}
+
 FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
              FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(lengths), FA_CASE(strides_offsets),
@@ -1042,4 +1183,6 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims),
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
-             FA_CASE(wgmma_shapes), FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles))
+             FA_CASE(wgmma_shapes), FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles),
+             FA_CASE(decode_gqa_lengths), FA_CASE(decode_masks), FA_CASE(decode_varlen), FA_CASE(decode_head_dims),
+             FA_CASE(decode_refusals))

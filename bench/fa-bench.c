@@ -11,6 +11,7 @@
  * A point that does not fit in device memory is reported as "out of memory"
  * and the sweep goes on; any other failure is reported with its message and
  * makes the exit status 1. */
+#include "bench_decode.h"
 #include "cli.h"
 #include "planner.h"
 #include "test_util.h"
@@ -225,6 +226,7 @@ static const char usage_text[] =
     "  --json FILE         append one JSON object per point\n"
     "  --csv FILE          append one CSV row per point (header when the file is empty)\n"
     "  --label TEXT        stored with each point\n"
+    "  --decode            decoding steps against a KV cache instead (fa-bench --decode --help)\n"
     "memory: device_bytes (table: \"need MiB\") is the device memory the call\n"
     "needs: tensors + workspace allocated by the call. Tensors are Q, K, V, O\n"
     "and the log-sum-exp, plus dO, dQ, dK, dV when a backward pass runs; the\n"
@@ -709,6 +711,8 @@ static void print_ms(double ms, double tf, int ran) {
 }
 
 int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--decode") == 0) return fa_bench_decode(argc, argv);
     bench_opts o;
     char **rest = calloc((size_t)argc + 1, sizeof(char *));
     if (!rest) return 2;

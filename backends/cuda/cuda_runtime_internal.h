@@ -99,6 +99,10 @@ typedef struct fa_cuda_kernel_report {
 fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info *info, int cc_major,
                                int cc_minor, fa_cuda_kernel_report *reports, int max_reports, int *count);
 
+/* Copies bytes from src to dst (buffers of one CUDA context) on its
+ * stream and returns the copy's device time (cuda_copy.c). */
+fa_status fa_cuda_time_copy(fa_buffer dst, fa_buffer src, size_t bytes, double *ms);
+
 /* The same for the forward pass alone (sweeps over forward-only kernels,
  * such as decoding's, need not compile a backward per shape). */
 fa_status fa_cuda_compile_forward(const fa_attention_desc *desc, const fa_plan_info *info, int cc_major,

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# On an NVIDIA GPU machine, in one call (under 8 minutes with the build):
+# the CUDA decoding kernel's device tests (tests/test_cuda_attention.c,
+# decode_*: packed GQA rows against the fp64 reference), then the decoding
+# table (bf16, d128, 32 query heads on 4 KV heads, seqlen_q 1, caches 4k to
+# 128k, batch 1, 8, 64): fa-bench --decode (time, K/V bytes, GB/s, fraction
+# of a device copy measured in the same run) beside PyTorch SDPA on the same
+# contiguous cache (bench/decode_sdpa.py). Logs and the table to $OUT
+# (default ./gpu-out): decode-tests.log, decode-ours.csv, decode-sdpa.csv,
+# decode-table.md.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=bench/gpu_env.sh
+. bench/gpu_env.sh
+fa_gpu_info
+stamp "configure and build (CUDA only)"
+fa_gpu_build build-gpu-decode "test_cuda_attention fa-bench" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON \
+  -DFA_OPENCL=OFF -DFA_HIP=OFF || exit 1
+failed=0
+
+stamp "decoding device tests"
+(cd build-gpu-decode && ctest -R 'cuda_attention\.decode_' -j8 --timeout 300 --output-on-failure) \
+  > "$out/decode-tests.log" 2>&1 || failed=1
+grep -E "tests passed|Failed|\*\*\*|CHECK failed" "$out/decode-tests.log" | head -40
+
+batches=1,8,64
+caches=4096,8192,16384,32768,65536,131072
+shape=(--heads 32 --heads-kv 4 --dim 128 --dtype bf16)
+stamp "fa-bench --decode"
+rm -f "$out/decode-ours.csv" "$out/decode-sdpa.csv"
+timeout 240 build-gpu-decode/fa-bench --decode --backend cuda --batch "$batches" --cache "$caches" "${shape[@]}" \
+  --repeats 20 --csv "$out/decode-ours.csv" 2>&1 | tee "$out/decode-ours.txt" || failed=1
+
+stamp "PyTorch SDPA on the same caches"
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
+  timeout 180 python3 bench/decode_sdpa.py --batch "$batches" --cache "$caches" "${shape[@]}" --repeats 20 \
+    --csv "$out/decode-sdpa.csv" 2>&1 | tee "$out/decode-sdpa.txt" || failed=1
+else
+  echo "no PyTorch with CUDA here: the SDPA column stays empty"
+fi
+
+python3 bench/decode_table.py "$out/decode-ours.csv" "$out/decode-sdpa.csv" | tee "$out/decode-table.md"
+stamp "done (exit $failed)"
+exit $failed

@@ -87,6 +87,35 @@ FA_TEST(good_options_run) {
     CHECK_MSG(rc == 0 && strstr(output, "PASS") != NULL, "fa-run --seqlen 1: exit %d:\n%s", rc, output);
 }
 
+/* fa-bench --decode: malformed lists and paged caches are refused; a step
+ * against a short cache runs on the reference (no copy to compare with). */
+FA_TEST(bench_decode_options) {
+    setenv("FLASHATTN_NO_BANDWIDTH_PROBE", "1", 1);
+    expect_refused("fa-bench", (const char *const[]){"--decode", "--page-size", "64", NULL}, "paged");
+    expect_refused("fa-bench", (const char *const[]){"--decode", "--batch", "1,x", NULL}, "--batch");
+    expect_refused("fa-bench", (const char *const[]){"--decode", "--cache", "0", NULL}, "--cache");
+    expect_refused("fa-bench", (const char *const[]){"--decode", "--seqlen-k", "5", NULL}, "--cache");
+    expect_refused("fa-bench", (const char *const[]){"--decode", "--dim", "12", NULL}, "head_dim");
+    const char *csv = "/tmp/fa-test-bench-decode.csv";
+    remove(csv);
+    int rc = fa_test_run_tool("fa-bench",
+                              (const char *const[]){"--decode", "--backend", "reference", "--batch", "1,2", "--cache",
+                                                    "40", "--heads", "4", "--heads-kv", "2", "--dim", "16", "--dtype",
+                                                    "bf16", "--repeats", "1", "--csv", csv, NULL},
+                              output, sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && strstr(output, "seqlen_q 1, heads 4 on 2 KV heads") != NULL, "exit %d:\n%s", rc, output);
+    FILE *f = fopen(csv, "r");
+    CHECK(f != NULL);
+    if (f) {
+        char line[512];
+        int lines = 0;
+        while (fgets(line, sizeof line, f)) lines++;
+        fclose(f);
+        CHECK_MSG(lines == 3, "%d lines in the CSV", lines); /* header and two points */
+    }
+    remove(csv);
+}
+
 /* Problem 4: fa-info planning 2 x 10^9 tokens did not finish in a minute. */
 FA_TEST(largest_problem_answers_at_once) {
     setenv("FLASHATTN_NO_BANDWIDTH_PROBE", "1", 1);
@@ -129,5 +158,5 @@ FA_TEST(check_tolerance) {
     CHECK(fa_test_compare(got, ref, FA_DTYPE_F32, 4).mismatched == 1);
 }
 
-FA_TEST_MAIN(FA_CASE(bad_options_exit_2), FA_CASE(good_options_run), FA_CASE(largest_problem_answers_at_once),
-             FA_CASE(check_tolerance))
+FA_TEST_MAIN(FA_CASE(bad_options_exit_2), FA_CASE(bench_decode_options), FA_CASE(good_options_run),
+             FA_CASE(largest_problem_answers_at_once), FA_CASE(check_tolerance))

@@ -8,9 +8,9 @@
  * Choices, in order: the fewest predicted bytes (the smallest tile that
  * holds the whole group, within the registers); then the least compute
  * time (less padding); the split count is a function of the tile
- * (fa_decode_split_count); stages as many as let two blocks share an SM
- * (one block's copies run while the other computes or merges), else as
- * many as fit. */
+ * (fa_decode_split_count); stages as many as let two
+ * blocks share an SM (one block's copies run while the other computes or
+ * merges), else as many as fit. */
 #include "planner_decode.h"
 
 #include "fa_internal.h"
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #define FA_DECODE_MAX_SPLITS 128
+#define FA_DECODE_BLOCKS_PER_SM 2
 /* Rows of a tile: 16 to 64 (one to four 16-row strips a warp). */
 #define FA_DECODE_MAX_ROWS 64
 /* Per thread, fp32 accumulators of O (head_dim / 2 a strip) and scores
@@ -89,10 +90,17 @@ static int64_t row_tiles(const fa_attention_desc *d, int br) { return ceil_div(p
 int fa_decode_split_count(const fa_device_desc *dev, const fa_attention_desc *desc, int br) {
     if (!dev || !desc || br <= 0) return 1;
     const int64_t groups = (int64_t)desc->batch * desc->heads_kv * row_tiles(desc, br);
-    const int64_t want = ceil_div(2 * (int64_t)dev->compute_units, groups);
-    const int64_t room = key_tiles(desc) / 2;
-    int64_t s = want < room ? want : room;
-    if (s > FA_DECODE_MAX_SPLITS) s = FA_DECODE_MAX_SPLITS;
+    /* Two blocks an SM whether or not their local memory lets them share
+     * one (pick_stages): the split then does not depend on the local
+     * memory, and more of it never predicts more bytes. */
+    const int64_t slots = (int64_t)FA_DECODE_BLOCKS_PER_SM * dev->compute_units;
+    int64_t cap = key_tiles(desc) / 2;
+    if (cap > FA_DECODE_MAX_SPLITS) cap = FA_DECODE_MAX_SPLITS;
+    /* As many splits as one wave holds: one more would start a second wave
+     * of a few blocks that takes as long as the first (288 blocks in 264
+     * slots run two waves for 1.09 waves of work). */
+    int64_t s = slots / groups;
+    if (s > cap) s = cap;
     return s >= 2 ? (int)s : 1;
 }
 
@@ -103,7 +111,9 @@ static int pick_stages(const fa_device_desc *dev, const fa_attention_desc *desc,
             const size_t m = fa_decode_local_mem(desc, br, st);
             if (m > usable) continue;
             /* First pass: two blocks an SM. */
-            if (pass == 0 && 2 * (m + FA_DECODE_SM_RESERVE) > dev->local_mem_bytes + FA_DECODE_SM_RESERVE) continue;
+            if (pass == 0 && FA_DECODE_BLOCKS_PER_SM * (m + FA_DECODE_SM_RESERVE) >
+                                 dev->local_mem_bytes + FA_DECODE_SM_RESERVE)
+                continue;
             *mem = m;
             return st;
         }

@@ -791,12 +791,15 @@ FA_TEST(decoding_packs_gqa_groups) {
                 /* The smallest tile that holds the group's 8 x sq rows. */
                 const int rows = 8 * sq;
                 CHECK_MSG(k->br == (rows <= 16 ? 16 : 32), "rows %d: br %d", rows, k->br);
-                const int key_tiles = (sk + 63) / 64, blocks = batches[bi] * 4;
-                CHECK(k->split_k <= 128 && (k->split_k == 1 || 2 * k->split_k <= key_tiles));
-                if (2 * (k->split_k + 1) <= key_tiles && k->split_k < 128)
-                    CHECK_MSG(blocks * k->split_k >= 2 * h100->compute_units && blocks * (k->split_k - 1) < 2 * h100->compute_units,
-                              "b%d sk %d: %d splits", batches[bi], sk, k->split_k);
-                if (batches[bi] == 1) CHECK(k->split_k >= 66 || 2 * k->split_k + 1 >= key_tiles);
+                const int key_tiles = (sk + 63) / 64, blocks = batches[bi] * 4 * ((rows + k->br - 1) / k->br);
+                const int cap = key_tiles / 2 < 128 ? key_tiles / 2 : 128;
+                /* As many splits as one wave of two blocks an SM holds. */
+                int want = 2 * h100->compute_units / blocks;
+                if (want > cap) want = cap;
+                CHECK_MSG(k->split_k == (want >= 2 ? want : 1), "b%d sk %d sq %d: %d splits, expected %d", batches[bi],
+                          sk, sq, k->split_k, want);
+                CHECK(blocks * k->split_k <= 2 * h100->compute_units || k->split_k == 1);
+                CHECK(k->num_work_groups == blocks * k->split_k);
                 /* Two blocks an SM fit (1 KiB kept a block), and the kernel's
                  * bytes are the formula's. */
                 CHECK(k->local_mem_bytes == fa_plan_local_mem(FA_VARIANT_DECODE, FA_PASS_FORWARD, &d, k->br, 64, k->stages));
@@ -848,6 +851,11 @@ FA_TEST(decoding_packs_gqa_groups) {
     d.window_right = 0;
     CHECK_OK(fa_plan_for_device(h100, &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_DECODE && p.forward.split_k == (1000 + 4 + 63) / 64 / 2);
+    /* Batch 8 on 4 KV heads: 8 splits make 256 blocks in the 264 slots;
+     * 9 would start a second wave. */
+    d = shape(8, 1, 65536, 32, 4, 128, FA_DTYPE_BF16);
+    CHECK_OK(fa_plan_for_device(h100, &d, &p));
+    CHECK(p.forward.split_k == 8 && p.forward.num_work_groups == 256);
     CHECK(check_kernel_plan("decode window", h100, &d, FA_PASS_FORWARD, &p.forward) == 0);
     /* The plan text names the kernel. */
     char text[2048];

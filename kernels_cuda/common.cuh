@@ -316,6 +316,16 @@ FA_DEV void tile_span(int lo, int hi, int n, int *t0, int *t1) {
     *t1 = hi > lo ? (hi - 1) / n + 1 : *t0;
 }
 
+/* Split `split` of num_splits of the key tiles [*t0, *t1): equal runs in
+ * order, the last ones empty where the tiles are fewer (the merge weighs an
+ * empty split as no mass). */
+FA_DEV void split_tiles(int split, int num_splits, int *t0, int *t1) {
+    const int per = (*t1 - *t0 + num_splits - 1) / num_splits;
+    const int begin = min(*t1, *t0 + split * per);
+    *t1 = min(*t1, begin + per);
+    *t0 = begin;
+}
+
 /* The last row of a tile of n rows from q0 that lies inside a sequence of
  * len (q0 < len). */
 FA_DEV int tile_last(int q0, int n, int len) { return q0 + min(n, len - q0) - 1; }

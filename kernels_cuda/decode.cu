@@ -51,6 +51,16 @@
 #define Q_BYTES TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES)
 #define KV_TILE_BYTES TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES)
 
+/* K and V of key tile t into stage buffer st: rows past the sequence are
+ * zero-filled. */
+FA_DEV void load_kv(u32 k_sm, u32 v_sm, int st, const elem_t *kg, const elem_t *vg, const fa_params &p, int t,
+                    int len_k, int tid) {
+    load_tile_async<BC, THREADS>(k_sm + (u32)st * KV_TILE_BYTES, kg + (i64)t * BC * p.k_ss, p.k_ss, len_k - t * BC,
+                                 tid);
+    load_tile_async<BC, THREADS>(v_sm + (u32)st * KV_TILE_BYTES, vg + (i64)t * BC * p.v_ss, p.v_ss, len_k - t * BC,
+                                 tid);
+}
+
 /* Token and head-in-group of packed row pr (pr < group * len_q). */
 FA_DEV void unpack_row(int pr, int group, int *tok, int *gh) {
     *tok = pr / group;
@@ -98,12 +108,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     key_range(mask, tok_lo, tok_hi, &k_lo, &k_hi);
     tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
 #ifdef SPLITK
-    {
-        const int per = (t_end - t_begin + p.num_splits - 1) / p.num_splits;
-        const int s_begin = min(t_end, t_begin + split * per);
-        t_end = min(t_end, s_begin + per);
-        t_begin = s_begin;
-    }
+    split_tiles(split, p.num_splits, &t_begin, &t_end);
 #endif
 
     const elem_t *kg = (const elem_t *)p.k + K_ROW(p, b, seq, 0, hk);
@@ -112,13 +117,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
      * empty or not, so that the wait below counts the same groups. */
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
-        const int t = t_begin + st;
-        if (t < t_end) {
-            load_tile_async<BC, THREADS>(k_sm + (u32)st * KV_TILE_BYTES, kg + (i64)t * BC * p.k_ss, p.k_ss,
-                                         seq.len_k - t * BC, tid);
-            load_tile_async<BC, THREADS>(v_sm + (u32)st * KV_TILE_BYTES, vg + (i64)t * BC * p.v_ss, p.v_ss,
-                                         seq.len_k - t * BC, tid);
-        }
+        if (t_begin + st < t_end) load_kv(k_sm, v_sm, st, kg, vg, p, t_begin + st, seq.len_k, tid);
         cp_async_commit();
     }
 
@@ -154,12 +153,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         {
             const int tn = t + STAGES - 1;
             const int sn = (stage + STAGES - 1) % STAGES;
-            if (tn < t_end) {
-                load_tile_async<BC, THREADS>(k_sm + (u32)sn * KV_TILE_BYTES, kg + (i64)tn * BC * p.k_ss, p.k_ss,
-                                             seq.len_k - tn * BC, tid);
-                load_tile_async<BC, THREADS>(v_sm + (u32)sn * KV_TILE_BYTES, vg + (i64)tn * BC * p.v_ss, p.v_ss,
-                                             seq.len_k - tn * BC, tid);
-            }
+            if (tn < t_end) load_kv(k_sm, v_sm, sn, kg, vg, p, tn, seq.len_k, tid);
             cp_async_commit();
         }
         const int k0 = t * BC;
@@ -200,40 +194,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
                             s[mt][j][e] = -FA_INF;
         }
 
-        /* Online softmax of the warp's keys. */
+        /* Online softmax of the warp's keys; the accumulators are
+         * rescaled only where a row's maximum moved (mma.cuh). */
         float alpha_of[MT][2];
+        if (__any_sync(0xffffffffu, online_softmax<MT, NT>(s, m_run, l_run, alpha_of, sl2))) {
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                float mx = m_run[mt][hf];
+                for (int j = 0; j < DT; j++)
 #pragma unroll
-                for (int j = 0; j < NT; j++) mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                /* A row that has seen no visible key keeps m = -inf and
-                 * exponentiates against 0 instead (no inf - inf). */
-                const float m_use = mx == -FA_INF ? 0.0f : mx * sl2;
-                const float alpha = fa_exp2(m_run[mt][hf] * sl2 - m_use);
-                m_run[mt][hf] = mx;
-                float sum = 0.0f;
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-                        const float pv = fa_exp2(fmaf(s[mt][j][e], sl2, -m_use));
-                        s[mt][j][e] = pv;
-                        sum += pv;
-                    }
-                l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
-                alpha_of[mt][hf] = alpha;
-            }
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int j = 0; j < DT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) o_acc[mt][j][e] *= alpha_of[mt][e >> 1];
+                    for (int e = 0; e < 4; e++) o_acc[mt][j][e] *= alpha_of[mt][e >> 1];
+        }
 
         /* O += P V over the warp's 16 keys (rows key_base .. of V). */
         const u32 vw = vb + (u32)chunk_off(key_base, 0);

@@ -219,35 +219,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
 
         /* Online softmax: new maxima, one rescale of O and l. */
         float alpha_of[MT][2];
-        bool moved = false;
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                float mx = m_run[mt][hf];
-#pragma unroll
-                for (int j = 0; j < NT; j++) mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                /* A row that has seen no visible key keeps m = -inf and
-                 * exponentiates against 0 instead (no inf - inf). */
-                const float m_use = mx == -FA_INF ? 0.0f : mx * sl2;
-                const float alpha = fa_exp2(m_run[mt][hf] * sl2 - m_use);
-                m_run[mt][hf] = mx;
-                float sum = 0.0f;
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-                        const float pv = fa_exp2(fmaf(s[mt][j][e], sl2, -m_use));
-                        s[mt][j][e] = pv;
-                        sum += pv;
-                    }
-                l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
-                alpha_of[mt][hf] = alpha;
-                moved |= alpha != 1.0f;
-            }
-        }
+        const bool moved = online_softmax<MT, NT>(s, m_run, l_run, alpha_of, sl2);
         /* Once the maxima settle, most tiles move none of the warp's rows:
          * alpha is then exactly 1 and the rescale can be left out. */
         if (__any_sync(0xffffffffu, moved)) {

@@ -227,6 +227,48 @@ FA_DEV void c_to_a(const float *c0, const float *c1, u32 *a) {
 #endif
 }
 
+/* One key tile's step of the online softmax (base 2) over the score
+ * fragments a warp holds: MT strips of 16 rows, NT n-tiles of 8 keys. Per
+ * row (two a strip and lane, their four lanes reduced by shuffles): the new
+ * maximum m_run in score units, the scores replaced by their
+ * probabilities exp2(s sl2 - m sl2), l_run rescaled and summed (the lane's
+ * share), and alpha_of, the factor the row's accumulators take. A row that
+ * has seen no visible key keeps m = -inf and exponentiates against 0
+ * instead (no inf - inf). Returns whether any of the lane's rows moved
+ * (alpha != 1). */
+template <int MT, int NT>
+FA_DEV bool online_softmax(float (*s)[NT][4], float (*m_run)[2], float (*l_run)[2], float (*alpha_of)[2],
+                           float sl2) {
+    bool moved = false;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float mx = m_run[mt][hf];
+#pragma unroll
+            for (int j = 0; j < NT; j++) mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_use = mx == -FA_INF ? 0.0f : mx * sl2;
+            const float alpha = fa_exp2(m_run[mt][hf] * sl2 - m_use);
+            m_run[mt][hf] = mx;
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 2 * hf; e < 2 * hf + 2; e++) {
+                    const float pv = fa_exp2(fmaf(s[mt][j][e], sl2, -m_use));
+                    s[mt][j][e] = pv;
+                    sum += pv;
+                }
+            l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
+            alpha_of[mt][hf] = alpha;
+            moved |= alpha != 1.0f;
+        }
+    }
+    return moved;
+}
+
 /* Thread tid's share of a tile's chunks for copies between global memory
  * and a tile of ROWS rows: consecutive threads take consecutive chunks of a
  * row, so eight threads cover one 128-byte line of global memory and eight

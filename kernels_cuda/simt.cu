@@ -122,12 +122,7 @@ extern "C" __global__ void __launch_bounds__(WG) fa_fwd_simt(const fa_params p) 
     key_range(mask, q0, tile_last(q0, BR, seq.len_q), &k_lo, &k_hi);
     tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
 #ifdef SPLITK
-    {
-        const int per = (t_end - t_begin + p.num_splits - 1) / p.num_splits;
-        const int s_begin = min(t_end, t_begin + split * per);
-        t_end = min(t_end, s_begin + per);
-        t_begin = s_begin;
-    }
+    split_tiles(split, p.num_splits, &t_begin, &t_end);
 #endif
 
     float m[TR], l[TR], acc[TR][DPT];

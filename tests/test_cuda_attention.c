@@ -1087,14 +1087,14 @@ FA_TEST(decode_gqa_lengths) {
                 }
 }
 
-FA_TEST(decode_masks) {
+/* Causal, bottom-right: with more query tokens than keys the first rows see
+ * nothing (O = 0, L = -inf). */
+FA_TEST(decode_causal) {
     REQUIRE_MMA();
     const int lens[] = {1, 3, 200, 4099};
     for (int w = 0; w < 2; w++)
         for (int sq = 1; sq <= 4; sq++)
             for (size_t li = 0; li < FA_ARRAY_SIZE(lens); li++) {
-                /* Causal, bottom-right: with sq > keys the first rows see
-                 * nothing (O = 0, L = -inf). */
                 fa_attention_desc d = mma_desc(w, 2, sq, lens[li], 16, 2, 128);
                 d.causal = 1;
                 char name[80];
@@ -1102,20 +1102,29 @@ FA_TEST(decode_masks) {
                 run_decode(name, &d, 0);
                 snprintf(name, sizeof name, "decode causal sq%d k%d split 2", sq, lens[li]);
                 run_decode(name, &d, 2);
-                /* Windows: left only, both sides, right of the diagonal. */
-                const int win[][3] = {{100, 0, 1}, {50, 10, 0}, {0, 0, 0}};
+            }
+}
+
+/* Windows: left only (with causal), both sides, the diagonal alone. */
+FA_TEST(decode_windows) {
+    REQUIRE_MMA();
+    const int lens[] = {1, 3, 200, 4099};
+    const int win[][3] = {{100, 0, 1}, {50, 10, 0}, {0, 0, 0}};
+    for (int w = 0; w < 2; w++)
+        for (int sq = 1; sq <= 4; sq++)
+            for (size_t li = 0; li < FA_ARRAY_SIZE(lens); li++)
                 for (int i = 0; i < 3; i++) {
-                    d = mma_desc(w, 1, sq, lens[li], 8, 2, 64);
+                    fa_attention_desc d = mma_desc(w, 1, sq, lens[li], 8, 2, 64);
                     d.window_left = win[i][0];
                     d.window_right = win[i][1];
                     d.causal = win[i][2];
+                    char name[80];
                     snprintf(name, sizeof name, "decode window %d,%d sq%d k%d", win[i][0], win[i][1], sq, lens[li]);
                     run_decode(name, &d, 0);
                     snprintf(name, sizeof name, "decode window %d,%d sq%d k%d split 4", win[i][0], win[i][1], sq,
                              lens[li]);
                     run_decode(name, &d, 4);
                 }
-            }
 }
 
 FA_TEST(decode_varlen) {
@@ -1136,18 +1145,19 @@ FA_TEST(decode_varlen) {
 }
 
 /* Every head_dim the planner gives the kernel, in bf16 (fp16 at 64 and 128
- * beside the other cases), plain and causal with split keys; in two halves
- * that run side by side. */
+ * beside the other cases), causal, as planned and with forced splits (one
+ * problem a head_dim, so one backward program to compile at plan creation);
+ * in two halves that run side by side. */
 static void decode_dims(int lo, int hi) {
     const int dims[] = {16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256};
     for (int w = 0; w < 2; w++)
         for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++) {
             if (dims[i] < lo || dims[i] > hi || (w == 0 && dims[i] != 64 && dims[i] != 128)) continue;
             fa_attention_desc d = mma_desc(w, 1, 2, 1000, 16, 2, dims[i]);
-            char name[64];
-            snprintf(name, sizeof name, "decode head_dim %d", dims[i]);
-            run_decode(name, &d, 0);
             d.causal = 1;
+            char name[64];
+            snprintf(name, sizeof name, "decode causal head_dim %d", dims[i]);
+            run_decode(name, &d, 0);
             snprintf(name, sizeof name, "decode causal head_dim %d split 3", dims[i]);
             run_decode(name, &d, 3);
         }
@@ -1197,5 +1207,5 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
              FA_CASE(wgmma_shapes), FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles),
-             FA_CASE(decode_gqa_lengths), FA_CASE(decode_masks), FA_CASE(decode_varlen), FA_CASE(decode_head_dims_small), FA_CASE(decode_head_dims_large),
+             FA_CASE(decode_gqa_lengths), FA_CASE(decode_causal), FA_CASE(decode_windows), FA_CASE(decode_varlen), FA_CASE(decode_head_dims_small), FA_CASE(decode_head_dims_large),
              FA_CASE(decode_refusals))

@@ -841,10 +841,12 @@ void suite_described_devices(void) {
             fa_plan_info info;
             fa_status st = fa_plan_for_device(&dev->desc, &big, &info);
             const int mma_here = g_backend->runs_mma && g_backend->runs_mma(suite_context(), &dev->desc);
-            if (st == FA_SUCCESS && !mma_here &&
-                (info.forward.variant == FA_VARIANT_MMA || info.backward.variant == FA_VARIANT_MMA)) {
-                /* Matrix-unit tiles of another backend or layout; the
-                 * device's fp32 (SIMT) plan runs here instead. */
+            if (st == FA_SUCCESS &&
+                ((!mma_here && (info.forward.variant == FA_VARIANT_MMA || info.backward.variant == FA_VARIANT_MMA)) ||
+                 info.forward.variant == FA_VARIANT_DECODE)) {
+                /* Matrix-unit tiles of another backend or layout (or CUDA's
+                 * decoding kernel, tested in its own cases); the device's
+                 * fp32 (SIMT) plan runs here instead. */
                 big.q.dtype = big.k.dtype = big.v.dtype = big.o.dtype = FA_DTYPE_F32;
                 st = fa_plan_for_device(&dev->desc, &big, &info);
             }

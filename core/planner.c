@@ -817,10 +817,11 @@ static int any_tile_layout(const fa_device_desc *dev, const fa_attention_desc *d
 static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                            fa_kernel_plan *out) {
     /* Decoding on CUDA's tensor cores is a problem of its own
-     * (planner_decode.c); elsewhere it is planned as SIMT tiles with key
-     * splits. */
-    if (pass == FA_PASS_FORWARD && fa_decode_applies(dev, desc, sm_version(dev))) {
-        FA_CHECK(fa_decode_plan(dev, desc, out));
+     * (planner_decode.c; where none of its tiles fits the local memory, the
+     * families below plan it); elsewhere it is planned as SIMT tiles with
+     * key splits. */
+    if (pass == FA_PASS_FORWARD && fa_decode_applies(dev, desc, sm_version(dev)) &&
+        fa_decode_plan(dev, desc, out) == FA_SUCCESS) {
         out->workspace_bytes = workspace_bytes(dev, desc, pass, out->variant, out->split_k);
         return FA_SUCCESS;
     }

@@ -841,6 +841,12 @@ FA_TEST(decoding_packs_gqa_groups) {
     snprintf(old.arch, sizeof old.arch, "sm_75");
     CHECK_OK(fa_plan_for_device(&old, &d, &p));
     CHECK(p.forward.variant != FA_VARIANT_DECODE);
+    /* Local memory too small for the decoding tiles: the other families
+     * plan it. */
+    old = *h100;
+    old.local_mem_bytes = 48 * 1024;
+    CHECK_OK(fa_plan_for_device(&old, &d, &p));
+    CHECK(p.forward.variant != FA_VARIANT_DECODE);
     CHECK_OK(fa_plan_for_device(device("nvidia-opencl"), &d, &p));
     CHECK(p.forward.variant != FA_VARIANT_DECODE);
     /* Causal, windows and varlen stay in it; a window bounds the splits by

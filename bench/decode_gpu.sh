@@ -40,5 +40,20 @@ else
 fi
 
 python3 bench/decode_table.py "$out/decode-ours.csv" "$out/decode-sdpa.csv" | tee "$out/decode-table.md"
+
+# With time left, compute-sanitizer's memcheck and racecheck (the stages'
+# refills and the warps' merge share one shared-memory window) on the
+# varlen case: small shapes, split and not.
+san=/usr/local/cuda/bin/compute-sanitizer
+if [ -x "$san" ] && [ $(( $(date +%s) - t_start )) -lt 330 ]; then
+  for tool in memcheck racecheck; do
+    stamp "compute-sanitizer $tool"
+    timeout 60 "$san" --tool "$tool" --error-exitcode 3 build-gpu-decode/test_cuda_attention decode_varlen \
+      > "$out/decode-$tool.log" 2>&1
+    rc=$?
+    echo "  $tool: exit $rc (0 clean, 3 errors reported, 124 out of time)"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/decode-$tool.log" | head -3
+    [ $rc -eq 3 ] && failed=1
+  done
+fi
 stamp "done (exit $failed)"
 exit $failed

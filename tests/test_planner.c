@@ -340,7 +340,7 @@ FA_TEST(more_local_memory_never_more_bytes) {
                         d.allow_tf32 = t == 3;
                         d.causal = causal;
                         double prev[2] = {-1, -1};
-                        int prev_mma[2] = {-1, -1};
+                        int prev_mma[2] = {-1, -1}, prev_decode[2] = {-1, -1};
                         size_t prev_mem = 0;
                         for (size_t mem = 16 * 1024; mem <= 256 * 1024; mem += 2 * 1024) {
                             dev.local_mem_bytes = mem;
@@ -368,6 +368,13 @@ FA_TEST(more_local_memory_never_more_bytes) {
                                 CHECK_MSG(prev_mma[pass] != 1 || mma, "%s dtype %d d %d pass %d: matrix units at %zu bytes, not at %zu",
                                           fa_described_device_get(i)->key, t, dims[a], pass, prev_mem, mem);
                                 if (dev.backend == FA_BACKEND_OPENCL && prev_mma[pass] == 0 && mma) prev[pass] = -1;
+                                /* So does CUDA's decoding family, from the
+                                 * memory its tiles fit in: its key splits
+                                 * fill the device, whose partials can
+                                 * outweigh the general plan's bytes where a
+                                 * group is one head. */
+                                if (var[pass] == FA_VARIANT_DECODE && prev_decode[pass] == 0) prev[pass] = -1;
+                                prev_decode[pass] = var[pass] == FA_VARIANT_DECODE;
                                 prev_mma[pass] = mma;
                                 CHECK_MSG(prev[pass] < 0 || now[pass] <= prev[pass],
                                           "%s dtype %d d %d causal %d decode %d pass %d: %zu bytes of local "

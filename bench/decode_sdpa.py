@@ -10,7 +10,6 @@ cache, as fa-bench's do. Median over repeats of the default SDPA dispatch
 and of each backend that accepts the shape; the fastest is reported.
 Appends CSV rows: batch,cache,seqlen_q,heads_q,heads_kv,d,dtype,gqa,backend,ms."""
 import argparse
-import inspect
 import statistics
 
 import torch
@@ -29,6 +28,18 @@ def ints(text):
     return [int(x) for x in text.split(",") if x]
 
 
+def sdpa_has_gqa():
+    """scaled_dot_product_attention is a builtin without a signature in some
+    PyTorch builds: ask it instead, with a tiny GQA call."""
+    q = torch.zeros(1, 2, 1, 8, device="cuda")
+    kv = torch.zeros(1, 1, 1, 8, device="cuda")
+    try:
+        F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+        return True
+    except TypeError:
+        return False
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=ints, default=[1])
@@ -42,7 +53,7 @@ def main():
     ap.add_argument("--csv", required=True)
     a = ap.parse_args()
     dt = DTYPES[a.dtype]
-    gqa = "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
+    gqa = sdpa_has_gqa()
     how = "enable_gqa" if gqa else "repeat_interleave"
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, GQA through {how}")
     flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")

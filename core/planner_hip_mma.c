@@ -33,14 +33,15 @@
  * mapping; hipcc of ROCm 5.2 for gfx90a, gfx940 and gfx1100): on NVIDIA
  * the dK/dV kernel spilled at 168 words (head_dim 32, 128 x 128 tiles,
  * every option) and the forward at 204 (head_dim 256, every option); on
- * gfx1100 the forward spilled at 56 (head_dim 64 with Q_LOCAL) and 64
- * (head_dim 32), so WMMA plans stop at head_dim 32 forward until a
- * compiler gives gfx11 kernels all 256 VGPRs. */
+ * gfx1100 the forward spilled at 48 (head_dim 32, every option), 56
+ * (head_dim 64 with Q_LOCAL) and 64 (head_dim 32), so WMMA plans stop at
+ * head_dim 32 forward with Q_LOCAL until a compiler gives gfx11 kernels
+ * all 256 VGPRs. */
 static const fa_hip_mma_layer_info layers[FA_HIP_MMA_LAYER_COUNT] = {
     [FA_HIP_MMA_NVIDIA] = {"nvidia", "kernels_hip/mma_nvidia.h", NULL, 16, 8, 16, 32, 0, 8, 4, 4, 2, 200, 160, 1},
     [FA_HIP_MMA_MFMA32] = {"mfma32", "kernels_hip/mma_cdna.h", "-DFA_MFMA32", 32, 32, 8, 64, 1, 4, 4, 16, 1, 256, 256, 0},
     [FA_HIP_MMA_MFMA16] = {"mfma16", "kernels_hip/mma_cdna.h", "-DFA_MFMA16", 16, 16, 16, 64, 1, 4, 4, 4, 1, 256, 256, 0},
-    [FA_HIP_MMA_WMMA] = {"wmma", "kernels_hip/mma_rdna3.h", NULL, 16, 16, 16, 32, 1, 16, 16, 8, 1, 48, 48, 0},
+    [FA_HIP_MMA_WMMA] = {"wmma", "kernels_hip/mma_rdna3.h", NULL, 16, 16, 16, 32, 1, 16, 16, 8, 1, 40, 40, 0},
 };
 
 static const int strip_counts[] = {1, 2};

@@ -12,12 +12,15 @@
 # (mkdir -p .deps && cd .deps && apt-get download libamdhip64-dev &&
 #  dpkg -x libamdhip64-dev_*.deb hip) and carried along.
 #
-# Usage: bench/hip_nvidia_check.sh [tests|compare|bench|all] [extra ctest args]
+# Usage: bench/hip_nvidia_check.sh [tests|check|compare|bench|all] [extra ctest args]
 #   tests    the HIP device tests (the suite, the matrix-core cases), the
 #            layout and NVRTC compile checks of the matrix-core kernels
+#   check    the HIP device suite and the layout cases (FA_TEST_LARGE=1),
+#            then compare: one run of a few minutes (the NVRTC sweep runs
+#            in CI)
 #   compare  fa-mma-compare: HIP matrix cores / CUDA mma.sync, ratio tables
 #   bench    fa-bench on the HIP, OpenCL and CUDA backends' own plans
-#   all      all three (default)
+#   all      tests, compare and bench (default)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 what=${1:-all}
@@ -47,15 +50,25 @@ FLASHATTN_HIP_LIBRARY=$mapping "$build"/fa-info --backend hip --seqlen 4096 --di
 commit=${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 status=0
 
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  stamp "HIP tests, FA_TEST_LARGE=1"
-  FA_TEST_LARGE=1 ctest --test-dir "$build" -R "hip_attention|hip_mma_layouts|hip_compile.nvidia" \
-    --output-on-failure -j4 --timeout 600 "$@" > "$out/hip-tests.log" 2>&1
-  rc=$?
+# The HIP ctest cases matching $1, with sequences up to 16k, each within
+# $2 seconds; the summary lines to the terminal.
+hip_ctest() {
+  stamp "HIP tests ($1), FA_TEST_LARGE=1"
+  FA_TEST_LARGE=1 ctest --test-dir "$build" -R "$1" --output-on-failure -j4 --timeout "$2" "${@:3}" \
+    > "$out/hip-tests.log" 2>&1
+  local rc=$?
   echo "hip tests: exit $rc"
   [ "$rc" = 0 ] || status=1
   grep -E "tests passed|tests failed|\*\*\*|Failed|Skipped|Not Run" "$out/hip-tests.log" | head -60
   grep -E "HIP device:|private bytes|geometry runs" "$out/hip-tests.log" | sort | uniq | head -20
+}
+
+if [ "$what" = check ]; then
+  hip_ctest "hip_attention|hip_mma_layouts" 300 "$@"
+fi
+
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  hip_ctest "hip_attention|hip_mma_layouts|hip_compile.nvidia" 600 "$@"
   # Every case's errors against the reference, for the results file.
   FA_TEST_LARGE=1 FLASHATTN_HIP_LIBRARY=$mapping "$build"/test_hip_attention > "$out/hip-suite.log" 2>&1
   echo "test_hip_attention (all cases, one process): exit $?"
@@ -64,7 +77,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   tail -1 "$out/nvrtc-mma.txt"
 fi
 
-if [ "$what" = compare ] || [ "$what" = all ]; then
+if [ "$what" = compare ] || [ "$what" = check ] || [ "$what" = all ]; then
   stamp "HIP matrix cores beside CUDA mma.sync"
   FLASHATTN_HIP_LIBRARY=$mapping "$build"/fa-mma-compare --json "$out/mma-compare.jsonl" --label "$commit" \
     2>&1 | tee "$out/mma-compare.txt"

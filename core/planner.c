@@ -79,6 +79,20 @@ static size_t usable_local_mem(const fa_device_desc *dev) {
 
 size_t fa_plan_usable_local_mem(const fa_device_desc *dev) { return dev ? usable_local_mem(dev) : 0; }
 
+/* HIP's SIMT kernels declare their tiles statically. Through the mapping
+ * on NVIDIA (an "sm_*" architecture) CUDA caps static shared memory at 48
+ * KiB a block, below the opt-in size the device reports for the dynamic
+ * tiles of the matrix-core kernels. */
+#define FA_CUDA_STATIC_SHARED ((size_t)48 * 1024)
+
+static size_t variant_local_mem(const fa_device_desc *dev, fa_variant variant) {
+    const size_t usable = usable_local_mem(dev);
+    if (dev->backend != FA_BACKEND_HIP || variant == FA_VARIANT_MMA || strncmp(dev->arch, "sm_", 3) != 0)
+        return usable;
+    const size_t cap = FA_CUDA_STATIC_SHARED - FA_LOCAL_MEM_RESERVE;
+    return usable < cap ? usable : cap;
+}
+
 /* OpenCL's matrix-unit plans take their geometry from planner_cl_mma.c. */
 static int cl_mma(const fa_device_desc *dev, fa_variant variant) {
     return variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL;
@@ -733,10 +747,13 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
     int found = 0;
     for (int v = 0; v < nvar; v++) {
         const fa_variant variant = variants[v];
-        /* HIP's and OpenCL's matrix-core kernels copy one tile while
-         * computing on another (K against V), in one stage. */
-        const int max_stages =
-            fa_variant_on_matrix_units(variant) && !cl_mma(dev, variant) && !hip_mma(dev, variant) ? 2 : 1;
+        /* OpenCL's matrix-core kernels and HIP's forward copy one tile
+         * while computing on another (K against V), in one stage; HIP's
+         * backward may keep a second query tile in flight. */
+        const int max_stages = fa_variant_on_matrix_units(variant) && !cl_mma(dev, variant) &&
+                                       (!hip_mma(dev, variant) || pass == FA_PASS_BACKWARD)
+                                   ? 2
+                                   : 1;
         for (size_t i = 0; i < FA_ARRAY_SIZE(tile_sizes); i++)
             for (size_t j = 0; j < FA_ARRAY_SIZE(tile_sizes); j++) {
                 const int br = tile_sizes[i], bc = tile_sizes[j];
@@ -756,10 +773,12 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                 c.inadequate = c.groups < bar;
                 for (int stages = max_stages; stages >= 1; stages--) {
                     c.stages = stages;
+                    /* HIP's matrix-core kernels: local memory by micro-tile,
+                     * below. */
                     c.local_mem = cl_mma(dev, variant)    ? fa_cl_mma_local_mem(dev, desc, pass, br, bc)
-                                  : hip_mma(dev, variant) ? fa_hip_mma_local_mem(desc, pass, br, bc)
+                                  : hip_mma(dev, variant) ? 0
                                                           : fa_plan_local_mem(variant, pass, desc, br, bc, stages);
-                    if (c.local_mem > usable_local_mem(dev)) continue;
+                    if (c.local_mem > variant_local_mem(dev, variant)) continue;
                     size_t n_sizes;
                     const int *sizes = micro_tile_sizes(dev, variant, &n_sizes);
                     for (size_t a = 0; a < n_sizes; a++)
@@ -780,6 +799,11 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                             kp.bc = bc;
                             kp.thread_rows = c.tr;
                             kp.thread_cols = c.tc;
+                            kp.stages = stages;
+                            if (hip_mma(dev, variant)) {
+                                c.local_mem = fa_hip_mma_local_mem(dev, desc, pass, &kp);
+                                if (c.local_mem == 0 || c.local_mem > usable_local_mem(dev)) continue;
+                            }
                             kp.split_k = split;
                             kp.num_work_groups = c.groups > INT_MAX ? INT_MAX : (int)c.groups;
                             c.cost = fa_io_fused_visits(dev, desc, pass, &kp, &visits[i][j]);

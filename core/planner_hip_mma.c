@@ -19,24 +19,29 @@
 
 #include <string.h>
 
-/* Register budgets, in fp32 words of fragments a lane holds per strip:
- * forward the Q operands, the scores twice (they become the P operands
- * and pass through the masks' and dropout's arithmetic) and the output
- * accumulators; backward dK and dV and five words a score of the dK/dV
- * kernel (S and dP, their operands, the softmax gradient's arithmetic),
- * or dQ and three a score of the deterministic dQ kernel.
- * NVIDIA has 255 registers a thread; CDNA 512 (256 VGPRs and 256 AGPRs for
- * the accumulators) at one wavefront a SIMD; RDNA3 256 VGPRs in wave32.
- * Calibrated by tests/test_hip_compile.c, which compiles every plan for
- * each target and fails on spills: on NVIDIA (NVRTC 13.0) 160 words
- * forward took 248 registers with every option at head_dim 128; the dK/dV
- * kernel spilled at 64 x 64, head_dim 32 (two words a score: 96) with
- * every option. */
+/* Register budgets, in fp32 words of fragments a lane holds: forward per
+ * strip the output accumulators, the scores, P as the next product's
+ * operands (half a word a score; a whole word on RDNA3, whose operands
+ * repeat in both half-wavefronts) and the Q operands (all of them held, or
+ * one k-step's with Q_LOCAL); backward per strip dK and dV, S and dP, and
+ * one k-step's K and V operands, or, in the deterministic dQ kernel, dQ
+ * and three words a score. NVIDIA has 255 registers a thread; CDNA 512
+ * (256 VGPRs and 256 AGPRs for the accumulators) at one wavefront a SIMD;
+ * RDNA3 256 VGPRs in wave32, of which clang 15 (Debian's hipcc) gives a
+ * kernel 128. Calibrated by tests/test_hip_compile.c, which compiles every
+ * plan for each target and fails on spills (NVRTC 13.0 through the
+ * mapping; hipcc of ROCm 5.2 for gfx90a, gfx940 and gfx1100): on NVIDIA
+ * the dK/dV kernel spilled at 168 words (head_dim 32, 128 x 128 tiles,
+ * every option) and the forward at 204 (head_dim 256, every option); on
+ * gfx1100 the forward spilled at 48 (head_dim 32, every option), 56
+ * (head_dim 64 with Q_LOCAL) and 64 (head_dim 32), so WMMA plans stop at
+ * head_dim 32 forward with Q_LOCAL until a compiler gives gfx11 kernels
+ * all 256 VGPRs. */
 static const fa_hip_mma_layer_info layers[FA_HIP_MMA_LAYER_COUNT] = {
-    [FA_HIP_MMA_NVIDIA] = {"nvidia", "kernels_hip/mma_nvidia.h", NULL, 16, 8, 16, 32, 0, 8, 4, 4, 2, 160, 176},
-    [FA_HIP_MMA_MFMA32] = {"mfma32", "kernels_hip/mma_cdna.h", "-DFA_MFMA32", 32, 32, 8, 64, 1, 4, 4, 16, 1, 256, 256},
-    [FA_HIP_MMA_MFMA16] = {"mfma16", "kernels_hip/mma_cdna.h", "-DFA_MFMA16", 16, 16, 16, 64, 1, 4, 4, 4, 1, 256, 256},
-    [FA_HIP_MMA_WMMA] = {"wmma", "kernels_hip/mma_rdna3.h", NULL, 16, 16, 16, 32, 1, 16, 16, 8, 1, 160, 160},
+    [FA_HIP_MMA_NVIDIA] = {"nvidia", "kernels_hip/mma_nvidia.h", NULL, 16, 8, 16, 32, 0, 8, 4, 4, 2, 200, 160, 1},
+    [FA_HIP_MMA_MFMA32] = {"mfma32", "kernels_hip/mma_cdna.h", "-DFA_MFMA32", 32, 32, 8, 64, 1, 4, 4, 16, 1, 256, 256, 0},
+    [FA_HIP_MMA_MFMA16] = {"mfma16", "kernels_hip/mma_cdna.h", "-DFA_MFMA16", 16, 16, 16, 64, 1, 4, 4, 4, 1, 256, 256, 0},
+    [FA_HIP_MMA_WMMA] = {"wmma", "kernels_hip/mma_rdna3.h", NULL, 16, 16, 16, 32, 1, 16, 16, 8, 1, 40, 40, 0},
 };
 
 static const int strip_counts[] = {1, 2};
@@ -94,6 +99,14 @@ static int in_list(int v, const int *list, size_t n) {
     return 0;
 }
 
+/* Register words of the forward kernel's fragments (see the budgets). */
+static int fwd_words(const fa_hip_mma_layer_info *L, int d, int bc, int strips, int q_local) {
+    const int acc = (d / other_side(L)) * L->c_elems, scores = (bc / other_side(L)) * L->c_elems;
+    const int p = (bc / L->k) * own_op_elems(L) / 2;
+    const int q = q_local ? own_op_elems(L) / 2 : (d / L->k) * own_op_elems(L) / 2;
+    return strips * (acc + scores + p + q);
+}
+
 /* Whether a layer runs a tile with strips own strips a wavefront;
  * fills g. */
 static int shape_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, fa_hip_mma_layer layer,
@@ -107,28 +120,39 @@ static int shape_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa
     if (!in_list(warps, warp_counts, FA_ARRAY_SIZE(warp_counts)) || warps * L->lanes > dev->max_work_group_size)
         return 0;
     const int scores = (other_rows / other) * L->c_elems;
-    int dq_warps = 0;
+    int dq_warps = 0, q_local = 0;
     if (pass == FA_PASS_FORWARD) {
-        /* Q comes in through the K and V tiles. */
-        if (br > 2 * bc) return 0;
-        const int q_words = (d / L->k) * own_op_elems(L) / 2;
-        if (strips * (q_words + 2 * scores + acc) > L->fwd_budget) return 0;
+        /* Q in registers where they hold it, else read from local memory;
+         * without Q_LOCAL, Q comes in through the K and V tiles. */
+        q_local = fwd_words(L, d, bc, strips, 0) > L->fwd_budget || br > 2 * bc;
+        if (fwd_words(L, d, bc, strips, q_local) > L->fwd_budget) return 0;
     } else {
         /* dQ = dS K from local memory (queries along m, head_dim along n),
          * and the deterministic dQ kernel's strips of queries. */
         if (br % L->m || d % L->n || br % own) return 0;
         dq_warps = br / own;
         if (dq_warps * L->lanes > dev->max_work_group_size) return 0;
-        if (strips * (2 * acc + 5 * scores) > L->bwd_budget) return 0;
+        if (strips * (2 * acc + 2 * scores + own_op_elems(L)) > L->bwd_budget) return 0;
         if (desc->deterministic && acc + 3 * (bc / other) * L->c_elems > L->bwd_budget) return 0;
     }
     if (g) {
         g->layer = layer;
         g->warps = warps;
         g->strips = strips;
+        g->q_local = q_local;
         g->dq_warps = dq_warps;
     }
     return 1;
+}
+
+/* A shape with its strips, where the layer prefers two strips forward and
+ * they fit: then only they. */
+static int strips_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, fa_hip_mma_layer layer,
+                     int br, int bc, int strips, fa_hip_mma_geometry *g) {
+    if (strips == 1 && pass == FA_PASS_FORWARD && layers[layer].prefer_strips &&
+        shape_ok(dev, desc, pass, layer, br, bc, 2, NULL))
+        return 0;
+    return shape_ok(dev, desc, pass, layer, br, bc, strips, g);
 }
 
 /* The micro-tile of a layer and strip count on a tile. */
@@ -152,7 +176,7 @@ int fa_hip_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *d
         for (size_t s = 0; s < FA_ARRAY_SIZE(strip_counts); s++) {
             int want_tr, want_tc;
             micro_tile(&layers[list[i]], pass, br, bc, strip_counts[s], &want_tr, &want_tc);
-            if (want_tr == tr && want_tc == tc && shape_ok(dev, desc, pass, list[i], br, bc, strip_counts[s], g))
+            if (want_tr == tr && want_tc == tc && strips_ok(dev, desc, pass, list[i], br, bc, strip_counts[s], g))
                 return 1;
         }
     return 0;
@@ -164,16 +188,29 @@ int fa_hip_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc,
     const int n = fa_hip_mma_layers(dev, desc->q.dtype, list);
     for (int i = 0; i < n; i++)
         for (size_t s = 0; s < FA_ARRAY_SIZE(strip_counts); s++)
-            if (shape_ok(dev, desc, pass, list[i], br, bc, strip_counts[s], NULL)) return 1;
+            if (strips_ok(dev, desc, pass, list[i], br, bc, strip_counts[s], NULL)) return 1;
     return 0;
 }
 
-size_t fa_hip_mma_local_mem(const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
+/* 16-bit elements a row of a head_dim-wide tile takes (one 16-byte chunk
+ * of padding, kernels_hip/mma_tiles.h LD), in bytes. */
+static size_t tile_row_bytes(const fa_attention_desc *desc) { return 2 * ((size_t)desc->head_dim + 8); }
+
+size_t fa_hip_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
+                            const fa_kernel_plan *kp) {
+    fa_hip_mma_geometry g;
+    if (!kp || kp->stages < 1 || kp->stages > 2 || (pass == FA_PASS_FORWARD && kp->stages != 1) ||
+        !fa_hip_mma_geometry_of(dev, desc, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, &g))
+        return 0;
+    const size_t row = tile_row_bytes(desc), r = (size_t)kp->br, c = (size_t)kp->bc, st = (size_t)kp->stages;
+    /* fwd_mma.hip: the Q tile with Q_LOCAL, the K and V tiles. */
+    if (pass == FA_PASS_FORWARD) return ((g.q_local ? r : 0) + 2 * c) * row;
+    /* bwd_mma.hip, fa_bwd_dkdv_mma: K, V tiles, Q and dO tiles a stage, dS
+     * [query][key] (rows of bc + 8), L and D a stage. */
+    return 2 * c * row + st * 2 * r * row + r * 2 * (c + 8) + st * 2 * r * 4;
+}
+
+size_t fa_hip_mma_dq_local_mem(const fa_attention_desc *desc, int br, int bc) {
     if (!desc || br <= 0 || bc <= 0 || desc->head_dim <= 0) return 0;
-    const size_t row = 2 * ((size_t)desc->head_dim + 8), r = (size_t)br, c = (size_t)bc;
-    /* fwd_mma.hip: K and V tiles. */
-    if (pass == FA_PASS_FORWARD) return 2 * c * row;
-    /* bwd_mma.hip, fa_bwd_dkdv_mma: K, V, Q, dO tiles, dS [query][key]
-     * (rows of bc + 8), L and D. */
-    return 2 * (c + r) * row + r * 2 * (c + 8) + 2 * r * 4;
+    return 2 * ((size_t)br + (size_t)bc) * tile_row_bytes(desc);
 }

@@ -35,6 +35,11 @@ typedef struct fa_hip_mma_layer_info {
      * accumulators) one lane may keep, forward and backward, calibrated
      * against the compilers (tests/test_hip_compile.c: no spills). */
     int fwd_budget, bwd_budget;
+    /* 1: a forward tile runs with two strips a wavefront wherever they fit
+     * (every K and V operand the wavefront loads then serves two products:
+     * mma.sync's operands come through shared memory, whose bandwidth the
+     * tensor cores outrun at one product a load). */
+    int prefer_strips;
 } fa_hip_mma_layer_info;
 
 /* NULL for FA_HIP_MMA_NONE and out-of-range values. */
@@ -53,6 +58,7 @@ typedef struct fa_hip_mma_geometry {
     fa_hip_mma_layer layer;
     int warps;                  /* wavefronts of the work-group (forward; dK/dV) */
     int strips;                 /* strips of own rows a wavefront owns */
+    int q_local;                /* forward: Q operands read from local memory each key tile (Q_LOCAL) */
     int dq_warps;               /* backward: wavefronts of the deterministic dQ kernel */
 } fa_hip_mma_geometry;
 
@@ -65,8 +71,14 @@ int fa_hip_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *d
                            int tr, int tc, fa_hip_mma_geometry *g);
 /* Whether some micro-tile runs a br x bc tile. */
 int fa_hip_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc);
-/* Local memory (bytes) the pass's largest kernel declares: the forward
- * kernel, or the dK/dV kernel. */
-size_t fa_hip_mma_local_mem(const fa_attention_desc *desc, fa_pass pass, int br, int bc);
+/* Local memory (bytes) the pass's largest kernel takes for a kernel plan
+ * (tile, micro-tile and, backward, stages: query tiles in flight, 1 or 2):
+ * the forward kernel, or the dK/dV kernel; 0 when the plan has no
+ * geometry on the device. */
+size_t fa_hip_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
+                            const fa_kernel_plan *kp);
+/* Local memory (bytes) of the deterministic dQ kernel of a br x bc
+ * backward tile. */
+size_t fa_hip_mma_dq_local_mem(const fa_attention_desc *desc, int br, int bc);
 
 #endif

@@ -7,11 +7,12 @@
  *   fa_bwd_dkdv_mma    one work-group per (key tile of BC keys, kv head,
  *                      sequence): each wavefront owns STRIPS strips of
  *                      FA_OWN_T keys and keeps their dK and dV in
- *                      accumulator fragments while the work-group loops over
- *                      the query heads sharing the kv head and the query
- *                      tiles of BR rows that see the keys (GQA sums there,
- *                      no atomics). With DQ_ATOMIC it also adds dS K into
- *                      the accumulator.
+ *                      accumulator fragments while the work-group steps
+ *                      through the query heads sharing the kv head and the
+ *                      query tiles of BR rows that see the keys (GQA sums
+ *                      there, no atomics). With STAGES 2 the next step's Q,
+ *                      dO, L and D load while this one computes. With
+ *                      DQ_ATOMIC it also adds dS K into the accumulator.
  *   fa_bwd_dq_convert  dQ = scale * accumulator, or, without DQ_ATOMIC
  *                      (deterministic mode):
  *   fa_bwd_dq_mma      one work-group per (query tile of BR rows, query
@@ -25,12 +26,15 @@
  *   dP = z keep_scale dO.v,  dS = P (dP - D),
  *   dV += z keep_scale P^T dO,  dK += scale dS^T Q,  dQ += scale dS K
  * A row with L = -inf (no visible key) takes L = +inf here, which makes its
- * P exactly 0 instead of exp(-inf + inf).
+ * P exactly 0 instead of exp(-inf + inf). P and dS become the next
+ * products' operands all at once, so their fp32 fragments die before the
+ * dV and dK products (the operands take half their registers).
  *
- * Local memory of fa_bwd_dkdv_mma, exactly core/planner_hip_mma.c's
- * backward figure: K, V [BC rows]; Q, dO [BR rows] (LD 16-bit elements a
- * row); dS as [query][key] (BC + 8 a row, for dQ); L and D [BR] fp32.
- * fa_bwd_dq_mma declares less (Q, dO, K, V). */
+ * Local memory (FA_LOCAL_BLOCK) of fa_bwd_dkdv_mma, exactly
+ * core/planner_hip_mma.c's backward figure: K, V [BC rows]; Q, dO
+ * [STAGES][BR rows] (LD 16-bit elements a row); dS as [query][key] (BC + 8
+ * a row, for dQ); then L and D [STAGES][BR] fp32. fa_bwd_dq_mma's: Q, dO
+ * [BR rows], K, V [BC rows]. */
 
 #define NJB (BR / FA_OTHER_T) /* score fragments of a key strip (others: queries) */
 #define PKB (BR / FA_K)       /* k-steps over queries of dV, dK */
@@ -40,6 +44,13 @@
 #define DQ_WARPS (BR / FA_OWN_T)
 #define DQ_THREADS (DQ_WARPS * FA_SG)
 
+#ifndef STAGES
+#define STAGES 1
+#endif
+#if STAGES != 1 && STAGES != 2
+#error "bwd_mma: STAGES (query tiles in flight) must be 1 or 2"
+#endif
+
 #if BC != WARPS * STRIPS * FA_OWN_T || BR % FA_OTHER_T != 0 || BR % FA_K != 0 || BR % FA_OWN_T != 0 || \
     BC % FA_K != 0 || BR % FA_M != 0 || HEAD_DIM % FA_N != 0
 #error "bwd_mma: BC must be WARPS * STRIPS * FA_OWN_T; BR and BC multiples of the fragments"
@@ -48,9 +59,23 @@
 #define SM_K 0
 #define SM_V (SM_K + BC * LD)
 #define SM_Q (SM_V + BC * LD)
-#define SM_DO (SM_Q + BR * LD)
-#define SM_DS (SM_DO + BR * LD)
+#define SM_DO (SM_Q + STAGES * BR * LD)
+#define SM_DS (SM_DO + STAGES * BR * LD)
 #define SM_HALVES (SM_DS + BR * LDS_S)
+
+/* dQ += dS K by units of one FA_M-query fragment row and DQ_UNIT fragments
+ * along head_dim, which share each dS operand: as many as divide head_dim
+ * while every wavefront keeps a unit and a lane holds at most 16 fp32
+ * accumulators of them. */
+#define DQ_NT (HEAD_DIM / FA_N)
+#if DQ_NT % 4 == 0 && (BR / FA_M) * (DQ_NT / 4) >= WARPS && 4 * FA_C_ELEMS <= 16
+#define DQ_UNIT 4
+#elif DQ_NT % 2 == 0 && (BR / FA_M) * (DQ_NT / 2) >= WARPS && 2 * FA_C_ELEMS <= 16
+#define DQ_UNIT 2
+#else
+#define DQ_UNIT 1
+#endif
+#define DQ_UNITS ((BR / FA_M) * (DQ_NT / DQ_UNIT))
 
 /* The arguments the dK/dV and dQ kernels share after their tensors (those
  * of bwd.hip's kernels: the host passes both alike). */
@@ -166,6 +191,32 @@ fa_bwd_prep_mma(const store_t *__restrict__ o, const store_t *__restrict__ dout,
 }
 
 #ifdef DQ_ATOMIC
+/* Adds a fragment of dQ (queries m0.., head dimensions n0.. of the tile at
+ * q0) to the fp32 accumulator; rows from `valid` on are past the
+ * sequence. The neighbouring dimensions a lane holds go as pairs. */
+FA_FN void fa_add_dq(float *dq_acc, const fa_c *c, int m0, int n0, int valid, int b, int h, int q0, int heads_q,
+                     int seqlen_q, fa_long start_q, fa_long total_q, int lane) {
+#if FA_C_RUN_N >= 2
+#pragma unroll
+    for (int e = 0; e < FA_C_ELEMS; e += 2) {
+        const int r = m0 + FA_C_ROW(lane, e);
+        if (r < valid)
+            fa_atomic_add2(dq_acc + fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, start_q, total_q) * HEAD_DIM + n0 +
+                               FA_C_COL(lane, e),
+                           c->x[e], c->x[e + 1]);
+    }
+#else
+#pragma unroll
+    for (int e = 0; e < FA_C_ELEMS; e++) {
+        const int r = m0 + FA_C_ROW(lane, e);
+        if (r < valid)
+            fa_atomic_add(dq_acc + fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, start_q, total_q) * HEAD_DIM + n0 +
+                              FA_C_COL(lane, e),
+                          c->x[e]);
+    }
+#endif
+}
+
 /* dQ = scale * accumulator in the storage dtype; grid as fa_bwd_prep_mma. */
 extern "C" __global__ __launch_bounds__(FA_PREP_THREADS) void
 fa_bwd_dq_convert(const float *__restrict__ dq_acc, store_t *__restrict__ dq, fa_long q_off, fa_long q_sb,
@@ -200,10 +251,10 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
                                const store_t *__restrict__ dout, const float *__restrict__ dvec,
                                store_t *__restrict__ dk, store_t *__restrict__ dv, float *__restrict__ dq_acc,
                                FA_MMA_BWD_PARAMS) {
-    __shared__ __attribute__((aligned(16))) fa_ushort smem[SM_HALVES];
-    __shared__ float Ls[BR], Ds[BR];
-    fa_ushort *const Ks = smem + SM_K, *const Vs = smem + SM_V, *const Qs = smem + SM_Q, *const dOs = smem + SM_DO;
+    FA_LOCAL_BLOCK(smem);
+    fa_ushort *const Ks = smem + SM_K, *const Vs = smem + SM_V;
     fa_ushort *const dSt = smem + SM_DS;
+    float *const Ls = (float *)(smem + SM_HALVES), *const Ds = Ls + STAGES * BR;
 
     const int lid = (int)threadIdx.x, warp = lid / FA_SG, lane = lid % FA_SG;
     const int k0 = (int)blockIdx.x * BC;
@@ -216,7 +267,6 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
 
     fa_fetch_rows(Ks, k + fa_row_index(lk, b, seq.start_k, k0, hk), k_ss, BC, seq.len_k - k0, lid, FA_THREADS);
     fa_fetch_rows(Vs, v + fa_row_index(lv, b, seq.start_k, k0, hk), v_ss, BC, seq.len_k - k0, lid, FA_THREADS);
-    fa_copy_commit();
 
     fa_c acc_k[STRIPS][NF], acc_v[STRIPS][NF];
 #pragma unroll
@@ -230,120 +280,162 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
     fa_query_range(mask, k0, fa_tile_last(k0, BC, seq.len_k), &r_lo, &r_hi);
     fa_tile_span(r_lo, r_hi, BR, &t_begin, &t_end);
 
-    for (int hh = 0; hh < group; hh++) {
-        const int h = hk * group + hh;
+    /* The steps, in order: the query heads sharing the kv head, and for
+     * each the query tiles that see the keys (the query range and the tile
+     * map do not depend on the head). A step's Q and dO rows go into
+     * buffer BUF with their L (log2 units) and D. */
+#define FA_LOAD_STEP(HH, T, BUF)                                                                           \
+    do {                                                                                                   \
+        const int h_ = hk * group + (HH), q0_ = (T) * BR;                                                   \
+        fa_fetch_rows(smem + SM_Q + (BUF) * BR * LD, q + fa_row_index(lq, b, seq.start_q, q0_, h_), q_ss,  \
+                      BR, seq.len_q - q0_, lid, FA_THREADS);                                                \
+        fa_fetch_rows(smem + SM_DO + (BUF) * BR * LD, dout + fa_row_index(lo, b, seq.start_q, q0_, h_),    \
+                      o_ss, BR, seq.len_q - q0_, lid, FA_THREADS);                                          \
+        for (int r_ = lid; r_ < BR; r_ += FA_THREADS)                                                      \
+            fa_row_stats(lse, dvec, b, h_, q0_, r_, heads_q, seqlen_q, seq, total_q, &Ls[(BUF) * BR + r_],  \
+                         &Ds[(BUF) * BR + r_]);                                                            \
+    } while (0)
+
+    int hh = 0, t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end);
+    if (t >= t_end) hh = group;
+    if (hh < group) FA_LOAD_STEP(hh, t, 0);
+    fa_copy_commit();
+
+    int buf = 0;
+    while (hh < group) {
+        const int h = hk * group + hh, q0 = t * BR;
+        t = fa_next_query_tile(tile_map, tile_cols, k0, t + 1, t_end);
+        if (t >= t_end) {
+            hh++;
+            t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end);
+        }
+        const bool more = hh < group;
+#if STAGES == 2
+        /* The other buffer was last read before the previous step's closing
+         * barrier. */
+        if (more) FA_LOAD_STEP(hh, t, buf ^ 1);
+        fa_copy_commit();
+        fa_copy_wait(1);
+#else
+        fa_copy_wait(0);
+#endif
+        __syncthreads();
 #ifdef DROPOUT
         const fa_uint bh = (fa_uint)b * (fa_uint)heads_q + (fa_uint)h;
 #endif
-        const store_t *const qh = q + fa_row_index(lq, b, seq.start_q, 0, h);
-        const store_t *const gh = dout + fa_row_index(lo, b, seq.start_q, 0, h);
-        for (int t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end); t < t_end;
-             t = fa_next_query_tile(tile_map, tile_cols, k0, t + 1, t_end)) {
-            const int q0 = t * BR;
-            const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS);
-            fa_fetch_rows(Qs, qh + (fa_long)q0 * q_ss, q_ss, BR, seq.len_q - q0, lid, FA_THREADS);
-            fa_fetch_rows(dOs, gh + (fa_long)q0 * o_ss, o_ss, BR, seq.len_q - q0, lid, FA_THREADS);
-            fa_copy_commit();
-            for (int r = lid; r < BR; r += FA_THREADS)
-                fa_row_stats(lse, dvec, b, h, q0, r, heads_q, seqlen_q, seq, total_q, &Ls[r], &Ds[r]);
-            fa_copy_wait(0);
-            __syncthreads();
+        const int cls = fa_tile_class(mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS);
+        const fa_ushort *const Qs = smem + SM_Q + buf * BR * LD, *const dOs = smem + SM_DO + buf * BR * LD;
+        const float *const Lb = Ls + buf * BR, *const Db = Ds + buf * BR;
 
-            /* S (own: keys, other: queries) and dP, over head_dim. */
-            fa_c s[STRIPS][NJB], dp[STRIPS][NJB];
+        /* S (own: keys, other: queries) and dP, over head_dim. */
+        fa_c s[STRIPS][NJB], dp[STRIPS][NJB];
 #pragma unroll
-            for (int st = 0; st < STRIPS; st++)
+        for (int st = 0; st < STRIPS; st++)
 #pragma unroll
-                for (int j = 0; j < NJB; j++)
+            for (int j = 0; j < NJB; j++)
 #pragma unroll
-                    for (int e = 0; e < FA_C_ELEMS; e++) s[st][j].x[e] = dp[st][j].x[e] = 0.0f;
+                for (int e = 0; e < FA_C_ELEMS; e++) s[st][j].x[e] = dp[st][j].x[e] = 0.0f;
 #pragma unroll
-            for (int ks = 0; ks < KT; ks++) {
-                fa_own_op ko[STRIPS], vo[STRIPS];
-#pragma unroll
-                for (int st = 0; st < STRIPS; st++) {
-                    fa_load_own(&ko[st], Ks, LD, (warp * STRIPS + st) * FA_OWN_T, ks * FA_K, lane);
-                    fa_load_own(&vo[st], Vs, LD, (warp * STRIPS + st) * FA_OWN_T, ks * FA_K, lane);
-                }
-#pragma unroll
-                for (int j = 0; j < NJB; j++) {
-                    fa_other_op qo, go;
-                    fa_load_other(&qo, Qs, LD, j * FA_OTHER_T, ks * FA_K, lane);
-                    fa_load_other(&go, dOs, LD, j * FA_OTHER_T, ks * FA_K, lane);
-#pragma unroll
-                    for (int st = 0; st < STRIPS; st++) {
-                        fa_score_mma(&s[st][j], &ko[st], &qo);
-                        fa_score_mma(&dp[st][j], &vo[st], &go);
-                    }
-                }
-            }
+        for (int ks = 0; ks < KT; ks++) {
+            fa_own_op ko[STRIPS], vo[STRIPS];
 #pragma unroll
             for (int st = 0; st < STRIPS; st++) {
-                const int own0 = (warp * STRIPS + st) * FA_OWN_T; /* from k0 */
-#pragma unroll
-                for (int j = 0; j < NJB; j++)
-                    FA_SOFTMAX_GRAD(s[st][j], dp[st][j], own0, j * FA_OTHER_T, true,
-                                    Ls[j * FA_OTHER_T + FA_OTHER_OF(lane, e)], Ds[j * FA_OTHER_T + FA_OTHER_OF(lane, e)]);
+                fa_load_own(&ko[st], Ks, LD, (warp * STRIPS + st) * FA_OWN_T, ks * FA_K, lane);
+                fa_load_own(&vo[st], Vs, LD, (warp * STRIPS + st) * FA_OWN_T, ks * FA_K, lane);
             }
-
-            /* dV += (z keep_scale P)^T dO, dK += dS^T Q over the tile's queries. */
 #pragma unroll
-            for (int pk = 0; pk < PKB; pk++) {
-                fa_p_op pp[STRIPS], pd[STRIPS];
+            for (int j = 0; j < NJB; j++) {
+                fa_other_op qo, go;
+                fa_load_other(&qo, Qs, LD, j * FA_OTHER_T, ks * FA_K, lane);
+                fa_load_other(&go, dOs, LD, j * FA_OTHER_T, ks * FA_K, lane);
 #pragma unroll
                 for (int st = 0; st < STRIPS; st++) {
-                    fa_x_to_p(&pp[st], s[st], pk, lane);
-                    fa_x_to_p(&pd[st], dp[st], pk, lane);
+                    fa_score_mma(&s[st][j], &ko[st], &qo);
+                    fa_score_mma(&dp[st][j], &vo[st], &go);
                 }
+            }
+        }
 #pragma unroll
-                for (int f = 0; f < NF; f++) {
-                    fa_z_op zg, zq;
-                    fa_load_z(&zg, dOs, LD, pk * FA_K, f * FA_DIM_T, lane);
-                    fa_load_z(&zq, Qs, LD, pk * FA_K, f * FA_DIM_T, lane);
+        for (int st = 0; st < STRIPS; st++) {
+            const int own0 = (warp * STRIPS + st) * FA_OWN_T; /* from k0 */
 #pragma unroll
-                    for (int st = 0; st < STRIPS; st++) {
-                        fa_acc_mma(&acc_v[st][f], &pp[st], &zg);
-                        fa_acc_mma(&acc_k[st][f], &pd[st], &zq);
-                    }
+            for (int j = 0; j < NJB; j++)
+                FA_SOFTMAX_GRAD(s[st][j], dp[st][j], own0, j * FA_OTHER_T, true,
+                                Lb[j * FA_OTHER_T + FA_OTHER_OF(lane, e)], Db[j * FA_OTHER_T + FA_OTHER_OF(lane, e)]);
+        }
+
+#ifdef DQ_ATOMIC
+        /* dS into local memory as [query][key] for dQ below, before its
+         * fp32 fragments die (the previous step's readers are past its
+         * closing barrier). */
+#pragma unroll
+        for (int st = 0; st < STRIPS; st++)
+#pragma unroll
+            for (int j = 0; j < NJB; j++)
+                fa_put_score_t(dSt, LDS_S, (warp * STRIPS + st) * FA_OWN_T, j * FA_OTHER_T, &dp[st][j], lane);
+#endif
+        fa_p_op pp[STRIPS][PKB], pd[STRIPS][PKB];
+#pragma unroll
+        for (int st = 0; st < STRIPS; st++)
+#pragma unroll
+            for (int pk = 0; pk < PKB; pk++) {
+                fa_x_to_p(&pp[st][pk], s[st], pk, lane);
+                fa_x_to_p(&pd[st][pk], dp[st], pk, lane);
+            }
+
+        /* dV += (z keep_scale P)^T dO, dK += dS^T Q over the tile's queries. */
+#pragma unroll
+        for (int pk = 0; pk < PKB; pk++)
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                fa_z_op zg, zq;
+                fa_load_z(&zg, dOs, LD, pk * FA_K, f * FA_DIM_T, lane);
+                fa_load_z(&zq, Qs, LD, pk * FA_K, f * FA_DIM_T, lane);
+#pragma unroll
+                for (int st = 0; st < STRIPS; st++) {
+                    fa_acc_mma(&acc_v[st][f], &pp[st][pk], &zg);
+                    fa_acc_mma(&acc_k[st][f], &pd[st][pk], &zq);
                 }
             }
 
 #ifdef DQ_ATOMIC
-            /* dQ += dS K for this tile's keys: dS through local memory as
-             * [query][key], then units of one m x n fragment of dQ shared
-             * out over the wavefronts, added to the fp32 accumulator. */
+        /* dQ += dS K for this tile's keys: units of DQ_UNIT fragments of dQ
+         * shared out over the wavefronts, added to the fp32 accumulator. */
+        __syncthreads();
+        for (int u = warp; u < DQ_UNITS; u += WARPS) {
+            const int qm = u / (DQ_NT / DQ_UNIT), fn0 = (u % (DQ_NT / DQ_UNIT)) * DQ_UNIT;
+            fa_c c[DQ_UNIT];
 #pragma unroll
-            for (int st = 0; st < STRIPS; st++)
+            for (int n = 0; n < DQ_UNIT; n++)
 #pragma unroll
-                for (int j = 0; j < NJB; j++)
-                    fa_put_score_t(dSt, LDS_S, (warp * STRIPS + st) * FA_OWN_T, j * FA_OTHER_T, &dp[st][j], lane);
-            __syncthreads();
-            for (int u = warp; u < (BR / FA_M) * (HEAD_DIM / FA_N); u += WARPS) {
-                const int qm = u / (HEAD_DIM / FA_N), fn = u % (HEAD_DIM / FA_N);
-                fa_c c;
+                for (int e = 0; e < FA_C_ELEMS; e++) c[n].x[e] = 0.0f;
 #pragma unroll
-                for (int e = 0; e < FA_C_ELEMS; e++) c.x[e] = 0.0f;
+            for (int ks = 0; ks < BC / FA_K; ks++) {
+                fa_a a;
+                fa_load_a(&a, dSt, LDS_S, qm * FA_M, ks * FA_K, lane);
 #pragma unroll
-                for (int ks = 0; ks < BC / FA_K; ks++) {
-                    fa_a a;
+                for (int n = 0; n < DQ_UNIT; n++) {
                     fa_b bk;
-                    fa_load_a(&a, dSt, LDS_S, qm * FA_M, ks * FA_K, lane);
-                    fa_load_b_kn(&bk, Ks, LD, ks * FA_K, fn * FA_N, lane);
-                    fa_mma(&c, &a, &bk);
-                }
-#pragma unroll
-                for (int e = 0; e < FA_C_ELEMS; e++) {
-                    const int r = qm * FA_M + FA_C_ROW(lane, e);
-                    if (r < seq.len_q - q0)
-                        atomicAdd(dq_acc + fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q) * HEAD_DIM +
-                                      fn * FA_N + FA_C_COL(lane, e),
-                                  c.x[e]);
+                    fa_load_b_kn(&bk, Ks, LD, ks * FA_K, (fn0 + n) * FA_N, lane);
+                    fa_mma(&c[n], &a, &bk);
                 }
             }
-#endif
-            __syncthreads();
+#pragma unroll
+            for (int n = 0; n < DQ_UNIT; n++)
+                fa_add_dq(dq_acc, &c[n], qm * FA_M, (fn0 + n) * FA_N, seq.len_q - q0, b, h, q0, heads_q, seqlen_q,
+                          seq.start_q, total_q, lane);
         }
+#endif
+        /* This step's buffers may be refilled. */
+        __syncthreads();
+#if STAGES == 2
+        buf ^= 1;
+#else
+        if (more) FA_LOAD_STEP(hh, t, 0);
+        fa_copy_commit();
+#endif
     }
+#undef FA_LOAD_STEP
 
     /* dK (times scale) and dV leave through the K and V tiles. */
     fa_copy_wait(0);
@@ -367,12 +459,17 @@ FA_MMA_KERNEL(DQ_THREADS) void
 fa_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__restrict__ k, const store_t *__restrict__ v,
               const float *__restrict__ lse, const store_t *__restrict__ dout, const float *__restrict__ dvec,
               store_t *__restrict__ dq, FA_MMA_BWD_PARAMS) {
-    __shared__ __attribute__((aligned(16))) fa_ushort smem[2 * (BR + BC) * LD];
+    FA_LOCAL_BLOCK(smem);
     fa_ushort *const Qs = smem, *const dOs = smem + BR * LD, *const Ks = smem + 2 * BR * LD;
     fa_ushort *const Vs = Ks + BC * LD;
 
     const int lid = (int)threadIdx.x, warp = lid / FA_SG, lane = lid % FA_SG;
+#ifdef CAUSAL
+    /* The last query tiles see the most keys: start them first. */
+    const int q0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * BR;
+#else
     const int q0 = (int)blockIdx.x * BR;
+#endif
     const int h = (int)blockIdx.y, b = (int)blockIdx.z;
     const int hk = h / group;
     const fa_seq seq = fa_seq_of(b, seqlen_q, seqlen_k, cu_q, cu_k);

@@ -2,27 +2,45 @@
  * fragment layer (mma_frag.h): one work-group per (query tile of BR rows,
  * query head, sequence), the same grid and arguments as fa_forward
  * (fwd.hip). Each wavefront owns STRIPS strips of FA_OWN_T query rows:
- * their Q operands stay in registers for the whole pass, their scores,
- * output accumulators and softmax state (running maximum, lane-partial row
- * sums) in fragments. K and V tiles of BC keys stream through local
+ * their scores, output accumulators and softmax state (running maximum,
+ * lane-partial row sums) stay in fragments, and their Q operands in
+ * registers for the whole pass, or, with Q_LOCAL (where registers cannot
+ * hold them beside two strips' accumulators), in local memory, read again
+ * for every key tile. K and V tiles of BC keys stream through local
  * memory: K's next tile is copied while this tile's softmax and P V run,
  * V's while the next scores are computed (asynchronously where the layer
- * copies so: cp.async on NVIDIA).
+ * copies so: cp.async on NVIDIA). A second strip shares every K and V
+ * operand a wavefront loads between two products.
  *
  * Softmax in base 2: scores are scaled by scale * log2(e) once, so exp2
  * does the work of exp and L converts back to natural log at the end. A row
  * that has seen no visible key exponentiates against 0 (no inf - inf); the
- * row sums take the probabilities before dropout, O the kept ones.
+ * row sums take the probabilities before dropout, O the kept ones. P
+ * becomes the next product's operands all at once, so the fp32 scores die
+ * before P V (a strip's operands take half their registers).
  *
- * Local memory, exactly core/planner_hip_mma.c's forward figure: the K and
- * V tiles (BC rows of LD 16-bit elements each). Q comes in through them
- * (BR <= 2 BC), and O goes out through them. */
+ * With CAUSAL the last query tiles, which see the most keys, start first.
+ *
+ * Local memory (FA_LOCAL_BLOCK), exactly core/planner_hip_mma.c's forward
+ * figure: with Q_LOCAL the Q tile (BR rows of LD 16-bit elements), then
+ * the K and V tiles (BC rows each). Without Q_LOCAL, Q comes in through
+ * the K and V tiles (BR <= 2 BC); O goes out through the start of the
+ * block either way. */
 
 #define NJ (BC / FA_OTHER_T) /* score fragments of a strip */
 #define PK (BC / FA_K)       /* k-steps of P V */
 
-#if BR != WARPS * STRIPS * FA_OWN_T || BC % FA_OTHER_T != 0 || BC % FA_K != 0 || BR > 2 * BC
-#error "fwd_mma: BR must be WARPS * STRIPS * FA_OWN_T, at most 2 BC; BC a multiple of the fragments"
+#if BR != WARPS * STRIPS * FA_OWN_T || BC % FA_OTHER_T != 0 || BC % FA_K != 0
+#error "fwd_mma: BR must be WARPS * STRIPS * FA_OWN_T; BC a multiple of the fragments"
+#endif
+#if !defined(Q_LOCAL) && BR > 2 * BC
+#error "fwd_mma: without Q_LOCAL, Q passes through the K and V tiles: BR at most 2 BC"
+#endif
+
+#ifdef Q_LOCAL
+#define SM_KV (BR * LD)
+#else
+#define SM_KV 0
 #endif
 
 FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const store_t *__restrict__ k,
@@ -39,11 +57,15 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
                               fa_uint drop_key0, fa_uint drop_key1, fa_uint drop_offset_lo, fa_uint drop_threshold,
                               float drop_scale,
                               int num_splits, float *__restrict__ part_o, float *__restrict__ part_l) {
-    __shared__ __attribute__((aligned(16))) fa_ushort smem[2 * BC * LD];
-    fa_ushort *const Ks = smem, *const Vs = smem + BC * LD;
+    FA_LOCAL_BLOCK(smem);
+    fa_ushort *const Ks = smem + SM_KV, *const Vs = smem + SM_KV + BC * LD;
 
     const int lid = (int)threadIdx.x, warp = lid / FA_SG, lane = lid % FA_SG;
+#ifdef CAUSAL
+    const int q0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * BR;
+#else
     const int q0 = (int)blockIdx.x * BR;
+#endif
     const int h = (int)blockIdx.y, b = (int)blockIdx.z;
     const int hk = h / group;
     (void)num_splits;
@@ -76,9 +98,12 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
     (void)drop_threshold;
 #endif
 
-    /* Q through local memory into the wavefronts' registers. */
+    /* Q into local memory: with Q_LOCAL it stays there (its copies land
+     * with the first K tile's, an earlier group); otherwise it passes on
+     * into the wavefronts' registers. */
     fa_fetch_rows(smem, q + fa_row_index(lq, b, seq.start_q, q0, h), q_ss, BR, seq.len_q - q0, lid, FA_THREADS);
     fa_copy_commit();
+#ifndef Q_LOCAL
     fa_copy_wait(0);
     __syncthreads();
     fa_own_op qf[STRIPS][KT];
@@ -87,6 +112,7 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
 #pragma unroll
         for (int ks = 0; ks < KT; ks++) fa_load_own(&qf[st][ks], smem, LD, (warp * STRIPS + st) * FA_OWN_T, ks * FA_K, lane);
     __syncthreads();
+#endif
 
     /* The key tiles this query tile can see. */
     int k_lo, k_hi, t_begin, t_end;
@@ -134,14 +160,25 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
 #pragma unroll
                 for (int e = 0; e < FA_C_ELEMS; e++) s[st][j].x[e] = 0.0f;
 #pragma unroll
-        for (int ks = 0; ks < KT; ks++)
+        for (int ks = 0; ks < KT; ks++) {
+#ifdef Q_LOCAL
+            fa_own_op qo[STRIPS];
+#pragma unroll
+            for (int st = 0; st < STRIPS; st++)
+                fa_load_own(&qo[st], smem, LD, (warp * STRIPS + st) * FA_OWN_T, ks * FA_K, lane);
+#define FA_Q_OP(st) qo[st]
+#else
+#define FA_Q_OP(st) qf[st][ks]
+#endif
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
                 fa_other_op ko;
                 fa_load_other(&ko, Ks, LD, j * FA_OTHER_T, ks * FA_K, lane);
 #pragma unroll
-                for (int st = 0; st < STRIPS; st++) fa_score_mma(&s[st][j], &qf[st][ks], &ko);
+                for (int st = 0; st < STRIPS; st++) fa_score_mma(&s[st][j], &FA_Q_OP(st), &ko);
             }
+#undef FA_Q_OP
+        }
         __syncthreads();
         if (tn < t_end) fa_fetch_rows(Ks, kp + (fa_long)tn * BC * k_ss, k_ss, BC, seq.len_k - tn * BC, lid, FA_THREADS);
         fa_copy_commit();
@@ -195,26 +232,33 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
                 for (int e = 0; e < FA_C_ELEMS; e++) acc[st][f].x[e] *= alpha[FA_OWN_SLOT(e)];
         }
 
+        fa_p_op p[STRIPS][PK];
+#pragma unroll
+        for (int st = 0; st < STRIPS; st++)
+#pragma unroll
+            for (int pk = 0; pk < PK; pk++) fa_x_to_p(&p[st][pk], s[st], pk, lane);
+
         fa_copy_wait(1);
         __syncthreads();
 #pragma unroll
-        for (int pk = 0; pk < PK; pk++) {
-            fa_p_op p[STRIPS];
-#pragma unroll
-            for (int st = 0; st < STRIPS; st++) fa_x_to_p(&p[st], s[st], pk, lane);
+        for (int pk = 0; pk < PK; pk++)
 #pragma unroll
             for (int f = 0; f < NF; f++) {
                 fa_z_op z;
                 fa_load_z(&z, Vs, LD, pk * FA_K, f * FA_DIM_T, lane);
 #pragma unroll
-                for (int st = 0; st < STRIPS; st++) fa_acc_mma(&acc[st][f], &p[st], &z);
+                for (int st = 0; st < STRIPS; st++) fa_acc_mma(&acc[st][f], &p[st][pk], &z);
             }
-        }
         __syncthreads();
         if (tn < t_end) fa_fetch_rows(Vs, vp + (fa_long)tn * BC * v_ss, v_ss, BC, seq.len_k - tn * BC, lid, FA_THREADS);
         fa_copy_commit();
         t = tn;
     }
+
+    /* Q's copies (no key tile ran) and every wavefront's reads of the
+     * block are done before O overwrites its start. */
+    fa_copy_wait(0);
+    __syncthreads();
 
     /* Normalise once; a row the masks leave no key gives O = 0 (whatever
      * 0 * NaN its accumulator met) and L = -inf (fa_row_sees_key). O

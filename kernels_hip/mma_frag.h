@@ -277,4 +277,16 @@ FA_FN void fa_copy_commit(void) {}
 #define fa_copy_wait(n) ((void)0)
 #endif
 
+#ifndef FA_NATIVE_ATOMIC
+/* Additions to dQ's fp32 accumulator, two neighbouring floats or one. It is
+ * device memory from hipMalloc (coarse-grained), where AMD's floating-point
+ * atomic instructions apply; atomicAdd would be a compare-and-swap loop on
+ * gfx90a. */
+FA_FN void fa_atomic_add(float *p, float v) { (void)unsafeAtomicAdd(p, v); }
+FA_FN void fa_atomic_add2(float *p, float a, float b) {
+    fa_atomic_add(p, a);
+    fa_atomic_add(p + 1, b);
+}
+#endif
+
 #endif /* FA_HOST_MODEL */

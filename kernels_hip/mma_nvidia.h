@@ -161,4 +161,17 @@ FA_FN void fa_copy16(fa_ushort *dst, const fa_ushort *src, int valid) {
 FA_FN void fa_copy_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 #define fa_copy_wait(n) asm volatile("cp.async.wait_group " #n ";" ::: "memory")
 
+/* Additions to dQ's fp32 accumulator: sm_90 adds two neighbouring floats
+ * in one reduction. */
+#define FA_NATIVE_ATOMIC 1
+FA_FN void fa_atomic_add(float *p, float v) { atomicAdd(p, v); }
+FA_FN void fa_atomic_add2(float *p, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+#endif
+}
+
 #endif /* FA_HOST_MODEL */

@@ -26,6 +26,13 @@
  * at 128 threads and spilled). */
 #define FA_MMA_KERNEL(THREADS) extern "C" __global__ __launch_bounds__(THREADS, 1)
 
+/* A kernel's local memory: one dynamic block of 16-bit elements, its size
+ * passed at launch (core/planner_hip_mma.c's figure for the kernel). Static
+ * tiles would stop at 48 KiB a block through the mapping on NVIDIA, where
+ * the host opts the kernel in to the device's larger limit; on AMD the
+ * whole LDS is there either way. */
+#define FA_LOCAL_BLOCK(name) extern __shared__ __attribute__((aligned(16))) fa_ushort name[]
+
 #define LD (HEAD_DIM + 8)
 #define D_CHUNKS (HEAD_DIM / 8)
 #define KT (HEAD_DIM / FA_K)     /* k-steps of a score product */

@@ -16,16 +16,24 @@
 #include "planner_hip_mma.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #ifdef FA_WITH_HIP
 #include "backends/hip/hip_runtime_internal.h"
 
-static size_t pass_local_mem(const fa_kernel_plan *kp, fa_pass pass, const fa_attention_desc *desc) {
-    return kp->variant == FA_VARIANT_MMA ? fa_hip_mma_local_mem(desc, pass, kp->br, kp->bc)
+static size_t pass_local_mem(const fa_device_desc *dev, const fa_kernel_plan *kp, fa_pass pass,
+                             const fa_attention_desc *desc) {
+    return kp->variant == FA_VARIANT_MMA ? fa_hip_mma_local_mem(dev, desc, pass, kp)
                                          : fa_plan_local_mem(FA_VARIANT_SIMT, pass, desc, kp->br, kp->bc, 1);
 }
 
-static void apply_tiles(fa_kernel_plan *kp, const suite_tiles *t, fa_pass pass, const fa_attention_desc *desc) {
+/* Forced matrix-core backward tiles alternate between one and two query
+ * tiles in flight (two where they fit), so both builds of the dK/dV kernel
+ * run. */
+static int forced_bwd_stages;
+
+static void apply_tiles(const fa_device_desc *dev, fa_kernel_plan *kp, const suite_tiles *t, fa_pass pass,
+                        const fa_attention_desc *desc) {
     kp->br = t->br;
     kp->bc = t->bc;
     kp->thread_rows = t->tr;
@@ -34,14 +42,20 @@ static void apply_tiles(fa_kernel_plan *kp, const suite_tiles *t, fa_pass pass, 
     kp->split_k = t->split > 1 ? t->split : 1;
     kp->variant = t->mma ? FA_VARIANT_MMA : t->split > 1 ? FA_VARIANT_SPLITK : FA_VARIANT_SIMT;
     kp->stages = 1;
-    kp->local_mem_bytes = pass_local_mem(kp, pass, desc);
+    if (t->mma && pass == FA_PASS_BACKWARD && forced_bwd_stages++ % 2) {
+        kp->stages = 2;
+        const size_t two = fa_hip_mma_local_mem(dev, desc, pass, kp);
+        if (two == 0 || two > dev->local_mem_bytes) kp->stages = 1;
+    }
+    kp->local_mem_bytes = pass_local_mem(dev, kp, pass, desc);
 }
 
 static fa_status hip_force_tiles(fa_plan plan, const suite_tiles *fwd, const suite_tiles *bwd) {
     fa_hip_plan_release(plan->ctx->impl, plan->impl);
     plan->impl = NULL;
-    if (fwd) apply_tiles(&plan->info.forward, fwd, FA_PASS_FORWARD, &plan->desc);
-    if (bwd) apply_tiles(&plan->info.backward, bwd, FA_PASS_BACKWARD, &plan->desc);
+    const fa_device_desc *dev = &plan->ctx->info.desc;
+    if (fwd) apply_tiles(dev, &plan->info.forward, fwd, FA_PASS_FORWARD, &plan->desc);
+    if (bwd) apply_tiles(dev, &plan->info.backward, bwd, FA_PASS_BACKWARD, &plan->desc);
     return fa_hip_plan_prepare(plan->ctx->impl, plan, &plan->impl);
 }
 
@@ -66,7 +80,7 @@ static void hip_check_plan(const char *name, fa_plan plan) {
     for (int pass = 0; pass < 2; pass++) {
         fa_hip_kernel_usage u;
         fa_status st = fa_hip_plan_kernel_usage(plan->impl, (fa_pass)pass, &u);
-        size_t want = pass_local_mem(kp[pass], (fa_pass)pass, &plan->desc);
+        size_t want = pass_local_mem(&plan->ctx->info.desc, kp[pass], (fa_pass)pass, &plan->desc);
         CHECK_MSG(st == FA_SUCCESS && u.local_bytes >= want && u.local_bytes <= want + TILE_PADDING,
                   "%s: %s kernels use %zu bytes of local memory, the planner budgets %zu", name,
                   pass ? "backward" : "forward", u.local_bytes, want);
@@ -155,7 +169,14 @@ static int geometries_of(const fa_device_desc *dev, const fa_attention_desc *d, 
                     }
                     if (t.tr <= 0 || t.tc <= 0 || n >= MAX_GEOMETRIES) continue;
                     if (!fa_hip_mma_geometry_of(dev, d, pass, t.br, t.bc, t.tr, t.tc, NULL)) continue;
-                    if (fa_hip_mma_local_mem(d, pass, t.br, t.bc) > dev->local_mem_bytes) continue;
+                    fa_kernel_plan kp;
+                    memset(&kp, 0, sizeof kp);
+                    kp.br = t.br;
+                    kp.bc = t.bc;
+                    kp.thread_rows = t.tr;
+                    kp.thread_cols = t.tc;
+                    kp.stages = 1;
+                    if (fa_hip_mma_local_mem(dev, d, pass, &kp) > dev->local_mem_bytes) continue;
                     out[n++] = t;
                 }
     }

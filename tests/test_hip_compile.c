@@ -9,7 +9,9 @@
  * gfx1030. The resource use the compiler records in each code object is
  * printed as a table. Scratch memory in a main variant (no optional
  * feature) fails, as does local memory other than the planner's budget.
- * The runtime path (hiprtc) and, where the NVIDIA mapping is built, NVRTC
+ * The matrix-core programs the planner makes for the MI250X, the MI300X
+ * and an RX 7900 XTX compile for gfx90a, gfx940 and gfx1100
+ * (amd_mma_variants), failing on any spill. The runtime path (hiprtc) and, where the NVIDIA mapping is built, NVRTC
  * behind it compile a sample too.
  *
  * Without a HIP compiler these cases skip.
@@ -324,8 +326,10 @@ typedef struct variant {
     fa_dtype dtype;
     int head_dim, wave;
     int main;                 /* no optional feature */
+    int features;             /* for_each_plan's feature set */
+    int mma;                  /* a matrix-core program: local memory dynamic, no spills anywhere */
     unsigned targets;         /* bit t: compiled for targets[t] */
-    size_t local_budget;      /* fa_plan_local_mem of the tile */
+    size_t local_budget;      /* the planner's local memory of the tile */
     fa_kernel_plan kp;
     fa_hip_program prog;
 } variant;
@@ -344,12 +348,15 @@ typedef struct target {
 } target;
 
 /* gfx1030 runs HIP in wave32 only (ROCm refuses its wave64 mode), so the
- * MI250X's tiles reach it rebuilt for a 32-wide wavefront. */
-static const target targets[] = {{"gfx908", 64}, {"gfx90a", 64}, {"gfx940", 64}, {"gfx1030", 32}};
+ * MI250X's tiles reach it rebuilt for a 32-wide wavefront. gfx1100 (RDNA3)
+ * compiles without a device library, which Debian's ROCm 5.2 lacks for it
+ * (tests/hip_gfx11_shim.h stands in). */
+static const target targets[] = {{"gfx908", 64}, {"gfx90a", 64}, {"gfx940", 64}, {"gfx1030", 32}, {"gfx1100", 32}};
 #define T_GFX908 (1u << 0)
 #define T_GFX90A (1u << 1)
 #define T_GFX940 (1u << 2)
 #define T_GFX1030 (1u << 3)
+#define T_GFX1100 (1u << 4)
 
 static int same_program(const fa_hip_program *a, const fa_hip_program *b) {
     if (a->define_count != b->define_count || a->path_count != b->path_count) return 0;
@@ -382,11 +389,14 @@ static void set_all_features(fa_attention_desc *d) {
     }
 }
 
-static void add_variant(variant_set *set, const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass,
-                        int wave, int features, unsigned mask) {
+/* A plan's program, once per distinct program; dev (for matrix-core
+ * plans, whose layer is the device's) or NULL (SIMT plans). */
+static void add_variant(variant_set *set, const fa_device_desc *dev, const fa_attention_desc *d,
+                        const fa_kernel_plan *kp, fa_pass pass, int wave, int features, unsigned mask) {
     variant v;
     memset(&v, 0, sizeof v);
-    fa_status st = fa_hip_program_for(d, kp, pass, wave, &v.prog);
+    fa_status st =
+        dev ? fa_hip_program_for_device(dev, d, kp, pass, &v.prog) : fa_hip_program_for(d, kp, pass, wave, &v.prog);
     CHECK_MSG(st == FA_SUCCESS, "no HIP program for a %s plan %dx%d/%dx%d at head_dim %d: %s",
               pass == FA_PASS_FORWARD ? "forward" : "backward", kp->br, kp->bc, kp->thread_rows, kp->thread_cols,
               d->head_dim, fa_last_error());
@@ -405,9 +415,11 @@ static void add_variant(variant_set *set, const fa_attention_desc *d, const fa_k
     v.head_dim = d->head_dim;
     v.wave = wave;
     v.main = !features;
+    v.features = features;
     v.targets = mask;
     v.kp = *kp;
-    v.local_budget = fa_plan_local_mem(FA_VARIANT_SIMT, pass, d, kp->br, kp->bc, 1);
+    v.mma = kp->variant == FA_VARIANT_MMA;
+    v.local_budget = v.mma ? kp->local_mem_bytes : fa_plan_local_mem(FA_VARIANT_SIMT, pass, d, kp->br, kp->bc, 1);
     set->v[set->count++] = v;
 }
 
@@ -454,8 +466,8 @@ typedef struct simt_sweep {
 
 static void add_simt_plan(void *user, const fa_attention_desc *d, const fa_plan_info *info, int features) {
     const simt_sweep *w = user;
-    add_variant(w->set, d, &info->forward, FA_PASS_FORWARD, w->wave, features, w->mask);
-    add_variant(w->set, d, &info->backward, FA_PASS_BACKWARD, w->wave, features, w->mask);
+    add_variant(w->set, NULL, d, &info->forward, FA_PASS_FORWARD, w->wave, features, w->mask);
+    add_variant(w->set, NULL, d, &info->backward, FA_PASS_BACKWARD, w->wave, features, w->mask);
 }
 
 /* The programs of a device's plans (for_each_plan), with no optional
@@ -468,10 +480,12 @@ static void enumerate(const fa_device_desc *dev, int wave, int features, const f
 }
 
 static void variant_label(const variant *v, char *out, size_t size) {
-    snprintf(out, size, "%s %-4s d%-3d %3dx%-3d %dx%d wg%-4d w%d %s",
-             v->pass == FA_PASS_FORWARD ? (v->kp.variant == FA_VARIANT_SPLITK ? "splitk" : "fwd   ") : "bwd   ",
+    snprintf(out, size, "%s %-4s d%-3d %3dx%-3d %dx%d wg%-4d w%d%s %s",
+             v->pass == FA_PASS_FORWARD ? (v->kp.variant == FA_VARIANT_SPLITK ? "splitk" : v->mma ? "fwdmma" : "fwd   ")
+                                        : v->mma ? "bwdmma" : "bwd   ",
              fa_dtype_name(v->dtype), v->head_dim, v->kp.br, v->kp.bc, v->kp.thread_rows, v->kp.thread_cols,
-             v->kp.work_group_size, v->wave, v->main ? "-" : "all");
+             v->kp.work_group_size, v->wave, v->kp.stages > 1 ? " s2" : "",
+             v->features == 0 ? "-" : v->features == 1 ? "all" : "all det");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -539,6 +553,11 @@ static pid_t start_job(const work *w, int j) {
     /* hiprtc's implicit header, so that hipcc sees what hiprtc sees. */
     argv[n++] = (char *)"-include";
     argv[n++] = (char *)"hip/hip_runtime.h";
+    if (strcmp(t->arch, "gfx1100") == 0) {
+        argv[n++] = (char *)"-nogpulib";
+        argv[n++] = (char *)"-include";
+        argv[n++] = (char *)FA_SOURCE_DIR "/tests/hip_gfx11_shim.h";
+    }
     for (int i = 0; i < v->prog.define_count; i++) argv[n++] = (char *)v->prog.defines[i];
     argv[n++] = (char *)"-c";
     argv[n++] = src;
@@ -616,6 +635,8 @@ static int write_source(const char *path, const fa_hip_program *prog) {
 }
 
 static int hipcc_works(void) {
+    /* hipcc otherwise asks the (absent) GPUs for a default target first. */
+    setenv("HCC_AMDGPU_TARGET", "gfx90a", 1);
     char log[64];
     snprintf(log, sizeof log, "/tmp/fa-hipcc-%ld.log", (long)getpid());
     char *argv[] = {(char *)hipcc_path(), (char *)"--version", NULL};
@@ -635,13 +656,138 @@ static int cpu_count(void) {
 /* ------------------------------------------------------------------------ */
 /* Cases                                                                     */
 
-/* Every planner variant for every AMD target, with its resource use. */
+#ifdef FA_WITH_HIP
+/* Compiles every program of the set for its targets, prints the table of
+ * resource use and fails on compile errors, on scratch memory (spilled
+ * registers) in main SIMT variants and in every matrix-core variant, and
+ * on local memory other than the planner's: the SIMT kernels' static tiles
+ * exactly its budget (the dQ kernel no more), the matrix-core kernels none
+ * static (theirs is the dynamic block the planner's figure sizes, shown
+ * as "dyn"). */
+static void compile_set(variant_set *set) {
+    CHECK_MSG(!set->overflow, "more than %d distinct programs", MAX_VARIANTS);
+    work w;
+    memset(&w, 0, sizeof w);
+    w.set = set;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(w.dir, sizeof w.dir, "%s/fa-hip-compile-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    CHECK_MSG(mkdtemp(w.dir) != NULL, "mkdtemp(%s) failed", w.dir);
+    w.jobs = calloc((size_t)set->count * FA_ARRAY_SIZE(targets), sizeof *w.jobs);
+    CHECK(w.jobs != NULL);
+    if (!w.jobs) return;
+    for (int i = 0; i < set->count; i++) {
+        char src[320];
+        snprintf(src, sizeof src, "%s/v%d.hip", w.dir, i);
+        CHECK_MSG(write_source(src, &set->v[i].prog), "cannot write %s", src);
+        for (size_t t = 0; t < FA_ARRAY_SIZE(targets); t++)
+            if (set->v[i].targets & (1u << t)) {
+                w.jobs[w.count].variant = i;
+                w.jobs[w.count].target = (int)t;
+                w.jobs[w.count].status = -1;
+                w.count++;
+            }
+    }
+    const int parallel = cpu_count();
+    fprintf(stderr, "%d distinct programs, %d compiles, %d at a time\n", set->count, w.count, parallel);
+    time_t t0 = time(NULL);
+    run_jobs(&w, parallel);
+    fprintf(stderr, "compiled in %ld s\n", (long)(time(NULL) - t0));
+
+    /* The table: one row per program and target, one column group per
+     * kernel (VGPRs, SGPRs, AGPRs, LDS bytes, scratch bytes per lane). */
+    printf("%-56s %-8s %s\n", "program (pass dtype dim tile threads wg wave stages features)", "target",
+           "kernel: vgpr/sgpr/agpr lds scratch");
+    int failed = 0, scratch_main = 0, scratch_other = 0, scratch_mma = 0, lds_wrong = 0;
+    for (int j = 0; j < w.count; j++) {
+        const job *jb = &w.jobs[j];
+        const variant *v = &set->v[jb->variant];
+        const target *t = &targets[jb->target];
+        char label[112];
+        variant_label(v, label, sizeof label);
+        const char *tname = t->arch;
+        if (jb->status != 0 || jb->kernels != v->prog.kernel_count) {
+            failed++;
+            printf("%-56s %-8s FAILED (status %d, %d kernels)\n", label, tname, jb->status, jb->kernels);
+            continue;
+        }
+        printf("%-56s %-8s", label, tname);
+        if (v->mma) printf(" dyn %zu", v->local_budget);
+        for (int k = 0; k < jb->kernels; k++) {
+            const kernel_usage *u = &jb->k[k];
+            printf(" %s: %ld/%ld/%ld %ld %ld", u->name + 3, u->vgpr, u->sgpr, u->agpr, u->lds, u->scratch);
+            if (u->scratch > 0 || u->vgpr_spill > 0) {
+                if (v->mma)
+                    scratch_mma++;
+                else if (v->main)
+                    scratch_main++;
+                else
+                    scratch_other++;
+            }
+            /* The forward and dK/dV kernels declare exactly the planner's
+             * budget, the dQ kernel no more than it. */
+            const int exact = strcmp(u->name, "fa_forward") == 0 || strcmp(u->name, "fa_bwd_dkdv") == 0;
+            const int bounded = strcmp(u->name, "fa_bwd_dq") == 0;
+            if ((exact && (size_t)u->lds != v->local_budget) || (bounded && (size_t)u->lds > v->local_budget) ||
+                (v->mma && u->lds != 0)) {
+                lds_wrong++;
+                printf(" [LDS %ld, budget %zu%s]", u->lds, v->local_budget, v->mma ? " dynamic" : "");
+            }
+            if (u->wave != t->wave) printf(" [wave %ld]", u->wave);
+        }
+        printf("\n");
+    }
+    printf("%d programs x targets, %d failed; scratch in %d main, %d optional-feature and %d matrix-core kernels\n",
+           w.count, failed, scratch_main, scratch_other, scratch_mma);
+    CHECK_MSG(failed == 0, "%d compiles failed", failed);
+    CHECK_MSG(scratch_main == 0, "%d kernels of main variants use scratch memory", scratch_main);
+    CHECK_MSG(scratch_mma == 0, "%d matrix-core kernels spill registers", scratch_mma);
+    CHECK_MSG(lds_wrong == 0, "%d kernels declare other local memory than the planner budgets", lds_wrong);
+    for (int i = 0; i < set->count; i++) {
+        char src[320];
+        snprintf(src, sizeof src, "%s/v%d.hip", w.dir, i);
+        remove(src);
+    }
+    rmdir(w.dir);
+    free(w.jobs);
+}
+
+typedef struct mma_amd_sweep {
+    variant_set *set;
+    const fa_device_desc *dev;
+    unsigned mask;
+} mma_amd_sweep;
+
+static void add_amd_mma_plan(void *user, const fa_attention_desc *d, const fa_plan_info *info, int features) {
+    const mma_amd_sweep *w = user;
+    if (info->forward.variant == FA_VARIANT_MMA)
+        add_variant(w->set, w->dev, d, &info->forward, FA_PASS_FORWARD, w->dev->simd_width, features, w->mask);
+    if (info->backward.variant == FA_VARIANT_MMA)
+        add_variant(w->set, w->dev, d, &info->backward, FA_PASS_BACKWARD, w->dev->simd_width, features, w->mask);
+}
+
+/* An RDNA3 card, described from its data sheet (RX 7900 XTX: 96 CUs at up
+ * to 2500 MHz, 960 GB/s, wave32, 64 KiB of LDS per work-group, WMMA at 512
+ * fp16 flops a clock per CU): the planner's WMMA plans. */
+static fa_device_desc gfx1100_device(void) {
+    fa_device_desc d = gfx1030_device();
+    snprintf(d.name, sizeof d.name, "AMD Radeon RX 7900 XTX");
+    snprintf(d.arch, sizeof d.arch, "gfx1100");
+    d.compute_units = 96;
+    d.clock_mhz = 2500;
+    d.bandwidth_gbs = 960.0;
+    d.global_mem_bytes = (size_t)24 << 30;
+    d.fp32_flops_per_clock_cu = 256.0;
+    d.matrix_flops_per_clock_cu = 512.0;
+    d.matrix_m = d.matrix_n = d.matrix_k = 16;
+    return d;
+}
+#endif
+
+/* Every SIMT planner variant for every AMD target, with its resource use. */
 FA_TEST(amd_targets) {
 #ifndef FA_WITH_HIP
     FA_SKIP("the HIP backend is not built into this library");
 #else
-    /* hipcc otherwise asks the (absent) GPUs for a default target first. */
-    setenv("HCC_AMDGPU_TARGET", "gfx90a", 1);
     if (!hipcc_works()) FA_SKIP("no HIP compiler (hipcc) runs here");
     static variant_set set;
     memset(&set, 0, sizeof set);
@@ -649,7 +795,8 @@ FA_TEST(amd_targets) {
     CHECK(mi != NULL);
     if (!mi) return;
     /* The SIMT kernels' tiles: the MI250X's matrix cores set aside (its
-     * fp16 and bf16 plans there are the matrix-core kernels'). */
+     * fp16 and bf16 plans there are the matrix-core kernels', which
+     * amd_mma_variants compiles). */
     fa_device_desc mi_simt = mi->desc;
     mi_simt.matrix_flops_per_clock_cu = 0.0;
     const fa_device_desc rdna = gfx1030_device();
@@ -664,86 +811,46 @@ FA_TEST(amd_targets) {
     enumerate(&rdna, 32, 0, all_dtypes, 3, T_GFX1030, &set);
     enumerate(&mi_simt, 64, 1, feature_dtypes, 2, T_GFX90A, &set);
     enumerate(&rdna, 32, 1, feature_dtypes, 2, T_GFX1030, &set);
-    CHECK_MSG(!set.overflow, "more than %d distinct programs", MAX_VARIANTS);
+    compile_set(&set);
+#endif
+}
 
-    work w;
-    memset(&w, 0, sizeof w);
-    w.set = &set;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(w.dir, sizeof w.dir, "%s/fa-hip-compile-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    CHECK_MSG(mkdtemp(w.dir) != NULL, "mkdtemp(%s) failed", w.dir);
-    w.jobs = calloc((size_t)set.count * FA_ARRAY_SIZE(targets), sizeof *w.jobs);
-    CHECK(w.jobs != NULL);
-    if (!w.jobs) return;
-    for (int i = 0; i < set.count; i++) {
-        char src[320];
-        snprintf(src, sizeof src, "%s/v%d.hip", w.dir, i);
-        CHECK_MSG(write_source(src, &set.v[i].prog), "cannot write %s", src);
-        for (size_t t = 0; t < FA_ARRAY_SIZE(targets); t++)
-            if (set.v[i].targets & (1u << t)) {
-                w.jobs[w.count].variant = i;
-                w.jobs[w.count].target = (int)t;
-                w.jobs[w.count].status = -1;
-                w.count++;
-            }
+/* The matrix-core variants the planner plans for AMD, with their resource
+ * use; a spill anywhere fails. MFMA: the MI250X's plans for gfx90a, fp16
+ * without options and bf16 with every option, plain and deterministic; the
+ * MI300X's for gfx940 (the CDNA3 name ROCm 5.2 knows; the MI300X is
+ * gfx942), bf16 without options: each instruction form on each CDNA
+ * generation, fp16 and bf16 differing otherwise in their conversions only,
+ * in about half the time of every plan for every target. WMMA: the RX 7900
+ * XTX's plans for gfx1100, fp16 and bf16, with and without every option. */
+FA_TEST(amd_mma_variants) {
+#ifndef FA_WITH_HIP
+    FA_SKIP("the HIP backend is not built into this library");
+#else
+    if (!hipcc_works()) FA_SKIP("no HIP compiler (hipcc) runs here");
+    static variant_set set;
+    memset(&set, 0, sizeof set);
+    const fa_described_device *mi250 = fa_described_device_find("mi250x"), *mi300 = fa_described_device_find("mi300x");
+    CHECK(mi250 != NULL && mi300 != NULL);
+    if (!mi250 || !mi300) return;
+    fa_device_desc cdna3 = mi300->desc;
+    snprintf(cdna3.arch, sizeof cdna3.arch, "gfx940");
+    const fa_device_desc rdna3 = gfx1100_device();
+    static const fa_dtype both[] = {FA_DTYPE_F16, FA_DTYPE_BF16}, f16[] = {FA_DTYPE_F16}, bf16[] = {FA_DTYPE_BF16};
+    const struct {
+        const fa_device_desc *dev;
+        unsigned mask;
+        const fa_dtype *plain; /* dtypes without options */
+        int nplain, options;   /* options: bf16 with every option too */
+    } runs[] = {{&mi250->desc, T_GFX90A, f16, 1, 1}, {&cdna3, T_GFX940, bf16, 1, 0}, {&rdna3, T_GFX1100, both, 2, 1}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(runs); i++) {
+        mma_amd_sweep w = {&set, runs[i].dev, runs[i].mask};
+        const int before = set.count;
+        for_each_plan(runs[i].dev, runs[i].plain, runs[i].nplain, 0, 0, add_amd_mma_plan, &w);
+        if (runs[i].options) for_each_plan(runs[i].dev, bf16, 1, 1, 2, add_amd_mma_plan, &w);
+        CHECK_MSG(set.count > before, "no matrix-core plan for %s (%s)", runs[i].dev->name, runs[i].dev->arch);
     }
-    const int parallel = cpu_count();
-    fprintf(stderr, "%d distinct programs, %d compiles, %d at a time\n", set.count, w.count, parallel);
-    time_t t0 = time(NULL);
-    run_jobs(&w, parallel);
-    fprintf(stderr, "compiled in %ld s\n", (long)(time(NULL) - t0));
-
-    /* The table: one row per program and target, one column group per
-     * kernel (VGPRs, SGPRs, AGPRs, LDS bytes, scratch bytes per lane). */
-    printf("%-50s %-8s %s\n", "program (pass dtype dim tile threads wg wave features)", "target",
-           "kernel: vgpr/sgpr/agpr lds scratch");
-    int failed = 0, scratch_main = 0, scratch_other = 0, lds_wrong = 0;
-    for (int j = 0; j < w.count; j++) {
-        const job *jb = &w.jobs[j];
-        const variant *v = &set.v[jb->variant];
-        const target *t = &targets[jb->target];
-        char label[96];
-        variant_label(v, label, sizeof label);
-        const char *tname = t->arch;
-        if (jb->status != 0 || jb->kernels != v->prog.kernel_count) {
-            failed++;
-            printf("%-50s %-8s FAILED (status %d, %d kernels)\n", label, tname, jb->status, jb->kernels);
-            continue;
-        }
-        printf("%-50s %-8s", label, tname);
-        for (int k = 0; k < jb->kernels; k++) {
-            const kernel_usage *u = &jb->k[k];
-            printf(" %s: %ld/%ld/%ld %ld %ld", u->name + 3, u->vgpr, u->sgpr, u->agpr, u->lds, u->scratch);
-            if (u->scratch > 0) {
-                if (v->main)
-                    scratch_main++;
-                else
-                    scratch_other++;
-            }
-            /* The forward and dK/dV kernels declare exactly the planner's
-             * budget, the dQ kernel no more than it. */
-            const int exact = strcmp(u->name, "fa_forward") == 0 || strcmp(u->name, "fa_bwd_dkdv") == 0;
-            const int bounded = strcmp(u->name, "fa_bwd_dq") == 0;
-            if ((exact && (size_t)u->lds != v->local_budget) || (bounded && (size_t)u->lds > v->local_budget)) {
-                lds_wrong++;
-                printf(" [LDS %ld, budget %zu]", u->lds, v->local_budget);
-            }
-            if (u->wave != t->wave) printf(" [wave %ld]", u->wave);
-        }
-        printf("\n");
-    }
-    printf("%d programs x targets, %d failed; scratch in %d main and %d optional-feature kernels\n", w.count, failed,
-           scratch_main, scratch_other);
-    CHECK_MSG(failed == 0, "%d compiles failed", failed);
-    CHECK_MSG(scratch_main == 0, "%d kernels of main variants use scratch memory", scratch_main);
-    CHECK_MSG(lds_wrong == 0, "%d kernels declare other local memory than the planner budgets", lds_wrong);
-    for (int i = 0; i < set.count; i++) {
-        char src[320];
-        snprintf(src, sizeof src, "%s/v%d.hip", w.dir, i);
-        remove(src);
-    }
-    rmdir(w.dir);
-    free(w.jobs);
+    compile_set(&set);
 #endif
 }
 
@@ -900,15 +1007,17 @@ FA_TEST(nvidia_mapping_compiles) {
 
 #if defined(FA_WITH_HIP) && defined(FA_HIP_ON_CUDA_LIBRARY) && defined(FA_WITH_CUDA)
 /* An NVIDIA GPU as the HIP backend sees it through the mapping
- * (backends/hip_nvidia/): the described H100 (or an A100 for sm_80) with 48
- * KiB of shared memory a block (the kernels' static tiles), its
- * architecture sm_XY and the tensor-core rate hip_backend.c gives it. */
+ * (backends/hip_nvidia/): the described H100 (or an A100 for sm_80) with
+ * its opt-in shared memory a block (227 KiB, 163 KiB on the A100: the
+ * matrix-core kernels' dynamic tiles), its architecture sm_XY and the
+ * tensor-core rate hip_backend.c gives it. */
 static fa_device_desc nvidia_through_mapping(int sm) {
     fa_device_desc d = fa_described_device_find("h100")->desc;
     d.backend = FA_BACKEND_HIP;
-    d.local_mem_bytes = 48 * 1024;
+    d.local_mem_bytes = 227 * 1024;
     snprintf(d.arch, sizeof d.arch, "sm_%d", sm);
     if (sm < 90) {
+        d.local_mem_bytes = 163 * 1024;
         d.compute_units = 108;
         d.clock_mhz = 1410;
         d.bandwidth_gbs = 1555.0;
@@ -1098,5 +1207,5 @@ FA_TEST(program_checks) {
 #endif
 }
 
-FA_TEST_MAIN(FA_CASE(amd_targets), FA_CASE(hiprtc_runtime_path), FA_CASE(nvidia_mapping_compiles),
-             FA_CASE(nvidia_mma_variants), FA_CASE(program_checks))
+FA_TEST_MAIN(FA_CASE(amd_targets), FA_CASE(amd_mma_variants), FA_CASE(hiprtc_runtime_path),
+             FA_CASE(nvidia_mapping_compiles), FA_CASE(nvidia_mma_variants), FA_CASE(program_checks))

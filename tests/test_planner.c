@@ -89,7 +89,8 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         const int ok = fa_hip_mma_geometry_of(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols, &g);
         const fa_hip_mma_layer_info *L = ok ? fa_hip_mma_layer_get(g.layer) : NULL;
         CHECK_MSG(L && (g.strips == 1 || g.strips == 2) && k->work_group_size == g.warps * L->lanes &&
-                      L->lanes == dev->simd_width && k->stages == 1,
+                      L->lanes == dev->simd_width &&
+                      (k->stages == 1 || (pass == FA_PASS_BACKWARD && k->stages == 2)),
                   "%s: hip mma %d x %d, micro-tile %d x %d, work-group %d", what, k->br, k->bc, k->thread_rows,
                   k->thread_cols, k->work_group_size);
     } else if (k->variant == FA_VARIANT_MMA) {
@@ -118,7 +119,7 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     const int cl_mma = k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL;
     const int hip_mma = k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_HIP;
     size_t lm = cl_mma    ? fa_cl_mma_local_mem(dev, d, pass, k->br, k->bc)
-                : hip_mma ? fa_hip_mma_local_mem(d, pass, k->br, k->bc)
+                : hip_mma ? fa_hip_mma_local_mem(dev, d, pass, k)
                           : fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages);
     CHECK_MSG(k->local_mem_bytes == lm && lm <= dev->local_mem_bytes, "%s: local memory %zu (formula %zu) of %zu",
               what, k->local_mem_bytes, lm, dev->local_mem_bytes);

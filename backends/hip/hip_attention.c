@@ -20,7 +20,10 @@
  * MMA plans run the matrix-core kernels (kernels_hip/fwd_mma.hip,
  * bwd_mma.hip) on the fragment layer core/planner_hip_mma.c gives the plan
  * on the device; their backward adds dQ into an fp32 accumulator with
- * atomics, or, in deterministic mode, runs a dQ kernel of its own. */
+ * atomics, or, in deterministic mode, runs a dQ kernel of its own. Their
+ * local memory is dynamic, passed at launch: where it exceeds what a
+ * kernel gets by default (through the NVIDIA mapping: 48 KiB), the kernel
+ * is opted in to it with hipFuncSetAttribute when its module loads. */
 #define FA_HIP_RUNTIME_TYPES
 #include "hip_runtime_internal.h"
 
@@ -242,9 +245,14 @@ static fa_status mma_program_for(const fa_device_desc *dev, const fa_attention_d
         return fa_fail(FA_ERR_INTERNAL, "%s plan: work_group_size %d is not %d wavefronts of %d", name,
                        kp->work_group_size, g.warps, L->lanes);
     const int atomic = pass == FA_PASS_BACKWARD && !d->deterministic;
+    if (kp->stages < 1 || kp->stages > (pass == FA_PASS_BACKWARD ? 2 : 1))
+        return fa_fail(FA_ERR_INTERNAL, "%s plan: %d stages (the matrix-core kernels take 1%s)", name, kp->stages,
+                       pass == FA_PASS_BACKWARD ? " or 2" : "");
     int ok = add_common_defines(out, d, kp, L->lanes) && add_define(out, "-DWARPS=%d", g.warps, 1) &&
              add_define(out, "-DSTRIPS=%d", g.strips, 1);
     if (ok && L->define) ok = add_define(out, L->define, 0, 0);
+    if (ok && g.q_local) ok = add_define(out, "-DQ_LOCAL", 0, 0);
+    if (ok && pass == FA_PASS_BACKWARD) ok = add_define(out, "-DSTAGES=%d", kp->stages, 1);
     if (ok && atomic) ok = add_define(out, "-DDQ_ATOMIC", 0, 0);
     if (!ok) return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit");
     out->paths[out->path_count++] = "kernels_hip/common.h";
@@ -430,6 +438,7 @@ typedef struct hip_pass {
     int dq_threads;             /* backward, mma, deterministic: the dQ kernel's work-group */
     hipModule_t module;
     hipFunction_t fn[3];
+    size_t shared[3];           /* dynamic local memory each kernel is launched with */
     int fn_count;
 } hip_pass;
 
@@ -519,18 +528,57 @@ static fa_status build_tile_map(fa_hip_plan *p, const fa_plan_s *plan, int br, i
     return st;
 }
 
-/* Work-group, local memory and grid limits of this device for a pass. */
+/* Work-group and local memory limits of this device for a pass: the SIMT
+ * kernels' static tiles within the default, the matrix-core kernels'
+ * dynamic ones within what a kernel may opt in to. */
 static fa_status check_fit(const fa_hip_context *ctx, const fa_plan_s *plan, const fa_kernel_plan *kp, fa_pass pass) {
     const char *name = pass == FA_PASS_BACKWARD ? "backward" : "forward";
     const fa_device_desc *dev = &plan->ctx->info.desc;
     if (kp->work_group_size > dev->max_work_group_size)
         return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: work-group of %d exceeds the device's %d", name,
                        kp->work_group_size, dev->max_work_group_size);
-    size_t local = kp->variant == FA_VARIANT_MMA ? fa_hip_mma_local_mem(&plan->desc, pass, kp->br, kp->bc)
-                                                 : fa_plan_local_mem(FA_VARIANT_SIMT, pass, &plan->desc, kp->br, kp->bc, 1);
-    if (local > ctx->lds_bytes)
-        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %zu bytes of local memory exceed the device's %zu", name, local,
-                       ctx->lds_bytes);
+    const int mma = kp->variant == FA_VARIANT_MMA;
+    const size_t local = mma ? fa_hip_mma_local_mem(dev, &plan->desc, pass, kp)
+                             : fa_plan_local_mem(FA_VARIANT_SIMT, pass, &plan->desc, kp->br, kp->bc, 1);
+    const size_t limit = mma ? ctx->lds_bytes : ctx->lds_static_bytes;
+    if (local > limit)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %zu bytes of local memory exceed the device's %zu%s", name, local,
+                       limit, mma ? "" : " for static tiles");
+    return FA_SUCCESS;
+}
+
+/* The matrix-core kernels' dynamic local memory, kernel by kernel in the
+ * program's order (the row-wise kernels of the backward take none). */
+static void mma_shared_sizes(const fa_device_desc *dev, const fa_attention_desc *d, const fa_kernel_plan *kp,
+                             fa_pass pass, hip_pass *hp) {
+    memset(hp->shared, 0, sizeof hp->shared);
+    if (pass == FA_PASS_FORWARD) {
+        hp->shared[0] = fa_hip_mma_local_mem(dev, d, pass, kp);
+        return;
+    }
+    hp->shared[1] = fa_hip_mma_local_mem(dev, d, pass, kp);
+    if (d->deterministic) hp->shared[2] = fa_hip_mma_dq_local_mem(d, kp->br, kp->bc);
+}
+
+/* Opts the kernels that take more dynamic local memory than the default in
+ * to it. */
+static fa_status opt_in_shared(const fa_hip_context *ctx, const fa_hip_program *prog, const hip_pass *hp) {
+    const fa_hip_api *api = fa_hip_api_get();
+    for (int i = 0; i < hp->fn_count; i++) {
+        if (hp->shared[i] <= ctx->lds_static_bytes) continue;
+        if (!api->hipFuncSetAttribute || hp->shared[i] > (size_t)INT32_MAX)
+            return fa_fail(FA_ERR_UNSUPPORTED, "%s: %zu bytes of local memory need hipFuncSetAttribute, which %s",
+                           prog->kernels[i], hp->shared[i],
+                           api->hipFuncSetAttribute ? "takes an int" : "this HIP runtime lacks");
+        hipError_t err = api->hipFuncSetAttribute((const void *)hp->fn[i], hipFuncAttributeMaxDynamicSharedMemorySize,
+                                                  (int)hp->shared[i]);
+        if (err != hipSuccess) {
+            char what[128];
+            snprintf(what, sizeof what, "hipFuncSetAttribute(%s, MaxDynamicSharedMemorySize, %zu)", prog->kernels[i],
+                     hp->shared[i]);
+            return fa_hip_error(err, what);
+        }
+    }
     return FA_SUCCESS;
 }
 
@@ -607,6 +655,7 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
         hp[i]->tc = kp[i]->thread_cols;
         hp[i]->wg = kp[i]->work_group_size;
         hp[i]->mma = kp[i]->variant == FA_VARIANT_MMA;
+        if (hp[i]->mma) mma_shared_sizes(dev, d, kp[i], (fa_pass)i, hp[i]);
     }
     if (p->bwd.mma) {
         fa_hip_mma_geometry g;
@@ -664,7 +713,9 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
     const int v = api->runtime_version;
     snprintf(runtime, sizeof runtime, "hip %d.%d.%d", v / 10000000, (v / 100000) % 100, v % 100000);
     FA_CHECK(load_pass(p, arch, runtime, &fwd_prog, &p->fwd));
-    return load_pass(p, arch, runtime, &bwd_prog, &p->bwd);
+    FA_CHECK(load_pass(p, arch, runtime, &bwd_prog, &p->bwd));
+    FA_CHECK(opt_in_shared(ctx, &fwd_prog, &p->fwd));
+    return opt_in_shared(ctx, &bwd_prog, &p->bwd);
 }
 
 fa_status fa_hip_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **plan_impl) {
@@ -776,15 +827,15 @@ static void mask_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *plan, 
 }
 
 static fa_status launch(const fa_hip_plan *p, hipFunction_t fn, const char *name, size_t gx, size_t gy, size_t gz,
-                        unsigned block, hip_args *a) {
+                        unsigned block, size_t shared, hip_args *a) {
     if (a->count >= FA_HIP_MAX_ARGS) return fa_fail(FA_ERR_INTERNAL, "%s: too many kernel arguments", name);
     if (gx == 0 || gy == 0 || gz == 0) return FA_SUCCESS;
     if (gx > 0x7fffffffu || gy > FA_HIP_MAX_GRID_YZ || gz > FA_HIP_MAX_GRID_YZ)
         return fa_fail(FA_ERR_UNSUPPORTED, "%s: grid %zu x %zu x %zu exceeds the device's (2^31 - 1) x %u x %u", name,
                        gx, gy, gz, FA_HIP_MAX_GRID_YZ, FA_HIP_MAX_GRID_YZ);
     const fa_hip_api *api = fa_hip_api_get();
-    hipError_t err = api->hipModuleLaunchKernel(fn, (unsigned)gx, (unsigned)gy, (unsigned)gz, block, 1, 1, 0,
-                                                p->ctx->stream, a->ptrs, NULL);
+    hipError_t err = api->hipModuleLaunchKernel(fn, (unsigned)gx, (unsigned)gy, (unsigned)gz, block, 1, 1,
+                                                (unsigned)shared, p->ctx->stream, a->ptrs, NULL);
     if (err != hipSuccess) {
         char what[96];
         snprintf(what, sizeof what, "hipModuleLaunchKernel(%s)", name);
@@ -821,8 +872,8 @@ static fa_status run_forward(fa_hip_plan *p, const fa_plan_s *plan, const fa_fwd
     arg_ptr(&a, p->part_o);
     arg_ptr(&a, p->part_l);
     const size_t tiles = ((size_t)d->seqlen_q + (size_t)p->fwd.br - 1) / (size_t)p->fwd.br;
-    FA_CHECK(launch(p, p->fwd.fn[0], p->fwd.mma ? "fa_forward_mma" : "fa_forward", tiles, (size_t)d->heads_q, (size_t)d->batch * (size_t)p->num_splits,
-                    (unsigned)p->fwd.wg, &a));
+    FA_CHECK(launch(p, p->fwd.fn[0], p->fwd.mma ? "fa_forward_mma" : "fa_forward", tiles, (size_t)d->heads_q,
+                    (size_t)d->batch * (size_t)p->num_splits, (unsigned)p->fwd.wg, p->fwd.shared[0], &a));
     if (p->num_splits == 1) return FA_SUCCESS;
 
     hip_args m = {0};
@@ -837,7 +888,7 @@ static fa_status run_forward(fa_hip_plan *p, const fa_plan_s *plan, const fa_fwd
     arg_ptr(&m, p->cu_q);
     arg_int(&m, p->num_splits);
     return launch(p, p->fwd.fn[1], "fa_splitk_merge", (size_t)d->seqlen_q, (size_t)d->heads_q, (size_t)d->batch,
-                  (unsigned)d->head_dim, &m);
+                  (unsigned)d->head_dim, 0, &m);
 }
 
 fa_status fa_hip_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args) {
@@ -902,7 +953,7 @@ static fa_status run_backward_mma(fa_hip_plan *p, const fa_plan_s *plan, const f
     arg_i64(&a, plan->total_q);
     arg_ptr(&a, p->cu_q);
     FA_CHECK(launch(p, p->bwd.fn[0], "fa_bwd_prep_mma", row_blocks, (size_t)d->heads_q, (size_t)d->batch,
-                    FA_HIP_PREP_THREADS, &a));
+                    FA_HIP_PREP_THREADS, 0, &a));
 
     hip_args kv = {0};
     bwd_inputs(&kv, p, args);
@@ -912,7 +963,7 @@ static fa_status run_backward_mma(fa_hip_plan *p, const fa_plan_s *plan, const f
     bwd_common_args(&kv, p, plan);
     const size_t ktiles = ((size_t)d->seqlen_k + (size_t)p->bwd.bc - 1) / (size_t)p->bwd.bc;
     FA_CHECK(launch(p, p->bwd.fn[1], "fa_bwd_dkdv_mma", ktiles, (size_t)d->heads_kv, (size_t)d->batch,
-                    (unsigned)p->bwd.wg, &kv));
+                    (unsigned)p->bwd.wg, p->bwd.shared[1], &kv));
 
     hip_args q = {0};
     if (p->bwd.dq_atomic) {
@@ -925,14 +976,14 @@ static fa_status run_backward_mma(fa_hip_plan *p, const fa_plan_s *plan, const f
         arg_ptr(&q, p->cu_q);
         arg_float(&q, plan->scale);
         return launch(p, p->bwd.fn[2], "fa_bwd_dq_convert", row_blocks, (size_t)d->heads_q, (size_t)d->batch,
-                      FA_HIP_PREP_THREADS, &q);
+                      FA_HIP_PREP_THREADS, 0, &q);
     }
     bwd_inputs(&q, p, args);
     arg_ptr(&q, ptr_of(args->dq));
     bwd_common_args(&q, p, plan);
     const size_t qtiles = ((size_t)d->seqlen_q + (size_t)p->bwd.br - 1) / (size_t)p->bwd.br;
     return launch(p, p->bwd.fn[2], "fa_bwd_dq_mma", qtiles, (size_t)d->heads_q, (size_t)d->batch,
-                  (unsigned)p->bwd.dq_threads, &q);
+                  (unsigned)p->bwd.dq_threads, p->bwd.shared[2], &q);
 }
 
 static fa_status run_backward(fa_hip_plan *p, const fa_plan_s *plan, const fa_bwd_args *args) {
@@ -948,7 +999,7 @@ static fa_status run_backward(fa_hip_plan *p, const fa_plan_s *plan, const fa_bw
     arg_i64(&a, plan->total_q);
     arg_ptr(&a, p->cu_q);
     FA_CHECK(launch(p, p->bwd.fn[0], "fa_bwd_dot", ((size_t)d->seqlen_q + 63) / 64, (size_t)d->heads_q,
-                    (size_t)d->batch, 64, &a));
+                    (size_t)d->batch, 64, 0, &a));
 
     hip_args kv = {0};
     bwd_inputs(&kv, p, args);
@@ -957,7 +1008,7 @@ static fa_status run_backward(fa_hip_plan *p, const fa_plan_s *plan, const fa_bw
     bwd_common_args(&kv, p, plan);
     const size_t ktiles = ((size_t)d->seqlen_k + (size_t)p->bwd.bc - 1) / (size_t)p->bwd.bc;
     FA_CHECK(launch(p, p->bwd.fn[1], "fa_bwd_dkdv", ktiles, (size_t)d->heads_kv, (size_t)d->batch,
-                    (unsigned)p->bwd.wg, &kv));
+                    (unsigned)p->bwd.wg, 0, &kv));
 
     hip_args q = {0};
     bwd_inputs(&q, p, args);
@@ -965,7 +1016,7 @@ static fa_status run_backward(fa_hip_plan *p, const fa_plan_s *plan, const fa_bw
     bwd_common_args(&q, p, plan);
     const size_t qtiles = ((size_t)d->seqlen_q + (size_t)p->bwd.br - 1) / (size_t)p->bwd.br;
     return launch(p, p->bwd.fn[2], "fa_bwd_dq", qtiles, (size_t)d->heads_q, (size_t)d->batch, (unsigned)p->bwd.wg,
-                  &q);
+                  0, &q);
 }
 
 fa_status fa_hip_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args) {
@@ -1014,7 +1065,7 @@ fa_status fa_hip_plan_kernel_usage(void *plan_impl, fa_pass pass, fa_hip_kernel_
         if (err == hipSuccess) err = api->hipFuncGetAttribute(&regs, HIP_FUNC_ATTRIBUTE_NUM_REGS, hp->fn[i]);
         if (err == hipSuccess) err = api->hipFuncGetAttribute(&priv, HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, hp->fn[i]);
         if (err != hipSuccess) return fa_hip_error(err, "hipFuncGetAttribute");
-        if ((size_t)local > usage->local_bytes) usage->local_bytes = (size_t)local;
+        if ((size_t)local + hp->shared[i] > usage->local_bytes) usage->local_bytes = (size_t)local + hp->shared[i];
         if (regs > usage->registers) usage->registers = regs;
         if ((size_t)priv > usage->private_bytes) usage->private_bytes = (size_t)priv;
     }

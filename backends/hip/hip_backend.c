@@ -226,6 +226,18 @@ static int hip_describe_device(int index, fa_device_info *info, char *why, size_
         return 0;
     }
 
+    /* Where a kernel may opt in to more local memory than the default (the
+     * NVIDIA mapping: 227 KiB on an H100 against 48), the device offers the
+     * larger figure: the matrix-core kernels take their tiles dynamically
+     * and opt in (hip_attention.c), the planner keeps the SIMT kernels'
+     * static tiles within the default. AMD reports one figure (or no
+     * opt-in attribute). */
+    int optin = 0;
+    if (hip_api.hipFuncSetAttribute &&
+        hip_api.hipDeviceGetAttribute(&optin, hipDeviceAttributeSharedMemPerBlockOptin, index) == hipSuccess &&
+        optin > lds)
+        lds = optin;
+
     hip_arch_name(index, d->arch, sizeof d->arch);
     if (strncmp(d->arch, "sm_", 3) == 0) snprintf(d->vendor, sizeof d->vendor, "NVIDIA");
     d->local_mem_bytes = (size_t)lds;
@@ -399,6 +411,12 @@ static fa_status hip_context_create(int index, void **out) {
     ctx->warp_size = d->simd_width;
     ctx->cu_count = d->compute_units;
     ctx->lds_bytes = d->local_mem_bytes;
+    int lds_static = 0;
+    ctx->lds_static_bytes =
+        hip_api.hipDeviceGetAttribute(&lds_static, hipDeviceAttributeMaxSharedMemoryPerBlock, index) == hipSuccess &&
+                lds_static > 0 && (size_t)lds_static < ctx->lds_bytes
+            ? (size_t)lds_static
+            : ctx->lds_bytes;
     int previous;
     fa_status st = fa_hip_enter(ctx, &previous);
     if (st != FA_SUCCESS) {

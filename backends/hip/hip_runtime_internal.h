@@ -107,8 +107,9 @@ fa_status fa_hip_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, con
 fa_status fa_hip_last_time_ms(void *ctx, void *plan_impl, double *ms);
 
 /* What the runtime reports of the largest kernel of a pass of a prepared
- * plan: static local memory, registers and private (scratch) bytes per
- * work-item (hipFuncGetAttribute). */
+ * plan: local memory (static, with the dynamic block it is launched with),
+ * registers and private (scratch) bytes per work-item
+ * (hipFuncGetAttribute). */
 typedef struct fa_hip_kernel_usage {
     size_t local_bytes;
     int registers;
@@ -161,9 +162,12 @@ fa_status fa_hip_plan_kernel_usage(void *plan_impl, fa_pass pass, fa_hip_kernel_
     X(hipEventDestroy, hipError_t, (hipEvent_t))
 
 /* NULL when the runtime lacks them; see the notes above. hipStreamGetDevice
- * came with ROCm 6 (the headers of 5.2 do not declare it). */
+ * came with ROCm 6 (the headers of 5.2 do not declare it). hipFuncSetAttribute
+ * is called only where the device reports an opt-in limit of local memory
+ * above its default (the NVIDIA mapping), with a module's function. */
 #define FA_HIP_OPTIONAL(X)                                                                   \
     X(hipMemGetAddressRange, hipError_t, (hipDeviceptr_t *, size_t *, hipDeviceptr_t))       \
+    X(hipFuncSetAttribute, hipError_t, (const void *, hipFuncAttribute, int))                \
     X(hipStreamGetDevice, hipError_t, (hipStream_t, hipDevice_t *))                          \
     X(hipGetDevicePropertiesR0000, hipError_t, (hipDeviceProp_t *, int))                     \
     X(hipGetDeviceProperties, hipError_t, (hipDeviceProp_t *, int))
@@ -187,7 +191,8 @@ typedef struct fa_hip_context {
     char arch[32];              /* "gfx90a", "" if unknown */
     int warp_size;              /* wavefront: 64 on CDNA, 32 on RDNA */
     int cu_count;
-    size_t lds_bytes;
+    size_t lds_bytes;           /* local memory a kernel may take (the opt-in limit where there is one) */
+    size_t lds_static_bytes;    /* ... without opting in: all that static tiles get */
 } fa_hip_context;
 
 typedef struct fa_hip_buffer {

@@ -19,8 +19,9 @@
  *   mapped here; hipGetErrorString of the last error a thread got returns
  *   the CUDA call and the driver's own text.
  * - Device attributes: the ones the backend reads, from the matching CUDA
- *   attribute. Shared memory per block is CUDA's static limit (48 KiB),
- *   because the kernels declare their tiles statically.
+ *   attribute. Shared memory per block is CUDA's default limit (48 KiB, all
+ *   that static tiles get); the opt-in limit is SharedMemPerBlockOptin, and
+ *   hipFuncSetAttribute(MaxDynamicSharedMemorySize) opts a kernel in.
  * - hipDeviceProp_t: name, memory, limits, compute capability, and
  *   gcnArchName = "sm_XY", which the backend passes back as
  *   --offload-arch=sm_XY.
@@ -41,9 +42,6 @@ _Static_assert(sizeof(void *) == sizeof(void (*)(void)), "function and object po
 _Static_assert(sizeof(hipDevice_t) == sizeof(int), "hipDevice_t is a device ordinal");
 
 #define SHIM_MAX_DEVICES 64
-/* The kernels' tiles are static __shared__ arrays: CUDA caps those at 48 KiB
- * per block, whatever the opt-in limit for dynamic shared memory is. */
-#define SHIM_STATIC_SHARED_BYTES 49152
 
 /* ------------------------------------------------------------------------ */
 /* Loading                                                                   */
@@ -80,6 +78,7 @@ _Static_assert(sizeof(hipDevice_t) == sizeof(int), "hipDevice_t is a device ordi
     X(cuModuleUnload, CUresult, (CUmodule))                                                    \
     X(cuModuleGetFunction, CUresult, (CUfunction *, CUmodule, const char *))                   \
     X(cuFuncGetAttribute, CUresult, (int *, CUfunction_attribute, CUfunction))                 \
+    X(cuFuncSetAttribute, CUresult, (CUfunction, CUfunction_attribute, int))                   \
     X(cuLaunchKernel, CUresult,                                                                \
       (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,       \
        unsigned int, unsigned int, CUstream, void **, void **))                                \
@@ -412,6 +411,7 @@ static const struct {
     hipDeviceAttribute_t hip;
     CUdevice_attribute cu;
 } attribute_map[] = {
+    {hipDeviceAttributeMaxSharedMemoryPerBlock, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK},
     {hipDeviceAttributeMaxThreadsPerBlock, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK},
     {hipDeviceAttributeWarpSize, CU_DEVICE_ATTRIBUTE_WARP_SIZE},
     {hipDeviceAttributeMultiprocessorCount, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT},
@@ -439,13 +439,6 @@ hipError_t hipDeviceGetAttribute(int *value, hipDeviceAttribute_t attr, int devi
     CUdevice dev;
     hipError_t err = cu_device(device, &dev);
     if (err != hipSuccess) return err;
-    if (attr == hipDeviceAttributeMaxSharedMemoryPerBlock) {
-        int cu_value = 0;
-        err = from_cu(cu.cuDeviceGetAttribute(&cu_value, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, dev),
-                      "cuDeviceGetAttribute");
-        if (err == hipSuccess) *value = cu_value < SHIM_STATIC_SHARED_BYTES ? cu_value : SHIM_STATIC_SHARED_BYTES;
-        return err;
-    }
     for (size_t i = 0; i < sizeof attribute_map / sizeof attribute_map[0]; i++)
         if (attribute_map[i].hip == attr)
             return from_cu(cu.cuDeviceGetAttribute(value, attribute_map[i].cu, dev), "cuDeviceGetAttribute");
@@ -667,6 +660,17 @@ hipError_t hipFuncGetAttribute(int *value, hipFunction_attribute attrib, hipFunc
     default: return set_error(hipErrorInvalidValue, "hipFuncGetAttribute", "attribute not mapped onto CUDA");
     }
     return from_cu(cu.cuFuncGetAttribute(value, a, (CUfunction)(void *)function), "cuFuncGetAttribute");
+}
+
+hipError_t hipFuncSetAttribute(const void *function, hipFuncAttribute attr, int value) {
+    if (!function) return set_error(hipErrorInvalidDeviceFunction, "hipFuncSetAttribute", "function is NULL");
+    if (attr != hipFuncAttributeMaxDynamicSharedMemorySize)
+        return set_error(hipErrorInvalidValue, "hipFuncSetAttribute", "attribute not mapped onto CUDA");
+    SHIM_BIND();
+    /* The backend passes the hipFunction_t of a loaded module: a CUfunction. */
+    return from_cu(cu.cuFuncSetAttribute((CUfunction)(uintptr_t)function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         value),
+                   "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
 }
 
 hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,

@@ -109,7 +109,7 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     CHECK(k->simd_width == dev->simd_width);
     const int cl_mma = k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL;
     const int hip_mma = k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_HIP;
-    size_t lm = cl_mma    ? fa_cl_mma_local_mem(dev, d, pass, k->br, k->bc)
+    size_t lm = cl_mma    ? fa_cl_mma_tile_local_mem(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols)
                 : hip_mma ? fa_hip_mma_local_mem(d, pass, k->br, k->bc)
                           : fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages);
     CHECK_MSG(k->local_mem_bytes == lm && lm <= dev->local_mem_bytes, "%s: local memory %zu (formula %zu) of %zu",
@@ -126,8 +126,15 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         CHECK_MSG(matrix && half && fa_cl_mma_applies(dev, d), "%s: OpenCL mma", what);
         CHECK(k->stages == 1);
         CHECK(k->work_group_size % dev->simd_width == 0);
+        /* Whole fragments of the plan's layout (one of the device's). */
+        fa_cl_mma_geometry g;
+        const fa_mma_layout_info *L =
+            fa_cl_mma_geometry_of(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols, &g)
+                ? fa_mma_layout_get(g.layout)
+                : NULL;
+        CHECK(L && fa_mma_layout_get(L->family) == fa_mma_layout_get(fa_mma_layout_of(dev)));
         const int side = pass == FA_PASS_FORWARD ? k->br : k->bc;
-        CHECK(side % dev->matrix_m == 0 && (pass == FA_PASS_FORWARD ? k->bc : k->br) % dev->matrix_k == 0);
+        CHECK(L && side % L->m == 0 && (pass == FA_PASS_FORWARD ? k->bc : k->br) % L->k == 0);
     } else if (hip_mma) {
         CHECK_MSG(matrix && half && fa_hip_mma_applies(dev, d), "%s: hip mma", what);
     } else if (k->variant == FA_VARIANT_MMA) {

@@ -5,10 +5,15 @@
  * whole tiles; fp16 and bf16 against the fp64 reference, through the
  * suite's checks (tests/attention_suite.c). They need a device whose
  * matrix units the fragment layer reaches: natively (NVIDIA sm_80+), or
- * emulated, as ctest runs them once per layout below on PoCL.
+ * emulated, as ctest runs them once per layout below on PoCL (for Intel
+ * DPAS, AMD MFMA (both shapes) and AMD WMMA the cases named below: head
+ * dims 8 to 256 in fp16 and bf16 at lengths of no whole tile, key splits,
+ * Q in registers).
  *
  * fa-test-labels: device
- * fa-test-mma-layouts: nvidia */
+ * fa-test-mma-layouts: nvidia
+ * fa-test-mma-subset-layouts: intel amd-mfma amd-wmma
+ * fa-test-mma-subset-cases: head_dims split_keys q_in_registers */
 #include "attention_suite.h"
 #include "harness.h"
 #include "opencl_suite.h"
@@ -212,9 +217,13 @@ FA_TEST(split_keys) {
     for (int li = 0; li < nl; li++) {
         const fa_mma_layout_info *l = ls[li];
         const int side = l->k > l->n ? l->k : l->n;
+        /* One sub-group, or as few as make a whole SIMD width (Intel's
+         * sub-groups of 8 on a device of 16). */
+        const int simd = suite_context()->info.desc.simd_width;
+        const int rows = l->m * (simd > l->sub_group ? simd / l->sub_group : 1);
         fa_attention_desc d = suite_desc(FA_DTYPE_F16, 2, 5, 700, 4, 1, 64);
         d.causal = 1;
-        suite_tiles f = mma_tile(l, FA_PASS_FORWARD, l->m, 2 * side, 1, 5);
+        suite_tiles f = mma_tile(l, FA_PASS_FORWARD, rows, 2 * side, 1, 5);
         CHECK(run_forced(l, "split 5 causal", &d, &f, NULL, 0));
         static const int32_t cu_q[] = {0, 1, 3, 4};
         static const int32_t cu_k[] = {0, 300, 1100, 1101};
@@ -222,7 +231,7 @@ FA_TEST(split_keys) {
         d.cu_seqlens_q = cu_q;
         d.cu_seqlens_k = cu_k;
         d.window_left = 250;
-        f = mma_tile(l, FA_PASS_FORWARD, l->m, side, 1, 7);
+        f = mma_tile(l, FA_PASS_FORWARD, rows, side, 1, 7);
         CHECK(run_forced(l, "split 7 varlen window", &d, &f, NULL, 0));
     }
 #endif

@@ -379,7 +379,7 @@ FA_TEST(more_local_memory_never_more_bytes) {
 }
 
 FA_TEST(decoding_splits_keys) {
-    const char *gpus[] = {"h100", "mi250x", "arc-a770", "nvidia-opencl"};
+    const char *gpus[] = {"h100", "mi250x", "arc-a770", "rx-7900xtx", "nvidia-opencl"};
     for (size_t g = 0; g < COUNT(gpus); g++) {
         const fa_device_desc *dev = device(gpus[g]);
         for (int t = 0; t < 3; t++)
@@ -735,14 +735,14 @@ FA_TEST(format_shows_plan) {
 }
 
 FA_TEST(described_devices_table) {
-    static const char *keys[] = {"h100", "mi250x", "mi300x", "arc-a770", "nvidia-opencl", "pocl-cpu"};
-    CHECK(fa_described_device_count() == 6);
-    for (int i = 0; i < 6; i++) {
+    static const char *keys[] = {"h100", "mi250x", "mi300x", "arc-a770", "rx-7900xtx", "nvidia-opencl", "pocl-cpu"};
+    CHECK(fa_described_device_count() == 7);
+    for (int i = 0; i < 7; i++) {
         const fa_described_device *dd = fa_described_device_get(i);
         CHECK(dd && strcmp(dd->key, keys[i]) == 0 && fa_described_device_find(keys[i]) == dd);
         CHECK(dd->desc.name[0] && dd->desc.vendor[0] && dd->desc.global_mem_bytes > 0);
     }
-    CHECK(fa_described_device_get(6) == NULL && fa_described_device_get(-1) == NULL);
+    CHECK(fa_described_device_get(7) == NULL && fa_described_device_get(-1) == NULL);
     const fa_device_desc *mi = device("mi300x");
     CHECK(mi->backend == FA_BACKEND_HIP && strcmp(mi->arch, "gfx942") == 0 && mi->compute_units == 304 &&
           mi->simd_width == 64 && mi->local_mem_bytes == 65536 && mi->matrix_flops_per_clock_cu == 2048.0);
@@ -755,6 +755,10 @@ FA_TEST(described_devices_table) {
     CHECK(device("mi250x")->simd_width == 64 && device("mi250x")->backend == FA_BACKEND_HIP);
     CHECK(device("arc-a770")->simd_width == 16 && device("arc-a770")->backend == FA_BACKEND_OPENCL);
     CHECK(device("pocl-cpu")->type == FA_DEVICE_CPU && device("pocl-cpu")->compute_units == 2);
+    /* RDNA3 through OpenCL: WMMA's 16x16x16, wave32. */
+    const fa_device_desc *rx = device("rx-7900xtx");
+    CHECK(rx->backend == FA_BACKEND_OPENCL && strcmp(rx->arch, "gfx1100") == 0 && rx->simd_width == 32);
+    CHECK(fa_mma_layout_of(rx) == FA_MMA_LAYOUT_AMD_WMMA);
 }
 
 FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan),

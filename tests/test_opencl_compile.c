@@ -423,7 +423,7 @@ static void sweep_intel_dg2(void) {
         snprintf(opts, sizeof opts, "-cl-std=CL1.2 -Dcl_intel_subgroup_matrix_multiply_accumulate=1 %s",
                  p->options);
         label(p, name, sizeof name);
-        const char *cargs[] = {"compile", "-q", "-file", src, "-device", "dg2", "-output_no_suffix", "-output",
+        const char *cargs[] = {"compile", "-file", src, "-device", "dg2", "-output_no_suffix", "-output",
                                bin, "-out_dir", dir, "-options", opts, NULL};
         int rc = fa_test_run_program(ocloc, cargs, out, sizeof out, 600.0);
         CHECK_MSG(rc == 0, "dg2 %s: ocloc failed (%d):\n%.2000s", name, rc, out);

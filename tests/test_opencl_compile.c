@@ -165,9 +165,13 @@ static int write_source(const program *p, const char *path) {
     return fclose(f) == 0 && ok;
 }
 
-/* Splits options at spaces into args[] (no quoting in ours). */
+/* Splits options at spaces into args[] (no quoting in ours); -1 where
+ * they do not fit in cap. */
 static int split_args(char *text, const char **args, int at, int cap) {
-    for (char *tok = strtok(text, " "); tok && at < cap; tok = strtok(NULL, " ")) args[at++] = tok;
+    for (char *tok = strtok(text, " "); tok; tok = strtok(NULL, " ")) {
+        if (at >= cap) return -1;
+        args[at++] = tok;
+    }
     return at;
 }
 
@@ -283,7 +287,7 @@ static void amd_sweep(const char *key, const char *const *targets, int ntargets,
             const int written = write_source(p, src);
             CHECK(written);
             if (!written) continue;
-            const char *args[64];
+            const char *args[96];
             int n = 0;
             args[n++] = "-x";
             args[n++] = "cl";
@@ -323,7 +327,9 @@ static void amd_sweep(const char *key, const char *const *targets, int ntargets,
                 args[n++] = isa;
             }
             snprintf(opts, sizeof opts, "%s", p->options);
-            n = split_args(opts, args, n, 60);
+            n = split_args(opts, args, n, (int)FA_ARRAY_SIZE(args) - 2);
+            CHECK_MSG(n > 0, "%s: the options do not fit the command line", p->options);
+            if (n <= 0) continue;
             args[n++] = src;
             args[n] = NULL;
             label(p, name, sizeof name);

@@ -160,10 +160,14 @@ int fa_test_run_tool(const char *tool, const char *const *args, char *out, size_
 int fa_test_run_program(const char *program, const char *const *args, char *out, size_t out_size,
                         double timeout_s) {
     if (out_size) out[0] = '\0';
-    char *argv[64];
+    char *argv[128];
     int argc = 0;
     argv[argc++] = (char *)program;
-    for (; args && *args && argc < 63; args++) argv[argc++] = (char *)*args;
+    for (; args && *args; args++) {
+        /* Never a silently shortened command line. */
+        if (argc >= (int)(sizeof argv / sizeof argv[0]) - 1) return -1;
+        argv[argc++] = (char *)*args;
+    }
     argv[argc] = NULL;
     int fds[2];
     if (pipe(fds) != 0) return -1;

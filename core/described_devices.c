@@ -15,6 +15,12 @@
  *   gfx942 (CDNA3), from AMD's data sheet and CDNA3 white paper.
  * - Arc A770: 32 Xe-cores of 16 vector engines x 8 fp32 lanes; XMX 2048
  *   fp16 flops per clock per Xe-core (138 TFLOP/s at 2100 MHz).
+ * - Radeon RX 7900 XTX (gfx1100, RDNA3) through AMD's OpenCL: 96 CUs at
+ *   2500 MHz, 960 GB/s of GDDR6 (24 GB), 64 KiB of LDS a work-group, wave32;
+ *   fp32 counted as dual-issue (61.4 TFLOP/s: 256 per CU and clock), WMMA
+ *   fp16 dense 122.8 TFLOP/s (512 per CU and clock); 6 MiB of L2 (the 96
+ *   MiB Infinity Cache beside it is not counted). AMD's RDNA3 white paper
+ *   and product page.
  * - NVIDIA's OpenCL on an H100: local memory capped at 48 KiB; the tensor
  *   cores through inline PTX mma.sync m16n8k16 (the H100's rate: wgmma, the
  *   faster path CUDA has, is refused there).
@@ -108,6 +114,26 @@ static const fa_described_device described[] = {
       .matrix_n = 8,
       .matrix_k = 16,
       .l2_cache_bytes = 16 * MIB}},
+    {"rx-7900xtx",
+     {.name = "gfx1100",
+      .vendor = "Advanced Micro Devices, Inc.",
+      .arch = "gfx1100",
+      .backend = FA_BACKEND_OPENCL,
+      .type = FA_DEVICE_GPU,
+      .local_mem_bytes = 64 * KIB,
+      .max_work_group_size = 1024,
+      .simd_width = 32,
+      .compute_units = 96,
+      .clock_mhz = 2500,
+      .bandwidth_gbs = 960.0,
+      .bandwidth_measured = 0,
+      .global_mem_bytes = 24 * GIB,
+      .fp32_flops_per_clock_cu = 256.0,
+      .matrix_flops_per_clock_cu = 512.0,
+      .matrix_m = 16,
+      .matrix_n = 16,
+      .matrix_k = 16,
+      .l2_cache_bytes = 6 * MIB}},
     {"nvidia-opencl",
      {.name = "NVIDIA H100 80GB HBM3 (OpenCL)",
       .vendor = "NVIDIA Corporation",

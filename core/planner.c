@@ -104,6 +104,8 @@ static const int thread_sizes[] = {1, 2, 4, 8};
 static const int mma_thread_sizes[] = {1, 2, 4, 8, 16, 32};
 /* HIP's reach half of it (a lane of a 32x32 MFMA holds 16 of 32 keys). */
 static const int hip_mma_thread_sizes[] = {1, 2, 4, 8, 16, 32, 64};
+/* OpenCL's the whole of it (a lane of Intel's DPAS layer holds a row). */
+static const int cl_mma_thread_sizes[] = {1, 2, 4, 8, 16, 32, 64, 128};
 
 /* HIP's matrix-core plans take their geometry from planner_hip_mma.c. */
 static int hip_mma(const fa_device_desc *dev, fa_variant variant) {
@@ -122,6 +124,10 @@ static const int *micro_tile_sizes(const fa_device_desc *dev, fa_variant variant
     if (hip_mma(dev, variant)) {
         *count = FA_ARRAY_SIZE(hip_mma_thread_sizes);
         return hip_mma_thread_sizes;
+    }
+    if (cl_mma(dev, variant)) {
+        *count = FA_ARRAY_SIZE(cl_mma_thread_sizes);
+        return cl_mma_thread_sizes;
     }
     if (fa_variant_on_matrix_units(variant)) {
         *count = FA_ARRAY_SIZE(mma_thread_sizes);
@@ -786,6 +792,12 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                             c.tr = sizes[a];
                             c.tc = sizes[b];
                             if (!layout_ok(dev, desc, variant, pass, br, bc, c.tr, c.tc)) continue;
+                            /* OpenCL's matrix-unit micro-tiles name their
+                             * layout, whose tiles may differ in size. */
+                            if (cl_mma(dev, variant)) {
+                                c.local_mem = fa_cl_mma_tile_local_mem(dev, desc, pass, br, bc, c.tr, c.tc);
+                                if (c.local_mem > usable_local_mem(dev)) continue;
+                            }
                             if (variant == FA_VARIANT_MMA && !cl_mma(dev, variant) && !hip_mma(dev, variant) &&
                                 !mma_stages_ok(dev, desc, pass, br, bc, c.tr, stages))
                                 continue;

@@ -28,7 +28,9 @@
  * as for SIMT plans, so that (br / tr) * (bc / tc) is the work-group:
  * per strip c_rows rows, and c_elems / c_rows columns of every n-wide
  * column tile (forward: tr = strips * c_rows, tc = bc * cols / n;
- * backward, keys down: tc = strips * c_rows, tr = br * cols / n).
+ * backward, keys down: tc = strips * c_rows, tr = br * cols / n). Where a
+ * device's matrix units take two layouts (CDNA: MFMA 32x32x8 and
+ * 16x16x16), the micro-tile says which: their columns differ.
  *
  * Registers: the fp32 words of fragments a lane holds must stay within the
  * layout's budget: forward O and S (and Q with QREG), backward dK, dV, S^T
@@ -85,9 +87,9 @@ static size_t dq_local(const fa_mma_layout_info *L, const fa_attention_desc *des
     return 2 * elems;
 }
 
-size_t fa_cl_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
-    const fa_mma_layout_info *L = fa_mma_layout_get(fa_mma_layout_of(dev));
-    if (!L || !desc || br <= 0 || bc <= 0) return 0;
+/* A layout's figure for a pass's kernels. */
+static size_t layout_local(const fa_device_desc *dev, const fa_mma_layout_info *L, const fa_attention_desc *desc,
+                           fa_pass pass, int br, int bc) {
     if (pass == FA_PASS_FORWARD)
         return fwd_local(L, desc->head_dim, br, bc, fwd_q_regs(dev, L, desc->head_dim, br, bc));
     size_t kv = dkdv_local(L, desc, br, bc);
@@ -98,37 +100,63 @@ size_t fa_cl_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *d
     return kv;
 }
 
+size_t fa_cl_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
+    fa_mma_layout ids[FA_MMA_MAX_LAYOUTS];
+    const int n = fa_mma_layouts_of(dev, ids);
+    if (!desc || br <= 0 || bc <= 0) return 0;
+    size_t least = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t b = layout_local(dev, fa_mma_layout_get(ids[i]), desc, pass, br, bc);
+        if (i == 0 || b < least) least = b;
+    }
+    return least;
+}
+
+size_t fa_cl_mma_tile_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br,
+                                int bc, int tr, int tc) {
+    fa_cl_mma_geometry g;
+    return fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, &g) ? g.local_mem : 0;
+}
+
 size_t fa_cl_mma_scratch_bytes(fa_mma_layout layout, int warps) {
     const fa_mma_layout_info *L = fa_mma_layout_get(layout);
     if (!L || warps <= 0) return 0;
     /* kernels_cl/mma_generic.h FA_SCR_WORDS. */
     const int mma = (L->m * L->k + L->k * L->n) / 2, shfl = L->sub_group * L->c_rows;
-    return 4 * (size_t)warps * (size_t)(mma > shfl ? mma : shfl);
+    const int c2a = L->c2a_exchange ? L->sub_group * L->a_words : 0;
+    int words = mma > shfl ? mma : shfl;
+    if (c2a > words) words = c2a;
+    return 4 * (size_t)warps * (size_t)words;
 }
 
 /* Divisibility of the products (the tile's sides against the fragments). */
-int fa_cl_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
-    const fa_mma_layout_info *L = fa_mma_layout_get(fa_mma_layout_of(dev));
-    if (!L || !fa_cl_mma_applies(dev, desc) || br <= 0 || bc <= 0) return 0;
-    if (pass == FA_PASS_FORWARD) {
+static int layout_tile_ok(const fa_mma_layout_info *L, fa_pass pass, int br, int bc) {
+    if (pass == FA_PASS_FORWARD)
         /* S n-tiles and P V k-steps run over the keys. */
-        if (br % L->m || bc % L->n || bc % L->k) return 0;
-    } else {
-        /* S^T n-tiles and P^T k-steps over the queries; the dQ kernel's
-         * strips over them too, its n-tiles and k-steps over the keys. */
-        if (bc % L->m || br % L->n || br % L->k || br % L->m || bc % L->n || bc % L->k) return 0;
-    }
+        return br % L->m == 0 && bc % L->n == 0 && bc % L->k == 0;
+    /* S^T n-tiles and P^T k-steps over the queries; the dQ kernel's strips
+     * over them too, its n-tiles and k-steps over the keys. */
+    return bc % L->m == 0 && br % L->n == 0 && br % L->k == 0 && br % L->m == 0 && bc % L->n == 0 && bc % L->k == 0;
+}
+
+int fa_cl_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
+    if (!fa_cl_mma_applies(dev, desc) || br <= 0 || bc <= 0) return 0;
+    fa_mma_layout ids[FA_MMA_MAX_LAYOUTS];
+    const int n = fa_mma_layouts_of(dev, ids);
+    int divisible = 0;
+    for (int i = 0; i < n; i++) divisible |= layout_tile_ok(fa_mma_layout_get(ids[i]), pass, br, bc);
+    if (!divisible) return 0;
     for (int tr = 1; tr <= 256; tr *= 2)
         for (int tc = 1; tc <= 256; tc *= 2)
             if (fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, NULL)) return 1;
     return 0;
 }
 
-int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
-                          int tr, int tc, fa_cl_mma_geometry *g) {
-    const fa_mma_layout layout = fa_mma_layout_of(dev);
+/* The geometry of a micro-tile in one layout; 0 where it is none of its. */
+static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *desc, fa_mma_layout layout,
+                           fa_pass pass, int br, int bc, int tr, int tc, fa_cl_mma_geometry *g) {
     const fa_mma_layout_info *L = fa_mma_layout_get(layout);
-    if (!L || !fa_cl_mma_applies(dev, desc) || br <= 0 || bc <= 0 || tr <= 0 || tc <= 0) return 0;
+    if (!layout_tile_ok(L, pass, br, bc)) return 0;
     const int fwd = pass == FA_PASS_FORWARD, cols = L->c_elems / L->c_rows, d = desc->head_dim;
     /* Rows a lane holds per strip (down the strips) and columns per n-wide
      * column tile (across). */
@@ -166,6 +194,17 @@ int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *de
         g->q_regs = q_regs;
         g->d_pad = dp;
         g->dq_warps = dq_warps;
+        g->local_mem = layout_local(dev, L, desc, pass, br, bc);
     }
     return 1;
+}
+
+int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                          int tr, int tc, fa_cl_mma_geometry *g) {
+    if (!fa_cl_mma_applies(dev, desc) || br <= 0 || bc <= 0 || tr <= 0 || tc <= 0) return 0;
+    fa_mma_layout ids[FA_MMA_MAX_LAYOUTS];
+    const int n = fa_mma_layouts_of(dev, ids);
+    for (int i = 0; i < n; i++)
+        if (layout_geometry(dev, desc, ids[i], pass, br, bc, tr, tc, g)) return 1;
+    return 0;
 }

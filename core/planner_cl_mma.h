@@ -18,6 +18,8 @@ typedef struct fa_cl_mma_geometry {
     int d_pad;        /* head_dim padded to whole fragments */
     int dq_warps;     /* backward, deterministic: sub-groups of the dQ kernel,
                          one strip of queries each */
+    size_t local_mem; /* bytes the pass's largest kernel declares on real
+                         matrix units (fa_cl_mma_scratch_bytes aside) */
 } fa_cl_mma_geometry;
 
 /* Whether a problem runs on the device's matrix units through OpenCL: an
@@ -26,14 +28,20 @@ int fa_cl_mma_applies(const fa_device_desc *dev, const fa_attention_desc *desc);
 /* Whether some micro-tile runs a br x bc tile (local memory aside). */
 int fa_cl_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc);
 /* The geometry of a micro-tile (tr x tc: the scores a work-item holds, as
- * for SIMT plans); 0 when the kernels cannot run it on the device
- * (layout, work-group, registers; local memory aside). g may be NULL. */
+ * for SIMT plans), which also names the layout among the device's
+ * (fa_mma_layouts_of: the MFMA shapes differ in it); 0 when the kernels
+ * cannot run it on the device (layout, work-group, registers; local memory
+ * aside). g may be NULL. */
 int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
                           int tr, int tc, fa_cl_mma_geometry *g);
-/* Local memory (bytes) of a pass's kernels on real matrix units: the
- * largest of its kernels, which each declare exactly this much or less
- * (the emulated layouts add their scratch, fa_cl_mma_scratch_bytes). */
+/* Local memory (bytes) of a pass's kernels on real matrix units for the
+ * br x bc tile: the least any layout of the device takes (a plan's own is
+ * its geometry's local_mem; the emulated layouts add their scratch,
+ * fa_cl_mma_scratch_bytes). */
 size_t fa_cl_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc);
+/* A micro-tile's figure: its geometry's local_mem, 0 where it has none. */
+size_t fa_cl_mma_tile_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br,
+                                int bc, int tr, int tc);
 /* The local scratch an emulated layout's kernels add: warps sub-groups. */
 size_t fa_cl_mma_scratch_bytes(fa_mma_layout layout, int warps);
 

@@ -190,8 +190,8 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
             fa_a ap[KT][KQ], as[KT][KQ];
             FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
                 FA_MMA_UNROLL for (int kq = 0; kq < KQ; kq++) {
-                    fa_c_to_a(&ap[kt][kq], &st[kt][kq * (FA_K / FA_N)]);
-                    fa_c_to_a(&as[kt][kq], &pt[kt][kq * (FA_K / FA_N)]);
+                    fa_c_to_a(&ap[kt][kq], st[kt], kq, fc);
+                    fa_c_to_a(&as[kt][kq], pt[kt], kq, fc);
                 }
 #define A_P(kt, kq) ap[kt][kq]
 #define A_S(kt, kq) as[kt][kq]
@@ -402,7 +402,7 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
         FA_MMA_UNROLL for (int kp = 0; kp < KP; kp++) {
             fa_a a;
 #if FA_C2A_REGS
-            fa_c_to_a(&a, &dp[kp * (FA_K / FA_N)]);
+            fa_c_to_a(&a, dp, kp, fc);
 #else
             fa_load_a(&a, dSs, LDD, row_base, kp * FA_K, fc);
 #endif

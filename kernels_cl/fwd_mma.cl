@@ -219,7 +219,7 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
 #if FA_C2A_REGS
         fa_a pa[MT][KP];
         FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
-            FA_MMA_UNROLL for (int kp = 0; kp < KP; kp++) fa_c_to_a(&pa[mt][kp], &s[mt][kp * (FA_K / FA_N)]);
+            FA_MMA_UNROLL for (int kp = 0; kp < KP; kp++) fa_c_to_a(&pa[mt][kp], s[mt], kp, fc);
 #else
         FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
             FA_MMA_UNROLL for (int j = 0; j < NT; j++)

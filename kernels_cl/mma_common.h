@@ -84,9 +84,9 @@ FA_FN uint fa_frag_keep(const fa_dropout *dp, uint bh, uint row0, uint col0, int
     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
         const uint r = row0 + (uint)FA_C_ROW(ctx.lane, e), k = col0 + (uint)FA_C_COL(ctx.lane, e);
         const uint q = transposed ? k : r, key = transposed ? r : k;
-        /* Paired elements (FA_C_PAIRED) share their row and group of four
+        /* A run of elements (FA_C_RUN) shares its row and group of four
          * keys, untransposed. */
-        if (!FA_C_PAIRED || transposed || e % 2 == 0)
+        if (transposed || e % FA_C_RUN == 0)
             rnd = fa_philox((uint4)(key >> 2, q, bh, dp->offset_lo), dp->key0, dp->key1);
         const uint w = (key & 3u) == 0u ? rnd.x : (key & 3u) == 1u ? rnd.y : (key & 3u) == 2u ? rnd.z : rnd.w;
         if (w >= dp->threshold) keep |= 1u << e;

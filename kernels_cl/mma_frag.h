@@ -2,30 +2,37 @@
  * bwd_mma.cl) meet a vendor's matrix instruction. A program is built from
  *   common.h, mma_frag.h, mma_<layout>.h, mma_generic.h, <kernel>.cl
  * with one layout selected by the host (backends/opencl/cl_mma.c):
- *   FA_MMA_NVIDIA    mma.sync m16n8k16, 32 lanes      (mma_nvidia.h)
- *   FA_MMA_INTEL     DPAS 8x8x16, sub-groups of 8     (mma_intel.h)
- *   FA_MMA_AMD_MFMA  MFMA 32x32x8, 64 lanes           (mma_amd_mfma.h)
- *   FA_MMA_AMD_WMMA  WMMA 16x16x16, 32 lanes          (mma_amd_wmma.h)
+ *   FA_MMA_NVIDIA      mma.sync m16n8k16, 32 lanes              (mma_nvidia.h)
+ *   FA_MMA_INTEL       DPAS 8x8x16, sub-groups of 8             (mma_intel.h)
+ *   FA_MMA_AMD_MFMA    MFMA 32x32x8, 64 lanes                   (mma_amd_mfma.h)
+ *   FA_MMA_AMD_MFMA16  MFMA 16x16x16, 64 lanes                  (mma_amd_mfma.h)
+ *   FA_MMA_AMD_WMMA    WMMA 16x16x16, 32 lanes                  (mma_amd_wmma.h)
  * and FA_MMA_EMULATE for the same layout in plain OpenCL C 1.2 (every
  * work-item holds exactly the elements the instruction would give it; the
  * lanes exchange through local memory), which runs anywhere (PoCL in CI).
  *
  * Vocabulary. A sub-group is FA_SG consecutive work-items of the
- * (one-dimensional) work-group; its lanes are 0 .. FA_SG - 1. The
- * instruction computes C (FA_M x FA_N, fp32) += A (FA_M x FA_K) B (FA_K x
- * FA_N), A and B 16-bit (fp16 or bf16, as DTYPE_F16 / DTYPE_BF16 say).
- * Each lane holds a fragment of each:
+ * (one-dimensional) work-group; its lanes are 0 .. FA_SG - 1. The layer's
+ * operation computes C (FA_M x FA_N, fp32) += A (FA_M x FA_K) B (FA_K x
+ * FA_N), A and B 16-bit (fp16 or bf16, as DTYPE_F16 / DTYPE_BF16 say). A
+ * layer may run the instruction on swapped operands (C^T = B^T A^T), so
+ * that a lane holds whole rows of C; FA_M x FA_N is then the transpose of
+ * the instruction's shape. Each lane holds a fragment of each:
  *   fa_a  FA_A_WORDS 32-bit words, two 16-bit elements a word (element i is
  *         the low half of word i / 2 when i is even): element i of lane l
  *         is A[FA_A_ROW(l, i)][FA_A_COL(l, i)]
  *   fa_b  FA_B_WORDS words likewise: element i is B[FA_B_K(l, i)][FA_B_N(l, i)]
  *   fa_c  FA_C_ELEMS floats: element e is C[FA_C_ROW(l, e)][FA_C_COL(l, e)]
+ * (an element of A or B may be held by several lanes: WMMA's two halves).
  * A lane's accumulator elements lie on FA_C_ROWS distinct rows, its row
  * slots: element e is on slot FA_C_SLOT(e), slot s is row FA_C_SLOT_ROW(l,
  * s). The lanes that share a row hold it in the same slot, and they are
  * exactly the lanes l ^ x for the xor-combinations x of the masks
  * FA_RED_MASK(0 .. FA_RED_STEPS - 1): a row's maximum or sum over a tile is
- * a butterfly of FA_RED_STEPS exchanges.
+ * a butterfly of FA_RED_STEPS exchanges (none where a lane holds whole
+ * rows). Elements e .. e + FA_C_RUN - 1 (e a multiple of FA_C_RUN, which
+ * divides 4) are consecutive columns of one row from a multiple of
+ * FA_C_RUN: forward they share one Philox call.
  *
  * Operations (a layout defines them natively or takes mma_generic.h's,
  * which are written on the index functions above):
@@ -45,16 +52,20 @@
  * barriers around an exchange in local memory.
  *
  * P V (and dV, dK, dQ backward) take an accumulator as the A operand. With
- * FA_C2A_REGS the layout turns the FA_K / FA_N accumulators of n-tiles
- * FA_K / FA_N * s .. of a row strip into the A fragment of k-step s in
- * registers (fa_c_to_a; A element i is element FA_C2A_ELEM(i) of n-tile
- * FA_C2A_TILE(i) of the step); otherwise the kernels write the
- * accumulators to a local tile (16-bit) and load A from it.
+ * FA_C2A_REGS the layout turns the accumulators of a row strip (its
+ * n-tiles c[0], c[1], ...) into the A fragment of k-step s in registers,
+ * fa_c_to_a(&a, c, s, ctx): A element i of lane l is element
+ * FA_C2A_ELEM(s, i) of n-tile FA_C2A_TILE(s, i), held by lane
+ * FA_C2A_LANE(l, s, i) (lane l itself where the layout leaves that macro
+ * undefined; otherwise the lanes exchange, as the instruction's operands
+ * require: WMMA). Without FA_C2A_REGS the kernels write the accumulators
+ * to a local tile (16-bit) and load A from it.
  *
  * The per-layout headers start with their index functions as plain macros
- * (valid C as well as OpenCL C: tests/test_mma_layouts.c checks them
- * against a plain matrix product on the host, with FA_HOST_MODEL defined),
- * then their device code under #ifndef FA_HOST_MODEL. */
+ * (valid C as well as OpenCL C: tests/test_mma_layouts.c feeds them through
+ * the documented lane layouts of each instruction, tests/mma_model.c, with
+ * FA_HOST_MODEL defined), then their device code under #ifndef
+ * FA_HOST_MODEL. */
 
 #ifndef FA_HOST_MODEL
 

@@ -1,12 +1,13 @@
 /* The fragment layer's operations written once on a layout's index
  * functions (mma_frag.h): all of them for an emulated layout
  * (FA_MMA_EMULATE), the ones a native layout leaves out otherwise (it
- * defines FA_NATIVE_LOADS, _MMA, _SHFL, _PACK, _COPY for those it has).
+ * defines FA_NATIVE_LOADS, _MMA, _SHFL, _PACK, _COPY, _C2A for those it
+ * has).
  * The emulated instruction and shuffles exchange through the sub-group's
  * FA_SCR_WORDS words of local scratch between two work-group barriers. */
 
-#ifndef FA_C_PAIRED
-#define FA_C_PAIRED 0
+#ifndef FA_C_RUN
+#define FA_C_RUN 1
 #endif
 #ifndef FA_KERNEL_ATTRS
 #define FA_KERNEL_ATTRS
@@ -18,10 +19,16 @@
 #define FA_RED_ALL                                                             \
     (FA_RED_BIT_(0) | FA_RED_BIT_(1) | FA_RED_BIT_(2) | FA_RED_BIT_(3) | FA_RED_BIT_(4) | FA_RED_BIT_(5))
 
-/* Scratch: an A and a B matrix of 16-bit values for the instruction, or
- * one row slot's values of every lane for a shuffle. */
-#if !defined(FA_NATIVE_MMA) || !defined(FA_NATIVE_SHFL)
-#define FA_SCR_WORDS FA_MMA_MAX((FA_M * FA_K + FA_K * FA_N) / 2, FA_SG * FA_C_ROWS)
+/* Scratch: an A and a B matrix of 16-bit values for the instruction, one
+ * row slot's values of every lane for a shuffle, or every lane's A
+ * fragment for an exchange of accumulators (fa_c_to_a across lanes). */
+#if defined(FA_C2A_LANE) && !defined(FA_NATIVE_C2A)
+#define FA_SCR_C2A (FA_SG * FA_A_WORDS)
+#else
+#define FA_SCR_C2A 0
+#endif
+#if !defined(FA_NATIVE_MMA) || !defined(FA_NATIVE_SHFL) || FA_SCR_C2A > 0
+#define FA_SCR_WORDS FA_MMA_MAX(FA_MMA_MAX((FA_M * FA_K + FA_K * FA_N) / 2, FA_SG * FA_C_ROWS), FA_SCR_C2A)
 #else
 #define FA_SCR_WORDS 0
 #endif
@@ -124,12 +131,27 @@ FA_FN void fa_rows_sum(float *v, fa_frag_ctx ctx) {
     }
 }
 
-#if FA_C2A_REGS
-/* The A fragment of one k-step from the FA_K / FA_N accumulators c[] of
- * the n-tiles it covers, rounded to the storage dtype. */
-FA_FN void fa_c_to_a(fa_a *a, const fa_c *c) {
+#if FA_C2A_REGS && !defined(FA_C2A_LANE)
+/* The A fragment of k-step ks from the accumulators c[] of a row strip's
+ * n-tiles, rounded to the storage dtype: every element is the lane's own. */
+FA_FN void fa_c_to_a(fa_a *a, const fa_c *c, int ks, fa_frag_ctx ctx) {
+    (void)ctx;
     FA_MMA_UNROLL for (int w = 0; w < FA_A_WORDS; w++)
-        a->w[w] = fa_pack2(c[FA_C2A_TILE(2 * w)].x[FA_C2A_ELEM(2 * w)],
-                           c[FA_C2A_TILE(2 * w + 1)].x[FA_C2A_ELEM(2 * w + 1)]);
+        a->w[w] = fa_pack2(c[FA_C2A_TILE(ks, 2 * w)].x[FA_C2A_ELEM(ks, 2 * w)],
+                           c[FA_C2A_TILE(ks, 2 * w + 1)].x[FA_C2A_ELEM(ks, 2 * w + 1)]);
+}
+#elif FA_C2A_REGS && !defined(FA_NATIVE_C2A)
+/* Across lanes: every lane puts the element each A slot takes from it, as
+ * 16 bits, beside the other lanes'; then reads its slots from the lanes
+ * FA_C2A_LANE names. */
+FA_FN void fa_c_to_a(fa_a *a, const fa_c *c, int ks, fa_frag_ctx ctx) {
+    __local ushort *s = (__local ushort *)ctx.scratch;
+    const int l = ctx.lane;
+    for (int i = 0; i < 2 * FA_A_WORDS; i++) s[i * FA_SG + l] = fa_f2h(c[FA_C2A_TILE(ks, i)].x[FA_C2A_ELEM(ks, i)]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = 0; w < FA_A_WORDS; w++)
+        a->w[w] = (uint)s[2 * w * FA_SG + FA_C2A_LANE(l, ks, 2 * w)] |
+                  (uint)s[(2 * w + 1) * FA_SG + FA_C2A_LANE(l, ks, 2 * w + 1)] << 16;
+    barrier(CLK_LOCAL_MEM_FENCE);
 }
 #endif

@@ -33,14 +33,19 @@
 #define FA_C_SLOT_ROW(l, s) ((l) / 4 + 8 * (s))
 /* Elements 2 i and 2 i + 1 are neighbouring columns of one row, the first
  * even: one Philox call (four columns) serves both. */
-#define FA_C_PAIRED 1
+#define FA_C_RUN 2
 
 #define FA_RED_STEPS 2
 #define FA_RED_MASK(i) (1 << (i))
 
 #define FA_C2A_REGS 1
-#define FA_C2A_TILE(i) ((i) / 4)
-#define FA_C2A_ELEM(i) ((i) % 4)
+#define FA_C2A_TILE(ks, i) (2 * (ks) + (i) / 4)
+#define FA_C2A_ELEM(ks, i) ((i) % 4)
+
+/* The instruction as tests/mma_model.c names it, operands not swapped. */
+#define FA_INSTR_F16 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#define FA_INSTR_BF16 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+#define FA_SWAPPED 0
 
 #ifndef FA_HOST_MODEL
 FA_DECLARE_FRAGMENTS();

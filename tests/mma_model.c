@@ -7,7 +7,12 @@
  *   forms lay out their operands as the f16 ones;
  * - AMD RDNA3: the RDNA3 ISA reference guide's WMMA section (A and B are
  *   replicated in both 16-lane halves; D of f32 in lane j + 16 (i % 2),
- *   VGPR i / 2). */
+ *   VGPR i / 2);
+ * - Intel: cl_intel_subgroup_matrix_multiply_accumulate, section 6.13.X,
+ *   at sub-group size 8 with M = 8 (a: component r of every work-item is
+ *   row r, work-item l giving columns 2 l and 2 l + 1 of it; b: work-item
+ *   l gives column l, two rows an int; the result: component r of
+ *   work-item l is row r, column l). */
 #include "mma_model.h"
 
 #include <math.h>
@@ -60,9 +65,22 @@ static fa_mma_loc wmma_a(int row, int col, int copy) { return loc(row + 16 * cop
 static fa_mma_loc wmma_b(int kk, int col, int copy) { return loc(col + 16 * copy, kk); }
 static fa_mma_loc wmma_c(int row, int col) { return loc(col + 16 * (row % 2), row / 2); }
 
+/* Intel DPAS 8x8x16 at sub-group size 8: 16-bit slot s of a lane's a is
+ * half s % 2 of component s / 2, of its b half s % 2 of int s / 2. */
+static fa_mma_loc dpas8_a(int row, int col, int copy) {
+    (void)copy;
+    return loc(col / 2, 2 * row + col % 2);
+}
+static fa_mma_loc dpas8_b(int kk, int col, int copy) {
+    (void)copy;
+    return loc(col, kk);
+}
+static fa_mma_loc dpas8_c(int row, int col) { return loc(col, row); }
+
 #define PTX "PTX ISA: mma.m16n8k16 fragments (.f16 / .bf16)"
 #define CDNA "AMD CDNA3 ISA guide: MFMA operand layouts"
 #define RDNA3 "AMD RDNA3 ISA guide: WMMA operand layouts"
+#define XMX "cl_intel_subgroup_matrix_multiply_accumulate, sub-group size 8"
 
 static const fa_mma_model models[] = {
     {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", PTX, FA_MMA_IN_F16, 16, 8, 16, 32, 8, 4, 4, 1, nv_a, nv_b,
@@ -75,6 +93,10 @@ static const fa_mma_model models[] = {
     {"v_mfma_f32_16x16x16bf16_1k", CDNA, FA_MMA_IN_BF16, 16, 16, 16, 64, 4, 4, 4, 1, mfma16_a, mfma16_b, mfma16_c},
     {"v_wmma_f32_16x16x16_f16", RDNA3, FA_MMA_IN_F16, 16, 16, 16, 32, 16, 16, 8, 2, wmma_a, wmma_b, wmma_c},
     {"v_wmma_f32_16x16x16_bf16", RDNA3, FA_MMA_IN_BF16, 16, 16, 16, 32, 16, 16, 8, 2, wmma_a, wmma_b, wmma_c},
+    {"intel_sub_group_f16_f16_matrix_mad_k16", XMX, FA_MMA_IN_F16, 8, 8, 16, 8, 16, 16, 8, 1, dpas8_a, dpas8_b,
+     dpas8_c},
+    {"intel_sub_group_bf16_bf16_matrix_mad_k16", XMX, FA_MMA_IN_BF16, 8, 8, 16, 8, 16, 16, 8, 1, dpas8_a, dpas8_b,
+     dpas8_c},
 };
 
 int fa_mma_model_count(void) { return (int)(sizeof models / sizeof models[0]); }

@@ -5,7 +5,8 @@
  * registers laid out that way. Kernel fragment layers state their own
  * layouts as index functions (lane, slot) -> element; feeding those
  * through this model must reproduce a plain matrix product
- * (tests/test_hip_mma_layouts.c). Written in the other direction (element
+ * (tests/test_hip_mma_layouts.c for the HIP layers, tests/test_mma_layouts.c
+ * for the OpenCL ones). Written in the other direction (element
  * -> lane, slot) and from the tables, not from any kernel header, so that
  * a mistake in a layer cannot hide behind the same mistake here.
  *
@@ -27,7 +28,7 @@ typedef struct fa_mma_loc {
 } fa_mma_loc;
 
 typedef struct fa_mma_model {
-    const char *instruction;  /* the vendor's name: "v_mfma_f32_32x32x8f16" */
+    const char *instruction;  /* the vendor's name: "v_mfma_f32_32x32x8f16", an OpenCL built-in */
     const char *source;       /* the document the layout is taken from */
     fa_mma_input input;       /* type of A and B; C is fp32 */
     int m, n, k;              /* C (m x n) += A (m x k) B (k x n) */

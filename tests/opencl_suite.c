@@ -33,9 +33,9 @@ static size_t planned_local(fa_plan plan, const fa_kernel_plan *kp, fa_pass pass
     if (kp->variant == FA_VARIANT_MMA) {
         const fa_device_desc *dev = &plan->ctx->info.desc;
         fa_cl_mma_geometry g;
-        if (fa_cl_mma_geometry_of(dev, desc, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, &g))
-            *extra = fa_cl_mma_extra_local(plan->ctx->impl, g.warps > g.dq_warps ? g.warps : g.dq_warps);
-        return fa_cl_mma_local_mem(dev, desc, pass, kp->br, kp->bc);
+        if (!fa_cl_mma_geometry_of(dev, desc, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, &g)) return 0;
+        *extra = fa_cl_mma_extra_local(plan->ctx->impl, g.layout, g.warps > g.dq_warps ? g.warps : g.dq_warps);
+        return g.local_mem;
     }
     fa_variant v = kp->variant == FA_VARIANT_SIMT_STREAM ? FA_VARIANT_SIMT_STREAM : FA_VARIANT_SIMT;
     return fa_plan_local_mem(v, pass, desc, kp->br, kp->bc, 1);
@@ -97,8 +97,8 @@ static void cl_check_plan(const char *name, fa_plan plan) {
 }
 
 /* A described device's matrix-unit tiles run here where it is an OpenCL
- * device of the layout this context's matrix units (or their emulation)
- * take. */
+ * device of the layout family this context's matrix units (or their
+ * emulation) take. */
 static int cl_runs_mma(fa_context ctx, const fa_device_desc *dev) {
     const fa_mma_layout here = fa_cl_mma_layer(ctx->impl, NULL);
     return here != FA_MMA_LAYOUT_NONE && fa_mma_layout_of(dev) == here;

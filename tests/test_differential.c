@@ -30,7 +30,12 @@
  * is slow on a CPU.
  *
  * fa-test-labels: device
- * fa-test-mma-layouts: nvidia */
+ * The other emulated layouts (Intel DPAS, AMD MFMA, AMD WMMA) run the
+ * OpenCL case too.
+ *
+ * fa-test-mma-layouts: nvidia
+ * fa-test-mma-subset-layouts: intel amd-mfma amd-wmma
+ * fa-test-mma-subset-cases: opencl */
 #include "attention_suite.h"
 #include "harness.h"
 #include "test_util.h"

@@ -1,10 +1,15 @@
 /* The attention suite (tests/attention_suite.c) on the OpenCL backend's
  * best device: PoCL in CI, NVIDIA's OpenCL on the GPU machine; once more
  * per emulated matrix-unit layout, its fp32 cases in fp16 and bf16
- * (CMakeLists.txt).
+ * (CMakeLists.txt): every case for NVIDIA's layout; for the Intel DPAS,
+ * AMD MFMA and AMD WMMA layouts a subset (masks, dropout's bits, the
+ * deterministic backward), tests/test_opencl_mma.c covering their head
+ * dims and lengths.
  *
  * fa-test-labels: device
- * fa-test-mma-layouts: nvidia */
+ * fa-test-mma-layouts: nvidia
+ * fa-test-mma-subset-layouts: intel amd-mfma amd-wmma
+ * fa-test-mma-subset-cases: causal dropout_mask_bits deterministic_backward */
 #include "attention_suite.h"
 #include "harness.h"
 #include "opencl_suite.h"

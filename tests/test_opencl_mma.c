@@ -5,15 +5,21 @@
  * whole tiles; fp16 and bf16 against the fp64 reference, through the
  * suite's checks (tests/attention_suite.c). They need a device whose
  * matrix units the fragment layer reaches: natively (NVIDIA sm_80+), or
- * emulated, as ctest runs them once per layout below on PoCL.
+ * emulated, as ctest runs them once per layout below on PoCL (for Intel
+ * DPAS, AMD MFMA (both shapes) and AMD WMMA the cases named below: head
+ * dims 8 to 256 in fp16 and bf16 at lengths of no whole tile, key splits,
+ * Q in registers).
  *
  * fa-test-labels: device
- * fa-test-mma-layouts: nvidia */
+ * fa-test-mma-layouts: nvidia
+ * fa-test-mma-subset-layouts: intel amd-mfma amd-wmma
+ * fa-test-mma-subset-cases: head_dims split_keys q_in_registers */
 #include "attention_suite.h"
 #include "harness.h"
 #include "opencl_suite.h"
 
 #include "plan.h"
+#include "fa_internal.h"
 #include "planner_cl_mma.h"
 
 #include <stdio.h>
@@ -23,24 +29,26 @@
 #ifdef FA_WITH_OPENCL
 #include "backends/opencl/cl_mma.h"
 
-/* The layout of this context's matrix units; skips the case without. */
-static const fa_mma_layout_info *layer(void) {
-    suite_use_backend(&opencl_suite);
-    fa_context ctx = suite_context();
-    if (!ctx) return NULL;
-    return fa_mma_layout_get(fa_cl_mma_layer(ctx->impl, NULL));
+/* The layouts of this context's matrix units (CDNA: both MFMA shapes);
+ * skips the case without. */
+static int layouts_here(const fa_mma_layout_info *out[FA_MMA_MAX_LAYOUTS]) {
+    fa_mma_layout ids[FA_MMA_MAX_LAYOUTS];
+    const int n = fa_mma_layouts_of(&suite_context()->info.desc, ids);
+    for (int i = 0; i < n; i++) out[i] = fa_mma_layout_get(ids[i]);
+    return n;
 }
-#define REQUIRE_LAYER(l)                                                                   \
+#define REQUIRE_LAYERS(ls, n)                                                              \
     do {                                                                                   \
         suite_use_backend(&opencl_suite);                                                  \
         if (!suite_context()) FA_SKIP("no OpenCL device");                                 \
-        (l) = layer();                                                                     \
-        if (!(l)) FA_SKIP("no matrix units the fragment layer reaches here: set FLASHATTN_OPENCL_MMA_EMULATE"); \
+        (n) = layouts_here(ls);                                                            \
+        if ((n) == 0) FA_SKIP("no matrix units the fragment layer reaches here: set FLASHATTN_OPENCL_MMA_EMULATE"); \
     } while (0)
 #else
-#define REQUIRE_LAYER(l)                                                                   \
+#define REQUIRE_LAYERS(ls, n)                                                              \
     do {                                                                                   \
-        (void)(l);                                                                         \
+        (void)(ls);                                                                        \
+        (void)(n);                                                                         \
         FA_SKIP("the OpenCL backend is not built into this library");                      \
     } while (0)
 #endif
@@ -69,22 +77,21 @@ static int runs_here(const fa_attention_desc *d, fa_pass pass, const suite_tiles
     fa_cl_mma_geometry g;
     if (!fa_cl_mma_geometry_of(dev, d, pass, t->br, t->bc, t->tr, t->tc, &g)) return 0;
     const int most = g.warps > g.dq_warps ? g.warps : g.dq_warps;
-    return fa_cl_mma_local_mem(dev, d, pass, t->br, t->bc) + fa_cl_mma_extra_local(ctx->impl, most) <=
-           dev->local_mem_bytes;
+    return g.local_mem + fa_cl_mma_extra_local(ctx->impl, g.layout, most) <= dev->local_mem_bytes;
 }
 
 static fa_dtype alternate(int i) { return i % 2 ? FA_DTYPE_BF16 : FA_DTYPE_F16; }
 
 /* One run with forced tiles (fwd or bwd NULL: the planner's); counts the
- * runs and names the geometry. */
-static int run_forced(const char *what, const fa_attention_desc *d, const suite_tiles *f, const suite_tiles *b,
-                      int backward) {
+ * runs and names the layout and geometry. */
+static int run_forced(const fa_mma_layout_info *l, const char *what, const fa_attention_desc *d,
+                      const suite_tiles *f, const suite_tiles *b, int backward) {
     if ((f && !runs_here(d, FA_PASS_FORWARD, f)) || (b && !runs_here(d, FA_PASS_BACKWARD, b))) {
-        fprintf(stderr, "  %-40s not a tile of this device: not run\n", what);
+        fprintf(stderr, "  %-10s %-40s not a tile of this device: not run\n", l->name, what);
         return 0;
     }
     char name[160];
-    snprintf(name, sizeof name, "%s %s d%d", what, fa_dtype_name(d->q.dtype), d->head_dim);
+    snprintf(name, sizeof name, "%s %s %s d%d", l->name, what, fa_dtype_name(d->q.dtype), d->head_dim);
     suite_run_tiles(name, d, f, b, backward);
     return 1;
 }
@@ -92,36 +99,42 @@ static int run_forced(const char *what, const fa_attention_desc *d, const suite_
 
 /* Work-groups of 1, 2, 4 and 8 sub-groups, one and two strips each, in
  * both passes; key tiles of one k-step and more; a length that is a whole
- * number of no tile. */
+ * number of no tile; every layout of the device. */
 FA_TEST(work_group_shapes) {
-    const fa_mma_layout_info *l = NULL;
-    REQUIRE_LAYER(l);
+    const fa_mma_layout_info *ls[FA_MMA_MAX_LAYOUTS];
+    int nl = 0;
+    REQUIRE_LAYERS(ls, nl);
 #ifdef FA_WITH_OPENCL
-    const int side = l->k > l->n ? l->k : l->n; /* the narrowest other side */
-    static const int shapes[][2] = {{1, 1}, {2, 2}, {4, 1}, {8, 1}, {1, 2}};
-    int ran = 0;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        const int warps = shapes[i][0], strips = shapes[i][1], rows = warps * strips * l->m;
-        const int other = strips == 1 && i % 2 ? 2 * side : side;
-        fa_attention_desc d = suite_desc(alternate((int)i), 1, 150, 170, 2, 1, 64);
-        d.causal = i == 2;
-        const suite_tiles f = mma_tile(l, FA_PASS_FORWARD, rows, other, strips, 1);
-        const suite_tiles b = mma_tile(l, FA_PASS_BACKWARD, other, rows, strips, 1);
-        char what[96];
-        snprintf(what, sizeof what, "%d sub-groups x %d strips, other side %d", warps, strips, other);
-        ran += run_forced(what, &d, &f, &b, 1);
+    for (int li = 0; li < nl; li++) {
+        const fa_mma_layout_info *l = ls[li];
+        const int side = l->k > l->n ? l->k : l->n; /* the narrowest other side */
+        static const int shapes[][2] = {{1, 1}, {2, 2}, {4, 1}, {8, 1}, {1, 2}};
+        int ran = 0;
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const int warps = shapes[i][0], strips = shapes[i][1], rows = warps * strips * l->m;
+            const int other = strips == 1 && i % 2 ? 2 * side : side;
+            fa_attention_desc d = suite_desc(alternate((int)i), 1, 150, 170, 2, 1, 64);
+            d.causal = i == 2;
+            const suite_tiles f = mma_tile(l, FA_PASS_FORWARD, rows, other, strips, 1);
+            const suite_tiles b = mma_tile(l, FA_PASS_BACKWARD, other, rows, strips, 1);
+            char what[96];
+            snprintf(what, sizeof what, "%d sub-groups x %d strips, other side %d", warps, strips, other);
+            ran += run_forced(l, what, &d, &f, &b, 1);
+        }
+        CHECK_MSG(ran >= 3, "%s: only %d of the work-group shapes ran", l->name, ran);
     }
-    CHECK_MSG(ran >= 3, "only %d of the work-group shapes ran", ran);
 #endif
 }
 
 /* Head dims that are whole fragments (64, 128, 256) and that are not (8,
- * 40, 72, 200): padded with zeros to whole fragments, never stored. */
+ * 40, 72, 200): padded with zeros to whole fragments, never stored. The
+ * planner's tiles, then (a second layout of the device) tiles of each
+ * other layout. */
 FA_TEST(head_dims) {
-    const fa_mma_layout_info *l = NULL;
-    REQUIRE_LAYER(l);
+    const fa_mma_layout_info *ls[FA_MMA_MAX_LAYOUTS];
+    int nl = 0;
+    REQUIRE_LAYERS(ls, nl);
 #ifdef FA_WITH_OPENCL
-    (void)l;
     static const int dims[] = {8, 40, 64, 72, 128, 200, 256};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         fa_attention_desc d = suite_desc(alternate((int)i), 1, 77, 93, 2, 2, dims[i]);
@@ -129,42 +142,67 @@ FA_TEST(head_dims) {
         char name[64];
         snprintf(name, sizeof name, "planner's tiles %s d%d", fa_dtype_name(d.q.dtype), dims[i]);
         suite_run_tiles(name, &d, NULL, NULL, 1);
+        for (int li = 1; li < nl; li++) {
+            const fa_mma_layout_info *l = ls[li];
+            const suite_tiles f = mma_tile(l, FA_PASS_FORWARD, 2 * l->m, 2 * l->n, 1, 1);
+            const suite_tiles b = mma_tile(l, FA_PASS_BACKWARD, 2 * l->n, 2 * l->m, 1, 1);
+            run_forced(l, "2 sub-groups", &d, &f, &b, 1);
+        }
     }
 #endif
 }
 
-/* Q's fragments in registers (QREG), as on a device of 48 KiB whose tiles
- * do not fit three at head_dim 128: the context is described so for the
- * case, which the planner's geometry then decides. */
+/* Q's fragments in registers (QREG), as on a device whose tiles do not fit
+ * three: the context is described with less local memory for the case
+ * (48 KiB at head_dim 128 first), which the planner's geometry then
+ * decides; smaller head_dims, key tiles and local memories are tried in
+ * turn where a layout has no room for Q at head_dim 128. */
 FA_TEST(q_in_registers) {
-    const fa_mma_layout_info *l = NULL;
-    REQUIRE_LAYER(l);
+    const fa_mma_layout_info *ls[FA_MMA_MAX_LAYOUTS];
+    int nl = 0;
+    REQUIRE_LAYERS(ls, nl);
 #ifdef FA_WITH_OPENCL
     fa_context ctx = suite_context();
     fa_cl_context *cl = ctx->impl;
     const size_t saved = ctx->info.desc.local_mem_bytes, saved_cl = cl->info.desc.local_mem_bytes;
-    /* 48 KiB, and room for an emulated layer's scratch beside it. */
-    const size_t small = 48 * 1024 + fa_cl_mma_extra_local(cl, 8);
-    ctx->info.desc.local_mem_bytes = cl->info.desc.local_mem_bytes = small;
-    int ran = 0;
-    for (int strips = 1; strips <= 2; strips++)
-        for (int warps = 8; warps >= 1; warps /= 2) {
-            fa_attention_desc d = suite_desc(alternate(warps), 1, 130, 150, 2, 1, 128);
-            d.window_left = 60;
-            const int rows = warps * strips * l->m;
-            const suite_tiles f = mma_tile(l, FA_PASS_FORWARD, rows, 64, strips, 1);
-            fa_cl_mma_geometry g;
-            if (!fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_FORWARD, f.br, f.bc, f.tr, f.tc, &g) ||
-                !g.q_regs || !runs_here(&d, FA_PASS_FORWARD, &f))
-                continue;
-            char what[64];
-            snprintf(what, sizeof what, "Q in registers, %d x %d", f.br, f.bc);
-            ran += run_forced(what, &d, &f, NULL, 1);
-            break;
-        }
+    static const int dims[] = {128, 64}, keys[] = {64, 32, 16}, kib[] = {48, 24, 16};
+    int layouts_ran = 0;
+    for (int li = 0; li < nl; li++) {
+        const fa_mma_layout_info *l = ls[li];
+        /* Room for an emulated layer's scratch beside the tiles. */
+        const size_t scratch = fa_cl_mma_extra_local(cl, fa_mma_layout_named(l->name), 8);
+        int ran = 0;
+        for (size_t di = 0; di < FA_ARRAY_SIZE(dims) && !ran; di++)
+            for (size_t ki = 0; ki < FA_ARRAY_SIZE(kib) && !ran; ki++)
+                for (size_t bi = 0; bi < FA_ARRAY_SIZE(keys) && !ran; bi++)
+                    for (int strips = 1; strips <= 2 && !ran; strips++)
+                        for (int warps = 8; warps >= 1 && !ran; warps /= 2) {
+                            ctx->info.desc.local_mem_bytes = cl->info.desc.local_mem_bytes =
+                                (size_t)kib[ki] * 1024 + scratch;
+                            fa_attention_desc d = suite_desc(alternate(warps), 1, 130, 150, 2, 1, dims[di]);
+                            d.window_left = 60;
+                            const int rows = warps * strips * l->m;
+                            const suite_tiles f = mma_tile(l, FA_PASS_FORWARD, rows, keys[bi], strips, 1);
+                            fa_cl_mma_geometry g;
+                            if (!fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_FORWARD, f.br, f.bc, f.tr, f.tc,
+                                                       &g) ||
+                                g.layout != fa_mma_layout_named(l->name) || !g.q_regs ||
+                                !runs_here(&d, FA_PASS_FORWARD, &f))
+                                continue;
+                            char what[80];
+                            snprintf(what, sizeof what, "Q in registers, %d x %d in %d KiB", f.br, f.bc, kib[ki]);
+                            ran += run_forced(l, what, &d, &f, NULL, 1);
+                        }
+        if (ran)
+            layouts_ran++;
+        else
+            fprintf(stderr, "  %-10s no tile holds Q in registers beside its accumulators: not run\n", l->name);
+    }
     ctx->info.desc.local_mem_bytes = saved;
     cl->info.desc.local_mem_bytes = saved_cl;
-    CHECK_MSG(ran > 0, "no %s tile with Q in registers fits %zu bytes", l->name, small);
+    /* Intel's DPAS layer: a lane holds whole rows of O, so Q never fits
+     * beside them within its register budget (core/mma_layouts.c). */
+    if (!layouts_ran) FA_SKIP("no layout of this device holds Q in registers");
 #endif
 }
 
@@ -172,22 +210,30 @@ FA_TEST(q_in_registers) {
  * windowed and variable-length, more splits than some sequences have key
  * tiles. */
 FA_TEST(split_keys) {
-    const fa_mma_layout_info *l = NULL;
-    REQUIRE_LAYER(l);
+    const fa_mma_layout_info *ls[FA_MMA_MAX_LAYOUTS];
+    int nl = 0;
+    REQUIRE_LAYERS(ls, nl);
 #ifdef FA_WITH_OPENCL
-    const int side = l->k > l->n ? l->k : l->n;
-    fa_attention_desc d = suite_desc(FA_DTYPE_F16, 2, 5, 700, 4, 1, 64);
-    d.causal = 1;
-    suite_tiles f = mma_tile(l, FA_PASS_FORWARD, l->m, 2 * side, 1, 5);
-    CHECK(run_forced("split 5 causal", &d, &f, NULL, 0));
-    static const int32_t cu_q[] = {0, 1, 3, 4};
-    static const int32_t cu_k[] = {0, 300, 1100, 1101};
-    d = suite_desc(FA_DTYPE_BF16, 3, 2, 800, 2, 2, 96);
-    d.cu_seqlens_q = cu_q;
-    d.cu_seqlens_k = cu_k;
-    d.window_left = 250;
-    f = mma_tile(l, FA_PASS_FORWARD, l->m, side, 1, 7);
-    CHECK(run_forced("split 7 varlen window", &d, &f, NULL, 0));
+    for (int li = 0; li < nl; li++) {
+        const fa_mma_layout_info *l = ls[li];
+        const int side = l->k > l->n ? l->k : l->n;
+        /* One sub-group, or as few as make a whole SIMD width (Intel's
+         * sub-groups of 8 on a device of 16). */
+        const int simd = suite_context()->info.desc.simd_width;
+        const int rows = l->m * (simd > l->sub_group ? simd / l->sub_group : 1);
+        fa_attention_desc d = suite_desc(FA_DTYPE_F16, 2, 5, 700, 4, 1, 64);
+        d.causal = 1;
+        suite_tiles f = mma_tile(l, FA_PASS_FORWARD, rows, 2 * side, 1, 5);
+        CHECK(run_forced(l, "split 5 causal", &d, &f, NULL, 0));
+        static const int32_t cu_q[] = {0, 1, 3, 4};
+        static const int32_t cu_k[] = {0, 300, 1100, 1101};
+        d = suite_desc(FA_DTYPE_BF16, 3, 2, 800, 2, 2, 96);
+        d.cu_seqlens_q = cu_q;
+        d.cu_seqlens_k = cu_k;
+        d.window_left = 250;
+        f = mma_tile(l, FA_PASS_FORWARD, rows, side, 1, 7);
+        CHECK(run_forced(l, "split 7 varlen window", &d, &f, NULL, 0));
+    }
 #endif
 }
 

@@ -118,7 +118,7 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     CHECK(k->simd_width == dev->simd_width);
     const int cl_mma = k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL;
     const int hip_mma = k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_HIP;
-    size_t lm = cl_mma    ? fa_cl_mma_local_mem(dev, d, pass, k->br, k->bc)
+    size_t lm = cl_mma    ? fa_cl_mma_tile_local_mem(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols)
                 : hip_mma ? fa_hip_mma_local_mem(dev, d, pass, k)
                           : fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages);
     CHECK_MSG(k->local_mem_bytes == lm && lm <= dev->local_mem_bytes, "%s: local memory %zu (formula %zu) of %zu",
@@ -138,8 +138,15 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         CHECK_MSG(matrix && half && fa_cl_mma_applies(dev, d), "%s: OpenCL mma", what);
         CHECK(k->stages == 1);
         CHECK(k->work_group_size % dev->simd_width == 0);
+        /* Whole fragments of the plan's layout (one of the device's). */
+        fa_cl_mma_geometry g;
+        const fa_mma_layout_info *L =
+            fa_cl_mma_geometry_of(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols, &g)
+                ? fa_mma_layout_get(g.layout)
+                : NULL;
+        CHECK(L && fa_mma_layout_get(L->family) == fa_mma_layout_get(fa_mma_layout_of(dev)));
         const int side = pass == FA_PASS_FORWARD ? k->br : k->bc;
-        CHECK(side % dev->matrix_m == 0 && (pass == FA_PASS_FORWARD ? k->bc : k->br) % dev->matrix_k == 0);
+        CHECK(L && side % L->m == 0 && (pass == FA_PASS_FORWARD ? k->bc : k->br) % L->k == 0);
     } else if (hip_mma) {
         CHECK_MSG(matrix && half && fa_hip_mma_applies(dev, d), "%s: hip mma", what);
     } else if (k->variant == FA_VARIANT_MMA) {
@@ -395,7 +402,7 @@ FA_TEST(more_local_memory_never_more_bytes) {
 }
 
 FA_TEST(decoding_splits_keys) {
-    const char *gpus[] = {"h100", "mi250x", "arc-a770", "nvidia-opencl"};
+    const char *gpus[] = {"h100", "mi250x", "arc-a770", "rx-7900xtx", "nvidia-opencl"};
     for (size_t g = 0; g < COUNT(gpus); g++) {
         const fa_device_desc *dev = device(gpus[g]);
         for (int t = 0; t < 3; t++)
@@ -757,14 +764,14 @@ FA_TEST(format_shows_plan) {
 }
 
 FA_TEST(described_devices_table) {
-    static const char *keys[] = {"h100", "mi250x", "mi300x", "arc-a770", "nvidia-opencl", "pocl-cpu"};
-    CHECK(fa_described_device_count() == 6);
-    for (int i = 0; i < 6; i++) {
+    static const char *keys[] = {"h100", "mi250x", "mi300x", "arc-a770", "rx-7900xtx", "nvidia-opencl", "pocl-cpu"};
+    CHECK(fa_described_device_count() == 7);
+    for (int i = 0; i < 7; i++) {
         const fa_described_device *dd = fa_described_device_get(i);
         CHECK(dd && strcmp(dd->key, keys[i]) == 0 && fa_described_device_find(keys[i]) == dd);
         CHECK(dd->desc.name[0] && dd->desc.vendor[0] && dd->desc.global_mem_bytes > 0);
     }
-    CHECK(fa_described_device_get(6) == NULL && fa_described_device_get(-1) == NULL);
+    CHECK(fa_described_device_get(7) == NULL && fa_described_device_get(-1) == NULL);
     const fa_device_desc *mi = device("mi300x");
     CHECK(mi->backend == FA_BACKEND_HIP && strcmp(mi->arch, "gfx942") == 0 && mi->compute_units == 304 &&
           mi->simd_width == 64 && mi->local_mem_bytes == 65536 && mi->matrix_flops_per_clock_cu == 2048.0);
@@ -777,6 +784,10 @@ FA_TEST(described_devices_table) {
     CHECK(device("mi250x")->simd_width == 64 && device("mi250x")->backend == FA_BACKEND_HIP);
     CHECK(device("arc-a770")->simd_width == 16 && device("arc-a770")->backend == FA_BACKEND_OPENCL);
     CHECK(device("pocl-cpu")->type == FA_DEVICE_CPU && device("pocl-cpu")->compute_units == 2);
+    /* RDNA3 through OpenCL: WMMA's 16x16x16, wave32. */
+    const fa_device_desc *rx = device("rx-7900xtx");
+    CHECK(rx->backend == FA_BACKEND_OPENCL && strcmp(rx->arch, "gfx1100") == 0 && rx->simd_width == 32);
+    CHECK(fa_mma_layout_of(rx) == FA_MMA_LAYOUT_AMD_WMMA);
 }
 
 /* Decoding on CUDA's tensor cores: a GQA group's rows share one tile, so

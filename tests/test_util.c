@@ -154,10 +154,20 @@ int fa_test_run_tool(const char *tool, const char *const *args, char *out, size_
     if (own_folder(path, sizeof path) || strlen(path) + strlen(tool) + 2 > sizeof path) return -1;
     strcat(path, "/");
     strcat(path, tool);
-    char *argv[64];
+    return fa_test_run_program(path, args, out, out_size, timeout_s);
+}
+
+int fa_test_run_program(const char *program, const char *const *args, char *out, size_t out_size,
+                        double timeout_s) {
+    if (out_size) out[0] = '\0';
+    char *argv[128];
     int argc = 0;
-    argv[argc++] = path;
-    for (; args && *args && argc < 63; args++) argv[argc++] = (char *)*args;
+    argv[argc++] = (char *)program;
+    for (; args && *args; args++) {
+        /* Never a silently shortened command line. */
+        if (argc >= (int)(sizeof argv / sizeof argv[0]) - 1) return -1;
+        argv[argc++] = (char *)*args;
+    }
     argv[argc] = NULL;
     int fds[2];
     if (pipe(fds) != 0) return -1;
@@ -172,7 +182,7 @@ int fa_test_run_tool(const char *tool, const char *const *args, char *out, size_
         dup2(fds[1], 2);
         close(fds[0]);
         close(fds[1]);
-        execv(path, argv);
+        execvp(program, argv);
         _exit(127);
     }
     close(fds[1]);

@@ -58,5 +58,9 @@ int fa_test_cache_entries(const char *dir);
  * after timeout_s seconds. Returns its exit status; -1 when it could not
  * run, was killed or timed out. */
 int fa_test_run_tool(const char *tool, const char *const *args, char *out, size_t out_size, double timeout_s);
+/* The same for a program by path or by name on PATH (a compiler); -1
+ * also for more than 126 arguments. */
+int fa_test_run_program(const char *program, const char *const *args, char *out, size_t out_size,
+                        double timeout_s);
 
 #endif

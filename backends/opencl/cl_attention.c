@@ -263,7 +263,7 @@ static const char *const cl_plan_macros[] = {
     "DTYPE_F16",     "DTYPE_BF16",   "CAUSAL",       "WINDOW",          "BLOCK_MASK",      "DROPOUT",
     "VARLEN",        "FA_STREAM",    "FA_GPU",       "SPLITK",          "DQ_ATOMIC",       "FA_NV_PTX",
     "WARPS",         "QREG",         "FA_BWD_DQ",    "FA_MMA_EMULATE",  "FA_MMA_NVIDIA",   "FA_MMA_INTEL",
-    "FA_MMA_AMD_MFMA", "FA_MMA_AMD_WMMA", NULL};
+    "FA_MMA_AMD_MFMA", "FA_MMA_AMD_WMMA", "FA_MMA_AMD_MFMA16", NULL};
 
 static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *extra,
                             const char *const *paths, int path_count, cl_program *program) {
@@ -288,20 +288,24 @@ static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *e
 
 /* The options of a matrix-unit pass of `warps` sub-groups: its layer, the
  * loop unrolling GPUs want, and what the caller adds (extra). */
-static fa_status mma_options(fa_cl_plan *p, int warps, const char *extra, char *out, size_t size) {
+static fa_status mma_options(fa_cl_plan *p, fa_mma_layout layout, int warps, const char *extra, char *out,
+                             size_t size) {
+    int emulated = 0;
+    (void)fa_cl_mma_layer(p->ctx, &emulated);
     const int n = snprintf(out, size, "%s%s", extra, p->ctx->info.desc.type != FA_DEVICE_CPU ? " -DFA_GPU" : "");
     if (n < 0 || (size_t)n >= size) return fa_fail(FA_ERR_INTERNAL, "build options do not fit in %zu bytes", size);
-    return fa_cl_mma_options(p->ctx, warps, out, size);
+    return fa_cl_mma_options(layout, emulated, warps, out, size);
 }
 
 static fa_status prepare_forward_mma(fa_cl_plan *p) {
     static const char *const plain[] = {"kernels_cl/fwd_mma.cl"};
     static const char *const split[] = {"kernels_cl/fwd_mma.cl", "kernels_cl/splitk.cl"};
     const char *paths[8];
-    const int n = fa_cl_mma_sources(p->ctx, p->num_splits > 1 ? split : plain, p->num_splits > 1 ? 2 : 1, paths, 8);
+    const int n = fa_cl_mma_sources(p->fwd_shape.g.layout, p->num_splits > 1 ? split : plain,
+                                    p->num_splits > 1 ? 2 : 1, paths, 8);
     if (n == 0) return fa_fail(FA_ERR_INTERNAL, "no matrix-unit sources for %s", p->ctx->info.desc.name);
     char extra[256];
-    FA_CHECK(mma_options(p, p->fwd_shape.g.warps,
+    FA_CHECK(mma_options(p, p->fwd_shape.g.layout, p->fwd_shape.g.warps,
                          p->num_splits > 1 ? (p->fwd_shape.g.q_regs ? "-DSPLITK -DQREG" : "-DSPLITK")
                                            : (p->fwd_shape.g.q_regs ? "-DQREG" : ""),
                          extra, sizeof extra));
@@ -330,14 +334,15 @@ static fa_status prepare_forward(fa_cl_plan *p) {
 static fa_status build_backward_mma(fa_cl_plan *p) {
     static const char *const files[] = {"kernels_cl/bwd_common.cl", "kernels_cl/bwd_mma.cl"};
     const char *paths[8];
-    const int n = fa_cl_mma_sources(p->ctx, files, 2, paths, 8);
+    const fa_mma_layout layout = p->bwd_shape.g.layout;
+    const int n = fa_cl_mma_sources(layout, files, 2, paths, 8);
     if (n == 0) return fa_fail(FA_ERR_INTERNAL, "no matrix-unit sources for %s", p->ctx->info.desc.name);
     int emulated = 0;
-    const fa_mma_layout layout = fa_cl_mma_layer(p->ctx, &emulated);
+    (void)fa_cl_mma_layer(p->ctx, &emulated);
     /* The hardware's float add where the layer is NVIDIA's own. */
     const int nv_add = layout == FA_MMA_LAYOUT_NVIDIA && !emulated;
     char extra[256];
-    FA_CHECK(mma_options(p, p->bwd_shape.g.warps,
+    FA_CHECK(mma_options(p, layout, p->bwd_shape.g.warps,
                          !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC", extra,
                          sizeof extra));
     FA_CHECK(build_pass(p, &p->bwd_shape, extra, paths, n, &p->bwd_program));
@@ -347,7 +352,7 @@ static fa_status build_backward_mma(fa_cl_plan *p) {
     dq.tr = l->c_rows;
     dq.tc = dq.bc * (l->c_elems / l->c_rows) / l->n;
     dq.wg = p->dq_wg;
-    FA_CHECK(mma_options(p, p->bwd_shape.g.dq_warps, "-DFA_BWD_DQ", extra, sizeof extra));
+    FA_CHECK(mma_options(p, layout, p->bwd_shape.g.dq_warps, "-DFA_BWD_DQ", extra, sizeof extra));
     return build_pass(p, &dq, extra, paths, n, &p->dq_program);
 }
 

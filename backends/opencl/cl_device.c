@@ -4,6 +4,7 @@
 
 #include "fa_internal.h"
 #include "mma_layouts.h"
+#include "mma_vendors.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -20,6 +21,7 @@
 #define FA_CL_DEVICE_WAVEFRONT_WIDTH_AMD 0x4043
 #define FA_CL_DEVICE_GFXIP_MAJOR_AMD 0x404A
 #define FA_CL_DEVICE_GFXIP_MINOR_AMD 0x404B
+#define FA_CL_DEVICE_IP_VERSION_INTEL 0x4250
 
 /* A machine with more OpenCL devices than this is not one we plan for; the
  * rest are ignored rather than failing init. */
@@ -157,36 +159,31 @@ static double amd_fp32_flops(const char *arch) {
     return 2.0 * 64;
 }
 
-/* The sub-group size the planner should assume on Intel GPUs: 16 where
- * offered (the size Intel's compilers favour), else the largest. */
-static int intel_subgroup_size(cl_device_id dev) {
+/* The sub-group sizes an Intel device offers (0x4108), as a bit set of
+ * powers of two (bit 3: 8). */
+static unsigned intel_subgroup_sizes(cl_device_id dev) {
     size_t bytes = 0;
     if (fa_cl.clGetDeviceInfo(dev, FA_CL_DEVICE_SUB_GROUP_SIZES_INTEL, 0, NULL, &bytes) != CL_SUCCESS ||
         bytes < sizeof(size_t))
         return 0;
     size_t *sizes = malloc(bytes);
     if (!sizes) return 0;
-    int best = 0;
-    if (fa_cl.clGetDeviceInfo(dev, FA_CL_DEVICE_SUB_GROUP_SIZES_INTEL, bytes, sizes, NULL) == CL_SUCCESS) {
-        for (size_t i = 0; i < bytes / sizeof(size_t); i++) {
-            if (sizes[i] == 16) {
-                best = 16;
-                break;
-            }
-            if ((int)sizes[i] > best && sizes[i] <= 1024) best = (int)sizes[i];
-        }
-    }
+    unsigned set = 0;
+    if (fa_cl.clGetDeviceInfo(dev, FA_CL_DEVICE_SUB_GROUP_SIZES_INTEL, bytes, sizes, NULL) == CL_SUCCESS)
+        for (size_t i = 0; i < bytes / sizeof(size_t); i++)
+            for (unsigned b = 0; b <= 10; b++)
+                if (sizes[i] == (size_t)1 << b) set |= 1u << b;
     free(sizes);
-    return best;
+    return set;
 }
 
-/* Dense fp16/bf16 matrix FLOPs per clock per SM with fp32 accumulation
- * (NVIDIA's architecture whitepapers): GA100 (sm_80) 2048; GA10x and AD10x
- * (sm_86, sm_87, sm_89) 1024; GH100 (sm_90) 4096, assumed for later ones,
- * whose mma.sync is what OpenCL reaches. */
-static double nvidia_matrix_flops(unsigned major, unsigned minor) {
-    if (major == 8) return minor == 0 ? 2048.0 : 1024.0;
-    return 4096.0;
+/* The sub-group size the planner should assume on Intel GPUs: 16 where
+ * offered (the size Intel's compilers favour), else the largest. */
+static int intel_preferred_subgroup(unsigned sizes) {
+    if (sizes & (1u << 4)) return 16;
+    for (int b = 10; b >= 0; b--)
+        if (sizes & (1u << b)) return 1 << b;
+    return 0;
 }
 
 /* The device's matrix units as a layout of the OpenCL matrix-unit kernels
@@ -203,6 +200,34 @@ static void describe_matrix_units(fa_cl_device *d, fa_mma_layout layout, int emu
     desc->matrix_k = l->k;
 }
 
+/* The vendor of a GPU: its PCI vendor ID, or, where a runtime reports
+ * another, the vendor's attribute-query extension. */
+static unsigned gpu_vendor(cl_device_id dev, const char *ext) {
+    const unsigned id = (unsigned)device_uint(dev, CL_DEVICE_VENDOR_ID, 0);
+    if (id == FA_PCI_VENDOR_NVIDIA || id == FA_PCI_VENDOR_AMD || id == FA_PCI_VENDOR_INTEL) return id;
+    if (has_extension(ext, "cl_nv_device_attribute_query")) return FA_PCI_VENDOR_NVIDIA;
+    if (has_extension(ext, "cl_amd_device_attribute_query")) return FA_PCI_VENDOR_AMD;
+    if (has_extension(ext, "cl_intel_required_subgroup_size")) return FA_PCI_VENDOR_INTEL;
+    return id;
+}
+
+/* AMD's architecture: ROCm names the device by its target
+ * ("gfx90a:sramecc+:xnack-"), which carries the stepping the GFXIP numbers
+ * (cl_amd_device_attribute_query) lack. */
+static void amd_arch(cl_device_id dev, const char *name, char *arch, size_t size) {
+    if (strncmp(name, "gfx", 3) == 0) {
+        size_t len = strcspn(name, ": ");
+        if (len >= size) len = size - 1;
+        memcpy(arch, name, len);
+        arch[len] = '\0';
+        return;
+    }
+    cl_uint major = device_uint(dev, FA_CL_DEVICE_GFXIP_MAJOR_AMD, 0);
+    cl_uint minor = device_uint(dev, FA_CL_DEVICE_GFXIP_MINOR_AMD, 0);
+    /* Stepping unknown here: assume 0. */
+    if (major > 0) snprintf(arch, size, "gfx%u%u0", (unsigned)major, (unsigned)minor);
+}
+
 static void describe_vendor(fa_cl_device *d, const char *ext) {
     fa_device_desc *desc = &d->info.desc;
     cl_device_id dev = d->device;
@@ -213,8 +238,12 @@ static void describe_vendor(fa_cl_device *d, const char *ext) {
     /* CPU runtimes carry vendor extensions too (Intel's offers sub-groups of
      * up to 64, AMD's reports a wavefront of 1); their SIMD width is the
      * vector register, below. */
-    int cpu = desc->type == FA_DEVICE_CPU;
-    if (!cpu && has_extension(ext, "cl_nv_device_attribute_query")) {
+    const int cpu = desc->type == FA_DEVICE_CPU;
+    fa_gpu_facts facts;
+    memset(&facts, 0, sizeof facts);
+    facts.vendor_id = cpu ? 0 : gpu_vendor(dev, ext);
+    facts.arch = desc->arch;
+    if (facts.vendor_id == FA_PCI_VENDOR_NVIDIA && has_extension(ext, "cl_nv_device_attribute_query")) {
         simd = (int)device_uint(dev, FA_CL_DEVICE_WARP_SIZE_NV, 0);
         cl_uint major = device_uint(dev, FA_CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, 0);
         cl_uint minor = device_uint(dev, FA_CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, 0);
@@ -222,30 +251,26 @@ static void describe_vendor(fa_cl_device *d, const char *ext) {
             snprintf(desc->arch, sizeof desc->arch, "sm_%u%u", (unsigned)major, (unsigned)minor);
             flops = 2.0 * nvidia_fp32_lanes(major, minor);
         }
-        /* mma.sync m16n8k16 for fp16 and bf16 from sm_80 on (inline PTX;
-         * kernels_cl/mma_nvidia.h). */
-        if (major >= 8) describe_matrix_units(d, FA_MMA_LAYOUT_NVIDIA, 0, nvidia_matrix_flops(major, minor));
-    } else if (!cpu && has_extension(ext, "cl_amd_device_attribute_query")) {
+    } else if (facts.vendor_id == FA_PCI_VENDOR_AMD && has_extension(ext, "cl_amd_device_attribute_query")) {
         simd = (int)device_uint(dev, FA_CL_DEVICE_WAVEFRONT_WIDTH_AMD, 0);
-        /* ROCm names the device by its target ("gfx90a:sramecc+:xnack-"),
-         * which carries the stepping the GFXIP numbers lack. */
-        if (strncmp(desc->name, "gfx", 3) == 0) {
-            size_t len = strcspn(desc->name, ": ");
-            if (len >= sizeof desc->arch) len = sizeof desc->arch - 1;
-            memcpy(desc->arch, desc->name, len);
-            desc->arch[len] = '\0';
-        } else {
-            cl_uint major = device_uint(dev, FA_CL_DEVICE_GFXIP_MAJOR_AMD, 0);
-            cl_uint minor = device_uint(dev, FA_CL_DEVICE_GFXIP_MINOR_AMD, 0);
-            /* Stepping unknown here: assume 0. */
-            if (major > 0) snprintf(desc->arch, sizeof desc->arch, "gfx%u%u0", (unsigned)major, (unsigned)minor);
-        }
+        amd_arch(dev, desc->name, desc->arch, sizeof desc->arch);
         if (desc->type == FA_DEVICE_GPU) flops = amd_fp32_flops(desc->arch);
-    } else if (!cpu && has_extension(ext, "cl_intel_required_subgroup_size")) {
-        simd = intel_subgroup_size(dev);
+    } else if (facts.vendor_id == FA_PCI_VENDOR_INTEL && has_extension(ext, "cl_intel_required_subgroup_size")) {
+        const unsigned sizes = intel_subgroup_sizes(dev);
+        simd = intel_preferred_subgroup(sizes);
+        facts.intel_sub_group_8 = (sizes >> 3) & 1u;
+        facts.intel_matrix_mad = has_extension(ext, "cl_intel_subgroup_matrix_multiply_accumulate");
+        if (has_extension(ext, "cl_intel_device_attribute_query")) {
+            facts.intel_ip = (unsigned)device_uint(dev, FA_CL_DEVICE_IP_VERSION_INTEL, 0);
+            if (facts.intel_ip) fa_intel_arch_name(facts.intel_ip, desc->arch, sizeof desc->arch);
+        }
         /* OpenCL counts Intel GPU EUs as compute units: 8 FP32 FMA lanes each. */
         if (desc->type == FA_DEVICE_GPU) flops = 2.0 * 8;
     }
+    /* Matrix units only where a layer of kernels_cl/ runs them. */
+    facts.wave = simd;
+    double matrix = 0.0;
+    if (desc->type == FA_DEVICE_GPU) describe_matrix_units(d, fa_gpu_matrix_units(&facts, &matrix), 0, matrix);
 
     if (simd <= 0) {
         if (!cpu) {
@@ -347,10 +372,17 @@ static int emulated_layout(fa_mma_layout *out, char *reason, size_t reason_size)
     const char *env = getenv("FLASHATTN_OPENCL_MMA_EMULATE");
     *out = FA_MMA_LAYOUT_NONE;
     if (!env || !env[0] || strcmp(env, "off") == 0) return 1;
-    *out = fa_mma_layout_named(env);
-    if (*out != FA_MMA_LAYOUT_NONE) return 1;
+    /* A family: the units a device reports (amd-mfma plans both MFMA
+     * shapes, as on the hardware). */
+    const fa_mma_layout named = fa_mma_layout_named(env);
+    const fa_mma_layout_info *l = fa_mma_layout_get(named);
+    if (l && l->family == named) {
+        *out = named;
+        return 1;
+    }
     snprintf(reason, reason_size,
-             "FLASHATTN_OPENCL_MMA_EMULATE=%s names no matrix-unit layout (nvidia, intel, amd-mfma, amd-wmma or off)",
+             "FLASHATTN_OPENCL_MMA_EMULATE=%s names no family of matrix-unit layouts (nvidia, intel, amd-mfma, "
+             "amd-wmma or off)",
              env);
     return 0;
 }

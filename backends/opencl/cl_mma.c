@@ -14,9 +14,9 @@ fa_mma_layout fa_cl_mma_layer(const fa_cl_context *ctx, int *emulated) {
     return d ? (fa_mma_layout)d->mma_layout : FA_MMA_LAYOUT_NONE;
 }
 
-size_t fa_cl_mma_extra_local(const fa_cl_context *ctx, int warps) {
+size_t fa_cl_mma_extra_local(const fa_cl_context *ctx, fa_mma_layout layout, int warps) {
     int emulated = 0;
-    const fa_mma_layout layout = fa_cl_mma_layer(ctx, &emulated);
+    (void)fa_cl_mma_layer(ctx, &emulated);
     return emulated ? fa_cl_mma_scratch_bytes(layout, warps) : 0;
 }
 
@@ -24,8 +24,8 @@ fa_status fa_cl_mma_check(const fa_cl_context *ctx, const fa_attention_desc *d, 
                           const fa_kernel_plan *kp, fa_cl_mma_geometry *g) {
     const char *name = pass == FA_PASS_BACKWARD ? "backward" : "forward";
     const fa_device_desc *dev = &ctx->info.desc;
-    const fa_mma_layout layout = fa_cl_mma_layer(ctx, NULL);
-    if (layout == FA_MMA_LAYOUT_NONE || fa_mma_layout_of(dev) != layout)
+    const fa_mma_layout family = fa_cl_mma_layer(ctx, NULL);
+    if (family == FA_MMA_LAYOUT_NONE || fa_mma_layout_of(dev) != family)
         return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: variant mma, but %s has no matrix units OpenCL reaches", name,
                        dev->name);
     if (!fa_cl_mma_applies(dev, d))
@@ -36,22 +36,22 @@ fa_status fa_cl_mma_check(const fa_cl_context *ctx, const fa_attention_desc *d, 
     if (!fa_cl_mma_geometry_of(dev, d, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, g))
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "%s plan: br %d, bc %d, thread_rows %d, thread_cols %d is no %s matrix-unit tile at head_dim %d",
-                       name, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, fa_mma_layout_get(layout)->name,
+                       name, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, fa_mma_layout_get(family)->name,
                        d->head_dim);
-    const int wg = g->warps * fa_mma_layout_get(layout)->sub_group;
+    const int wg = g->warps * fa_mma_layout_get(g->layout)->sub_group;
     if (kp->work_group_size != wg)
         return fa_fail(FA_ERR_INTERNAL, "%s plan: work_group_size %d, the tile's sub-groups make %d", name,
                        kp->work_group_size, wg);
     const int most = g->dq_warps > g->warps ? g->dq_warps : g->warps;
-    const size_t local = fa_cl_mma_local_mem(dev, d, pass, kp->br, kp->bc) + fa_cl_mma_extra_local(ctx, most);
+    const size_t local = g->local_mem + fa_cl_mma_extra_local(ctx, g->layout, most);
     if (local > dev->local_mem_bytes)
         return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %zu bytes of local memory exceed the device's %zu", name, local,
                        dev->local_mem_bytes);
     return FA_SUCCESS;
 }
 
-int fa_cl_mma_sources(const fa_cl_context *ctx, const char *const *files, int count, const char **paths, int cap) {
-    const fa_mma_layout_info *l = fa_mma_layout_get(fa_cl_mma_layer(ctx, NULL));
+int fa_cl_mma_sources(fa_mma_layout layout, const char *const *files, int count, const char **paths, int cap) {
+    const fa_mma_layout_info *l = fa_mma_layout_get(layout);
     if (!l || count + 5 > cap) return 0;
     int n = 0;
     paths[n++] = "kernels_cl/common.h";
@@ -63,10 +63,9 @@ int fa_cl_mma_sources(const fa_cl_context *ctx, const char *const *files, int co
     return n;
 }
 
-fa_status fa_cl_mma_options(const fa_cl_context *ctx, int warps, char *out, size_t size) {
-    int emulated = 0;
-    const fa_mma_layout_info *l = fa_mma_layout_get(fa_cl_mma_layer(ctx, &emulated));
-    if (!l) return fa_fail(FA_ERR_INTERNAL, "%s has no matrix-unit layer", ctx->info.desc.name);
+fa_status fa_cl_mma_options(fa_mma_layout layout, int emulated, int warps, char *out, size_t size) {
+    const fa_mma_layout_info *l = fa_mma_layout_get(layout);
+    if (!l) return fa_fail(FA_ERR_INTERNAL, "layout %d has no matrix-unit layer", (int)layout);
     const size_t used = strlen(out);
     const int n = snprintf(out + used, size - used, " -DWARPS=%d -D%s%s", warps, l->macro,
                            emulated ? " -DFA_MMA_EMULATE" : "");

@@ -18,7 +18,7 @@ typedef struct fa_cl_device {
     cl_ulong max_alloc_bytes;   /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     char cache_device[256];     /* kernel-cache key: name and arch */
     char cache_driver[256];     /* kernel-cache key: driver and platform version */
-    int mma_layout;             /* fa_mma_layout of its matrix units; 0: none */
+    int mma_layout;             /* fa_mma_layout family of its matrix units; 0: none */
     int mma_emulated;           /* that layout in plain OpenCL C (FLASHATTN_OPENCL_MMA_EMULATE) */
     fa_device_info info;
 } fa_cl_device;

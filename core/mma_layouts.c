@@ -18,9 +18,13 @@ static const fa_mma_layout_info layouts[FA_MMA_LAYOUT_COUNT] = {
                                 32, 32, 8, 64, 2, 2, 16, 1, 1, 0, 224, 224},
     /* RDNA3's forward budget is what clang-16 holds in gfx1100's 256 VGPRs
      * without spilling (tests/test_opencl_compile.c): 80 words at head_dim
-     * 128 and 32 keys took 249-250 VGPRs, 96 words spilled. */
+     * 128 and 32 keys took 249-250 VGPRs, 96 words spilled. Its backward
+     * spilled at every tile (80 to 4092 bytes of scratch): WMMA's A and B
+     * operands hold 16 values a lane, which the word count leaves out, so
+     * no backward tile is planned on it (budget 0) and RDNA3's backward
+     * runs the FMA kernels until the kernel holds fewer operands. */
     [FA_MMA_LAYOUT_AMD_WMMA] = {"amd-wmma", "FA_MMA_AMD_WMMA", "kernels_cl/mma_amd_wmma.h", FA_MMA_LAYOUT_AMD_WMMA,
-                                16, 16, 16, 32, 8, 8, 8, 1, 1, 1, 80, 176},
+                                16, 16, 16, 32, 8, 8, 8, 1, 1, 1, 80, 0},
     [FA_MMA_LAYOUT_AMD_MFMA16] = {"amd-mfma16", "FA_MMA_AMD_MFMA16", "kernels_cl/mma_amd_mfma.h",
                                   FA_MMA_LAYOUT_AMD_MFMA, 16, 16, 16, 64, 2, 2, 4, 1, 1, 0, 224, 224},
 };

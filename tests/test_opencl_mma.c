@@ -135,8 +135,15 @@ FA_TEST(head_dims) {
     int nl = 0;
     REQUIRE_LAYERS(ls, nl);
 #ifdef FA_WITH_OPENCL
-    static const int dims[] = {8, 40, 64, 72, 128, 200, 256};
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+    /* The layouts run as a CI subset (every one but NVIDIA's, emulated)
+     * take an odd head_dim, 128 and 256: each head_dim is a PoCL compile
+     * of both passes, which is where their time goes. */
+    static const int dims_all[] = {8, 40, 64, 72, 128, 200, 256}, dims_subset[] = {40, 128, 256};
+    const char *emulated = getenv("FLASHATTN_OPENCL_MMA_EMULATE");
+    const int subset = emulated && *emulated && strcmp(emulated, "nvidia") != 0;
+    const int *dims = subset ? dims_subset : dims_all;
+    const size_t ndims = subset ? sizeof dims_subset / sizeof dims_subset[0] : sizeof dims_all / sizeof dims_all[0];
+    for (size_t i = 0; i < ndims; i++) {
         fa_attention_desc d = suite_desc(alternate((int)i), 1, 77, 93, 2, 2, dims[i]);
         d.causal = i % 3 == 1;
         char name[64];

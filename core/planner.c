@@ -93,6 +93,10 @@ static size_t variant_local_mem(const fa_device_desc *dev, fa_variant variant) {
     return usable < cap ? usable : cap;
 }
 
+size_t fa_plan_variant_local_mem(const fa_device_desc *dev, fa_variant variant) {
+    return dev ? variant_local_mem(dev, variant) : 0;
+}
+
 /* OpenCL's matrix-unit plans take their geometry from planner_cl_mma.c. */
 static int cl_mma(const fa_device_desc *dev, fa_variant variant) {
     return variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL;

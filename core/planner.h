@@ -22,6 +22,10 @@ int fa_cl_dq_accumulates(fa_variant variant);
 /* Local memory a plan may use on a device: what it reports, less what the
  * drivers keep for themselves. */
 size_t fa_plan_usable_local_mem(const fa_device_desc *dev);
+/* The local memory a kernel of this variant may use on dev: less than the
+ * usable figure where its tiles are static (HIP's SIMT kernels through the
+ * mapping on NVIDIA). */
+size_t fa_plan_variant_local_mem(const fa_device_desc *dev, fa_variant variant);
 
 /* Blocks per SM the warpgroup forward (FA_VARIANT_WGMMA) is built to share
  * an SM with, 1 or 2: its register budget, which the planner and the CUDA

@@ -814,7 +814,8 @@ static int fits_here(const fa_attention_desc *d, const suite_tiles *f, const sui
     for (int pass = 0; pass < 2; pass++) {
         int wg = (t[pass]->br / t[pass]->tr) * (t[pass]->bc / t[pass]->tc);
         size_t local = t[pass]->mma ? 0 : fa_plan_local_mem(FA_VARIANT_SIMT, (fa_pass)pass, d, t[pass]->br, t[pass]->bc, 1);
-        if (wg > info.desc.max_work_group_size || local > info.desc.local_mem_bytes) return 0;
+        if (wg > info.desc.max_work_group_size || local > fa_plan_variant_local_mem(&info.desc, FA_VARIANT_SIMT))
+            return 0;
     }
     return 1;
 }

@@ -390,11 +390,11 @@ static int mma_regs_ok(const fa_device_desc *dev, const fa_attention_desc *desc,
          * the operands come from shared memory one k16 step at a time. */
         if (strips * d / split > FA_MMA_MAX_ACCUMULATORS || other % (16 * split)) return 0;
         /* Weighted as below although the P and dS operands no longer stay
-         * in registers: at head_dim 192 with dropout 128 x 64 tiles, which
-         * (d + br) / split alone admits, spilled 24 bytes on sm_90 (NVRTC
-         * 13.0). */
-        return strips * (2 * d + 3 * other) <=
-               2 * split * (bwd_lean_sm90(dev, desc) ? FA_MMA_BWD_REGS_16_SM90 : FA_MMA_BWD_REGS_16);
+         * in registers, and without the sm_90 allowance: at head_dim 192
+         * with dropout 128 x 64 tiles, which (d + br) / split alone admits,
+         * spilled 24 bytes on sm_90, and so did 128 x 32 at 256 without
+         * options, which the sm_90 budget admits (NVRTC 13.0). */
+        return strips * (2 * d + 3 * other) <= 2 * split * FA_MMA_BWD_REGS_16;
     }
     if (strips * d > FA_MMA_MAX_ACCUMULATORS) return 0;
     if (desc->q.dtype == FA_DTYPE_F32) return strips * (d + 4 * other) <= FA_MMA_BWD_REGS_TF32;

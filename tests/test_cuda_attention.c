@@ -908,6 +908,84 @@ FA_TEST(mma_shapes) {
         }
 }
 
+/* The tensor-core backward at head_dim 96, 192 and 256 (fp16, bf16; above
+ * 128 warps share each key strip, bwd_mma.cu DK_SPLIT) on the planner's
+ * tiles with every option it takes, against the fp64 reference: GQA,
+ * causal, windows, block masks, varlen, dropout, and deterministic mode
+ * (bit-identical twice); then forced shapes of the shared-strip kernel (4
+ * and 8 warps, 32 to 128 queries, one and two stages). */
+FA_TEST(mma_wide_heads_backward) {
+    REQUIRE_MMA();
+    static const int32_t cu_q[] = {0, 5, 5, 82, 150};
+    static const int32_t cu_k[] = {0, 33, 45, 145, 145};
+    static const int dims[] = {96, 192, 256};
+    enum { PLAIN, CAUSAL, WINDOW, BLOCKS, VARLEN, DROPOUT, DETERMINISTIC, CASES };
+    static const char *const names[] = {"gqa", "causal", "window", "block-sparse", "varlen causal gqa",
+                                        "dropout causal gqa", "deterministic dropout window"};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
+        for (int w = 0; w < 2; w++)
+            for (int c = 0; c < CASES; c++) {
+                fa_attention_desc d = mma_desc(w, 2, 130, 150, 4, 2, dims[i]);
+                uint8_t *blocks = NULL;
+                run_opts opt = {NULL, NULL, 1, 0, 0, 0, 0};
+                switch (c) {
+                case CAUSAL: d = mma_desc(w, 1, 300, 257, 2, 2, dims[i]); d.causal = 1; break;
+                case WINDOW: d.window_left = 40; d.window_right = 7; break;
+                case BLOCKS: blocks = suite_random_block_mask(&d, 32, 48, 17); d.causal = 1; break;
+                case VARLEN:
+                    d = mma_desc(w, 4, 77, 100, 4, 2, dims[i]);
+                    d.cu_seqlens_q = cu_q;
+                    d.cu_seqlens_k = cu_k;
+                    d.causal = 1;
+                    break;
+                case DROPOUT:
+                    d.causal = 1;
+                    d.dropout_p = 0.17f;
+                    d.dropout_seed = 0x123456789abcdefull;
+                    d.dropout_offset = 0x500000007ull;
+                    break;
+                case DETERMINISTIC:
+                    d.dropout_p = 0.2f;
+                    d.dropout_seed = 1234;
+                    d.window_left = 90;
+                    d.deterministic = 1;
+                    opt.twice = 1;
+                    break;
+                default: break;
+                }
+                char name[96];
+                snprintf(name, sizeof name, "mma d%d %s %s backward", dims[i], w ? "bf16" : "fp16", names[c]);
+                run_result res;
+                run_case(name, &d, &opt, &res);
+                CHECK_MSG(res.info.backward.variant == tensor_core_backward(&d), "%s: backward %s", name,
+                          vname(&res.info.backward));
+                free(res.o);
+                free(blocks);
+            }
+    /* Forced shapes (br, bc, warps, stages): 4 and 8 warps, 32 to 128
+     * queries (32: one pair of n-tiles a warp), two stages. */
+    const int forced[][4] = {{64, 64, 8, 1}, {64, 32, 4, 2}, {32, 64, 8, 1}, {32, 32, 4, 2}, {128, 32, 4, 1}};
+    fa_device_info here;
+    CHECK_OK(fa_context_get_info(g_ctx, &here));
+    for (size_t i = 1; i < FA_ARRAY_SIZE(dims); i++)
+        for (size_t s = 0; s < FA_ARRAY_SIZE(forced); s++)
+            for (int w = 0; w < 2; w++) {
+                fa_attention_desc d = mma_desc(w, 2, 200, 230, 4, 2, dims[i]);
+                /* Shapes this device's shared memory holds (an A100's
+                 * 163 KiB does not hold every one). */
+                if (fa_plan_local_mem(FA_VARIANT_MMA, FA_PASS_BACKWARD, &d, forced[s][0], forced[s][1],
+                                      forced[s][3]) > here.desc.local_mem_bytes)
+                    continue;
+                d.causal = (int)((s + (size_t)w) % 2);
+                d.deterministic = s == 2;
+                const tiles b = mma(forced[s][0], forced[s][1], forced[s][2], forced[s][3]);
+                char name[96];
+                snprintf(name, sizeof name, "mma d%d backward %dx%d/%d s%d%s", dims[i], b.br, b.bc, b.threads,
+                         b.stages, d.causal ? " causal" : "");
+                run_tiles(name, &d, NULL, &b, 1);
+            }
+}
+
 /* Every warpgroup forward shape the kernel takes: one and two warpgroups,
  * key tiles 16 to 128, one and two stages, head dims 64 to 256 (one to four
  * 64-column blocks), fp16 and bf16, causal and not; the backward on the
@@ -1041,5 +1119,5 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims),
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
-             FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
+             FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes), FA_CASE(mma_wide_heads_backward),
              FA_CASE(wgmma_shapes), FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles))

@@ -2,7 +2,8 @@
  * planner can ask for on a described H100 (sm_90) and A100 (sm_80), for
  * every dtype (fp32 on the FP32 pipes and on TF32 tensor cores), head
  * dimensions from 8 to 256, plain and fully masked options (causal, window,
- * block-sparse, dropout, varlen, deterministic) and decoding (split-K). The
+ * block-sparse, dropout, varlen, deterministic) and decoding (split-K),
+ * the backward above head_dim 128 with warps sharing key strips. The
  * tensor-core kernels must not spill: ptxas' own report (the compile log of
  * --ptxas-options=-v) is read for every kernel, and a table of registers
  * and spills is printed. Runs wherever NVRTC loads; skips otherwise.
@@ -255,6 +256,16 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
                               d->head_dim % 64 == 0 && d->head_dim <= (d->dropout_p > 0.0f ? 64 : 128);
         CHECK_MSG((bv == FA_VARIANT_WGMMA) == wgmma_bwd, "%s %s: backward %s", device, jobs[i].label,
                   fa_variant_name(bv));
+        /* fp16/bf16 backward on tensor cores at every head_dim the
+         * m16n8k16 shape divides, above 128 with warps sharing key strips
+         * (bwd_mma.cu DK_SPLIT), which the plan's text names. */
+        if (d->q.dtype != FA_DTYPE_F32 && d->head_dim % 16 == 0) {
+            CHECK_MSG(fa_variant_on_matrix_units(bv), "%s %s: backward %s", device, jobs[i].label, fa_variant_name(bv));
+            char text[4096];
+            fa_plan_info_format(&jobs[i].info, text, sizeof text);
+            CHECK_MSG((strstr(text, "key strips shared by") != NULL) == (d->head_dim > 128), "%s %s: plan text\n%s",
+                      device, jobs[i].label, text);
+        }
         if (!mma_dtype || d->head_dim % 16)
             CHECK_MSG(!fa_variant_on_matrix_units(fv) && !fa_variant_on_matrix_units(bv), "%s %s: tensor cores planned", device, jobs[i].label);
     }

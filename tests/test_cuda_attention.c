@@ -908,66 +908,84 @@ FA_TEST(mma_shapes) {
         }
 }
 
-/* The tensor-core backward at head_dim 96, 192 and 256 (fp16, bf16; above
- * 128 warps share each key strip, bwd_mma.cu DK_SPLIT) on the planner's
- * tiles with every option it takes, against the fp64 reference: GQA,
- * causal, windows, block masks, varlen, dropout, and deterministic mode
- * (bit-identical twice); then forced shapes of the shared-strip kernel (4
- * and 8 warps, 32 to 128 queries, one and two stages). */
-FA_TEST(mma_wide_heads_backward) {
-    REQUIRE_MMA();
+/* The tensor-core backward at a wide head_dim (96, 192, 256; fp16, bf16;
+ * above 128 warps share each key strip, bwd_mma.cu DK_SPLIT) on the
+ * planner's tiles with every option it takes, against the fp64 reference:
+ * GQA, causal, windows, block masks, varlen, dropout, and deterministic
+ * mode (bit-identical twice). One test a head_dim, so that their kernel
+ * builds can run side by side. */
+static void wide_head_backward(int dim) {
     static const int32_t cu_q[] = {0, 5, 5, 82, 150};
     static const int32_t cu_k[] = {0, 33, 45, 145, 145};
-    static const int dims[] = {96, 192, 256};
     enum { PLAIN, CAUSAL, WINDOW, BLOCKS, VARLEN, DROPOUT, DETERMINISTIC, CASES };
     static const char *const names[] = {"gqa", "causal", "window", "block-sparse", "varlen causal gqa",
                                         "dropout causal gqa", "deterministic dropout window"};
-    for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
-        for (int w = 0; w < 2; w++)
-            for (int c = 0; c < CASES; c++) {
-                fa_attention_desc d = mma_desc(w, 2, 130, 150, 4, 2, dims[i]);
-                uint8_t *blocks = NULL;
-                run_opts opt = {NULL, NULL, 1, 0, 0, 0, 0};
-                switch (c) {
-                case CAUSAL: d = mma_desc(w, 1, 300, 257, 2, 2, dims[i]); d.causal = 1; break;
-                case WINDOW: d.window_left = 40; d.window_right = 7; break;
-                case BLOCKS: blocks = suite_random_block_mask(&d, 32, 48, 17); d.causal = 1; break;
-                case VARLEN:
-                    d = mma_desc(w, 4, 77, 100, 4, 2, dims[i]);
-                    d.cu_seqlens_q = cu_q;
-                    d.cu_seqlens_k = cu_k;
-                    d.causal = 1;
-                    break;
-                case DROPOUT:
-                    d.causal = 1;
-                    d.dropout_p = 0.17f;
-                    d.dropout_seed = 0x123456789abcdefull;
-                    d.dropout_offset = 0x500000007ull;
-                    break;
-                case DETERMINISTIC:
-                    d.dropout_p = 0.2f;
-                    d.dropout_seed = 1234;
-                    d.window_left = 90;
-                    d.deterministic = 1;
-                    opt.twice = 1;
-                    break;
-                default: break;
-                }
-                char name[96];
-                snprintf(name, sizeof name, "mma d%d %s %s backward", dims[i], w ? "bf16" : "fp16", names[c]);
-                run_result res;
-                run_case(name, &d, &opt, &res);
-                CHECK_MSG(res.info.backward.variant == tensor_core_backward(&d), "%s: backward %s", name,
-                          vname(&res.info.backward));
-                free(res.o);
-                free(blocks);
+    for (int w = 0; w < 2; w++)
+        for (int c = 0; c < CASES; c++) {
+            fa_attention_desc d = mma_desc(w, 2, 130, 150, 4, 2, dim);
+            uint8_t *blocks = NULL;
+            run_opts opt = {NULL, NULL, 1, 0, 0, 0, 0};
+            switch (c) {
+            case CAUSAL: d = mma_desc(w, 1, 300, 257, 2, 2, dim); d.causal = 1; break;
+            case WINDOW: d.window_left = 40; d.window_right = 7; break;
+            case BLOCKS: blocks = suite_random_block_mask(&d, 32, 48, 17); d.causal = 1; break;
+            case VARLEN:
+                d = mma_desc(w, 4, 77, 100, 4, 2, dim);
+                d.cu_seqlens_q = cu_q;
+                d.cu_seqlens_k = cu_k;
+                d.causal = 1;
+                break;
+            case DROPOUT:
+                d.causal = 1;
+                d.dropout_p = 0.17f;
+                d.dropout_seed = 0x123456789abcdefull;
+                d.dropout_offset = 0x500000007ull;
+                break;
+            case DETERMINISTIC:
+                d.dropout_p = 0.2f;
+                d.dropout_seed = 1234;
+                d.window_left = 90;
+                d.deterministic = 1;
+                opt.twice = 1;
+                break;
+            default: break;
             }
-    /* Forced shapes (br, bc, warps, stages): 4 and 8 warps, 32 to 128
-     * queries (32: one pair of n-tiles a warp), two stages. */
+            char name[96];
+            snprintf(name, sizeof name, "mma d%d %s %s backward", dim, w ? "bf16" : "fp16", names[c]);
+            run_result res;
+            run_case(name, &d, &opt, &res);
+            CHECK_MSG(res.info.backward.variant == tensor_core_backward(&d), "%s: backward %s", name,
+                      vname(&res.info.backward));
+            free(res.o);
+            free(blocks);
+        }
+}
+
+FA_TEST(mma_wide_heads_d96) {
+    REQUIRE_MMA();
+    wide_head_backward(96);
+}
+
+FA_TEST(mma_wide_heads_d192) {
+    REQUIRE_MMA();
+    wide_head_backward(192);
+}
+
+FA_TEST(mma_wide_heads_d256) {
+    REQUIRE_MMA();
+    wide_head_backward(256);
+}
+
+/* Forced shapes of the shared-strip backward (br, bc, warps, stages): 4
+ * and 8 warps, 32 to 128 queries (32: one pair of n-tiles a warp), one and
+ * two stages, dQ by atomics and deterministic. */
+FA_TEST(mma_wide_heads_shapes) {
+    REQUIRE_MMA();
+    static const int dims[] = {192, 256};
     const int forced[][4] = {{64, 64, 8, 1}, {64, 32, 4, 2}, {32, 64, 8, 1}, {32, 32, 4, 2}, {128, 32, 4, 1}};
     fa_device_info here;
     CHECK_OK(fa_context_get_info(g_ctx, &here));
-    for (size_t i = 1; i < FA_ARRAY_SIZE(dims); i++)
+    for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
         for (size_t s = 0; s < FA_ARRAY_SIZE(forced); s++)
             for (int w = 0; w < 2; w++) {
                 fa_attention_desc d = mma_desc(w, 2, 200, 230, 4, 2, dims[i]);
@@ -1119,5 +1137,6 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims),
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
-             FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes), FA_CASE(mma_wide_heads_backward),
+             FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes), FA_CASE(mma_wide_heads_d96), FA_CASE(mma_wide_heads_d192),
+             FA_CASE(mma_wide_heads_d256), FA_CASE(mma_wide_heads_shapes),
              FA_CASE(wgmma_shapes), FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles))

@@ -464,12 +464,31 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
  * dV (d) and the transposed scores and their gradient (br) in fp32: at
  * head_dim 128, 192 of them compiled without spilling (NVRTC 13.0: 240
  * registers plain, up to 254 with causal masks, windows, block masks or
- * varlen); with dropout's Philox state they spilled 36-48 bytes, so with
- * dropout the MMA backward runs where the accumulators exceed
- * FA_WGMMA_BWD_ACC_DROPOUT. */
+ * varlen); with dropout's Philox state drawn inline they spilled 36-48
+ * bytes. Drawn as keep bits while the S^T and dP^T products run
+ * (bwd_mma.cu keep_bits), dropout alone or with causal masks and
+ * deterministic mode compiled without spilling at 64 x 64 in two stages
+ * (one warpgroup; one stage spilled 4-8 bytes, 64 x 128 4-20, and with
+ * windows, block masks or varlen beside dropout 4-16; NVRTC 13.0): above
+ * FA_WGMMA_BWD_ACC_DROPOUT accumulators dropout takes that shape only, and
+ * the MMA backward runs the rest. */
 #define FA_WGMMA_BWD_BR 64
 #define FA_WGMMA_BWD_ACC 192
 #define FA_WGMMA_BWD_ACC_DROPOUT 128
+#define FA_WGMMA_BWD_DROPOUT_BC 64
+#define FA_WGMMA_BWD_DROPOUT_STAGES 2
+
+/* Dropout beside no other option that takes registers (windows', block
+ * masks' and varlen's bounds). */
+static int dropout_alone(const fa_attention_desc *desc) {
+    return desc->window_left < 0 && desc->window_right < 0 && !desc->block_mask && !desc->cu_seqlens_q;
+}
+
+/* Whether the warpgroup backward with dropout needs the one shape that
+ * compiled without spilling (FA_WGMMA_BWD_DROPOUT_BC, _STAGES). */
+static int wgmma_bwd_dropout_tight(const fa_attention_desc *desc, int br) {
+    return desc->dropout_p > 0.0f && desc->head_dim + br > FA_WGMMA_BWD_ACC_DROPOUT;
+}
 
 static int wgmma_possible(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass) {
     const int max_dim = pass == FA_PASS_FORWARD ? 256 : 128;
@@ -485,8 +504,8 @@ int fa_wgmma_blocks_per_sm(const fa_attention_desc *desc, int bc) {
 static int wgmma_tile_ok(const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
     if (pass == FA_PASS_BACKWARD) {
         const int acc = desc->head_dim + br;
-        return br == FA_WGMMA_BWD_BR && bc % 64 == 0 && bc <= FA_WGMMA_MAX_BC &&
-               acc <= (desc->dropout_p > 0.0f ? FA_WGMMA_BWD_ACC_DROPOUT : FA_WGMMA_BWD_ACC);
+        if (br != FA_WGMMA_BWD_BR || bc % 64 || bc > FA_WGMMA_MAX_BC || acc > FA_WGMMA_BWD_ACC) return 0;
+        return !wgmma_bwd_dropout_tight(desc, br) || (bc == FA_WGMMA_BWD_DROPOUT_BC && dropout_alone(desc));
     }
     if (br % 64 || bc % 16 || bc < FA_WGMMA_MIN_BC || bc > FA_WGMMA_MAX_BC) return 0;
     /* Two blocks an SM wherever the narrowest key tile allows them. */
@@ -798,6 +817,9 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                             if (!layout_ok(dev, desc, variant, pass, br, bc, c.tr, c.tc)) continue;
                             if (variant == FA_VARIANT_MMA && !cl_mma(dev, variant) && !hip_mma(dev, variant) &&
                                 !mma_stages_ok(dev, desc, pass, br, bc, c.tr, stages))
+                                continue;
+                            if (variant == FA_VARIANT_WGMMA && pass == FA_PASS_BACKWARD &&
+                                wgmma_bwd_dropout_tight(desc, br) && stages != FA_WGMMA_BWD_DROPOUT_STAGES)
                                 continue;
                             /* Bytes depend on the tile only; compute time
                              * also on the micro-tile (local-memory reads per

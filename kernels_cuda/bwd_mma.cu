@@ -176,6 +176,29 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NJ][4], u32 a_sm, u32 b_sm, int key
 }
 #endif
 
+/* Dropout's keep bits of the warpgroup build: one bit a score the thread
+ * holds (bit 4 j + e of n-tile j, element e), drawn while the S^T and dP^T
+ * products run, so that the Philox rounds do not share the registers of
+ * p_and_ds (inline there they spilled the d128 build, 32-80 bytes, NVRTC
+ * 13.0). Rows and columns as p_and_ds numbers them. */
+#if defined(DROPOUT) && defined(WGMMA)
+#define DROP_BITS
+#if KT * NQ * 4 > 32
+#error "bwd_mma: the keep bits of a thread's scores must fit 32 bits"
+#endif
+FA_DEV u32 keep_bits(const fa_params &p, u32 bh, int q0, int k0, int k_w, int g, int t4) {
+    u32 bits = 0;
+#pragma unroll 1
+    for (int j = 0; j < NQ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int ql = 8 * j + 2 * t4 + (e & 1), kl = g + 8 * (e >> 1);
+            bits |= (u32)dropout_keep(p, bh, (u32)q0 + (u32)ql, (u32)k0 + (u32)(k_w + kl)) << (4 * j + e);
+        }
+    return bits;
+}
+#endif
+
 /* P = exp2(S^T * scale log2 e - L log2 e) into sacc (times z keep_scale)
  * and dS = P * (z keep_scale dP - D) into pacc, for the warp's key strips
  * (first key k0 + k_w) and the tile's queries from q0, with L (natural
@@ -188,7 +211,8 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NJ][4], u32 a_sm, u32 b_sm, int key
 template <bool MASKED, int NJ>
 FA_DEV void p_and_ds(float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], const float *Lb, const float *Db,
                      const fa_params &p, const fa_mask &mask, int q0, int k0, int k_w, int g, int t4, float sl2,
-                     u32 bh) {
+                     u32 bh, u32 keep) {
+    (void)keep;
     (void)p;
     (void)mask;
     (void)q0;
@@ -220,7 +244,9 @@ FA_DEV void p_and_ds(float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], const f
                 const float lq = lse == -FA_INF ? FA_INF : lse * FA_LOG2E;
                 const float pv = fa_exp2(fmaf(sacc[kt][j][e], sl2, -lq));
                 float z = 1.0f;
-#ifdef DROPOUT
+#if defined(DROP_BITS)
+                z = keep >> (4 * j + e) & 1u ? p.drop_scale : 0.0f;
+#elif defined(DROPOUT)
                 z = dropout_keep(p, bh, (u32)q0 + (u32)ql, (u32)k0 + (u32)(k_w + kl)) ? p.drop_scale : 0.0f;
 #endif
                 pacc[kt][j][e] = seen ? pv * (pacc[kt][j][e] * z - dq) : 0.0f;
@@ -261,8 +287,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
     const float sl2 = p.scale_log2;
     /* The warp's key strips and its share of the queries (S^T, dP^T) and
      * of the head dimensions (dK, dV). */
-    const int key_base = (warp % KEY_WARPS) * KT * 16;
-    const int part = warp / KEY_WARPS, q_part = part * NQW * 8, j_part = part * DTW;
+    const int key_base = (DK_SPLIT > 1 ? warp % KEY_WARPS : warp) * KT * 16;
+    /* 0 at compile time where warps do not share strips: the unsplit
+     * kernels keep the registers they had. */
+    const int part = DK_SPLIT > 1 ? warp / KEY_WARPS : 0, q_part = part * NQW * 8, j_part = part * DTW;
     (void)q_part;
 
     int r_lo, r_hi, t_begin, t_end;
@@ -326,6 +354,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         const u32 qb = q_sm + (u32)st * QT_BYTES, ob = do_sm + (u32)st * QT_BYTES;
         const float *Lb = Ls + st * BR, *Db = Ds + st * BR;
 
+#ifdef DROPOUT
+        const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
+#else
+        const u32 bh = 0;
+#endif
+        u32 keep = 0;
         /* S^T = K Q^T and dP^T = V dO^T */
         float sacc[KT][NQW][4], pacc[KT][NQW][4];
 #ifdef WGMMA
@@ -339,6 +373,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             wg_rows_by_rows<BR, BC>(sacc[0], kd, qd);
             wg_rows_by_rows<BR, BC>(pacc[0], vd, od);
             wg_commit();
+#ifdef DROP_BITS
+            keep = keep_bits(p, bh, q0, k0, key_base, g, t4);
+#endif
             wg_wait<0>();
             wg_hold<NQ>(sacc[0]);
             wg_hold<NQ>(pacc[0]);
@@ -357,15 +394,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #endif
 
         /* P and dS, element by element; whole tiles test no element. */
-#ifdef DROPOUT
-        const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
-#else
-        const u32 bh = 0;
-#endif
         if (tile_full(p, mask, cur_t, tk, q0, k0, BR, BC, ROWS_FEED_KEYS))
-            p_and_ds<false>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, q0 + q_part, k0, key_base, g, t4, sl2, bh);
+            p_and_ds<false>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, q0 + q_part, k0, key_base, g, t4, sl2, bh, keep);
         else
-            p_and_ds<true>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, q0 + q_part, k0, key_base, g, t4, sl2, bh);
+            p_and_ds<true>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, q0 + q_part, k0, key_base, g, t4, sl2, bh, keep);
 
 #if DK_SPLIT > 1
         /* The warp's queries of (z keep_scale) P^T and dS^T into shared

@@ -599,11 +599,14 @@ static fa_variant tensor_core_forward(const fa_attention_desc *d) {
 }
 
 /* The tensor-core backward the planner picks on this device: the
- * warpgroup one on sm_90 for fp16/bf16 at head_dim 64, and at 128 without
- * dropout (whose Philox state takes the registers). */
+ * warpgroup one on sm_90 for fp16/bf16 at head_dim 64, and at 128 unless
+ * dropout comes with a window, a block mask or varlen (their registers
+ * and Philox's do not fit together). */
 static fa_variant tensor_core_backward(const fa_attention_desc *d) {
+    const int crowded = d->dropout_p > 0.0f && (d->window_left >= 0 || d->window_right >= 0 || d->block_mask ||
+                                                 d->cu_seqlens_q);
     return device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
-                   d->head_dim <= (d->dropout_p > 0.0f ? 64 : 128)
+                   d->head_dim <= (crowded ? 64 : 128)
                ? FA_VARIANT_WGMMA
                : FA_VARIANT_MMA;
 }

@@ -135,6 +135,13 @@ static fa_attention_desc problem(dmode mode, int dim, int option_set) {
     }
     d.batch = 4;
     d.seqlen_q = d.seqlen_k = 2048;
+    if (option_set == 4) {
+        /* Dropout and causal alone: the warpgroup backward's dropout shape. */
+        d.causal = 1;
+        d.dropout_p = 0.1f;
+        d.dropout_seed = 1;
+        return d;
+    }
     if (option_set == 1 || option_set == 3) {
         /* 3: every mask, no dropout, dQ by atomics. */
         d.causal = 1;
@@ -153,8 +160,8 @@ static fa_attention_desc problem(dmode mode, int dim, int option_set) {
 }
 
 static const int dims[] = {8, 32, 40, 64, 80, 96, 128, 192, 256};
-/* plain, all-options, decode, masks (problem()) */
-#define OPTION_SETS 4
+/* plain, all-options, decode, masks, dropout (problem()) */
+#define OPTION_SETS 5
 
 /* Builds the job list for one device; returns the number of jobs. */
 static int make_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job *jobs, int cap) {
@@ -170,7 +177,11 @@ static int make_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job 
                 j->cc_major = cc_major;
                 j->cc_minor = cc_minor;
                 snprintf(j->label, sizeof j->label, "%s d%d %s", mode_names[m], dims[di],
-                         os == 0 ? "plain" : os == 1 ? "all-options" : os == 2 ? "decode" : "masks");
+                         os == 0   ? "plain"
+                         : os == 1 ? "all-options"
+                         : os == 2 ? "decode"
+                         : os == 3 ? "masks"
+                                   : "dropout");
                 fa_status st = fa_plan_for_device(dev, &j->desc, &j->info);
                 CHECK_MSG(st == FA_SUCCESS, "%s: planning failed: %s", j->label, fa_last_error());
                 if (st == FA_SUCCESS) n++;
@@ -250,10 +261,11 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
         CHECK_MSG((fv == FA_VARIANT_WGMMA) == wgmma_shape, "%s %s: forward %s", device, jobs[i].label,
                   fa_variant_name(fv));
         /* The warpgroup backward up to head_dim 128 (decoding too): at 128
-         * only without dropout, whose Philox state takes the registers (the
-         * all-options set here). */
+         * not where dropout's Philox state comes with windows, block masks
+         * or varlen (the all-options set here). */
+        const int crowded = d->dropout_p > 0.0f && d->cu_seqlens_q;
         const int wgmma_bwd = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
-                              d->head_dim % 64 == 0 && d->head_dim <= (d->dropout_p > 0.0f ? 64 : 128);
+                              d->head_dim % 64 == 0 && d->head_dim <= (crowded ? 64 : 128);
         CHECK_MSG((bv == FA_VARIANT_WGMMA) == wgmma_bwd, "%s %s: backward %s", device, jobs[i].label,
                   fa_variant_name(bv));
         /* fp16/bf16 backward on tensor cores at every head_dim the

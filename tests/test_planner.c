@@ -438,12 +438,18 @@ FA_TEST(variants_by_backend) {
     CHECK(p.backward.br == 64 && p.backward.bc == 128 && p.backward.stages == 2 &&
           p.backward.work_group_size == 256);
     /* Dropout's registers: one block of 128 x 128 forward, and the
-     * backward on mma.sync at head_dim 128. */
+     * backward in one warpgroup of 64 keys, two stages, at head_dim 128;
+     * with a window beside it, on mma.sync. */
     d.dropout_p = 0.1f;
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.forward.br == 128 && p.forward.bc == 128);
     CHECK(fa_wgmma_blocks_per_sm(&d, p.forward.bc) == 1);
+    CHECK(p.backward.variant == FA_VARIANT_WGMMA && p.backward.br == 64 && p.backward.bc == 64 &&
+          p.backward.stages == 2 && p.backward.work_group_size == 128);
+    d.window_left = 256;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.backward.variant == FA_VARIANT_MMA);
+    d.window_left = -1;
     /* Windows, block masks and varlen leave the warpgroup backward room. */
     d.dropout_p = 0.0f;
     d.window_left = 256;

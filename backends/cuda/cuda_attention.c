@@ -45,14 +45,16 @@
 #define CU_MAX_THREADS 1024
 /* The deterministic dQ kernel's tile (bwd_mma.cu DQ_*): 64 query rows in
  * four warps of 16, 64 keys per step (32 on TF32, whose operands take
- * twice the registers, and above head_dim 128, where dQ's accumulators do:
- * at 192 and 256 64 keys spilled 84-240 bytes, NVRTC 13.0), within the
- * registers a thread has. */
+ * twice the registers, above head_dim 128, where dQ's accumulators do, and
+ * at 128 with dropout, whose Philox rounds do: 64 keys spilled 84-240
+ * bytes at 192 and 256, 40 at 128 with dropout and no causal mask, NVRTC
+ * 13.0), within the registers a thread has. */
 #define CU_DQ_BR 64
 #define CU_DQ_WARPS 4
 #define CU_DQ_WIDE_MAX_DIM 128
 static int dq_bc(const fa_attention_desc *d) {
-    return d->q.dtype == FA_DTYPE_F32 || d->head_dim > CU_DQ_WIDE_MAX_DIM ? 32 : 64;
+    const int dim_max = d->dropout_p > 0.0f ? CU_DQ_WIDE_MAX_DIM - 1 : CU_DQ_WIDE_MAX_DIM;
+    return d->q.dtype == FA_DTYPE_F32 || d->head_dim > dim_max ? 32 : 64;
 }
 /* Forward: Q fragments stay in registers while the thread's accumulators
  * leave them room (fwd_mma.cu QREG). */

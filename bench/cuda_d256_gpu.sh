@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # On an NVIDIA GPU machine, in one call of about 6-7 minutes with the
 # build: the tensor-core backward at head_dim 96, 192 and 256 (above 128
-# warps share each key strip, kernels_cuda/bwd_mma.cu DK_SPLIT).
+# warps share each key strip, kernels_cuda/bwd_mma.cu DK_SPLIT), and at 128
+# with dropout (on sm_90 the warpgroup one, keep bits drawn while its
+# products run).
 #   tests  test_cuda_attention's wide-head cases (every option, forced
-#          shapes) and mma_head_dims against the fp64 reference, side by
+#          shapes), the d128 dropout backward (on sm_90 the warpgroup one)
+#          and mma_head_dims against the fp64 reference, side by
 #          side, beside the differential test on CUDA with its random cases
 #          at head_dim 96, 192 and 256 (FA_DIFF_HEAD_DIMS)
 #   bench  the backward (and forward) at d256 and at d128 with dropout 0.1,
@@ -30,7 +33,7 @@ build-gpu/fa-info --backend cuda --dtype bf16 --dim 256 --seqlen 8192 --batch 2 
 status=0
 if want tests; then
   stamp "tests: wide-head backward cases and the differential test at d96/192/256, side by side"
-  cases="mma_wide_heads_d96 mma_wide_heads_d192 mma_wide_heads_d256 mma_wide_heads_shapes mma_head_dims"
+  cases="mma_wide_heads_d96 mma_wide_heads_d192 mma_wide_heads_d256 mma_wide_heads_shapes dropout_d128_backward mma_head_dims"
   pids=()
   for c in $cases; do
     timeout 280 build-gpu/test_cuda_attention "$c" > "$out/wide-$c.log" 2>&1 &
@@ -54,11 +57,11 @@ if want tests; then
   [ "$rc" -eq 0 ] || status=1
   grep -E "^differential:|FAILED|^    |backward:|forward:" "$out/differential-cuda.log" | head -30
   # The worst errors of the wide-head runs, by head_dim and dtype.
-  cat "$out"/wide-mma_wide_heads_d*.log | python3 -c '
+  cat "$out"/wide-mma_wide_heads_d*.log "$out"/wide-dropout_d128_backward.log | python3 -c '
 import re, sys
 worst = {}
 for line in sys.stdin:
-    m = re.search(r"mma d(\d+) (fp16|bf16) .* dQ ([0-9.e+-]+) dK ([0-9.e+-]+) dV ([0-9.e+-]+)", line)
+    m = re.search(r" d(\d+) (fp16|bf16) .* dQ ([0-9.e+-]+) dK ([0-9.e+-]+) dV ([0-9.e+-]+)", line)
     if m:
         k = (int(m.group(1)), m.group(2))
         worst[k] = max([worst.get(k, 0.0)] + [float(x) for x in m.groups()[2:]])

@@ -979,6 +979,32 @@ FA_TEST(mma_wide_heads_d256) {
     wide_head_backward(256);
 }
 
+/* Dropout at head_dim 128 in the warpgroup backward on sm_90 (keep bits
+ * drawn while its products run, bwd_mma.cu keep_bits; mma.sync elsewhere):
+ * GQA, causal, deterministic (bit-identical twice), against the fp64
+ * reference with the same Philox stream. */
+FA_TEST(dropout_d128_backward) {
+    REQUIRE_MMA();
+    for (int w = 0; w < 2; w++)
+        for (int c = 0; c < 3; c++) {
+            fa_attention_desc d = mma_desc(w, 2, 200, 230, 4, 2, 128);
+            d.dropout_p = c == 1 ? 0.5f : 0.17f;
+            d.dropout_seed = 0x123456789abcdefull + (uint64_t)c;
+            d.dropout_offset = 0x500000007ull;
+            d.causal = c >= 1;
+            d.deterministic = c == 2;
+            run_opts opt = {NULL, NULL, 1, c == 2, 0, 0, 0};
+            char name[96];
+            snprintf(name, sizeof name, "d128 %s dropout %.2f%s%s", w ? "bf16" : "fp16", (double)d.dropout_p,
+                     d.causal ? " causal" : "", d.deterministic ? " deterministic" : "");
+            run_result res;
+            run_case(name, &d, &opt, &res);
+            CHECK_MSG(res.info.backward.variant == tensor_core_backward(&d), "%s: backward %s", name,
+                      vname(&res.info.backward));
+            free(res.o);
+        }
+}
+
 /* Forced shapes of the shared-strip backward (br, bc, warps, stages): 4
  * and 8 warps, 32 to 128 queries (32: one pair of n-tiles a warp), one and
  * two stages, dQ by atomics and deterministic. */
@@ -1141,5 +1167,5 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims),
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes), FA_CASE(mma_wide_heads_d96), FA_CASE(mma_wide_heads_d192),
-             FA_CASE(mma_wide_heads_d256), FA_CASE(mma_wide_heads_shapes),
+             FA_CASE(mma_wide_heads_d256), FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward),
              FA_CASE(wgmma_shapes), FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles))

@@ -466,10 +466,10 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
  * registers plain, up to 254 with causal masks, windows, block masks or
  * varlen); with dropout's Philox state drawn inline they spilled 36-48
  * bytes. Drawn as keep bits while the S^T and dP^T products run
- * (bwd_mma.cu keep_bits), dropout alone or with causal masks and
- * deterministic mode compiled without spilling at 64 x 64 in two stages
- * (one warpgroup; one stage spilled 4-8 bytes, 64 x 128 4-20, and with
- * windows, block masks or varlen beside dropout 4-16; NVRTC 13.0): above
+ * (bwd_mma.cu keep_bits), dropout alone (deterministic or not) compiled
+ * without spilling at 64 x 64 in two stages (one warpgroup; one stage
+ * spilled 4-8 bytes, 64 x 128 4-20, and with a causal mask, windows,
+ * block masks or varlen beside dropout 4-16; NVRTC 13.0): above
  * FA_WGMMA_BWD_ACC_DROPOUT accumulators dropout takes that shape only, and
  * the MMA backward runs the rest. */
 #define FA_WGMMA_BWD_BR 64
@@ -478,10 +478,10 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
 #define FA_WGMMA_BWD_DROPOUT_BC 64
 #define FA_WGMMA_BWD_DROPOUT_STAGES 2
 
-/* Dropout beside no other option that takes registers (windows', block
- * masks' and varlen's bounds). */
+/* Dropout beside no mask and no varlen (their bounds take registers). */
 static int dropout_alone(const fa_attention_desc *desc) {
-    return desc->window_left < 0 && desc->window_right < 0 && !desc->block_mask && !desc->cu_seqlens_q;
+    return !desc->causal && desc->window_left < 0 && desc->window_right < 0 && !desc->block_mask &&
+           !desc->cu_seqlens_q;
 }
 
 /* Whether the warpgroup backward with dropout needs the one shape that

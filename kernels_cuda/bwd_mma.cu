@@ -188,6 +188,28 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NJ][4], u32 a_sm, u32 b_sm, int key
 #endif
 FA_DEV u32 keep_bits(const fa_params &p, u32 bh, int q0, int k0, int k_w, int g, int t4) {
     u32 bits = 0;
+#ifdef KEEP_BITS_SHARED
+    /* One Philox call covers four keys, those of the four lanes whose g
+     * share a group of four (and t4): they split the calls, lane r = g & 3
+     * drawing element e = r's for every n-tile and keeping the verdicts on
+     * all four words as a nibble, then swap nibbles: a quarter of the
+     * Philox rounds. Not the default: with causal masks beside dropout the
+     * d128 build spilled 8 bytes (NVRTC 13.0); to be timed on a GPU
+     * (FLASHATTN_CUDA_OPTIONS=-DKEEP_BITS_SHARED) against the call a score
+     * below. */
+    const int r = g & 3;
+    const u32 col4 = (u32)k0 + (u32)(k_w + (g & ~3) + 8 * (r >> 1)), t = p.drop_threshold;
+    u32 mine = 0;
+#pragma unroll 1
+    for (int j = 0; j < NQ; j++) {
+        const uint4 w = dropout_words(p, bh, (u32)q0 + (u32)(8 * j + 2 * t4 + (r & 1)), col4);
+        mine |= ((u32)(w.x >= t) | (u32)(w.y >= t) << 1 | (u32)(w.z >= t) << 2 | (u32)(w.w >= t) << 3) << (4 * j);
+    }
+    /* Bit r of each of e's nibbles is this lane's verdict on element e. */
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        bits |= (__shfl_sync(0xffffffffu, mine, ((g & ~3) + e) * 4 + t4) >> r & 0x11111111u) << e;
+#else
 #pragma unroll 1
     for (int j = 0; j < NQ; j++)
 #pragma unroll
@@ -195,6 +217,7 @@ FA_DEV u32 keep_bits(const fa_params &p, u32 bh, int q0, int k0, int k_w, int g,
             const int ql = 8 * j + 2 * t4 + (e & 1), kl = g + 8 * (e >> 1);
             bits |= (u32)dropout_keep(p, bh, (u32)q0 + (u32)ql, (u32)k0 + (u32)(k_w + kl)) << (4 * j + e);
         }
+#endif
     return bits;
 }
 #endif

@@ -600,11 +600,11 @@ static fa_variant tensor_core_forward(const fa_attention_desc *d) {
 
 /* The tensor-core backward the planner picks on this device: the
  * warpgroup one on sm_90 for fp16/bf16 at head_dim 64, and at 128 unless
- * dropout comes with a window, a block mask or varlen (their registers
- * and Philox's do not fit together). */
+ * dropout comes with a mask or varlen (their registers and Philox's do
+ * not fit together). */
 static fa_variant tensor_core_backward(const fa_attention_desc *d) {
-    const int crowded = d->dropout_p > 0.0f && (d->window_left >= 0 || d->window_right >= 0 || d->block_mask ||
-                                                 d->cu_seqlens_q);
+    const int crowded = d->dropout_p > 0.0f && (d->causal || d->window_left >= 0 || d->window_right >= 0 ||
+                                                 d->block_mask || d->cu_seqlens_q);
     return device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
                    d->head_dim <= (crowded ? 64 : 128)
                ? FA_VARIANT_WGMMA
@@ -980,9 +980,9 @@ FA_TEST(mma_wide_heads_d256) {
 }
 
 /* Dropout at head_dim 128 in the warpgroup backward on sm_90 (keep bits
- * drawn while its products run, bwd_mma.cu keep_bits; mma.sync elsewhere):
- * GQA, causal, deterministic (bit-identical twice), against the fp64
- * reference with the same Philox stream. */
+ * drawn while its products run, bwd_mma.cu keep_bits; mma.sync elsewhere,
+ * and with a causal mask): GQA, deterministic (bit-identical twice),
+ * causal, against the fp64 reference with the same Philox stream. */
 FA_TEST(dropout_d128_backward) {
     REQUIRE_MMA();
     for (int w = 0; w < 2; w++)
@@ -991,9 +991,9 @@ FA_TEST(dropout_d128_backward) {
             d.dropout_p = c == 1 ? 0.5f : 0.17f;
             d.dropout_seed = 0x123456789abcdefull + (uint64_t)c;
             d.dropout_offset = 0x500000007ull;
-            d.causal = c >= 1;
-            d.deterministic = c == 2;
-            run_opts opt = {NULL, NULL, 1, c == 2, 0, 0, 0};
+            d.causal = c == 2;
+            d.deterministic = c == 1;
+            run_opts opt = {NULL, NULL, 1, c == 1, 0, 0, 0};
             char name[96];
             snprintf(name, sizeof name, "d128 %s dropout %.2f%s%s", w ? "bf16" : "fp16", (double)d.dropout_p,
                      d.causal ? " causal" : "", d.deterministic ? " deterministic" : "");

@@ -439,7 +439,7 @@ FA_TEST(variants_by_backend) {
           p.backward.work_group_size == 256);
     /* Dropout's registers: one block of 128 x 128 forward, and the
      * backward in one warpgroup of 64 keys, two stages, at head_dim 128;
-     * with a window beside it, on mma.sync. */
+     * with a window or a causal mask beside it, on mma.sync. */
     d.dropout_p = 0.1f;
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.forward.br == 128 && p.forward.bc == 128);
@@ -450,6 +450,10 @@ FA_TEST(variants_by_backend) {
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.backward.variant == FA_VARIANT_MMA);
     d.window_left = -1;
+    d.causal = 1;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.backward.variant == FA_VARIANT_MMA);
+    d.causal = 0;
     /* Windows, block masks and varlen leave the warpgroup backward room. */
     d.dropout_p = 0.0f;
     d.window_left = 256;

@@ -39,6 +39,11 @@ if want tests; then
     timeout 280 build-gpu/test_cuda_attention "$c" > "$out/wide-$c.log" 2>&1 &
     pids+=($!)
   done
+  # The opt-in shared Philox draw of the warpgroup backward (bwd_mma.cu
+  # KEEP_BITS_SHARED) against the reference too.
+  FLASHATTN_CUDA_OPTIONS=-DKEEP_BITS_SHARED timeout 280 build-gpu/test_cuda_attention dropout_d128_backward \
+    > "$out/wide-dropout-shared.log" 2>&1 &
+  shared_pid=$!
   FA_DIFF_HEAD_DIMS=96,192,256 FA_DIFF_CASES=${FA_DIFF_CASES:-250} FA_DIFF_BUILDS=${FA_DIFF_BUILDS:-16} \
     timeout 280 build-gpu/test_differential cuda > "$out/differential-cuda.log" 2>&1 &
   diff_pid=$!
@@ -51,6 +56,11 @@ if want tests; then
     [ "$rc" -eq 0 ] || status=1
     grep -E "^(ok|FAIL|SKIP)|CHECK failed|passed, " "$out/wide-$c.log" | head -12
   done
+  wait "$shared_pid"
+  rc=$?
+  echo "dropout_d128_backward with -DKEEP_BITS_SHARED: exit $rc"
+  [ "$rc" -eq 0 ] || status=1
+  grep -E "^(ok|FAIL|SKIP)|CHECK failed" "$out/wide-dropout-shared.log" | head -6
   wait "$diff_pid"
   rc=$?
   echo "differential (cuda, d96/192/256): exit $rc$([ "$rc" -eq 124 ] && echo ' (timed out)')"
@@ -79,6 +89,10 @@ if want bench; then
       timeout 60 build-gpu/fa-bench --backend cuda --dtype "$dtype" --dim 128 $causal --dropout 0.1 \
         --seqlens 4096,8192 --repeats 10 --json "$json" --label "cuda-d128-dropout" 2>/dev/null | grep fused
     done
+    # The shared Philox draw (opt-in; the warpgroup backward, not causal).
+    FLASHATTN_CUDA_OPTIONS=-DKEEP_BITS_SHARED timeout 60 build-gpu/fa-bench --backend cuda --dtype "$dtype" \
+      --dim 128 --dropout 0.1 --seqlens 4096,8192 --repeats 10 --json "$out/bench-shared.jsonl" \
+      --label "cuda-d128-dropout-shared" 2>/dev/null | grep fused | sed 's/^/KEEP_BITS_SHARED /'
   done
   timeout 120 python3 bench/sdpa_peer.py --dtypes bf16,fp16 --dims 256 --seqlens 4096,8192 --causal 0,1 \
     --backends flash,cudnn --repeats 10 --json "$out/peer.jsonl" --label sdpa-d256 > "$out/peer.log" 2>&1

@@ -62,15 +62,16 @@ def release():
     torch.cuda.empty_cache()
 
 
-def time_backend(name, q, k, v, causal, warmup, repeats):
+def time_backend(name, q, k, v, causal, warmup, repeats, dropout=0.0):
     """Forward and backward timings and memory peaks of one SDPA backend."""
     rec = {}
     with sdpa_kernel([BACKENDS[name]]):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        fwd = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), warmup, repeats)
+        fwd = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal), warmup,
+                      repeats)
         fwd_peak = torch.cuda.max_memory_allocated()
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        o = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal)
         g = torch.randn_like(o)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -92,6 +93,7 @@ def main():
     ap.add_argument("--batch", type=int, default=0, help="fixed batch (overrides --tokens)")
     ap.add_argument("--heads", type=int, default=0, help="fixed heads (overrides --hidden)")
     ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability (fa-bench --dropout)")
     ap.add_argument("--backends", default="flash,cudnn,efficient")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
@@ -115,7 +117,7 @@ def main():
                         h = args.heads if args.heads > 0 else args.hidden // d
                         flops = 4 * b * h * n * n * d * visible_fraction(n, causal)
                         base = dict(label=args.label, backend="pytorch", device=dev, dtype=dname, d=d, n=n, b=b,
-                                    h=h, h_kv=h, causal=causal, **{"pass": "both"})
+                                    h=h, h_kv=h, causal=causal, dropout=args.dropout, **{"pass": "both"})
                         try:
                             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype, requires_grad=True)
                                        for _ in range(3))
@@ -130,7 +132,7 @@ def main():
                             rec = dict(base, algo=name)
                             repeats = args.math_repeats if name == "math" and args.math_repeats > 0 else args.repeats
                             try:
-                                rec.update(time_backend(name, q, k, v, causal, args.warmup, repeats))
+                                rec.update(time_backend(name, q, k, v, causal, args.warmup, repeats, args.dropout))
                                 rec.update(fwd_tflops=flops / rec["fwd_ms"] * 1e-9,
                                            bwd_tflops=2.5 * flops / rec["bwd_ms"] * 1e-9)
                             except torch.cuda.OutOfMemoryError as e:

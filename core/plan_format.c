@@ -49,7 +49,19 @@ static void put_cost(text *t, const char *indent, const fa_cost *c) {
         c->roofline_ms, c->compute_ms > c->memory_ms ? "compute" : "memory");
 }
 
-static void put_pass(text *t, const char *name, const fa_kernel_plan *k) {
+/* Warps sharing each key strip of a CUDA tensor-core backward plan
+ * (planner.c mma_micro_tile_ok: tr = br / (4 * split)); 1 for every other
+ * plan, whose matrix-unit micro-tiles hold at least a quarter of the
+ * queries. */
+static int strip_warps(const fa_kernel_plan *k, int backward) {
+    if (!backward || k->variant != FA_VARIANT_MMA || k->simd_width != 32 || k->thread_rows <= 0 || k->thread_cols % 2 ||
+        k->br % (4 * k->thread_rows))
+        return 1;
+    const int split = k->br / (4 * k->thread_rows);
+    return split == 2 || split == 4 ? split : 1;
+}
+
+static void put_pass(text *t, const char *name, const fa_kernel_plan *k, int backward) {
     if (k->variant == FA_VARIANT_STANDARD) {
         put(t, "%s: standard (S and P in global memory), workspace %.2f MiB\n", name,
             (double)k->workspace_bytes / (1024.0 * 1024.0));
@@ -60,6 +72,10 @@ static void put_pass(text *t, const char *name, const fa_kernel_plan *k) {
             k->thread_cols, k->split_k, k->stages, k->num_work_groups);
         put(t, "  local memory %.1f KiB, workspace %.2f MiB\n", (double)k->local_mem_bytes / 1024.0,
             (double)k->workspace_bytes / (1024.0 * 1024.0));
+        const int split = strip_warps(k, backward);
+        if (split > 1)
+            put(t, "  key strips shared by %d warps, each holding dK and dV for 1/%d of the head dimensions\n", split,
+                split);
     }
     put_cost(t, "  ", &k->cost);
 }
@@ -72,8 +88,8 @@ size_t fa_plan_info_format(const fa_plan_info *info, char *out, size_t out_size)
         return t.need;
     }
     put(&t, "algorithm: %s\n", info->algorithm == FA_ALGO_STANDARD ? "standard" : "fused");
-    put_pass(&t, "forward", &info->forward);
-    put_pass(&t, "backward", &info->backward);
+    put_pass(&t, "forward", &info->forward, 0);
+    put_pass(&t, "backward", &info->backward, 1);
     /* The other algorithm's prediction on the same shape. */
     const int fused = info->algorithm != FA_ALGO_STANDARD;
     put(&t, "%s attention, for comparison:\n", fused ? "standard" : "fused");

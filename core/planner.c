@@ -227,9 +227,10 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
     case FA_VARIANT_MMA:
         /* kernels_cuda/fwd_mma.cu: Q, and K and V per stage. */
         if (pass == FA_PASS_FORWARD) return fa_mma_tile_bytes(r, e * d) + st * 2 * fa_mma_tile_bytes(c, e * d);
-        /* kernels_cuda/bwd_mma.cu: K and V; Q, dO, L and D per stage; dS. */
-        return 2 * fa_mma_tile_bytes(c, e * d) + st * 2 * fa_mma_tile_bytes(r, e * d) + fa_mma_tile_bytes(c, e * r) +
-               4 * 2 * st * r;
+        /* kernels_cuda/bwd_mma.cu: K and V; Q, dO, L and D per stage; dS,
+         * and P where warps share key strips. */
+        return 2 * fa_mma_tile_bytes(c, e * d) + st * 2 * fa_mma_tile_bytes(r, e * d) +
+               (fa_mma_bwd_dk_split(desc) > 1 ? 2 : 1) * fa_mma_tile_bytes(c, e * r) + 4 * 2 * st * r;
     case FA_VARIANT_WGMMA:
         /* fwd_mma.cu built with WGMMA: Q, and K and V per stage, unpadded
          * (kernels_cuda/wgmma.cuh). */
@@ -390,11 +391,38 @@ static int bwd_lean_sm90(const fa_device_desc *dev, const fa_attention_desc *des
     return sm_version(dev) >= 90 && lean_16bit(desc);
 }
 
+/* Above this head dimension fp16/bf16 backward warps share key strips
+ * (fa_mma_bwd_dk_split): one warp's dK and dV of a strip (d fp32 a
+ * thread) would not fit beside the scores. */
+#define FA_MMA_BWD_MAX_UNSPLIT_DIM 128
+
+int fa_mma_bwd_dk_split(const fa_attention_desc *desc) {
+    if (!desc || desc->q.dtype == FA_DTYPE_F32 || desc->head_dim <= FA_MMA_BWD_MAX_UNSPLIT_DIM) return 1;
+    /* Each warp's share of the head dimensions is whole pairs of 8-column
+     * n-tiles (the products' B operands come two at a time). */
+    for (int split = 2; split <= 4; split *= 2)
+        if (desc->head_dim <= split * FA_MMA_BWD_MAX_UNSPLIT_DIM && desc->head_dim % (16 * split) == 0) return split;
+    return 1;
+}
+
 static int mma_regs_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int strips,
                        int other) {
     const int d = desc->head_dim;
     if (pass == FA_PASS_FORWARD)
         return strips * (d + other) / 2 <= (desc->q.dtype == FA_DTYPE_F32 ? FA_MMA_FWD_REGS_TF32 : FA_MMA_FWD_REGS);
+    const int split = fa_mma_bwd_dk_split(desc);
+    if (split > 1) {
+        /* A warp's share of a strip: d / split accumulators of dK and dV
+         * and other / split of the scores and their gradient, a thread;
+         * the operands come from shared memory one k16 step at a time. */
+        if (strips * d / split > FA_MMA_MAX_ACCUMULATORS || other % (16 * split)) return 0;
+        /* Weighted as below although the P and dS operands no longer stay
+         * in registers, and without the sm_90 allowance: at head_dim 192
+         * with dropout 128 x 64 tiles, which (d + br) / split alone admits,
+         * spilled 24 bytes on sm_90, and so did 128 x 32 at 256 without
+         * options, which the sm_90 budget admits (NVRTC 13.0). */
+        return strips * (2 * d + 3 * other) <= 2 * split * FA_MMA_BWD_REGS_16;
+    }
     if (strips * d > FA_MMA_MAX_ACCUMULATORS) return 0;
     if (desc->q.dtype == FA_DTYPE_F32) return strips * (d + 4 * other) <= FA_MMA_BWD_REGS_TF32;
     const int budget = bwd_lean_sm90(dev, desc) ? FA_MMA_BWD_REGS_16_SM90 : FA_MMA_BWD_REGS_16;
@@ -408,8 +436,9 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
     const int warps = wgs / simd;
     if (warps != 4 && warps != 8) return 0;
     const int rows = pass == FA_PASS_FORWARD ? br : bc;
-    if (rows % (dev->matrix_m * warps)) return 0;
-    const int strips = rows / (dev->matrix_m * warps);
+    const int key_warps = pass == FA_PASS_FORWARD ? warps : warps / fa_mma_bwd_dk_split(desc);
+    if (key_warps < 1 || rows % (dev->matrix_m * key_warps)) return 0;
+    const int strips = rows / (dev->matrix_m * key_warps);
     if (strips > FA_MMA_MAX_STRIPS) return 0;
     /* Forward: two strips a warp halve the shared-memory reads per matrix
      * product, and four warps of two strips ran faster on an H200 than
@@ -462,12 +491,31 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
  * dV (d) and the transposed scores and their gradient (br) in fp32: at
  * head_dim 128, 192 of them compiled without spilling (NVRTC 13.0: 240
  * registers plain, up to 254 with causal masks, windows, block masks or
- * varlen); with dropout's Philox state they spilled 36-48 bytes, so with
- * dropout the MMA backward runs where the accumulators exceed
- * FA_WGMMA_BWD_ACC_DROPOUT. */
+ * varlen); with dropout's Philox state drawn inline they spilled 36-48
+ * bytes. Drawn as keep bits while the S^T and dP^T products run
+ * (bwd_mma.cu keep_bits), dropout alone (deterministic or not) compiled
+ * without spilling at 64 x 64 in two stages (one warpgroup; one stage
+ * spilled 4-8 bytes, 64 x 128 4-20, and with a causal mask, windows,
+ * block masks or varlen beside dropout 4-16; NVRTC 13.0): above
+ * FA_WGMMA_BWD_ACC_DROPOUT accumulators dropout takes that shape only, and
+ * the MMA backward runs the rest. */
 #define FA_WGMMA_BWD_BR 64
 #define FA_WGMMA_BWD_ACC 192
 #define FA_WGMMA_BWD_ACC_DROPOUT 128
+#define FA_WGMMA_BWD_DROPOUT_BC 64
+#define FA_WGMMA_BWD_DROPOUT_STAGES 2
+
+/* Dropout beside no mask and no varlen (their bounds take registers). */
+static int dropout_alone(const fa_attention_desc *desc) {
+    return !desc->causal && desc->window_left < 0 && desc->window_right < 0 && !desc->block_mask &&
+           !desc->cu_seqlens_q;
+}
+
+/* Whether the warpgroup backward with dropout needs the one shape that
+ * compiled without spilling (FA_WGMMA_BWD_DROPOUT_BC, _STAGES). */
+static int wgmma_bwd_dropout_tight(const fa_attention_desc *desc, int br) {
+    return desc->dropout_p > 0.0f && desc->head_dim + br > FA_WGMMA_BWD_ACC_DROPOUT;
+}
 
 static int wgmma_possible(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass) {
     const int max_dim = pass == FA_PASS_FORWARD ? 256 : 128;
@@ -483,8 +531,8 @@ int fa_wgmma_blocks_per_sm(const fa_attention_desc *desc, int bc) {
 static int wgmma_tile_ok(const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
     if (pass == FA_PASS_BACKWARD) {
         const int acc = desc->head_dim + br;
-        return br == FA_WGMMA_BWD_BR && bc % 64 == 0 && bc <= FA_WGMMA_MAX_BC &&
-               acc <= (desc->dropout_p > 0.0f ? FA_WGMMA_BWD_ACC_DROPOUT : FA_WGMMA_BWD_ACC);
+        if (br != FA_WGMMA_BWD_BR || bc % 64 || bc > FA_WGMMA_MAX_BC || acc > FA_WGMMA_BWD_ACC) return 0;
+        return !wgmma_bwd_dropout_tight(desc, br) || (bc == FA_WGMMA_BWD_DROPOUT_BC && dropout_alone(desc));
     }
     if (br % 64 || bc % 16 || bc < FA_WGMMA_MIN_BC || bc > FA_WGMMA_MAX_BC) return 0;
     /* Two blocks an SM wherever the narrowest key tile allows them. */
@@ -521,16 +569,19 @@ static int mma_stages_ok(const fa_device_desc *dev, const fa_attention_desc *des
  * query rows (tr = 2 * strips, tc = bc / 4); backward they are key rows
  * (tr = br / 4, tc = 2 * strips). So (br / tr) * (bc / tc) is the thread
  * count, as for SIMT plans, while the fragments, not a product cap, bound
- * the registers (mma_regs_ok). */
+ * the registers (mma_regs_ok). Where split warps share a key strip
+ * (fa_mma_bwd_dk_split), each holds 1 / split of the queries' scores:
+ * tr = br / (4 * split). */
 static int mma_micro_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
                              int tr, int tc) {
     if (br % tr || bc % tc) return 0;
     const int wgs = (br / tr) * (bc / tc), simd = dev->simd_width;
     if (wgs > dev->max_work_group_size || wgs < simd || wgs % simd || dev->matrix_m <= 0) return 0;
+    const int split = pass == FA_PASS_FORWARD ? 1 : fa_mma_bwd_dk_split(desc);
     const int rows = pass == FA_PASS_FORWARD ? br : bc, warps = wgs / simd;
-    if (rows % (dev->matrix_m * warps)) return 0;
-    const int strips = rows / (dev->matrix_m * warps), other = pass == FA_PASS_FORWARD ? bc : br;
-    const int want_tr = pass == FA_PASS_FORWARD ? 2 * strips : other / 4;
+    if (warps % split || rows % (dev->matrix_m * (warps / split))) return 0;
+    const int strips = rows / (dev->matrix_m * (warps / split)), other = pass == FA_PASS_FORWARD ? bc : br;
+    const int want_tr = pass == FA_PASS_FORWARD ? 2 * strips : other / (4 * split);
     const int want_tc = pass == FA_PASS_FORWARD ? other / 4 : 2 * strips;
     if (tr != want_tr || tc != want_tc) return 0;
     return mma_layout_ok(dev, desc, pass, br, bc, wgs);
@@ -804,6 +855,9 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                             }
                             if (variant == FA_VARIANT_MMA && !cl_mma(dev, variant) && !hip_mma(dev, variant) &&
                                 !mma_stages_ok(dev, desc, pass, br, bc, c.tr, stages))
+                                continue;
+                            if (variant == FA_VARIANT_WGMMA && pass == FA_PASS_BACKWARD &&
+                                wgmma_bwd_dropout_tight(desc, br) && stages != FA_WGMMA_BWD_DROPOUT_STAGES)
                                 continue;
                             /* Bytes depend on the tile only; compute time
                              * also on the micro-tile (local-memory reads per

@@ -32,6 +32,12 @@ size_t fa_plan_variant_local_mem(const fa_device_desc *dev, fa_variant variant);
  * backend (its launch bounds) must agree on. */
 int fa_wgmma_blocks_per_sm(const fa_attention_desc *desc, int bc);
 
+/* Warps sharing each 16-key strip of the CUDA tensor-core backward
+ * (kernels_cuda/bwd_mma.cu DK_SPLIT), each holding dK and dV for 1 / split
+ * of the head dimensions: 1, or 2 or 4 for fp16/bf16 above head_dim 128.
+ * The planner, the CUDA backend and fa_plan_local_mem agree on it. */
+int fa_mma_bwd_dk_split(const fa_attention_desc *desc);
+
 /* Local memory (bytes) one work-group of the given variant needs for a tile
  * shape. Kernels declare exactly this much; tests hold them to it. */
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br,

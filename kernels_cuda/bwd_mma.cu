@@ -25,7 +25,15 @@
  * L = +inf here, which makes its P exactly 0 instead of exp(-inf + inf).
  *
  * Options: BWD, BR BC WARPS STAGES (query tiles in flight), DQ_ATOMIC; the
- * dQ kernel DQ_BR DQ_BC DQ_WARPS; WGMMA (sm_90a): each group of four warps
+ * dQ kernel DQ_BR DQ_BC DQ_WARPS; DK_SPLIT (fp16/bf16, not with WGMMA):
+ * DK_SPLIT warps share each key strip, so that dK and dV fit the registers
+ * at head dimensions above 128. Each computes S^T and dP^T for its
+ * 1 / DK_SPLIT of the tile's queries and stores (z keep_scale) P^T and dS^T
+ * into shared memory; the products dV += P^T dO and dK += dS^T Q then
+ * read the whole strip from there, each warp for its 1 / DK_SPLIT of the
+ * head dimensions (the layout of FlashAttention-2's head_dim 256
+ * backward). Per thread that leaves d / DK_SPLIT accumulators of dK and dV
+ * and br / DK_SPLIT of the scores. WGMMA (sm_90a): each group of four warps
  * owns 64 keys and runs the key-side kernel's products as warpgroup
  * products from shared memory (S^T, dP^T; dQ += dS K from the stored dS^T)
  * and with P and dS from registers (dV, dK); one 16-key strip a warp, so
@@ -34,7 +42,8 @@
  * Shared memory of fa_bwd_dkdv_mma, exactly fa_plan_local_mem's MMA (WGMMA)
  * backward figure: Ks, Vs [BC x HEAD_DIM]; Qs, dOs [STAGES][BR x HEAD_DIM];
  * dSt [BC x BR] (dS transposed, for dQ), laid out as mma.cuh says
- * (TILE_BYTES), or wgmma.cuh (unpadded, swizzled); Ls, Ds [STAGES][BR]
+ * (TILE_BYTES), or wgmma.cuh (unpadded, swizzled); with DK_SPLIT > 1 Pt
+ * [BC x BR] (z keep_scale P transposed) as dSt; Ls, Ds [STAGES][BR]
  * fp32. */
 #include "rowwise.cuh"
 #include "common.cuh"
@@ -43,16 +52,28 @@
 #include "wgmma.cuh"
 #endif
 
+#ifndef DK_SPLIT
+#define DK_SPLIT 1
+#endif
 #define THREADS (WARPS * 32)
-#define KT (BC / (16 * WARPS))
+#define KEY_WARPS (WARPS / DK_SPLIT) /* warps with strips of their own */
+#define KT (BC / (16 * KEY_WARPS))
 #define NQ (BR / 8)
+#define NQW (NQ / DK_SPLIT) /* n-tiles of S^T and dP^T a warp computes */
 #define KQ (BR / 16)
 #define DT (HEAD_DIM / 8)
+#define DTW (DT / DK_SPLIT) /* n-tiles of dK and dV a warp holds */
 #define KS (HEAD_DIM / 16)
 #define DS_CHUNKS (BR * ELEM_BYTES / 16) /* width of the dS^T tile */
 
-#if BC % (16 * WARPS) != 0 || BR % 16 != 0 || HEAD_DIM % 16 != 0
-#error "bwd_mma: BC must be a multiple of 16 * WARPS, BR and HEAD_DIM of 16"
+#if DK_SPLIT != 1 && DK_SPLIT != 2 && DK_SPLIT != 4
+#error "bwd_mma: DK_SPLIT must be 1, 2 or 4"
+#endif
+#if DK_SPLIT > 1 && (defined(WGMMA) || ELEM_BYTES != 2 || WARPS % DK_SPLIT != 0 || NQW % 2 != 0 || DTW % 2 != 0)
+#error "bwd_mma: DK_SPLIT > 1 takes fp16/bf16 without WGMMA, WARPS a multiple of it, BR and HEAD_DIM of 16 DK_SPLIT"
+#endif
+#if BC % (16 * KEY_WARPS) != 0 || BR % 16 != 0 || HEAD_DIM % 16 != 0
+#error "bwd_mma: BC must be a multiple of 16 * WARPS / DK_SPLIT, BR and HEAD_DIM of 16"
 #endif
 
 #ifdef WGMMA
@@ -63,6 +84,7 @@
 #define KV_TILE_BYTES SW_TILE_BYTES(BC)
 #define QT_TILE_BYTES SW_TILE_BYTES(BR)
 #define DS_TILE_BYTES (BC * BR * ELEM_BYTES)
+#define PT_TILE_BYTES 0
 #define LOAD_TILE(ROWS) load_tile_sw<ROWS, THREADS>
 #define FENCE_ASYNC_SMEM() fence_async_smem()
 /* dQ = dS K in units of 64 queries x DQ_N head dimensions, shared out over
@@ -74,6 +96,7 @@
 #define KV_TILE_BYTES TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES)
 #define QT_TILE_BYTES TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES)
 #define DS_TILE_BYTES TILE_BYTES(BC, BR * ELEM_BYTES)
+#define PT_TILE_BYTES (DK_SPLIT > 1 ? DS_TILE_BYTES : 0)
 #define LOAD_TILE(ROWS) load_tile_async<ROWS, THREADS>
 #define FENCE_ASYNC_SMEM() ((void)0)
 #endif
@@ -131,17 +154,18 @@ FA_DEV void add_dq_strip(const fa_params &p, const fa_seq &seq, int b, int h, in
 #ifndef WGMMA
 /* acc[kt][j] += A B^T over head_dim for the warp's key strips: A the
  * key-side tile (K or V, BC rows), B the query-side one (Q or dO, BR
- * rows). */
-FA_DEV void keys_by_queries(float (&acc)[KT][NQ][4], u32 a_sm, u32 b_sm, int key_base, int lane) {
+ * rows), NJ n-tiles of it from row q_base. */
+template <int NJ>
+FA_DEV void keys_by_queries(float (&acc)[KT][NJ][4], u32 a_sm, u32 b_sm, int key_base, int q_base, int lane) {
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) {
         u32 a[KT][AREGS];
 #pragma unroll
         for (int kt = 0; kt < KT; kt++) load_a(a_sm, key_base + kt * 16, ks, a[kt], lane);
 #pragma unroll
-        for (int j = 0; j < NQ; j += 2) {
+        for (int j = 0; j < NJ; j += 2) {
             u32 b0[BREGS], b1[BREGS];
-            load_b2(b_sm, j * 8, ks, b0, b1, lane);
+            load_b2(b_sm, q_base + j * 8, ks, b0, b1, lane);
 #pragma unroll
             for (int kt = 0; kt < KT; kt++) {
                 mma16(acc[kt][j], a[kt], b0);
@@ -149,6 +173,52 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NQ][4], u32 a_sm, u32 b_sm, int key
             }
         }
     }
+}
+#endif
+
+/* Dropout's keep bits of the warpgroup build: one bit a score the thread
+ * holds (bit 4 j + e of n-tile j, element e), drawn while the S^T and dP^T
+ * products run, so that the Philox rounds do not share the registers of
+ * p_and_ds (inline there they spilled the d128 build, 32-80 bytes, NVRTC
+ * 13.0). Rows and columns as p_and_ds numbers them. */
+#if defined(DROPOUT) && defined(WGMMA)
+#define DROP_BITS
+#if KT * NQ * 4 > 32
+#error "bwd_mma: the keep bits of a thread's scores must fit 32 bits"
+#endif
+FA_DEV u32 keep_bits(const fa_params &p, u32 bh, int q0, int k0, int k_w, int g, int t4) {
+    u32 bits = 0;
+#ifdef KEEP_BITS_SHARED
+    /* One Philox call covers four keys, those of the four lanes whose g
+     * share a group of four (and t4): they split the calls, lane r = g & 3
+     * drawing element e = r's for every n-tile and keeping the verdicts on
+     * all four words as a nibble, then swap nibbles: a quarter of the
+     * Philox rounds. Not the default: with causal masks beside dropout the
+     * d128 build spilled 8 bytes (NVRTC 13.0); to be timed on a GPU
+     * (FLASHATTN_CUDA_OPTIONS=-DKEEP_BITS_SHARED) against the call a score
+     * below. */
+    const int r = g & 3;
+    const u32 col4 = (u32)k0 + (u32)(k_w + (g & ~3) + 8 * (r >> 1)), t = p.drop_threshold;
+    u32 mine = 0;
+#pragma unroll 1
+    for (int j = 0; j < NQ; j++) {
+        const uint4 w = dropout_words(p, bh, (u32)q0 + (u32)(8 * j + 2 * t4 + (r & 1)), col4);
+        mine |= ((u32)(w.x >= t) | (u32)(w.y >= t) << 1 | (u32)(w.z >= t) << 2 | (u32)(w.w >= t) << 3) << (4 * j);
+    }
+    /* Bit r of each of e's nibbles is this lane's verdict on element e. */
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        bits |= (__shfl_sync(0xffffffffu, mine, ((g & ~3) + e) * 4 + t4) >> r & 0x11111111u) << e;
+#else
+#pragma unroll 1
+    for (int j = 0; j < NQ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int ql = 8 * j + 2 * t4 + (e & 1), kl = g + 8 * (e >> 1);
+            bits |= (u32)dropout_keep(p, bh, (u32)q0 + (u32)ql, (u32)k0 + (u32)(k_w + kl)) << (4 * j + e);
+        }
+#endif
+    return bits;
 }
 #endif
 
@@ -161,10 +231,11 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NQ][4], u32 a_sm, u32 b_sm, int key
  * 0 times a NaN or inf in Q, K or dO is NaN (the header's last rule).
  * Rows past the end of the sequence read L = D = 0 and are hidden (the
  * dK/dV kernel's tiles count them, ROWS_FEED_KEYS). */
-template <bool MASKED>
-FA_DEV void p_and_ds(float (&sacc)[KT][NQ][4], float (&pacc)[KT][NQ][4], const float *Lb, const float *Db,
+template <bool MASKED, int NJ>
+FA_DEV void p_and_ds(float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], const float *Lb, const float *Db,
                      const fa_params &p, const fa_mask &mask, int q0, int k0, int k_w, int g, int t4, float sl2,
-                     u32 bh) {
+                     u32 bh, u32 keep) {
+    (void)keep;
     (void)p;
     (void)mask;
     (void)q0;
@@ -178,7 +249,7 @@ FA_DEV void p_and_ds(float (&sacc)[KT][NQ][4], float (&pacc)[KT][NQ][4], const f
     (void)rows0;
     (void)keys0;
 #pragma unroll
-    for (int j = 0; j < NQ; j++) {
+    for (int j = 0; j < NJ; j++) {
         /* Two neighbouring queries per thread and n-tile: one load each
          * (masked tiles, with more live state, load per element). */
         float2 l2 = make_float2(0.0f, 0.0f), d2 = l2;
@@ -196,7 +267,9 @@ FA_DEV void p_and_ds(float (&sacc)[KT][NQ][4], float (&pacc)[KT][NQ][4], const f
                 const float lq = lse == -FA_INF ? FA_INF : lse * FA_LOG2E;
                 const float pv = fa_exp2(fmaf(sacc[kt][j][e], sl2, -lq));
                 float z = 1.0f;
-#ifdef DROPOUT
+#if defined(DROP_BITS)
+                z = keep >> (4 * j + e) & 1u ? p.drop_scale : 0.0f;
+#elif defined(DROPOUT)
                 z = dropout_keep(p, bh, (u32)q0 + (u32)ql, (u32)k0 + (u32)(k_w + kl)) ? p.drop_scale : 0.0f;
 #endif
                 pacc[kt][j][e] = seen ? pv * (pacc[kt][j][e] * z - dq) : 0.0f;
@@ -209,7 +282,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
     extern __shared__ __align__(SMEM_ALIGN) unsigned char smem[];
     constexpr u32 KV_BYTES = KV_TILE_BYTES, QT_BYTES = QT_TILE_BYTES;
     /* The epilogue stages dK and dV in mma.cuh's padded layout. */
-    static_assert(2 * KV_BYTES + 2 * STAGES * QT_BYTES + DS_TILE_BYTES >=
+    static_assert(2 * KV_BYTES + 2 * STAGES * QT_BYTES + DS_TILE_BYTES + PT_TILE_BYTES >=
                       2 * TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES),
                   "bwd_mma: no room for the dK and dV tiles");
     const u32 k_sm = smem_u32(smem);
@@ -222,7 +295,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
     const u32 q_sm = v_sm + KV_BYTES;
     const u32 do_sm = q_sm + STAGES * QT_BYTES;
     const u32 ds_sm = do_sm + STAGES * QT_BYTES;
-    float *Ls = (float *)(smem + 2 * KV_BYTES + 2 * STAGES * QT_BYTES + DS_TILE_BYTES);
+    const u32 pt_sm = ds_sm + DS_TILE_BYTES;
+    (void)pt_sm;
+    float *Ls = (float *)(smem + 2 * KV_BYTES + 2 * STAGES * QT_BYTES + DS_TILE_BYTES + PT_TILE_BYTES);
     float *Ds = Ls + STAGES * BR;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -233,7 +308,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
     if (k0 >= seq.len_k) return;
     const fa_mask mask = mask_of(p, seq);
     const float sl2 = p.scale_log2;
-    const int key_base = warp * KT * 16;
+    /* The warp's key strips and its share of the queries (S^T, dP^T) and
+     * of the head dimensions (dK, dV). */
+    const int key_base = (DK_SPLIT > 1 ? warp % KEY_WARPS : warp) * KT * 16;
+    /* 0 at compile time where warps do not share strips: the unsplit
+     * kernels keep the registers they had. */
+    const int part = DK_SPLIT > 1 ? warp / KEY_WARPS : 0, q_part = part * NQW * 8, j_part = part * DTW;
+    (void)q_part;
 
     int r_lo, r_hi, t_begin, t_end;
     query_range(mask, k0, tile_last(k0, BC, seq.len_k), &r_lo, &r_hi);
@@ -266,11 +347,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
     if (hh < p.group) LOAD_STEP(hh, tq, 0);
     cp_async_commit();
 
-    float dk[KT][DT][4], dv[KT][DT][4];
+    float dk[KT][DTW][4], dv[KT][DTW][4];
 #pragma unroll
     for (int kt = 0; kt < KT; kt++)
 #pragma unroll
-        for (int j = 0; j < DT; j++)
+        for (int j = 0; j < DTW; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) dk[kt][j][e] = dv[kt][j][e] = 0.0f;
 
@@ -296,8 +377,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         const u32 qb = q_sm + (u32)st * QT_BYTES, ob = do_sm + (u32)st * QT_BYTES;
         const float *Lb = Ls + st * BR, *Db = Ds + st * BR;
 
+#ifdef DROPOUT
+        const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
+#else
+        const u32 bh = 0;
+#endif
+        u32 keep = 0;
         /* S^T = K Q^T and dP^T = V dO^T */
-        float sacc[KT][NQ][4], pacc[KT][NQ][4];
+        float sacc[KT][NQW][4], pacc[KT][NQW][4];
 #ifdef WGMMA
         {
             /* The warpgroup's 64 keys of K and V against the tile's
@@ -309,6 +396,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             wg_rows_by_rows<BR, BC>(sacc[0], kd, qd);
             wg_rows_by_rows<BR, BC>(pacc[0], vd, od);
             wg_commit();
+#ifdef DROP_BITS
+            keep = keep_bits(p, bh, q0, k0, key_base, g, t4);
+#endif
             wg_wait<0>();
             wg_hold<NQ>(sacc[0]);
             wg_hold<NQ>(pacc[0]);
@@ -317,26 +407,62 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #pragma unroll
         for (int kt = 0; kt < KT; kt++)
 #pragma unroll
-            for (int j = 0; j < NQ; j++)
+            for (int j = 0; j < NQW; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) sacc[kt][j][e] = pacc[kt][j][e] = 0.0f;
         /* One product after the other: the operand fragments of only one
          * are live at a time (registers are this kernel's limit). */
-        keys_by_queries(sacc, k_sm, qb, key_base, lane); /* S^T = K Q^T */
-        keys_by_queries(pacc, v_sm, ob, key_base, lane); /* dP^T = V dO^T */
+        keys_by_queries(sacc, k_sm, qb, key_base, q_part, lane); /* S^T = K Q^T */
+        keys_by_queries(pacc, v_sm, ob, key_base, q_part, lane); /* dP^T = V dO^T */
 #endif
 
         /* P and dS, element by element; whole tiles test no element. */
-#ifdef DROPOUT
-        const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
-#else
-        const u32 bh = 0;
-#endif
         if (tile_full(p, mask, cur_t, tk, q0, k0, BR, BC, ROWS_FEED_KEYS))
-            p_and_ds<false>(sacc, pacc, Lb, Db, p, mask, q0, k0, key_base, g, t4, sl2, bh);
+            p_and_ds<false>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, q0 + q_part, k0, key_base, g, t4, sl2, bh, keep);
         else
-            p_and_ds<true>(sacc, pacc, Lb, Db, p, mask, q0, k0, key_base, g, t4, sl2, bh);
+            p_and_ds<true>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, q0 + q_part, k0, key_base, g, t4, sl2, bh, keep);
 
+#if DK_SPLIT > 1
+        /* The warp's queries of (z keep_scale) P^T and dS^T into shared
+         * memory, rounded as c_to_a rounds them: the products below (and
+         * dQ += dS K) read whole strips, every part of them. */
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+            for (int j = 0; j < NQW; j++) {
+                store_c<DS_CHUNKS>(smem + (pt_sm - k_sm), key_base + kt * 16, q_part / 8 + j, sacc[kt][j], lane);
+                store_c<DS_CHUNKS>(smem + (ds_sm - k_sm), key_base + kt * 16, q_part / 8 + j, pacc[kt][j], lane);
+            }
+        __syncthreads();
+
+        /* dV += (z P)^T dO and dK += dS^T Q over the warp's head
+         * dimensions, k over the tile's queries. */
+#pragma unroll
+        for (int kq = 0; kq < KQ; kq++) {
+            u32 ap[KT][AREGS], as[KT][AREGS];
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++) {
+                load_a<DS_CHUNKS>(pt_sm, key_base + kt * 16, kq, ap[kt], lane);
+                load_a<DS_CHUNKS>(ds_sm, key_base + kt * 16, kq, as[kt], lane);
+            }
+#pragma unroll
+            for (int j = 0; j < DTW; j += 2) {
+                u32 b0[BREGS], b1[BREGS];
+                load_bt2(ob, kq, j_part + j, b0, b1, lane);
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) {
+                    mma16(dv[kt][j], ap[kt], b0);
+                    mma16(dv[kt][j + 1], ap[kt], b1);
+                }
+                load_bt2(qb, kq, j_part + j, b0, b1, lane);
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) {
+                    mma16(dk[kt][j], as[kt], b0);
+                    mma16(dk[kt][j + 1], as[kt], b1);
+                }
+            }
+        }
+#else /* DK_SPLIT == 1 */
 #ifdef DQ_ATOMIC
         /* dS^T into shared memory for dQ += dS K below, before the floats
          * are packed into operands and die. */
@@ -418,6 +544,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         }
 
 #endif /* WGMMA */
+#endif /* DK_SPLIT */
 
 #if defined(DQ_ATOMIC) && !defined(WGMMA)
         /* dQ += dS K: each warp takes units of (16 DQ_M queries x 8 DQ_UNIT
@@ -473,12 +600,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #pragma unroll
     for (int kt = 0; kt < KT; kt++)
 #pragma unroll
-        for (int j = 0; j < DT; j++) {
+        for (int j = 0; j < DTW; j++) {
             float sk[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) sk[e] = dk[kt][j][e] * p.scale;
-            store_c(k_tile, key_base + kt * 16, j, sk, lane);
-            store_c(v_tile, key_base + kt * 16, j, dv[kt][j], lane);
+            store_c(k_tile, key_base + kt * 16, j_part + j, sk, lane);
+            store_c(v_tile, key_base + kt * 16, j_part + j, dv[kt][j], lane);
         }
     __syncthreads();
     store_tile<BC, THREADS>((elem_t *)p.dk + K_ROW(p, b, seq, k0, hk), p.k_ss, k_tile, seq.len_k - k0, tid);

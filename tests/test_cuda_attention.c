@@ -599,11 +599,14 @@ static fa_variant tensor_core_forward(const fa_attention_desc *d) {
 }
 
 /* The tensor-core backward the planner picks on this device: the
- * warpgroup one on sm_90 for fp16/bf16 at head_dim 64, and at 128 without
- * dropout (whose Philox state takes the registers). */
+ * warpgroup one on sm_90 for fp16/bf16 at head_dim 64, and at 128 unless
+ * dropout comes with a mask or varlen (their registers and Philox's do
+ * not fit together). */
 static fa_variant tensor_core_backward(const fa_attention_desc *d) {
+    const int crowded = d->dropout_p > 0.0f && (d->causal || d->window_left >= 0 || d->window_right >= 0 ||
+                                                 d->block_mask || d->cu_seqlens_q);
     return device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
-                   d->head_dim <= (d->dropout_p > 0.0f ? 64 : 128)
+                   d->head_dim <= (crowded ? 64 : 128)
                ? FA_VARIANT_WGMMA
                : FA_VARIANT_MMA;
 }
@@ -908,6 +911,128 @@ FA_TEST(mma_shapes) {
         }
 }
 
+/* The tensor-core backward at a wide head_dim (96, 192, 256; fp16, bf16;
+ * above 128 warps share each key strip, bwd_mma.cu DK_SPLIT) on the
+ * planner's tiles with every option it takes, against the fp64 reference:
+ * GQA, causal, windows, block masks, varlen, dropout, and deterministic
+ * mode (bit-identical twice). One test a head_dim, so that their kernel
+ * builds can run side by side. */
+static void wide_head_backward(int dim) {
+    static const int32_t cu_q[] = {0, 5, 5, 82, 150};
+    static const int32_t cu_k[] = {0, 33, 45, 145, 145};
+    enum { PLAIN, CAUSAL, WINDOW, BLOCKS, VARLEN, DROPOUT, DETERMINISTIC, CASES };
+    static const char *const names[] = {"gqa", "causal", "window", "block-sparse", "varlen causal gqa",
+                                        "dropout causal gqa", "deterministic dropout window"};
+    for (int w = 0; w < 2; w++)
+        for (int c = 0; c < CASES; c++) {
+            fa_attention_desc d = mma_desc(w, 2, 130, 150, 4, 2, dim);
+            uint8_t *blocks = NULL;
+            run_opts opt = {NULL, NULL, 1, 0, 0, 0, 0};
+            switch (c) {
+            case CAUSAL: d = mma_desc(w, 1, 300, 257, 2, 2, dim); d.causal = 1; break;
+            case WINDOW: d.window_left = 40; d.window_right = 7; break;
+            case BLOCKS: blocks = suite_random_block_mask(&d, 32, 48, 17); d.causal = 1; break;
+            case VARLEN:
+                d = mma_desc(w, 4, 77, 100, 4, 2, dim);
+                d.cu_seqlens_q = cu_q;
+                d.cu_seqlens_k = cu_k;
+                d.causal = 1;
+                break;
+            case DROPOUT:
+                d.causal = 1;
+                d.dropout_p = 0.17f;
+                d.dropout_seed = 0x123456789abcdefull;
+                d.dropout_offset = 0x500000007ull;
+                break;
+            case DETERMINISTIC:
+                d.dropout_p = 0.2f;
+                d.dropout_seed = 1234;
+                d.window_left = 90;
+                d.deterministic = 1;
+                opt.twice = 1;
+                break;
+            default: break;
+            }
+            char name[96];
+            snprintf(name, sizeof name, "mma d%d %s %s backward", dim, w ? "bf16" : "fp16", names[c]);
+            run_result res;
+            run_case(name, &d, &opt, &res);
+            CHECK_MSG(res.info.backward.variant == tensor_core_backward(&d), "%s: backward %s", name,
+                      vname(&res.info.backward));
+            free(res.o);
+            free(blocks);
+        }
+}
+
+FA_TEST(mma_wide_heads_d96) {
+    REQUIRE_MMA();
+    wide_head_backward(96);
+}
+
+FA_TEST(mma_wide_heads_d192) {
+    REQUIRE_MMA();
+    wide_head_backward(192);
+}
+
+FA_TEST(mma_wide_heads_d256) {
+    REQUIRE_MMA();
+    wide_head_backward(256);
+}
+
+/* Dropout at head_dim 128 in the warpgroup backward on sm_90 (keep bits
+ * drawn while its products run, bwd_mma.cu keep_bits; mma.sync elsewhere,
+ * and with a causal mask): GQA, deterministic (bit-identical twice),
+ * causal, against the fp64 reference with the same Philox stream. */
+FA_TEST(dropout_d128_backward) {
+    REQUIRE_MMA();
+    for (int w = 0; w < 2; w++)
+        for (int c = 0; c < 3; c++) {
+            fa_attention_desc d = mma_desc(w, 2, 200, 230, 4, 2, 128);
+            d.dropout_p = c == 1 ? 0.5f : 0.17f;
+            d.dropout_seed = 0x123456789abcdefull + (uint64_t)c;
+            d.dropout_offset = 0x500000007ull;
+            d.causal = c == 2;
+            d.deterministic = c == 1;
+            run_opts opt = {NULL, NULL, 1, c == 1, 0, 0, 0};
+            char name[96];
+            snprintf(name, sizeof name, "d128 %s dropout %.2f%s%s", w ? "bf16" : "fp16", (double)d.dropout_p,
+                     d.causal ? " causal" : "", d.deterministic ? " deterministic" : "");
+            run_result res;
+            run_case(name, &d, &opt, &res);
+            CHECK_MSG(res.info.backward.variant == tensor_core_backward(&d), "%s: backward %s", name,
+                      vname(&res.info.backward));
+            free(res.o);
+        }
+}
+
+/* Forced shapes of the shared-strip backward (br, bc, warps, stages): 4
+ * and 8 warps, 32 to 128 queries (32: one pair of n-tiles a warp), one and
+ * two stages, dQ by atomics and deterministic. */
+FA_TEST(mma_wide_heads_shapes) {
+    REQUIRE_MMA();
+    static const int dims[] = {192, 256};
+    const int forced[][4] = {{64, 64, 8, 1}, {64, 32, 4, 2}, {32, 64, 8, 1}, {32, 32, 4, 2}, {128, 32, 4, 1}};
+    fa_device_info here;
+    CHECK_OK(fa_context_get_info(g_ctx, &here));
+    for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
+        for (size_t s = 0; s < FA_ARRAY_SIZE(forced); s++)
+            for (int w = 0; w < 2; w++) {
+                fa_attention_desc d = mma_desc(w, 2, 200, 230, 4, 2, dims[i]);
+                /* Shapes this device's shared memory holds (an A100's
+                 * 163 KiB does not hold every one). */
+                if (fa_plan_local_mem(FA_VARIANT_MMA, FA_PASS_BACKWARD, &d, forced[s][0], forced[s][1],
+                                      forced[s][3]) > here.desc.local_mem_bytes)
+                    continue;
+                d.causal = (int)((s + (size_t)w) % 2);
+                d.deterministic = s == 2;
+                const tiles b = mma(forced[s][0], forced[s][1], forced[s][2], forced[s][3]);
+                char name[96];
+                snprintf(name, sizeof name, "mma d%d backward %dx%d/%d s%d%s", dims[i], b.br, b.bc, b.threads,
+                         b.stages, d.causal ? " causal" : "");
+                run_tiles(name, &d, NULL, &b, 1);
+            }
+}
+
 /* Every warpgroup forward shape the kernel takes: one and two warpgroups,
  * key tiles 16 to 128, one and two stages, head dims 64 to 256 (one to four
  * 64-column blocks), fp16 and bf16, causal and not; the backward on the
@@ -1206,6 +1331,8 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims),
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
-             FA_CASE(wgmma_shapes), FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles),
-             FA_CASE(decode_gqa_lengths), FA_CASE(decode_causal), FA_CASE(decode_windows), FA_CASE(decode_varlen), FA_CASE(decode_head_dims_small), FA_CASE(decode_head_dims_large),
-             FA_CASE(decode_refusals))
+             FA_CASE(mma_wide_heads_d96), FA_CASE(mma_wide_heads_d192), FA_CASE(mma_wide_heads_d256),
+             FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes),
+             FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles), FA_CASE(decode_gqa_lengths),
+             FA_CASE(decode_causal), FA_CASE(decode_windows), FA_CASE(decode_varlen), FA_CASE(decode_head_dims_small),
+             FA_CASE(decode_head_dims_large), FA_CASE(decode_refusals))

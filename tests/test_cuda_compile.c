@@ -2,7 +2,8 @@
  * planner can ask for on a described H100 (sm_90) and A100 (sm_80), for
  * every dtype (fp32 on the FP32 pipes and on TF32 tensor cores), head
  * dimensions from 8 to 256, plain and fully masked options (causal, window,
- * block-sparse, dropout, varlen, deterministic) and decoding (split-K). The
+ * block-sparse, dropout, varlen, deterministic) and decoding (split-K),
+ * the backward above head_dim 128 with warps sharing key strips. The
  * tensor-core kernels must not spill: ptxas' own report (the compile log of
  * --ptxas-options=-v) is read for every kernel, and a table of registers
  * and spills is printed. Runs wherever NVRTC loads; skips otherwise.
@@ -250,12 +251,23 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
         CHECK_MSG((fv == FA_VARIANT_WGMMA) == wgmma_shape, "%s %s: forward %s", device, jobs[i].label,
                   fa_variant_name(fv));
         /* The warpgroup backward up to head_dim 128 (decoding too): at 128
-         * only without dropout, whose Philox state takes the registers (the
-         * all-options set here). */
+         * not where dropout's Philox state comes with masks or varlen (the
+         * all-options set here; dropout_backward_sm90 below has neither). */
+        const int crowded = d->dropout_p > 0.0f && d->cu_seqlens_q;
         const int wgmma_bwd = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
-                              d->head_dim % 64 == 0 && d->head_dim <= (d->dropout_p > 0.0f ? 64 : 128);
+                              d->head_dim % 64 == 0 && d->head_dim <= (crowded ? 64 : 128);
         CHECK_MSG((bv == FA_VARIANT_WGMMA) == wgmma_bwd, "%s %s: backward %s", device, jobs[i].label,
                   fa_variant_name(bv));
+        /* fp16/bf16 backward on tensor cores at every head_dim the
+         * m16n8k16 shape divides, above 128 with warps sharing key strips
+         * (bwd_mma.cu DK_SPLIT), which the plan's text names. */
+        if (d->q.dtype != FA_DTYPE_F32 && d->head_dim % 16 == 0) {
+            CHECK_MSG(fa_variant_on_matrix_units(bv), "%s %s: backward %s", device, jobs[i].label, fa_variant_name(bv));
+            char text[4096];
+            fa_plan_info_format(&jobs[i].info, text, sizeof text);
+            CHECK_MSG((strstr(text, "key strips shared by") != NULL) == (d->head_dim > 128), "%s %s: plan text\n%s",
+                      device, jobs[i].label, text);
+        }
         if (!mma_dtype || d->head_dim % 16)
             CHECK_MSG(!fa_variant_on_matrix_units(fv) && !fa_variant_on_matrix_units(bv), "%s %s: tensor cores planned", device, jobs[i].label);
     }
@@ -386,6 +398,51 @@ FA_TEST(a100_sm80_decode_variants) {
 #endif
 }
 
+/* The warpgroup backward with dropout alone (bwd_mma.cu keep_bits), which
+ * the sweep's option sets do not reach: at head_dim 64 and 128, fp16 and
+ * bf16, dQ by atomics and deterministic, on a described H100 it is planned
+ * (64 x 64, two stages, at 128) and its backward kernels do not spill. */
+FA_TEST(dropout_backward_sm90) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    job jobs[8];
+    int n = 0;
+    for (int m = MODE_F16; m <= MODE_BF16; m++)
+        for (int dim = 64; dim <= 128; dim += 64)
+            for (int det = 0; det < 2; det++) {
+                job *j = &jobs[n];
+                memset(j, 0, sizeof *j);
+                j->desc = problem((dmode)m, dim, 0);
+                j->desc.dropout_p = 0.1f;
+                j->desc.dropout_seed = 1;
+                j->desc.deterministic = det;
+                j->cc_major = 9;
+                snprintf(j->label, sizeof j->label, "%s d%d dropout%s", mode_names[m], dim, det ? " deterministic" : "");
+                fa_status st = fa_plan_for_device(&fa_described_device_find("h100")->desc, &j->desc, &j->info);
+                CHECK_MSG(st == FA_SUCCESS, "%s: planning failed: %s", j->label, fa_last_error());
+                if (st == FA_SUCCESS) n++;
+            }
+    run_jobs(jobs, n);
+    for (int i = 0; i < n; i++) {
+        const job *j = &jobs[i];
+        const fa_kernel_plan *b = &j->info.backward;
+        CHECK_MSG(j->status == FA_SUCCESS, "%s: %s (%s)", j->label, fa_status_string(j->status), j->error);
+        CHECK_MSG(b->variant == FA_VARIANT_WGMMA && (j->desc.head_dim < 128 || (b->bc == 64 && b->stages == 2)),
+                  "%s: backward %s %d x %d s%d", j->label, fa_variant_name(b->variant), b->br, b->bc, b->stages);
+        for (int k = 0; k < j->count && k < MAX_REPORTS; k++) {
+            const fa_cuda_kernel_report *r = &j->reports[k];
+            printf("%-8s %-28s %-18s %5d %5d %6d %6d\n", r->arch, j->label, r->kernel, r->threads, r->registers,
+                   r->spill_stores, r->spill_loads);
+            if (r->pass == FA_PASS_BACKWARD && r->tensor_cores && strstr(r->kernel, "_mma"))
+                CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
+                          "%s %s spills: %d bytes stored, %d loaded (options %s)", j->label, r->kernel,
+                          r->spill_stores, r->spill_loads, r->options);
+        }
+    }
+#endif
+}
+
 /* A second compile of the same program comes from the kernel cache with
  * the same binary size and ptxas report. */
 FA_TEST(kernel_cache_roundtrip) {
@@ -511,5 +568,5 @@ FA_TEST(errors_are_reported) {
 
 
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
-             FA_CASE(a100_sm80_decode_variants), FA_CASE(kernel_cache_roundtrip),
+             FA_CASE(a100_sm80_decode_variants), FA_CASE(dropout_backward_sm90), FA_CASE(kernel_cache_roundtrip),
              FA_CASE(errors_are_reported))

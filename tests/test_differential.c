@@ -23,6 +23,9 @@
  *                   plan needs a build beyond them is drawn again, which
  *                   bounds the compile time on a CPU device
  *   FA_DIFF_SEED    the seed (default fixed); FA_DIFF_FIRST=n starts at case n
+ *   FA_DIFF_HEAD_DIMS  a comma-separated list of head dims (multiples of 8
+ *                   up to 256) the random cases take theirs from, to aim
+ *                   them at some kernels (default: any)
  * The first cases are hand-picked extremes (extreme_case), the rest random.
  * Under ctest's mma-emulated runs (FLASHATTN_OPENCL_MMA_EMULATE, with
  * FA_TEST_HALF=1) the cases are fp16 and bf16, for the OpenCL matrix-unit
@@ -79,6 +82,25 @@ static uint64_t env_seed(void) {
 static int half_only(void) {
     const char *s = getenv("FA_TEST_HALF");
     return s && strcmp(s, "1") == 0;
+}
+
+/* FA_DIFF_HEAD_DIMS's list into dims (at most cap); returns the count, 0
+ * when unset. An entry that is not a multiple of 8 in [8, 256] is left
+ * out with a message. */
+static int env_head_dims(int *dims, int cap) {
+    const char *s = getenv("FA_DIFF_HEAD_DIMS");
+    int n = 0;
+    while (s && *s && n < cap) {
+        char *end = NULL;
+        long v = strtol(s, &end, 10);
+        if (end == s) break;
+        if (v >= 8 && v <= 256 && v % 8 == 0)
+            dims[n++] = (int)v;
+        else
+            fprintf(stderr, "  FA_DIFF_HEAD_DIMS: %ld ignored: want a multiple of 8 in [8, 256]\n", v);
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
 }
 
 /* The OpenCL matrix-unit kernels run emulated on this device. */
@@ -149,6 +171,9 @@ static skeleton draw_skeleton(fa_rng *r, fa_backend backend) {
     memset(&s, 0, sizeof s);
     s.dtype = (fa_dtype)rnd_int(r, half_only() ? 1 : 0, 2);
     s.head_dim = chance(r, 0.7) ? 8 * rnd_int(r, 1, 16) : 8 * rnd_int(r, 17, 32);
+    int dims[32];
+    const int ndims = env_head_dims(dims, 32);
+    if (ndims > 0) s.head_dim = dims[rnd_int(r, 0, ndims - 1)];
     s.batch = rnd_int(r, 1, 3);
     s.heads_kv = rnd_int(r, 1, 2);
     s.heads_q = s.heads_kv * rnd_int(r, 1, 3);

@@ -94,9 +94,12 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
                   "%s: hip mma %d x %d, micro-tile %d x %d, work-group %d", what, k->br, k->bc, k->thread_rows,
                   k->thread_cols, k->work_group_size);
     } else if (k->variant == FA_VARIANT_MMA) {
-        const int warps = k->work_group_size / dev->simd_width;
+        /* Backward warps may share key strips (fa_mma_bwd_dk_split), each
+         * with 1 / split of the queries. */
+        const int split = pass == FA_PASS_FORWARD ? 1 : fa_mma_bwd_dk_split(d);
+        const int warps = k->work_group_size / dev->simd_width / split;
         const int strips = (pass == FA_PASS_FORWARD ? k->br : k->bc) / (16 * (warps > 0 ? warps : 1));
-        const int tr = pass == FA_PASS_FORWARD ? 2 * strips : k->br / 4;
+        const int tr = pass == FA_PASS_FORWARD ? 2 * strips : k->br / (4 * split);
         const int tc = pass == FA_PASS_FORWARD ? k->bc / 4 : 2 * strips;
         CHECK_MSG(strips >= 1 && strips <= 2 && k->thread_rows == tr && k->thread_cols == tc,
                   "%s: mma micro-tile %d x %d, fragments %d x %d", what, k->thread_rows, k->thread_cols, tr, tc);
@@ -471,12 +474,22 @@ FA_TEST(variants_by_backend) {
     CHECK(p.backward.br == 64 && p.backward.bc == 128 && p.backward.stages == 2 &&
           p.backward.work_group_size == 256);
     /* Dropout's registers: one block of 128 x 128 forward, and the
-     * backward on mma.sync at head_dim 128. */
+     * backward in one warpgroup of 64 keys, two stages, at head_dim 128;
+     * with a window or a causal mask beside it, on mma.sync. */
     d.dropout_p = 0.1f;
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.forward.br == 128 && p.forward.bc == 128);
     CHECK(fa_wgmma_blocks_per_sm(&d, p.forward.bc) == 1);
+    CHECK(p.backward.variant == FA_VARIANT_WGMMA && p.backward.br == 64 && p.backward.bc == 64 &&
+          p.backward.stages == 2 && p.backward.work_group_size == 128);
+    d.window_left = 256;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.backward.variant == FA_VARIANT_MMA);
+    d.window_left = -1;
+    d.causal = 1;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.backward.variant == FA_VARIANT_MMA);
+    d.causal = 0;
     /* Windows, block masks and varlen leave the warpgroup backward room. */
     d.dropout_p = 0.0f;
     d.window_left = 256;
@@ -763,6 +776,56 @@ FA_TEST(format_shows_plan) {
     CHECK(strcmp(fa_variant_name((fa_variant)99), "unknown") == 0);
 }
 
+/* Above head_dim 128 the fp16/bf16 backward stays on tensor cores with
+ * warps sharing key strips (bwd_mma.cu DK_SPLIT): 8 warps of 64 keys, the
+ * micro-tile a thread's share of the queries, the P^T tile beside dS^T in
+ * the local-memory figure, and the plan's text saying so. TF32 and the
+ * head dimensions up to 128 keep one warp a strip. */
+FA_TEST(wide_heads_share_key_strips) {
+    fa_device_desc sm80 = *device("h100");
+    snprintf(sm80.arch, sizeof sm80.arch, "sm_80");
+    sm80.local_mem_bytes = 166912;
+    const fa_device_desc *devs[] = {device("h100"), &sm80};
+    static const int dims[] = {160, 192, 224, 256};
+    for (size_t v = 0; v < COUNT(devs); v++)
+        for (size_t i = 0; i < COUNT(dims); i++)
+            for (int opt = 0; opt < 3; opt++) {
+                fa_attention_desc d = shape(2, 4096, 4096, 16, 4, dims[i], opt == 1 ? FA_DTYPE_F16 : FA_DTYPE_BF16);
+                d.causal = opt == 2;
+                d.dropout_p = opt == 2 ? 0.1f : 0.0f;
+                d.deterministic = opt == 1;
+                CHECK(fa_mma_bwd_dk_split(&d) == 2);
+                fa_plan_info p;
+                CHECK_OK(fa_plan_for_device(devs[v], &d, &p));
+                const fa_kernel_plan *b = &p.backward;
+                CHECK_MSG(b->variant == FA_VARIANT_MMA && b->work_group_size == 256 && b->bc == 64 &&
+                              b->thread_rows * 8 == b->br && b->thread_cols == 2,
+                          "%s d%d opt %d: backward %s %d x %d / %d, micro-tile %d x %d", devs[v]->arch, dims[i], opt,
+                          fa_variant_name(b->variant), b->br, b->bc, b->work_group_size, b->thread_rows,
+                          b->thread_cols);
+                const size_t e = 2, dim = (size_t)dims[i], r = (size_t)b->br, c = (size_t)b->bc,
+                             st = (size_t)b->stages;
+                CHECK(b->local_mem_bytes == 2 * fa_mma_tile_bytes(c, e * dim) + st * 2 * fa_mma_tile_bytes(r, e * dim) +
+                                                2 * fa_mma_tile_bytes(c, e * r) + 8 * st * r);
+                char text[4096];
+                fa_plan_info_format(&p, text, sizeof text);
+                CHECK_MSG(strstr(text, "key strips shared by 2 warps") != NULL, "%s", text);
+            }
+    fa_attention_desc d = shape(2, 4096, 4096, 16, 16, 128, FA_DTYPE_BF16);
+    CHECK(fa_mma_bwd_dk_split(&d) == 1);
+    d.head_dim = 176; /* 11 n-tiles of 8 do not halve into pairs */
+    CHECK(fa_mma_bwd_dk_split(&d) == 1);
+    d.head_dim = 256;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F32;
+    d.allow_tf32 = 1;
+    CHECK(fa_mma_bwd_dk_split(&d) == 1);
+    fa_plan_info p;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    char text[4096];
+    fa_plan_info_format(&p, text, sizeof text);
+    CHECK(strstr(text, "key strips shared") == NULL);
+}
+
 FA_TEST(described_devices_table) {
     static const char *keys[] = {"h100", "mi250x", "mi300x", "arc-a770", "rx-7900xtx", "nvidia-opencl", "pocl-cpu"};
     CHECK(fa_described_device_count() == 7);
@@ -892,4 +955,4 @@ FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan)
              FA_CASE(local_memory_gives_different_tiles), FA_CASE(more_local_memory_never_more_bytes),
              FA_CASE(decoding_splits_keys), FA_CASE(decoding_packs_gqa_groups), FA_CASE(variants_by_backend), FA_CASE(invalid_devices_rejected),
              FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan),
-             FA_CASE(described_devices_table))
+             FA_CASE(described_devices_table), FA_CASE(wide_heads_share_key_strips))

@@ -47,10 +47,17 @@
 #define CU_MAX_THREADS 1024
 /* The deterministic dQ kernel's tile (bwd_mma.cu DQ_*): 64 query rows in
  * four warps of 16, 64 keys per step (32 on TF32, whose operands take
- * twice the registers), within the registers a thread has. */
+ * twice the registers, above head_dim 128, where dQ's accumulators do, and
+ * at 128 with dropout, whose Philox rounds do: 64 keys spilled 84-240
+ * bytes at 192 and 256, 40 at 128 with dropout and no causal mask, NVRTC
+ * 13.0), within the registers a thread has. */
 #define CU_DQ_BR 64
 #define CU_DQ_WARPS 4
-static int dq_bc(const fa_attention_desc *d) { return d->q.dtype == FA_DTYPE_F32 ? 32 : 64; }
+#define CU_DQ_WIDE_MAX_DIM 128
+static int dq_bc(const fa_attention_desc *d) {
+    const int dim_max = d->dropout_p > 0.0f ? CU_DQ_WIDE_MAX_DIM - 1 : CU_DQ_WIDE_MAX_DIM;
+    return d->q.dtype == FA_DTYPE_F32 || d->head_dim > dim_max ? 32 : 64;
+}
 /* Forward: Q fragments stay in registers while the thread's accumulators
  * leave them room (fwd_mma.cu QREG). */
 #define CU_QREG_BUDGET 160
@@ -144,11 +151,16 @@ static fa_status check_mma(const fa_attention_desc *d, const fa_kernel_plan *kp,
         return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: the tensor-core kernels run 4 or 8 warps, not %d threads", what,
                        wgs);
     const int warps = wgs / 32, rows = pass == FA_PASS_FORWARD ? kp->br : kp->bc;
-    if (rows % (16 * warps) || rows / (16 * warps) > 2 || kp->br % 16 || kp->bc % 16 || d->head_dim % 16)
+    /* Backward warps share key strips above head_dim 128 (bwd_mma.cu
+     * DK_SPLIT), each with its share of the queries and head dimensions. */
+    const int split = pass == FA_PASS_FORWARD ? 1 : fa_mma_bwd_dk_split(d), key_warps = warps / split;
+    if (rows % (16 * key_warps) || rows / (16 * key_warps) > 2 || kp->br % (16 * split) || kp->bc % 16 ||
+        d->head_dim % (16 * split))
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "%s plan: tile %d x %d with %d warps at head_dim %d is not a tensor-core shape (each warp "
-                       "owns one or two strips of 16 %s; br, bc and head_dim multiples of 16)",
-                       what, kp->br, kp->bc, warps, d->head_dim, pass == FA_PASS_FORWARD ? "queries" : "keys");
+                       "owns one or two strips of 16 %s, shared by %d warps; br, bc and head_dim multiples of 16, "
+                       "br and head_dim of 16 times the warps a strip)",
+                       what, kp->br, kp->bc, warps, d->head_dim, pass == FA_PASS_FORWARD ? "queries" : "keys", split);
     if (kp->stages != 1 && kp->stages != 2)
         return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %d stages (the kernels run 1 or 2)", what, kp->stages);
     return FA_SUCCESS;
@@ -316,6 +328,11 @@ static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan 
         FA_CHECK(append_define(s, " -DBWD -DBR=%d -DBC=%d -DWARPS=%d -DSTAGES=%d", kp->br, kp->bc,
                                kp->work_group_size / 32, kp->stages));
         if (wgmma) FA_CHECK(append_define(s, " -DWGMMA", 0, 0, 0, 0));
+        const int split = wgmma ? 1 : fa_mma_bwd_dk_split(d);
+        if (split > 1) {
+            s->short_name = "bwd_mma_split";
+            FA_CHECK(append_define(s, " -DDK_SPLIT=%d", split, 0, 0, 0));
+        }
         s->kernels[1] = (cu_kernel_spec){"fa_bwd_dkdv_mma", kp->work_group_size,
                                          fa_plan_local_mem(kp->variant, FA_PASS_BACKWARD, d, kp->br, kp->bc,
                                                            kp->stages)};
@@ -362,7 +379,7 @@ _Static_assert(CU_MAX_KERNELS <= FA_CUDA_MAX_KERNELS, "a pass has more kernels t
 static const char *const cu_plan_macros[] = {
     "HEAD_DIM", "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "CAUSAL", "WINDOW", "BLOCK_MASK", "DROPOUT", "VARLEN",
     "FWD",      "BWD",       "WGMMA",     "BR",         "BC",     "TR",     "TC",         "WARPS",   "STAGES",
-    "SPLITK",   "DQ_ATOMIC", "DQ_BR",     "DQ_BC",      "DQ_WARPS", NULL};
+    "SPLITK",   "DQ_ATOMIC", "DQ_BR",     "DQ_BC",      "DQ_WARPS", "DK_SPLIT", NULL};
 
 static fa_status compile_program(const cu_program_spec *spec, int major, int minor, fa_cuda_binary *out) {
     const char *names[CU_MAX_KERNELS];

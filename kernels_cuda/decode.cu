@@ -43,6 +43,7 @@
 #define NT (WK / 8)
 #define DT (HEAD_DIM / 8)
 #define KS (HEAD_DIM / 16)
+#define MERGE_LOADS 16 /* SPLIT_MERGE_LAST: splits a merging thread loads at once */
 #define O_STRIDE (HEAD_DIM + 4) /* fp32 words a partial row: 16-byte rows, fewer bank conflicts */
 
 #if BR % 16 != 0 || BC != WK * WARPS || HEAD_DIM % 16 != 0 || STAGES < 2
@@ -87,84 +88,95 @@ FA_DEV void unpack_row(int pr, int group, int *tok, int *gh) {
  * partials are read through L2 (__ldcg): other blocks wrote them. */
 FA_DEV void merge_if_last(const fa_params &p, int b, const fa_seq &seq, int hk, int pr0, int rows_total,
                           unsigned char *smem) {
-    __shared__ int last;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, group = p.group, ns = p.num_splits;
     const i64 split_stride = (i64)p.heads_q * p.total_q;
     __threadfence(); /* this block's partials before its arrival */
     __syncthreads();
+    bool arrived_last = false;
     if (tid == 0) {
         u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
-        last = atomicInc(count, (u32)(ns - 1)) == (u32)(ns - 1);
+        arrived_last = atomicInc(count, (u32)(ns - 1)) == (u32)(ns - 1);
     }
-    __syncthreads();
-    if (!last) return;
+    if (!__syncthreads_or(arrived_last)) return;
     __threadfence(); /* the other blocks' partials after their arrivals */
 
     /* Per row (a warp each): the max of the L_s, whether any split has
-     * mass, the weights' sum, the merged L. Splits across the lanes. */
+     * mass, the weights' sum (online, one pass; the lanes take the splits
+     * in turn and then meet), the merged L. */
     float *row_m = (float *)smem, *row_inv = row_m + BR;
     int *row_mass = (int *)(row_inv + BR);
-    for (int r = warp; r < BR; r += WARPS) {
-        const int pr = pr0 + r;
-        if (pr >= rows_total) continue;
+    const int rows = min(BR, rows_total - pr0);
+    for (int r = warp; r < rows; r += WARPS) {
         int tok, gh;
-        unpack_row(pr, group, &tok, &gh);
+        unpack_row(pr0 + r, group, &tok, &gh);
         const i64 row = (i64)(hk * group + gh) * p.total_q + seq.start_q + tok;
-        float mx = -FA_INF;
-        bool mass = false, nan_o = false;
+        float m = -FA_INF, sum = 0.0f;
         for (int s = lane; s < ns; s += 32) {
             const float ls = __ldcg(p.part_l + s * split_stride + row);
-            mx = fmaxf(mx, ls);
-            mass |= ls != -FA_INF;
-            nan_o |= fa_isnan(__ldcg(p.part_o + (s * split_stride + row) * HEAD_DIM));
+            if (ls == -FA_INF) continue;
+            if (ls > m) {
+                sum = sum * fa_exp2((m - ls) * FA_LOG2E) + 1.0f;
+                m = ls;
+            } else {
+                sum += fa_exp2((ls - m) * FA_LOG2E);
+            }
         }
+        /* sum > 0 or NaN exactly where the lane met a split with mass. */
+        const bool mass = __any_sync(0xffffffffu, sum != 0.0f);
+        float mx = m;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        mass = __any_sync(0xffffffffu, mass);
-        nan_o = __any_sync(0xffffffffu, nan_o);
+        /* mx = -inf with mass only where every L_s with mass is NaN. */
         const float m_use = mx == -FA_INF ? 0.0f : mx;
-        float wsum = 0.0f;
-        for (int s = lane; s < ns; s += 32) {
-            const float ls = __ldcg(p.part_l + s * split_stride + row);
-            if (ls != -FA_INF) wsum += expf(ls - m_use);
-        }
+        float wsum = sum == 0.0f ? 0.0f : sum * fa_exp2((m - m_use) * FA_LOG2E);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
+        bool nan_o = false;
+        if (!mass) /* NaN where a split saw keys (its O_s is NaN) */
+            for (int s = lane; s < ns; s += 32)
+                nan_o |= fa_isnan(__ldcg(p.part_o + (s * split_stride + row) * HEAD_DIM));
+        nan_o = __any_sync(0xffffffffu, nan_o);
         if (lane == 0) {
             row_m[r] = m_use;
             row_inv[r] = 1.0f / wsum;
             row_mass[r] = mass;
-            /* No split with mass: NaN where one saw keys (its O_s is NaN). */
             p.lse[lse_index(p, b, hk * group + gh, tok, seq.start_q)] =
                 mass ? m_use + logf(wsum) : nan_o ? FA_NAN : -FA_INF;
         }
     }
     __syncthreads();
 
-    /* O = sum_s exp(L_s - L) O_s, the splits in order: the result does not
-     * depend on which block came last. */
+    /* O = sum_s exp(L_s - L) O_s, the splits in order (the result does not
+     * depend on which block came last), MERGE_LOADS splits' loads in flight
+     * at once: the merge streams the partials through one SM. */
     constexpr int D4 = HEAD_DIM / 4;
-    for (int e = tid; e < BR * D4; e += THREADS) {
+    for (int e = tid; e < rows * D4; e += THREADS) {
         const int r = e / D4, x = (e - r * D4) * 4;
-        const int pr = pr0 + r;
-        if (pr >= rows_total) continue;
         int tok, gh;
-        unpack_row(pr, group, &tok, &gh);
+        unpack_row(pr0 + r, group, &tok, &gh);
         const int h = hk * group + gh;
         const i64 row = (i64)h * p.total_q + seq.start_q + tok;
         const float m_use = row_m[r], inv = row_inv[r];
         const bool mass = row_mass[r] != 0;
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-        for (int s = 0; s < ns; s++) {
-            const i64 i = s * split_stride + row;
-            const float ls = __ldcg(p.part_l + i);
-            const float4 o4 = __ldcg((const float4 *)(p.part_o + i * HEAD_DIM + x));
-            const float o[4] = {o4.x, o4.y, o4.z, o4.w};
-            const float w = expf(ls - m_use) * inv;
+        for (int s0 = 0; s0 < ns; s0 += MERGE_LOADS) {
+            float ls[MERGE_LOADS];
+            float4 o4[MERGE_LOADS];
 #pragma unroll
-            for (int c = 0; c < 4; c++)
-                v[c] = ls != -FA_INF ? fmaf(w, o[c], v[c]) : !mass && fa_isnan(o[c]) ? FA_NAN : v[c];
+            for (int j = 0; j < MERGE_LOADS; j++) {
+                const i64 i = (i64)min(s0 + j, ns - 1) * split_stride + row;
+                ls[j] = __ldcg(p.part_l + i);
+                o4[j] = __ldcg((const float4 *)(p.part_o + i * HEAD_DIM + x));
+            }
+#pragma unroll
+            for (int j = 0; j < MERGE_LOADS; j++) {
+                if (s0 + j >= ns) break;
+                const float o[4] = {o4[j].x, o4[j].y, o4[j].z, o4[j].w};
+                const float w = expf(ls[j] - m_use) * inv;
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    v[c] = ls[j] != -FA_INF ? fmaf(w, o[c], v[c]) : !mass && fa_isnan(o[c]) ? FA_NAN : v[c];
+            }
         }
         store_o4(p, b, seq, tok, h, x, v);
     }

@@ -14,7 +14,10 @@
 #                                and again for each alternative the
 #                                environment selects (FLASHATTN_DECODE_MERGE
 #                                =kernel: the split merge as its own launch;
-#                                decode-ours-<alt>.csv, decode-table-<alt>.md),
+#                                FLASHATTN_CUDA_OPTIONS=-DKV_EVICT_FIRST: K
+#                                and V loaded with L2 evict_first, after its
+#                                device tests; decode-ours-<alt>.csv,
+#                                decode-table-<alt>.md),
 #                                then ncu's SpeedOfLight of one batch-1 step
 #                                at 4k and 128k keys (decode-ncu-*.txt)
 set -uo pipefail
@@ -55,9 +58,13 @@ python3 bench/decode_table.py "$out/decode-ours.csv" "$out/decode-sdpa.csv" | te
 if [ "$mode" = sweep ]; then
   # Alternatives, each NAME=VALUE of the environment; the SDPA column is
   # the run above.
-  alts=(FLASHATTN_DECODE_MERGE=kernel)
+  alts=(FLASHATTN_DECODE_MERGE=kernel FLASHATTN_CUDA_OPTIONS=-DKV_EVICT_FIRST)
+  stamp "decoding device tests with K/V evicted first from L2"
+  (cd build-gpu-decode && FLASHATTN_CUDA_OPTIONS=-DKV_EVICT_FIRST ctest -R 'cuda_attention\.decode_(varlen|causal)' \
+    -j8 --timeout 300 --output-on-failure) > "$out/decode-tests-evict.log" 2>&1 || failed=1
+  grep -E "tests passed|Failed|CHECK failed" "$out/decode-tests-evict.log" | head -10
   for alt in "${alts[@]}"; do
-    tag=${alt#*=}
+    tag=$(echo "${alt#*=}" | tr -cd 'A-Za-z0-9_')
     stamp "fa-bench --decode with $alt"
     env "$alt" timeout 100 build-gpu-decode/fa-bench --decode --backend cuda --batch "$batches" --cache "$caches" \
       "${shape[@]}" --repeats 20 --csv "$out/decode-ours-$tag.csv" > "$out/decode-ours-$tag.txt" 2>&1 || failed=1

@@ -53,14 +53,22 @@
 #define Q_BYTES TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES)
 #define KV_TILE_BYTES TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES)
 
+/* KV_EVICT_FIRST (a tuning option, FLASHATTN_CUDA_OPTIONS): K and V are
+ * read once a step, so they may leave L2 first. */
+#ifdef KV_EVICT_FIRST
+#define KV_ONCE true
+#else
+#define KV_ONCE false
+#endif
+
 /* K and V of key tile t into stage buffer st: rows past the sequence are
  * zero-filled. */
 FA_DEV void load_kv(u32 k_sm, u32 v_sm, int st, const elem_t *kg, const elem_t *vg, const fa_params &p, int t,
                     int len_k, int tid) {
-    load_tile_async<BC, THREADS>(k_sm + (u32)st * KV_TILE_BYTES, kg + (i64)t * BC * p.k_ss, p.k_ss, len_k - t * BC,
-                                 tid);
-    load_tile_async<BC, THREADS>(v_sm + (u32)st * KV_TILE_BYTES, vg + (i64)t * BC * p.v_ss, p.v_ss, len_k - t * BC,
-                                 tid);
+    load_tile_async<BC, THREADS, KV_ONCE>(k_sm + (u32)st * KV_TILE_BYTES, kg + (i64)t * BC * p.k_ss, p.k_ss,
+                                          len_k - t * BC, tid);
+    load_tile_async<BC, THREADS, KV_ONCE>(v_sm + (u32)st * KV_TILE_BYTES, vg + (i64)t * BC * p.v_ss, p.v_ss,
+                                          len_k - t * BC, tid);
 }
 
 /* Four dimensions from x of row tok of head h, final, in the storage

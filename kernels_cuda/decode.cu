@@ -16,7 +16,8 @@
  *
  * With SPLITK the block covers one of num_splits equal runs of the key
  * tiles and writes a normalised fp32 partial O and its L, merged by
- * rowwise.cuh's fa_splitk_merge (the same layout as simt.cu's splits).
+ * rowwise.cuh's fa_splitk_merge (the same layout as simt.cu's splits), or
+ * with SPLIT_MERGE_LAST by the last block of the splits (merge_if_last).
  *
  * Options: BR BC WARPS STAGES, and common.cuh's. Dropout and the block
  * mask are not built here (the planner does not plan this kernel for
@@ -42,6 +43,7 @@
 #define NT (WK / 8)
 #define DT (HEAD_DIM / 8)
 #define KS (HEAD_DIM / 16)
+#define MERGE_LOADS 16 /* SPLIT_MERGE_LAST: splits a merging thread loads at once */
 #define O_STRIDE (HEAD_DIM + 4) /* fp32 words a partial row: 16-byte rows, fewer bank conflicts */
 
 #if BR % 16 != 0 || BC != WK * WARPS || HEAD_DIM % 16 != 0 || STAGES < 2
@@ -51,14 +53,29 @@
 #define Q_BYTES TILE_BYTES(BR, HEAD_DIM * ELEM_BYTES)
 #define KV_TILE_BYTES TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES)
 
+/* KV_EVICT_FIRST (a tuning option, FLASHATTN_CUDA_OPTIONS): K and V are
+ * read once a step, so they may leave L2 first. */
+#ifdef KV_EVICT_FIRST
+#define KV_ONCE true
+#else
+#define KV_ONCE false
+#endif
+
 /* K and V of key tile t into stage buffer st: rows past the sequence are
  * zero-filled. */
 FA_DEV void load_kv(u32 k_sm, u32 v_sm, int st, const elem_t *kg, const elem_t *vg, const fa_params &p, int t,
                     int len_k, int tid) {
-    load_tile_async<BC, THREADS>(k_sm + (u32)st * KV_TILE_BYTES, kg + (i64)t * BC * p.k_ss, p.k_ss, len_k - t * BC,
-                                 tid);
-    load_tile_async<BC, THREADS>(v_sm + (u32)st * KV_TILE_BYTES, vg + (i64)t * BC * p.v_ss, p.v_ss, len_k - t * BC,
-                                 tid);
+    load_tile_async<BC, THREADS, KV_ONCE>(k_sm + (u32)st * KV_TILE_BYTES, kg + (i64)t * BC * p.k_ss, p.k_ss,
+                                          len_k - t * BC, tid);
+    load_tile_async<BC, THREADS, KV_ONCE>(v_sm + (u32)st * KV_TILE_BYTES, vg + (i64)t * BC * p.v_ss, p.v_ss,
+                                          len_k - t * BC, tid);
+}
+
+/* Four dimensions from x of row tok of head h, final, in the storage
+ * dtype. */
+FA_DEV void store_o4(const fa_params &p, int b, const fa_seq &seq, int tok, int h, int x, const float v[4]) {
+    elem_t *orow = (elem_t *)p.o + O_ROW(p, b, seq, tok, h) + x;
+    *(uint2 *)orow = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
 }
 
 /* Token and head-in-group of packed row pr (pr < group * len_q). */
@@ -66,6 +83,113 @@ FA_DEV void unpack_row(int pr, int group, int *tok, int *gh) {
     *tok = pr / group;
     *gh = pr - *tok * group;
 }
+
+#ifdef SPLIT_MERGE_LAST
+/* The split merge in the step's own launch: the last of the num_splits
+ * blocks of a (row tile, KV head, sequence) to finish merges their partial
+ * rows (rowwise.cuh's fa_splitk_merge, the same weights and the same rules
+ * for rows without mass), so a step is one launch and the merge runs on
+ * many SMs at once, its loads across splits in flight together instead of
+ * one after the other. The arrivals are counted in a word per (row tile,
+ * KV head, sequence) that follows the partial L's; atomicInc wraps it to 0
+ * on the last arrival, ready for the next step without a memset. The
+ * partials are read through L2 (__ldcg): other blocks wrote them. */
+FA_DEV void merge_if_last(const fa_params &p, int b, const fa_seq &seq, int hk, int pr0, int rows_total,
+                          unsigned char *smem) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, group = p.group, ns = p.num_splits;
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
+    __threadfence(); /* this block's partials before its arrival */
+    __syncthreads();
+    bool arrived_last = false;
+    if (tid == 0) {
+        u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
+        arrived_last = atomicInc(count, (u32)(ns - 1)) == (u32)(ns - 1);
+    }
+    if (!__syncthreads_or(arrived_last)) return;
+    __threadfence(); /* the other blocks' partials after their arrivals */
+
+    /* Per row (a warp each): the max of the L_s, whether any split has
+     * mass, the weights' sum (online, one pass; the lanes take the splits
+     * in turn and then meet), the merged L. */
+    float *row_m = (float *)smem, *row_inv = row_m + BR;
+    int *row_mass = (int *)(row_inv + BR);
+    const int rows = min(BR, rows_total - pr0);
+    for (int r = warp; r < rows; r += WARPS) {
+        int tok, gh;
+        unpack_row(pr0 + r, group, &tok, &gh);
+        const i64 row = (i64)(hk * group + gh) * p.total_q + seq.start_q + tok;
+        float m = -FA_INF, sum = 0.0f;
+        for (int s = lane; s < ns; s += 32) {
+            const float ls = __ldcg(p.part_l + s * split_stride + row);
+            if (ls == -FA_INF) continue;
+            if (ls > m) {
+                sum = sum * fa_exp2((m - ls) * FA_LOG2E) + 1.0f;
+                m = ls;
+            } else {
+                sum += fa_exp2((ls - m) * FA_LOG2E);
+            }
+        }
+        /* sum > 0 or NaN exactly where the lane met a split with mass. */
+        const bool mass = __any_sync(0xffffffffu, sum != 0.0f);
+        float mx = m;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        /* mx = -inf with mass only where every L_s with mass is NaN. */
+        const float m_use = mx == -FA_INF ? 0.0f : mx;
+        float wsum = sum == 0.0f ? 0.0f : sum * fa_exp2((m - m_use) * FA_LOG2E);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
+        bool nan_o = false;
+        if (!mass) /* NaN where a split saw keys (its O_s is NaN) */
+            for (int s = lane; s < ns; s += 32)
+                nan_o |= fa_isnan(__ldcg(p.part_o + (s * split_stride + row) * HEAD_DIM));
+        nan_o = __any_sync(0xffffffffu, nan_o);
+        if (lane == 0) {
+            row_m[r] = m_use;
+            row_inv[r] = 1.0f / wsum;
+            row_mass[r] = mass;
+            p.lse[lse_index(p, b, hk * group + gh, tok, seq.start_q)] =
+                mass ? m_use + logf(wsum) : nan_o ? FA_NAN : -FA_INF;
+        }
+    }
+    __syncthreads();
+
+    /* O = sum_s exp(L_s - L) O_s, the splits in order (the result does not
+     * depend on which block came last), MERGE_LOADS splits' loads in flight
+     * at once: the merge streams the partials through one SM. */
+    constexpr int D4 = HEAD_DIM / 4;
+    for (int e = tid; e < rows * D4; e += THREADS) {
+        const int r = e / D4, x = (e - r * D4) * 4;
+        int tok, gh;
+        unpack_row(pr0 + r, group, &tok, &gh);
+        const int h = hk * group + gh;
+        const i64 row = (i64)h * p.total_q + seq.start_q + tok;
+        const float m_use = row_m[r], inv = row_inv[r];
+        const bool mass = row_mass[r] != 0;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int s0 = 0; s0 < ns; s0 += MERGE_LOADS) {
+            float ls[MERGE_LOADS];
+            float4 o4[MERGE_LOADS];
+#pragma unroll
+            for (int j = 0; j < MERGE_LOADS; j++) {
+                const i64 i = (i64)min(s0 + j, ns - 1) * split_stride + row;
+                ls[j] = __ldcg(p.part_l + i);
+                o4[j] = __ldcg((const float4 *)(p.part_o + i * HEAD_DIM + x));
+            }
+#pragma unroll
+            for (int j = 0; j < MERGE_LOADS; j++) {
+                if (s0 + j >= ns) break;
+                const float o[4] = {o4[j].x, o4[j].y, o4[j].z, o4[j].w};
+                const float w = expf(ls[j] - m_use) * inv;
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    v[c] = ls[j] != -FA_INF ? fmaf(w, o[c], v[c]) : !mass && fa_isnan(o[c]) ? FA_NAN : v[c];
+            }
+        }
+        store_o4(p, b, seq, tok, h, x, v);
+    }
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_params p) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -283,9 +407,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         *(float4 *)(p.part_o + row * HEAD_DIM + x) = make_float4(v[0], v[1], v[2], v[3]);
         if (x == 0) p.part_l[row] = lse_r;
 #else
-        elem_t *orow = (elem_t *)p.o + O_ROW(p, b, seq, tok, h) + x;
-        *(uint2 *)orow = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
+        store_o4(p, b, seq, tok, h, x, v);
         if (x == 0) p.lse[lse_index(p, b, h, tok, seq.start_q)] = lse_r;
 #endif
     }
+#ifdef SPLIT_MERGE_LAST
+    merge_if_last(p, b, seq, hk, pr0, rows_total, smem);
+#endif
 }

@@ -44,6 +44,17 @@ FA_DEV u32 smem_u32(const void *p) { return (u32)__cvta_generic_to_shared(p); }
 FA_DEV void cp_async16(u32 dst, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+/* The same with an L2 policy (l2_evict_first): data read once, such as a
+ * decoding step's K and V, leaves L2 first instead of what is reused. */
+FA_DEV u64 l2_evict_first() {
+    u64 pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    return pol;
+}
+FA_DEV void cp_async16_policy(u32 dst, const void *src, int src_bytes, u64 pol) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes), "l"(pol));
+}
 /* 4 bytes global -> shared (through L1: these are small and scattered);
  * src_bytes 0 writes zeros. */
 FA_DEV void cp_async4(u32 dst, const void *src, int src_bytes) {
@@ -278,10 +289,12 @@ FA_DEV bool online_softmax(float (*s)[NT][4], float (*m_run)[2], float (*l_run)[
     (NTHREADS % ROW_CHUNKS == 0 && (ROWS) % (NTHREADS / ROW_CHUNKS) == 0 ? NTHREADS / ROW_CHUNKS : 0)
 
 /* Fills a tile of ROWS rows from global memory rows src + r * stride
- * (elements); rows >= valid are zero-filled. */
-template <int ROWS, int NTHREADS>
+ * (elements); rows >= valid are zero-filled. EVICT_FIRST: read once, the
+ * rows leave L2 first. */
+template <int ROWS, int NTHREADS, bool EVICT_FIRST = false>
 FA_DEV void load_tile_async(u32 dst, const elem_t *src, i64 stride, int valid, int tid) {
     constexpr int STEP = TILE_CHUNK_STEP(ROWS, NTHREADS);
+    const u64 pol = EVICT_FIRST ? l2_evict_first() : 0;
     if constexpr (STEP > 0) {
         /* A loop, not unrolled: unrolled, the compiler computes every
          * step's address up front, and at the loads in the middle of the
@@ -295,7 +308,10 @@ FA_DEV void load_tile_async(u32 dst, const elem_t *src, i64 stride, int valid, i
 #pragma unroll 1
         for (; r < ROWS; r += STEP, g += g_step) {
             const bool ok = r < valid;
-            cp_async16(s, ok ? g : src, ok ? 16 : 0);
+            if constexpr (EVICT_FIRST)
+                cp_async16_policy(s, ok ? g : src, ok ? 16 : 0, pol);
+            else
+                cp_async16(s, ok ? g : src, ok ? 16 : 0);
             s += STEP * (ROW_CHUNKS + 1) * 16;
         }
     } else {
@@ -306,7 +322,11 @@ FA_DEV void load_tile_async(u32 dst, const elem_t *src, i64 stride, int valid, i
         for (int e = tid; e < ROWS * ROW_CHUNKS; e += NTHREADS) {
             const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS;
             const bool ok = r < valid;
-            cp_async16(dst + (u32)(e + r) * 16, ok ? src + (i64)r * stride + c * CHUNK_ELEMS : src, ok ? 16 : 0);
+            const elem_t *g = ok ? src + (i64)r * stride + c * CHUNK_ELEMS : src;
+            if constexpr (EVICT_FIRST)
+                cp_async16_policy(dst + (u32)(e + r) * 16, g, ok ? 16 : 0, pol);
+            else
+                cp_async16(dst + (u32)(e + r) * 16, g, ok ? 16 : 0);
         }
     }
 }

@@ -287,6 +287,7 @@ typedef struct run_opts {
     int twice;                /* backward twice: results bit-identical */
     int nan_k0, nan_k1;       /* keys [nan_k0, nan_k1) of K and V set to NaN */
     uint64_t seed;
+    int fwd_repeats;          /* forward again this many times: O and L bit-identical */
 } run_opts;
 
 typedef struct run_result {
@@ -409,6 +410,24 @@ static void run_case(const char *name, const fa_attention_desc *d, const run_opt
     /* TF32 rounds Q and K to 10-bit mantissas before the scores. */
     compare_lse(lse, lse_ref, nl, name, d->q.dtype == FA_DTYPE_F32 && d->allow_tf32 ? 2e-3 : 1e-5);
     res->o = gather(d, FA_TENSOR_O, o.host, &res->o_count);
+    if (opt->fwd_repeats > 0) {
+        /* State a pass leaves on the device (split arrival counts) must
+         * not change the next one. */
+        void *o_again = malloc(o.bytes + 1);
+        float *lse_again = malloc(lse_bytes);
+        CHECK_MSG(o_again && lse_again, "%s: allocation failed", name);
+        for (int run = 0; run < opt->fwd_repeats && o_again && lse_again; run++) {
+            CHECK_OK(fa_buffer_upload(o.dev, 0, poison_o, o.bytes));
+            CHECK_OK(fa_buffer_upload(lse_dev, 0, lse_poison, lse_bytes));
+            CHECK_OK(fa_forward(plan, q.dev, k.dev, v.dev, o.dev, lse_dev));
+            CHECK_OK(fa_buffer_download(o.dev, 0, o_again, o.bytes));
+            CHECK_OK(fa_buffer_download(lse_dev, 0, lse_again, lse_bytes));
+            CHECK_MSG(memcmp(o_again, o.host, o.bytes) == 0, "%s: O differs in forward run %d", name, run + 2);
+            CHECK_MSG(memcmp(lse_again, lse, lse_bytes) == 0, "%s: L differs in forward run %d", name, run + 2);
+        }
+        free(o_again);
+        free(lse_again);
+    }
     if (dt != FA_DTYPE_F32 && opt->nan_k1 <= opt->nan_k0) {
         memcpy(o_std, poison_o, o.bytes);
         CHECK_OK(fa_ref_standard_forward(d, q.host, k.host, v.host, o_std, NULL));
@@ -563,7 +582,7 @@ static fa_attention_desc mma_desc(int which, int batch, int sq, int sk, int hq, 
 
 static void run_full(const char *name, const fa_attention_desc *desc, const tiles *f, const tiles *b, int backward,
                      run_result *res) {
-    run_opts opt = {f, b, backward, 0, 0, 0, 0};
+    run_opts opt = {f, b, backward, 0, 0, 0, 0, 0};
     run_case(name, desc, &opt, res);
     free(res->o);
     res->o = NULL;
@@ -847,7 +866,7 @@ FA_TEST(mma_block_sparse_skips_tiles) {
         d.block_q = 16;
         d.block_k = 16;
         const tiles f = mma(64, 16, 4, 2), b = simt(16, 16, 2, 2);
-        run_opts opt = {&f, &b, 1, 0, 32, 64, 0};
+        run_opts opt = {&f, &b, 1, 0, 32, 64, 0, 0};
         run_result res;
         run_case("mma block-sparse NaN skipped", &d, &opt, &res);
         int64_t nonfinite = 0;
@@ -868,7 +887,7 @@ FA_TEST(mma_deterministic_backward) {
         d.dropout_p = 0.2f;
         d.dropout_seed = 1234;
         d.deterministic = 1;
-        run_opts opt = {NULL, NULL, 1, 1, 0, 0, 0};
+        run_opts opt = {NULL, NULL, 1, 1, 0, 0, 0, 0};
         run_result res;
         run_case("mma deterministic backward", &d, &opt, &res);
         CHECK(res.info.backward.variant == tensor_core_backward(&d));
@@ -927,7 +946,7 @@ static void wide_head_backward(int dim) {
         for (int c = 0; c < CASES; c++) {
             fa_attention_desc d = mma_desc(w, 2, 130, 150, 4, 2, dim);
             uint8_t *blocks = NULL;
-            run_opts opt = {NULL, NULL, 1, 0, 0, 0, 0};
+            run_opts opt = {NULL, NULL, 1, 0, 0, 0, 0, 0};
             switch (c) {
             case CAUSAL: d = mma_desc(w, 1, 300, 257, 2, 2, dim); d.causal = 1; break;
             case WINDOW: d.window_left = 40; d.window_right = 7; break;
@@ -993,7 +1012,7 @@ FA_TEST(dropout_d128_backward) {
             d.dropout_offset = 0x500000007ull;
             d.causal = c == 2;
             d.deterministic = c == 1;
-            run_opts opt = {NULL, NULL, 1, c == 1, 0, 0, 0};
+            run_opts opt = {NULL, NULL, 1, c == 1, 0, 0, 0, 0};
             char name[96];
             snprintf(name, sizeof name, "d128 %s dropout %.2f%s%s", w ? "bf16" : "fp16", (double)d.dropout_p,
                      d.causal ? " causal" : "", d.deterministic ? " deterministic" : "");
@@ -1269,6 +1288,53 @@ FA_TEST(decode_varlen) {
         }
 }
 
+/* The two ways a split step merges (decode.cu's last block, or the
+ * separate fa_splitk_merge launch through FLASHATTN_DECODE_MERGE=kernel):
+ * 2 to 130 splits (more than the 65 key tiles: empty ones), a GQA group's
+ * rows in one tile or two, keys with NaN in one split, and
+ * repeated steps on one plan (the arrival counts wrap back to zero; the
+ * result does not depend on which block merges). */
+static void decode_merge_cases(const char *merge) {
+    static const int splits[] = {2, 7, 66, 130};
+    for (int w = 0; w < 2; w++)
+        for (size_t si = 0; si < FA_ARRAY_SIZE(splits); si++)
+            for (int sq = 1; sq <= 4; sq += 3) {
+                fa_attention_desc d = mma_desc(w, 3, sq, 4099, 16, 2, 128);
+                tiles t = decode_tiles(&d, splits[si]);
+                if (sq == 4) { /* 32 rows in two tiles: counts per row tile */
+                    t.br = 16;
+                    t.tr = 2;
+                }
+                char name[80];
+                snprintf(name, sizeof name, "decode merge %s sq%d split %d", merge, sq, splits[si]);
+                run_opts opt = {&t, NULL, 0, 0, 0, 0, 0, 3};
+                run_result res;
+                run_case(name, &d, &opt, &res);
+                free(res.o);
+                snprintf(name, sizeof name, "decode merge %s sq%d split %d NaN keys", merge, sq, splits[si]);
+                opt.nan_k0 = 1000;
+                opt.nan_k1 = 1003;
+                opt.fwd_repeats = 1;
+                run_case(name, &d, &opt, &res);
+                free(res.o);
+            }
+}
+
+FA_TEST(decode_split_merges) {
+    REQUIRE_MMA();
+    const char *saved = getenv("FLASHATTN_DECODE_MERGE");
+    char *keep = saved ? strdup(saved) : NULL;
+    CHECK(setenv("FLASHATTN_DECODE_MERGE", "last", 1) == 0);
+    decode_merge_cases("last");
+    CHECK(setenv("FLASHATTN_DECODE_MERGE", "kernel", 1) == 0);
+    decode_merge_cases("kernel");
+    if (keep)
+        CHECK(setenv("FLASHATTN_DECODE_MERGE", keep, 1) == 0);
+    else
+        CHECK(unsetenv("FLASHATTN_DECODE_MERGE") == 0);
+    free(keep);
+}
+
 /* Every head_dim the planner gives the kernel, in bf16 (fp16 at 64 and 128
  * beside the other cases), causal, as planned and with forced splits (one
  * problem a head_dim, so one backward program to compile at plan creation);
@@ -1334,5 +1400,5 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(mma_wide_heads_d96), FA_CASE(mma_wide_heads_d192), FA_CASE(mma_wide_heads_d256),
              FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes),
              FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles), FA_CASE(decode_gqa_lengths),
-             FA_CASE(decode_causal), FA_CASE(decode_windows), FA_CASE(decode_varlen), FA_CASE(decode_head_dims_small),
-             FA_CASE(decode_head_dims_large), FA_CASE(decode_refusals))
+             FA_CASE(decode_causal), FA_CASE(decode_windows), FA_CASE(decode_varlen), FA_CASE(decode_split_merges),
+             FA_CASE(decode_head_dims_small), FA_CASE(decode_head_dims_large), FA_CASE(decode_refusals))

@@ -494,6 +494,60 @@ FA_TEST(kernel_cache_roundtrip) {
 #endif
 }
 
+/* A split decoding step merges in its own launch by default (one kernel,
+ * SPLIT_MERGE_LAST, no spills), in fa_splitk_merge's with
+ * FLASHATTN_DECODE_MERGE=kernel, and any other value is refused naming the
+ * variable. */
+FA_TEST(decode_merge_choice) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    const char *var = "FLASHATTN_DECODE_MERGE";
+    const char *old = getenv(var);
+    char *saved = old ? strdup(old) : NULL;
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    d.batch = 1;
+    d.seqlen_q = 1;
+    d.seqlen_k = 16384;
+    d.heads_q = 32;
+    d.heads_kv = 4;
+    d.head_dim = 128;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_BF16;
+    fa_plan_info info;
+    CHECK_OK(fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info));
+    CHECK_MSG(info.forward.variant == FA_VARIANT_DECODE && info.forward.split_k > 1, "planned %s, %d splits",
+              fa_variant_name(info.forward.variant), info.forward.split_k);
+    fa_cuda_kernel_report rep[MAX_REPORTS];
+    int n = 0;
+    const char *values[] = {NULL, "last", "kernel"};
+    for (int i = 0; i < 3; i++) {
+        if (values[i])
+            CHECK(setenv(var, values[i], 1) == 0);
+        else
+            CHECK(unsetenv(var) == 0);
+        const int last = i < 2;
+        CHECK_OK(fa_cuda_compile_forward(&d, &info, 9, 0, rep, MAX_REPORTS, &n));
+        CHECK_MSG(n == (last ? 1 : 2), "%s=%s: %d kernels", var, values[i] ? values[i] : "(unset)", n);
+        if (n < 1) continue;
+        CHECK(strcmp(rep[0].kernel, "fa_fwd_decode") == 0);
+        CHECK_MSG((strstr(rep[0].options, "-DSPLIT_MERGE_LAST") != NULL) == last, "options: %s", rep[0].options);
+        CHECK_MSG(rep[0].spill_stores == 0 && rep[0].spill_loads == 0, "fa_fwd_decode spills %d/%d",
+                  rep[0].spill_stores, rep[0].spill_loads);
+        if (!last && n == 2) CHECK(strcmp(rep[1].kernel, "fa_splitk_merge") == 0);
+    }
+    CHECK(setenv(var, "both", 1) == 0);
+    CHECK_STATUS(fa_cuda_compile_forward(&d, &info, 9, 0, rep, MAX_REPORTS, &n), FA_ERR_INVALID_ARGUMENT);
+    CHECK_MSG(strstr(fa_last_error(), var) != NULL, "message: %s", fa_last_error());
+    if (saved) {
+        setenv(var, saved, 1);
+        free(saved);
+    } else {
+        unsetenv(var);
+    }
+#endif
+}
+
 /* An architecture NVRTC does not know is a compile error carrying NVRTC's
  * own message; a plan the kernels cannot run is refused before compiling. */
 FA_TEST(errors_are_reported) {
@@ -569,4 +623,4 @@ FA_TEST(errors_are_reported) {
 
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(dropout_backward_sm90), FA_CASE(kernel_cache_roundtrip),
-             FA_CASE(errors_are_reported))
+             FA_CASE(decode_merge_choice), FA_CASE(errors_are_reported))

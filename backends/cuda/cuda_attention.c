@@ -223,6 +223,21 @@ static int qreg_fits(const fa_attention_desc *d, int strips, int bc) {
     return strips * (d->head_dim / 2 + bc / 2 + q_regs) <= CU_QREG_BUDGET;
 }
 
+/* Where a split decoding step merges its splits: in the last block of the
+ * splits (SPLIT_MERGE_LAST, one launch a step) unless
+ * FLASHATTN_DECODE_MERGE=kernel asks for the separate fa_splitk_merge
+ * launch, kept so that one GPU run can time both. Sets *last. */
+static fa_status decode_merge_last(int *last) {
+    const char *env = getenv("FLASHATTN_DECODE_MERGE");
+    *last = 1;
+    if (!env || !env[0] || strcmp(env, "last") == 0) return FA_SUCCESS;
+    if (strcmp(env, "kernel") == 0) {
+        *last = 0;
+        return FA_SUCCESS;
+    }
+    return fa_fail(FA_ERR_INVALID_ARGUMENT, "FLASHATTN_DECODE_MERGE=%s: expected \"last\" or \"kernel\"", env);
+}
+
 /* kernels_cuda/decode.cu: the query rows of a GQA group packed into one
  * tile, four warps of 16 keys, keys split with SPLITK. */
 static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, cu_program_spec *s) {
@@ -251,8 +266,10 @@ static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *k
     s->nkernels = 1;
     s->kernels[0] = (cu_kernel_spec){"fa_fwd_decode", kp->work_group_size, fa_decode_local_mem(d, kp->br, kp->stages)};
     if (kp->split_k > 1) {
-        FA_CHECK(append_define(s, " -DSPLITK", 0, 0, 0, 0));
-        s->kernels[s->nkernels++] = (cu_kernel_spec){"fa_splitk_merge", CU_ROWWISE_THREADS, 0};
+        int last = 1;
+        FA_CHECK(decode_merge_last(&last));
+        FA_CHECK(append_define(s, last ? " -DSPLITK -DSPLIT_MERGE_LAST" : " -DSPLITK", 0, 0, 0, 0));
+        if (!last) s->kernels[s->nkernels++] = (cu_kernel_spec){"fa_splitk_merge", CU_ROWWISE_THREADS, 0};
     }
     return FA_SUCCESS;
 }
@@ -379,7 +396,7 @@ _Static_assert(CU_MAX_KERNELS <= FA_CUDA_MAX_KERNELS, "a pass has more kernels t
 static const char *const cu_plan_macros[] = {
     "HEAD_DIM", "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "CAUSAL", "WINDOW", "BLOCK_MASK", "DROPOUT", "VARLEN",
     "FWD",      "BWD",       "WGMMA",     "BR",         "BC",     "TR",     "TC",         "WARPS",   "STAGES",
-    "SPLITK",   "DQ_ATOMIC", "DQ_BR",     "DQ_BC",      "DQ_WARPS", "DK_SPLIT", NULL};
+    "SPLITK",   "SPLIT_MERGE_LAST", "DQ_ATOMIC", "DQ_BR", "DQ_BC", "DQ_WARPS", "DK_SPLIT", NULL};
 
 static fa_status compile_program(const cu_program_spec *spec, int major, int minor, fa_cuda_binary *out) {
     const char *names[CU_MAX_KERNELS];
@@ -591,7 +608,25 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
         FA_CHECK(device_alloc(bytes, NULL, "split-K partial outputs", &p->part_o, stream));
         FA_CHECK(fa_workspace_bytes("split-K partial log-sum-exps",
                                     (size_t[]){splits, heads, tokens, sizeof(float)}, 4, &bytes));
-        FA_CHECK(device_alloc(bytes, NULL, "split-K partial log-sum-exps", &p->part_l, stream));
+        /* decode.cu SPLIT_MERGE_LAST: an arrival count per (row tile, KV
+         * head, sequence) after the L's, zero once here; the kernel wraps
+         * each back to zero. */
+        const int counted = p->fwd.spec.nkernels == 1 && fv == FA_VARIANT_DECODE;
+        size_t counters = 0;
+        if (counted) {
+            const size_t row_tiles = (size_t)fa_tile_count((int64_t)(d->heads_q / d->heads_kv) * d->seqlen_q, info->forward.br);
+            FA_CHECK(fa_workspace_bytes("split arrival counters",
+                                        (size_t[]){(size_t)d->batch, (size_t)d->heads_kv, row_tiles, sizeof(uint32_t)},
+                                        4, &counters));
+            if (bytes > SIZE_MAX - counters)
+                return fa_fail(FA_ERR_UNSUPPORTED, "split-K partial log-sum-exps and counters exceed SIZE_MAX bytes");
+        }
+        FA_CHECK(device_alloc(bytes + counters, NULL, "split-K partial log-sum-exps", &p->part_l, stream));
+        if (counted) {
+            CUresult r = cu()->cuMemsetD32Async(p->part_l + bytes, 0u, counters / sizeof(uint32_t), stream);
+            if (r == CUDA_SUCCESS) r = cu()->cuStreamSynchronize(stream);
+            if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuMemsetD32Async (split arrival counters)");
+        }
     }
     FA_CHECK(fa_workspace_bytes("the backward row sums", (size_t[]){heads, tokens, sizeof(float)}, 3, &bytes));
     FA_CHECK(device_alloc(bytes, NULL, "the backward row sums", &p->dvec, stream));
@@ -709,7 +744,7 @@ static fa_status forward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_
         FA_CHECK(launch(p, &p->fwd, 0, tiles_of(d->seqlen_q, kp->br), (unsigned)d->heads_q,
                         (unsigned)(d->batch * p->num_splits), &prm));
     }
-    if (p->num_splits > 1)
+    if (p->num_splits > 1 && p->fwd.spec.nkernels > 1)
         FA_CHECK(launch(p, &p->fwd, 1, tiles_of(d->seqlen_q, CU_ROWWISE_ROWS), (unsigned)d->heads_q, (unsigned)d->batch,
                         &prm));
     r = cu()->cuEventRecord(p->ev_stop, p->ctx->stream);

@@ -188,15 +188,16 @@ FA_DEV void keys_by_queries(float (&acc)[KT][NJ][4], u32 a_sm, u32 b_sm, int key
 #endif
 FA_DEV u32 keep_bits(const fa_params &p, u32 bh, int q0, int k0, int k_w, int g, int t4) {
     u32 bits = 0;
-#ifdef KEEP_BITS_SHARED
+#if defined(KEEP_BITS_SHARED) || !defined(CAUSAL)
     /* One Philox call covers four keys, those of the four lanes whose g
      * share a group of four (and t4): they split the calls, lane r = g & 3
      * drawing element e = r's for every n-tile and keeping the verdicts on
      * all four words as a nibble, then swap nibbles: a quarter of the
-     * Philox rounds. Not the default: with causal masks beside dropout the
-     * d128 build spilled 8 bytes (NVRTC 13.0); to be timed on a GPU
-     * (FLASHATTN_CUDA_OPTIONS=-DKEEP_BITS_SHARED) against the call a score
-     * below. */
+     * Philox rounds. On an H100 (d128, N 4k-8k, bench/results/h100.md) the
+     * backward ran 227-234 TFLOP/s this way against 147-151 with a call a
+     * score, bit-identical with the reference. Not with causal masks (the
+     * d128 build spilled 8 bytes there, NVRTC 13.0) unless asked for
+     * (FLASHATTN_CUDA_OPTIONS=-DKEEP_BITS_SHARED). */
     const int r = g & 3;
     const u32 col4 = (u32)k0 + (u32)(k_w + (g & ~3) + 8 * (r >> 1)), t = p.drop_threshold;
     u32 mine = 0;

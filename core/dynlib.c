@@ -12,7 +12,12 @@
 
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* The tables filled by fa_dynlib_load hold function pointers; POSIX gives
+ * them the representation of void *, which the memcpy below relies on. */
+_Static_assert(sizeof(void *) == sizeof(void (*)(void)), "function and object pointers differ in size");
 
 /* Appends text to reason, truncating (never overflowing) when it is full. */
 static void reason_append(char *reason, size_t reason_size, const char *text) {
@@ -70,4 +75,24 @@ void *fa_dynlib_symbol(void *lib, const char *name, char *reason, size_t reason_
 
 void fa_dynlib_close(void *lib) {
     if (lib) dlclose(lib);
+}
+
+const char *const *fa_dynlib_names(const char *env_name, const char *const *defaults,
+                                   const char **override_list) {
+    const char *env = getenv(env_name);
+    if (env && env[0]) {
+        override_list[0] = env;
+        override_list[1] = NULL;
+        return override_list;
+    }
+    return defaults;
+}
+
+int fa_dynlib_load(void *lib, const char *name, const char *alternative, void *slot, char *reason,
+                   size_t reason_size) {
+    void *sym = fa_dynlib_symbol(lib, name, reason, reason_size);
+    if (!sym && alternative) sym = fa_dynlib_symbol(lib, alternative, reason, reason_size);
+    if (!sym) return 0;
+    memcpy(slot, &sym, sizeof sym);
+    return 1;
 }

@@ -12,4 +12,15 @@ void *fa_dynlib_open(const char *const *names, char *reason, size_t reason_size)
 void *fa_dynlib_symbol(void *lib, const char *name, char *reason, size_t reason_size);
 void fa_dynlib_close(void *lib);
 
+/* The names to try: the library named by environment variable env_name when
+ * set and non-empty (stored in override_list, which must hold two entries),
+ * else defaults. */
+const char *const *fa_dynlib_names(const char *env_name, const char *const *defaults,
+                                   const char **override_list);
+/* Fills the function-pointer slot (of pointer size) with symbol name, or with
+ * alternative (may be NULL) when name is missing. Returns 0 and the loader's
+ * reason for the last name tried when neither resolves. */
+int fa_dynlib_load(void *lib, const char *name, const char *alternative, void *slot, char *reason,
+                   size_t reason_size);
+
 #endif

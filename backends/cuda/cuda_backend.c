@@ -15,16 +15,12 @@
 #include "dynlib.h"
 #include "fa_internal.h"
 #include "plan.h"
+#include "reason.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* dlsym hands out object pointers; the tables hold function pointers. POSIX
- * guarantees the two have one representation, which memcpy relies on. */
-_Static_assert(sizeof(void *) == sizeof(void (*)(void)), "function and object pointers differ in size");
 
 #define FA_CUDA_MAX_DEVICES 64
 #define FA_CUDA_REASON_SIZE 2048
@@ -48,46 +44,9 @@ static char nvrtc_reason[FA_CUDA_REASON_SIZE];
 /* Loading                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* snprintf through a wrapper: reasons embed loader messages of any length,
- * and truncating them is intended. */
-static void set_reason(char *dst, size_t dst_size, const char *fmt, ...) FA_PRINTF(3, 4);
-static void set_reason(char *dst, size_t dst_size, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(dst, dst_size, fmt, ap);
-    va_end(ap);
-}
-
-static void copy_reason(char *dst, size_t dst_size, const char *src) {
-    if (dst && dst_size > 0) snprintf(dst, dst_size, "%s", src);
-}
-
-/* One entry point into a function-pointer slot; an alternative name is tried
- * when the first is missing. Returns 0 (and the loader's message) on failure. */
-static int load_symbol(void *lib, const char *name, const char *alternative, void *slot,
-                       char *why, size_t why_size) {
-    void *sym = fa_dynlib_symbol(lib, name, why, why_size);
-    if (!sym && alternative) sym = fa_dynlib_symbol(lib, alternative, why, why_size);
-    if (!sym) return 0;
-    memcpy(slot, &sym, sizeof sym);
-    return 1;
-}
-
 static const char *cu_alternative_name(const char *name) {
     if (strcmp(name, "cuEventElapsedTime_v2") == 0) return "cuEventElapsedTime";
     return NULL;
-}
-
-/* The library list: the user's override or the default names. */
-static const char *const *library_names(const char *env_name, const char *const *defaults,
-                                        const char **override_list) {
-    const char *env = getenv(env_name);
-    if (env && env[0]) {
-        override_list[0] = env;
-        override_list[1] = NULL;
-        return override_list;
-    }
-    return defaults;
 }
 
 /* Names of the codes a broken installation produces, for when the driver
@@ -272,11 +231,11 @@ static void cuda_load(void) {
     char why[FA_CUDA_REASON_SIZE];
     static const char *const defaults[] = {"libcuda.so.1", "libcuda.so", NULL};
     const char *override_list[2];
-    const char *const *names = library_names("FLASHATTN_CUDA_LIBRARY", defaults, override_list);
+    const char *const *names = fa_dynlib_names("FLASHATTN_CUDA_LIBRARY", defaults, override_list);
 
     void *lib = fa_dynlib_open(names, why, sizeof why);
     if (!lib) {
-        set_reason(cuda_reason, sizeof cuda_reason, "CUDA driver library not found: %s", why);
+        fa_reason_set(cuda_reason, sizeof cuda_reason, "CUDA driver library not found: %s", why);
         return;
     }
     /* The library stays loaded even when unusable: the driver registers
@@ -284,15 +243,15 @@ static void cuda_load(void) {
     fa_cu_api api;
     memset(&api, 0, sizeof api);
 #define FA_CU_LOAD(name, ret, args)                                                              \
-    if (!load_symbol(lib, #name, cu_alternative_name(#name), &api.name, why, sizeof why)) {     \
-        set_reason(cuda_reason, sizeof cuda_reason, "CUDA driver lacks an entry point (too old?): %s", \
+    if (!fa_dynlib_load(lib, #name, cu_alternative_name(#name), &api.name, why, sizeof why)) {     \
+        fa_reason_set(cuda_reason, sizeof cuda_reason, "CUDA driver lacks an entry point (too old?): %s", \
                  why);                                                                          \
         return;                                                                                 \
     }
     FA_CU_REQUIRED(FA_CU_LOAD)
 #undef FA_CU_LOAD
 #define FA_CU_LOAD_OPTIONAL(name, ret, args) \
-    (void)load_symbol(lib, #name, NULL, &api.name, why, sizeof why);
+    (void)fa_dynlib_load(lib, #name, NULL, &api.name, why, sizeof why);
     FA_CU_OPTIONAL(FA_CU_LOAD_OPTIONAL)
 #undef FA_CU_LOAD_OPTIONAL
     cuda_api = api;
@@ -301,24 +260,24 @@ static void cuda_load(void) {
     CUresult r = cuda_api.cuInit(0);
     if (r != CUDA_SUCCESS) {
         cu_describe(r, text, sizeof text);
-        set_reason(cuda_reason, sizeof cuda_reason, "cuInit: %s", text);
+        fa_reason_set(cuda_reason, sizeof cuda_reason, "cuInit: %s", text);
         return;
     }
     int count = 0;
     r = cuda_api.cuDeviceGetCount(&count);
     if (r != CUDA_SUCCESS) {
         cu_describe(r, text, sizeof text);
-        set_reason(cuda_reason, sizeof cuda_reason, "cuDeviceGetCount: %s", text);
+        fa_reason_set(cuda_reason, sizeof cuda_reason, "cuDeviceGetCount: %s", text);
         return;
     }
     if (count <= 0) {
-        set_reason(cuda_reason, sizeof cuda_reason, "no CUDA device (cuDeviceGetCount reported 0)");
+        fa_reason_set(cuda_reason, sizeof cuda_reason, "no CUDA device (cuDeviceGetCount reported 0)");
         return;
     }
     if (count > FA_CUDA_MAX_DEVICES) count = FA_CUDA_MAX_DEVICES;
     for (int i = 0; i < count; i++) {
         if (!cuda_describe_device(i, &cuda_devices[i], cuda_cc[i], why, sizeof why)) {
-            set_reason(cuda_reason, sizeof cuda_reason, "CUDA device %d cannot be described: %s", i,
+            fa_reason_set(cuda_reason, sizeof cuda_reason, "CUDA device %d cannot be described: %s", i,
                      why);
             return;
         }
@@ -338,29 +297,29 @@ static void nvrtc_load(void) {
         "/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12",
         "/usr/local/cuda/lib64/libnvrtc.so", NULL};
     const char *override_list[2];
-    const char *const *names = library_names("FLASHATTN_NVRTC_LIBRARY", defaults, override_list);
+    const char *const *names = fa_dynlib_names("FLASHATTN_NVRTC_LIBRARY", defaults, override_list);
     void *lib = fa_dynlib_open(names, why, sizeof why);
     if (!lib) {
-        set_reason(nvrtc_reason, sizeof nvrtc_reason, "NVRTC not found: %s", why);
+        fa_reason_set(nvrtc_reason, sizeof nvrtc_reason, "NVRTC not found: %s", why);
         return;
     }
     fa_nvrtc_api api;
     memset(&api, 0, sizeof api);
 #define FA_NVRTC_LOAD(name, ret, args)                                                       \
-    if (!load_symbol(lib, #name, NULL, &api.name, why, sizeof why)) {                       \
-        set_reason(nvrtc_reason, sizeof nvrtc_reason, "NVRTC lacks an entry point: %s", why); \
+    if (!fa_dynlib_load(lib, #name, NULL, &api.name, why, sizeof why)) {                       \
+        fa_reason_set(nvrtc_reason, sizeof nvrtc_reason, "NVRTC lacks an entry point: %s", why); \
         return;                                                                             \
     }
     FA_NVRTC_REQUIRED(FA_NVRTC_LOAD)
 #undef FA_NVRTC_LOAD
 #define FA_NVRTC_LOAD_OPTIONAL(name, ret, args) \
-    (void)load_symbol(lib, #name, NULL, &api.name, why, sizeof why);
+    (void)fa_dynlib_load(lib, #name, NULL, &api.name, why, sizeof why);
     FA_NVRTC_OPTIONAL(FA_NVRTC_LOAD_OPTIONAL)
 #undef FA_NVRTC_LOAD_OPTIONAL
     nvrtcResult r = api.nvrtcVersion(&api.version_major, &api.version_minor);
     if (r != NVRTC_SUCCESS) {
         const char *text = api.nvrtcGetErrorString(r);
-        set_reason(nvrtc_reason, sizeof nvrtc_reason, "nvrtcVersion: %s", text ? text : "failed");
+        fa_reason_set(nvrtc_reason, sizeof nvrtc_reason, "nvrtcVersion: %s", text ? text : "failed");
         return;
     }
     nvrtc_api = api;
@@ -376,10 +335,10 @@ const fa_cu_api *fa_cuda_api(void) {
 const fa_nvrtc_api *fa_cuda_nvrtc(char *reason, size_t reason_size) {
     pthread_once(&nvrtc_once, nvrtc_load);
     if (nvrtc_loaded) {
-        copy_reason(reason, reason_size, "");
+        fa_reason_copy(reason, reason_size, "");
         return &nvrtc_api;
     }
-    copy_reason(reason, reason_size, nvrtc_reason);
+    fa_reason_copy(reason, reason_size, nvrtc_reason);
     return NULL;
 }
 
@@ -397,9 +356,9 @@ static fa_status cuda_init(char *reason, size_t reason_size) {
         /* Recorded now so that plan creation can say why it cannot compile;
          * memory and devices work either way. */
         (void)fa_cuda_nvrtc(NULL, 0);
-        copy_reason(reason, reason_size, "");
+        fa_reason_copy(reason, reason_size, "");
     } else {
-        copy_reason(reason, reason_size, cuda_reason);
+        fa_reason_copy(reason, reason_size, cuda_reason);
     }
     return cuda_status;
 }

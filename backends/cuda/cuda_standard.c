@@ -59,10 +59,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* dlsym hands out object pointers; the tables hold function pointers (POSIX
- * gives both one representation, which memcpy relies on). */
-_Static_assert(sizeof(void *) == sizeof(void (*)(void)), "function and object pointers differ in size");
-
 #define FA_CUBLAS_ENV "FLASHATTN_CUBLAS_LIBRARY"
 /* Default cap on one score allocation. */
 #define FA_STD_CHUNK_BYTES ((size_t)4 << 30)
@@ -126,21 +122,13 @@ static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *blas_library;
 static std_blas blas_api;
 
-static int blas_symbol(void *lib, const char *name, void *slot, char *why, size_t why_size) {
-    void *sym = fa_dynlib_symbol(lib, name, why, why_size);
-    if (!sym) return 0;
-    memcpy(slot, &sym, sizeof sym);
-    return 1;
-}
-
 /* Loads cuBLAS once it can: a failure is not remembered (the library may
  * appear, or the environment change), a success is kept for the process. */
 static fa_status blas_load(const std_blas **out) {
     fa_status st = FA_SUCCESS;
     pthread_mutex_lock(&blas_lock);
     if (!blas_library) {
-        const char *env = getenv(FA_CUBLAS_ENV);
-        const char *override[] = {env, NULL};
+        const char *override_list[2];
         static const char *const defaults[] = {"libcublas.so.13",
                                                "libcublas.so.12",
                                                "libcublas.so.11",
@@ -150,20 +138,20 @@ static fa_status blas_load(const std_blas **out) {
                                                "/usr/local/cuda/lib64/libcublas.so.11",
                                                "/usr/local/cuda/lib64/libcublas.so",
                                                NULL};
-        const char *const *names = env && env[0] ? override : defaults;
+        const char *const *names = fa_dynlib_names(FA_CUBLAS_ENV, defaults, override_list);
         char reason[2048];
         std_blas api;
         memset(&api, 0, sizeof api);
         void *lib = fa_dynlib_open(names, reason, sizeof reason);
         int ok = lib != NULL;
-        ok = ok && blas_symbol(lib, "cublasCreate_v2", &api.create, reason, sizeof reason);
-        ok = ok && blas_symbol(lib, "cublasDestroy_v2", &api.destroy, reason, sizeof reason);
-        ok = ok && blas_symbol(lib, "cublasSetStream_v2", &api.set_stream, reason, sizeof reason);
-        ok = ok && blas_symbol(lib, "cublasSetMathMode", &api.set_math_mode, reason, sizeof reason);
-        ok = ok && blas_symbol(lib, "cublasGemmStridedBatchedEx", &api.gemm, reason, sizeof reason);
+        ok = ok && fa_dynlib_load(lib, "cublasCreate_v2", NULL, &api.create, reason, sizeof reason);
+        ok = ok && fa_dynlib_load(lib, "cublasDestroy_v2", NULL, &api.destroy, reason, sizeof reason);
+        ok = ok && fa_dynlib_load(lib, "cublasSetStream_v2", NULL, &api.set_stream, reason, sizeof reason);
+        ok = ok && fa_dynlib_load(lib, "cublasSetMathMode", NULL, &api.set_math_mode, reason, sizeof reason);
+        ok = ok && fa_dynlib_load(lib, "cublasGemmStridedBatchedEx", NULL, &api.gemm, reason, sizeof reason);
         if (ok) {
             char unused[256];
-            (void)blas_symbol(lib, "cublasGetStatusString", &api.status_string, unused, sizeof unused);
+            (void)fa_dynlib_load(lib, "cublasGetStatusString", NULL, &api.status_string, unused, sizeof unused);
             blas_library = lib;
             blas_api = api;
         } else {

@@ -81,12 +81,8 @@ static int rtc_loaded;
 static char rtc_reason[1100];
 
 static int rtc_symbols(void *lib, hip_rtc_api *api, char *why, size_t why_size) {
-#define FA_HIPRTC_LOAD(name, ret, args)                                                            \
-    {                                                                                              \
-        void *sym = fa_dynlib_symbol(lib, #name, why, why_size);                                   \
-        if (!sym) return 0;                                                                        \
-        memcpy(&api->name, &sym, sizeof sym);                                                      \
-    }
+#define FA_HIPRTC_LOAD(name, ret, args) \
+    if (!fa_dynlib_load(lib, #name, NULL, &api->name, why, why_size)) return 0;
     FA_HIPRTC_FUNCTIONS(FA_HIPRTC_LOAD)
 #undef FA_HIPRTC_LOAD
     return 1;
@@ -99,13 +95,8 @@ static void rtc_load(void) {
 #endif
         "libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5", NULL};
     static const char *const standalone[] = {"libhiprtc.so", "libhiprtc.so.6", "libhiprtc.so.5", NULL};
-    const char *override_list[2] = {NULL, NULL};
-    const char *const *names = runtimes;
-    const char *env = getenv("FLASHATTN_HIP_LIBRARY");
-    if (env && env[0]) {
-        override_list[0] = env;
-        names = override_list;
-    }
+    const char *override_list[2];
+    const char *const *names = fa_dynlib_names("FLASHATTN_HIP_LIBRARY", runtimes, override_list);
     char why[512], why2[512];
     hip_rtc_api api;
     memset(&api, 0, sizeof api);

@@ -17,14 +17,12 @@
 #include "dynlib.h"
 #include "fa_internal.h"
 #include "plan.h"
+#include "reason.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-_Static_assert(sizeof(void *) == sizeof(void (*)(void)), "function and object pointers differ in size");
 
 #define FA_HIP_MAX_DEVICES 64
 #define FA_HIP_REASON_SIZE 2048
@@ -41,27 +39,6 @@ static fa_device_info hip_devices[FA_HIP_MAX_DEVICES];
 /* ------------------------------------------------------------------------ */
 /* Loading                                                                  */
 /* ------------------------------------------------------------------------ */
-
-/* snprintf through a wrapper: reasons embed loader messages of any length,
- * and truncating them is intended. */
-static void set_reason(char *dst, size_t dst_size, const char *fmt, ...) FA_PRINTF(3, 4);
-static void set_reason(char *dst, size_t dst_size, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(dst, dst_size, fmt, ap);
-    va_end(ap);
-}
-
-static void copy_reason(char *dst, size_t dst_size, const char *src) {
-    if (dst && dst_size > 0) snprintf(dst, dst_size, "%s", src);
-}
-
-static int load_symbol(void *lib, const char *name, void *slot, char *why, size_t why_size) {
-    void *sym = fa_dynlib_symbol(lib, name, why, why_size);
-    if (!sym) return 0;
-    memcpy(slot, &sym, sizeof sym);
-    return 1;
-}
 
 static void hip_describe(hipError_t err, char *out, size_t out_size) {
     const char *name = hip_api.hipGetErrorName ? hip_api.hipGetErrorName(err) : NULL;
@@ -262,16 +239,11 @@ static void hip_load(void) {
     static const char *const defaults[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5",
                                            NULL};
 #endif
-    const char *override_list[2] = {NULL, NULL};
-    const char *const *names = defaults;
-    const char *env = getenv("FLASHATTN_HIP_LIBRARY");
-    if (env && env[0]) {
-        override_list[0] = env;
-        names = override_list;
-    }
+    const char *override_list[2];
+    const char *const *names = fa_dynlib_names("FLASHATTN_HIP_LIBRARY", defaults, override_list);
     void *lib = fa_dynlib_open(names, why, sizeof why);
     if (!lib) {
-        set_reason(hip_reason, sizeof hip_reason, "HIP runtime library not found: %s", why);
+        fa_reason_set(hip_reason, sizeof hip_reason, "HIP runtime library not found: %s", why);
         return;
     }
     /* The runtime stays loaded even when unusable: it registers process-exit
@@ -279,14 +251,14 @@ static void hip_load(void) {
     fa_hip_api api;
     memset(&api, 0, sizeof api);
 #define FA_HIP_LOAD(name, ret, args)                                                              \
-    if (!load_symbol(lib, #name, &api.name, why, sizeof why)) {                                  \
-        set_reason(hip_reason, sizeof hip_reason, "HIP runtime lacks an entry point (too old?): %s", \
+    if (!fa_dynlib_load(lib, #name, NULL, &api.name, why, sizeof why)) {                                  \
+        fa_reason_set(hip_reason, sizeof hip_reason, "HIP runtime lacks an entry point (too old?): %s", \
                  why);                                                                           \
         return;                                                                                  \
     }
     FA_HIP_REQUIRED(FA_HIP_LOAD)
 #undef FA_HIP_LOAD
-#define FA_HIP_LOAD_OPTIONAL(name, ret, args) (void)load_symbol(lib, #name, &api.name, why, sizeof why);
+#define FA_HIP_LOAD_OPTIONAL(name, ret, args) (void)fa_dynlib_load(lib, #name, NULL, &api.name, why, sizeof why);
     FA_HIP_OPTIONAL(FA_HIP_LOAD_OPTIONAL)
 #undef FA_HIP_LOAD_OPTIONAL
     hip_api = api;
@@ -301,32 +273,32 @@ static void hip_load(void) {
         hip_describe(init_err, text, sizeof text);
         if (count_err != hipSuccess || count <= 0) {
             hip_describe(count_err, count_text, sizeof count_text);
-            set_reason(hip_reason, sizeof hip_reason, "no HIP device (hipInit: %s; hipGetDeviceCount: %s)",
+            fa_reason_set(hip_reason, sizeof hip_reason, "no HIP device (hipInit: %s; hipGetDeviceCount: %s)",
                      text, count_err != hipSuccess ? count_text : "0 devices");
         } else {
-            set_reason(hip_reason, sizeof hip_reason, "hipInit: %s", text);
+            fa_reason_set(hip_reason, sizeof hip_reason, "hipInit: %s", text);
         }
         return;
     }
     if (count_err != hipSuccess) {
         hip_describe(count_err, text, sizeof text);
-        set_reason(hip_reason, sizeof hip_reason, "hipGetDeviceCount: %s", text);
+        fa_reason_set(hip_reason, sizeof hip_reason, "hipGetDeviceCount: %s", text);
         return;
     }
     if (count <= 0) {
-        set_reason(hip_reason, sizeof hip_reason, "no HIP device (hipGetDeviceCount reported 0)");
+        fa_reason_set(hip_reason, sizeof hip_reason, "no HIP device (hipGetDeviceCount reported 0)");
         return;
     }
     hipError_t err = hip_api.hipRuntimeGetVersion(&hip_api.runtime_version);
     if (err != hipSuccess) {
         hip_describe(err, text, sizeof text);
-        set_reason(hip_reason, sizeof hip_reason, "hipRuntimeGetVersion: %s", text);
+        fa_reason_set(hip_reason, sizeof hip_reason, "hipRuntimeGetVersion: %s", text);
         return;
     }
     if (count > FA_HIP_MAX_DEVICES) count = FA_HIP_MAX_DEVICES;
     for (int i = 0; i < count; i++) {
         if (!hip_describe_device(i, &hip_devices[i], why, sizeof why)) {
-            set_reason(hip_reason, sizeof hip_reason, "HIP device %d cannot be described: %s", i, why);
+            fa_reason_set(hip_reason, sizeof hip_reason, "HIP device %d cannot be described: %s", i, why);
             return;
         }
     }
@@ -347,7 +319,7 @@ const fa_hip_api *fa_hip_api_get(void) {
 
 static fa_status hip_init(char *reason, size_t reason_size) {
     pthread_once(&hip_once, hip_load);
-    copy_reason(reason, reason_size, hip_status == FA_SUCCESS ? "" : hip_reason);
+    fa_reason_copy(reason, reason_size, hip_status == FA_SUCCESS ? "" : hip_reason);
     return hip_status;
 }
 

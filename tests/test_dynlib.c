@@ -2,6 +2,7 @@
 #include "dynlib.h"
 #include "harness.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* libm is on every glibc system and exports cos, whose value is known. */
@@ -93,5 +94,50 @@ FA_TEST(small_or_absent_reason_buffer) {
     fa_dynlib_close(NULL);
 }
 
+/* The override every backend documents: FLASHATTN_<RUNTIME>_LIBRARY names the
+ * one library to try; unset or empty leaves the defaults. */
+FA_TEST(environment_overrides_names) {
+    static const char *const defaults[] = {"libfa_default_a.so", "libfa_default_b.so", NULL};
+    const char *override_list[2] = {"stale", "stale"};
+    const char *var = "FA_TEST_DYNLIB_LIBRARY";
+
+    CHECK(unsetenv(var) == 0);
+    CHECK(fa_dynlib_names(var, defaults, override_list) == defaults);
+    CHECK(setenv(var, "", 1) == 0);
+    CHECK(fa_dynlib_names(var, defaults, override_list) == defaults);
+
+    CHECK(setenv(var, "/opt/vendor/libfa_custom.so", 1) == 0);
+    const char *const *names = fa_dynlib_names(var, defaults, override_list);
+    CHECK(names == override_list);
+    CHECK(names[0] && strcmp(names[0], "/opt/vendor/libfa_custom.so") == 0);
+    CHECK(names[1] == NULL);
+    CHECK(unsetenv(var) == 0);
+}
+
+FA_TEST(load_into_function_slot) {
+    char reason[512];
+    void *lib = fa_dynlib_open(libm_names, reason, sizeof reason);
+    CHECK_MSG(lib != NULL, "%s", reason);
+    if (!lib) return;
+    double (*fn)(double) = NULL;
+    CHECK(fa_dynlib_load(lib, "cos", NULL, &fn, reason, sizeof reason) == 1);
+    CHECK(fn != NULL && fn(0.0) == 1.0);
+
+    /* The alternative stands in for a missing first name (renamed entry points). */
+    fn = NULL;
+    CHECK(fa_dynlib_load(lib, "fa_no_such_cos_v2", "cos", &fn, reason, sizeof reason) == 1);
+    CHECK(fn != NULL && fn(0.0) == 1.0);
+
+    /* Neither resolves: the slot is left alone and the reason names the last try. */
+    double (*untouched)(double) = fn;
+    CHECK(fa_dynlib_load(lib, "fa_no_such_a", "fa_no_such_b", &fn, reason, sizeof reason) == 0);
+    CHECK(fn == untouched);
+    CHECK_MSG(strstr(reason, "fa_no_such_b") != NULL, "reason: %s", reason);
+    CHECK(fa_dynlib_load(lib, "fa_no_such_a", NULL, &fn, reason, sizeof reason) == 0);
+    CHECK_MSG(strstr(reason, "fa_no_such_a") != NULL, "reason: %s", reason);
+    fa_dynlib_close(lib);
+}
+
 FA_TEST_MAIN(FA_CASE(open_existing_library), FA_CASE(missing_library_names_every_name),
-             FA_CASE(empty_name_list), FA_CASE(missing_symbol), FA_CASE(small_or_absent_reason_buffer))
+             FA_CASE(empty_name_list), FA_CASE(missing_symbol), FA_CASE(small_or_absent_reason_buffer),
+             FA_CASE(environment_overrides_names), FA_CASE(load_into_function_slot))

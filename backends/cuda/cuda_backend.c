@@ -12,6 +12,7 @@
 #define FA_CUDA_DRIVER_TYPES
 #include "cuda_runtime_internal.h"
 
+#include "device_registry.h"
 #include "dynlib.h"
 #include "fa_internal.h"
 #include "plan.h"
@@ -22,23 +23,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FA_CUDA_MAX_DEVICES 64
-#define FA_CUDA_REASON_SIZE 2048
+static void cuda_load(void);
 
-/* State written once under pthread_once, read-only afterwards. */
-static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
-static fa_status cuda_status = FA_ERR_BACKEND_UNAVAILABLE;
-static char cuda_reason[FA_CUDA_REASON_SIZE];
+/* State written once by cuda_load (through the registry's pthread_once),
+ * read-only afterwards. */
+static fa_device_registry cuda_registry = FA_DEVICE_REGISTRY_INIT("CUDA", cuda_load);
 static fa_cu_api cuda_api;
-static int cuda_api_loaded;
-static int cuda_device_total;
-static fa_device_info cuda_devices[FA_CUDA_MAX_DEVICES];
-static int cuda_cc[FA_CUDA_MAX_DEVICES][2];
+static int cuda_cc[FA_REGISTRY_MAX_DEVICES][2];
 
 static pthread_once_t nvrtc_once = PTHREAD_ONCE_INIT;
 static fa_nvrtc_api nvrtc_api;
 static int nvrtc_loaded;
-static char nvrtc_reason[FA_CUDA_REASON_SIZE];
+static char nvrtc_reason[FA_REGISTRY_REASON_SIZE];
 
 /* ------------------------------------------------------------------------ */
 /* Loading                                                                  */
@@ -228,14 +224,14 @@ static int cuda_describe_device(int index, fa_device_info *info, int cc[2], char
 }
 
 static void cuda_load(void) {
-    char why[FA_CUDA_REASON_SIZE];
+    char why[FA_REGISTRY_REASON_SIZE];
     static const char *const defaults[] = {"libcuda.so.1", "libcuda.so", NULL};
     const char *override_list[2];
     const char *const *names = fa_dynlib_names("FLASHATTN_CUDA_LIBRARY", defaults, override_list);
 
     void *lib = fa_dynlib_open(names, why, sizeof why);
     if (!lib) {
-        fa_reason_set(cuda_reason, sizeof cuda_reason, "CUDA driver library not found: %s", why);
+        fa_reason_set(cuda_registry.reason, sizeof cuda_registry.reason, "CUDA driver library not found: %s", why);
         return;
     }
     /* The library stays loaded even when unusable: the driver registers
@@ -244,7 +240,7 @@ static void cuda_load(void) {
     memset(&api, 0, sizeof api);
 #define FA_CU_LOAD(name, ret, args)                                                              \
     if (!fa_dynlib_load(lib, #name, cu_alternative_name(#name), &api.name, why, sizeof why)) {     \
-        fa_reason_set(cuda_reason, sizeof cuda_reason, "CUDA driver lacks an entry point (too old?): %s", \
+        fa_reason_set(cuda_registry.reason, sizeof cuda_registry.reason, "CUDA driver lacks an entry point (too old?): %s", \
                  why);                                                                          \
         return;                                                                                 \
     }
@@ -260,36 +256,33 @@ static void cuda_load(void) {
     CUresult r = cuda_api.cuInit(0);
     if (r != CUDA_SUCCESS) {
         cu_describe(r, text, sizeof text);
-        fa_reason_set(cuda_reason, sizeof cuda_reason, "cuInit: %s", text);
+        fa_reason_set(cuda_registry.reason, sizeof cuda_registry.reason, "cuInit: %s", text);
         return;
     }
     int count = 0;
     r = cuda_api.cuDeviceGetCount(&count);
     if (r != CUDA_SUCCESS) {
         cu_describe(r, text, sizeof text);
-        fa_reason_set(cuda_reason, sizeof cuda_reason, "cuDeviceGetCount: %s", text);
+        fa_reason_set(cuda_registry.reason, sizeof cuda_registry.reason, "cuDeviceGetCount: %s", text);
         return;
     }
     if (count <= 0) {
-        fa_reason_set(cuda_reason, sizeof cuda_reason, "no CUDA device (cuDeviceGetCount reported 0)");
+        fa_reason_set(cuda_registry.reason, sizeof cuda_registry.reason, "no CUDA device (cuDeviceGetCount reported 0)");
         return;
     }
-    if (count > FA_CUDA_MAX_DEVICES) count = FA_CUDA_MAX_DEVICES;
+    if (count > FA_REGISTRY_MAX_DEVICES) count = FA_REGISTRY_MAX_DEVICES;
     for (int i = 0; i < count; i++) {
-        if (!cuda_describe_device(i, &cuda_devices[i], cuda_cc[i], why, sizeof why)) {
-            fa_reason_set(cuda_reason, sizeof cuda_reason, "CUDA device %d cannot be described: %s", i,
+        if (!cuda_describe_device(i, &cuda_registry.devices[i], cuda_cc[i], why, sizeof why)) {
+            fa_reason_set(cuda_registry.reason, sizeof cuda_registry.reason, "CUDA device %d cannot be described: %s", i,
                      why);
             return;
         }
     }
-    cuda_device_total = count;
-    cuda_api_loaded = 1;
-    cuda_status = FA_SUCCESS;
-    cuda_reason[0] = '\0';
+    fa_registry_ready(&cuda_registry, count);
 }
 
 static void nvrtc_load(void) {
-    char why[FA_CUDA_REASON_SIZE];
+    char why[FA_REGISTRY_REASON_SIZE];
     /* The toolkit directory comes last, by absolute path, for machines where
      * it is installed but not on the loader's path. */
     static const char *const defaults[] = {
@@ -328,8 +321,8 @@ static void nvrtc_load(void) {
 }
 
 const fa_cu_api *fa_cuda_api(void) {
-    pthread_once(&cuda_once, cuda_load);
-    return cuda_api_loaded ? &cuda_api : NULL;
+    fa_registry_discover(&cuda_registry);
+    return cuda_registry.status == FA_SUCCESS ? &cuda_api : NULL;
 }
 
 const fa_nvrtc_api *fa_cuda_nvrtc(char *reason, size_t reason_size) {
@@ -351,36 +344,17 @@ int fa_cuda_nvrtc_available(char *reason, size_t reason_size) {
 /* ------------------------------------------------------------------------ */
 
 static fa_status cuda_init(char *reason, size_t reason_size) {
-    pthread_once(&cuda_once, cuda_load);
-    if (cuda_status == FA_SUCCESS) {
-        /* Recorded now so that plan creation can say why it cannot compile;
-         * memory and devices work either way. */
-        (void)fa_cuda_nvrtc(NULL, 0);
-        fa_reason_copy(reason, reason_size, "");
-    } else {
-        fa_reason_copy(reason, reason_size, cuda_reason);
-    }
-    return cuda_status;
+    fa_status st = fa_registry_init(&cuda_registry, reason, reason_size);
+    /* Recorded now so that plan creation can say why it cannot compile;
+     * memory and devices work either way. */
+    if (st == FA_SUCCESS) (void)fa_cuda_nvrtc(NULL, 0);
+    return st;
 }
 
-static int cuda_device_count(void) {
-    pthread_once(&cuda_once, cuda_load);
-    return cuda_status == FA_SUCCESS ? cuda_device_total : 0;
-}
-
-static fa_status cuda_unavailable(void) {
-    return fa_fail(FA_ERR_BACKEND_UNAVAILABLE, "CUDA backend unavailable: %s", cuda_reason);
-}
+static int cuda_device_count(void) { return fa_registry_count(&cuda_registry); }
 
 static fa_status cuda_device_info(int index, fa_device_info *info) {
-    if (!info) return fa_fail(FA_ERR_NULL_POINTER, "info is NULL");
-    pthread_once(&cuda_once, cuda_load);
-    if (cuda_status != FA_SUCCESS) return cuda_unavailable();
-    if (index < 0 || index >= cuda_device_total)
-        return fa_fail(FA_ERR_DEVICE_NOT_FOUND, "CUDA device index %d out of range (%d devices)",
-                       index, cuda_device_total);
-    *info = cuda_devices[index];
-    return FA_SUCCESS;
+    return fa_registry_info(&cuda_registry, index, info);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -401,18 +375,14 @@ void fa_cuda_pop(void) {
 static fa_status cuda_context_create(int index, void **out) {
     if (!out) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     *out = NULL;
-    pthread_once(&cuda_once, cuda_load);
-    if (cuda_status != FA_SUCCESS) return cuda_unavailable();
-    if (index < 0 || index >= cuda_device_total)
-        return fa_fail(FA_ERR_DEVICE_NOT_FOUND, "CUDA device index %d out of range (%d devices)",
-                       index, cuda_device_total);
+    FA_CHECK(fa_registry_check(&cuda_registry, index));
     fa_cuda_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return fa_fail(FA_ERR_OUT_OF_MEMORY, "CUDA context: host allocation failed");
     ctx->index = index;
     ctx->cc_major = cuda_cc[index][0];
     ctx->cc_minor = cuda_cc[index][1];
-    ctx->sm_count = cuda_devices[index].desc.compute_units;
-    ctx->smem_optin = cuda_devices[index].desc.local_mem_bytes;
+    ctx->sm_count = cuda_registry.devices[index].desc.compute_units;
+    ctx->smem_optin = cuda_registry.devices[index].desc.local_mem_bytes;
 
     CUresult r = cuda_api.cuDeviceGet(&ctx->device, index);
     if (r != CUDA_SUCCESS) {

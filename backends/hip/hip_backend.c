@@ -14,27 +14,22 @@
 #define FA_HIP_RUNTIME_TYPES
 #include "hip_runtime_internal.h"
 
+#include "device_registry.h"
 #include "dynlib.h"
 #include "fa_internal.h"
 #include "plan.h"
 #include "reason.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define FA_HIP_MAX_DEVICES 64
-#define FA_HIP_REASON_SIZE 2048
+static void hip_load(void);
 
-/* State written once under pthread_once, read-only afterwards. */
-static pthread_once_t hip_once = PTHREAD_ONCE_INIT;
-static fa_status hip_status = FA_ERR_BACKEND_UNAVAILABLE;
-static char hip_reason[FA_HIP_REASON_SIZE];
+/* State written once by hip_load (through the registry's pthread_once),
+ * read-only afterwards. */
+static fa_device_registry hip_registry = FA_DEVICE_REGISTRY_INIT("HIP", hip_load);
 static fa_hip_api hip_api;
-static int hip_api_loaded;
-static int hip_device_total;
-static fa_device_info hip_devices[FA_HIP_MAX_DEVICES];
 
 /* ------------------------------------------------------------------------ */
 /* Loading                                                                  */
@@ -231,7 +226,7 @@ static int hip_describe_device(int index, fa_device_info *info, char *why, size_
 }
 
 static void hip_load(void) {
-    char why[FA_HIP_REASON_SIZE];
+    char why[FA_REGISTRY_REASON_SIZE];
 #ifdef FA_HIP_DEFAULT_LIBRARY
     static const char *const defaults[] = {FA_HIP_DEFAULT_LIBRARY, "libamdhip64.so", "libamdhip64.so.6",
                                            "libamdhip64.so.5", NULL};
@@ -243,7 +238,7 @@ static void hip_load(void) {
     const char *const *names = fa_dynlib_names("FLASHATTN_HIP_LIBRARY", defaults, override_list);
     void *lib = fa_dynlib_open(names, why, sizeof why);
     if (!lib) {
-        fa_reason_set(hip_reason, sizeof hip_reason, "HIP runtime library not found: %s", why);
+        fa_reason_set(hip_registry.reason, sizeof hip_registry.reason, "HIP runtime library not found: %s", why);
         return;
     }
     /* The runtime stays loaded even when unusable: it registers process-exit
@@ -252,7 +247,7 @@ static void hip_load(void) {
     memset(&api, 0, sizeof api);
 #define FA_HIP_LOAD(name, ret, args)                                                              \
     if (!fa_dynlib_load(lib, #name, NULL, &api.name, why, sizeof why)) {                                  \
-        fa_reason_set(hip_reason, sizeof hip_reason, "HIP runtime lacks an entry point (too old?): %s", \
+        fa_reason_set(hip_registry.reason, sizeof hip_registry.reason, "HIP runtime lacks an entry point (too old?): %s", \
                  why);                                                                           \
         return;                                                                                  \
     }
@@ -273,44 +268,41 @@ static void hip_load(void) {
         hip_describe(init_err, text, sizeof text);
         if (count_err != hipSuccess || count <= 0) {
             hip_describe(count_err, count_text, sizeof count_text);
-            fa_reason_set(hip_reason, sizeof hip_reason, "no HIP device (hipInit: %s; hipGetDeviceCount: %s)",
+            fa_reason_set(hip_registry.reason, sizeof hip_registry.reason, "no HIP device (hipInit: %s; hipGetDeviceCount: %s)",
                      text, count_err != hipSuccess ? count_text : "0 devices");
         } else {
-            fa_reason_set(hip_reason, sizeof hip_reason, "hipInit: %s", text);
+            fa_reason_set(hip_registry.reason, sizeof hip_registry.reason, "hipInit: %s", text);
         }
         return;
     }
     if (count_err != hipSuccess) {
         hip_describe(count_err, text, sizeof text);
-        fa_reason_set(hip_reason, sizeof hip_reason, "hipGetDeviceCount: %s", text);
+        fa_reason_set(hip_registry.reason, sizeof hip_registry.reason, "hipGetDeviceCount: %s", text);
         return;
     }
     if (count <= 0) {
-        fa_reason_set(hip_reason, sizeof hip_reason, "no HIP device (hipGetDeviceCount reported 0)");
+        fa_reason_set(hip_registry.reason, sizeof hip_registry.reason, "no HIP device (hipGetDeviceCount reported 0)");
         return;
     }
     hipError_t err = hip_api.hipRuntimeGetVersion(&hip_api.runtime_version);
     if (err != hipSuccess) {
         hip_describe(err, text, sizeof text);
-        fa_reason_set(hip_reason, sizeof hip_reason, "hipRuntimeGetVersion: %s", text);
+        fa_reason_set(hip_registry.reason, sizeof hip_registry.reason, "hipRuntimeGetVersion: %s", text);
         return;
     }
-    if (count > FA_HIP_MAX_DEVICES) count = FA_HIP_MAX_DEVICES;
+    if (count > FA_REGISTRY_MAX_DEVICES) count = FA_REGISTRY_MAX_DEVICES;
     for (int i = 0; i < count; i++) {
-        if (!hip_describe_device(i, &hip_devices[i], why, sizeof why)) {
-            fa_reason_set(hip_reason, sizeof hip_reason, "HIP device %d cannot be described: %s", i, why);
+        if (!hip_describe_device(i, &hip_registry.devices[i], why, sizeof why)) {
+            fa_reason_set(hip_registry.reason, sizeof hip_registry.reason, "HIP device %d cannot be described: %s", i, why);
             return;
         }
     }
-    hip_device_total = count;
-    hip_api_loaded = 1;
-    hip_status = FA_SUCCESS;
-    hip_reason[0] = '\0';
+    fa_registry_ready(&hip_registry, count);
 }
 
 const fa_hip_api *fa_hip_api_get(void) {
-    pthread_once(&hip_once, hip_load);
-    return hip_api_loaded ? &hip_api : NULL;
+    fa_registry_discover(&hip_registry);
+    return hip_registry.status == FA_SUCCESS ? &hip_api : NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -318,29 +310,13 @@ const fa_hip_api *fa_hip_api_get(void) {
 /* ------------------------------------------------------------------------ */
 
 static fa_status hip_init(char *reason, size_t reason_size) {
-    pthread_once(&hip_once, hip_load);
-    fa_reason_copy(reason, reason_size, hip_status == FA_SUCCESS ? "" : hip_reason);
-    return hip_status;
+    return fa_registry_init(&hip_registry, reason, reason_size);
 }
 
-static int hip_device_count(void) {
-    pthread_once(&hip_once, hip_load);
-    return hip_status == FA_SUCCESS ? hip_device_total : 0;
-}
-
-static fa_status hip_unavailable(void) {
-    return fa_fail(FA_ERR_BACKEND_UNAVAILABLE, "HIP backend unavailable: %s", hip_reason);
-}
+static int hip_device_count(void) { return fa_registry_count(&hip_registry); }
 
 static fa_status hip_device_info(int index, fa_device_info *info) {
-    if (!info) return fa_fail(FA_ERR_NULL_POINTER, "info is NULL");
-    pthread_once(&hip_once, hip_load);
-    if (hip_status != FA_SUCCESS) return hip_unavailable();
-    if (index < 0 || index >= hip_device_total)
-        return fa_fail(FA_ERR_DEVICE_NOT_FOUND, "HIP device index %d out of range (%d devices)", index,
-                       hip_device_total);
-    *info = hip_devices[index];
-    return FA_SUCCESS;
+    return fa_registry_info(&hip_registry, index, info);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -370,15 +346,11 @@ void fa_hip_leave(const fa_hip_context *ctx, int previous) { hip_leave_device(ct
 static fa_status hip_context_create(int index, void **out) {
     if (!out) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     *out = NULL;
-    pthread_once(&hip_once, hip_load);
-    if (hip_status != FA_SUCCESS) return hip_unavailable();
-    if (index < 0 || index >= hip_device_total)
-        return fa_fail(FA_ERR_DEVICE_NOT_FOUND, "HIP device index %d out of range (%d devices)", index,
-                       hip_device_total);
+    FA_CHECK(fa_registry_check(&hip_registry, index));
     fa_hip_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return fa_fail(FA_ERR_OUT_OF_MEMORY, "HIP context: host allocation failed");
     ctx->index = index;
-    const fa_device_desc *d = &hip_devices[index].desc;
+    const fa_device_desc *d = &hip_registry.devices[index].desc;
     snprintf(ctx->arch, sizeof ctx->arch, "%s", d->arch);
     ctx->warp_size = d->simd_width;
     ctx->cu_count = d->compute_units;
@@ -677,8 +649,8 @@ const fa_backend_ops fa_hip_backend = {
 fa_status fa_hip_native_alloc(int device, size_t bytes, fa_hip_native_mem *mem) {
     if (!mem) return fa_fail(FA_ERR_NULL_POINTER, "mem is NULL");
     memset(mem, 0, sizeof *mem);
-    if (!fa_hip_api_get()) return hip_unavailable();
-    if (device < 0 || device >= hip_device_total)
+    if (!fa_hip_api_get()) return fa_registry_unavailable(&hip_registry);
+    if (device < 0 || device >= hip_registry.total)
         return fa_fail(FA_ERR_DEVICE_NOT_FOUND, "HIP device index %d out of range", device);
     if (bytes == 0) return fa_fail(FA_ERR_INVALID_SIZE, "bytes is 0");
     int previous;

@@ -17,6 +17,7 @@
 #include "fa_internal.h"
 #include "plan.h"
 #include "reason.h"
+#include "span.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -602,13 +603,6 @@ static void cuda_buffer_free(void *handle, void *buf_handle) {
     free(buf);
 }
 
-static fa_status check_span(const fa_cuda_buffer *buf, size_t offset, size_t bytes, const char *what) {
-    if (offset > buf->bytes || bytes > buf->bytes - offset)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "%s: offset %zu + bytes %zu exceeds the buffer's %zu bytes",
-                       what, offset, bytes, buf->bytes);
-    return FA_SUCCESS;
-}
-
 /* Copies go through the stream in use and wait for it: ordered after
  * kernels queued there (a copy on the legacy default stream would not be,
  * the context's own stream being non-blocking), and synchronous for the
@@ -617,7 +611,7 @@ static fa_status cuda_buffer_upload(void *handle, void *buf_handle, size_t offse
                                     size_t bytes) {
     fa_cuda_context *ctx = handle;
     fa_cuda_buffer *buf = buf_handle;
-    FA_CHECK(check_span(buf, offset, bytes, "upload"));
+    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "upload"));
     if (bytes == 0) return FA_SUCCESS;
     if (!src) return fa_fail(FA_ERR_NULL_POINTER, "src is NULL");
     FA_CHECK(fa_cuda_push(ctx));
@@ -636,7 +630,7 @@ static fa_status cuda_buffer_download(void *handle, void *buf_handle, size_t off
                                       size_t bytes) {
     fa_cuda_context *ctx = handle;
     fa_cuda_buffer *buf = buf_handle;
-    FA_CHECK(check_span(buf, offset, bytes, "download"));
+    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "download"));
     if (bytes == 0) return FA_SUCCESS;
     if (!dst) return fa_fail(FA_ERR_NULL_POINTER, "dst is NULL");
     FA_CHECK(fa_cuda_push(ctx));

@@ -19,6 +19,7 @@
 #include "fa_internal.h"
 #include "plan.h"
 #include "reason.h"
+#include "span.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -559,13 +560,6 @@ static void hip_buffer_free(void *handle, void *buf_handle) {
     free(buf);
 }
 
-static fa_status check_span(const fa_hip_buffer *buf, size_t offset, size_t bytes, const char *what) {
-    if (offset > buf->bytes || bytes > buf->bytes - offset)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "%s: offset %zu + bytes %zu exceeds the buffer's %zu bytes",
-                       what, offset, bytes, buf->bytes);
-    return FA_SUCCESS;
-}
-
 /* Copies go through the stream in use and wait for it: ordered after the
  * kernels queued there, synchronous for the caller. */
 static fa_status hip_copy(fa_hip_context *ctx, void *dst, const void *src, size_t bytes,
@@ -590,7 +584,7 @@ static fa_status hip_copy(fa_hip_context *ctx, void *dst, const void *src, size_
 static fa_status hip_buffer_upload(void *handle, void *buf_handle, size_t offset, const void *src,
                                    size_t bytes) {
     fa_hip_buffer *buf = buf_handle;
-    FA_CHECK(check_span(buf, offset, bytes, "upload"));
+    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "upload"));
     if (bytes == 0) return FA_SUCCESS;
     if (!src) return fa_fail(FA_ERR_NULL_POINTER, "src is NULL");
     return hip_copy(handle, (char *)buf->ptr + offset, src, bytes, hipMemcpyHostToDevice, "upload");
@@ -599,7 +593,7 @@ static fa_status hip_buffer_upload(void *handle, void *buf_handle, size_t offset
 static fa_status hip_buffer_download(void *handle, void *buf_handle, size_t offset, void *dst,
                                      size_t bytes) {
     fa_hip_buffer *buf = buf_handle;
-    FA_CHECK(check_span(buf, offset, bytes, "download"));
+    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "download"));
     if (bytes == 0) return FA_SUCCESS;
     if (!dst) return fa_fail(FA_ERR_NULL_POINTER, "dst is NULL");
     return hip_copy(handle, dst, (const char *)buf->ptr + offset, bytes, hipMemcpyDeviceToHost,

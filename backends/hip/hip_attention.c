@@ -460,29 +460,8 @@ typedef struct fa_hip_plan {
  * the NVIDIA mapping). */
 static void target_arch(const fa_hip_context *ctx, char *arch, size_t size) {
     snprintf(arch, size, "%s", ctx->arch);
-    if (arch[0]) return;
-    const fa_hip_api *api = fa_hip_api_get();
-    if (!api) return;
-    hipError_t (*get)(hipDeviceProp_t *, int) = api->hipGetDevicePropertiesR0000;
-    if (!get && api->runtime_version / 10000000 == 5) get = api->hipGetDeviceProperties;
-    if (!get) return;
-    /* Room for any layout a runtime might write (as hip_backend.c). */
-    union {
-        hipDeviceProp_t props;
-        unsigned char room[16384];
-    } *buf = calloc(1, sizeof *buf);
-    if (!buf) return;
-    if (get(&buf->props, ctx->index) == hipSuccess) {
-        const char *name = buf->props.gcnArchName;
-        size_t len = strnlen(name, sizeof buf->props.gcnArchName);
-        if (len < sizeof buf->props.gcnArchName && (strncmp(name, "gfx", 3) == 0 || strncmp(name, "sm_", 3) == 0)) {
-            size_t stop = strcspn(name, ":");
-            if (stop >= size) stop = size - 1;
-            memcpy(arch, name, stop);
-            arch[stop] = '\0';
-        }
-    }
-    free(buf);
+    if (arch[0] || !fa_hip_api_get()) return;
+    fa_hip_arch_name(ctx->index, arch, size);
 }
 
 static fa_status device_alloc(size_t bytes, const void *host, const char *what, void **out) {

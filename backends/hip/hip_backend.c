@@ -109,10 +109,9 @@ static void hip_fill_rates(fa_device_desc *d) {
     }
 }
 
-/* The architecture ("gfx90a") from gcnArchName ("gfx90a:sramecc+:xnack-"),
- * through the entry point that fills the 5.x layout of hipDeviceProp_t (see
- * hip_runtime_internal.h); "" when unavailable or implausible. */
-static void hip_arch_name(int index, char *arch, size_t arch_size) {
+/* Through the entry point that fills the 5.x layout of hipDeviceProp_t (see
+ * hip_runtime_internal.h). */
+void fa_hip_arch_name(int index, char *arch, size_t arch_size) {
     arch[0] = '\0';
     hipError_t (*get)(hipDeviceProp_t *, int) = hip_api.hipGetDevicePropertiesR0000;
     if (!get && hip_api.runtime_version / 10000000 == 5) get = hip_api.hipGetDeviceProperties;
@@ -211,7 +210,7 @@ static int hip_describe_device(int index, fa_device_info *info, char *why, size_
         optin > lds)
         lds = optin;
 
-    hip_arch_name(index, d->arch, sizeof d->arch);
+    fa_hip_arch_name(index, d->arch, sizeof d->arch);
     if (strncmp(d->arch, "sm_", 3) == 0) snprintf(d->vendor, sizeof d->vendor, "NVIDIA");
     d->local_mem_bytes = (size_t)lds;
     d->max_work_group_size = threads;

@@ -182,6 +182,10 @@ typedef struct fa_hip_api {
 
 /* The runtime table; NULL unless the backend's init succeeded. */
 const fa_hip_api *fa_hip_api_get(void);
+/* The architecture ("gfx90a") from device index's gcnArchName
+ * ("gfx90a:sramecc+:xnack-"), or "sm_XY" through the NVIDIA mapping; "" when
+ * unavailable or implausible. Only once fa_hip_api_get() has succeeded. */
+void fa_hip_arch_name(int index, char *arch, size_t arch_size);
 
 typedef struct fa_hip_context {
     int index;                  /* HIP device ordinal */

@@ -552,7 +552,7 @@ static int stream_layout_ok(const fa_attention_desc *desc, fa_pass pass, int br,
  * micro-tile of the scores. */
 static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
                      int br, int bc, int tr, int tc) {
-    if (cl_mma(dev, variant)) return fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, NULL);
+    if (cl_mma(dev, variant)) return fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, 1, NULL);
     if (hip_mma(dev, variant)) return fa_hip_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, NULL);
     if (variant == FA_VARIANT_MMA) return mma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
     if (variant == FA_VARIANT_WGMMA) return wgmma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
@@ -731,7 +731,9 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
     for (int v = 0; v < nvar; v++) {
         const fa_variant variant = variants[v];
         /* HIP's and OpenCL's matrix-core kernels copy one tile while
-         * computing on another (K against V), in one stage. */
+         * computing on another (K against V), in one stage. OpenCL's
+         * backward also runs two (planner_cl_mma.c), not planned until
+         * they are measured against one on hardware. */
         const int max_stages =
             fa_variant_on_matrix_units(variant) && !cl_mma(dev, variant) && !hip_mma(dev, variant) ? 2 : 1;
         for (size_t i = 0; i < FA_ARRAY_SIZE(tile_sizes); i++)
@@ -753,7 +755,7 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                 c.inadequate = c.groups < bar;
                 for (int stages = max_stages; stages >= 1; stages--) {
                     c.stages = stages;
-                    c.local_mem = cl_mma(dev, variant)    ? fa_cl_mma_local_mem(dev, desc, pass, br, bc)
+                    c.local_mem = cl_mma(dev, variant)    ? fa_cl_mma_local_mem(dev, desc, pass, br, bc, stages)
                                   : hip_mma(dev, variant) ? fa_hip_mma_local_mem(desc, pass, br, bc)
                                                           : fa_plan_local_mem(variant, pass, desc, br, bc, stages);
                     if (c.local_mem > usable_local_mem(dev)) continue;

@@ -23,6 +23,9 @@
 #ifdef FA_WITH_OPENCL
 #include "backends/opencl/cl_mma.h"
 
+/* Stages of the backward tiles the case forces (opencl_suite_mma_bwd_stages). */
+static int g_stages = 1;
+
 /* The layout of this context's matrix units; skips the case without. */
 static const fa_mma_layout_info *layer(void) {
     suite_use_backend(&opencl_suite);
@@ -67,9 +70,10 @@ static int runs_here(const fa_attention_desc *d, fa_pass pass, const suite_tiles
     fa_context ctx = suite_context();
     const fa_device_desc *dev = &ctx->info.desc;
     fa_cl_mma_geometry g;
-    if (!fa_cl_mma_geometry_of(dev, d, pass, t->br, t->bc, t->tr, t->tc, &g)) return 0;
+    const int stages = pass == FA_PASS_BACKWARD ? g_stages : 1;
+    if (!fa_cl_mma_geometry_of(dev, d, pass, t->br, t->bc, t->tr, t->tc, stages, &g)) return 0;
     const int most = g.warps > g.dq_warps ? g.warps : g.dq_warps;
-    return fa_cl_mma_local_mem(dev, d, pass, t->br, t->bc) + fa_cl_mma_extra_local(ctx->impl, most) <=
+    return fa_cl_mma_local_mem(dev, d, pass, t->br, t->bc, stages) + fa_cl_mma_extra_local(ctx->impl, most) <=
            dev->local_mem_bytes;
 }
 
@@ -154,7 +158,7 @@ FA_TEST(q_in_registers) {
             const int rows = warps * strips * l->m;
             const suite_tiles f = mma_tile(l, FA_PASS_FORWARD, rows, 64, strips, 1);
             fa_cl_mma_geometry g;
-            if (!fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_FORWARD, f.br, f.bc, f.tr, f.tc, &g) ||
+            if (!fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_FORWARD, f.br, f.bc, f.tr, f.tc, 1, &g) ||
                 !g.q_regs || !runs_here(&d, FA_PASS_FORWARD, &f))
                 continue;
             char what[64];
@@ -191,4 +195,51 @@ FA_TEST(split_keys) {
 #endif
 }
 
-FA_TEST_MAIN(FA_CASE(work_group_shapes), FA_CASE(head_dims), FA_CASE(q_in_registers), FA_CASE(split_keys))
+/* The pipelined dK/dV kernel (two stages of Q and dO): on the device's
+ * own local memory (V's tile beside them), then described with 48 KiB,
+ * where V's fragments stay in registers (VREG) for some tiles; causal,
+ * GQA, dropout and the deterministic dQ kernel among the runs. */
+FA_TEST(pipelined_backward) {
+    const fa_mma_layout_info *l = NULL;
+    REQUIRE_LAYER(l);
+#ifdef FA_WITH_OPENCL
+    fa_context ctx = suite_context();
+    fa_cl_context *cl = ctx->impl;
+    const size_t saved = ctx->info.desc.local_mem_bytes, saved_cl = cl->info.desc.local_mem_bytes;
+    g_stages = 2;
+    opencl_suite_mma_bwd_stages(2);
+    int ran = 0, vregs = 0;
+    for (int small = 0; small < 2; small++) {
+        if (small) ctx->info.desc.local_mem_bytes = cl->info.desc.local_mem_bytes = 48 * 1024 + fa_cl_mma_extra_local(cl, 8);
+        static const int cases[][4] = {{64, 4, 1, 32}, {128, 4, 1, 16}, {128, 2, 2, 16}, {64, 8, 1, 16}};
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            const int dim = cases[i][0], warps = cases[i][1], strips = cases[i][2], br = cases[i][3];
+            fa_attention_desc d = suite_desc(alternate((int)i + small), 2, 150, 170, 4, 2, dim);
+            d.causal = i % 2 == 0;
+            d.deterministic = small && i == 1;
+            if (small && i == 3) {
+                d.dropout_p = 0.15f;
+                d.dropout_seed = 7;
+            }
+            const suite_tiles b = mma_tile(l, FA_PASS_BACKWARD, br, warps * strips * l->m, strips, 1);
+            fa_cl_mma_geometry g;
+            if (!fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_BACKWARD, b.br, b.bc, b.tr, b.tc, 2, &g)) continue;
+            char what[96];
+            snprintf(what, sizeof what, "two stages%s, %d x %d%s", g.v_regs ? ", V in registers" : "", b.br, b.bc,
+                     small ? ", 48 KiB" : "");
+            const int r = run_forced(what, &d, NULL, &b, 1);
+            ran += r;
+            vregs += r && g.v_regs;
+        }
+    }
+    ctx->info.desc.local_mem_bytes = saved;
+    cl->info.desc.local_mem_bytes = saved_cl;
+    g_stages = 1;
+    opencl_suite_mma_bwd_stages(1);
+    CHECK_MSG(ran >= 4, "only %d two-stage backward tiles ran", ran);
+    CHECK_MSG(vregs > 0, "no two-stage %s tile held V in registers in 48 KiB", l->name);
+#endif
+}
+
+FA_TEST_MAIN(FA_CASE(work_group_shapes), FA_CASE(head_dims), FA_CASE(q_in_registers), FA_CASE(split_keys),
+             FA_CASE(pipelined_backward))

@@ -33,17 +33,19 @@ fa_status fa_cl_mma_check(const fa_cl_context *ctx, const fa_attention_desc *d, 
                        fa_dtype_name(d->q.dtype));
     if (kp->split_k > 1 && pass == FA_PASS_BACKWARD)
         return fa_fail(FA_ERR_INTERNAL, "backward plan: split_k %d, the backward never splits keys", kp->split_k);
-    if (!fa_cl_mma_geometry_of(dev, d, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, g))
+    if (!fa_cl_mma_geometry_of(dev, d, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, kp->stages, g))
         return fa_fail(FA_ERR_UNSUPPORTED,
-                       "%s plan: br %d, bc %d, thread_rows %d, thread_cols %d is no %s matrix-unit tile at head_dim %d",
-                       name, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, fa_mma_layout_get(layout)->name,
-                       d->head_dim);
+                       "%s plan: br %d, bc %d, thread_rows %d, thread_cols %d, stages %d is no %s matrix-unit tile at "
+                       "head_dim %d",
+                       name, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, kp->stages,
+                       fa_mma_layout_get(layout)->name, d->head_dim);
     const int wg = g->warps * fa_mma_layout_get(layout)->sub_group;
     if (kp->work_group_size != wg)
         return fa_fail(FA_ERR_INTERNAL, "%s plan: work_group_size %d, the tile's sub-groups make %d", name,
                        kp->work_group_size, wg);
     const int most = g->dq_warps > g->warps ? g->dq_warps : g->warps;
-    const size_t local = fa_cl_mma_local_mem(dev, d, pass, kp->br, kp->bc) + fa_cl_mma_extra_local(ctx, most);
+    const size_t local =
+        fa_cl_mma_local_mem(dev, d, pass, kp->br, kp->bc, kp->stages) + fa_cl_mma_extra_local(ctx, most);
     if (local > dev->local_mem_bytes)
         return fa_fail(FA_ERR_UNSUPPORTED, "%s plan: %zu bytes of local memory exceed the device's %zu", name, local,
                        dev->local_mem_bytes);

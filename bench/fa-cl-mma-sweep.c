@@ -18,6 +18,7 @@
  * JSON lines with --json. */
 #include "dtype.h"
 #include "fa_internal.h"
+#include "cli.h"
 #include "flashattn.h"
 #include "plan.h"
 #include "planner.h"
@@ -107,14 +108,8 @@ static int parse(opts *o, int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
         if (strcmp(a, "--seqlens") == 0) {
-            o->n_seqlens = 0;
-            for (const char *p = v; *p && o->n_seqlens < MAX_SEQLENS;) {
-                char *end;
-                const long n = strtol(p, &end, 10);
-                if (end == p || n <= 0 || n > 65536) return usage();
-                o->seqlens[o->n_seqlens++] = (int)n;
-                p = *end == ',' ? end + 1 : end;
-            }
+            o->n_seqlens = fa_cli_int_list(v, 1, 65536, o->seqlens, MAX_SEQLENS);
+            if (o->n_seqlens < 0) return usage();
         } else if (strcmp(a, "--repeats") == 0) {
             o->repeats = atoi(v);
         } else if (strcmp(a, "--warmup") == 0) {

@@ -79,6 +79,27 @@ static int runs_here(const fa_attention_desc *d, fa_pass pass, const suite_tiles
 
 static fa_dtype alternate(int i) { return i % 2 ? FA_DTYPE_BF16 : FA_DTYPE_F16; }
 
+/* The context's local memory as the planner and the plans see it. */
+typedef struct local_mem {
+    size_t desc, cl;
+} local_mem;
+
+/* Describes the context with 48 KiB of local memory (NVIDIA's OpenCL),
+ * plus room for an emulated layer's scratch beside it; returns what it
+ * had, for local_mem_restore. */
+static local_mem local_mem_48k(fa_context ctx) {
+    fa_cl_context *cl = ctx->impl;
+    const local_mem had = {ctx->info.desc.local_mem_bytes, cl->info.desc.local_mem_bytes};
+    ctx->info.desc.local_mem_bytes = cl->info.desc.local_mem_bytes = 48 * 1024 + fa_cl_mma_extra_local(cl, 8);
+    return had;
+}
+
+static void local_mem_restore(fa_context ctx, local_mem had) {
+    fa_cl_context *cl = ctx->impl;
+    ctx->info.desc.local_mem_bytes = had.desc;
+    cl->info.desc.local_mem_bytes = had.cl;
+}
+
 /* One run with forced tiles (fwd or bwd NULL: the planner's); counts the
  * runs and names the geometry. */
 static int run_forced(const char *what, const fa_attention_desc *d, const suite_tiles *f, const suite_tiles *b,
@@ -145,11 +166,7 @@ FA_TEST(q_in_registers) {
     REQUIRE_LAYER(l);
 #ifdef FA_WITH_OPENCL
     fa_context ctx = suite_context();
-    fa_cl_context *cl = ctx->impl;
-    const size_t saved = ctx->info.desc.local_mem_bytes, saved_cl = cl->info.desc.local_mem_bytes;
-    /* 48 KiB, and room for an emulated layer's scratch beside it. */
-    const size_t small = 48 * 1024 + fa_cl_mma_extra_local(cl, 8);
-    ctx->info.desc.local_mem_bytes = cl->info.desc.local_mem_bytes = small;
+    const local_mem had = local_mem_48k(ctx);
     int ran = 0;
     for (int strips = 1; strips <= 2; strips++)
         for (int warps = 8; warps >= 1; warps /= 2) {
@@ -166,9 +183,8 @@ FA_TEST(q_in_registers) {
             ran += run_forced(what, &d, &f, NULL, 1);
             break;
         }
-    ctx->info.desc.local_mem_bytes = saved;
-    cl->info.desc.local_mem_bytes = saved_cl;
-    CHECK_MSG(ran > 0, "no %s tile with Q in registers fits %zu bytes", l->name, small);
+    CHECK_MSG(ran > 0, "no %s tile with Q in registers fits %zu bytes", l->name, ctx->info.desc.local_mem_bytes);
+    local_mem_restore(ctx, had);
 #endif
 }
 
@@ -204,13 +220,12 @@ FA_TEST(pipelined_backward) {
     REQUIRE_LAYER(l);
 #ifdef FA_WITH_OPENCL
     fa_context ctx = suite_context();
-    fa_cl_context *cl = ctx->impl;
-    const size_t saved = ctx->info.desc.local_mem_bytes, saved_cl = cl->info.desc.local_mem_bytes;
+    local_mem had = {0, 0};
     g_stages = 2;
     opencl_suite_mma_bwd_stages(2);
     int ran = 0, vregs = 0;
     for (int small = 0; small < 2; small++) {
-        if (small) ctx->info.desc.local_mem_bytes = cl->info.desc.local_mem_bytes = 48 * 1024 + fa_cl_mma_extra_local(cl, 8);
+        if (small) had = local_mem_48k(ctx);
         static const int cases[][4] = {{64, 4, 1, 32}, {128, 4, 1, 16}, {128, 2, 2, 16}, {64, 8, 1, 16}};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             const int dim = cases[i][0], warps = cases[i][1], strips = cases[i][2], br = cases[i][3];
@@ -232,8 +247,7 @@ FA_TEST(pipelined_backward) {
             vregs += r && g.v_regs;
         }
     }
-    ctx->info.desc.local_mem_bytes = saved;
-    cl->info.desc.local_mem_bytes = saved_cl;
+    local_mem_restore(ctx, had);
     g_stages = 1;
     opencl_suite_mma_bwd_stages(1);
     CHECK_MSG(ran >= 4, "only %d two-stage backward tiles ran", ran);

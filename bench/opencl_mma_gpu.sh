@@ -27,7 +27,7 @@
 #            registers and spills NVIDIA's compiler reports; then PyTorch
 #            SDPA's FlashAttention-2 on the same shapes and every row's
 #            speed as a fraction of it ($OUT/sweep.txt, sweep-ratio.txt).
-#            Not part of all: about 6 minutes on an H100, the build
+#            Not part of all: at most 7 minutes on an H100, the build
 #            included.
 #
 # Usage: bench/opencl_mma_gpu.sh [compile|tests|bench|sweep|all]   (default
@@ -142,7 +142,7 @@ if [ "$what" = sweep ]; then
   rm -rf "$out/cl-cache-sweep" "$out/sweep-logs" "$out/sweep.jsonl" "$out/sweep-peer.jsonl"
   mkdir -p "$out/sweep-logs"
   FLASHATTN_CACHE_DIR="$out/cl-cache-sweep" FLASHATTN_OPENCL_LOG_DIR="$out/sweep-logs" \
-    FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose timeout 420 "$build/fa-cl-mma-sweep" --seqlens 4096,16384 \
+    FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose timeout 330 "$build/fa-cl-mma-sweep" --seqlens 4096,16384 \
     --repeats 5 --warmup 1 --json "$out/sweep.jsonl" | tee "$out/sweep.txt" || failed=1
   stamp "sweep: PyTorch SDPA FlashAttention-2 on the same shapes"
   python3 bench/sdpa_peer.py --dtypes fp16 --dims 64,128 --seqlens 4096,16384 --causal 0,1 --backends flash \

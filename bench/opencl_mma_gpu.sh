@@ -26,7 +26,9 @@
 #            TFLOP/s, its outputs' difference from the planner's and the
 #            registers and spills NVIDIA's compiler reports; then PyTorch
 #            SDPA's FlashAttention-2 on the same shapes and every row's
-#            speed as a fraction of it ($OUT/sweep.txt, sweep-ratio.txt).
+#            speed as a fraction of it ($OUT/sweep.txt, sweep-ratio.txt);
+#            first the planner's tiles against the fp64 reference
+#            (test_opencl_mma head_dims, $OUT/sweep-check.log).
 #            Not part of all: at most 7 minutes on an H100, the build
 #            included.
 #
@@ -49,7 +51,7 @@ fa_gpu_info
 build="build-gpu"
 stamp "configure and build $build"
 # Every switch is given: build-gpu keeps what other scripts configured.
-if [ "$what" = sweep ]; then targets="fa-info fa-cl-mma-sweep"; else
+if [ "$what" = sweep ]; then targets="fa-info fa-cl-mma-sweep test_opencl_mma"; else
   targets="fa-info fa-run fa-bench test_opencl_attention test_opencl_mma"; fi
 fa_gpu_build "$build" "$targets" -DFA_OPENCL=ON \
   -DFA_CUDA=AUTO -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DCMAKE_BUILD_TYPE=Release || exit 1
@@ -136,13 +138,19 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     bash bench/compare_nvidia.sh || failed=1
 fi
 if [ "$what" = sweep ]; then
+  # The sweep compares every configuration with the planner's outputs; the
+  # planner's own tiles (ldmatrix, ex2 and mma.sync as NVIDIA runs them,
+  # which PoCL's emulation does not) against the fp64 reference first.
+  stamp "sweep: the planner's matrix-unit tiles against the reference (test_opencl_mma head_dims)"
+  timeout 75 "$build/test_opencl_mma" head_dims > "$out/sweep-check.log" 2>&1 || failed=1
+  tail -3 "$out/sweep-check.log"
   stamp "sweep: matrix-unit configurations beside the planner's (fp16, 16k tokens, hidden 2048)"
   # A fresh cache, so that every program is built and its log (registers,
   # spills) kept in the configuration's folder.
   rm -rf "$out/cl-cache-sweep" "$out/sweep-logs" "$out/sweep.jsonl" "$out/sweep-peer.jsonl"
   mkdir -p "$out/sweep-logs"
   FLASHATTN_CACHE_DIR="$out/cl-cache-sweep" FLASHATTN_OPENCL_LOG_DIR="$out/sweep-logs" \
-    FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose timeout 330 "$build/fa-cl-mma-sweep" --seqlens 4096,16384 \
+    FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose timeout 270 "$build/fa-cl-mma-sweep" --seqlens 4096,16384 \
     --repeats 5 --warmup 1 --json "$out/sweep.jsonl" | tee "$out/sweep.txt" || failed=1
   stamp "sweep: PyTorch SDPA FlashAttention-2 on the same shapes"
   python3 bench/sdpa_peer.py --dtypes fp16 --dims 64,128 --seqlens 4096,16384 --causal 0,1 --backends flash \

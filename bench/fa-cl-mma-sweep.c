@@ -216,8 +216,10 @@ static fa_status force(fa_plan plan, const config *c) {
         if (!fa_cl_mma_geometry_of(dev, &plan->desc, c->pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols,
                                    kp->stages, &g))
             return fa_fail(FA_ERR_UNSUPPORTED, "not a tile of this device (registers or layout)");
-        kp->work_group_size = g.warps * l->sub_group;
-        kp->local_mem_bytes = fa_cl_mma_local_mem(dev, &plan->desc, c->pass, kp->br, kp->bc, kp->stages);
+        /* The tile's own layout and figure: a device of two layouts
+         * (CDNA) plans each tile in one of them. */
+        kp->work_group_size = g.warps * fa_mma_layout_get(g.layout)->sub_group;
+        kp->local_mem_bytes = g.local_mem;
         if (kp->local_mem_bytes > dev->local_mem_bytes)
             return fa_fail(FA_ERR_UNSUPPORTED, "%zu bytes of local memory", kp->local_mem_bytes);
         const int side = fwd ? plan->desc.seqlen_q : plan->desc.seqlen_k, tile = fwd ? kp->br : kp->bc;

@@ -153,10 +153,10 @@ FA_FN void fa_bwd_keys_by_queries(fa_c (*acc)[NQ], __local const ushort *keys, f
             else
                 fa_load_a(&a[kt], keys, LDS, key_base + kt * FA_M, ks * FA_K, fc);
         }
-        FA_MMA_UNROLL for (int j = 0; j < NQ; j += 2) {
-            fa_b bq[2];
+        FA_MMA_UNROLL for (int j = 0; j < NQ; j += FA_BP) {
+            fa_b bq[FA_BP];
             fa_load_bp_nk(bq, j + 1 < NQ, rows, LDS, j * FA_N, ks * FA_K, fc);
-            FA_MMA_UNROLL for (int n = 0; n < 2; n++)
+            FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
                 if (j + n < NQ) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&acc[kt][j + n], &a[kt], &bq[n], fc);
         }
     }
@@ -200,10 +200,10 @@ FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushor
         FA_MMA_UNROLL for (int kb = 0; kb < BC / FA_K; kb++) {
             fa_a a;
             fa_load_a(&a, dSs, LDD, mq * FA_M, kb * FA_K, fc);
-            FA_MMA_UNROLL for (int n = 0; n < DQU; n += 2) {
-                fa_b bk[2];
+            FA_MMA_UNROLL for (int n = 0; n < DQU; n += FA_BP) {
+                fa_b bk[FA_BP];
                 fa_load_bp_kn(bk, n + 1 < DQU, Ks, LDS, kb * FA_K, (j0 + n) * FA_N, fc);
-                FA_MMA_UNROLL for (int i = 0; i < 2; i++)
+                FA_MMA_UNROLL for (int i = 0; i < FA_BP; i++)
                     if (n + i < DQU) fa_mma(&acc[n + i], &a, &bk[i], fc);
             }
         }
@@ -390,13 +390,13 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #define A_P(kt, kq) ap[kt]
 #define A_S(kt, kq) as[kt]
 #endif
-            FA_MMA_UNROLL for (int j = 0; j < DT; j += 2) {
-                fa_b bo[2], bq[2];
+            FA_MMA_UNROLL for (int j = 0; j < DT; j += FA_BP) {
+                fa_b bo[FA_BP], bq[FA_BP];
                 fa_load_bp_kn(bo, j + 1 < DT, dOs, LDS, kq * FA_K, j * FA_N, fc);
-                FA_MMA_UNROLL for (int n = 0; n < 2; n++)
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
                     if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dva[kt][j + n], &A_P(kt, kq), &bo[n], fc);
                 fa_load_bp_kn(bq, j + 1 < DT, Qs, LDS, kq * FA_K, j * FA_N, fc);
-                FA_MMA_UNROLL for (int n = 0; n < 2; n++)
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
                     if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dka[kt][j + n], &A_S(kt, kq), &bq[n], fc);
             }
         }
@@ -557,11 +557,11 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
             fa_a aq, ao;
             fa_load_a(&aq, Qs, LDS, row_base, ks * FA_K, fc);
             fa_load_a(&ao, dOs, LDS, row_base, ks * FA_K, fc);
-            FA_MMA_UNROLL for (int j = 0; j < NT; j += 2) {
-                fa_b bk[2], bv[2];
+            FA_MMA_UNROLL for (int j = 0; j < NT; j += FA_BP) {
+                fa_b bk[FA_BP], bv[FA_BP];
                 fa_load_bp_nk(bk, j + 1 < NT, Ks, LDS, j * FA_N, ks * FA_K, fc);
                 fa_load_bp_nk(bv, j + 1 < NT, Vs, LDS, j * FA_N, ks * FA_K, fc);
-                FA_MMA_UNROLL for (int n = 0; n < 2; n++)
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
                     if (j + n < NT) {
                         fa_mma(&s[j + n], &aq, &bk[n], fc);
                         fa_mma(&dp[j + n], &ao, &bv[n], fc);
@@ -586,10 +586,10 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
 #else
             fa_load_a(&a, dSs, LDD, row_base, kp * FA_K, fc);
 #endif
-            FA_MMA_UNROLL for (int j = 0; j < DT; j += 2) {
-                fa_b bk[2];
+            FA_MMA_UNROLL for (int j = 0; j < DT; j += FA_BP) {
+                fa_b bk[FA_BP];
                 fa_load_bp_kn(bk, j + 1 < DT, Ks, LDS, kp * FA_K, j * FA_N, fc);
-                FA_MMA_UNROLL for (int n = 0; n < 2; n++)
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
                     if (j + n < DT) fa_mma(&acc[j + n], &a, &bk[n], fc);
             }
         }

@@ -168,10 +168,10 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
             FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_load_a(&a[mt], Qs, LDS, row_base + mt * FA_M, ks * FA_K, fc);
 #define A_Q(mt) a[mt]
 #endif
-            FA_MMA_UNROLL for (int j = 0; j < NT; j += 2) {
-                fa_b bk[2];
+            FA_MMA_UNROLL for (int j = 0; j < NT; j += FA_BP) {
+                fa_b bk[FA_BP];
                 fa_load_bp_nk(bk, j + 1 < NT, Ks, LDS, j * FA_N, ks * FA_K, fc);
-                FA_MMA_UNROLL for (int n = 0; n < 2; n++)
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
                     if (j + n < NT) FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_mma(&s[mt][j + n], &A_Q(mt), &bk[n], fc);
             }
 #undef A_Q
@@ -253,10 +253,10 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
             FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_load_a(&pa[mt], Ps, LDP, row_base + mt * FA_M, kp * FA_K, fc);
 #define A_P(mt) pa[mt]
 #endif
-            FA_MMA_UNROLL for (int j = 0; j < DT; j += 2) {
-                fa_b bv[2];
+            FA_MMA_UNROLL for (int j = 0; j < DT; j += FA_BP) {
+                fa_b bv[FA_BP];
                 fa_load_bp_kn(bv, j + 1 < DT, Vs, LDS, kp * FA_K, j * FA_N, fc);
-                FA_MMA_UNROLL for (int n = 0; n < 2; n++)
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
                     if (j + n < DT) FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_mma(&oacc[mt][j + n], &A_P(mt), &bv[n], fc);
             }
 #undef A_P

@@ -35,18 +35,28 @@ FA_FN void fa_fetch_rows(__local ushort *dst, __global const ushort *src, long s
     }
 }
 
-/* B of the n-tiles n0 and, where `two` (a constant of the unrolled loop),
- * n0 + FA_N into b[0] and b[1]: a pair in one load where the layer has
- * one, the odd last n-tile of a row alone. */
+/* N-tiles a kernel's B load takes: two where the layer loads a pair at
+ * once (NVIDIA's ldmatrix.x4, and its emulated form, which checks the
+ * pairing's loops on any device), one elsewhere, where a pair only keeps a
+ * second fragment live longer (RDNA3's WMMA forward spilled so). */
+#if defined(FA_NATIVE_LOADS2) || defined(FA_MMA_NVIDIA)
+#define FA_BP 2
+#else
+#define FA_BP 1
+#endif
+
+/* B of the n-tiles n0 and, where `two` (a constant of the unrolled loop)
+ * and FA_BP is 2, n0 + FA_N into b[0] and b[1]: a pair in one load where
+ * the layer has one, the odd last n-tile of a row alone. */
 FA_FN void fa_load_bp_nk(fa_b *b, int two, __local const ushort *tile, int ld, int n0, int k0, fa_frag_ctx ctx) {
-    if (two)
+    if (FA_BP == 2 && two)
         fa_load_b2_nk(&b[0], &b[1], tile, ld, n0, k0, ctx);
     else
         fa_load_b_nk(&b[0], tile, ld, n0, k0, ctx);
 }
 
 FA_FN void fa_load_bp_kn(fa_b *b, int two, __local const ushort *tile, int ld, int k0, int n0, fa_frag_ctx ctx) {
-    if (two)
+    if (FA_BP == 2 && two)
         fa_load_b2_kn(&b[0], &b[1], tile, ld, k0, n0, ctx);
     else
         fa_load_b_kn(&b[0], tile, ld, k0, n0, ctx);

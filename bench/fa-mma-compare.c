@@ -13,6 +13,7 @@
  * rules of sm_90 hold and wgmma does not exist), prepared by the CUDA
  * backend for the device's own architecture. */
 #include "fa_internal.h"
+#include "cli.h"
 #include "flashattn.h"
 #include "plan.h"
 #include "planner.h"
@@ -52,14 +53,10 @@ static int parse(opts *o, int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
         if (strcmp(a, "--seqlens") == 0) {
-            o->n_seqlens = 0;
-            for (const char *p = v; *p && o->n_seqlens < MAX_SEQLENS;) {
-                char *end;
-                const long n = strtol(p, &end, 10);
-                if (end == p || n <= 0 || n > 16384 || 16384 % n) return usage();
-                o->seqlens[o->n_seqlens++] = (int)n;
-                p = *end == ',' ? end + 1 : end;
-            }
+            o->n_seqlens = fa_cli_int_list(v, 1, 16384, o->seqlens, MAX_SEQLENS);
+            if (o->n_seqlens < 0) return usage();
+            for (int k = 0; k < o->n_seqlens; k++)
+                if (16384 % o->seqlens[k]) return usage();
         } else if (strcmp(a, "--repeats") == 0) {
             o->repeats = atoi(v);
         } else if (strcmp(a, "--warmup") == 0) {

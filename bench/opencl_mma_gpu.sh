@@ -19,15 +19,27 @@
 #            FLASH_ATTENTION (FlashAttention-2), CUDNN_ATTENTION and
 #            EFFICIENT_ATTENTION in the same run; ratio tables in
 #            $OUT/ratio.md.
+#   sweep    bench/fa-cl-mma-sweep.c: fp16, d 64 and 128, causal and not,
+#            N 4096 and 16384 at 16k tokens: the planner's tiles and the
+#            candidates beside them (other tiles and sub-group counts, the
+#            two-stage backward, V in registers, tuning macros), each with
+#            TFLOP/s, its outputs' difference from the planner's and the
+#            registers and spills NVIDIA's compiler reports; then PyTorch
+#            SDPA's FlashAttention-2 on the same shapes and every row's
+#            speed as a fraction of it ($OUT/sweep.txt, sweep-ratio.txt);
+#            first the planner's tiles against the fp64 reference
+#            (test_opencl_mma head_dims, $OUT/sweep-check.log).
+#            Not part of all: at most 7 minutes on an H100, the build
+#            included.
 #
-# Usage: bench/opencl_mma_gpu.sh [compile|tests|bench|all]   (default all;
-# each step alone fits in 10 minutes on an H100 or H200, the build
-# included). Outputs in $OUT (default ./gpu-out).
+# Usage: bench/opencl_mma_gpu.sh [compile|tests|bench|sweep|all]   (default
+# all: compile, tests, bench; each step alone fits in 10 minutes on an H100
+# or H200, the build included). Outputs in $OUT (default ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 what=${1:-all}
 case $what in
-  compile|tests|bench|all) ;;
+  compile|tests|bench|sweep|all) ;;
   -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   *) echo "unknown step $what (try --help)" >&2; exit 2 ;;
 esac
@@ -39,7 +51,9 @@ fa_gpu_info
 build="build-gpu"
 stamp "configure and build $build"
 # Every switch is given: build-gpu keeps what other scripts configured.
-fa_gpu_build "$build" "fa-info fa-run fa-bench test_opencl_attention test_opencl_mma" -DFA_OPENCL=ON \
+if [ "$what" = sweep ]; then targets="fa-info fa-cl-mma-sweep test_opencl_mma"; else
+  targets="fa-info fa-run fa-bench test_opencl_attention test_opencl_mma"; fi
+fa_gpu_build "$build" "$targets" -DFA_OPENCL=ON \
   -DFA_CUDA=AUTO -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DCMAKE_BUILD_TYPE=Release || exit 1
 failed=0
 
@@ -122,6 +136,43 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   stamp "bench: compare_nvidia.sh with the OpenCL backend"
   FA_BUILD_DIR=$build FA_BACKENDS=opencl FA_SEQLENS=2048,4096,8192,16384 FA_PEERS=flash,cudnn,efficient \
     bash bench/compare_nvidia.sh || failed=1
+fi
+if [ "$what" = sweep ]; then
+  # The sweep compares every configuration with the planner's outputs; the
+  # planner's own tiles (ldmatrix, ex2 and mma.sync as NVIDIA runs them,
+  # which PoCL's emulation does not) against the fp64 reference first.
+  stamp "sweep: the planner's matrix-unit tiles against the reference (test_opencl_mma head_dims)"
+  timeout 75 "$build/test_opencl_mma" head_dims > "$out/sweep-check.log" 2>&1 || failed=1
+  tail -3 "$out/sweep-check.log"
+  stamp "sweep: matrix-unit configurations beside the planner's (fp16, 16k tokens, hidden 2048)"
+  # A fresh cache, so that every program is built and its log (registers,
+  # spills) kept in the configuration's folder.
+  rm -rf "$out/cl-cache-sweep" "$out/sweep-logs" "$out/sweep.jsonl" "$out/sweep-peer.jsonl"
+  mkdir -p "$out/sweep-logs"
+  FLASHATTN_CACHE_DIR="$out/cl-cache-sweep" FLASHATTN_OPENCL_LOG_DIR="$out/sweep-logs" \
+    FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose timeout 270 "$build/fa-cl-mma-sweep" --seqlens 4096,16384 \
+    --repeats 5 --warmup 1 --json "$out/sweep.jsonl" | tee "$out/sweep.txt" || failed=1
+  stamp "sweep: PyTorch SDPA FlashAttention-2 on the same shapes"
+  python3 bench/sdpa_peer.py --dtypes fp16 --dims 64,128 --seqlens 4096,16384 --causal 0,1 --backends flash \
+    --repeats 10 --warmup 2 --json "$out/sweep-peer.jsonl" > "$out/sweep-peer.log" 2>&1 || failed=1
+  # Every row's speed as a fraction of FlashAttention-2's (time ratio on
+  # the same work).
+  python3 - "$out/sweep.jsonl" "$out/sweep-peer.jsonl" <<'EOF' | tee "$out/sweep-ratio.txt"
+import json, sys
+ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+peer = {}
+for l in open(sys.argv[2]):
+    r = json.loads(l)
+    if "fwd_ms" in r:
+        peer[(r["d"], int(r["causal"]), r["n"])] = (r["fwd_ms"], r["bwd_ms"])
+print("%-4s %4s %6s %6s  %-44s %8s %8s %6s  %s" % ("pass", "d", "causal", "N", "configuration", "TFLOP/s", "diff",
+                                                    "xFA2", "registers"))
+for r in ours:
+    p = peer.get((r["dim"], r["causal"], r["seqlen"]))
+    ratio = (p[0] if r["pass"] == "fwd" else p[1]) / r["ms"] if p else float("nan")
+    print("%-4s %4d %6s %6d  %-44s %8.1f %8.1e %6.2f  %s" % (r["pass"], r["dim"], "yes" if r["causal"] else "no",
+          r["seqlen"], r["config"], r["tflops"], r["diff"], ratio, r["registers"]))
+EOF
 fi
 stamp "done (exit $failed)"
 exit "$failed"

@@ -630,7 +630,7 @@ static int stream_layout_ok(const fa_attention_desc *desc, fa_pass pass, int br,
  * micro-tile of the scores. */
 static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
                      int br, int bc, int tr, int tc) {
-    if (cl_mma(dev, variant)) return fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, NULL);
+    if (cl_mma(dev, variant)) return fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, 1, NULL);
     if (hip_mma(dev, variant)) return fa_hip_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, NULL);
     if (variant == FA_VARIANT_MMA) return mma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
     if (variant == FA_VARIANT_WGMMA) return wgmma_micro_tile_ok(dev, desc, pass, br, bc, tr, tc);
@@ -810,7 +810,9 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
         const fa_variant variant = variants[v];
         /* OpenCL's matrix-core kernels and HIP's forward copy one tile
          * while computing on another (K against V), in one stage; HIP's
-         * backward may keep a second query tile in flight. */
+         * backward may keep a second query tile in flight. OpenCL's
+         * backward also runs two (planner_cl_mma.c), not planned until
+         * they are measured against one on hardware. */
         const int max_stages = fa_variant_on_matrix_units(variant) && !cl_mma(dev, variant) &&
                                        (!hip_mma(dev, variant) || pass == FA_PASS_BACKWARD)
                                    ? 2
@@ -836,7 +838,7 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                     c.stages = stages;
                     /* HIP's matrix-core kernels: local memory by micro-tile,
                      * below. */
-                    c.local_mem = cl_mma(dev, variant)    ? fa_cl_mma_local_mem(dev, desc, pass, br, bc)
+                    c.local_mem = cl_mma(dev, variant)    ? fa_cl_mma_local_mem(dev, desc, pass, br, bc, stages)
                                   : hip_mma(dev, variant) ? 0
                                                           : fa_plan_local_mem(variant, pass, desc, br, bc, stages);
                     if (c.local_mem > variant_local_mem(dev, variant)) continue;
@@ -850,7 +852,7 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                             /* OpenCL's matrix-unit micro-tiles name their
                              * layout, whose tiles may differ in size. */
                             if (cl_mma(dev, variant)) {
-                                c.local_mem = fa_cl_mma_tile_local_mem(dev, desc, pass, br, bc, c.tr, c.tc);
+                                c.local_mem = fa_cl_mma_tile_local_mem(dev, desc, pass, br, bc, c.tr, c.tc, stages);
                                 if (c.local_mem > usable_local_mem(dev)) continue;
                             }
                             if (variant == FA_VARIANT_MMA && !cl_mma(dev, variant) && !hip_mma(dev, variant) &&

@@ -23,6 +23,11 @@
  *   dq_warps = br / m sub-groups (one strip of queries each) over key tiles
  *   of bc: Q, dO [br], K, V [bc], and dS [br][bc + 8] where A operands come
  *   from memory. The pass's figure is the larger kernel's.
+ *   Two stages (the pipelined dK/dV kernel): Q and dO twice, the next query
+ *   tile loading while the current one is computed; where that does not fit
+ *   beside V's tile, V's fragments stay in registers (v_regs, as Q's
+ *   forward) and its tile is left out. The planner plans one stage
+ *   (planner.c); two run where a plan asks for them.
  *
  * A micro-tile (tr x tc) is what one work-item holds of the score tile,
  * as for SIMT plans, so that (br / tr) * (bc / tc) is the work-group:
@@ -42,6 +47,7 @@
 
 #define FA_CL_MMA_MAX_WARPS 8
 #define FA_CL_MMA_MAX_STRIPS 2
+#define FA_CL_MMA_MAX_STAGES 2
 
 int fa_cl_mma_applies(const fa_device_desc *dev, const fa_attention_desc *desc) {
     return dev && desc && fa_mma_layout_of(dev) != FA_MMA_LAYOUT_NONE &&
@@ -72,9 +78,10 @@ static int fwd_q_regs(const fa_device_desc *dev, const fa_mma_layout_info *L, in
     return fwd_local(L, d, br, bc, 0) > fa_plan_usable_local_mem(dev);
 }
 
-static size_t dkdv_local(const fa_mma_layout_info *L, const fa_attention_desc *desc, int br, int bc) {
+static size_t dkdv_local(const fa_mma_layout_info *L, const fa_attention_desc *desc, int br, int bc, int stages,
+                         int v_regs) {
     const int d = desc->head_dim;
-    size_t elems = 2 * rows_elems(L, d, bc) + 2 * rows_elems(L, d, br);
+    size_t elems = (v_regs ? 1 : 2) * rows_elems(L, d, bc) + 2 * (size_t)stages * rows_elems(L, d, br);
     if (!desc->deterministic) elems += (size_t)br * (size_t)(bc + 8);
     if (!L->c2a_regs) elems += 2 * (size_t)bc * (size_t)(br + 8);
     return 2 * elems + 4 * 2 * (size_t)br;
@@ -87,12 +94,25 @@ static size_t dq_local(const fa_mma_layout_info *L, const fa_attention_desc *des
     return 2 * elems;
 }
 
+/* The pipelined backward keeps V's fragments in registers where its tile
+ * does not fit beside two stages of Q and dO. */
+static int bwd_v_regs(const fa_device_desc *dev, const fa_mma_layout_info *L, const fa_attention_desc *desc, int br,
+                      int bc, int stages) {
+    return stages > 1 && dkdv_local(L, desc, br, bc, stages, 0) > fa_plan_usable_local_mem(dev);
+}
+
+/* The forward has one stage: K and V already load during each other's
+ * products. */
+static int stages_ok(fa_pass pass, int stages) {
+    return stages >= 1 && stages <= (pass == FA_PASS_FORWARD ? 1 : FA_CL_MMA_MAX_STAGES);
+}
+
 /* A layout's figure for a pass's kernels. */
 static size_t layout_local(const fa_device_desc *dev, const fa_mma_layout_info *L, const fa_attention_desc *desc,
-                           fa_pass pass, int br, int bc) {
+                           fa_pass pass, int br, int bc, int stages) {
     if (pass == FA_PASS_FORWARD)
         return fwd_local(L, desc->head_dim, br, bc, fwd_q_regs(dev, L, desc->head_dim, br, bc));
-    size_t kv = dkdv_local(L, desc, br, bc);
+    size_t kv = dkdv_local(L, desc, br, bc, stages, bwd_v_regs(dev, L, desc, br, bc, stages));
     if (desc->deterministic) {
         size_t q = dq_local(L, desc, br, bc);
         if (q > kv) kv = q;
@@ -100,22 +120,23 @@ static size_t layout_local(const fa_device_desc *dev, const fa_mma_layout_info *
     return kv;
 }
 
-size_t fa_cl_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
+size_t fa_cl_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                           int stages) {
     fa_mma_layout ids[FA_MMA_MAX_LAYOUTS];
     const int n = fa_mma_layouts_of(dev, ids);
-    if (!desc || br <= 0 || bc <= 0) return 0;
+    if (!desc || br <= 0 || bc <= 0 || !stages_ok(pass, stages)) return 0;
     size_t least = 0;
     for (int i = 0; i < n; i++) {
-        const size_t b = layout_local(dev, fa_mma_layout_get(ids[i]), desc, pass, br, bc);
+        const size_t b = layout_local(dev, fa_mma_layout_get(ids[i]), desc, pass, br, bc, stages);
         if (i == 0 || b < least) least = b;
     }
     return least;
 }
 
 size_t fa_cl_mma_tile_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br,
-                                int bc, int tr, int tc) {
+                                int bc, int tr, int tc, int stages) {
     fa_cl_mma_geometry g;
-    return fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, &g) ? g.local_mem : 0;
+    return fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, stages, &g) ? g.local_mem : 0;
 }
 
 size_t fa_cl_mma_scratch_bytes(fa_mma_layout layout, int warps) {
@@ -148,13 +169,13 @@ int fa_cl_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, 
     if (!divisible) return 0;
     for (int tr = 1; tr <= 256; tr *= 2)
         for (int tc = 1; tc <= 256; tc *= 2)
-            if (fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, NULL)) return 1;
+            if (fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, 1, NULL)) return 1;
     return 0;
 }
 
 /* The geometry of a micro-tile in one layout; 0 where it is none of its. */
 static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *desc, fa_mma_layout layout,
-                           fa_pass pass, int br, int bc, int tr, int tc, fa_cl_mma_geometry *g) {
+                           fa_pass pass, int br, int bc, int tr, int tc, int stages, fa_cl_mma_geometry *g) {
     const fa_mma_layout_info *L = fa_mma_layout_get(layout);
     if (!layout_tile_ok(L, pass, br, bc)) return 0;
     const int fwd = pass == FA_PASS_FORWARD, cols = L->c_elems / L->c_rows, d = desc->head_dim;
@@ -171,14 +192,15 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
     /* fp32 words of fragments per lane: an m x n accumulator is m n / sg of
      * them, an m x k operand m k / (2 sg). */
     const long per_row = (long)L->m * strips; /* rows of the lane's strips, times sg per lane */
-    int q_regs = 0, dq_warps = 0;
+    int q_regs = 0, v_regs = 0, dq_warps = 0;
     if (fwd) {
         q_regs = fwd_q_regs(dev, L, d, br, bc);
         const long words = per_row * (dp + bc) / L->sub_group + (q_regs ? per_row * dp / (2 * L->sub_group) : 0);
         if (words > L->fwd_budget) return 0;
     } else {
-        const long words =
-            per_row * (2 * dp + 2 * br + (L->c2a_regs ? br : 0)) / L->sub_group;
+        v_regs = bwd_v_regs(dev, L, desc, br, bc, stages);
+        const long words = per_row * (2 * dp + 2 * br + (L->c2a_regs ? br : 0)) / L->sub_group +
+                           (v_regs ? per_row * dp / (2 * L->sub_group) : 0);
         if (words > L->bwd_budget) return 0;
         if (desc->deterministic) {
             dq_warps = br / L->m;
@@ -192,19 +214,22 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
         g->warps = warps;
         g->strips = strips;
         g->q_regs = q_regs;
+        g->v_regs = v_regs;
+        g->stages = stages;
         g->d_pad = dp;
         g->dq_warps = dq_warps;
-        g->local_mem = layout_local(dev, L, desc, pass, br, bc);
+        g->local_mem = layout_local(dev, L, desc, pass, br, bc, stages);
     }
     return 1;
 }
 
 int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
-                          int tr, int tc, fa_cl_mma_geometry *g) {
-    if (!fa_cl_mma_applies(dev, desc) || br <= 0 || bc <= 0 || tr <= 0 || tc <= 0) return 0;
+                          int tr, int tc, int stages, fa_cl_mma_geometry *g) {
+    if (!fa_cl_mma_applies(dev, desc) || br <= 0 || bc <= 0 || tr <= 0 || tc <= 0 || !stages_ok(pass, stages))
+        return 0;
     fa_mma_layout ids[FA_MMA_MAX_LAYOUTS];
     const int n = fa_mma_layouts_of(dev, ids);
     for (int i = 0; i < n; i++)
-        if (layout_geometry(dev, desc, ids[i], pass, br, bc, tr, tc, g)) return 1;
+        if (layout_geometry(dev, desc, ids[i], pass, br, bc, tr, tc, stages, g)) return 1;
     return 0;
 }

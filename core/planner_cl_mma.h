@@ -15,6 +15,8 @@ typedef struct fa_cl_mma_geometry {
     int warps;        /* sub-groups of the work-group (forward; dK/dV backward) */
     int strips;       /* strips of m rows a sub-group owns: queries forward, keys backward */
     int q_regs;       /* forward: Q's fragments stay in registers (QREG) */
+    int stages;       /* backward: buffers of Q and dO (2: the next query tile loads during this one) */
+    int v_regs;       /* backward, two stages: V's fragments stay in registers (VREG) */
     int d_pad;        /* head_dim padded to whole fragments */
     int dq_warps;     /* backward, deterministic: sub-groups of the dQ kernel,
                          one strip of queries each */
@@ -25,23 +27,26 @@ typedef struct fa_cl_mma_geometry {
 /* Whether a problem runs on the device's matrix units through OpenCL: an
  * OpenCL device whose matrix shape is a known layout, fp16 or bf16. */
 int fa_cl_mma_applies(const fa_device_desc *dev, const fa_attention_desc *desc);
-/* Whether some micro-tile runs a br x bc tile (local memory aside). */
+/* Whether some micro-tile runs a br x bc tile in one stage (local memory
+ * aside). */
 int fa_cl_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc);
 /* The geometry of a micro-tile (tr x tc: the scores a work-item holds, as
- * for SIMT plans), which also names the layout among the device's
- * (fa_mma_layouts_of: the MFMA shapes differ in it); 0 when the kernels
- * cannot run it on the device (layout, work-group, registers; local memory
- * aside). g may be NULL. */
+ * for SIMT plans) in `stages` stages (1; 1 or 2 backward), which also
+ * names the layout among the device's (fa_mma_layouts_of: the MFMA shapes
+ * differ in it); 0 when the kernels cannot run it on the device (layout,
+ * work-group, registers; local memory aside). g may be NULL. */
 int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
-                          int tr, int tc, fa_cl_mma_geometry *g);
+                          int tr, int tc, int stages, fa_cl_mma_geometry *g);
 /* Local memory (bytes) of a pass's kernels on real matrix units for the
  * br x bc tile: the least any layout of the device takes (a plan's own is
  * its geometry's local_mem; the emulated layouts add their scratch,
- * fa_cl_mma_scratch_bytes). */
-size_t fa_cl_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc);
+ * fa_cl_mma_scratch_bytes) in `stages` stages; 0 for a stage count the
+ * pass does not run. */
+size_t fa_cl_mma_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                           int stages);
 /* A micro-tile's figure: its geometry's local_mem, 0 where it has none. */
 size_t fa_cl_mma_tile_local_mem(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br,
-                                int bc, int tr, int tc);
+                                int bc, int tr, int tc, int stages);
 /* The local scratch an emulated layout's kernels add: warps sub-groups. */
 size_t fa_cl_mma_scratch_bytes(fa_mma_layout layout, int warps);
 

@@ -3,12 +3,12 @@
  * fa_bwd_dot runs first) as one of two programs:
  *
  *   fa_bwd_dkdv  one work-group per (key tile of BC keys, kv head,
- *                sequence); K and V stay in local memory while it loops
- *                over the query heads that share the kv head and the query
- *                tiles of BR rows that see the keys. Each sub-group owns KT
- *                strips of FA_M keys and keeps their dK and dV in fragments
- *                (GQA sums there, no atomics). With DQ_ATOMIC it also adds
- *                dS K into the fp32 dQ accumulator, and bwd_common.cl's
+ *                sequence); K and V stay on chip while it steps over the
+ *                query heads that share the kv head and the query tiles of
+ *                BR rows that see the keys. Each sub-group owns KT strips
+ *                of FA_M keys and keeps their dK and dV in fragments (GQA
+ *                sums there, no atomics). With DQ_ATOMIC it also adds dS K
+ *                into the fp32 dQ accumulator, and bwd_common.cl's
  *                fa_bwd_dq_convert finishes dQ.
  *   fa_bwd_dq    (FA_BWD_DQ, deterministic mode) one work-group per (query
  *                tile of BR rows, query head, sequence) of WARPS sub-groups,
@@ -26,30 +26,70 @@
  * in fa_bwd_dkdv (FA_ROWS_FEED_KEYS): their zero queries would otherwise
  * add 0 * inf to a key's dK and dV.
  *
+ * A step of fa_bwd_dkdv (one query tile) waits once for its Q, dO, L and D
+ * and meets one more barrier once dS is in local memory; the next step's
+ * copies are issued as early as their buffers allow, so that they land
+ * while this step computes: with STAGES 2 into the other of two Q/dO
+ * buffers as the step starts, with one buffer as soon as its products are
+ * done (during the dQ products and their atomics). L and D travel in
+ * registers meanwhile. With VREG (two stages where V's tile does not fit
+ * beside them) V's fragments are read from global memory into registers
+ * once, and its tile is left out.
+ *
  * Local memory, exactly core/planner_cl_mma.c's backward figures (16-bit
  * tiles as mma_common.h lays them out):
- *   fa_bwd_dkdv  K, V [BC][LDS]; Q, dO [BR][LDS]; with DQ_ATOMIC dS
- *                [BR][BC + 8]; without FA_C2A_REGS P^T and dS^T
- *                [BC][BR + 8]; L and D [BR] in fp32
+ *   fa_bwd_dkdv  K [BC][LDS], V [BC][LDS] (not with VREG); Q, dO
+ *                [STAGES][BR][LDS]; with DQ_ATOMIC dS [BR][BC + 8];
+ *                without FA_C2A_REGS P^T and dS^T [BC][BR + 8]; L and D
+ *                [BR] in fp32
  *   fa_bwd_dq    Q, dO [BR][LDS]; K, V [BC][LDS]; without FA_C2A_REGS dS
  *                [BR][BC + 8]
- * and the fragment layer's scratch (emulated layouts). */
+ * and the fragment layer's scratch (emulated layouts).
+ *
+ * Tuning options (FLASHATTN_OPENCL_OPTIONS): FA_DQ_UNIT (1, 2 or 4) fixes
+ * the head-dimension n-tiles of one sub-group's unit of dQ += dS K;
+ * FA_RED_V2 (common.h) adds dQ two floats a reduction. */
 
 #define DT (D_PAD / FA_N)
 #define KS (D_PAD / FA_K)
 #define LDD (BC + 8)
 
+/* Without dropout z keep_scale is 1: one multiply less an element. */
+#ifdef DROPOUT
+#define FA_KEEP_SCALE(keep, e, scale) ((keep) >> (e) & 1u ? (scale) : 0.0f)
+#else
+#define FA_KEEP_SCALE(keep, e, scale) 1.0f
+#endif
+
 #ifndef FA_BWD_DQ
+
+#ifndef STAGES
+#define STAGES 1
+#endif
+#if STAGES != 1 && STAGES != 2
+#error "bwd_mma: STAGES is 1 or 2"
+#endif
+#if defined(VREG) && STAGES != 2
+#error "bwd_mma: VREG comes with two stages"
+#endif
 
 #define KT (BC / (WARPS * FA_M))
 #define NQ (BR / FA_N)
 #define KQ (BR / FA_K)
 #define LDT (BR + 8)
+/* Rows of L and D a work-item carries to the next step. */
+#define LD_ITEMS ((BR + FA_THREADS - 1) / FA_THREADS)
 
 #if BC % (WARPS * FA_M) != 0 || BR % FA_N != 0 || BR % FA_K != 0
 #error "bwd_mma: BC must be a multiple of WARPS * FA_M, BR of FA_N and FA_K"
 #endif
 
+#define QT_ELEMS (BR * LDS)
+#ifdef VREG
+#define V_ELEMS 0
+#else
+#define V_ELEMS (BC * LDS)
+#endif
 #ifdef DQ_ATOMIC
 #define DS_ELEMS (BR * LDD)
 #else
@@ -61,22 +101,151 @@
 #define T_ELEMS (2 * BC * LDT)
 #endif
 
+/* The step after (hh, t): the next query tile that sees the keys, else the
+ * next query head's first. */
+FA_FN void fa_bwd_next_step(int *hh, int *t, __global const uchar *tile_map, int tile_cols, int k0, int t_begin,
+                            int t_end) {
+    *t = fa_next_query_tile(tile_map, tile_cols, k0, *t + 1, t_end);
+    if (*t >= t_end) {
+        (*hh)++;
+        *t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end);
+    }
+}
+
+/* L and D of a query tile's rows into registers, as loaded: read only when
+ * stored (fa_bwd_ld_store), so that the loads are in flight meanwhile.
+ * Rows past the sequence read as L = -inf, D = 0. */
+FA_FN void fa_bwd_ld_load(float *lraw, float *draw, __global const float *lse, __global const float *dvec, int b,
+                          int h, int q0, int heads_q, int seqlen_q, fa_seq seq, long total_q, int lid) {
+    FA_MMA_UNROLL for (int i = 0; i < LD_ITEMS; i++) {
+        const int r = lid + i * FA_THREADS;
+        lraw[i] = -INFINITY;
+        draw[i] = 0.0f;
+        if (r < BR && r < seq.len_q - q0) {
+            const long li = fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q);
+            lraw[i] = lse[li];
+            draw[i] = dvec[li];
+        }
+    }
+}
+
+/* L in log2 units, +inf for rows without keys (their P is then 0). */
+FA_FN void fa_bwd_ld_store(__local float *Ls, __local float *Ds, const float *lraw, const float *draw, int lid) {
+    FA_MMA_UNROLL for (int i = 0; i < LD_ITEMS; i++) {
+        const int r = lid + i * FA_THREADS;
+        if (r < BR) {
+            Ls[r] = lraw[i] == -INFINITY ? INFINITY : lraw[i] * FA_LOG2E;
+            Ds[r] = draw[i];
+        }
+    }
+}
+
+/* acc[kt][j] += A B^T over head_dim for the key strips: A from a key-side
+ * tile (K or V; or, kregs not NULL, its fragments in registers), B the
+ * query-side rows (Q or dO). */
+FA_FN void fa_bwd_keys_by_queries(fa_c (*acc)[NQ], __local const ushort *keys, fa_a (*kregs)[KS],
+                                  __local const ushort *rows, int key_base, fa_frag_ctx fc) {
+    FA_MMA_UNROLL for (int ks = 0; ks < KS; ks++) {
+        fa_a a[KT];
+        FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) {
+            if (kregs)
+                a[kt] = kregs[kt][ks];
+            else
+                fa_load_a(&a[kt], keys, LDS, key_base + kt * FA_M, ks * FA_K, fc);
+        }
+        FA_MMA_UNROLL for (int j = 0; j < NQ; j += FA_BP) {
+            fa_b bq[FA_BP];
+            fa_load_bp_nk(bq, j + 1 < NQ, rows, LDS, j * FA_N, ks * FA_K, fc);
+            FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
+                if (j + n < NQ) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&acc[kt][j + n], &a[kt], &bq[n], fc);
+        }
+    }
+}
+
+#ifdef DQ_ATOMIC
+/* dQ += dS K in units of one strip of queries by DQU n-tiles of head
+ * dimensions, going round the sub-groups: as many n-tiles a unit as still
+ * give every sub-group one (a unit's n-tiles share its dS fragments). */
+#if defined(FA_DQ_UNIT)
+#define DQU FA_DQ_UNIT
+#elif DT % 4 == 0 && (BR / FA_M) * (DT / 4) >= WARPS
+#define DQU 4
+#elif DT % 2 == 0 && (BR / FA_M) * (DT / 2) >= WARPS
+#define DQU 2
+#else
+#define DQU 1
+#endif
+#if DT % DQU != 0
+#error "bwd_mma: FA_DQ_UNIT must divide the head dimension's n-tiles"
+#endif
+#define DQ_UNITS ((BR / FA_M) * (DT / DQU))
+/* Elements of dQ one reduction adds: two where runs of the accumulator's
+ * columns are (FA_C_RUN even). */
+#define FA_DQ_PAIR (FA_C_RUN % 2 == 0 ? 2 : 1)
+
+/* The work-group's share of dQ += dS K for the query tile at q0 (dS in
+ * dSs, every sub-group's in). A layer whose operations take all
+ * work-items together (!FA_SG_UNIFORM_OPS) has the sub-groups without a
+ * unit in the last round repeat one, unstored. */
+FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushort *dSs, __local const ushort *Ks, int b,
+                            int h, int q0, int heads_q, int seqlen_q, fa_seq seq, long total_q, fa_frag_ctx fc) {
+    for (int round = 0; round < (DQ_UNITS + WARPS - 1) / WARPS; round++) {
+        const int u = round * WARPS + fc.sg;
+        if (FA_SG_UNIFORM_OPS && u >= DQ_UNITS) break;
+        const int uu = u < DQ_UNITS ? u : u % DQ_UNITS;
+        const int mq = uu % (BR / FA_M), j0 = uu / (BR / FA_M) * DQU;
+        fa_c acc[DQU];
+        FA_MMA_UNROLL for (int n = 0; n < DQU; n++)
+            FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) acc[n].x[e] = 0.0f;
+        FA_MMA_UNROLL for (int kb = 0; kb < BC / FA_K; kb++) {
+            fa_a a;
+            fa_load_a(&a, dSs, LDD, mq * FA_M, kb * FA_K, fc);
+            FA_MMA_UNROLL for (int n = 0; n < DQU; n += FA_BP) {
+                fa_b bk[FA_BP];
+                fa_load_bp_kn(bk, n + 1 < DQU, Ks, LDS, kb * FA_K, (j0 + n) * FA_N, fc);
+                FA_MMA_UNROLL for (int i = 0; i < FA_BP; i++)
+                    if (n + i < DQU) fa_mma(&acc[n + i], &a, &bk[i], fc);
+            }
+        }
+        if (u < DQ_UNITS) {
+            /* Within a run (FA_C_RUN) elements e, e + 1 (e even) are
+             * neighbouring columns of a row, the first even: 8-byte aligned
+             * in the accumulator. */
+            FA_MMA_UNROLL for (int n = 0; n < DQU; n++)
+                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e += FA_DQ_PAIR) {
+                    const int r = mq * FA_M + FA_C_ROW(fc.lane, e), x = (j0 + n) * FA_N + FA_C_COL(fc.lane, e);
+                    if (r < seq.len_q - q0 && x < HEAD_DIM) {
+                        volatile __global float *p =
+                            dq_acc + fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q) * HEAD_DIM + x;
+                        if (FA_DQ_PAIR == 2)
+                            fa_atomic_add2(p, acc[n].x[e], acc[n].x[e + 1]);
+                        else
+                            fa_atomic_add(p, acc[n].x[e]);
+                    }
+                }
+        }
+    }
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) FA_KERNEL_ATTRS void
 fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const ushort *v,
             __global const float *lse, __global const ushort *dout, __global const float *dvec,
             __global ushort *dk, __global ushort *dv, FA_BWD_PARAMS, __global float *dq_acc) {
-    __local ushort smem[2 * BC * LDS + 2 * BR * LDS + DS_ELEMS + T_ELEMS] __attribute__((aligned(16)));
+    __local ushort smem[BC * LDS + V_ELEMS + 2 * STAGES * QT_ELEMS + DS_ELEMS + T_ELEMS] __attribute__((aligned(16)));
     __local float Ls[BR], Ds[BR];
     FA_FRAG_SCRATCH(WARPS);
     __local ushort *const Ks = smem;
+#ifndef VREG
     __local ushort *const Vs = Ks + BC * LDS;
-    __local ushort *const Qs = Vs + BC * LDS;
-    __local ushort *const dOs = Qs + BR * LDS;
+#endif
+    /* Stage s: Q at qd + 2 s QT_ELEMS, dO right after it. */
+    __local ushort *const qd = smem + BC * LDS + V_ELEMS;
 #ifdef DQ_ATOMIC
-    __local ushort *const dSs = dOs + BR * LDS; /* dS: queries by keys */
+    __local ushort *const dSs = qd + 2 * STAGES * QT_ELEMS; /* dS: queries by keys */
 #endif
 #if !FA_C2A_REGS
-    __local ushort *const PTs = dOs + BR * LDS + DS_ELEMS; /* P^T, then dS^T: keys by queries */
+    __local ushort *const PTs = qd + 2 * STAGES * QT_ELEMS + DS_ELEMS; /* P^T, then dS^T: keys by queries */
     __local ushort *const dSTs = PTs + BC * LDT;
 #endif
 
@@ -95,7 +264,19 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
     __global ushort *const dkg = dk + fa_row_index(lk, b, seq.start_k, k0, hk);
     __global ushort *const dvg = dv + fa_row_index(lv, b, seq.start_k, k0, hk);
     fa_fetch_rows(Ks, k + fa_row_index(lk, b, seq.start_k, k0, hk), k_ss, BC, seq.len_k - k0, lid);
+#ifdef VREG
+    fa_a va[KT][KS];
+    FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+        FA_MMA_UNROLL for (int ks = 0; ks < KS; ks++)
+            fa_load_a_global(&va[kt][ks], v + fa_row_index(lv, b, seq.start_k, k0, hk), v_ss, key_base + kt * FA_M,
+                             ks * FA_K, seq.len_k - k0, fc);
+#define V_TILE ((__local const ushort *)0)
+#define V_REGS va
+#else
     fa_fetch_rows(Vs, v + fa_row_index(lv, b, seq.start_k, k0, hk), v_ss, BC, seq.len_k - k0, lid);
+#define V_TILE Vs
+#define V_REGS ((fa_a(*)[KS])0)
+#endif
 
     fa_c dka[KT][DT], dva[KT][DT];
     FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
@@ -106,178 +287,161 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
     fa_query_range(&mask, k0, k0 + min(BC, seq.len_k - k0) - 1, &r_lo, &r_hi);
     fa_tile_span(r_lo, r_hi, BR, &t_begin, &t_end);
 
-    for (int hh = 0; hh < group; hh++) {
-        const int h = hk * group + hh;
+    /* The steps (query head hh, query tile t), in order; the query range
+     * and the tile map do not depend on the head. */
+    int hh = 0, t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end);
+    if (t >= t_end) hh = group;
+    float lnext[LD_ITEMS], dnext[LD_ITEMS];
+#define FA_FETCH_STEP(HH, T, ST)                                                                                    \
+    do {                                                                                                            \
+        const int h_ = hk * group + (HH), q0_ = (T) * BR;                                                           \
+        __local ushort *const q_ = qd + 2 * (ST) * QT_ELEMS;                                                        \
+        fa_fetch_rows(q_, q + fa_row_index(lq, b, seq.start_q, q0_, h_), q_ss, BR, seq.len_q - q0_, lid);           \
+        fa_fetch_rows(q_ + QT_ELEMS, dout + fa_row_index(lo, b, seq.start_q, q0_, h_), o_ss, BR, seq.len_q - q0_,   \
+                      lid);                                                                                         \
+        fa_bwd_ld_load(lnext, dnext, lse, dvec, b, h_, q0_, heads_q, seqlen_q, seq, total_q, lid);                  \
+    } while (0)
+    if (hh < group) {
+        FA_FETCH_STEP(hh, t, 0);
+        fa_bwd_ld_store(Ls, Ds, lnext, dnext, lid);
+    }
+
+    int stage = 0;
+    while (hh < group) {
+        const int h = hk * group + hh, q0 = t * BR;
+        int nhh = hh, nt = t;
+        fa_bwd_next_step(&nhh, &nt, tile_map, tile_cols, k0, t_begin, t_end);
+        const int more = nhh < group;
 #ifdef DROPOUT
         const uint bh = (uint)b * (uint)heads_q + (uint)h;
-#endif
-        for (int t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end); t < t_end;
-             t = fa_next_query_tile(tile_map, tile_cols, k0, t + 1, t_end)) {
-            const int q0 = t * BR;
-            fa_fetch_rows(Qs, q + fa_row_index(lq, b, seq.start_q, q0, h), q_ss, BR, seq.len_q - q0, lid);
-            fa_fetch_rows(dOs, dout + fa_row_index(lo, b, seq.start_q, q0, h), o_ss, BR, seq.len_q - q0, lid);
-            for (int r = lid; r < BR; r += FA_THREADS) {
-                float l2 = INFINITY, dd = 0.0f;
-                if (r < seq.len_q - q0) {
-                    const long li = fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q);
-                    const float L = lse[li];
-                    l2 = L == -INFINITY ? INFINITY : L * FA_LOG2E;
-                    dd = dvec[li];
-                }
-                Ls[r] = l2;
-                Ds[r] = dd;
-            }
-            fa_copy_wait();
-            barrier(CLK_LOCAL_MEM_FENCE);
-
-            /* S^T = K Q^T and dP^T = V dO^T, one after the other: only one
-             * product's operands are live at a time. */
-            fa_c st[KT][NQ], pt[KT][NQ];
-            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
-                FA_MMA_UNROLL for (int j = 0; j < NQ; j++)
-                    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) st[kt][j].x[e] = pt[kt][j].x[e] = 0.0f;
-            FA_MMA_UNROLL for (int ks = 0; ks < KS; ks++) {
-                fa_a a[KT];
-                FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_load_a(&a[kt], Ks, LDS, key_base + kt * FA_M, ks * FA_K, fc);
-                FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
-                    fa_b bq;
-                    fa_load_b_nk(&bq, Qs, LDS, j * FA_N, ks * FA_K, fc);
-                    FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&st[kt][j], &a[kt], &bq, fc);
-                }
-            }
-            FA_MMA_UNROLL for (int ks = 0; ks < KS; ks++) {
-                fa_a a[KT];
-                FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_load_a(&a[kt], Vs, LDS, key_base + kt * FA_M, ks * FA_K, fc);
-                FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
-                    fa_b bo;
-                    fa_load_b_nk(&bo, dOs, LDS, j * FA_N, ks * FA_K, fc);
-                    FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&pt[kt][j], &a[kt], &bo, fc);
-                }
-            }
-
-            /* P (times z keep_scale) into st, dS into pt. */
-            const int partial =
-                fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS) == FA_TILE_PARTIAL;
-            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
-                FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
-                    const int kc = key_base + kt * FA_M, ql0 = j * FA_N;
-                    fa_c seen;
-                    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) seen.x[e] = 1.0f;
-                    if (partial) fa_frag_mask(&seen, &mask, block_mask, q0, ql0, k0, kc, 1, 0.0f, fc);
-#ifdef DROPOUT
-                    const uint keep = fa_frag_keep(&drop, bh, (uint)k0 + (uint)kc, (uint)q0 + (uint)ql0, 1, fc);
 #else
-                    const uint keep = ~0u;
+        const uint bh = 0u;
 #endif
-                    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
-                        const int ql = ql0 + FA_C_COL(fc.lane, e);
-                        const float pv = exp2(fma(st[kt][j].x[e], scale_log2, -Ls[ql]));
-                        const float z = keep >> e & 1u ? drop_scale : 0.0f;
-                        const int vis = seen.x[e] != 0.0f;
-                        pt[kt][j].x[e] = vis ? pv * (pt[kt][j].x[e] * z - Ds[ql]) : 0.0f;
-                        st[kt][j].x[e] = vis ? pv * z : 0.0f;
-                    }
+        fa_copy_wait();
+        barrier(CLK_LOCAL_MEM_FENCE); /* this step's tiles, L and D are in; the last dQ products are done */
+#if STAGES == 2
+        if (more) FA_FETCH_STEP(nhh, nt, stage ^ 1);
+#endif
+        __local const ushort *const Qs = qd + 2 * stage * QT_ELEMS;
+        __local const ushort *const dOs = Qs + QT_ELEMS;
+
+        /* S^T = K Q^T and dP^T = V dO^T, one after the other: only one
+         * product's operands are live at a time. */
+        fa_c st[KT][NQ], pt[KT][NQ];
+        FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+            FA_MMA_UNROLL for (int j = 0; j < NQ; j++)
+                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) st[kt][j].x[e] = pt[kt][j].x[e] = 0.0f;
+        fa_bwd_keys_by_queries(st, Ks, (fa_a(*)[KS])0, Qs, key_base, fc);
+        fa_bwd_keys_by_queries(pt, V_TILE, V_REGS, dOs, key_base, fc);
+
+        /* P (times z keep_scale) into st, dS into pt. Whole tiles test no
+         * element. */
+        const int partial = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS) == FA_TILE_PARTIAL;
+        FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+            FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
+                const int kc = key_base + kt * FA_M, ql0 = j * FA_N;
+                fa_c seen;
+                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) seen.x[e] = 1.0f;
+                if (partial) fa_frag_mask(&seen, &mask, block_mask, q0, ql0, k0, kc, 1, 0.0f, fc);
+#ifdef DROPOUT
+                const uint keep = fa_frag_keep(&drop, bh, (uint)k0 + (uint)kc, (uint)q0 + (uint)ql0, 1, fc);
+#endif
+                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
+                    const int ql = ql0 + FA_C_COL(fc.lane, e);
+                    const float pv = fa_exp2(fma(st[kt][j].x[e], scale_log2, -Ls[ql]));
+                    const float z = FA_KEEP_SCALE(keep, e, drop_scale);
+                    const int vis = seen.x[e] != 0.0f;
+                    pt[kt][j].x[e] = vis ? pv * (pt[kt][j].x[e] * z - Ds[ql]) : 0.0f;
+                    st[kt][j].x[e] = vis ? pv * z : 0.0f;
                 }
+            }
 
 #ifdef DQ_ATOMIC
-            /* dS for dQ += dS K below. */
-            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
-                FA_MMA_UNROLL for (int j = 0; j < NQ; j++) fa_put_c_t(dSs, LDD, key_base + kt * FA_M, j * FA_N, &pt[kt][j], fc);
+        /* dS for dQ += dS K below. */
+        FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+            FA_MMA_UNROLL for (int j = 0; j < NQ; j++) fa_put_c_t(dSs, LDD, key_base + kt * FA_M, j * FA_N, &pt[kt][j], fc);
 #endif
 
-            /* dV += (z P)^T dO and dK += dS^T Q, k over the tile's queries. */
+        /* dV += (z P)^T dO and dK += dS^T Q, k over the tile's queries. */
 #if FA_C2A_REGS
-            fa_a ap[KT][KQ], as[KT][KQ];
-            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
-                FA_MMA_UNROLL for (int kq = 0; kq < KQ; kq++) {
-                    fa_c_to_a(&ap[kt][kq], st[kt], kq, fc);
-                    fa_c_to_a(&as[kt][kq], pt[kt], kq, fc);
-                }
+        fa_a ap[KT][KQ], as[KT][KQ];
+        FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+            FA_MMA_UNROLL for (int kq = 0; kq < KQ; kq++) {
+                fa_c_to_a(&ap[kt][kq], st[kt], kq, fc);
+                fa_c_to_a(&as[kt][kq], pt[kt], kq, fc);
+            }
 #define A_P(kt, kq) ap[kt][kq]
 #define A_S(kt, kq) as[kt][kq]
 #else
-            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
-                FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
-                    fa_put_c(PTs, LDT, key_base + kt * FA_M, j * FA_N, &st[kt][j], 1.0f, fc);
-                    fa_put_c(dSTs, LDT, key_base + kt * FA_M, j * FA_N, &pt[kt][j], 1.0f, fc);
-                }
-            barrier(CLK_LOCAL_MEM_FENCE);
+        FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+            FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
+                fa_put_c(PTs, LDT, key_base + kt * FA_M, j * FA_N, &st[kt][j], 1.0f, fc);
+                fa_put_c(dSTs, LDT, key_base + kt * FA_M, j * FA_N, &pt[kt][j], 1.0f, fc);
+            }
+        barrier(CLK_LOCAL_MEM_FENCE);
 #endif
-            FA_MMA_UNROLL for (int kq = 0; kq < KQ; kq++) {
+        FA_MMA_UNROLL for (int kq = 0; kq < KQ; kq++) {
 #if !FA_C2A_REGS
-                fa_a ap[KT], as[KT];
-                FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) {
-                    fa_load_a(&ap[kt], PTs, LDT, key_base + kt * FA_M, kq * FA_K, fc);
-                    fa_load_a(&as[kt], dSTs, LDT, key_base + kt * FA_M, kq * FA_K, fc);
-                }
+            fa_a ap[KT], as[KT];
+            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) {
+                fa_load_a(&ap[kt], PTs, LDT, key_base + kt * FA_M, kq * FA_K, fc);
+                fa_load_a(&as[kt], dSTs, LDT, key_base + kt * FA_M, kq * FA_K, fc);
+            }
 #define A_P(kt, kq) ap[kt]
 #define A_S(kt, kq) as[kt]
 #endif
-                FA_MMA_UNROLL for (int j = 0; j < DT; j++) {
-                    fa_b bo, bq;
-                    fa_load_b_kn(&bo, dOs, LDS, kq * FA_K, j * FA_N, fc);
-                    FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dva[kt][j], &A_P(kt, kq), &bo, fc);
-                    fa_load_b_kn(&bq, Qs, LDS, kq * FA_K, j * FA_N, fc);
-                    FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dka[kt][j], &A_S(kt, kq), &bq, fc);
-                }
+            FA_MMA_UNROLL for (int j = 0; j < DT; j += FA_BP) {
+                fa_b bo[FA_BP], bq[FA_BP];
+                fa_load_bp_kn(bo, j + 1 < DT, dOs, LDS, kq * FA_K, j * FA_N, fc);
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
+                    if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dva[kt][j + n], &A_P(kt, kq), &bo[n], fc);
+                fa_load_bp_kn(bq, j + 1 < DT, Qs, LDS, kq * FA_K, j * FA_N, fc);
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
+                    if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dka[kt][j + n], &A_S(kt, kq), &bq[n], fc);
             }
+        }
 #undef A_P
 #undef A_S
 
-#ifdef DQ_ATOMIC
-            /* dQ += dS K over the whole key tile, once every sub-group's dS
-             * is in: units of one strip of queries by DQU n-tiles of head
-             * dimensions go round the sub-groups, every sub-group running
-             * the same number of rounds (the fragment operations are the
-             * work-group's). */
-#define DQU (DT % 4 == 0 ? 4 : DT % 2 == 0 ? 2 : 1)
-#define DQ_UNITS ((BR / FA_M) * (DT / DQU))
-            barrier(CLK_LOCAL_MEM_FENCE);
-            for (int round = 0; round < (DQ_UNITS + WARPS - 1) / WARPS; round++) {
-                const int u = round * WARPS + fc.sg, uu = u < DQ_UNITS ? u : u % DQ_UNITS;
-                const int mq = uu % (BR / FA_M), j0 = uu / (BR / FA_M) * DQU;
-                fa_c acc[DQU];
-                FA_MMA_UNROLL for (int n = 0; n < DQU; n++)
-                    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) acc[n].x[e] = 0.0f;
-                FA_MMA_UNROLL for (int kb = 0; kb < BC / FA_K; kb++) {
-                    fa_a a;
-                    fa_load_a(&a, dSs, LDD, mq * FA_M, kb * FA_K, fc);
-                    FA_MMA_UNROLL for (int n = 0; n < DQU; n++) {
-                        fa_b bk;
-                        fa_load_b_kn(&bk, Ks, LDS, kb * FA_K, (j0 + n) * FA_N, fc);
-                        fa_mma(&acc[n], &a, &bk, fc);
-                    }
-                }
-                if (u < DQ_UNITS) {
-                    FA_MMA_UNROLL for (int n = 0; n < DQU; n++)
-                        FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
-                            const int r = mq * FA_M + FA_C_ROW(fc.lane, e);
-                            const int x = (j0 + n) * FA_N + FA_C_COL(fc.lane, e);
-                            if (r < seq.len_q - q0 && x < HEAD_DIM)
-                                fa_atomic_add(dq_acc +
-                                                  fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q) *
-                                                      HEAD_DIM +
-                                                  x,
-                                              acc[n].x[e]);
-                        }
-                }
-            }
+        barrier(CLK_LOCAL_MEM_FENCE); /* dS is in; this step's Q, dO, L and D are done with */
+#if STAGES == 1
+        if (more) FA_FETCH_STEP(nhh, nt, 0);
 #endif
-            barrier(CLK_LOCAL_MEM_FENCE); /* this tile's buffers may be refilled */
-        }
+#ifdef DQ_ATOMIC
+        fa_bwd_dq_atomic(dq_acc, dSs, Ks, b, h, q0, heads_q, seqlen_q, seq, total_q, fc);
+#endif
+        if (more) fa_bwd_ld_store(Ls, Ds, lnext, dnext, lid);
+        hh = nhh;
+        t = nt;
+#if STAGES == 2
+        stage ^= 1;
+#endif
     }
+#undef FA_FETCH_STEP
     fa_copy_wait();
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* dK (scaled) and dV through the K and V tiles, then 16-byte stores. */
+    /* dK (scaled) and dV through the K and V tiles (K's twice with VREG),
+     * then 16-byte stores. */
     FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
-        FA_MMA_UNROLL for (int j = 0; j < DT; j++) {
-            fa_put_c(Ks, LDS, key_base + kt * FA_M, j * FA_N, &dka[kt][j], scale, fc);
-            fa_put_c(Vs, LDS, key_base + kt * FA_M, j * FA_N, &dva[kt][j], 1.0f, fc);
-        }
+        FA_MMA_UNROLL for (int j = 0; j < DT; j++) fa_put_c(Ks, LDS, key_base + kt * FA_M, j * FA_N, &dka[kt][j], scale, fc);
+#ifdef VREG
+    barrier(CLK_LOCAL_MEM_FENCE);
+    fa_store_rows(dkg, k_ss, Ks, BC, seq.len_k - k0, lid);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+        FA_MMA_UNROLL for (int j = 0; j < DT; j++) fa_put_c(Ks, LDS, key_base + kt * FA_M, j * FA_N, &dva[kt][j], 1.0f, fc);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    fa_store_rows(dvg, v_ss, Ks, BC, seq.len_k - k0, lid);
+#else
+    FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+        FA_MMA_UNROLL for (int j = 0; j < DT; j++) fa_put_c(Vs, LDS, key_base + kt * FA_M, j * FA_N, &dva[kt][j], 1.0f, fc);
     barrier(CLK_LOCAL_MEM_FENCE);
     fa_store_rows(dkg, k_ss, Ks, BC, seq.len_k - k0, lid);
     fa_store_rows(dvg, v_ss, Vs, BC, seq.len_k - k0, lid);
+#endif
+#undef V_TILE
+#undef V_REGS
 }
 
 #else /* FA_BWD_DQ */
@@ -294,6 +458,30 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #else
 #define DS_ELEMS (BR * LDD)
 #endif
+
+/* dS = P (z keep_scale dP - D) into dp, for the strip from row_base
+ * against the key tile at k0 (s: the scores; l2, dd: L in log2 units and
+ * D of the lane's row slots). `masked` as in fa_bwd_p_ds. */
+FA_FN void fa_bwd_ds_rows(fa_c *dp, const fa_c *s, const float *l2, const float *dd, fa_mask mask,
+                          __global const uchar *block_mask, fa_dropout drop, uint bh, int q0, int k0,
+                          int row_base, float scale_log2, int masked, fa_frag_ctx fc) {
+    (void)drop;
+    (void)bh;
+    FA_MMA_UNROLL for (int j = 0; j < NT; j++) {
+        fa_c seen;
+        FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) seen.x[e] = 1.0f;
+        if (masked) fa_frag_mask(&seen, &mask, block_mask, q0, row_base, k0, j * FA_N, 0, 0.0f, fc);
+#ifdef DROPOUT
+        const uint keep = fa_frag_keep(&drop, bh, (uint)q0 + (uint)row_base, (uint)k0 + (uint)(j * FA_N), 0, fc);
+#endif
+        FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
+            const int r = FA_C_SLOT(e);
+            const float pv = fa_exp2(fma(s[j].x[e], scale_log2, -l2[r]));
+            const float z = FA_KEEP_SCALE(keep, e, drop.keep_scale);
+            dp[j].x[e] = !masked || seen.x[e] != 0.0f ? pv * (dp[j].x[e] * z - dd[r]) : 0.0f;
+        }
+    }
+}
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) FA_KERNEL_ATTRS void
 fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ushort *v,
@@ -322,6 +510,8 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
     const int row_base = fc.sg * FA_M; /* one strip of queries a sub-group */
 #ifdef DROPOUT
     const uint bh = (uint)b * (uint)heads_q + (uint)h;
+#else
+    const uint bh = 0u;
 #endif
 
     /* L (log2 units, +inf for rows without keys or past the end) and D of
@@ -367,32 +557,22 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
             fa_a aq, ao;
             fa_load_a(&aq, Qs, LDS, row_base, ks * FA_K, fc);
             fa_load_a(&ao, dOs, LDS, row_base, ks * FA_K, fc);
-            FA_MMA_UNROLL for (int j = 0; j < NT; j++) {
-                fa_b bk, bv;
-                fa_load_b_nk(&bk, Ks, LDS, j * FA_N, ks * FA_K, fc);
-                fa_mma(&s[j], &aq, &bk, fc);
-                fa_load_b_nk(&bv, Vs, LDS, j * FA_N, ks * FA_K, fc);
-                fa_mma(&dp[j], &ao, &bv, fc);
+            FA_MMA_UNROLL for (int j = 0; j < NT; j += FA_BP) {
+                fa_b bk[FA_BP], bv[FA_BP];
+                fa_load_bp_nk(bk, j + 1 < NT, Ks, LDS, j * FA_N, ks * FA_K, fc);
+                fa_load_bp_nk(bv, j + 1 < NT, Vs, LDS, j * FA_N, ks * FA_K, fc);
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
+                    if (j + n < NT) {
+                        fa_mma(&s[j + n], &aq, &bk[n], fc);
+                        fa_mma(&dp[j + n], &ao, &bv[n], fc);
+                    }
             }
         }
 
-        const int partial = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED) == FA_TILE_PARTIAL;
-        FA_MMA_UNROLL for (int j = 0; j < NT; j++) {
-            fa_c seen;
-            FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) seen.x[e] = 1.0f;
-            if (partial) fa_frag_mask(&seen, &mask, block_mask, q0, row_base, k0, j * FA_N, 0, 0.0f, fc);
-#ifdef DROPOUT
-            const uint keep = fa_frag_keep(&drop, bh, (uint)q0 + (uint)row_base, (uint)k0 + (uint)(j * FA_N), 0, fc);
-#else
-            const uint keep = ~0u;
-#endif
-            FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
-                const int r = FA_C_SLOT(e);
-                const float pv = exp2(fma(s[j].x[e], scale_log2, -l2[r]));
-                const float z = keep >> e & 1u ? drop_scale : 0.0f;
-                dp[j].x[e] = seen.x[e] != 0.0f ? pv * (dp[j].x[e] * z - dd[r]) : 0.0f;
-            }
-        }
+        if (fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED) == FA_TILE_PARTIAL)
+            fa_bwd_ds_rows(dp, s, l2, dd, mask, block_mask, drop, bh, q0, k0, row_base, scale_log2, 1, fc);
+        else
+            fa_bwd_ds_rows(dp, s, l2, dd, mask, block_mask, drop, bh, q0, k0, row_base, scale_log2, 0, fc);
 
         /* dQ += dS K */
 #if !FA_C2A_REGS
@@ -406,10 +586,11 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
 #else
             fa_load_a(&a, dSs, LDD, row_base, kp * FA_K, fc);
 #endif
-            FA_MMA_UNROLL for (int j = 0; j < DT; j++) {
-                fa_b bk;
-                fa_load_b_kn(&bk, Ks, LDS, kp * FA_K, j * FA_N, fc);
-                fa_mma(&acc[j], &a, &bk, fc);
+            FA_MMA_UNROLL for (int j = 0; j < DT; j += FA_BP) {
+                fa_b bk[FA_BP];
+                fa_load_bp_kn(bk, j + 1 < DT, Ks, LDS, kp * FA_K, j * FA_N, fc);
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
+                    if (j + n < DT) fa_mma(&acc[j + n], &a, &bk[n], fc);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -314,6 +314,18 @@ FA_FN void fa_atomic_add(volatile __global float *p, float v) {
     }
 #endif
 }
+
+/* p[0] += a and p[1] += b, p 8-byte aligned: one vector reduction with
+ * FA_RED_V2 (a tuning option for NVIDIA's sm_90 and later, whose PTX 8.1
+ * has red.global.add.v2.f32), two adds otherwise. */
+FA_FN void fa_atomic_add2(volatile __global float *p, float a, float b) {
+#if defined(FA_NV_PTX) && defined(FA_RED_V2)
+    __asm__ __volatile__("red.global.add.v2.f32 [%0], {%1, %2};" : : "l"(p), "f"(a), "f"(b) : "memory");
+#else
+    fa_atomic_add(p, a);
+    fa_atomic_add(p + 1, b);
+#endif
+}
 #endif
 
 /* ------------------------------------------------------------------------ */

@@ -17,11 +17,22 @@
  * At the end the start of it holds O, for 16-byte stores.
  *
  * Softmax in base 2, the row maximum m kept in score units: every
- * probability is one exp2 of s * scale log2 e - m * scale log2 e.
+ * probability is one exp2 of s * scale log2 e - m * scale log2 e. Once the
+ * maxima settle most key tiles move none of a lane's rows: their factor is
+ * then exactly 1 and the rescale of O is left out.
+ *
+ * FA_QREG_ALWAYS (a tuning option, FLASHATTN_OPENCL_OPTIONS): Q's fragments
+ * in registers even where its tile fits beside K and V, trading registers
+ * for the shared-memory reads of Q; the kernel then declares less local
+ * memory than the plan budgets.
  *
  * With SPLITK the key tiles are cut into num_splits parts as in fwd.cl;
  * each work-group writes its normalised partial output and log-sum-exp in
  * fp32 for fa_splitk_merge (splitk.cl). */
+
+#if defined(FA_QREG_ALWAYS) && !defined(QREG)
+#define QREG
+#endif
 
 #define MT (BR / (WARPS * FA_M))
 #define NT (BC / FA_N)
@@ -157,10 +168,11 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
             FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_load_a(&a[mt], Qs, LDS, row_base + mt * FA_M, ks * FA_K, fc);
 #define A_Q(mt) a[mt]
 #endif
-            FA_MMA_UNROLL for (int j = 0; j < NT; j++) {
-                fa_b bk;
-                fa_load_b_nk(&bk, Ks, LDS, j * FA_N, ks * FA_K, fc);
-                FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_mma(&s[mt][j], &A_Q(mt), &bk, fc);
+            FA_MMA_UNROLL for (int j = 0; j < NT; j += FA_BP) {
+                fa_b bk[FA_BP];
+                fa_load_bp_nk(bk, j + 1 < NT, Ks, LDS, j * FA_N, ks * FA_K, fc);
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
+                    if (j + n < NT) FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_mma(&s[mt][j + n], &A_Q(mt), &bk[n], fc);
             }
 #undef A_Q
         }
@@ -175,8 +187,10 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
 
         /* Online softmax: new maxima over the rows' lanes, one rescale of O
          * and l. l sums this lane's columns only (fa_rows_sum at the end). */
+        float alpha[MT][FA_C_ROWS];
+        int moved = 0;
         FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) {
-            float mx[FA_C_ROWS], m_use[FA_C_ROWS], alpha[FA_C_ROWS], sum[FA_C_ROWS];
+            float mx[FA_C_ROWS], m_use[FA_C_ROWS], sum[FA_C_ROWS];
             FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) {
                 mx[r] = m_run[mt][r];
                 sum[r] = 0.0f;
@@ -189,19 +203,22 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
              * exponentiates against 0 instead (no inf - inf). */
             FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) {
                 m_use[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * scale_log2;
-                alpha[r] = exp2(m_run[mt][r] * scale_log2 - m_use[r]);
+                alpha[mt][r] = fa_exp2(m_run[mt][r] * scale_log2 - m_use[r]);
+                moved |= alpha[mt][r] != 1.0f;
                 m_run[mt][r] = mx[r];
             }
             FA_MMA_UNROLL for (int j = 0; j < NT; j++)
                 FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
-                    const float p = exp2(fma(s[mt][j].x[e], scale_log2, -m_use[FA_C_SLOT(e)]));
+                    const float p = fa_exp2(fma(s[mt][j].x[e], scale_log2, -m_use[FA_C_SLOT(e)]));
                     s[mt][j].x[e] = p;
                     sum[FA_C_SLOT(e)] += p;
                 }
-            FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) l_run[mt][r] = l_run[mt][r] * alpha[r] + sum[r];
-            FA_MMA_UNROLL for (int j = 0; j < DT; j++)
-                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) oacc[mt][j].x[e] *= alpha[FA_C_SLOT(e)];
+            FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) l_run[mt][r] = l_run[mt][r] * alpha[mt][r] + sum[r];
         }
+        if (moved)
+            FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
+                FA_MMA_UNROLL for (int j = 0; j < DT; j++)
+                    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) oacc[mt][j].x[e] *= alpha[mt][FA_C_SLOT(e)];
 
 #ifdef DROPOUT
         /* The row sums above have P before dropout; O takes the kept ones. */
@@ -236,10 +253,11 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
             FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_load_a(&pa[mt], Ps, LDP, row_base + mt * FA_M, kp * FA_K, fc);
 #define A_P(mt) pa[mt]
 #endif
-            FA_MMA_UNROLL for (int j = 0; j < DT; j++) {
-                fa_b bv;
-                fa_load_b_kn(&bv, Vs, LDS, kp * FA_K, j * FA_N, fc);
-                FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_mma(&oacc[mt][j], &A_P(mt), &bv, fc);
+            FA_MMA_UNROLL for (int j = 0; j < DT; j += FA_BP) {
+                fa_b bv[FA_BP];
+                fa_load_bp_kn(bv, j + 1 < DT, Vs, LDS, kp * FA_K, j * FA_N, fc);
+                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
+                    if (j + n < DT) FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++) fa_mma(&oacc[mt][j + n], &A_P(mt), &bv[n], fc);
             }
 #undef A_P
         }

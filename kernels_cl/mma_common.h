@@ -35,6 +35,49 @@ FA_FN void fa_fetch_rows(__local ushort *dst, __global const ushort *src, long s
     }
 }
 
+/* N-tiles a kernel's B load takes: two where the layer loads a pair at
+ * once (NVIDIA's ldmatrix.x4, and its emulated form, which checks the
+ * pairing's loops on any device), one elsewhere, where a pair only keeps a
+ * second fragment live longer (RDNA3's WMMA forward spilled so). */
+#if defined(FA_NATIVE_LOADS2) || defined(FA_MMA_NVIDIA)
+#define FA_BP 2
+#else
+#define FA_BP 1
+#endif
+
+/* B of the n-tiles n0 and, where `two` (a constant of the unrolled loop)
+ * and FA_BP is 2, n0 + FA_N into b[0] and b[1]: a pair in one load where
+ * the layer has one, the odd last n-tile of a row alone. */
+FA_FN void fa_load_bp_nk(fa_b *b, int two, __local const ushort *tile, int ld, int n0, int k0, fa_frag_ctx ctx) {
+    if (FA_BP == 2 && two)
+        fa_load_b2_nk(&b[0], &b[1], tile, ld, n0, k0, ctx);
+    else
+        fa_load_b_nk(&b[0], tile, ld, n0, k0, ctx);
+}
+
+FA_FN void fa_load_bp_kn(fa_b *b, int two, __local const ushort *tile, int ld, int k0, int n0, fa_frag_ctx ctx) {
+    if (FA_BP == 2 && two)
+        fa_load_b2_kn(&b[0], &b[1], tile, ld, k0, n0, ctx);
+    else
+        fa_load_b_kn(&b[0], tile, ld, k0, n0, ctx);
+}
+
+/* An A fragment straight from global memory: rows r0.. of an operand whose
+ * row r starts at src + r * stride, columns k0..; zero in rows from `valid`
+ * on and in columns from HEAD_DIM on. For fragments a kernel holds from
+ * start to end, read once. */
+FA_FN void fa_load_a_global(fa_a *a, __global const ushort *src, long stride, int r0, int k0, int valid,
+                            fa_frag_ctx ctx) {
+    FA_MMA_UNROLL for (int w = 0; w < FA_A_WORDS; w++) {
+        uint word = 0u;
+        FA_MMA_UNROLL for (int i = 0; i < 2; i++) {
+            const int r = r0 + FA_A_ROW(ctx.lane, 2 * w + i), c = k0 + FA_A_COL(ctx.lane, 2 * w + i);
+            if (r < valid && c < HEAD_DIM) word |= (uint)src[(long)r * stride + c] << (16 * i);
+        }
+        a->w[w] = word;
+    }
+}
+
 /* The first `valid` of `rows` rows of a tile (HEAD_DIM dimensions) to
  * global memory, 16 bytes a store. */
 FA_FN void fa_store_rows(__global ushort *dst, long stride, __local const ushort *src, int rows, int valid,

@@ -42,14 +42,25 @@
  *                                          (K of Q K^T): (k, n) at tile[(n0 + n) * ld + k0 + k]
  *   fa_load_b_kn(&b, tile, ld, k0, n0, ctx) B from a tile whose rows are k
  *                                          (V of P V): (k, n) at tile[(k0 + k) * ld + n0 + n]
+ *   fa_load_b2_nk(&b0, &b1, tile, ld, n0, k0, ctx)
+ *   fa_load_b2_kn(&b0, &b1, tile, ld, k0, n0, ctx)
+ *                                          the n-tiles n0 and n0 + FA_N at once
+ *                                          (one ldmatrix.x4 on NVIDIA instead of two .x2)
  *   fa_mma(&c, &a, &b, ctx)                c += a b, fp32 accumulation
  *   fa_shfl_xor(v, n, mask, ctx)           v[i] = v[i] of lane ^ mask, i < n
+ *   fa_exp2(x)                             2^x to the hardware's approximation
+ *                                          (a few ulp; 0 for -inf, results below
+ *                                          2^-126 may flush to 0)
  * Tiles are __local ushort (the 16-bit patterns) with ld a multiple of 8
  * and r0, k0, n0 multiples of the shape, so every row of a fragment starts
  * on a 16-byte boundary (ldmatrix needs it). Every operation is called by
  * all work-items of the work-group together, outside any branch that
  * depends on the work-item: emulated, each is a pair of work-group
- * barriers around an exchange in local memory.
+ * barriers around an exchange in local memory. A layer whose operations
+ * need only the lanes of one sub-group together (warp-synchronous
+ * instructions) says so with FA_SG_UNIFORM_OPS 1: the kernels may then
+ * leave out fragment work under a condition that is the same for every
+ * lane of a sub-group.
  *
  * P V (and dV, dK, dQ backward) take an accumulator as the A operand. With
  * FA_C2A_REGS the layout turns the accumulators of a row strip (its

@@ -1,8 +1,8 @@
 /* The fragment layer's operations written once on a layout's index
  * functions (mma_frag.h): all of them for an emulated layout
  * (FA_MMA_EMULATE), the ones a native layout leaves out otherwise (it
- * defines FA_NATIVE_LOADS, _MMA, _SHFL, _PACK, _COPY, _C2A for those it
- * has).
+ * defines FA_NATIVE_LOADS, _LOADS2, _MMA, _SHFL, _PACK, _COPY, _C2A, _EXP2
+ * for those it has).
  * The emulated instruction and shuffles exchange through the sub-group's
  * FA_SCR_WORDS words of local scratch between two work-group barriers. */
 
@@ -66,6 +66,25 @@ FA_FN fa_frag_ctx fa_frag_of(int lid, __local uint *scratch) {
 FA_DEFINE_LOAD(fa_load_a, fa_a, FA_A_WORDS, FA_A_ROW, FA_A_COL)
 FA_DEFINE_LOAD(fa_load_b_nk, fa_b, FA_B_WORDS, FA_B_N, FA_B_K)
 FA_DEFINE_LOAD(fa_load_b_kn, fa_b, FA_B_WORDS, FA_B_K, FA_B_N)
+#endif
+
+#ifndef FA_NATIVE_LOADS2
+FA_FN void fa_load_b2_nk(fa_b *b0, fa_b *b1, __local const ushort *tile, int ld, int n0, int k0, fa_frag_ctx ctx) {
+    fa_load_b_nk(b0, tile, ld, n0, k0, ctx);
+    fa_load_b_nk(b1, tile, ld, n0 + FA_N, k0, ctx);
+}
+FA_FN void fa_load_b2_kn(fa_b *b0, fa_b *b1, __local const ushort *tile, int ld, int k0, int n0, fa_frag_ctx ctx) {
+    fa_load_b_kn(b0, tile, ld, k0, n0, ctx);
+    fa_load_b_kn(b1, tile, ld, k0, n0 + FA_N, ctx);
+}
+#endif
+
+#ifndef FA_SG_UNIFORM_OPS
+#define FA_SG_UNIFORM_OPS 0
+#endif
+
+#ifndef FA_NATIVE_EXP2
+FA_FN float fa_exp2(float x) { return exp2(x); }
 #endif
 
 #ifndef FA_NATIVE_MMA

@@ -83,6 +83,26 @@ FA_FN void fa_load_b_kn(fa_b *b, __local const ushort *tile, int ld, int k0, int
                          : "r"(addr));
 }
 
+/* ldmatrix.x4: lanes 8 m .. 8 m + 7 address the rows of matrix m, which
+ * lands in word m; matrices 0, 1 are n-tile n0 (k halves), 2, 3 n-tile
+ * n0 + 8. */
+#define FA_NATIVE_LOADS2 1
+FA_FN void fa_load_b2_nk(fa_b *b0, fa_b *b1, __local const ushort *tile, int ld, int n0, int k0, fa_frag_ctx ctx) {
+    const int l = ctx.lane, m = l / 8;
+    const uint addr = fa_shared_addr(tile + (n0 + (m / 2) * 8 + l % 8) * ld + k0 + (m % 2) * 8);
+    __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(b0->w[0]), "=r"(b0->w[1]), "=r"(b1->w[0]), "=r"(b1->w[1])
+                         : "r"(addr));
+}
+
+FA_FN void fa_load_b2_kn(fa_b *b0, fa_b *b1, __local const ushort *tile, int ld, int k0, int n0, fa_frag_ctx ctx) {
+    const int l = ctx.lane, m = l / 8;
+    const uint addr = fa_shared_addr(tile + (k0 + (m % 2) * 8 + l % 8) * ld + n0 + (m / 2) * 8);
+    __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(b0->w[0]), "=r"(b0->w[1]), "=r"(b1->w[0]), "=r"(b1->w[1])
+                         : "r"(addr));
+}
+
 #define FA_NATIVE_MMA 1
 FA_FN void fa_mma(fa_c *c, const fa_a *a, const fa_b *b, fa_frag_ctx ctx) {
     (void)ctx;
@@ -109,6 +129,19 @@ FA_FN void fa_shfl_xor(float *v, int n, int mask, fa_frag_ctx ctx) {
                              : "r"(as_uint(v[i])), "r"(mask));
         v[i] = as_float(r);
     }
+}
+
+/* Every operation above is warp-synchronous: a branch that is the same
+ * for the 32 lanes of a warp may skip it. */
+#define FA_SG_UNIFORM_OPS 1
+
+/* One MUFU instruction: OpenCL's exp2 adds range fixups for subnormal
+ * results, which the probabilities do not need. */
+#define FA_NATIVE_EXP2 1
+FA_FN float fa_exp2(float x) {
+    float y;
+    __asm__("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
 /* Two fp32 values as one word of 16-bit pairs (lo in the low half),

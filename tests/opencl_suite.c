@@ -12,8 +12,11 @@
  * an OpenCL plan with those tiles uses (stream_tiles); key splits always
  * run SPLITK. */
 static int g_stream;
+/* Stages of forced matrix-unit backward tiles (0: one). */
+static int g_mma_bwd_stages;
 
 void opencl_suite_stream(int on) { g_stream = on; }
+void opencl_suite_mma_bwd_stages(int stages) { g_mma_bwd_stages = stages; }
 
 int opencl_suite_emulating(void) {
     const char *env = getenv("FLASHATTN_OPENCL_MMA_EMULATE");
@@ -33,7 +36,9 @@ static size_t planned_local(fa_plan plan, const fa_kernel_plan *kp, fa_pass pass
     if (kp->variant == FA_VARIANT_MMA) {
         const fa_device_desc *dev = &plan->ctx->info.desc;
         fa_cl_mma_geometry g;
-        if (!fa_cl_mma_geometry_of(dev, desc, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, &g)) return 0;
+        if (!fa_cl_mma_geometry_of(dev, desc, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, kp->stages,
+                                   &g))
+            return 0;
         *extra = fa_cl_mma_extra_local(plan->ctx->impl, g.layout, g.warps > g.dq_warps ? g.warps : g.dq_warps);
         return g.local_mem;
     }
@@ -66,7 +71,7 @@ static void apply_tiles(fa_plan plan, fa_kernel_plan *kp, const suite_tiles *t, 
                   : t->split > 1                        ? FA_VARIANT_SPLITK
                   : stream_tiles(t, pass, &plan->desc) ? FA_VARIANT_SIMT_STREAM
                                                         : FA_VARIANT_SIMT;
-    kp->stages = 1;
+    kp->stages = t->mma && pass == FA_PASS_BACKWARD && g_mma_bwd_stages > 1 ? g_mma_bwd_stages : 1;
     size_t extra;
     kp->local_mem_bytes = planned_local(plan, kp, pass, &extra);
 }

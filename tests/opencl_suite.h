@@ -15,6 +15,10 @@ extern const suite_backend opencl_suite;
  * SPLITK, and tiles marked mma the matrix-unit kernels. */
 void opencl_suite_stream(int on);
 
+/* Forced matrix-unit backward tiles run in this many stages (0 or 1: one;
+ * 2: the pipelined dK/dV kernel) until set back. */
+void opencl_suite_mma_bwd_stages(int stages);
+
 /* Whether FLASHATTN_OPENCL_MMA_EMULATE names a layout for this run. */
 int opencl_suite_emulating(void);
 

@@ -90,7 +90,7 @@ static void add_plan(program_set *set, const fa_device_desc *dev, const fa_atten
     const fa_kernel_plan *f = &info->forward, *b = &info->backward;
     fa_cl_mma_geometry g;
     int ok = f->variant == FA_VARIANT_MMA &&
-             fa_cl_mma_geometry_of(dev, d, FA_PASS_FORWARD, f->br, f->bc, f->thread_rows, f->thread_cols, &g);
+             fa_cl_mma_geometry_of(dev, d, FA_PASS_FORWARD, f->br, f->bc, f->thread_rows, f->thread_cols, f->stages, &g);
     CHECK(ok || f->variant != FA_VARIANT_MMA);
     if (ok) {
         const int split = f->split_k > 1;
@@ -100,11 +100,13 @@ static void add_plan(program_set *set, const fa_device_desc *dev, const fa_atten
         add_program(set, g.layout, 0, split, opts);
     }
     ok = b->variant == FA_VARIANT_MMA &&
-         fa_cl_mma_geometry_of(dev, d, FA_PASS_BACKWARD, b->br, b->bc, b->thread_rows, b->thread_cols, &g);
+         fa_cl_mma_geometry_of(dev, d, FA_PASS_BACKWARD, b->br, b->bc, b->thread_rows, b->thread_cols, b->stages, &g);
     CHECK(ok || b->variant != FA_VARIANT_MMA);
     if (ok) {
-        pass_options(d, g.layout, b->br, b->bc, b->thread_rows, b->thread_cols, g.warps,
-                     d->deterministic ? "" : " -DDQ_ATOMIC", opts, sizeof opts);
+        char extra[48];
+        snprintf(extra, sizeof extra, "%s%s%s", d->deterministic ? "" : " -DDQ_ATOMIC",
+                 g.stages > 1 ? " -DSTAGES=2" : "", g.v_regs ? " -DVREG" : "");
+        pass_options(d, g.layout, b->br, b->bc, b->thread_rows, b->thread_cols, g.warps, extra, opts, sizeof opts);
         add_program(set, g.layout, 1, 0, opts);
         if (d->deterministic) {
             const fa_mma_layout_info *l = fa_mma_layout_get(g.layout);

@@ -29,6 +29,9 @@
 #ifdef FA_WITH_OPENCL
 #include "backends/opencl/cl_mma.h"
 
+/* Stages of the backward tiles the case forces (opencl_suite_mma_bwd_stages). */
+static int g_stages = 1;
+
 /* The layouts of this context's matrix units (CDNA: both MFMA shapes);
  * skips the case without. */
 static int layouts_here(const fa_mma_layout_info *out[FA_MMA_MAX_LAYOUTS]) {
@@ -75,12 +78,35 @@ static int runs_here(const fa_attention_desc *d, fa_pass pass, const suite_tiles
     fa_context ctx = suite_context();
     const fa_device_desc *dev = &ctx->info.desc;
     fa_cl_mma_geometry g;
-    if (!fa_cl_mma_geometry_of(dev, d, pass, t->br, t->bc, t->tr, t->tc, &g)) return 0;
+    const int stages = pass == FA_PASS_BACKWARD ? g_stages : 1;
+    if (!fa_cl_mma_geometry_of(dev, d, pass, t->br, t->bc, t->tr, t->tc, stages, &g)) return 0;
     const int most = g.warps > g.dq_warps ? g.warps : g.dq_warps;
     return g.local_mem + fa_cl_mma_extra_local(ctx->impl, g.layout, most) <= dev->local_mem_bytes;
 }
 
 static fa_dtype alternate(int i) { return i % 2 ? FA_DTYPE_BF16 : FA_DTYPE_F16; }
+
+/* The context's local memory as the planner and the plans see it. */
+typedef struct local_mem {
+    size_t desc, cl;
+} local_mem;
+
+/* Describes the context with kib KiB of local memory, plus room for the
+ * layout's emulated scratch beside it; returns what it had, for
+ * local_mem_restore. */
+static local_mem local_mem_set(fa_context ctx, const fa_mma_layout_info *l, int kib) {
+    fa_cl_context *cl = ctx->impl;
+    const local_mem had = {ctx->info.desc.local_mem_bytes, cl->info.desc.local_mem_bytes};
+    ctx->info.desc.local_mem_bytes = cl->info.desc.local_mem_bytes =
+        (size_t)kib * 1024 + fa_cl_mma_extra_local(cl, fa_mma_layout_named(l->name), 8);
+    return had;
+}
+
+static void local_mem_restore(fa_context ctx, local_mem had) {
+    fa_cl_context *cl = ctx->impl;
+    ctx->info.desc.local_mem_bytes = had.desc;
+    cl->info.desc.local_mem_bytes = had.cl;
+}
 
 /* One run with forced tiles (fwd or bwd NULL: the planner's); counts the
  * runs and names the layout and geometry. */
@@ -170,29 +196,25 @@ FA_TEST(q_in_registers) {
     REQUIRE_LAYERS(ls, nl);
 #ifdef FA_WITH_OPENCL
     fa_context ctx = suite_context();
-    fa_cl_context *cl = ctx->impl;
-    const size_t saved = ctx->info.desc.local_mem_bytes, saved_cl = cl->info.desc.local_mem_bytes;
+    const local_mem had = {ctx->info.desc.local_mem_bytes, ((fa_cl_context *)ctx->impl)->info.desc.local_mem_bytes};
     static const int dims[] = {128, 64}, keys[] = {64, 32, 16}, kib[] = {48, 24, 16};
     int layouts_ran = 0;
     for (int li = 0; li < nl; li++) {
         const fa_mma_layout_info *l = ls[li];
-        /* Room for an emulated layer's scratch beside the tiles. */
-        const size_t scratch = fa_cl_mma_extra_local(cl, fa_mma_layout_named(l->name), 8);
         int ran = 0;
         for (size_t di = 0; di < FA_ARRAY_SIZE(dims) && !ran; di++)
             for (size_t ki = 0; ki < FA_ARRAY_SIZE(kib) && !ran; ki++)
                 for (size_t bi = 0; bi < FA_ARRAY_SIZE(keys) && !ran; bi++)
                     for (int strips = 1; strips <= 2 && !ran; strips++)
                         for (int warps = 8; warps >= 1 && !ran; warps /= 2) {
-                            ctx->info.desc.local_mem_bytes = cl->info.desc.local_mem_bytes =
-                                (size_t)kib[ki] * 1024 + scratch;
+                            (void)local_mem_set(ctx, l, kib[ki]);
                             fa_attention_desc d = suite_desc(alternate(warps), 1, 130, 150, 2, 1, dims[di]);
                             d.window_left = 60;
                             const int rows = warps * strips * l->m;
                             const suite_tiles f = mma_tile(l, FA_PASS_FORWARD, rows, keys[bi], strips, 1);
                             fa_cl_mma_geometry g;
                             if (!fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_FORWARD, f.br, f.bc, f.tr, f.tc,
-                                                       &g) ||
+                                                       1, &g) ||
                                 g.layout != fa_mma_layout_named(l->name) || !g.q_regs ||
                                 !runs_here(&d, FA_PASS_FORWARD, &f))
                                 continue;
@@ -205,8 +227,7 @@ FA_TEST(q_in_registers) {
         else
             fprintf(stderr, "  %-10s no tile holds Q in registers beside its accumulators: not run\n", l->name);
     }
-    ctx->info.desc.local_mem_bytes = saved;
-    cl->info.desc.local_mem_bytes = saved_cl;
+    local_mem_restore(ctx, had);
     /* Intel's DPAS layer: a lane holds whole rows of O, so Q never fits
      * beside them within its register budget (core/mma_layouts.c). */
     if (!layouts_ran) FA_SKIP("no layout of this device holds Q in registers");
@@ -244,4 +265,94 @@ FA_TEST(split_keys) {
 #endif
 }
 
-FA_TEST_MAIN(FA_CASE(work_group_shapes), FA_CASE(head_dims), FA_CASE(q_in_registers), FA_CASE(split_keys))
+#ifdef FA_WITH_OPENCL
+/* Whether the planner's own plans for d run here beside an emulated
+ * layer's scratch, which the planner does not count: forced tiles replace
+ * one pass of them. */
+static int planner_fits(fa_context ctx, const fa_attention_desc *d) {
+    fa_plan_info info;
+    if (fa_plan_for_device(&ctx->info.desc, d, &info) != FA_SUCCESS) return 0;
+    const fa_kernel_plan *kp[2] = {&info.forward, &info.backward};
+    const int forced = g_stages;
+    int fits = 1;
+    for (int pass = 0; pass < 2; pass++) {
+        if (kp[pass]->variant != FA_VARIANT_MMA) continue;
+        const suite_tiles t = {kp[pass]->br, kp[pass]->bc, kp[pass]->thread_rows, kp[pass]->thread_cols, 1, 1};
+        g_stages = kp[pass]->stages; /* the plan's, not the forced tiles' */
+        fits &= runs_here(d, (fa_pass)pass, &t);
+    }
+    g_stages = forced;
+    return fits;
+}
+#endif
+
+/* The pipelined dK/dV kernel (two stages of Q and dO): on the device's
+ * own local memory (V's tile beside them; causal, GQA, dropout, the
+ * deterministic dQ kernel), then described with NVIDIA's 48 KiB, where a
+ * 32-query tile at head_dim 64 holds V's fragments in registers (VREG).
+ * Every layout of the device whose backward runs on the matrix units (not
+ * Intel's DPAS layer: core/mma_layouts.c gives it no backward budget); the
+ * register-held V is required of NVIDIA's only (other layouts' register
+ * budgets may not hold it). */
+FA_TEST(pipelined_backward) {
+    const fa_mma_layout_info *ls[FA_MMA_MAX_LAYOUTS];
+    int nl = 0;
+    REQUIRE_LAYERS(ls, nl);
+#ifdef FA_WITH_OPENCL
+    fa_context ctx = suite_context();
+    g_stages = 2;
+    opencl_suite_mma_bwd_stages(2);
+    /* head_dim, sub-groups, strips, query rows (in k-steps of 16); 48 KiB or not */
+    static const int cases[][5] = {{64, 4, 1, 2, 0}, {128, 4, 1, 1, 0}, {64, 8, 1, 1, 0}, {64, 2, 2, 1, 0},
+                                   {64, 8, 1, 2, 1}, {128, 4, 1, 1, 1}};
+    int layouts_ran = 0;
+    for (int li = 0; li < nl; li++) {
+        const fa_mma_layout_info *l = ls[li];
+        const int side = l->k > l->n ? l->k : l->n;
+        int ran = 0, vregs = 0, one_stage = 0;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            const int dim = cases[i][0], warps = cases[i][1], strips = cases[i][2], small = cases[i][4];
+            const int br = cases[i][3] * (side > 16 ? side : 16);
+            const local_mem had = small ? local_mem_set(ctx, l, 48) : (local_mem){0, 0};
+            fa_attention_desc d = suite_desc(alternate((int)i), 2, 150, 170, 4, 2, dim);
+            d.causal = i % 2 == 0;
+            d.deterministic = i == 1;
+            if (i == 2) {
+                d.dropout_p = 0.15f;
+                d.dropout_seed = 7;
+            }
+            /* Shorter sequences give the planner smaller tiles of its own. */
+            for (int len = 150; small && len > 16 && !planner_fits(ctx, &d); len /= 2) d.seqlen_q = d.seqlen_k = len;
+            const suite_tiles b = mma_tile(l, FA_PASS_BACKWARD, br, warps * strips * l->m, strips, 1);
+            fa_cl_mma_geometry g;
+            one_stage += fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_BACKWARD, b.br, b.bc, b.tr, b.tc, 1, NULL);
+            if (fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_BACKWARD, b.br, b.bc, b.tr, b.tc, 2, &g) &&
+                g.layout == fa_mma_layout_named(l->name) && (!small || planner_fits(ctx, &d))) {
+                char what[96];
+                snprintf(what, sizeof what, "two stages%s, %d x %d%s", g.v_regs ? ", V in registers" : "", b.br,
+                         b.bc, small ? ", 48 KiB" : "");
+                const int r = run_forced(l, what, &d, NULL, &b, 1);
+                ran += r;
+                vregs += r && g.v_regs;
+            }
+            if (small) local_mem_restore(ctx, had);
+        }
+        if (!one_stage) {
+            fprintf(stderr, "  %-10s no backward tile on the matrix units: not run\n", l->name);
+            continue;
+        }
+        layouts_ran++;
+        CHECK_MSG(ran >= 1, "%s: no two-stage backward tile ran", l->name);
+        if (fa_mma_layout_named(l->name) == FA_MMA_LAYOUT_NVIDIA) {
+            CHECK_MSG(ran >= 4, "%s: only %d two-stage backward tiles ran", l->name, ran);
+            CHECK_MSG(vregs > 0, "no two-stage %s tile held V in registers in 48 KiB", l->name);
+        }
+    }
+    g_stages = 1;
+    opencl_suite_mma_bwd_stages(1);
+    if (!layouts_ran) FA_SKIP("no layout of this device runs the backward on its matrix units");
+#endif
+}
+
+FA_TEST_MAIN(FA_CASE(work_group_shapes), FA_CASE(head_dims), FA_CASE(q_in_registers), FA_CASE(split_keys),
+             FA_CASE(pipelined_backward))

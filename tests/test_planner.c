@@ -78,7 +78,8 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     } else if (k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL) {
         /* OpenCL's: the fragments of the device's layout (planner_cl_mma.c). */
         fa_cl_mma_geometry g;
-        const int ok = fa_cl_mma_geometry_of(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols, &g);
+        const int ok =
+            fa_cl_mma_geometry_of(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols, k->stages, &g);
         CHECK_MSG(ok && g.warps * fa_mma_layout_get(g.layout)->sub_group == k->work_group_size,
                   "%s: OpenCL mma %d x %d, micro-tile %d x %d, work-group %d", what, k->br, k->bc, k->thread_rows,
                   k->thread_cols, k->work_group_size);
@@ -121,7 +122,8 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     CHECK(k->simd_width == dev->simd_width);
     const int cl_mma = k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL;
     const int hip_mma = k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_HIP;
-    size_t lm = cl_mma    ? fa_cl_mma_tile_local_mem(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols)
+    size_t lm = cl_mma    ? fa_cl_mma_tile_local_mem(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols,
+                                                     k->stages)
                 : hip_mma ? fa_hip_mma_local_mem(dev, d, pass, k)
                           : fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages);
     CHECK_MSG(k->local_mem_bytes == lm && lm <= dev->local_mem_bytes, "%s: local memory %zu (formula %zu) of %zu",
@@ -144,7 +146,7 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         /* Whole fragments of the plan's layout (one of the device's). */
         fa_cl_mma_geometry g;
         const fa_mma_layout_info *L =
-            fa_cl_mma_geometry_of(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols, &g)
+            fa_cl_mma_geometry_of(dev, d, pass, k->br, k->bc, k->thread_rows, k->thread_cols, k->stages, &g)
                 ? fa_mma_layout_get(g.layout)
                 : NULL;
         CHECK(L && fa_mma_layout_get(L->family) == fa_mma_layout_get(fa_mma_layout_of(dev)));

@@ -33,11 +33,12 @@ fa_status fa_cl_mma_check(const fa_cl_context *ctx, const fa_attention_desc *d, 
                        fa_dtype_name(d->q.dtype));
     if (kp->split_k > 1 && pass == FA_PASS_BACKWARD)
         return fa_fail(FA_ERR_INTERNAL, "backward plan: split_k %d, the backward never splits keys", kp->split_k);
-    if (!fa_cl_mma_geometry_of(dev, d, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, g))
+    if (!fa_cl_mma_geometry_of(dev, d, pass, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, kp->stages, g))
         return fa_fail(FA_ERR_UNSUPPORTED,
-                       "%s plan: br %d, bc %d, thread_rows %d, thread_cols %d is no %s matrix-unit tile at head_dim %d",
-                       name, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, fa_mma_layout_get(family)->name,
-                       d->head_dim);
+                       "%s plan: br %d, bc %d, thread_rows %d, thread_cols %d, stages %d is no %s matrix-unit tile at "
+                       "head_dim %d",
+                       name, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, kp->stages,
+                       fa_mma_layout_get(family)->name, d->head_dim);
     const int wg = g->warps * fa_mma_layout_get(g->layout)->sub_group;
     if (kp->work_group_size != wg)
         return fa_fail(FA_ERR_INTERNAL, "%s plan: work_group_size %d, the tile's sub-groups make %d", name,

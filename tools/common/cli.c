@@ -52,6 +52,21 @@ static int parse_int_range(const char *s, int lo, int hi, int *out) {
     return 0;
 }
 
+int fa_cli_int_list(const char *text, int lo, int hi, int *out, int max) {
+    int n = 0;
+    char item[32];
+    for (const char *p = text;; p++) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (n >= max || len == 0 || len >= sizeof item) return -1;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (parse_int_range(item, lo, hi, &out[n++])) return -1;
+        if (!comma) return n;
+        p = comma;
+    }
+}
+
 static int parse_double_range(const char *s, double lo, double hi, int hi_open, double *out) {
     if (!*s || isspace((unsigned char)*s)) return -1;
     char *end;

@@ -27,6 +27,9 @@ typedef struct fa_cli {
  * message and returns -1 (the tools exit 2); --help returns 1. */
 int fa_cli_parse(fa_cli *cli, int argc, char **argv);
 void fa_cli_usage(const char *prog, const char *extra);
+/* A comma-separated list of at most max whole numbers in [lo, hi] into
+ * out; the count, or -1 for anything else (an empty list included). */
+int fa_cli_int_list(const char *text, int lo, int hi, int *out, int max);
 void fa_cli_free(fa_cli *cli);
 /* One line: "b=1 sq=512 sk=512 hq=4 hkv=4 d=64 fp32 causal ..." */
 void fa_cli_describe_problem(const fa_attention_desc *desc, char *out, size_t size);

@@ -177,7 +177,8 @@ static void prob_backward(problem *p) {
 }
 
 /* loss = sum(O * G) with G = the dO of the problem. */
-static double prob_loss(problem *p) {
+static double prob_loss(void *ctx) {
+    problem *p = ctx;
     fa_ref_forward_f64(&p->desc, p->in[TQ], p->in[TK], p->in[TV], p->o_tmp, p->lse_tmp);
     double loss = 0.0;
     for (int64_t i = 0; i < p->map[TO].span; i++)
@@ -185,24 +186,9 @@ static double prob_loss(problem *p) {
     return loss;
 }
 
-/* ||central differences - backward|| / ||backward|| over every entry. */
 static double fd_error(problem *p, int role) {
-    double *x = p->in[role];
-    const double *an = p->grad[role];
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < p->map[role].span; i++) {
-        if (!p->map[role].covered[i]) continue;
-        double saved = x[i];
-        x[i] = saved + FD_STEP;
-        double up = prob_loss(p);
-        x[i] = saved - FD_STEP;
-        double down = prob_loss(p);
-        x[i] = saved;
-        double fd = (up - down) / (2 * FD_STEP);
-        num += (fd - an[i]) * (fd - an[i]);
-        den += an[i] * an[i];
-    }
-    return den > 0 ? sqrt(num / den) : INFINITY;
+    return fa_test_fd_error(p->in[role], p->grad[role], p->map[role].span, p->map[role].covered, FD_STEP, prob_loss,
+                            p);
 }
 
 static void check_gradients(problem *p) {

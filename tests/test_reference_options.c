@@ -92,7 +92,8 @@ static void naive_forward(const opt_problem *p, double *o) {
             }
 }
 
-static double opt_loss(opt_problem *p) {
+static double opt_loss(void *ctx) {
+    opt_problem *p = ctx;
     double o[NQ], lse[NL];
     fa_ref_forward_f64_ex(&p->desc, p->bias_arg, p->q, p->k, p->v, o, lse);
     double loss = 0.0;
@@ -101,19 +102,7 @@ static double opt_loss(opt_problem *p) {
 }
 
 static double fd_error(opt_problem *p, double *x, const double *an, int n) {
-    double num = 0.0, den = 0.0;
-    for (int i = 0; i < n; i++) {
-        double saved = x[i];
-        x[i] = saved + FD_STEP;
-        double up = opt_loss(p);
-        x[i] = saved - FD_STEP;
-        double down = opt_loss(p);
-        x[i] = saved;
-        double fd = (up - down) / (2 * FD_STEP);
-        num += (fd - an[i]) * (fd - an[i]);
-        den += an[i] * an[i];
-    }
-    return den > 0 ? sqrt(num / den) : INFINITY;
+    return fa_test_fd_error(x, an, n, NULL, FD_STEP, opt_loss, p);
 }
 
 /* Forward against the naive formula, backward against finite differences. */

@@ -405,6 +405,13 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     *plan = NULL;
     FA_CHECK(fa_attention_desc_check(desc));
+    /* The score options exist in the CPU reference's fp64 functions only:
+     * no backend's kernels (nor the reference device's passes, which have
+     * no bias argument) compute them yet. */
+    const char *option = fa_desc_option_in_use(desc);
+    if (option)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s: not supported by the %s backend yet", option,
+                       fa_backend_name(ctx->info.backend));
     struct fa_plan_s *p = calloc(1, sizeof *p);
     if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
     p->ctx = ctx;

@@ -171,9 +171,8 @@ static fa_status check_seqlens(const fa_attention_desc *d) {
     return FA_SUCCESS;
 }
 
-/* Strides must describe distinct elements: sorted by stride, each dimension
- * must step past everything the smaller ones reach. Then the whole tensor,
- * offset included, must end within FA_MAX_TENSOR_BYTES of the buffer start. */
+/* Signs and 16-byte alignment here; overlap and reach in
+ * fa_desc_check_dims. */
 static fa_status check_layout(const fa_attention_desc *d, fa_tensor_role role) {
     const fa_tensor_desc *t = fa_desc_tensor(d, role);
     const char *name = fa_tensor_role_name(role);
@@ -196,6 +195,15 @@ static fa_status check_layout(const fa_attention_desc *d, fa_tensor_role role) {
     fa_dim dims[4];
     fa_desc_dims(d, role, dims);
     const int explicit_strides = t->stride_batch || t->stride_seq || t->stride_head;
+    return fa_desc_check_dims(name, dims, t->offset, elem, explicit_strides);
+}
+
+/* dims[0] is the contiguous dimension (stride 1). Strides must describe
+ * distinct elements: sorted by stride, each outer dimension must step past
+ * everything the smaller ones reach. Then the whole tensor, offset
+ * included, must end within FA_MAX_TENSOR_BYTES of the buffer start. */
+fa_status fa_desc_check_dims(const char *name, const fa_dim dims[4], int64_t offset, int64_t elem,
+                             int explicit_strides) {
     /* Insertion sort of the three outer dimensions by stride. */
     fa_dim sorted[4] = {dims[0], dims[1], dims[2], dims[3]};
     for (int i = 2; i < 4; i++)
@@ -204,7 +212,7 @@ static fa_status check_layout(const fa_attention_desc *d, fa_tensor_role role) {
             sorted[j] = sorted[j - 1];
             sorted[j - 1] = tmp;
         }
-    int64_t reach = d->head_dim - 1; /* largest offset reached so far */
+    int64_t reach = dims[0].extent - 1; /* largest offset reached so far */
     for (int i = 1; i < 4; i++) {
         if (sorted[i].extent <= 1) continue;
         if (sorted[i].stride <= reach)
@@ -225,11 +233,11 @@ static fa_status check_layout(const fa_attention_desc *d, fa_tensor_role role) {
         return fa_fail(explicit_strides ? FA_ERR_BAD_STRIDE : FA_ERR_INVALID_SIZE,
                        "%s %s span more than the 2^62 bytes a tensor may reach", name,
                        explicit_strides ? "strides" : "sizes (batch, seqlen, heads, head_dim)");
-    if (fa_ckd_mul_i64(&offset_bytes, t->offset, elem) || offset_bytes > limit - span_bytes)
+    if (fa_ckd_mul_i64(&offset_bytes, offset, elem) || offset_bytes > limit - span_bytes)
         return fa_fail(FA_ERR_BAD_STRIDE,
                        "%s.offset = %lld elements puts the tensor's last byte past the 2^62 bytes a tensor may "
                        "reach (it spans %lld bytes)",
-                       name, (long long)t->offset, (long long)span_bytes);
+                       name, (long long)offset, (long long)span_bytes);
     return FA_SUCCESS;
 }
 
@@ -287,5 +295,5 @@ fa_status fa_attention_desc_check(const fa_attention_desc *d) {
         return fa_fail(FA_ERR_INVALID_ARGUMENT, "deterministic = %d, must be 0 or 1", d->deterministic);
     if (d->allow_tf32 != 0 && d->allow_tf32 != 1)
         return fa_fail(FA_ERR_INVALID_ARGUMENT, "allow_tf32 = %d, must be 0 or 1", d->allow_tf32);
-    return FA_SUCCESS;
+    return fa_desc_check_options(d);
 }

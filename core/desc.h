@@ -43,6 +43,23 @@ typedef struct fa_dim {
  * dimension has extent 1. */
 void fa_desc_dims(const fa_attention_desc *desc, fa_tensor_role role, fa_dim dims[4]);
 
+/* Overlap and reach of a tensor's layout (dims[0] contiguous, the three
+ * others in any stride order): FA_ERR_BAD_STRIDE where strides overlap or
+ * the tensor ends past FA_MAX_TENSOR_BYTES (FA_ERR_INVALID_SIZE there when
+ * the strides are the packed ones, explicit_strides 0). */
+fa_status fa_desc_check_dims(const char *name, const fa_dim dims[4], int64_t offset, int64_t elem,
+                             int explicit_strides);
+
+/* The score options (core/desc_options.c): their argument check, which
+ * fa_attention_desc_check ends with; the name of the first option a
+ * descriptor enables, NULL when none; the bias layout as four dimensions
+ * (keys, query rows, heads, batch) with packed strides resolved; and the
+ * element index of bias[b, h, i, j] (broadcast dimensions read index 0). */
+fa_status fa_desc_check_options(const fa_attention_desc *desc);
+const char *fa_desc_option_in_use(const fa_attention_desc *desc);
+void fa_desc_bias_dims(const fa_attention_desc *desc, fa_dim dims[4]);
+int64_t fa_desc_bias_index(const fa_attention_desc *desc, int b, int h, int i, int j);
+
 /* Elements from the buffer start to one past the last element the tensor
  * touches (offset included), 0 when it has none; -1 where that does not fit
  * int64 (only for a descriptor the check refuses). */

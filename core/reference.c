@@ -182,8 +182,30 @@ static void zero_tensor(const fa_attention_desc *desc, const ref_layout *l, doub
     }
 }
 
+/* The logit of (i, j) from q_i . k_j, in the header's order: scale,
+ * softcap, bias, ALiBi. *dcap: d(softcapped s) / d(scaled s), the factor
+ * the backward's dS takes (1 without softcap). */
+static double logit(const fa_attention_desc *desc, const double *bias, double scale, double qk, int b,
+                    int h, int i, int j, int sq, int sk, double *dcap) {
+    double s = scale * qk, g = 1.0;
+    if (desc->softcap > 0.0f) {
+        const double cap = (double)desc->softcap, t = tanh(s / cap);
+        s = cap * t;
+        g = 1.0 - t * t;
+    }
+    if (bias) s += bias[fa_desc_bias_index(desc, b, h, i, j)];
+    if (desc->alibi_slopes) s -= (double)desc->alibi_slopes[h] * fabs((double)i + sk - sq - j);
+    if (dcap) *dcap = g;
+    return s;
+}
+
 void fa_ref_forward_f64(const fa_attention_desc *desc, const double *q, const double *k,
                         const double *v, double *o, double *lse) {
+    fa_ref_forward_f64_ex(desc, NULL, q, k, v, o, lse);
+}
+
+void fa_ref_forward_f64_ex(const fa_attention_desc *desc, const double *bias, const double *q,
+                           const double *k, const double *v, double *o, double *lse) {
     ref_layouts L = resolve_all(desc);
     const int d = desc->head_dim;
     const int group = desc->heads_q / desc->heads_kv;
@@ -213,7 +235,7 @@ void fa_ref_forward_f64(const fa_attention_desc *desc, const double *q, const do
                 int visible = 0;
                 for (int j = 0; j < sk; j++) {
                     if (!fa_ref_visible(desc, sq, sk, i, j)) continue;
-                    double s = scale * dot(qi, k + layout_row(&L.k, b, j, hk), d);
+                    double s = logit(desc, bias, scale, dot(qi, k + layout_row(&L.k, b, j, hk), d), b, h, i, j, sq, sk, NULL);
                     if (scores) scores[j] = s;
                     if (s > m) m = s;
                     visible++;
@@ -225,7 +247,9 @@ void fa_ref_forward_f64(const fa_attention_desc *desc, const double *q, const do
                 double sum = 0.0;
                 for (int j = 0; j < sk; j++) {
                     if (!fa_ref_visible(desc, sq, sk, i, j)) continue;
-                    double s = scores ? scores[j] : scale * dot(qi, k + layout_row(&L.k, b, j, hk), d);
+                    double s = scores ? scores[j]
+                                      : logit(desc, bias, scale, dot(qi, k + layout_row(&L.k, b, j, hk), d), b, h,
+                                              i, j, sq, sk, NULL);
                     sum += exp(s - m);
                 }
                 double lse_i = m + log(sum);
@@ -235,7 +259,9 @@ void fa_ref_forward_f64(const fa_attention_desc *desc, const double *q, const do
                 for (int j = 0; j < sk; j++) {
                     if (!fa_ref_visible(desc, sq, sk, i, j)) continue;
                     double zf = dropout_factor(desc, &drop, b, h, i, j);
-                    double s = scores ? scores[j] : scale * dot(qi, k + layout_row(&L.k, b, j, hk), d);
+                    double s = scores ? scores[j]
+                                      : logit(desc, bias, scale, dot(qi, k + layout_row(&L.k, b, j, hk), d), b, h,
+                                              i, j, sq, sk, NULL);
                     double p = exp(s - lse_i) * zf;
                     const double *vj = v + layout_row(&L.v, b, j, hk);
                     for (int x = 0; x < d; x++) oi[x] += p * vj[x];
@@ -249,6 +275,12 @@ void fa_ref_forward_f64(const fa_attention_desc *desc, const double *q, const do
 void fa_ref_backward_f64(const fa_attention_desc *desc, const double *q, const double *k,
                          const double *v, const double *o, const double *lse,
                          const double *dout, double *dq, double *dk, double *dv) {
+    fa_ref_backward_f64_ex(desc, NULL, q, k, v, o, lse, dout, dq, dk, dv);
+}
+
+void fa_ref_backward_f64_ex(const fa_attention_desc *desc, const double *bias, const double *q,
+                            const double *k, const double *v, const double *o, const double *lse,
+                            const double *dout, double *dq, double *dk, double *dv) {
     ref_layouts L = resolve_all(desc);
     const int d = desc->head_dim;
     const int group = desc->heads_q / desc->heads_kv;
@@ -278,10 +310,13 @@ void fa_ref_backward_f64(const fa_attention_desc *desc, const double *q, const d
                     const double *vj = v + layout_row(&L.v, b, j, hk);
                     double *dkj = dk + layout_row(&L.k, b, j, hk);
                     double *dvj = dv + layout_row(&L.v, b, j, hk);
-                    double p = exp(scale * dot(qi, kj, d) - lse_i);
+                    double dcap;
+                    double p = exp(logit(desc, bias, scale, dot(qi, kj, d), b, h, i, j, sq, sk, &dcap) - lse_i);
                     double zf = dropout_factor(desc, &drop, b, h, i, j);
                     double dp = zf * dot(doi, vj, d);
-                    double ds = p * (dp - D);
+                    /* Bias and ALiBi are constants of the chain; softcap
+                     * scales dS by its tanh's derivative. */
+                    double ds = p * (dp - D) * dcap;
                     for (int x = 0; x < d; x++) {
                         dqi[x] += scale * ds * kj[x];
                         dkj[x] += scale * ds * qi[x];
@@ -357,6 +392,8 @@ fa_status fa_ref_forward(const fa_attention_desc *desc, const void *q, const voi
                          const void *v, void *o, float *lse) {
     static const char fn[] = "fa_ref_forward";
     if (!desc) return fa_fail(FA_ERR_NULL_POINTER, "%s: desc is NULL", fn);
+    /* The storage-dtype wrappers take no bias data (the _ex fp64 core does). */
+    if (desc->bias_batch != 0) return fa_fail(FA_ERR_UNSUPPORTED, "%s: bias needs the fp64 core (fa_ref_*_f64_ex)", fn);
     if (!q) return fa_fail(FA_ERR_NULL_POINTER, "%s: q is NULL", fn);
     if (!k) return fa_fail(FA_ERR_NULL_POINTER, "%s: k is NULL", fn);
     if (!v) return fa_fail(FA_ERR_NULL_POINTER, "%s: v is NULL", fn);
@@ -389,6 +426,8 @@ fa_status fa_ref_backward(const fa_attention_desc *desc, const void *q, const vo
                           void *dq, void *dk, void *dv) {
     static const char fn[] = "fa_ref_backward";
     if (!desc) return fa_fail(FA_ERR_NULL_POINTER, "%s: desc is NULL", fn);
+    /* The storage-dtype wrappers take no bias data (the _ex fp64 core does). */
+    if (desc->bias_batch != 0) return fa_fail(FA_ERR_UNSUPPORTED, "%s: bias needs the fp64 core (fa_ref_*_f64_ex)", fn);
     if (!q) return fa_fail(FA_ERR_NULL_POINTER, "%s: q is NULL", fn);
     if (!k) return fa_fail(FA_ERR_NULL_POINTER, "%s: k is NULL", fn);
     if (!v) return fa_fail(FA_ERR_NULL_POINTER, "%s: v is NULL", fn);
@@ -446,6 +485,9 @@ fa_status fa_ref_standard_forward(const fa_attention_desc *desc, const void *q, 
                                   const void *v, void *o, float *lse) {
     static const char fn[] = "fa_ref_standard_forward";
     if (!desc) return fa_fail(FA_ERR_NULL_POINTER, "%s: desc is NULL", fn);
+    /* Unfused attention has no score options yet: no backend runs them. */
+    const char *option = fa_desc_option_in_use(desc);
+    if (option) return fa_fail(FA_ERR_UNSUPPORTED, "%s: %s is not implemented in standard attention", fn, option);
     if (!q) return fa_fail(FA_ERR_NULL_POINTER, "%s: q is NULL", fn);
     if (!k) return fa_fail(FA_ERR_NULL_POINTER, "%s: k is NULL", fn);
     if (!v) return fa_fail(FA_ERR_NULL_POINTER, "%s: v is NULL", fn);

@@ -4,6 +4,8 @@
  * Semantics (GUIDE section 2), for query row i of sequence b, head h, and
  * kv head hk = h / (heads_q / heads_kv):
  *   s_j   = scale * q_i . k_j                  for visible keys j (masks)
+ *           then softcap, bias, ALiBi as the descriptor's score options say
+ *           (include/flashattn.h)
  *   L_i   = log sum_j exp(s_j)                 (-inf if no key is visible)
  *   p_j   = exp(s_j - L_i)
  *   o_i   = sum_j p_j * z_j / (1 - p_drop) * v_j   z_j: dropout keep bit
@@ -13,7 +15,8 @@
  * Backward, from (Q, K, V, O, L, dO):
  *   D_i    = dO_i . O_i
  *   dP_ij  = z_ij / (1 - p_drop) * dO_i . v_j
- *   dS_ij  = p_ij * (dP_ij - D_i)
+ *   dS_ij  = p_ij * (dP_ij - D_i) * (1 - tanh^2(scale q_i.k_j / softcap))
+ *            (the last factor only with softcap)
  *   dQ_i   = scale * sum_j dS_ij k_j
  *   dK_j   = scale * sum_{i, heads sharing hk} dS_ij q_i
  *   dV_j   = sum_{i, heads sharing hk} p_ij z_ij / (1 - p_drop) dO_i
@@ -52,7 +55,18 @@ void fa_ref_backward_f64(const fa_attention_desc *desc, const double *q, const d
                          const double *v, const double *o, const double *lse,
                          const double *dout, double *dq, double *dk, double *dv);
 
-/* On storage arrays of the descriptor's dtypes: inputs converted exactly to
+/* The same with the descriptor's score options: bias holds the additive
+ * bias as desc->bias lays it out (as doubles; NULL exactly when
+ * desc->bias_batch is 0). Softcap and ALiBi need no data (slopes are in
+ * the descriptor). The backward produces no bias or slope gradient. */
+void fa_ref_forward_f64_ex(const fa_attention_desc *desc, const double *bias, const double *q,
+                           const double *k, const double *v, double *o, double *lse);
+void fa_ref_backward_f64_ex(const fa_attention_desc *desc, const double *bias, const double *q,
+                            const double *k, const double *v, const double *o, const double *lse,
+                            const double *dout, double *dq, double *dk, double *dv);
+
+/* On storage arrays of the descriptor's dtypes (softcap and ALiBi
+ * included; a bias is FA_ERR_UNSUPPORTED here, the _ex core takes it): inputs converted exactly to
  * double, outputs rounded once (nearest even) to the storage dtype; L fp32. */
 fa_status fa_ref_forward(const fa_attention_desc *desc, const void *q, const void *k,
                          const void *v, void *o, float *lse);

@@ -339,6 +339,42 @@ typedef struct fa_attention_desc {
     fa_algorithm algorithm;
     int deterministic;          /* 0 or 1: bit-identical results run to run */
     int allow_tf32;             /* 0 or 1: fp32 inputs may use TF32 matrix units */
+
+    /* Score options (appended; zero leaves each off). For query i and key j
+     * of a sequence of len_q queries and len_k keys (varlen: that
+     * sequence's lengths), batch b, query head h, the logit is, in order:
+     *   s  = softmax_scale * q_i . k_j
+     *   s  = softcap * tanh(s / softcap)               if softcap > 0
+     *   s += bias[b, h, i, j]                          if bias_batch > 0
+     *   s -= alibi_slopes[h] * |i + len_k - len_q - j| if alibi_slopes
+     * then the masks hide keys as above, and the softmax runs over the
+     * visible ones. ALiBi is bottom-right aligned like the causal mask (the
+     * last query is at distance 0 from the last key), as FlashAttention's
+     * alibi_slopes with its causal convention.
+     * Non-finite values: softcap maps an infinite s to +-softcap (finite),
+     * a NaN stays NaN. A bias of -inf weighs its key 0 but does not mask
+     * it: a row whose visible logits are all -inf has L = NaN and O NaN
+     * (the rules below fa_forward); a bias of +inf or NaN makes its row
+     * NaN. Backward: dS of the softcapped score is multiplied by
+     * 1 - tanh^2(s / softcap); bias and ALiBi add nothing to the chain
+     * (no gradient for the bias or the slopes is produced).
+     * Support: the CPU reference computes every option; fa_plan_create
+     * refuses each with FA_ERR_UNSUPPORTED on every backend for now. */
+    float softcap;              /* 0: off; else finite and > 0 */
+    /* heads_q fp32 slopes, each finite, host memory copied at plan creation
+     * (as block_mask); NULL: no ALiBi. */
+    const float *alibi_slopes;
+    /* Additive bias [bias_batch, bias_heads, seqlen_q, seqlen_k]: dtype
+     * fp32 or q's; key index contiguous; strides in elements (stride_seq
+     * between query rows, stride_head, stride_batch; 0: packed), offset in
+     * elements, no alignment asked; last byte below 2^62 bytes from the
+     * buffer start. bias_batch is 0 (no bias), 1 (broadcast over the
+     * batch) or batch; bias_heads 1 (broadcast over heads) or heads_q. Not
+     * with variable-length batches (FA_ERR_INVALID_ARGUMENT). The bias
+     * data is an argument of the calls that take it (the fp64 reference). */
+    fa_tensor_desc bias;
+    int bias_batch;
+    int bias_heads;
 } fa_attention_desc;
 
 /* Defaults: fp32 packed tensors, no masks, no dropout, fused, scale from

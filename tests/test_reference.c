@@ -177,7 +177,8 @@ static void prob_backward(problem *p) {
 }
 
 /* loss = sum(O * G) with G = the dO of the problem. */
-static double prob_loss(problem *p) {
+static double prob_loss(void *ctx) {
+    problem *p = ctx;
     fa_ref_forward_f64(&p->desc, p->in[TQ], p->in[TK], p->in[TV], p->o_tmp, p->lse_tmp);
     double loss = 0.0;
     for (int64_t i = 0; i < p->map[TO].span; i++)
@@ -185,24 +186,9 @@ static double prob_loss(problem *p) {
     return loss;
 }
 
-/* ||central differences - backward|| / ||backward|| over every entry. */
 static double fd_error(problem *p, int role) {
-    double *x = p->in[role];
-    const double *an = p->grad[role];
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < p->map[role].span; i++) {
-        if (!p->map[role].covered[i]) continue;
-        double saved = x[i];
-        x[i] = saved + FD_STEP;
-        double up = prob_loss(p);
-        x[i] = saved - FD_STEP;
-        double down = prob_loss(p);
-        x[i] = saved;
-        double fd = (up - down) / (2 * FD_STEP);
-        num += (fd - an[i]) * (fd - an[i]);
-        den += an[i] * an[i];
-    }
-    return den > 0 ? sqrt(num / den) : INFINITY;
+    return fa_test_fd_error(p->in[role], p->grad[role], p->map[role].span, p->map[role].covered, FD_STEP, prob_loss,
+                            p);
 }
 
 static void check_gradients(problem *p) {
@@ -758,7 +744,10 @@ static double sequence_diff(const problem *a, int ab, const problem *c, int cb) 
     return worst;
 }
 
-FA_TEST(varlen_equals_separate_sequences) {
+/* With the score options on, each sequence's ALiBi distances are its own
+ * (bottom-right aligned per sequence), as a separate run has them. */
+static void varlen_split_case(int score_options) {
+    static const float slopes[4] = {0.5f, 0.25f, 0.125f, 1.0f};
     static const int32_t cu_q[5] = {0, 3, 8, 9, 15};
     static const int32_t cu_k[5] = {0, 4, 6, 13, 14};
     fa_attention_desc d = make_desc(4, 6, 7, 4, 2, 8);
@@ -766,6 +755,10 @@ FA_TEST(varlen_equals_separate_sequences) {
     d.cu_seqlens_k = cu_k;
     d.causal = 1;
     d.window_left = 4;
+    if (score_options) {
+        d.softcap = 2.0f;
+        d.alibi_slopes = slopes;
+    }
     problem pv;
     prob_init(&pv, &d, 601);
     prob_forward(&pv);
@@ -775,6 +768,8 @@ FA_TEST(varlen_equals_separate_sequences) {
         fa_attention_desc one = make_desc(1, lq, lk, 4, 2, 8);
         one.causal = 1;
         one.window_left = 4;
+        one.softcap = d.softcap;
+        one.alibi_slopes = d.alibi_slopes;
         problem p1;
         prob_init(&p1, &one, 602 + (uint64_t)b);
         for (int r = 0; r < 4; r++) copy_sequence(&p1, 0, &pv, b, r, role_is_query(r) ? lq : lk);
@@ -784,7 +779,13 @@ FA_TEST(varlen_equals_separate_sequences) {
         CHECK_MSG(diff == 0.0, "sequence %d differs from its own run by %.3g", b, diff);
         prob_free(&p1);
     }
+    if (score_options) check_gradients(&pv);
     prob_free(&pv);
+}
+
+FA_TEST(varlen_equals_separate_sequences) {
+    varlen_split_case(0);
+    varlen_split_case(1);
 
     /* Equal lengths: a varlen batch is the fixed-length batch, dropout and
      * block mask included (both are indexed by positions in the sequence). */

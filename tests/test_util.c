@@ -213,3 +213,21 @@ int fa_test_run_program(const char *program, const char *const *args, char *out,
     if (waitpid(pid, &status, 0) != pid || timed_out || !WIFEXITED(status)) return -1;
     return WEXITSTATUS(status);
 }
+
+double fa_test_fd_error(double *x, const double *grad, int64_t n, const uint8_t *covered, double step,
+                        double (*loss)(void *ctx), void *ctx) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (covered && !covered[i]) continue;
+        const double saved = x[i];
+        x[i] = saved + step;
+        const double up = loss(ctx);
+        x[i] = saved - step;
+        const double down = loss(ctx);
+        x[i] = saved;
+        const double fd = (up - down) / (2 * step);
+        num += (fd - grad[i]) * (fd - grad[i]);
+        den += grad[i] * grad[i];
+    }
+    return den > 0 ? sqrt(num / den) : INFINITY;
+}

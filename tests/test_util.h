@@ -28,6 +28,12 @@ void fa_test_poison(void *data, fa_dtype dtype, int64_t count);
  * a is NaN or infinite (where b is finite). */
 double fa_test_rel_error(const void *a, const void *b, fa_dtype dtype, int64_t count);
 
+/* ||central differences of loss - grad|| / ||grad|| over the n entries of
+ * x (those with covered[i] set; covered NULL: all), each moved by +-step
+ * and restored; INFINITY where grad is all zero. */
+double fa_test_fd_error(double *x, const double *grad, int64_t n, const uint8_t *covered, double step,
+                        double (*loss)(void *ctx), void *ctx);
+
 /* got against ref element by element: entries where ref is NaN or
  * infinite must match it exactly (NaN for NaN), and got must be finite
  * where ref is; mismatched counts the entries that break this. Over the

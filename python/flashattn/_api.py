@@ -16,7 +16,10 @@ _OPTIONS_DOC = """
     the backward pass needs the forward's), block_mask (uint8
     [ceil(seqlen_q / block_q), ceil(seqlen_k / block_k)], 0 masks a block)
     with block_size=(block_q, block_k), algorithm ("fused", or "standard":
-    S and P in memory), allow_tf32 (fp32 inputs may use TF32 units).
+    S and P in memory), allow_tf32 (fp32 inputs may use TF32 units),
+    softcap and alibi_slopes (one fp32 slope per query head) as in
+    FlashAttention: checked, then refused (FA_ERR_UNSUPPORTED) by every
+    backend for now; the CPU reference's fp64 core computes them.
     Failures of the library raise FlashAttnError (status and message)."""
 
 

@@ -23,7 +23,7 @@ class Options:
     def __init__(self, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                  deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                  max_seqlen_k=None, dropout_seed=None, dropout_offset=0, block_mask=None, block_size=None,
-                 algorithm="fused", allow_tf32=False):
+                 algorithm="fused", allow_tf32=False, softcap=0.0, alibi_slopes=None):
         if algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, not {algorithm!r}")
         if len(window_size) != 2:
@@ -52,6 +52,14 @@ class Options:
         self.block_size = None if block_size is None else (int(block_size[0]), int(block_size[1]))
         self.algorithm = ALGORITHMS[algorithm]
         self.allow_tf32 = bool(allow_tf32)
+        self.softcap = float(softcap)
+        self.alibi_slopes = None
+        if alibi_slopes is not None:
+            if hasattr(alibi_slopes, "detach"):  # a torch tensor: the C API copies slopes from the host
+                alibi_slopes = alibi_slopes.detach().cpu().numpy()
+            self.alibi_slopes = np.ascontiguousarray(_views.as_numpy(alibi_slopes, "alibi_slopes"), dtype=np.float32)
+            if self.alibi_slopes.ndim != 1:
+                raise ValueError("alibi_slopes must be 1-D (one slope per query head)")
 
 
 def _int32_host(x, name):
@@ -133,6 +141,7 @@ def _plan(ctx, q, k, v, o, opts):
     desc.algorithm = opts.algorithm
     desc.deterministic = int(opts.deterministic)
     desc.allow_tf32 = int(opts.allow_tf32)
+    desc.softcap = opts.softcap
     if opts.block_mask is not None:
         desc.block_mask_bytes = opts.block_mask.nbytes
         desc.block_q, desc.block_k = opts.block_size
@@ -140,9 +149,14 @@ def _plan(ctx, q, k, v, o, opts):
     # key holds their bytes, the descriptor (pointers NULL so far, dropout
     # seed and offset 0: they are set per call) the rest.
     key = (bytes(desc),) + tuple(None if a is None else a.tobytes()
-                                 for a in (opts.cu_seqlens_q, opts.cu_seqlens_k, opts.block_mask))
+                                 for a in (opts.cu_seqlens_q, opts.cu_seqlens_k, opts.block_mask,
+                                           opts.alibi_slopes))
 
     def make_desc():
+        if opts.alibi_slopes is not None:
+            if opts.alibi_slopes.shape[0] != desc.heads_q:
+                raise ValueError(f"alibi_slopes has {opts.alibi_slopes.shape[0]} entries, not heads_q = {desc.heads_q}")
+            desc.alibi_slopes = opts.alibi_slopes.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         if opts.block_mask is not None:
             desc.block_mask = opts.block_mask.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
         if opts.varlen:

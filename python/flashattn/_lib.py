@@ -69,6 +69,8 @@ class AttentionDesc(ctypes.Structure):
         ("dropout_p", ctypes.c_float), ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64),
         ("cu_seqlens_q", ctypes.POINTER(ctypes.c_int32)), ("cu_seqlens_k", ctypes.POINTER(ctypes.c_int32)),
         ("algorithm", ctypes.c_int), ("deterministic", ctypes.c_int), ("allow_tf32", ctypes.c_int),
+        ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.POINTER(ctypes.c_float)),
+        ("bias", TensorDesc), ("bias_batch", ctypes.c_int), ("bias_heads", ctypes.c_int),
     ]
 
 

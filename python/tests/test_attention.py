@@ -181,6 +181,22 @@ def test_library_errors_carry_status_and_message(rng):
     assert e.value.status == flashattn.Status.FA_ERR_DEVICE_NOT_FOUND
 
 
+def test_score_options_are_refused_by_name(rng):
+    # softcap and alibi_slopes reach the descriptor (flash_attn_func's
+    # names); no backend computes them yet, so plan creation refuses each.
+    q = random(rng, (1, 16, 2, 32))
+    for option in ({"softcap": 30.0}, {"alibi_slopes": np.array([0.5, 0.25], dtype=np.float32)}):
+        with pytest.raises(flashattn.FlashAttnError) as e:
+            flashattn.flash_attn_func(q, q, q, backend="reference", **option)
+        assert e.value.status == flashattn.Status.FA_ERR_UNSUPPORTED
+        assert next(iter(option)) in e.value.message and e.value.function == "fa_plan_create"
+    with pytest.raises(flashattn.FlashAttnError) as e:
+        flashattn.flash_attn_func(q, q, q, backend="reference", softcap=-1.0)
+    assert e.value.status == flashattn.Status.FA_ERR_INVALID_ARGUMENT and "softcap" in e.value.message
+    with pytest.raises(ValueError, match="heads_q"):
+        flashattn.flash_attn_func(q, q, q, backend="reference", alibi_slopes=np.ones(3, dtype=np.float32))
+
+
 def test_python_side_argument_errors(rng):
     q = random(rng, (1, 16, 2, 32))
     with pytest.raises(ValueError, match="same shape"):

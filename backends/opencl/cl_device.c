@@ -269,8 +269,12 @@ static void describe_vendor(fa_cl_device *d, const char *ext) {
     }
     /* Matrix units only where a layer of kernels_cl/ runs them. */
     facts.wave = simd;
-    double matrix = 0.0;
-    if (desc->type == FA_DEVICE_GPU) describe_matrix_units(d, fa_gpu_matrix_units(&facts, &matrix), 0, matrix);
+    if (desc->type == FA_DEVICE_GPU) {
+        /* The layout first: its call sets the rate passed beside it. */
+        double matrix = 0.0;
+        const fa_mma_layout layout = fa_gpu_matrix_units(&facts, &matrix);
+        describe_matrix_units(d, layout, 0, matrix);
+    }
 
     if (simd <= 0) {
         if (!cpu) {

@@ -24,6 +24,27 @@ typedef struct fa_bwd_args {
     void *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
 } fa_bwd_args;
 
+/* Element-wise passes of the ring (context parallelism, core/dist.c) over
+ * [batch, rows, heads, dim] views of buffers: strides and offset in
+ * elements of the view's dtype, every stride explicit, dim contiguous. A
+ * log-sum-exp [batch, heads, rows] is the view with dim 1, stride_seq 1,
+ * stride_head rows, stride_batch heads * rows. */
+typedef struct fa_rows_view {
+    void *buf;                  /* the backend's buffer handle */
+    fa_dtype dtype;
+    int64_t offset, stride_batch, stride_seq, stride_head;
+} fa_rows_view;
+
+typedef struct fa_rows_shape {
+    int batch, rows, heads, dim;
+} fa_rows_shape;
+
+typedef enum fa_rows_op {
+    FA_ROWS_COPY = 0, /* dst = src, converted to dst's dtype (nearest even) */
+    FA_ROWS_ADD = 1,  /* dst = dst + src, summed in fp32 */
+    FA_ROWS_FILL = 2  /* dst = value; src unused (may be NULL) */
+} fa_rows_op;
+
 typedef struct fa_backend_ops {
     fa_backend id;
     const char *name;
@@ -71,6 +92,24 @@ typedef struct fa_backend_ops {
     void (*plan_release)(void *ctx, void *plan_impl);
     fa_status (*forward)(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args);
     fa_status (*backward)(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
+    /* The ring's element-wise passes, queued like the attention passes.
+     * rows: op over every element of shape (see fa_rows_op); src and dst
+     *   never overlap.
+     * rows_merge: fold a partial attention result (part_o in any dtype,
+     *   part_l fp32) into an fp32 accumulator (acc_o, acc_l) through the
+     *   log-sum-exp, per (batch, row, head) in fp32:
+     *     lp == -inf: unchanged (the part saw no key);
+     *     la == -inf: acc_o = part_o, acc_l = lp;
+     *     else m = (la > lp ? la : lp), l = m + log1p(exp(-|la - lp|)),
+     *          acc_o = acc_o * exp(la - l) + part_o * exp(lp - l), acc_l = l
+     *   (NaN in either L makes the row NaN). The L views have dim 1. */
+    fa_status (*rows)(void *ctx, fa_rows_op op, const fa_rows_shape *shape, const fa_rows_view *dst,
+                      const fa_rows_view *src, float value);
+    fa_status (*rows_merge)(void *ctx, const fa_rows_shape *shape, const fa_rows_view *acc_o,
+                            const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l);
+    /* A transport over the vendor's collective library (NCCL, RCCL) for
+     * fa_comm_create_nccl; NULL where the backend has none. */
+    fa_status (*transport_nccl)(void *ctx, void *nccl_comm, fa_transport *transport);
     /* Device time of the plan's last pass; NULL where the backend cannot time. */
     fa_status (*last_time_ms)(void *ctx, void *plan_impl, double *ms);
 } fa_backend_ops;

@@ -544,6 +544,120 @@ FA_API fa_status fa_backward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v
  * with the backend's events; FA_ERR_UNSUPPORTED where it cannot time. */
 FA_API fa_status fa_plan_last_time_ms(fa_plan plan, double *ms);
 
+/* ------------------------------------------------------------------------ */
+/* Context parallelism: one attention over several ranks                    */
+/* ------------------------------------------------------------------------ */
+
+/* How a sequence of n tokens is cut over world ranks (the token axis of
+ * Q, K, V, O, dO and the gradients alike; with variable-length batches,
+ * the packed token axis of the whole batch, so sequences may cross rank
+ * borders).
+ * - FA_CP_CONTIGUOUS: n / world tokens a rank, in rank order. For
+ *   attention without a causal mask, where every rank has the same work.
+ * - FA_CP_ZIGZAG: 2 * world chunks of n / (2 * world) tokens; rank r holds
+ *   chunk r followed by chunk 2 * world - 1 - r. Under a causal mask every
+ *   rank then has the same work (ring-flash-attn's zigzag layout).
+ * n must be a multiple of world (contiguous) or 2 * world (zigzag). */
+typedef enum fa_cp_layout {
+    FA_CP_CONTIGUOUS = 0,
+    FA_CP_ZIGZAG = 1
+} fa_cp_layout;
+
+/* Where this rank's part `part` (0, or 0 and 1 for zigzag) of a sequence of
+ * n tokens lies: tokens [*start, *start + *len) of the whole sequence, and
+ * at *local in this rank's tensors. FA_ERR_INVALID_SIZE where n does not
+ * divide as above; FA_ERR_INVALID_ARGUMENT for a bad rank, world or part. */
+FA_API fa_status fa_cp_part(fa_cp_layout layout, int64_t n, int world, int rank, int part,
+                            int64_t *start, int64_t *len, int64_t *local);
+/* Host helpers: copy this rank's tokens of a whole tensor out of it
+ * (scatter) or into it (gather). whole is [outer][n][token_bytes] and
+ * local [outer][n / world][token_bytes] (outer = batch, or 1 for packed
+ * variable-length tokens; token_bytes = heads * head_dim * element size). */
+FA_API fa_status fa_cp_scatter(fa_cp_layout layout, int world, int rank, int64_t outer, int64_t n,
+                               size_t token_bytes, const void *whole, void *local);
+FA_API fa_status fa_cp_gather(fa_cp_layout layout, int world, int rank, int64_t outer, int64_t n,
+                              size_t token_bytes, const void *local, void *whole);
+
+/* A transport: how the ranks of one attention exchange bytes. The library
+ * brings two, over communicators the caller already has: MPI
+ * (libflashattn_mpi, flashattn_mpi.h) and NCCL or RCCL
+ * (fa_comm_create_nccl). A caller may bring its own.
+ * - device_memory 0: send and recv are host memory; the library stages
+ *   device buffers through it. 1 (CUDA and HIP contexts): they are device
+ *   pointers of the context's device (a CUdeviceptr or HIP pointer as
+ *   void *), and queue is the context's native queue, which the transport
+ *   orders its transfers after and before (on the device, no host wait).
+ * - start: begin sending send_bytes from send to rank `to` and receiving
+ *   recv_bytes into recv from rank `from` (the ring's neighbours); returns
+ *   a token for wait. The library starts at most two at a time.
+ * - wait: the transfer is complete for what the library queues next (for
+ *   device_memory 1, work queued on queue after wait sees the data).
+ * - agree: a collective over all ranks; each values[i] becomes its
+ *   maximum over the ranks. Every rank calls it at the same points: it is
+ *   how ranks learn of each other's errors, so that none waits forever.
+ * - release: called once by fa_comm_destroy. */
+typedef struct fa_transport {
+    int rank;
+    int world;
+    int device_memory;
+    void *impl;
+    fa_status (*start)(void *impl, void *queue, const void *send, size_t send_bytes, int to, void *recv,
+                       size_t recv_bytes, int from, void **pending);
+    fa_status (*wait)(void *impl, void *queue, void *pending);
+    fa_status (*agree)(void *impl, int64_t *values, int count);
+    void (*release)(void *impl);
+} fa_transport;
+
+typedef struct fa_comm_s *fa_comm;
+
+/* A communicator over a transport (copied; rank and world checked). */
+FA_API fa_status fa_comm_create(const fa_transport *transport, fa_comm *comm);
+/* Over a ncclComm_t (CUDA contexts) or rcclComm_t (HIP contexts) the caller
+ * initialised for the context's device, passed as void *. The library
+ * loads NCCL (libnccl.so.2) or RCCL (librccl.so.1) at run time, or the
+ * library named by FLASHATTN_NCCL_LIBRARY; FA_ERR_BACKEND_UNAVAILABLE says
+ * why where it cannot, and other contexts are FA_ERR_UNSUPPORTED.
+ * Transfers run on a stream of their own, ordered with the context's queue
+ * by events. */
+FA_API fa_status fa_comm_create_nccl(fa_context ctx, void *nccl_comm, fa_comm *comm);
+FA_API fa_status fa_comm_get_rank(fa_comm comm, int *rank, int *world);
+FA_API fa_status fa_comm_destroy(fa_comm comm);
+
+typedef struct fa_dist_plan_s *fa_dist_plan;
+
+/* A plan for one attention whose tokens are spread over the ranks of comm
+ * (ring attention: K and V travel around the ring, forward; K, V, dK and
+ * dV, backward; partial results merge through the log-sum-exp in fp32).
+ * Collective: every rank calls it with the same problem, and every rank
+ * gets the same status (a rank whose descriptor or world differs fails
+ * them all, with a message that says so).
+ * desc describes the WHOLE problem: seqlen_q and seqlen_k (and
+ * cu_seqlens_q / cu_seqlens_k) are those of the sequences before the
+ * cut; masks, scale and options as for fa_plan_create. Its tensor layouts
+ * (offsets, strides; 0: packed) describe this rank's local tensors: Q, O,
+ * dO, dQ [batch, seqlen_q / world, heads_q, head_dim], K, V, dK, dV
+ * [batch, seqlen_k / world, heads_kv, head_dim] (varlen: the packed
+ * tokens, total / world of them), and the log-sum-exp [batch, heads_q,
+ * seqlen_q / world] (varlen: [heads_q, total_q / world]), in the order
+ * fa_cp_part gives. The results equal one device's on the whole sequence
+ * within the usual tolerance (bitwise where the backend is the
+ * reference).
+ * FA_ERR_UNSUPPORTED, with a message, for what the ring cannot do yet:
+ * dropout; windows or block masks with variable-length batches; causal
+ * masks with variable-length batches whose query and key offsets differ;
+ * the score options. */
+FA_API fa_status fa_dist_plan_create(fa_context ctx, fa_comm comm, const fa_attention_desc *desc,
+                                     fa_cp_layout layout, fa_dist_plan *plan);
+/* Collective, as fa_forward and fa_backward on the local tensors. */
+FA_API fa_status fa_dist_forward(fa_dist_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o,
+                                 fa_buffer lse);
+FA_API fa_status fa_dist_backward(fa_dist_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o,
+                                  fa_buffer lse, fa_buffer dout, fa_buffer dq, fa_buffer dk, fa_buffer dv);
+/* How many local plans the ring runs and a printable summary (steps, the
+ * pieces of each step, bytes moved a step). */
+FA_API size_t fa_dist_plan_format(fa_dist_plan plan, char *out, size_t out_size);
+FA_API fa_status fa_dist_plan_destroy(fa_dist_plan plan);
+
 #ifdef __cplusplus
 }
 #endif

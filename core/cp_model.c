@@ -312,7 +312,8 @@ static void put(text *t, const char *fmt, ...) FA_PRINTF(2, 3);
 static void put(text *t, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    const int n = t->len < t->size ? vsnprintf(t->out + t->len, t->size - t->len, fmt, ap) : vsnprintf(NULL, 0, fmt, ap);
+    const int n = t->len < t->size ? vsnprintf(t->out + t->len, t->size - t->len, fmt, ap)
+                                   : vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
     if (n > 0) t->len += (size_t)n;
 }
@@ -342,9 +343,15 @@ static void put_pass(text *t, const char *name, const fa_cp_prediction *p, const
     if (pass->tail_ms > 0)
         put(t, "  %-9s %-12s %11s  %-9s %9.2f %11.4f %10.4f  exposed\n", "", "dK, dV home", "-", "",
             pass->tail_bytes / 1e6, pass->tail_ms, pass->tail_ms);
-    put(t, "  %-9s total %.4f ms; 1/%d of the work on one device %.4f ms: efficiency %.0f%%; the busiest "
-           "rank does %.2fx the mean work\n",
-        "", pass->total_ms, p->world, pass->ideal_ms, 100.0 * pass->efficiency, pass->imbalance);
+    put(t, "  %-9s total %.4f ms against %.4f ms for 1/%d of the work on one device: efficiency %.0f%%\n", "",
+        pass->total_ms, pass->ideal_ms, p->world, 100.0 * pass->efficiency);
+}
+
+/* Both passes' FLOPs are the same multiples of the score cells, so one
+ * figure speaks for both. */
+static void put_balance(text *t, const fa_cp_prediction *p) {
+    if (p->forward.imbalance <= 1.0 + 1e-9) put(t, "  every rank does the same work\n");
+    else put(t, "  the busiest rank does %.2fx the mean rank's work\n", p->forward.imbalance);
 }
 
 static void put_hiding(text *t, const fa_cp_prediction *p) {
@@ -375,6 +382,7 @@ size_t fa_cp_prediction_format(const fa_cp_prediction *p, char *out, size_t out_
         "transfer ms", "step ms");
     put_pass(&t, "forward", p, &p->forward);
     put_pass(&t, "backward", p, &p->backward);
+    put_balance(&t, p);
     put_hiding(&t, p);
     return t.len;
 }

@@ -130,15 +130,16 @@ static int64_t global_of(const fa_dist_span *parts, int n, int64_t at) {
 
 /* The largest block size that keeps every block of the piece's rows
  * [start, start + len) inside one block of the whole mask: it divides the
- * mask's block and each part's offset between local and global rows, and
- * each part border inside the piece. */
+ * mask's block, the whole row of each part's piece row 0, and each part
+ * border inside the piece. */
 static int64_t refined_block(const fa_dist_span *parts, int n, int64_t start, int64_t len, int block) {
     int64_t g = block;
     for (int i = 0; i < n; i++) {
         const int64_t lo = max64(start, parts[i].local), hi = min64(start + len, parts[i].local + parts[i].len);
         if (lo >= hi) continue;
         g = gcd64(g, lo - start);
-        g = gcd64(g, parts[i].global - parts[i].local);
+        /* piece row y of this part is whole row (global - local + start) + y */
+        g = gcd64(g, parts[i].global - parts[i].local + start);
     }
     return g;
 }

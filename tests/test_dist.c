@@ -4,6 +4,7 @@
  * of another's failure. */
 #include "dist_check.h"
 #include "harness.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -174,6 +175,37 @@ FA_TEST(refusals) {
     }
 }
 
+/* Random shapes, masks, layouts and world sizes: the cut of a step into
+ * pieces must hold for every combination, not only the ones named above. */
+FA_TEST(random_problems) {
+    fa_rng rng;
+    fa_rng_seed(&rng, 2026);
+    int ran = 0;
+    for (int i = 0; i < 120; i++) {
+        const int world = 1 + (int)(fa_rng_next(&rng) % 4);
+        const fa_cp_layout layout = fa_rng_next(&rng) % 2 ? FA_CP_ZIGZAG : FA_CP_CONTIGUOUS;
+        const int unit = layout == FA_CP_ZIGZAG ? 2 * world : world;
+        dist_case c = ref_case(world, layout);
+        c.batch = 1 + (int)(fa_rng_next(&rng) % 2);
+        c.seqlen_q = unit * (1 + (int)(fa_rng_next(&rng) % (40 / unit + 1)));
+        c.seqlen_k = fa_rng_next(&rng) % 3 ? c.seqlen_q : unit * (1 + (int)(fa_rng_next(&rng) % (40 / unit + 1)));
+        c.causal = (int)(fa_rng_next(&rng) % 2);
+        c.window_left = fa_rng_next(&rng) % 2 ? -1 : (int)(fa_rng_next(&rng) % 24);
+        c.window_right = fa_rng_next(&rng) % 2 ? -1 : (int)(fa_rng_next(&rng) % 24);
+        if (fa_rng_next(&rng) % 3 == 0) {
+            c.block_q = 1 + (int)(fa_rng_next(&rng) % 16);
+            c.block_k = 1 + (int)(fa_rng_next(&rng) % 16);
+        }
+        c.backward = (int)(fa_rng_next(&rng) % 2);
+        char what[96];
+        snprintf(what, sizeof what, "random %d: %dx%d c%d w(%d,%d) b%dx%d", i, c.seqlen_q, c.seqlen_k, c.causal,
+                 c.window_left, c.window_right, c.block_q, c.block_k);
+        expect_match(what, &c);
+        ran++;
+    }
+    CHECK(ran == 120);
+}
+
 static void other_head_dim(fa_attention_desc *d) { d->head_dim = 24; }
 static void bad_length(fa_attention_desc *d) { d->seqlen_q = d->seqlen_k = 50; }
 
@@ -194,4 +226,4 @@ FA_TEST(every_rank_hears_of_a_failure) {
 
 FA_TEST_MAIN(FA_CASE(layout_parts), FA_CASE(full_attention), FA_CASE(causal), FA_CASE(windows),
              FA_CASE(unequal_lengths), FA_CASE(block_mask), FA_CASE(gqa_and_dtypes), FA_CASE(varlen),
-             FA_CASE(refusals), FA_CASE(every_rank_hears_of_a_failure))
+             FA_CASE(random_problems), FA_CASE(refusals), FA_CASE(every_rank_hears_of_a_failure))

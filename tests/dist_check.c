@@ -148,6 +148,7 @@ typedef struct rank_job {
     const tensors *in;
     tensors *out;
     ring_hub *hub;
+    void *nccl;
     fa_status plan_status, pass_status;
     char plan_message[512];
 } rank_job;
@@ -208,8 +209,14 @@ static void rank_main(int rank, void *arg) {
     fa_comm comm = NULL;
     fa_dist_plan plan = NULL;
     j->plan_status = j->pass_status = FA_ERR_INTERNAL;
-    const fa_transport t = ring_hub_transport(j->hub, rank);
-    if (fa_context_create(j->c->backend, -1, &ctx) != FA_SUCCESS || fa_comm_create(&t, &comm) != FA_SUCCESS) {
+    fa_status st = fa_context_create(j->c->backend, j->c->nccl ? rank : -1, &ctx);
+    if (st == FA_SUCCESS && j->c->nccl) {
+        st = fa_comm_create_nccl(ctx, j->nccl, &comm);
+    } else if (st == FA_SUCCESS) {
+        const fa_transport t = ring_hub_transport(j->hub, rank);
+        st = fa_comm_create(&t, &comm);
+    }
+    if (st != FA_SUCCESS) {
         snprintf(j->plan_message, sizeof j->plan_message, "%s", fa_last_error());
         if (ctx) fa_context_destroy(ctx);
         return;
@@ -264,15 +271,19 @@ dist_result dist_check_run(const dist_case *c, int mutate_rank, void (*mutate)(f
     rank_job jobs[8];
     void *args[8];
     ring_hub *hub = ring_hub_create(W);
+    void *nccl[8] = {0};
+    char why[256] = "";
+    if (c->nccl && ring_nccl_comms(W, nccl, why, sizeof why) != FA_SUCCESS) fprintf(stderr, "NCCL: %s\n", why);
     fa_test_poison(ring.o, c->dtype, s.q);
     fa_test_poison(ring.lse, FA_DTYPE_F32, s.lse);
     for (int k = 0; k < W; k++) {
-        jobs[k] = (rank_job){c, d, &s, &in, &ring, hub, FA_SUCCESS, FA_SUCCESS, ""};
+        jobs[k] = (rank_job){c, d, &s, &in, &ring, hub, nccl[k], FA_SUCCESS, FA_SUCCESS, ""};
         if (k == mutate_rank && mutate) mutate(&jobs[k].desc);
         args[k] = &jobs[k];
     }
     ring_threads_run(W, rank_main, args);
     ring_hub_destroy(hub);
+    for (int k = 0; k < W && c->nccl; k++) ring_nccl_destroy(nccl[k]);
     int all_ok = r.ran;
     for (int k = 0; k < W; k++) {
         r.plan_status[k] = jobs[k].plan_status;

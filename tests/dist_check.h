@@ -19,6 +19,7 @@ typedef struct dist_case {
     fa_cp_layout layout;
     int world;
     int backward;
+    int nccl;        /* 1: one device a rank over NCCL; 0: threads over host memory */
 } dist_case;
 
 /* A case with no masks, fp32, forward and backward. */

@@ -6,7 +6,9 @@
  * MPI orders messages of one tag and NCCL its operations. */
 #include "ring_threads.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,4 +166,49 @@ void ring_threads_run(int world, void (*fn)(int rank, void *arg), void *const *a
     for (int r = 0; r < world; r++) pthread_join(threads[r], NULL);
     free(threads);
     free(targs);
+}
+
+/* NCCL's entry points the tests and the benchmark need to make
+ * communicators (the library itself only uses the ones it is given). */
+typedef int (*nccl_init_all_fn)(void **comms, int ndev, const int *devlist);
+typedef int (*nccl_destroy_fn)(void *comm);
+static void *nccl_lib;
+
+static void *nccl_symbol(const char *name, char *why, size_t why_size) {
+    if (!nccl_lib) {
+        const char *path = getenv("FLASHATTN_NCCL_LIBRARY");
+        nccl_lib = dlopen(path && *path ? path : "libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+        if (!nccl_lib) {
+            snprintf(why, why_size, "%s", dlerror());
+            return NULL;
+        }
+    }
+    void *f = dlsym(nccl_lib, name);
+    if (!f) snprintf(why, why_size, "%s not found in NCCL", name);
+    return f;
+}
+
+fa_status ring_nccl_comms(int world, void **comms, char *why, size_t why_size) {
+    void *sym = nccl_symbol("ncclCommInitAll", why, why_size);
+    if (!sym) return FA_ERR_BACKEND_UNAVAILABLE;
+    nccl_init_all_fn init; /* through memcpy: ISO C has no object-to-function pointer cast */
+    memcpy(&init, &sym, sizeof init);
+    int devices[64];
+    if (world > 64) return FA_ERR_INVALID_ARGUMENT;
+    for (int i = 0; i < world; i++) devices[i] = i;
+    const int rc = init(comms, world, devices);
+    if (rc != 0) {
+        snprintf(why, why_size, "ncclCommInitAll over %d devices returned %d", world, rc);
+        return FA_ERR_LAUNCH;
+    }
+    return FA_SUCCESS;
+}
+
+void ring_nccl_destroy(void *comm) {
+    char why[64];
+    void *sym = nccl_symbol("ncclCommDestroy", why, sizeof why);
+    if (!sym || !comm) return;
+    nccl_destroy_fn destroy;
+    memcpy(&destroy, &sym, sizeof destroy);
+    destroy(comm);
 }

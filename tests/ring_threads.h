@@ -17,4 +17,10 @@ fa_transport ring_hub_transport(ring_hub *hub, int rank);
 /* Runs fn(rank, arg_of_rank) on world threads and waits for them. */
 void ring_threads_run(int world, void (*fn)(int rank, void *arg), void *const *args);
 
+/* NCCL communicators for devices 0 .. world-1 of this process
+ * (ncclCommInitAll), NCCL loaded from FLASHATTN_NCCL_LIBRARY or
+ * libnccl.so.2. FA_SUCCESS, or a status with the reason in why. */
+fa_status ring_nccl_comms(int world, void **comms, char *why, size_t why_size);
+void ring_nccl_destroy(void *comm);
+
 #endif

@@ -51,6 +51,7 @@
 /* Grid dimensions y and z: 65535 on every HIP and CUDA device. */
 #define FA_HIP_MAX_GRID_YZ 65535u
 #define FA_HIP_PRELUDE "kernels_hip/hip_nvidia_prelude.h"
+#define FA_HIP_DTYPES "kernels_hip/dtype.h"
 
 /* ------------------------------------------------------------------------ */
 /* hiprtc                                                                    */
@@ -278,10 +279,12 @@ fa_status fa_hip_program_source(const fa_hip_program *prog, const char *arch, ch
         return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !prog ? "prog" : !text_out ? "text" : "size");
     *text_out = NULL;
     *size_out = 0;
-    enum { MAX_PATHS = FA_HIP_MAX_PATHS + 1 };
+    enum { MAX_PATHS = FA_HIP_MAX_PATHS + 2 };
     const char *paths[MAX_PATHS];
     int count = 0;
     if (is_nvidia_arch(arch)) paths[count++] = FA_HIP_PRELUDE;
+    /* Every program is written on the types and conversions of dtype.h. */
+    paths[count++] = FA_HIP_DTYPES;
     for (int i = 0; i < prog->path_count && count < MAX_PATHS; i++) paths[count++] = prog->paths[i];
     const fa_kernel_source *srcs[MAX_PATHS];
     size_t total = 1;

@@ -90,7 +90,8 @@ fa_status fa_hip_program_for_device(const fa_device_desc *dev, const fa_attentio
                                     fa_pass pass, fa_hip_program *out);
 
 /* The program's full source text as compiled for arch (the NVIDIA prelude
- * first when arch is "sm_*"), malloc'ed; *size without the NUL. */
+ * first when arch is "sm_*", then kernels_hip/dtype.h, then the program's
+ * paths), malloc'ed; *size without the NUL. */
 fa_status fa_hip_program_source(const fa_hip_program *prog, const char *arch, char **text, size_t *size);
 
 /* Compile a program with hiprtc for arch ("gfx90a", "sm_90") into a code

@@ -677,6 +677,7 @@ const fa_backend_ops fa_cuda_backend = {
     .backward = fa_cuda_backward,
     .rows = fa_cuda_rows,
     .rows_merge = fa_cuda_rows_merge,
+    .transport_nccl = fa_cuda_transport_nccl,
     .last_time_ms = fa_cuda_last_time_ms,
 };
 

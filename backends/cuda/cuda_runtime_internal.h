@@ -273,14 +273,15 @@ fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, con
 fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
 fa_status fa_cuda_last_time_ms(void *ctx, void *plan_impl, double *ms);
 
-/* The ring's element-wise passes (cuda_rows.c), as the ops table takes
- * them; fa_cuda_rows_release unloads what they loaded into a context being
- * destroyed. */
+/* The ring's element-wise passes and NCCL transport (cuda_rows.c,
+ * cuda_nccl.c), as the ops table takes them; fa_cuda_rows_release unloads
+ * what the passes loaded into a context being destroyed. */
 fa_status fa_cuda_rows(void *ctx, fa_rows_op op, const fa_rows_shape *shape, const fa_rows_view *dst,
                        const fa_rows_view *src, float value);
 fa_status fa_cuda_rows_merge(void *ctx, const fa_rows_shape *shape, const fa_rows_view *acc_o,
                              const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l);
 void fa_cuda_rows_release(fa_cuda_context *ctx);
+fa_status fa_cuda_transport_nccl(void *ctx, void *nccl_comm, fa_transport *transport);
 
 #endif /* FA_CUDA_DRIVER_TYPES */
 

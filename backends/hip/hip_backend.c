@@ -635,6 +635,7 @@ const fa_backend_ops fa_hip_backend = {
     .backward = fa_hip_backward,
     .rows = fa_hip_rows,
     .rows_merge = fa_hip_rows_merge,
+    .transport_nccl = fa_hip_transport_nccl,
     .last_time_ms = fa_hip_last_time_ms,
 };
 

@@ -232,14 +232,15 @@ fa_status fa_hip_load_program(const fa_hip_context *ctx, const fa_hip_program *p
 fa_status fa_hip_launch(const fa_hip_context *ctx, hipFunction_t fn, const char *name, size_t gx, size_t gy,
                         size_t gz, unsigned block, size_t shared, void **args);
 
-/* The ring's element-wise passes (hip_rows.c), as the ops table takes
- * them; fa_hip_rows_release unloads what they loaded into a context being
- * destroyed. */
+/* The ring's element-wise passes and NCCL/RCCL transport (hip_rows.c,
+ * hip_rccl.c), as the ops table takes them; fa_hip_rows_release unloads
+ * what the passes loaded into a context being destroyed. */
 fa_status fa_hip_rows(void *ctx, fa_rows_op op, const fa_rows_shape *shape, const fa_rows_view *dst,
                       const fa_rows_view *src, float value);
 fa_status fa_hip_rows_merge(void *ctx, const fa_rows_shape *shape, const fa_rows_view *acc_o,
                             const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l);
 void fa_hip_rows_release(fa_hip_context *ctx);
+fa_status fa_hip_transport_nccl(void *ctx, void *nccl_comm, fa_transport *transport);
 
 #endif /* FA_HIP_RUNTIME_TYPES */
 

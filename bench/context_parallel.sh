@@ -18,12 +18,14 @@
 #
 #   bench/context_parallel.sh            tests and the timing
 #   bench/context_parallel.sh tests      tests only
+#   bench/context_parallel.sh bench      the timing only (after the tests,
+#                                        on the same machine)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh
 . bench/gpu_env.sh
 mode=${1:-all}
-case $mode in all|tests) ;; *) echo "usage: $0 [all|tests]" >&2; exit 2 ;; esac
+case $mode in all|tests|bench) ;; *) echo "usage: $0 [all|tests|bench]" >&2; exit 2 ;; esac
 fa_gpu_info
 fa_nvidia_opencl
 fa_hip_nvidia_args
@@ -33,16 +35,22 @@ fa_gpu_build build-gpu-cp "test_rows test_dist test_dist_device test_ring_device
   -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_OPENCL=ON "${hip_args[@]}" || exit 1
 failed=0
 
+if [ "$mode" != bench ]; then
 stamp "ring tests"
-{
-  build-gpu-cp/test_rows
-  build-gpu-cp/test_dist
-  FA_TEST_LARGE=1 build-gpu-cp/test_dist_device
-  [ -x build-gpu-cp/test_ring_device ] && build-gpu-cp/test_ring_device
-} > "$out/cp-tests.log" 2>&1 || failed=1
+for t in test_rows test_dist test_ring_device "test_dist_device cuda" "test_dist_device opencl" "test_dist_device hip"; do
+  stamp "$t"
+  # shellcheck disable=SC2086  # the test and its case are two words
+  FA_TEST_LARGE=1 timeout 300 build-gpu-cp/$t >> "$out/cp-tests.log" 2>&1 || { failed=1; echo "$t failed"; }
+done
 grep -E "^(ok|FAIL|skip)|passed|CHECK failed|not run" "$out/cp-tests.log" | head -60
+fi
 
-if [ "$mode" = all ]; then
+if [ "$mode" != tests ] && [ -f bench/ring_sdpa.py ] && python3 -c "import torch" > /dev/null 2>&1; then
+  stamp "PyTorch peer: its ring against one GPU"
+  timeout 200 python3 bench/ring_sdpa.py --ranks 2 --check 2>&1 | tail -n 14
+fi
+
+if [ "$mode" = all ] || [ "$mode" = bench ]; then
   per_gpu=${TOKENS_PER_GPU:-262144}
   shape=(--heads 32 --heads-kv 8 --dim 128 --dtype bf16 --causal --batch 1)
   rm -f "$out/cp-bench.jsonl" "$out/cp-peer.jsonl"

@@ -28,6 +28,8 @@ mode=${1:-all}
 case $mode in all|tests|bench) ;; *) echo "usage: $0 [all|tests|bench]" >&2; exit 2 ;; esac
 fa_gpu_info
 fa_nvidia_opencl
+# NVLink multicast (NVLS) stays off on the lent machines.
+export NCCL_NVLS_ENABLE=0
 fa_hip_nvidia_args
 gpus=$(nvidia-smi -L | grep -c '^GPU')
 stamp "$gpus GPU(s); configure and build"

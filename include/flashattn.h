@@ -618,7 +618,9 @@ FA_API fa_status fa_comm_create(const fa_transport *transport, fa_comm *comm);
  * library named by FLASHATTN_NCCL_LIBRARY; FA_ERR_BACKEND_UNAVAILABLE says
  * why where it cannot, and other contexts are FA_ERR_UNSUPPORTED.
  * Transfers run on a stream of their own, ordered with the context's queue
- * by events. */
+ * by events. The communicator holds a reference on the context (as a
+ * buffer does) until fa_comm_destroy; the NCCL communicator stays the
+ * caller's, and must outlive it. */
 FA_API fa_status fa_comm_create_nccl(fa_context ctx, void *nccl_comm, fa_comm *comm);
 FA_API fa_status fa_comm_get_rank(fa_comm comm, int *rank, int *world);
 FA_API fa_status fa_comm_destroy(fa_comm comm);

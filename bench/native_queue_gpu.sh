@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# On an NVIDIA GPU machine: the caller's queue (fa_context_set_native_queue)
-# and the per-call dropout seed (fa_plan_set_dropout_seed) on every backend
+# On an NVIDIA GPU machine: the caller's queue (fa_context_set_native_queue),
+# the per-call dropout seed (fa_plan_set_dropout_seed) and the dropout origin
+# of a ring's pieces (test_dropout_seed's origin_* cases: a plan of part of a
+# problem drops what the whole problem's plan drops there) on every backend
 # there: CUDA, NVIDIA's OpenCL, and HIP through the mapping onto CUDA when
 # .deps/hip holds its headers (bench/hip_nvidia_check.sh says how).
 # Runs tests/test_native_queue.c and tests/test_dropout_seed.c; the Python
@@ -8,8 +10,9 @@
 # (default ./gpu-out).
 #
 # Expected: every case passes, except skips for what is not there: HIP
-# without .deps/hip, hip_standard (the HIP backend runs fused attention
-# only), opencl_standard without CLBlast in .deps/clblast.
+# without .deps/hip, hip_standard and origin_hip_standard (the HIP backend
+# runs fused attention only), opencl_standard and origin_opencl_standard
+# without CLBlast in .deps/clblast.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh

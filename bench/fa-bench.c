@@ -12,6 +12,7 @@
  * and the sweep goes on; any other failure is reported with its message and
  * makes the exit status 1. */
 #include "bench_decode.h"
+#include "bench_ring.h"
 #include "cli.h"
 #include "planner.h"
 #include "test_util.h"
@@ -227,6 +228,7 @@ static const char usage_text[] =
     "  --csv FILE          append one CSV row per point (header when the file is empty)\n"
     "  --label TEXT        stored with each point\n"
     "  --decode            decoding steps against a KV cache instead (fa-bench --decode --help)\n"
+    "  --ranks W           ring attention over W ranks instead (fa-bench --ranks 2 --help)\n"
     "memory: device_bytes (table: \"need MiB\") is the device memory the call\n"
     "needs: tensors + workspace allocated by the call. Tensors are Q, K, V, O\n"
     "and the log-sum-exp, plus dO, dQ, dK, dV when a backward pass runs; the\n"
@@ -711,8 +713,10 @@ static void print_ms(double ms, double tf, int ran) {
 }
 
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--decode") == 0) return fa_bench_decode(argc, argv);
+        if (strcmp(argv[i], "--ranks") == 0) return fa_bench_ring(argc, argv);
+    }
     bench_opts o;
     char **rest = calloc((size_t)argc + 1, sizeof(char *));
     if (!rest) return 2;

@@ -468,24 +468,24 @@ typedef struct tensor_arg {
     int is_output;
 } tensor_arg;
 
-static tensor_arg tensor_of(const struct fa_plan_s *p, const char *name, fa_buffer buf, fa_tensor_role role,
+static tensor_arg tensor_of(const fa_attention_desc *d, const char *name, fa_buffer buf, fa_tensor_role role,
                             int is_output) {
-    tensor_arg t = {name, buf, fa_desc_tensor_bytes(&p->desc, role), fa_tensor_footprint(&p->desc, role), is_output};
+    tensor_arg t = {name, buf, fa_desc_tensor_bytes(d, role), fa_tensor_footprint(d, role), is_output};
     return t;
 }
 
-static tensor_arg lse_of(const struct fa_plan_s *p, fa_buffer buf, int is_output) {
-    const int64_t bytes = fa_desc_lse_bytes(&p->desc);
+static tensor_arg lse_of(const fa_attention_desc *d, fa_buffer buf, int is_output) {
+    const int64_t bytes = fa_desc_lse_bytes(d);
     tensor_arg t = {"lse", buf, bytes, fa_range_footprint(0, (uint64_t)bytes), is_output};
     return t;
 }
 
-/* Every argument present, of the plan's context and large enough; no output
+/* Every argument present, of the context and large enough; no output
  * sharing a byte with another argument (inputs may share theirs). */
-static fa_status check_tensors(const struct fa_plan_s *p, const tensor_arg *t, int n) {
+static fa_status check_tensors(fa_context ctx, const tensor_arg *t, int n) {
     for (int i = 0; i < n; i++) {
         if (!t[i].buf) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", t[i].name);
-        if (t[i].buf->ctx != p->ctx)
+        if (t[i].buf->ctx != ctx)
             return fa_fail(FA_ERR_FOREIGN_BUFFER, "%s belongs to another context than the plan", t[i].name);
         if (t[i].needed < 0 || (uint64_t)t[i].needed > (uint64_t)t[i].buf->bytes)
             return fa_fail(FA_ERR_OUT_OF_BOUNDS, "%s: the tensor spans %lld bytes but the buffer holds %zu",
@@ -502,12 +502,28 @@ static fa_status check_tensors(const struct fa_plan_s *p, const tensor_arg *t, i
     return FA_SUCCESS;
 }
 
+fa_status fa_check_forward_args(fa_context ctx, const fa_attention_desc *d, fa_buffer q, fa_buffer k, fa_buffer v,
+                                fa_buffer o, fa_buffer lse) {
+    const tensor_arg t[] = {tensor_of(d, "q", q, FA_TENSOR_Q, 0), tensor_of(d, "k", k, FA_TENSOR_K, 0),
+                            tensor_of(d, "v", v, FA_TENSOR_V, 0), tensor_of(d, "o", o, FA_TENSOR_O, 1),
+                            lse_of(d, lse, 1)};
+    return check_tensors(ctx, t, (int)FA_ARRAY_SIZE(t));
+}
+
+fa_status fa_check_backward_args(fa_context ctx, const fa_attention_desc *d, fa_buffer q, fa_buffer k,
+                                 fa_buffer v, fa_buffer o, fa_buffer lse, fa_buffer dout, fa_buffer dq,
+                                 fa_buffer dk, fa_buffer dv) {
+    const tensor_arg t[] = {tensor_of(d, "q", q, FA_TENSOR_Q, 0),   tensor_of(d, "k", k, FA_TENSOR_K, 0),
+                            tensor_of(d, "v", v, FA_TENSOR_V, 0),   tensor_of(d, "o", o, FA_TENSOR_O, 0),
+                            lse_of(d, lse, 0),                      tensor_of(d, "dout", dout, FA_TENSOR_O, 0),
+                            tensor_of(d, "dq", dq, FA_TENSOR_Q, 1), tensor_of(d, "dk", dk, FA_TENSOR_K, 1),
+                            tensor_of(d, "dv", dv, FA_TENSOR_V, 1)};
+    return check_tensors(ctx, t, (int)FA_ARRAY_SIZE(t));
+}
+
 fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o, fa_buffer lse) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
-    const tensor_arg t[] = {tensor_of(plan, "q", q, FA_TENSOR_Q, 0), tensor_of(plan, "k", k, FA_TENSOR_K, 0),
-                            tensor_of(plan, "v", v, FA_TENSOR_V, 0), tensor_of(plan, "o", o, FA_TENSOR_O, 1),
-                            lse_of(plan, lse, 1)};
-    FA_CHECK(check_tensors(plan, t, (int)FA_ARRAY_SIZE(t)));
+    FA_CHECK(fa_check_forward_args(plan->ctx, &plan->desc, q, k, v, o, lse));
     fa_fwd_args args = {q->impl, k->impl, v->impl, o->impl, lse->impl};
     return plan->ctx->ops->forward(plan->ctx->impl, plan->impl, plan, &args);
 }
@@ -515,12 +531,7 @@ fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buf
 fa_status fa_backward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o, fa_buffer lse,
                       fa_buffer dout, fa_buffer dq, fa_buffer dk, fa_buffer dv) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
-    const tensor_arg t[] = {tensor_of(plan, "q", q, FA_TENSOR_Q, 0),      tensor_of(plan, "k", k, FA_TENSOR_K, 0),
-                            tensor_of(plan, "v", v, FA_TENSOR_V, 0),      tensor_of(plan, "o", o, FA_TENSOR_O, 0),
-                            lse_of(plan, lse, 0),                         tensor_of(plan, "dout", dout, FA_TENSOR_O, 0),
-                            tensor_of(plan, "dq", dq, FA_TENSOR_Q, 1),    tensor_of(plan, "dk", dk, FA_TENSOR_K, 1),
-                            tensor_of(plan, "dv", dv, FA_TENSOR_V, 1)};
-    FA_CHECK(check_tensors(plan, t, (int)FA_ARRAY_SIZE(t)));
+    FA_CHECK(fa_check_backward_args(plan->ctx, &plan->desc, q, k, v, o, lse, dout, dq, dk, dv));
     fa_bwd_args args = {q->impl, k->impl, v->impl, o->impl, lse->impl, dout->impl, dq->impl, dk->impl, dv->impl};
     return plan->ctx->ops->backward(plan->ctx->impl, plan->impl, plan, &args);
 }

@@ -45,4 +45,12 @@ struct fa_plan_s {
     void *impl;
 };
 
+/* The argument checks of fa_forward and fa_backward against any descriptor
+ * (the ring checks a rank's local tensors with them before it starts). */
+fa_status fa_check_forward_args(fa_context ctx, const fa_attention_desc *d, fa_buffer q, fa_buffer k, fa_buffer v,
+                                fa_buffer o, fa_buffer lse);
+fa_status fa_check_backward_args(fa_context ctx, const fa_attention_desc *d, fa_buffer q, fa_buffer k,
+                                 fa_buffer v, fa_buffer o, fa_buffer lse, fa_buffer dout, fa_buffer dq,
+                                 fa_buffer dk, fa_buffer dv);
+
 #endif

@@ -87,6 +87,83 @@ FA_TEST(good_options_run) {
     CHECK_MSG(rc == 0 && strstr(output, "PASS") != NULL, "fa-run --seqlen 1: exit %d:\n%s", rc, output);
 }
 
+/* fa-info's ring options: their values as strictly as the others', and
+ * problems the ring cannot cut refused by name before anything prints. */
+FA_TEST(ring_options_refused) {
+    setenv("FLASHATTN_NO_BANDWIDTH_PROBE", "1", 1);
+    static const char *const bad[][2] = {
+        {"--ranks", "0"},      {"--ranks", "-2"},        {"--ranks", "x"},           {"--ranks", "4 "},
+        {"--ranks", "2097152"}, {"--link-gbs", "0"},     {"--link-gbs", "-5"},       {"--link-gbs", "nan"},
+        {"--link-gbs", "inf"}, {"--link-gbs", "1e10"},   {"--link-gbs", "fast"},     {"--link-us", "-1"},
+        {"--link-us", "x"},    {"--cp-layout", "ring"},  {"--cp-layout", ""}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char needle[64];
+        snprintf(needle, sizeof needle, "value for %s", bad[i][0]);
+        expect_refused("fa-info", (const char *const[]){"--describe", "h100", bad[i][0], bad[i][1], NULL}, needle);
+    }
+    expect_refused("fa-info", (const char *const[]){"--ranks", NULL}, "value for --ranks");
+    expect_refused("fa-info", (const char *const[]){"--describe", "h100", "--link-us", "2", NULL},
+                   "--link-us needs --link-gbs");
+    /* 3 ranks do not divide 512 tokens; 4 zigzag ranks (8 chunks) not 516. */
+    expect_refused("fa-info", (const char *const[]){"--describe", "h100", "--ranks", "3", NULL}, "seqlen_q = 512");
+    expect_refused("fa-info", (const char *const[]){"--describe", "h100", "--ranks", "4", "--seqlen", "516",
+                                                    "--causal", NULL},
+                   "not a multiple of 8");
+    expect_refused("fa-info", (const char *const[]){"--describe", "h100", "--ranks", "2", "--window", "16,0", NULL},
+                   "window");
+    expect_refused("fa-info", (const char *const[]){"--describe", "h100", "--ranks", "2", "--causal", "--seqlen-k",
+                                                    "256", NULL},
+                   "seqlen_k = 256");
+    /* A bad shared option still names itself with the ring options around. */
+    expect_refused("fa-info", (const char *const[]){"--ranks", "2", "--dim", "12", NULL}, "head_dim");
+}
+
+static int count_of(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+FA_TEST(ring_options_run) {
+    setenv("FLASHATTN_NO_BANDWIDTH_PROBE", "1", 1);
+    /* No --link-gbs: the three named links, zigzag under the causal mask. */
+    int rc = fa_test_run_tool("fa-info",
+                              (const char *const[]){"--describe", "h100", "--ranks", "4", "--causal", "--seqlen",
+                                                    "8192", "--dtype", "bf16", "--heads", "32", "--heads-kv", "8",
+                                                    "--dim", "128", NULL},
+                              output, sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && count_of(output, "ring over 4 ranks (zigzag layout)") == 3 &&
+                  strstr(output, "NVLink 4: 450 GB/s") && strstr(output, "PCIe 5 x16: 63 GB/s") &&
+                  strstr(output, "InfiniBand 400G: 50 GB/s") && count_of(output, "transfers hide") == 3,
+              "exit %d:\n%s", rc, output);
+    /* A link of one's own: one table; contiguous without a mask. */
+    rc = fa_test_run_tool("fa-info",
+                          (const char *const[]){"--describe", "all", "--ranks", "2", "--link-gbs", "100", "--link-us",
+                                                "4", NULL},
+                          output, sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && count_of(output, "ring over 2 ranks (contiguous layout), link: 100 GB/s a direction, 4 us") ==
+                             count_of(output, "\n["),
+              "exit %d:\n%s", rc, output);
+    /* Latency from the nearest named link; the layout as asked. */
+    rc = fa_test_run_tool("fa-info",
+                          (const char *const[]){"--describe", "mi300x", "--ranks", "8", "--link-gbs", "400",
+                                                "--cp-layout", "contiguous", "--causal", NULL},
+                          output, sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && strstr(output, "ring over 8 ranks (contiguous layout), link: 400 GB/s a direction, 2 us") &&
+                  strstr(output, "0-100%"),
+              "exit %d:\n%s", rc, output);
+    /* One rank, the default: nothing of the ring, whatever the link. */
+    rc = fa_test_run_tool("fa-info", (const char *const[]){"--describe", "h100", "--link-gbs", "10", NULL}, output,
+                          sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && !strstr(output, "ring over"), "exit %d:\n%s", rc, output);
+    /* The devices present: the reference plans, so the ring is predicted too. */
+    rc = fa_test_run_tool("fa-info",
+                          (const char *const[]){"--backend", "reference", "--device", "0", "--ranks", "2",
+                                                "--link-gbs", "25", NULL},
+                          output, sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && strstr(output, "ring over 2 ranks"), "exit %d:\n%s", rc, output);
+}
+
 /* fa-bench --decode: malformed lists and paged caches are refused; a step
  * against a short cache runs on the reference (no copy to compare with). */
 FA_TEST(bench_decode_options) {
@@ -158,5 +235,6 @@ FA_TEST(check_tolerance) {
     CHECK(fa_test_compare(got, ref, FA_DTYPE_F32, 4).mismatched == 1);
 }
 
-FA_TEST_MAIN(FA_CASE(bad_options_exit_2), FA_CASE(bench_decode_options), FA_CASE(good_options_run),
+FA_TEST_MAIN(FA_CASE(bad_options_exit_2), FA_CASE(ring_options_refused), FA_CASE(ring_options_run),
+             FA_CASE(bench_decode_options), FA_CASE(good_options_run),
              FA_CASE(largest_problem_answers_at_once), FA_CASE(check_tolerance))

@@ -1,6 +1,7 @@
 /* Internal interface of the OpenCL backend, shared by its runtime half
- * (cl_runtime.c: loading, devices, memory, builds, launches, timing) and its
- * attention half (cl_attention.c: kernels for a plan). */
+ * (cl_runtime.c: loading, devices, memory, builds, launches, timing), its
+ * attention half (cl_attention.c: kernels for a plan) and the ring's
+ * element-wise passes (cl_rows.c). */
 #ifndef FA_CL_BACKEND_H
 #define FA_CL_BACKEND_H
 
@@ -91,6 +92,7 @@ typedef struct fa_cl_context {
     cl_command_queue queue;     /* in use: own_queue, or the caller's (retained) */
     cl_command_queue own_queue; /* in order, profiling enabled */
     fa_device_info info;
+    struct fa_cl_rows_kernels *rows; /* cl_rows.c's program: NULL until a pass needs it */
 } fa_cl_context;
 
 typedef struct fa_cl_buffer {
@@ -130,5 +132,13 @@ void fa_cl_plan_release(void *ctx, void *plan_impl);
 fa_status fa_cl_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args);
 fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
 fa_status fa_cl_last_time_ms(void *ctx, void *plan_impl, double *ms);
+
+/* The ring's element-wise passes (cl_rows.c). */
+fa_status fa_cl_rows(void *ctx, fa_rows_op op, const fa_rows_shape *shape, const fa_rows_view *dst,
+                     const fa_rows_view *src, float value);
+fa_status fa_cl_rows_merge(void *ctx, const fa_rows_shape *shape, const fa_rows_view *acc_o,
+                           const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l);
+/* Releases the context's rows program, if a pass built it. */
+void fa_cl_rows_release(fa_cl_context *ctx);
 
 #endif

@@ -223,6 +223,7 @@ static void cl_context_destroy(void *handle) {
     /* Work still queued may reference buffers the caller is about to free.
      * Core has handed a caller's queue back by now. */
     fa_cl.clFinish(ctx->own_queue);
+    fa_cl_rows_release(ctx);
     fa_cl.clReleaseCommandQueue(ctx->own_queue);
     fa_cl.clReleaseContext(ctx->context);
     free(ctx);
@@ -481,5 +482,7 @@ const fa_backend_ops fa_opencl_backend = {
     .plan_release = fa_cl_plan_release,
     .forward = fa_cl_forward,
     .backward = fa_cl_backward,
+    .rows = fa_cl_rows,
+    .rows_merge = fa_cl_rows_merge,
     .last_time_ms = fa_cl_last_time_ms,
 };

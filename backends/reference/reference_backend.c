@@ -7,6 +7,7 @@
 #include "fa_internal.h"
 #include "plan.h"
 #include "reference.h"
+#include "reference_rows.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +152,33 @@ static fa_status ref_backward(void *ctx, void *plan_impl, const fa_plan_s *plan,
     return st;
 }
 
+/* The views name backend handles; reference_rows.c takes host addresses. */
+static fa_rows_view host_view(const fa_rows_view *v) {
+    fa_rows_view h = *v;
+    h.buf = v->buf ? DATA(v->buf) : NULL;
+    return h;
+}
+
+static fa_status ref_rows(void *ctx, fa_rows_op op, const fa_rows_shape *shape, const fa_rows_view *dst,
+                          const fa_rows_view *src, float value) {
+    if (!dst) return fa_fail(FA_ERR_NULL_POINTER, "dst is NULL");
+    const fa_rows_view d = host_view(dst);
+    const fa_rows_view s = src ? host_view(src) : d;
+    return fa_ref_rows(op, shape, &d, src ? &s : NULL, value);
+}
+
+static fa_status ref_rows_merge(void *ctx, const fa_rows_shape *shape, const fa_rows_view *acc_o,
+                                const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l) {
+    const fa_rows_view *views[4] = {acc_o, acc_l, part_o, part_l};
+    static const char *const names[4] = {"acc_o", "acc_l", "part_o", "part_l"};
+    fa_rows_view host[4];
+    for (int i = 0; i < 4; i++) {
+        if (!views[i]) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", names[i]);
+        host[i] = host_view(views[i]);
+    }
+    return fa_ref_rows_merge(shape, &host[0], &host[1], &host[2], &host[3]);
+}
+
 static fa_status ref_last_time_ms(void *ctx, void *plan_impl, double *ms) {
     ref_plan *p = plan_impl;
     if (!p->has_time) return fa_fail(FA_ERR_UNSUPPORTED, "no pass has run on this plan");
@@ -178,5 +206,7 @@ const fa_backend_ops fa_reference_backend = {
     .plan_release = ref_plan_release,
     .forward = ref_forward,
     .backward = ref_backward,
+    .rows = ref_rows,
+    .rows_merge = ref_rows_merge,
     .last_time_ms = ref_last_time_ms,
 };

@@ -77,6 +77,12 @@ static int parse_double_range(const char *s, double lo, double hi, int hi_open, 
     return 0;
 }
 
+int fa_cli_int(const char *text, int lo, int hi, int *out) { return parse_int_range(text, lo, hi, out); }
+
+int fa_cli_double(const char *text, double lo, double hi, double *out) {
+    return parse_double_range(text, lo, hi, 0, out);
+}
+
 /* Decimal or 0x-prefixed hexadecimal, all 64 bits; no sign. */
 static int parse_u64(const char *s, uint64_t *out) {
     if (!isdigit((unsigned char)*s)) return -1;

@@ -30,6 +30,10 @@ void fa_cli_usage(const char *prog, const char *extra);
 /* A comma-separated list of at most max whole numbers in [lo, hi] into
  * out; the count, or -1 for anything else (an empty list included). */
 int fa_cli_int_list(const char *text, int lo, int hi, int *out, int max);
+/* One whole-string number in [lo, hi] (the rules of the shared options,
+ * for a tool's own); 0, or -1 for anything else. */
+int fa_cli_int(const char *text, int lo, int hi, int *out);
+int fa_cli_double(const char *text, double lo, double hi, double *out);
 void fa_cli_free(fa_cli *cli);
 /* One line: "b=1 sq=512 sk=512 hq=4 hkv=4 d=64 fp32 causal ..." */
 void fa_cli_describe_problem(const fa_attention_desc *desc, char *out, size_t size);

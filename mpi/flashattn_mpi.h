@@ -50,8 +50,12 @@
  * sets MPI_ERRORS_RETURN on its duplicate): each becomes a fa_status
  * (FA_ERR_OUT_OF_MEMORY for MPI_ERR_NO_MEM, FA_ERR_INVALID_SIZE for
  * MPI_ERR_TRUNCATE and for a message of another size than expected,
- * FA_ERR_INVALID_ARGUMENT for a bad rank, FA_ERR_LAUNCH otherwise) whose
- * message names the MPI call and carries MPI_Error_string.
+ * FA_ERR_INVALID_ARGUMENT for a bad rank or argument, FA_ERR_LAUNCH for the
+ * rest) with a message that names the MPI call and carries
+ * MPI_Error_string. That message is fa_mpi_last_error()'s: a library
+ * outside libflashattn cannot write fa_last_error(), which after a failed
+ * fa_dist_* call names the ring's step that failed (a transfer, an
+ * agreement between the ranks).
  */
 #ifndef FLASHATTN_MPI_H
 #define FLASHATTN_MPI_H
@@ -84,6 +88,11 @@ extern "C" {
  * will run on: its backend decides which memory MPI is handed (see the
  * top of this file). */
 FA_MPI_API fa_status fa_comm_create_mpi(fa_context ctx, MPI_Comm comm, fa_comm *out);
+
+/* Details of the calling thread's last failure in this library: the MPI
+ * call and MPI's error string, or why fa_comm_create_mpi refused; "" if
+ * none. Valid until the thread's next failure here. */
+FA_MPI_API const char *fa_mpi_last_error(void);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,7 @@
 #include "mpi_error.h"
 
+#include "flashattn_mpi.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,7 +9,7 @@
 #define FA_MPI_MESSAGE_SIZE 1024
 static _Thread_local char mpi_message[FA_MPI_MESSAGE_SIZE];
 
-const char *fa_mpi_error_text(void) { return mpi_message; }
+const char *fa_mpi_last_error(void) { return mpi_message; }
 
 fa_status fa_mpi_fail(fa_status status, const char *fmt, ...) {
     va_list ap;

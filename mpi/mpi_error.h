@@ -16,7 +16,6 @@
 fa_status fa_mpi_fail(fa_status status, const char *fmt, ...) FA_MPI_PRINTF(2, 3);
 /* The status for an MPI error code, with "what: MPI's error string". */
 fa_status fa_mpi_fail_code(int mpi_code, const char *what, ...) FA_MPI_PRINTF(2, 3);
-/* The calling thread's last message. */
-const char *fa_mpi_error_text(void);
+/* fa_mpi_last_error (flashattn_mpi.h) reads the message. */
 
 #endif

@@ -176,9 +176,7 @@ static fa_status local_setup(mpi_transport *t, fa_context ctx, int *device_memor
     if (st != FA_SUCCESS) return fa_mpi_fail(st, "fa_context_get_info: %s", fa_last_error());
     if ((st = fa_mpi_device_memory(info.backend, device_memory)) != FA_SUCCESS) return st;
     if (*device_memory) t->ctx = ctx;
-    int rc = MPI_Query_thread(&t->thread_level);
-    if (rc != MPI_SUCCESS) return fa_mpi_fail_code(rc, "MPI_Query_thread");
-    return check_thread(t);
+    return FA_SUCCESS;
 }
 
 /* Every rank learns whether one failed, so that none goes on to wait for a
@@ -195,33 +193,49 @@ static fa_status agree_on_setup(MPI_Comm comm, fa_status local) {
     return FA_SUCCESS;
 }
 
-fa_status fa_mpi_transport_create(fa_context ctx, MPI_Comm comm, size_t message_limit, fa_transport *out) {
-    if (!ctx) return fa_mpi_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
-    if (!out) return fa_mpi_fail(FA_ERR_NULL_POINTER, "out is NULL");
+/* What can be refused without talking to the other ranks, each of which
+ * sees the same (an MPI state, a communicator, a thread level). */
+static fa_status check_usable(MPI_Comm comm, int *thread_level) {
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
     if (!initialized || finalized)
         return fa_mpi_fail(FA_ERR_INVALID_ARGUMENT, "MPI is %s", finalized ? "finalized" : "not initialised");
     if (comm == MPI_COMM_NULL) return fa_mpi_fail(FA_ERR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
+    mpi_transport probe = {.thread_level = MPI_THREAD_SINGLE};
+    int rc = MPI_Query_thread(&probe.thread_level);
+    if (rc != MPI_SUCCESS) return fa_mpi_fail_code(rc, "MPI_Query_thread");
+    fa_status st = check_thread(&probe);
+    if (st != FA_SUCCESS) return st;
+    *thread_level = probe.thread_level;
     int inter = 0;
-    int rc = MPI_Comm_test_inter(comm, &inter);
+    rc = MPI_Comm_test_inter(comm, &inter);
     if (rc != MPI_SUCCESS) return fa_mpi_fail_code(rc, "MPI_Comm_test_inter");
-    if (inter) return fa_mpi_fail(FA_ERR_INVALID_ARGUMENT, "comm is an intercommunicator: the ring needs an intracommunicator");
+    if (inter)
+        return fa_mpi_fail(FA_ERR_INVALID_ARGUMENT, "comm is an intercommunicator: the ring needs an intracommunicator");
+    return FA_SUCCESS;
+}
 
+fa_status fa_mpi_transport_create(fa_context ctx, MPI_Comm comm, size_t message_limit, fa_transport *out) {
+    if (!ctx) return fa_mpi_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
+    if (!out) return fa_mpi_fail(FA_ERR_NULL_POINTER, "out is NULL");
+    int thread_level = MPI_THREAD_SINGLE;
+    fa_status st = check_usable(comm, &thread_level);
+    if (st != FA_SUCCESS) return st;
     mpi_transport *t = calloc(1, sizeof *t);
     if (!t) return fa_mpi_fail(FA_ERR_OUT_OF_MEMORY, "MPI transport: out of host memory");
+    t->thread_level = thread_level;
     t->direct_limit = message_limit ? message_limit : INT_MAX;
     t->block_bytes = message_limit ? message_limit : DEFAULT_BLOCK_BYTES;
     /* The caller's error handler applies to this call alone: the library's
      * later calls return their errors. */
-    rc = MPI_Comm_dup(comm, &t->comm);
+    int rc = MPI_Comm_dup(comm, &t->comm);
     if (rc != MPI_SUCCESS) {
         free(t);
         return fa_mpi_fail_code(rc, "MPI_Comm_dup");
     }
     rc = MPI_Comm_set_errhandler(t->comm, MPI_ERRORS_RETURN);
-    fa_status st = rc == MPI_SUCCESS ? FA_SUCCESS : fa_mpi_fail_code(rc, "MPI_Comm_set_errhandler");
+    st = rc == MPI_SUCCESS ? FA_SUCCESS : fa_mpi_fail_code(rc, "MPI_Comm_set_errhandler");
     int device_memory = 0;
     if (st == FA_SUCCESS) st = local_setup(t, ctx, &device_memory);
     st = agree_on_setup(t->comm, st);

@@ -188,6 +188,42 @@ FA_TEST(random_problems) {
     CHECK(ran == 120);
 }
 
+/* The rank's tensors packed, their strides spelled out rather than 0: the
+ * header says the layouts describe the local tensors, so the whole
+ * problem's longer sequences must not be checked against them. */
+static int explicit_world;
+static void spell_out_local_strides(fa_attention_desc *d) {
+    const int64_t lq = d->seqlen_q / explicit_world, lk = d->seqlen_k / explicit_world;
+    const fa_tensor_desc q = {d->q.dtype, 0, lq * d->heads_q * d->head_dim, (int64_t)d->heads_q * d->head_dim,
+                              d->head_dim};
+    const fa_tensor_desc k = {d->k.dtype, 0, lk * d->heads_kv * d->head_dim, (int64_t)d->heads_kv * d->head_dim,
+                              d->head_dim};
+    d->q = d->o = q;
+    d->k = d->v = k;
+}
+
+FA_TEST(explicit_local_strides) {
+    for (int z = 0; z < 2; z++) {
+        dist_case c = ref_case(3, z ? FA_CP_ZIGZAG : FA_CP_CONTIGUOUS);
+        c.batch = 2;
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.causal = z;
+        explicit_world = c.world;
+        for (int rank = 0; rank < c.world; rank++) {
+            const dist_result r = dist_check_run(&c, rank, spell_out_local_strides);
+            const double tol = dist_check_tolerance(c.dtype);
+            for (int k = 0; k < c.world; k++)
+                CHECK_MSG(r.plan_status[k] == FA_SUCCESS && r.pass_status[k] == FA_SUCCESS,
+                          "explicit strides on rank %d: rank %d: %s: %s", rank, k, fa_status_string(r.plan_status[k]),
+                          r.plan_message[k]);
+            CHECK_MSG(r.err_o <= tol && r.err_lse <= tol && r.err_dq <= tol && r.err_dk <= tol && r.err_dv <= tol,
+                      "explicit strides on rank %d: O %.3g, L %.3g, dQ %.3g, dK %.3g, dV %.3g", rank, r.err_o,
+                      r.err_lse, r.err_dq, r.err_dk, r.err_dv);
+        }
+    }
+}
+
 static void other_head_dim(fa_attention_desc *d) { d->head_dim = 24; }
 static void bad_length(fa_attention_desc *d) { d->seqlen_q = d->seqlen_k = 50; }
 
@@ -208,4 +244,5 @@ FA_TEST(every_rank_hears_of_a_failure) {
 
 FA_TEST_MAIN(FA_CASE(layout_parts), FA_CASE(full_attention), FA_CASE(causal), FA_CASE(windows),
              FA_CASE(unequal_lengths), FA_CASE(block_mask), FA_CASE(gqa_and_dtypes), FA_CASE(varlen),
-             FA_CASE(random_problems), FA_CASE(refusals), FA_CASE(every_rank_hears_of_a_failure))
+             FA_CASE(random_problems), FA_CASE(refusals), FA_CASE(explicit_local_strides),
+             FA_CASE(every_rank_hears_of_a_failure))

@@ -642,8 +642,8 @@ typedef struct fa_dist_plan_s *fa_dist_plan;
  * tokens, total / world of them), and the log-sum-exp [batch, heads_q,
  * seqlen_q / world] (varlen: [heads_q, total_q / world]), in the order
  * fa_cp_part gives. The results equal one device's on the whole sequence
- * within the usual tolerance (bitwise where the backend is the
- * reference).
+ * within rounding: the ring adds the same terms in another order, and
+ * rounds each piece's O to the dtype before its fp32 merge.
  * FA_ERR_UNSUPPORTED, with a message, for what the ring cannot do yet:
  * dropout; windows or block masks with variable-length batches; causal
  * masks with variable-length batches whose query and key offsets differ;

@@ -263,13 +263,13 @@ fa_status fa_context_set_native_queue(fa_context ctx, void *queue) {
     return queue_switch(ctx, queue);
 }
 
-static void context_retain(fa_context ctx) { atomic_fetch_add(&ctx->refs, 1); }
+void fa_context_retain(fa_context ctx) { atomic_fetch_add(&ctx->refs, 1); }
 
 /* The backend's context goes with the last reference: its buffers and plans
  * are released by then. The backend tears down its own queue alone, so the
  * caller's is handed back first (still ordered before the own queue's last
  * wait where the runtime allows). */
-static void context_release(fa_context ctx) {
+void fa_context_release(fa_context ctx) {
     if (atomic_fetch_sub(&ctx->refs, 1) != 1) return;
     if (ctx->user_queue && queue_switch(ctx, NULL) != FA_SUCCESS) queue_use(ctx, NULL);
     ctx->ops->context_destroy(ctx->impl);
@@ -278,7 +278,7 @@ static void context_release(fa_context ctx) {
 
 fa_status fa_context_destroy(fa_context ctx) {
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
-    context_release(ctx);
+    fa_context_release(ctx);
     return FA_SUCCESS;
 }
 
@@ -290,7 +290,7 @@ static fa_status buffer_new(fa_context ctx, void *impl, size_t bytes, fa_buffer 
         ctx->ops->buffer_free(ctx->impl, impl);
         return fa_fail(FA_ERR_OUT_OF_MEMORY, "buffer handle allocation failed");
     }
-    context_retain(ctx);
+    fa_context_retain(ctx);
     b->ctx = ctx;
     b->impl = impl;
     b->bytes = bytes;
@@ -359,7 +359,7 @@ fa_status fa_buffer_free(fa_buffer buf) {
     fa_context ctx = buf->ctx;
     ctx->ops->buffer_free(ctx->impl, buf->impl);
     free(buf);
-    context_release(ctx);
+    fa_context_release(ctx);
     return FA_SUCCESS;
 }
 
@@ -373,7 +373,7 @@ static void plan_free(struct fa_plan_s *p) {
     free(p->cu_seqlens_q);
     free(p->cu_seqlens_k);
     free(p);
-    context_release(ctx);
+    fa_context_release(ctx);
 }
 
 /* The plan keeps its own copies of host arrays the descriptor points to, so
@@ -415,7 +415,7 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
     struct fa_plan_s *p = calloc(1, sizeof *p);
     if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
     p->ctx = ctx;
-    context_retain(ctx);
+    fa_context_retain(ctx);
     fa_status st = plan_copy_desc(p, desc);
     if (st == FA_SUCCESS) {
         fa_desc_normalize_windows(&p->desc);

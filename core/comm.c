@@ -2,6 +2,7 @@
  * context's backend (MPI's lives in libflashattn_mpi, which calls
  * fa_comm_create). */
 #include "comm.h"
+#include "collective.h"
 #include "fa_internal.h"
 #include "plan.h"
 
@@ -31,16 +32,16 @@ fa_status fa_comm_create(const fa_transport *transport, fa_comm *comm) {
 fa_status fa_comm_create_nccl(fa_context ctx, void *nccl_comm, fa_comm *comm) {
     if (!comm) return fa_fail(FA_ERR_NULL_POINTER, "comm is NULL");
     *comm = NULL;
-    if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
-    if (!nccl_comm) return fa_fail(FA_ERR_NULL_POINTER, "nccl_comm is NULL");
-    if (!ctx->ops->transport_nccl)
-        return fa_fail(FA_ERR_UNSUPPORTED, "the %s backend has no NCCL or RCCL transport (CUDA and HIP have)",
-                       ctx->ops->name);
     fa_transport t;
-    FA_CHECK(ctx->ops->transport_nccl(ctx->impl, nccl_comm, &t));
+    FA_CHECK(fa_nccl_transport(ctx, nccl_comm, &t));
     fa_status st = fa_comm_create(&t, comm);
-    if (st != FA_SUCCESS && t.release) t.release(t.impl);
-    return st;
+    if (st != FA_SUCCESS) {
+        if (t.release) t.release(t.impl);
+        return st;
+    }
+    fa_context_retain(ctx);
+    (*comm)->ctx = ctx;
+    return FA_SUCCESS;
 }
 
 fa_status fa_comm_get_rank(fa_comm comm, int *rank, int *world) {
@@ -53,6 +54,7 @@ fa_status fa_comm_get_rank(fa_comm comm, int *rank, int *world) {
 fa_status fa_comm_destroy(fa_comm comm) {
     if (!comm) return fa_fail(FA_ERR_NULL_POINTER, "comm is NULL");
     if (comm->t.release) comm->t.release(comm->t.impl);
+    if (comm->ctx) fa_context_release(comm->ctx);
     free(comm);
     return FA_SUCCESS;
 }

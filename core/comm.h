@@ -6,6 +6,9 @@
 
 struct fa_comm_s {
     fa_transport t;
+    /* The context an NCCL/RCCL transport lives on (kept alive with the
+     * communicator); NULL for a caller's transport. */
+    fa_context ctx;
 };
 
 /* Every rank's values[i] becomes its maximum over the ranks (the

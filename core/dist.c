@@ -332,8 +332,22 @@ static fa_status backward_buffers(struct fa_dist_plan_s *p) {
     return FA_SUCCESS;
 }
 
+/* The whole problem's check: its sizes, masks and options. Its layouts
+ * are the rank's tensors', checked against the local sizes
+ * (local_problem), never against the whole sequence's: explicit strides of
+ * a rank's packed tensors with batch > 1 would overlap there. */
+static fa_status check_whole(const fa_attention_desc *desc) {
+    fa_attention_desc whole = *desc;
+    fa_tensor_desc *layouts[] = {&whole.q, &whole.k, &whole.v, &whole.o};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(layouts); i++) {
+        const fa_tensor_desc packed = {layouts[i]->dtype, 0, 0, 0, 0};
+        *layouts[i] = packed;
+    }
+    return fa_attention_desc_check(&whole);
+}
+
 static fa_status create_local(struct fa_dist_plan_s *p, const fa_attention_desc *desc) {
-    FA_CHECK(fa_attention_desc_check(desc));
+    FA_CHECK(check_whole(desc));
     FA_CHECK(copy_arrays(p, desc));
     FA_CHECK(unsupported_options(&p->whole));
     if (!p->ctx->ops->rows || !p->ctx->ops->rows_merge)

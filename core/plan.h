@@ -45,6 +45,11 @@ struct fa_plan_s {
     void *impl;
 };
 
+/* A reference on a context for what holds on to it (buffers, plans, NCCL
+ * communicators); the last release destroys it. */
+void fa_context_retain(fa_context ctx);
+void fa_context_release(fa_context ctx);
+
 /* The argument checks of fa_forward and fa_backward against any descriptor
  * (the ring checks a rank's local tensors with them before it starts). */
 fa_status fa_check_forward_args(fa_context ctx, const fa_attention_desc *d, fa_buffer q, fa_buffer k, fa_buffer v,

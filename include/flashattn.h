@@ -618,7 +618,9 @@ FA_API fa_status fa_comm_create(const fa_transport *transport, fa_comm *comm);
  * library named by FLASHATTN_NCCL_LIBRARY; FA_ERR_BACKEND_UNAVAILABLE says
  * why where it cannot, and other contexts are FA_ERR_UNSUPPORTED.
  * Transfers run on a stream of their own, ordered with the context's queue
- * by events. */
+ * by events. The communicator holds a reference on the context (as a
+ * buffer does) until fa_comm_destroy; the NCCL communicator stays the
+ * caller's, and must outlive it. */
 FA_API fa_status fa_comm_create_nccl(fa_context ctx, void *nccl_comm, fa_comm *comm);
 FA_API fa_status fa_comm_get_rank(fa_comm comm, int *rank, int *world);
 FA_API fa_status fa_comm_destroy(fa_comm comm);
@@ -640,8 +642,8 @@ typedef struct fa_dist_plan_s *fa_dist_plan;
  * tokens, total / world of them), and the log-sum-exp [batch, heads_q,
  * seqlen_q / world] (varlen: [heads_q, total_q / world]), in the order
  * fa_cp_part gives. The results equal one device's on the whole sequence
- * within the usual tolerance (bitwise where the backend is the
- * reference).
+ * within rounding: the ring adds the same terms in another order, and
+ * rounds each piece's O to the dtype before its fp32 merge.
  * FA_ERR_UNSUPPORTED, with a message, for what the ring cannot do yet:
  * dropout; windows or block masks with variable-length batches; causal
  * masks with variable-length batches whose query and key offsets differ;

@@ -1,6 +1,7 @@
 /* Shared by every CUDA attention program (compiled by NVRTC, no system
- * header): fixed-width types, storage dtypes, the kernels' parameter block,
- * Philox4x32-10 dropout, masks and sequence geometry.
+ * header): the program's storage dtype (dtype.cuh has the types and the
+ * conversions), the kernels' parameter block, Philox4x32-10 dropout, masks
+ * and sequence geometry.
  *
  * Compile-time options (backends/cuda/cuda_attention.c sets them from the
  * plan):
@@ -11,18 +12,10 @@
 #ifndef FA_CUDA_COMMON_CUH
 #define FA_CUDA_COMMON_CUH
 
-typedef unsigned char u8;
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-typedef long long i64;
-
-#define FA_DEV static __device__ __forceinline__
+#include "dtype.cuh"
 
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.69314718055994531f
-#define FA_INF __int_as_float(0x7f800000)
-#define FA_NAN __int_as_float(0x7fffffff)
 
 /* ------------------------------------------------------------------------ */
 /* The parameter block every kernel takes by value. The host mirrors it     */
@@ -58,28 +51,6 @@ struct fa_params {
 /* ------------------------------------------------------------------------ */
 /* Storage dtypes                                                            */
 /* ------------------------------------------------------------------------ */
-
-FA_DEV float f16_to_f32(u16 h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-
-FA_DEV u16 f32_to_f16(float f) {
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
-
-FA_DEV float bf16_to_f32(u16 b) { return __uint_as_float((u32)b << 16); }
-
-/* Round to nearest even on the bits (any architecture); a NaN stays a quiet
- * NaN instead of rounding into the infinity pattern. */
-FA_DEV u16 f32_to_bf16(float f) {
-    u32 u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
-    return (u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 #if defined(DTYPE_F32)
 typedef float elem_t;
@@ -144,9 +115,6 @@ FA_DEV float fa_exp2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-
-/* Whether x is NaN, without a header to take isnan from. */
-FA_DEV bool fa_isnan(float x) { return x != x; }
 
 /* ------------------------------------------------------------------------ */
 /* Sequences and layouts                                                     */

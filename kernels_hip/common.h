@@ -1,4 +1,5 @@
-/* Shared by every HIP attention program: storage dtypes, Philox4x32-10
+/* Shared by every HIP attention program: its storage dtype (on the types
+ * and conversions of dtype.h, which every program puts first), Philox4x32-10
  * dropout, masks, and the tile geometry that the build options fix. The
  * HIP twin of kernels_cl/common.h: the same algorithm and the same
  * semantics, in HIP C++ for hiprtc (and hipcc), with no header included so
@@ -30,21 +31,13 @@
 #define WG_SIZE (NTR * NTC)
 #define D8 (HEAD_DIM / 8)
 
-#define FA_FN static __device__ __forceinline__
 /* Kernels keep C names (no mangling) so the host finds them by name; the
  * exact work-group size lets the compiler budget registers for it. */
 #define FA_KERNEL extern "C" __global__ __launch_bounds__(WG_SIZE)
 #define FA_KERNEL_ANY extern "C" __global__
 
-typedef long long fa_long;
-typedef unsigned int fa_uint;
-typedef unsigned short fa_ushort;
-typedef unsigned char fa_uchar;
-
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.69314718055994531f
-#define FA_INF __int_as_float(0x7f800000)
-#define FA_NAN __int_as_float(0x7fffffff)
 
 FA_FN int fa_imin(int a, int b) { return a < b ? a : b; }
 FA_FN int fa_imax(int a, int b) { return a > b ? a : b; }
@@ -65,13 +58,6 @@ struct alignas(16) fa_u32x4 {
 /* even. Chunks of 8 elements are one or two 16-byte accesses (offsets and  */
 /* strides are multiples of 16 bytes and HEAD_DIM of 8).                   */
 /* ------------------------------------------------------------------------ */
-
-#ifndef FA_HIP_ON_CUDA
-/* AMD: the compiler's _Float16 converts in hardware (round to nearest even,
- * NaN and infinities kept). The NVIDIA prelude defines these two itself. */
-FA_FN float fa_half_to_float(fa_ushort h) { return (float)__builtin_bit_cast(_Float16, h); }
-FA_FN fa_ushort fa_float_to_half(float f) { return __builtin_bit_cast(fa_ushort, (_Float16)f); }
-#endif
 
 /* Eight 16-bit words of one 16-byte load, in memory order. */
 FA_FN void fa_unpack16(fa_u32x4 w, fa_ushort out[8]) {
@@ -104,17 +90,7 @@ typedef fa_ushort store_t;
 FA_FN void fa_load8(const fa_ushort *__restrict__ p, fa_long i, float out[8]) {
     fa_ushort h[8];
     fa_unpack16(*(const fa_u32x4 *)(p + i), h);
-    for (int k = 0; k < 8; k++) out[k] = __uint_as_float((fa_uint)h[k] << 16);
-}
-/* Round to nearest even on the bits; a NaN stays a (quiet) NaN instead of
- * rounding up into the infinity pattern. Written as a select, not a branch:
- * a branch in the store loops keeps the compiler from unrolling them, and
- * the accumulators they index then live in scratch memory. */
-FA_FN fa_ushort fa_bf16_round(float f) {
-    const fa_uint u = __float_as_uint(f);
-    const fa_uint rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const fa_uint quiet = (u >> 16) | 0x40u;
-    return (fa_ushort)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    for (int k = 0; k < 8; k++) out[k] = fa_bf16_to_float(h[k]);
 }
 FA_FN void fa_store1(fa_ushort *p, fa_long i, float val) { p[i] = fa_bf16_round(val); }
 #else
@@ -471,9 +447,6 @@ FA_FN float fa_row_lse(float m, float l) {
 #endif
     return (m + log2f(l)) * FA_LN2;
 }
-
-/* Whether x is NaN, without a header to take isnan from. */
-FA_FN bool fa_isnan(float x) { return x != x; }
 
 /* ------------------------------------------------------------------------ */
 /* Dropout: Philox4x32-10 exactly as core/philox.h defines it.              */

@@ -29,7 +29,7 @@
 
 #define NKERNELS 5
 static const char *const kernels[NKERNELS] = {"std_softmax", "std_probs", "std_dscores", "std_rowdot", "std_rows"};
-static const char *const std_header[] = {"kernels_cuda/common.cuh"};
+static const char *const std_header[] = {"kernels_cuda/dtype.cuh", "kernels_cuda/common.cuh"};
 
 static char g_skip[512];
 
@@ -185,7 +185,7 @@ FA_TEST(reports_without_ptxas_log) {
     REQUIRE_NVRTC();
     cache_env env;
     CHECK(cache_enter(&env, "off"));
-    const fa_cuda_program prog = {"kernels_cuda/standard.cu", std_header, 1, "-DDTYPE_F16 -DCAUSAL -DDROPOUT",
+    const fa_cuda_program prog = {"kernels_cuda/standard.cu", std_header, 2, "-DDTYPE_F16 -DCAUSAL -DDROPOUT",
                                   kernels, NKERNELS, 0};
     fa_cuda_binary bin;
     fa_status st = fa_cuda_compile(&prog, 9, 0, 0, &bin);
@@ -310,7 +310,7 @@ FA_TEST(errors_are_reported) {
 
     /* No dtype: common.cuh's #error, which the message must quote. */
     fa_cuda_binary bin;
-    fa_cuda_program prog = {"kernels_cuda/standard.cu", std_header, 1, "-DCAUSAL", kernels, NKERNELS, 0};
+    fa_cuda_program prog = {"kernels_cuda/standard.cu", std_header, 2, "-DCAUSAL", kernels, NKERNELS, 0};
     st = fa_cuda_compile(&prog, 9, 0, 1, &bin);
     CHECK_MSG(st == FA_ERR_COMPILE, "no dtype: %s (%s)", fa_status_string(st), fa_last_error());
     CHECK_MSG(strstr(fa_last_error(), "one of DTYPE_F32, DTYPE_F16, DTYPE_BF16") != NULL, "message: %s",
@@ -318,13 +318,13 @@ FA_TEST(errors_are_reported) {
     CHECK(bin.data == NULL && bin.log == NULL);
 
     const char *const missing[] = {"std_softmax", "std_nowhere"};
-    prog = (fa_cuda_program){"kernels_cuda/standard.cu", std_header, 1, "-DDTYPE_F16", missing, 2, 0};
+    prog = (fa_cuda_program){"kernels_cuda/standard.cu", std_header, 2, "-DDTYPE_F16", missing, 2, 0};
     CHECK_STATUS(fa_cuda_compile(&prog, 9, 0, 1, &bin), FA_ERR_INTERNAL);
     CHECK_MSG(strstr(fa_last_error(), "std_nowhere") != NULL, "message: %s", fa_last_error());
-    prog = (fa_cuda_program){"kernels_cuda/nowhere.cu", std_header, 1, "-DDTYPE_F16", kernels, NKERNELS, 0};
+    prog = (fa_cuda_program){"kernels_cuda/nowhere.cu", std_header, 2, "-DDTYPE_F16", kernels, NKERNELS, 0};
     CHECK_STATUS(fa_cuda_compile(&prog, 9, 0, 1, &bin), FA_ERR_INTERNAL);
     CHECK_MSG(strstr(fa_last_error(), "kernels_cuda/nowhere.cu") != NULL, "message: %s", fa_last_error());
-    prog = (fa_cuda_program){"kernels_cuda/standard.cu", std_header, 1, "-DDTYPE_F16", kernels, 0, 0};
+    prog = (fa_cuda_program){"kernels_cuda/standard.cu", std_header, 2, "-DDTYPE_F16", kernels, 0, 0};
     CHECK_STATUS(fa_cuda_compile(&prog, 9, 0, 1, &bin), FA_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(fa_cuda_compile(NULL, 9, 0, 1, &bin), FA_ERR_NULL_POINTER);
 

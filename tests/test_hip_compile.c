@@ -12,7 +12,9 @@
  * The matrix-core programs the planner makes for the MI250X, the MI300X
  * and an RX 7900 XTX compile for gfx90a, gfx940 and gfx1100
  * (amd_mma_variants), failing on any spill. The runtime path (hiprtc) and, where the NVIDIA mapping is built, NVRTC
- * behind it compile a sample too.
+ * behind it compile a sample too. The ring's element-wise passes (rows.hip,
+ * one program for every target) compile without scratch memory for every
+ * AMD target above (rows_amd_targets), by hiprtc and through the mapping.
  *
  * Without a HIP compiler these cases skip.
  *
@@ -322,6 +324,7 @@ static unsigned char *read_file(const char *path, size_t *size) {
 /* The programs the planner emits                                           */
 
 typedef struct variant {
+    const char *name;         /* a program the planner does not make: its label */
     fa_pass pass;
     fa_dtype dtype;
     int head_dim, wave;
@@ -480,6 +483,10 @@ static void enumerate(const fa_device_desc *dev, int wave, int features, const f
 }
 
 static void variant_label(const variant *v, char *out, size_t size) {
+    if (v->name) {
+        snprintf(out, size, "%s", v->name);
+        return;
+    }
     snprintf(out, size, "%s %-4s d%-3d %3dx%-3d %dx%d wg%-4d w%d%s %s",
              v->pass == FA_PASS_FORWARD ? (v->kp.variant == FA_VARIANT_SPLITK ? "splitk" : v->mma ? "fwdmma" : "fwd   ")
                                         : v->mma ? "bwdmma" : "bwd   ",
@@ -815,6 +822,24 @@ FA_TEST(amd_targets) {
 #endif
 }
 
+/* The ring's element-wise passes (kernels_hip/rows.hip): one program, no
+ * build option, for every AMD target above, without scratch memory. */
+FA_TEST(rows_amd_targets) {
+#ifndef FA_WITH_HIP
+    FA_SKIP("the HIP backend is not built into this library");
+#else
+    if (!hipcc_works()) FA_SKIP("no HIP compiler (hipcc) runs here");
+    static variant_set set;
+    memset(&set, 0, sizeof set);
+    variant *v = &set.v[set.count++];
+    fa_hip_rows_program(&v->prog);
+    v->name = "rows (every dtype pair, merge)";
+    v->main = 1;
+    v->targets = T_GFX908 | T_GFX90A | T_GFX940 | T_GFX1030 | T_GFX1100;
+    compile_set(&set);
+#endif
+}
+
 /* The matrix-core variants the planner plans for AMD, with their resource
  * use; a spill anywhere fails. MFMA: the MI250X's plans for gfx90a, fp16
  * without options and bf16 with every option, plain and deterministic; the
@@ -881,14 +906,12 @@ static fa_kernel_plan tile(int br, int bc, int tr, int tc) {
 }
 
 /* Compiles a program with the runtime path and checks the code object
- * holds its kernels. */
-static void rtc_sample(const char *arch, const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass,
-                       int wave, int is_elf) {
-    fa_hip_program prog;
-    CHECK_OK(fa_hip_program_for(d, kp, pass, wave, &prog));
+ * holds its kernels, built for a wavefront of wave lanes (AMD code
+ * objects); hands the code to the caller where code is not NULL. */
+static void rtc_program(const char *arch, const fa_hip_program *prog, int wave, int is_elf) {
     void *code = NULL;
     size_t size = 0;
-    fa_status st = fa_hip_compile(arch, &prog, &code, &size);
+    fa_status st = fa_hip_compile(arch, prog, &code, &size);
     CHECK_MSG(st == FA_SUCCESS, "hiprtc for %s: %s", arch, fa_last_error());
     if (st != FA_SUCCESS) return;
     CHECK_MSG(size > 64 && (!is_elf || memcmp(code, "\177ELF", 4) == 0), "%s: %zu bytes, not a code object", arch,
@@ -896,17 +919,17 @@ static void rtc_sample(const char *arch, const fa_attention_desc *d, const fa_ke
     if (is_elf) {
         kernel_usage k[MAX_KERNELS];
         int n = read_code_object(code, size, k, MAX_KERNELS);
-        CHECK_MSG(n == prog.kernel_count, "%s: %d kernels in the code object, %d expected", arch, n,
-                  prog.kernel_count);
+        CHECK_MSG(n == prog->kernel_count, "%s: %d kernels in the code object, %d expected", arch, n,
+                  prog->kernel_count);
         for (int i = 0; i < n; i++) {
             int listed = 0;
-            for (int j = 0; j < prog.kernel_count; j++) listed |= strcmp(k[i].name, prog.kernels[j]) == 0;
+            for (int j = 0; j < prog->kernel_count; j++) listed |= strcmp(k[i].name, prog->kernels[j]) == 0;
             CHECK_MSG(listed, "%s: unexpected kernel %s", arch, k[i].name);
             CHECK_MSG(k[i].wave == wave, "%s: %s built for wavefront %ld, not %d", arch, k[i].name, k[i].wave, wave);
         }
     } else {
-        for (int j = 0; j < prog.kernel_count; j++) {
-            const char *name = prog.kernels[j];
+        for (int j = 0; j < prog->kernel_count; j++) {
+            const char *name = prog->kernels[j];
             size_t len = strlen(name);
             int seen = 0;
             for (size_t at = 0; at + len <= size && !seen; at++) seen = memcmp((const char *)code + at, name, len) == 0;
@@ -914,6 +937,13 @@ static void rtc_sample(const char *arch, const fa_attention_desc *d, const fa_ke
         }
     }
     free(code);
+}
+
+static void rtc_sample(const char *arch, const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass,
+                       int wave, int is_elf) {
+    fa_hip_program prog;
+    CHECK_OK(fa_hip_program_for(d, kp, pass, wave, &prog));
+    rtc_program(arch, &prog, wave, is_elf);
 }
 #endif
 
@@ -947,6 +977,11 @@ FA_TEST(hiprtc_runtime_path) {
     rtc_sample("gfx90a", &d, &kp, FA_PASS_BACKWARD, 64, 1);
     kp = tile(64, 16, 1, 1);
     rtc_sample("gfx1030", &d, &kp, FA_PASS_FORWARD, 32, 1);
+    /* The ring's element-wise passes: one program for every target. */
+    fa_hip_program rows;
+    fa_hip_rows_program(&rows);
+    rtc_program("gfx90a", &rows, 64, 1);
+    rtc_program("gfx1030", &rows, 32, 1);
 
     /* Without WAVE the source stops at its #error: FA_ERR_COMPILE, with the
      * compiler's words in the message. */
@@ -995,6 +1030,24 @@ FA_TEST(nvidia_mapping_compiles) {
         kp.variant = FA_VARIANT_SPLITK;
         kp.split_k = 4;
         rtc_sample("sm_90", &d, &kp, FA_PASS_FORWARD, 32, 0);
+    }
+    /* The ring's element-wise passes, without a stack frame where the
+     * CUBIN can be read. */
+    fa_hip_program rows;
+    fa_hip_rows_program(&rows);
+    static const char *const archs[] = {"sm_80", "sm_90"};
+    for (size_t a = 0; a < FA_ARRAY_SIZE(archs); a++) {
+        code = NULL;
+        st = fa_hip_compile(archs[a], &rows, &code, &size);
+        CHECK_MSG(st == FA_SUCCESS, "the rows program through the mapping for %s: %s", archs[a], fa_last_error());
+#ifdef FA_WITH_CUDA
+        for (int k = 0; k < rows.kernel_count && st == FA_SUCCESS; k++) {
+            int regs = -1, frame = -1;
+            CHECK_MSG(fa_cubin_kernel_resources(code, size, rows.kernels[k], &regs, &frame) == 0 && frame == 0,
+                      "%s %s: %d registers, a %d-byte stack frame", archs[a], rows.kernels[k], regs, frame);
+        }
+#endif
+        free(code);
     }
     /* An AMD architecture is refused by the mapping, with a reason. */
     code = NULL;
@@ -1207,5 +1260,5 @@ FA_TEST(program_checks) {
 #endif
 }
 
-FA_TEST_MAIN(FA_CASE(amd_targets), FA_CASE(amd_mma_variants), FA_CASE(hiprtc_runtime_path),
+FA_TEST_MAIN(FA_CASE(amd_targets), FA_CASE(rows_amd_targets), FA_CASE(amd_mma_variants), FA_CASE(hiprtc_runtime_path),
              FA_CASE(nvidia_mapping_compiles), FA_CASE(nvidia_mma_variants), FA_CASE(program_checks))

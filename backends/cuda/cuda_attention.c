@@ -62,10 +62,10 @@ static int dq_bc(const fa_attention_desc *d) {
  * leave them room (fwd_mma.cu QREG). */
 #define CU_QREG_BUDGET 160
 
-static const char *const cu_header_paths[] = {"kernels_cuda/common.cuh", "kernels_cuda/mma.cuh",
-                                              "kernels_cuda/rowwise.cuh", "kernels_cuda/wgmma.cuh",
-                                              "kernels_cuda/wgmma_ops.cuh"};
-#define CU_HEADER_COUNT 5
+static const char *const cu_header_paths[] = {"kernels_cuda/dtype.cuh",   "kernels_cuda/common.cuh",
+                                              "kernels_cuda/mma.cuh",     "kernels_cuda/rowwise.cuh",
+                                              "kernels_cuda/wgmma.cuh",   "kernels_cuda/wgmma_ops.cuh"};
+#define CU_HEADER_COUNT 6
 
 /* ------------------------------------------------------------------------ */
 /* Kernel parameters                                                         */

@@ -425,6 +425,7 @@ static void cuda_context_destroy(void *handle) {
         (void)cuda_api.cuStreamSynchronize(ctx->own_stream);
         (void)cuda_api.cuStreamDestroy_v2(ctx->own_stream);
         if (ctx->order_event) (void)cuda_api.cuEventDestroy_v2(ctx->order_event);
+        fa_cuda_rows_release(ctx);
         fa_cuda_pop();
     }
     (void)cuda_api.cuDevicePrimaryCtxRelease_v2(ctx->device);
@@ -674,6 +675,9 @@ const fa_backend_ops fa_cuda_backend = {
     .plan_release = fa_cuda_plan_release,
     .forward = fa_cuda_forward,
     .backward = fa_cuda_backward,
+    .rows = fa_cuda_rows,
+    .rows_merge = fa_cuda_rows_merge,
+    .transport_nccl = fa_cuda_transport_nccl,
     .last_time_ms = fa_cuda_last_time_ms,
 };
 

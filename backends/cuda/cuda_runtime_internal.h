@@ -116,6 +116,13 @@ fa_status fa_cuda_compile_forward(const fa_attention_desc *desc, const fa_plan_i
 fa_status fa_cuda_standard_compile_kernels(const fa_attention_desc *desc, int cc_major, int cc_minor,
                                            fa_cuda_kernel_report *reports, int max_reports, int *count);
 
+/* Compiles kernels_cuda/rows.cu (the ring's element-wise passes) with
+ * NVRTC, through the kernel cache, as a context's first pass would on a
+ * device of compute capability cc_major.cc_minor: no device is needed.
+ * One report per kernel (fa_rows, fa_rows_merge); *count receives 2. */
+fa_status fa_cuda_rows_compile(int cc_major, int cc_minor, fa_cuda_kernel_report *reports, int max_reports,
+                               int *count);
+
 /* The backend's plan_prepare / plan_release, reachable by tests that
  * rebuild a plan's kernels for other tiles. */
 fa_status fa_cuda_plan_prepare(void *ctx, const struct fa_plan_s *plan, void **plan_impl);
@@ -240,6 +247,8 @@ typedef struct fa_cuda_context {
     int cc_major, cc_minor;     /* compute capability */
     int sm_count;
     size_t smem_optin;          /* shared memory per block with opt-in */
+    CUmodule rows_module;       /* kernels_cuda/rows.cu, loaded on first use (cuda_rows.c) */
+    CUfunction rows_fn, rows_merge_fn;
 } fa_cuda_context;
 
 typedef struct fa_cuda_buffer {
@@ -263,6 +272,16 @@ void fa_cuda_pop(void);
 fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args);
 fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
 fa_status fa_cuda_last_time_ms(void *ctx, void *plan_impl, double *ms);
+
+/* The ring's element-wise passes and NCCL transport (cuda_rows.c,
+ * cuda_nccl.c), as the ops table takes them; fa_cuda_rows_release unloads
+ * what the passes loaded into a context being destroyed. */
+fa_status fa_cuda_rows(void *ctx, fa_rows_op op, const fa_rows_shape *shape, const fa_rows_view *dst,
+                       const fa_rows_view *src, float value);
+fa_status fa_cuda_rows_merge(void *ctx, const fa_rows_shape *shape, const fa_rows_view *acc_o,
+                             const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l);
+void fa_cuda_rows_release(fa_cuda_context *ctx);
+fa_status fa_cuda_transport_nccl(void *ctx, void *nccl_comm, fa_transport *transport);
 
 #endif /* FA_CUDA_DRIVER_TYPES */
 

@@ -422,7 +422,7 @@ void fa_cuda_standard_release(void *plan_impl) {
 #define STD_SOURCE "kernels_cuda/standard.cu"
 #define STD_DEFINES_SIZE 256
 
-static const char *const std_headers[] = {"kernels_cuda/common.cuh"};
+static const char *const std_headers[] = {"kernels_cuda/dtype.cuh", "kernels_cuda/common.cuh"};
 
 _Static_assert(K_COUNT <= FA_CUDA_MAX_KERNELS, "standard.cu has more kernels than a compile reports");
 

@@ -51,6 +51,7 @@
 /* Grid dimensions y and z: 65535 on every HIP and CUDA device. */
 #define FA_HIP_MAX_GRID_YZ 65535u
 #define FA_HIP_PRELUDE "kernels_hip/hip_nvidia_prelude.h"
+#define FA_HIP_DTYPES "kernels_hip/dtype.h"
 
 /* ------------------------------------------------------------------------ */
 /* hiprtc                                                                    */
@@ -278,10 +279,12 @@ fa_status fa_hip_program_source(const fa_hip_program *prog, const char *arch, ch
         return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !prog ? "prog" : !text_out ? "text" : "size");
     *text_out = NULL;
     *size_out = 0;
-    enum { MAX_PATHS = FA_HIP_MAX_PATHS + 1 };
+    enum { MAX_PATHS = FA_HIP_MAX_PATHS + 2 };
     const char *paths[MAX_PATHS];
     int count = 0;
     if (is_nvidia_arch(arch)) paths[count++] = FA_HIP_PRELUDE;
+    /* Every program is written on the types and conversions of dtype.h. */
+    paths[count++] = FA_HIP_DTYPES;
     for (int i = 0; i < prog->path_count && count < MAX_PATHS; i++) paths[count++] = prog->paths[i];
     const fa_kernel_source *srcs[MAX_PATHS];
     size_t total = 1;
@@ -552,28 +555,37 @@ static fa_status opt_in_shared(const fa_hip_context *ctx, const fa_hip_program *
     return FA_SUCCESS;
 }
 
-static fa_status load_pass(fa_hip_plan *p, const char *arch, const char *runtime, const fa_hip_program *prog,
-                           hip_pass *pass) {
+fa_status fa_hip_load_program(const fa_hip_context *ctx, const fa_hip_program *prog, hipModule_t *module,
+                              hipFunction_t *fns) {
     const fa_hip_api *api = fa_hip_api_get();
+    char arch[64], runtime[48];
+    target_arch(ctx, arch, sizeof arch);
+    const int v = api->runtime_version;
+    snprintf(runtime, sizeof runtime, "hip %d.%d.%d", v / 10000000, (v / 100000) % 100, v % 100000);
     void *code = NULL;
     size_t size = 0;
+    *module = NULL;
     FA_CHECK(compile_cached(arch, runtime, prog, &code, &size));
-    hipError_t err = api->hipModuleLoadData(&pass->module, code);
+    hipModule_t loaded = NULL;
+    hipError_t err = api->hipModuleLoadData(&loaded, code);
     free(code);
-    if (err != hipSuccess) {
-        pass->module = NULL;
-        return fa_hip_error(err, "hipModuleLoadData");
-    }
+    if (err != hipSuccess) return fa_hip_error(err, "hipModuleLoadData");
     for (int i = 0; i < prog->kernel_count; i++) {
-        err = api->hipModuleGetFunction(&pass->fn[i], pass->module, prog->kernels[i]);
+        err = api->hipModuleGetFunction(&fns[i], loaded, prog->kernels[i]);
         if (err != hipSuccess) {
+            (void)api->hipModuleUnload(loaded);
             char what[96];
             snprintf(what, sizeof what, "hipModuleGetFunction(%s)", prog->kernels[i]);
             return fa_hip_error(err, what);
         }
     }
+    *module = loaded;
+    return FA_SUCCESS;
+}
+
+static fa_status load_pass(const fa_hip_plan *p, const fa_hip_program *prog, hip_pass *pass) {
+    FA_CHECK(fa_hip_load_program(p->ctx, prog, &pass->module, pass->fn));
     pass->fn_count = prog->kernel_count;
-    (void)p;
     return FA_SUCCESS;
 }
 
@@ -678,12 +690,8 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
         FA_CHECK(device_alloc(bytes, NULL, "the fp32 dQ accumulator", &p->dq_acc));
     }
 
-    char arch[64], runtime[48];
-    target_arch(ctx, arch, sizeof arch);
-    const int v = api->runtime_version;
-    snprintf(runtime, sizeof runtime, "hip %d.%d.%d", v / 10000000, (v / 100000) % 100, v % 100000);
-    FA_CHECK(load_pass(p, arch, runtime, &fwd_prog, &p->fwd));
-    FA_CHECK(load_pass(p, arch, runtime, &bwd_prog, &p->bwd));
+    FA_CHECK(load_pass(p, &fwd_prog, &p->fwd));
+    FA_CHECK(load_pass(p, &bwd_prog, &p->bwd));
     FA_CHECK(opt_in_shared(ctx, &fwd_prog, &p->fwd));
     return opt_in_shared(ctx, &bwd_prog, &p->bwd);
 }
@@ -796,22 +804,27 @@ static void mask_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *plan, 
     arg_float(a, p->drop_scale);
 }
 
-static fa_status launch(const fa_hip_plan *p, hipFunction_t fn, const char *name, size_t gx, size_t gy, size_t gz,
-                        unsigned block, size_t shared, hip_args *a) {
-    if (a->count >= FA_HIP_MAX_ARGS) return fa_fail(FA_ERR_INTERNAL, "%s: too many kernel arguments", name);
+fa_status fa_hip_launch(const fa_hip_context *ctx, hipFunction_t fn, const char *name, size_t gx, size_t gy,
+                        size_t gz, unsigned block, size_t shared, void **args) {
     if (gx == 0 || gy == 0 || gz == 0) return FA_SUCCESS;
     if (gx > 0x7fffffffu || gy > FA_HIP_MAX_GRID_YZ || gz > FA_HIP_MAX_GRID_YZ)
         return fa_fail(FA_ERR_UNSUPPORTED, "%s: grid %zu x %zu x %zu exceeds the device's (2^31 - 1) x %u x %u", name,
                        gx, gy, gz, FA_HIP_MAX_GRID_YZ, FA_HIP_MAX_GRID_YZ);
     const fa_hip_api *api = fa_hip_api_get();
     hipError_t err = api->hipModuleLaunchKernel(fn, (unsigned)gx, (unsigned)gy, (unsigned)gz, block, 1, 1,
-                                                (unsigned)shared, p->ctx->stream, a->ptrs, NULL);
+                                                (unsigned)shared, ctx->stream, args, NULL);
     if (err != hipSuccess) {
         char what[96];
         snprintf(what, sizeof what, "hipModuleLaunchKernel(%s)", name);
         return fa_hip_error(err, what);
     }
     return FA_SUCCESS;
+}
+
+static fa_status launch(const fa_hip_plan *p, hipFunction_t fn, const char *name, size_t gx, size_t gy, size_t gz,
+                        unsigned block, size_t shared, hip_args *a) {
+    if (a->count >= FA_HIP_MAX_ARGS) return fa_fail(FA_ERR_INTERNAL, "%s: too many kernel arguments", name);
+    return fa_hip_launch(p->ctx, fn, name, gx, gy, gz, block, shared, a->ptrs);
 }
 
 static fa_status record(fa_hip_plan *p, hipEvent_t ev) {

@@ -387,6 +387,7 @@ static void hip_context_destroy(void *handle) {
         (void)hip_api.hipStreamSynchronize(ctx->own_stream);
         (void)hip_api.hipStreamDestroy(ctx->own_stream);
         if (ctx->order_event) (void)hip_api.hipEventDestroy(ctx->order_event);
+        fa_hip_rows_release(ctx);
         fa_hip_leave(ctx, previous);
     }
     free(ctx);
@@ -632,6 +633,9 @@ const fa_backend_ops fa_hip_backend = {
     .plan_release = fa_hip_plan_release,
     .forward = fa_hip_forward,
     .backward = fa_hip_backward,
+    .rows = fa_hip_rows,
+    .rows_merge = fa_hip_rows_merge,
+    .transport_nccl = fa_hip_transport_nccl,
     .last_time_ms = fa_hip_last_time_ms,
 };
 

@@ -90,7 +90,8 @@ fa_status fa_hip_program_for_device(const fa_device_desc *dev, const fa_attentio
                                     fa_pass pass, fa_hip_program *out);
 
 /* The program's full source text as compiled for arch (the NVIDIA prelude
- * first when arch is "sm_*"), malloc'ed; *size without the NUL. */
+ * first when arch is "sm_*", then kernels_hip/dtype.h, then the program's
+ * paths), malloc'ed; *size without the NUL. */
 fa_status fa_hip_program_source(const fa_hip_program *prog, const char *arch, char **text, size_t *size);
 
 /* Compile a program with hiprtc for arch ("gfx90a", "sm_90") into a code
@@ -98,6 +99,10 @@ fa_status fa_hip_program_source(const fa_hip_program *prog, const char *arch, ch
  * hiprtc (libamdhip64 on ROCm 5, libhiprtc from ROCm 6 on), not a device.
  * FA_ERR_COMPILE carries the compiler's log. */
 fa_status fa_hip_compile(const char *arch, const fa_hip_program *prog, void **code, size_t *size);
+
+/* The program of the ring's element-wise passes (kernels_hip/rows.hip:
+ * fa_rows, fa_rows_merge), the same for every target: no build option. */
+void fa_hip_rows_program(fa_hip_program *out);
 
 /* The backend's plan operations (also called by tests that force tiles). */
 fa_status fa_hip_plan_prepare(void *ctx, const fa_plan_s *plan, void **plan_impl);
@@ -197,6 +202,8 @@ typedef struct fa_hip_context {
     int cu_count;
     size_t lds_bytes;           /* local memory a kernel may take (the opt-in limit where there is one) */
     size_t lds_static_bytes;    /* ... without opting in: all that static tiles get */
+    hipModule_t rows_module;    /* kernels_hip/rows.hip, loaded on first use (hip_rows.c) */
+    hipFunction_t rows_fn[2];   /* fa_rows, fa_rows_merge */
 } fa_hip_context;
 
 typedef struct fa_hip_buffer {
@@ -214,6 +221,26 @@ fa_status fa_hip_error(hipError_t err, const char *what);
  * state is left as it was. */
 fa_status fa_hip_enter(const fa_hip_context *ctx, int *previous);
 void fa_hip_leave(const fa_hip_context *ctx, int previous);
+
+/* Compiles prog for the context's device through the kernel cache and
+ * loads it: the module, and prog's kernels in fns in its order. The
+ * device is current. */
+fa_status fa_hip_load_program(const fa_hip_context *ctx, const fa_hip_program *prog, hipModule_t *module,
+                              hipFunction_t *fns);
+/* One launch on the stream in use; args as hipModuleLaunchKernel takes
+ * them. An empty grid launches nothing. */
+fa_status fa_hip_launch(const fa_hip_context *ctx, hipFunction_t fn, const char *name, size_t gx, size_t gy,
+                        size_t gz, unsigned block, size_t shared, void **args);
+
+/* The ring's element-wise passes and NCCL/RCCL transport (hip_rows.c,
+ * hip_rccl.c), as the ops table takes them; fa_hip_rows_release unloads
+ * what the passes loaded into a context being destroyed. */
+fa_status fa_hip_rows(void *ctx, fa_rows_op op, const fa_rows_shape *shape, const fa_rows_view *dst,
+                      const fa_rows_view *src, float value);
+fa_status fa_hip_rows_merge(void *ctx, const fa_rows_shape *shape, const fa_rows_view *acc_o,
+                            const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l);
+void fa_hip_rows_release(fa_hip_context *ctx);
+fa_status fa_hip_transport_nccl(void *ctx, void *nccl_comm, fa_transport *transport);
 
 #endif /* FA_HIP_RUNTIME_TYPES */
 

@@ -340,7 +340,7 @@ int fa_bench_ring(int argc, char **argv) {
             const double sec = median(t, cli.repeats);
             const double flops = pass ? whole.fused_backward.flops : whole.fused_forward.flops;
             const double per_rank = flops / W / sec * 1e-12, one = pass ? one_bwd : one_fwd;
-            printf("  %s: %.3f ms, %.1f TFLOP/s a rank; one device on a rank's tokens %.1f TFLOP/s; "
+            printf("  %s: %.3f ms, %.4g TFLOP/s a rank; one device on a rank's tokens %.4g TFLOP/s; "
                    "efficiency %.3f\n",
                    pass ? "backward" : "forward", sec * 1e3, per_rank, one, per_rank / one);
             if (o.json) {

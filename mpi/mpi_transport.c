@@ -74,7 +74,8 @@ static fa_status transport_start(void *impl, void *queue, const void *send, size
     /* MPI reads the send buffer and may write the receive buffer as soon
      * as the operations are posted, while the queue may still be working
      * on either. */
-    if (t->ctx && (st = fa_context_synchronize(t->ctx)) != FA_SUCCESS) return st;
+    if (t->ctx && (st = fa_context_synchronize(t->ctx)) != FA_SUCCESS)
+        return fa_mpi_fail(st, "fa_context_synchronize before a transfer of device memory: %s", fa_last_error());
 
     mpi_transfer *x = calloc(1, sizeof *x);
     if (!x) return fa_mpi_fail(FA_ERR_OUT_OF_MEMORY, "MPI transfer: out of host memory");
@@ -156,16 +157,17 @@ static fa_status transport_agree(void *impl, int64_t *values, int count) {
 static void transport_release(void *impl) {
     mpi_transport *t = impl;
     if (!t) return;
+    /* After MPI_Finalize no MPI call is allowed: what MPI held is gone
+     * with it, only the library's own memory is left to free. */
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) {
-        while (t->outstanding) {
-            mpi_transfer *x = t->outstanding;
-            transfer_unlink(t, x);
-            transfer_abandon(x);
-        }
-        MPI_Comm_free(&t->comm);
+    while (t->outstanding) {
+        mpi_transfer *x = t->outstanding;
+        transfer_unlink(t, x);
+        if (finalized) free(x);
+        else transfer_abandon(x);
     }
+    if (!finalized) MPI_Comm_free(&t->comm);
     free(t);
 }
 

@@ -213,7 +213,16 @@ FA_TEST(transport) {
     CHECK(pending == NULL);
     MPI_Barrier(MPI_COMM_WORLD);
     CHECK_OK(ring_step(&t, 64, 64, 6, &ok));
+
+    /* A transfer started and never waited for (a pass that gave up):
+     * release drops it without waiting. */
+    uint8_t out_bytes[64] = {0}, in_bytes[64];
+    pending = NULL;
+    CHECK_OK(t.start(t.impl, NULL, out_bytes, sizeof out_bytes, (rank + 1) % world, in_bytes, sizeof in_bytes,
+                     (rank + world - 1) % world, &pending));
+    MPI_Barrier(MPI_COMM_WORLD);
     t.release(t.impl);
+    MPI_Barrier(MPI_COMM_WORLD);
     fa_context_destroy(ctx);
 }
 

@@ -31,14 +31,14 @@ int main(int argc, char **argv) {
     fa_attention_desc d;
     fa_attention_desc_init(&d);
     d.batch = 1; d.seqlen_q = d.seqlen_k = tokens;
-    d.heads_q = d.heads_kv = 4; d.head_dim = 64;
+    d.heads_q = d.heads_kv = 2; d.head_dim = 32;
     d.causal = 1;
     fa_dist_plan plan;
     CHECK(fa_dist_plan_create(ctx, comm, &d, FA_CP_ZIGZAG, &plan));  /* collective */
 
-    /* This rank's tokens, [1, local, 4, 64] each, in fa_cp_part's order
+    /* This rank's tokens, [1, local, 2, 32] each, in fa_cp_part's order
      * (fa_cp_scatter cuts them out of whole tensors). */
-    const size_t n = (size_t)local * 4 * 64;
+    const size_t n = (size_t)local * 2 * 32;
     float *host = malloc(n * sizeof(float));
     if (!host) MPI_Abort(MPI_COMM_WORLD, 1);
     for (size_t i = 0; i < n; i++) host[i] = (float)((i * 7 + (size_t)rank) % 13) / 13.0f - 0.5f;
@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     CHECK(fa_buffer_alloc(ctx, n * sizeof(float), &k));
     CHECK(fa_buffer_alloc(ctx, n * sizeof(float), &v));
     CHECK(fa_buffer_alloc(ctx, n * sizeof(float), &o));
-    CHECK(fa_buffer_alloc(ctx, (size_t)4 * local * sizeof(float), &lse));  /* fp32 [1, 4, local] */
+    CHECK(fa_buffer_alloc(ctx, (size_t)2 * local * sizeof(float), &lse));  /* fp32 [1, 2, local] */
     CHECK(fa_buffer_upload(q, 0, host, n * sizeof(float)));
     CHECK(fa_buffer_upload(k, 0, host, n * sizeof(float)));
     CHECK(fa_buffer_upload(v, 0, host, n * sizeof(float)));

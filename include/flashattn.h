@@ -88,6 +88,13 @@ FA_API const char *fa_status_string(fa_status status);
  * valid until the next failing call on the same thread. */
 FA_API const char *fa_last_error(void);
 
+/* For code built on the library (a transport of fa_transport,
+ * libflashattn_mpi): record message as the calling thread's details of a
+ * failure, as the library's own calls do, and return status. A transport
+ * that fails a call this way has its message kept in the one the library
+ * reports for the pass. */
+FA_API fa_status fa_set_last_error(fa_status status, const char *message);
+
 /* Library version as "MAJOR.MINOR.PATCH"; the numbers through the pointers
  * when they are not NULL. */
 FA_API const char *fa_version(int *major, int *minor, int *patch);

@@ -52,10 +52,10 @@
  * MPI_ERR_TRUNCATE and for a message of another size than expected,
  * FA_ERR_INVALID_ARGUMENT for a bad rank or argument, FA_ERR_LAUNCH for the
  * rest) with a message that names the MPI call and carries
- * MPI_Error_string. That message is fa_mpi_last_error()'s: a library
- * outside libflashattn cannot write fa_last_error(), which after a failed
- * fa_dist_* call names the ring's step that failed (a transfer, an
- * agreement between the ranks).
+ * MPI_Error_string, in fa_last_error() (through fa_set_last_error; after a
+ * failed fa_dist_* call it follows the name of the ring's step that
+ * failed: a transfer, an agreement between the ranks) and in
+ * fa_mpi_last_error(), which keeps it until this library's next failure.
  */
 #ifndef FLASHATTN_MPI_H
 #define FLASHATTN_MPI_H

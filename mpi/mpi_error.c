@@ -16,7 +16,8 @@ fa_status fa_mpi_fail(fa_status status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(mpi_message, sizeof mpi_message, fmt, ap);
     va_end(ap);
-    return status;
+    /* Also where the library's callers read it. */
+    return fa_set_last_error(status, mpi_message);
 }
 
 /* The error classes a caller can act on get their own status; the rest are

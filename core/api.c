@@ -453,6 +453,22 @@ fa_status fa_plan_set_dropout_seed(fa_plan plan, uint64_t seed, uint64_t offset)
     return FA_SUCCESS;
 }
 
+fa_status fa_plan_set_dropout_origin(fa_plan plan, int64_t row0, int64_t col0) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    const int64_t limit = INT64_C(1) << 31;
+    if (row0 < 0 || row0 >= limit || col0 < 0 || col0 >= limit)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "dropout origin (%lld, %lld): rows and columns must lie in [0, 2^31)",
+                       (long long)row0, (long long)col0);
+    /* The kernels draw one Philox call for columns 4g .. 4g + 3 of their
+     * own numbering: only a shift by whole groups keeps those groups the
+     * larger problem's. */
+    if (col0 % 4 != 0)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "dropout origin: column %lld is not a multiple of 4", (long long)col0);
+    plan->drop_row0 = row0;
+    plan->drop_col0 = col0;
+    return FA_SUCCESS;
+}
+
 fa_status fa_plan_destroy(fa_plan plan) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     plan_free(plan);

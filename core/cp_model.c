@@ -71,7 +71,10 @@ fa_status fa_cp_check(const fa_attention_desc *desc, fa_cp_layout layout, int wo
     if (desc->cu_seqlens_q || desc->cu_seqlens_k)
         return fa_fail(FA_ERR_UNSUPPORTED, "cu_seqlens: the ring model takes fixed-length batches");
     if (desc->dropout_p > 0)
-        return fa_fail(FA_ERR_UNSUPPORTED, "dropout_p = %g: the ring runs without dropout", (double)desc->dropout_p);
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "dropout_p = %g: the ring model does not cost dropout yet (the ring cuts every step into "
+                       "single query x key chunk pieces then, which the model's pairs do not follow)",
+                       (double)desc->dropout_p);
     const char *option = fa_desc_option_in_use(desc);
     if (option) return fa_fail(FA_ERR_UNSUPPORTED, "%s: the ring runs without the score options", option);
     fa_attention_desc normalized = *desc;

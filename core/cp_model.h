@@ -68,10 +68,10 @@ typedef struct fa_cp_prediction {
 } fa_cp_prediction;
 
 /* What the model takes, independent of any device: world >= 1, a known
- * layout, sequence lengths that the layout divides, and what the ring
- * runs (fixed-length batches; no dropout or score options) with the masks
- * the model follows (causal with seqlen_q == seqlen_k; no window or block
- * mask). The message names what is wrong. */
+ * layout, sequence lengths that the layout divides, fixed-length batches
+ * without score options, no dropout (the ring runs it, in pieces the model
+ * does not follow), and the masks the model follows (causal with seqlen_q
+ * == seqlen_k; no window or block mask). The message names what is wrong. */
 fa_status fa_cp_check(const fa_attention_desc *desc, fa_cp_layout layout, int world);
 
 /* desc is the WHOLE problem (all ranks' tokens). */

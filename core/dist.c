@@ -12,7 +12,13 @@
  * after world transfers; dQ accumulates where it is. Every tensor the ring
  * touches is packed in buffers of its own, so pieces are offsets there
  * and transfers are single copies; the caller's layouts are read and
- * written once, at the start and the end. */
+ * written once, at the start and the end.
+ *
+ * Dropout: each piece's plan draws its keep bits from the global positions
+ * of its rows and keys (its dropout origin), so the ring drops exactly the
+ * elements one device drops on the whole sequence with the same seed. The
+ * merge is linear in each piece's O, and the piece's L is that of the
+ * scores before dropout, as one device's is. */
 #include "checked.h"
 #include "comm.h"
 #include "desc.h"
@@ -182,6 +188,11 @@ static uint64_t problem_hash(const fa_attention_desc *d, fa_cp_layout layout, in
     h = fnv(h, ints, sizeof ints);
     h = fnv(h, &d->softmax_scale, sizeof d->softmax_scale);
     h = fnv(h, &d->dropout_p, sizeof d->dropout_p);
+    if (d->dropout_p > 0.0f) {
+        /* Ranks with different seeds would draw a mask no device draws. */
+        h = fnv(h, &d->dropout_seed, sizeof d->dropout_seed);
+        h = fnv(h, &d->dropout_offset, sizeof d->dropout_offset);
+    }
     if (d->block_mask) h = fnv(h, d->block_mask, d->block_mask_bytes);
     if (d->cu_seqlens_q) {
         h = fnv(h, d->cu_seqlens_q, sizeof(int32_t) * (size_t)(d->batch + 1));
@@ -198,17 +209,17 @@ static fa_status agree_problem(struct fa_dist_plan_s *p, fa_status mine) {
     if (v[0] != h || v[1] != -h)
         return fa_fail(FA_ERR_INVALID_ARGUMENT,
                        "distributed plan: the ranks disagree on the problem (shape, dtype, masks, scale, options, "
-                       "variable-length offsets, layout or world size differ between ranks)");
+                       "dropout seed, variable-length offsets, layout or world size differ between ranks)");
     return FA_SUCCESS;
 }
 
 /* ------------------------------------------------------------ creation */
 
 static fa_status unsupported_options(const fa_attention_desc *d) {
-    if (d->dropout_p > 0.0f)
+    if (d->dropout_p > 0.0f && d->cu_seqlens_q)
         return fa_fail(FA_ERR_UNSUPPORTED,
-                       "distributed plan: dropout is not supported yet (the kernels number dropout's rows and "
-                       "columns within the piece they compute, so a ring would not draw the mask one device draws)");
+                       "distributed plan: dropout with variable-length batches is not supported (a piece's rows "
+                       "start at a different position in each sequence, and a plan takes one dropout origin)");
     const char *option = fa_desc_option_in_use(d);
     if (option) return fa_fail(FA_ERR_UNSUPPORTED, "distributed plan: %s is not supported", option);
     if (d->cu_seqlens_q) {
@@ -277,6 +288,29 @@ static fa_status local_problem(struct fa_dist_plan_s *p) {
     return FA_SUCCESS;
 }
 
+/* A piece's plan draws dropout four keys a Philox call from its first key
+ * on, which must therefore lie at a multiple of 4 in the whole sequence:
+ * the pieces start their keys at such positions within a chunk, and every
+ * chunk must start at one. */
+static fa_status dropout_chunks(const struct fa_dist_plan_s *p) {
+    const fa_attention_desc *d = &p->whole;
+    if (!(d->dropout_p > 0.0f)) return FA_SUCCESS;
+    const int parts = p->layout == FA_CP_ZIGZAG ? 2 : 1;
+    for (int r = 0; r < p->world; r++)
+        for (int part = 0; part < parts; part++) {
+            int64_t start, len, local;
+            FA_CHECK(fa_cp_part(p->layout, d->seqlen_k, p->world, r, part, &start, &len, &local));
+            if (start % 4 != 0)
+                return fa_fail(FA_ERR_UNSUPPORTED,
+                               "distributed plan: dropout needs every chunk of keys to start at a multiple of 4 "
+                               "tokens (its mask is drawn four keys at a time); seqlen_k = %d over %d ranks (%s "
+                               "layout) gives chunks of %lld",
+                               d->seqlen_k, p->world, p->layout == FA_CP_ZIGZAG ? "zigzag" : "contiguous",
+                               (long long)len);
+        }
+    return FA_SUCCESS;
+}
+
 static fa_status alloc(fa_context ctx, size_t elems, size_t elem_bytes, fa_buffer *buf) {
     size_t bytes;
     if (fa_ckd_mul_size(&bytes, elems, elem_bytes))
@@ -310,6 +344,8 @@ static fa_status make_steps(struct fa_dist_plan_s *p) {
         for (int i = 0; i < st->count; i++) {
             piece_layouts(p, &st->pieces[i]);
             FA_CHECK(fa_plan_create(p->ctx, &st->pieces[i].desc, &st->plans[i]));
+            if (p->whole.dropout_p > 0.0f)
+                FA_CHECK(fa_plan_set_dropout_origin(st->plans[i], st->pieces[i].drop_row0, st->pieces[i].drop_col0));
         }
     }
     return FA_SUCCESS;
@@ -373,7 +409,8 @@ static fa_status create_local(struct fa_dist_plan_s *p, const fa_attention_desc 
     if (p->comm->t.device_memory && p->ctx->info.backend != FA_BACKEND_CUDA && p->ctx->info.backend != FA_BACKEND_HIP)
         return fa_fail(FA_ERR_UNSUPPORTED, "distributed plan: a transport of device memory needs a CUDA or HIP "
                                            "context (this one is %s)", p->ctx->ops->name);
-    return local_problem(p);
+    FA_CHECK(local_problem(p));
+    return dropout_chunks(p);
 }
 
 fa_status fa_dist_plan_create(fa_context ctx, fa_comm comm, const fa_attention_desc *desc, fa_cp_layout layout,
@@ -420,6 +457,19 @@ fa_status fa_dist_plan_create(fa_context ctx, fa_comm comm, const fa_attention_d
 static void buffer_free(fa_buffer *b) {
     if (*b) fa_buffer_free(*b);
     *b = NULL;
+}
+
+fa_status fa_dist_plan_set_dropout_seed(fa_dist_plan p, uint64_t seed, uint64_t offset) {
+    if (!p) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    if (!(p->whole.dropout_p > 0.0f))
+        return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                       "seed: the plan's descriptor has dropout_p = 0, so there is no dropout mask to seed");
+    for (int t = 0; t < p->world; t++)
+        for (int i = 0; i < p->steps[t].count; i++)
+            FA_CHECK(fa_plan_set_dropout_seed(p->steps[t].plans[i], seed, offset));
+    p->whole.dropout_seed = seed;
+    p->whole.dropout_offset = offset;
+    return FA_SUCCESS;
 }
 
 fa_status fa_dist_plan_destroy(fa_dist_plan p) {
@@ -636,6 +686,8 @@ size_t fa_dist_plan_format(fa_dist_plan p, char *out, size_t out_size) {
                    d->block_mask ? " block-mask" : "");
             if (d->window_left >= 0 || d->window_right >= 0) APPEND(" window (%d, %d)", d->window_left, d->window_right);
             if (d->cu_seqlens_q) APPEND(" varlen");
+            if (d->dropout_p > 0.0f)
+                APPEND(" dropout from (%lld, %lld)", (long long)pc->drop_row0, (long long)pc->drop_col0);
             APPEND("\n");
         }
     }

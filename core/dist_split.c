@@ -12,7 +12,15 @@
  * compute a band when it holds the piece's own bottom-right diagonal.
  * When it does not, the piece shrinks to the rows that see a key and the
  * keys that a row sees, whose bottom-right corner always lies in the band
- * (the last row sees the last key it can). */
+ * (the last row sees the last key it can).
+ *
+ * Dropout draws each element's keep bit from its global row and column
+ * (core/philox.h), four columns a call: a piece's plan takes the global
+ * position of its first query and key as its dropout origin. That needs
+ * contiguous global positions, so pieces are single cells, and a first key
+ * at a multiple of 4, so a shrunk piece starts its keys at the multiple of
+ * 4 below the first key a row sees; the keys added see no row, and the
+ * bottom-right corner, which the band is expressed from, stays. */
 #include "dist_split.h"
 
 #include "desc.h"
@@ -187,7 +195,20 @@ static fa_status make_piece(const fa_attention_desc *whole, const step_parts *sp
         k0 = e;
         k1 = e1;
     }
+    const int dropout = whole->dropout_p > 0.0f;
+    int64_t drop_row0 = 0, drop_col0 = 0;
+    if (dropout) {
+        const fa_dist_span *qs = &sp->qs[r.p0], *ks = &sp->ks[r.q0];
+        if (r.p1 - r.p0 != 1 || r.q1 - r.q0 != 1 || ks->global % 4 != 0)
+            return fa_fail(FA_ERR_INTERNAL, "ring piece: dropout needs single cells whose keys start at a multiple of 4");
+        const int64_t first_key = ks->global + (k0 - ks->local);
+        k0 -= first_key % 4; /* stays in the cell: its first key's position is a multiple of 4 */
+        drop_row0 = qs->global + (r0 - qs->local);
+        drop_col0 = first_key - first_key % 4;
+    }
     memset(pc, 0, sizeof *pc);
+    pc->drop_row0 = drop_row0;
+    pc->drop_col0 = drop_col0;
     pc->row0 = r0;
     pc->nrows = r1 - r0;
     pc->key0 = k0;
@@ -322,7 +343,8 @@ fa_status fa_dist_split(const fa_attention_desc *whole, fa_cp_layout layout, int
             }
     } else {
         /* Fewest rectangles first: the whole step, then its key parts or its
-         * query parts apart, then every cell alone (always one band). */
+         * query parts apart, then every cell alone (always one band). With
+         * dropout only cells: a piece's mask origin is one global position. */
         const band global = whole_band(whole);
         rect options[4][4];
         int sizes[4] = {0, 0, 0, 0};
@@ -331,7 +353,7 @@ fa_status fa_dist_split(const fa_attention_desc *whole, fa_cp_layout layout, int
         for (int p = 0; p < sp.nq && sp.nq > 1; p++) options[2][sizes[2]++] = (rect){p, p + 1, 0, sp.nk};
         for (int p = 0; p < sp.nq; p++)
             for (int q = 0; q < sp.nk; q++) options[3][sizes[3]++] = (rect){p, p + 1, q, q + 1};
-        for (int o = 0; o < 4; o++) {
+        for (int o = whole->dropout_p > 0.0f ? 3 : 0; o < 4; o++) {
             if (!sizes[o]) continue;
             band bands[4];
             int none[4], ok = 1;

@@ -44,16 +44,17 @@ fa_dropout_key fa_dropout_key_of(uint64_t seed, uint64_t offset) {
 }
 
 uint32_t fa_dropout_random(uint64_t seed, uint64_t offset, int batch, int head, int heads_q,
-                           int row, int col) {
+                           uint32_t row, uint32_t col) {
     const fa_dropout_key key = fa_dropout_key_of(seed, offset);
-    fa_philox_u32x4 counter = {{(uint32_t)col >> 2, (uint32_t)row,
-                                (uint32_t)batch * (uint32_t)heads_q + (uint32_t)head, key.offset_lo}};
+    fa_philox_u32x4 counter = {{col >> 2, row, (uint32_t)batch * (uint32_t)heads_q + (uint32_t)head,
+                                key.offset_lo}};
     fa_philox_u32x4 r = fa_philox4x32_10(counter, key.key0, key.key1);
-    return r.v[(uint32_t)col & 3u];
+    return r.v[col & 3u];
 }
 
 int fa_dropout_keep(uint64_t seed, uint64_t offset, float p, int batch, int head, int heads_q,
                     int row, int col) {
     if (!(p > 0.0f)) return 1;
-    return fa_dropout_random(seed, offset, batch, head, heads_q, row, col) >= fa_dropout_threshold(p);
+    return fa_dropout_random(seed, offset, batch, head, heads_q, (uint32_t)row, (uint32_t)col) >=
+           fa_dropout_threshold(p);
 }

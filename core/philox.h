@@ -12,8 +12,9 @@
  *   keep    = r >= threshold,  threshold = fa_dropout_threshold(p)
  *
  * batch is the sequence index (also with variable-length batches), row and
- * col are positions within that sequence. One Philox call serves four
- * neighbouring columns. */
+ * col are positions within that sequence, plus the plan's dropout origin
+ * where its problem is part of a larger one (plan.h drop_row0, drop_col0),
+ * all modulo 2^32. One Philox call serves four neighbouring columns. */
 #ifndef FA_PHILOX_H
 #define FA_PHILOX_H
 
@@ -40,6 +41,6 @@ fa_dropout_key fa_dropout_key_of(uint64_t seed, uint64_t offset);
 
 /* The random word of one element (see above). */
 uint32_t fa_dropout_random(uint64_t seed, uint64_t offset, int batch, int head, int heads_q,
-                           int row, int col);
+                           uint32_t row, uint32_t col);
 
 #endif

@@ -40,6 +40,11 @@ struct fa_plan_s {
     /* desc.dropout_seed and dropout_offset as the kernels take them: read
      * at every pass, as fa_plan_set_dropout_seed may change them. */
     fa_dropout_key dropout_key;
+    /* Where the plan's rows and columns lie in the larger problem whose
+     * dropout mask it draws (fa_plan_set_dropout_origin): every kernel adds
+     * them to the row and column of its dropout counter. 0 for a plan of a
+     * whole problem; read at every pass, like dropout_key. */
+    int64_t drop_row0, drop_col0;
     int64_t total_q, total_k;    /* tokens over the batch */
     fa_plan_info info;
     void *impl;
@@ -49,6 +54,14 @@ struct fa_plan_s {
  * communicators); the last release destroys it. */
 void fa_context_retain(fa_context ctx);
 void fa_context_release(fa_context ctx);
+
+/* The dropout mask of a plan whose problem is the sub-rectangle of a
+ * larger one from query row0 and key col0 on (a ring's piece, core/dist.c):
+ * its element (i, j) then keeps or drops as element (row0 + i, col0 + j) of
+ * the larger problem with the same seed. col0 must be a multiple of 4, as
+ * one Philox call draws four neighbouring columns; both lie in [0, 2^31).
+ * With variable-length batches the origin applies to every sequence. */
+fa_status fa_plan_set_dropout_origin(fa_plan plan, int64_t row0, int64_t col0);
 
 /* The argument checks of fa_forward and fa_backward against any descriptor
  * (the ring checks a rank's local tensors with them before it starts). */

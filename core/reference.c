@@ -149,17 +149,23 @@ int64_t fa_ref_tensor_span(const fa_attention_desc *desc, fa_tensor_role role) {
 /* The fp64 core                                                            */
 /* ------------------------------------------------------------------------ */
 
+static const fa_ref_dropout_origin no_origin = {0, 0};
+
 typedef struct ref_dropout {
     int on;
     uint32_t threshold;
     double keep_scale; /* 1 / (1 - p) */
+    /* Added to row and column, modulo 2^32 as the kernels add them. */
+    uint32_t row0, col0;
 } ref_dropout;
 
-static ref_dropout dropout_setup(const fa_attention_desc *desc) {
+static ref_dropout dropout_setup(const fa_attention_desc *desc, fa_ref_dropout_origin origin) {
     ref_dropout d;
     d.on = desc->dropout_p > 0.0f;
     d.threshold = fa_dropout_threshold(desc->dropout_p);
     d.keep_scale = d.on ? 1.0 / (1.0 - (double)desc->dropout_p) : 1.0;
+    d.row0 = (uint32_t)origin.row0;
+    d.col0 = (uint32_t)origin.col0;
     return d;
 }
 
@@ -167,7 +173,8 @@ static ref_dropout dropout_setup(const fa_attention_desc *desc) {
 static double dropout_factor(const fa_attention_desc *desc, const ref_dropout *drop, int b, int h,
                              int i, int j) {
     if (!drop->on) return 1.0;
-    uint32_t r = fa_dropout_random(desc->dropout_seed, desc->dropout_offset, b, h, desc->heads_q, i, j);
+    uint32_t r = fa_dropout_random(desc->dropout_seed, desc->dropout_offset, b, h, desc->heads_q,
+                                   drop->row0 + (uint32_t)i, drop->col0 + (uint32_t)j);
     return r >= drop->threshold ? drop->keep_scale : 0.0;
 }
 
@@ -199,18 +206,26 @@ static double logit(const fa_attention_desc *desc, const double *bias, double sc
     return s;
 }
 
+static void forward_f64(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const double *bias,
+                        const double *q, const double *k, const double *v, double *o, double *lse);
+
 void fa_ref_forward_f64(const fa_attention_desc *desc, const double *q, const double *k,
                         const double *v, double *o, double *lse) {
-    fa_ref_forward_f64_ex(desc, NULL, q, k, v, o, lse);
+    forward_f64(desc, no_origin, NULL, q, k, v, o, lse);
 }
 
 void fa_ref_forward_f64_ex(const fa_attention_desc *desc, const double *bias, const double *q,
                            const double *k, const double *v, double *o, double *lse) {
+    forward_f64(desc, no_origin, bias, q, k, v, o, lse);
+}
+
+static void forward_f64(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const double *bias,
+                        const double *q, const double *k, const double *v, double *o, double *lse) {
     ref_layouts L = resolve_all(desc);
     const int d = desc->head_dim;
     const int group = desc->heads_q / desc->heads_kv;
     const double scale = fa_desc_scale(desc);
-    const ref_dropout drop = dropout_setup(desc);
+    const ref_dropout drop = dropout_setup(desc, origin);
     /* Scores of one row. Should the allocation fail, the scores are
      * recomputed instead: same numbers, more time. */
     int longest = max_seq_k(desc);
@@ -272,20 +287,30 @@ void fa_ref_forward_f64_ex(const fa_attention_desc *desc, const double *bias, co
     free(scores);
 }
 
+static void backward_f64(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const double *bias,
+                         const double *q, const double *k, const double *v, const double *o,
+                         const double *lse, const double *dout, double *dq, double *dk, double *dv);
+
 void fa_ref_backward_f64(const fa_attention_desc *desc, const double *q, const double *k,
                          const double *v, const double *o, const double *lse,
                          const double *dout, double *dq, double *dk, double *dv) {
-    fa_ref_backward_f64_ex(desc, NULL, q, k, v, o, lse, dout, dq, dk, dv);
+    backward_f64(desc, no_origin, NULL, q, k, v, o, lse, dout, dq, dk, dv);
 }
 
 void fa_ref_backward_f64_ex(const fa_attention_desc *desc, const double *bias, const double *q,
                             const double *k, const double *v, const double *o, const double *lse,
                             const double *dout, double *dq, double *dk, double *dv) {
+    backward_f64(desc, no_origin, bias, q, k, v, o, lse, dout, dq, dk, dv);
+}
+
+static void backward_f64(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const double *bias,
+                         const double *q, const double *k, const double *v, const double *o,
+                         const double *lse, const double *dout, double *dq, double *dk, double *dv) {
     ref_layouts L = resolve_all(desc);
     const int d = desc->head_dim;
     const int group = desc->heads_q / desc->heads_kv;
     const double scale = fa_desc_scale(desc);
-    const ref_dropout drop = dropout_setup(desc);
+    const ref_dropout drop = dropout_setup(desc, origin);
 
     zero_tensor(desc, &L.k, dk);
     zero_tensor(desc, &L.v, dv);
@@ -390,6 +415,11 @@ static fa_status out_of_memory(ref_arrays *a, const char *fn) {
 
 fa_status fa_ref_forward(const fa_attention_desc *desc, const void *q, const void *k,
                          const void *v, void *o, float *lse) {
+    return fa_ref_forward_at(desc, no_origin, q, k, v, o, lse);
+}
+
+fa_status fa_ref_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *q,
+                            const void *k, const void *v, void *o, float *lse) {
     static const char fn[] = "fa_ref_forward";
     if (!desc) return fa_fail(FA_ERR_NULL_POINTER, "%s: desc is NULL", fn);
     /* The storage-dtype wrappers take no bias data (the _ex fp64 core does). */
@@ -413,7 +443,7 @@ fa_status fa_ref_forward(const fa_attention_desc *desc, const void *q, const voi
     load_tensor(desc, &L.q, q, desc->q.dtype, qd);
     load_tensor(desc, &L.k, k, desc->k.dtype, kd);
     load_tensor(desc, &L.v, v, desc->v.dtype, vd);
-    fa_ref_forward_f64(desc, qd, kd, vd, od, ld);
+    forward_f64(desc, origin, NULL, qd, kd, vd, od, ld);
     /* O is stored in q's dtype (the public header's rule). */
     store_tensor(desc, &L.o, od, o, desc->q.dtype);
     for (int64_t i = 0; i < nl; i++) lse[i] = (float)ld[i];
@@ -424,6 +454,12 @@ fa_status fa_ref_forward(const fa_attention_desc *desc, const void *q, const voi
 fa_status fa_ref_backward(const fa_attention_desc *desc, const void *q, const void *k,
                           const void *v, const void *o, const float *lse, const void *dout,
                           void *dq, void *dk, void *dv) {
+    return fa_ref_backward_at(desc, no_origin, q, k, v, o, lse, dout, dq, dk, dv);
+}
+
+fa_status fa_ref_backward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *q,
+                             const void *k, const void *v, const void *o, const float *lse, const void *dout,
+                             void *dq, void *dk, void *dv) {
     static const char fn[] = "fa_ref_backward";
     if (!desc) return fa_fail(FA_ERR_NULL_POINTER, "%s: desc is NULL", fn);
     /* The storage-dtype wrappers take no bias data (the _ex fp64 core does). */
@@ -460,7 +496,7 @@ fa_status fa_ref_backward(const fa_attention_desc *desc, const void *q, const vo
     load_tensor(desc, &L.o, o, desc->q.dtype, od);
     load_tensor(desc, &L.o, dout, desc->q.dtype, dod);
     for (int64_t i = 0; i < nl; i++) ld[i] = (double)lse[i];
-    fa_ref_backward_f64(desc, qd, kd, vd, od, ld, dod, dqd, dkd, dvd);
+    backward_f64(desc, origin, NULL, qd, kd, vd, od, ld, dod, dqd, dkd, dvd);
     store_tensor(desc, &L.q, dqd, dq, desc->q.dtype);
     store_tensor(desc, &L.k, dkd, dk, desc->k.dtype);
     store_tensor(desc, &L.v, dvd, dv, desc->v.dtype);
@@ -483,6 +519,11 @@ static float round_to(fa_dtype dtype, float x) {
  * be NULL: unfused attention has no use for it. */
 fa_status fa_ref_standard_forward(const fa_attention_desc *desc, const void *q, const void *k,
                                   const void *v, void *o, float *lse) {
+    return fa_ref_standard_forward_at(desc, no_origin, q, k, v, o, lse);
+}
+
+fa_status fa_ref_standard_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *q,
+                                     const void *k, const void *v, void *o, float *lse) {
     static const char fn[] = "fa_ref_standard_forward";
     if (!desc) return fa_fail(FA_ERR_NULL_POINTER, "%s: desc is NULL", fn);
     /* Unfused attention has no score options yet: no backend runs them. */
@@ -498,7 +539,7 @@ fa_status fa_ref_standard_forward(const fa_attention_desc *desc, const void *q, 
     const int group = desc->heads_q / desc->heads_kv;
     const fa_dtype dt = desc->q.dtype;
     const float scale = (float)fa_desc_scale(desc);
-    const ref_dropout drop = dropout_setup(desc);
+    const ref_dropout drop = dropout_setup(desc, origin);
     const float keep_scale = (float)drop.keep_scale;
     int longest = max_seq_k(desc);
 

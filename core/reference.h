@@ -74,11 +74,27 @@ fa_status fa_ref_backward(const fa_attention_desc *desc, const void *q, const vo
                           const void *v, const void *o, const float *lse, const void *dout,
                           void *dq, void *dk, void *dv);
 
+/* Where the problem's rows and columns lie in a larger problem whose
+ * dropout mask it draws (a plan's dropout origin, core/plan.h): element
+ * (i, j) keeps or drops as element (row0 + i, col0 + j) does there. The
+ * functions without _at take (0, 0). */
+typedef struct fa_ref_dropout_origin {
+    int64_t row0, col0;
+} fa_ref_dropout_origin;
+
+fa_status fa_ref_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *q,
+                            const void *k, const void *v, void *o, float *lse);
+fa_status fa_ref_backward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *q,
+                             const void *k, const void *v, const void *o, const float *lse, const void *dout,
+                             void *dq, void *dk, void *dv);
+
 /* Unfused standard attention (S and P materialised), in the storage dtype's
  * precision: S rounded to the dtype, softmax in fp32, P rounded to the dtype,
  * O = P V accumulated in fp32. The second opinion GUIDE section 2 compares
  * errors against ("no worse than twice unfused attention in the dtype"). */
 fa_status fa_ref_standard_forward(const fa_attention_desc *desc, const void *q, const void *k,
                                   const void *v, void *o, float *lse);
+fa_status fa_ref_standard_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *q,
+                                     const void *k, const void *v, void *o, float *lse);
 
 #endif

@@ -651,10 +651,17 @@ typedef struct fa_dist_plan_s *fa_dist_plan;
  * fa_cp_part gives. The results equal one device's on the whole sequence
  * within rounding: the ring adds the same terms in another order, and
  * rounds each piece's O to the dtype before its fp32 merge.
+ * Dropout draws the mask one device draws on the whole sequence with the
+ * same dropout_seed and dropout_offset (every rank must give the same):
+ * each element keeps or drops by its global row and column. It needs
+ * every chunk of keys (seqlen_k / world tokens contiguous, seqlen_k /
+ * (2 * world) zigzag) to start at a multiple of 4 tokens, as the mask is
+ * drawn four keys at a time.
  * FA_ERR_UNSUPPORTED, with a message, for what the ring cannot do yet:
- * dropout; windows or block masks with variable-length batches; causal
- * masks with variable-length batches whose query and key offsets differ;
- * the score options. */
+ * dropout with variable-length batches or with chunks of keys that do not
+ * start at multiples of 4; windows or block masks with variable-length
+ * batches; causal masks with variable-length batches whose query and key
+ * offsets differ; the score options. */
 FA_API fa_status fa_dist_plan_create(fa_context ctx, fa_comm comm, const fa_attention_desc *desc,
                                      fa_cp_layout layout, fa_dist_plan *plan);
 /* Collective, as fa_forward and fa_backward on the local tensors. */
@@ -662,6 +669,13 @@ FA_API fa_status fa_dist_forward(fa_dist_plan plan, fa_buffer q, fa_buffer k, fa
                                  fa_buffer lse);
 FA_API fa_status fa_dist_backward(fa_dist_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o,
                                   fa_buffer lse, fa_buffer dout, fa_buffer dq, fa_buffer dk, fa_buffer dv);
+/* The dropout mask of the plan's later passes, as fa_plan_set_dropout_seed
+ * sets a plan's: the same as a plan created with desc.dropout_seed = seed
+ * and desc.dropout_offset = offset, compiling nothing. Not collective, but
+ * every rank must set the same seed and offset before its next pass, or
+ * the ranks draw a mask that no one device draws. Only for plans whose
+ * descriptor has dropout_p > 0 (else FA_ERR_INVALID_ARGUMENT). */
+FA_API fa_status fa_dist_plan_set_dropout_seed(fa_dist_plan plan, uint64_t seed, uint64_t offset);
 /* How many local plans the ring runs and a printable summary (steps, the
  * pieces of each step, bytes moved a step). */
 FA_API size_t fa_dist_plan_format(fa_dist_plan plan, char *out, size_t out_size);

@@ -16,7 +16,7 @@
     __global const uchar *block_mask, int block_q, int block_k, int block_cols,            \
     __global const uchar *tile_map, int tile_cols,                                         \
     uint drop_key0, uint drop_key1, uint drop_offset_lo, uint drop_threshold,              \
-    float drop_scale
+    float drop_scale, uint drop_row0, uint drop_col0
 
 #define FA_BWD_SETUP()                                                                     \
     fa_mask mask;                                                                          \
@@ -33,6 +33,8 @@
     drop.offset_lo = drop_offset_lo;                                                       \
     drop.threshold = drop_threshold;                                                       \
     drop.keep_scale = drop_scale;                                                          \
+    drop.row0 = drop_row0;                                                                 \
+    drop.col0 = drop_col0;                                                                 \
     fa_layout lq = {q_off, q_sb, q_ss, q_sh}, lk = {k_off, k_sb, k_ss, k_sh};              \
     fa_layout lv = {v_off, v_sb, v_ss, v_sh}, lo = {o_off, o_sb, o_ss, o_sh}
 

@@ -601,6 +601,10 @@ FA_FN uint4 fa_philox(uint4 c, uint k0, uint k1) {
 typedef struct fa_dropout {
     uint key0, key1, offset_lo, threshold;
     float keep_scale; /* 1 / (1 - p) */
+    /* The plan's dropout origin (core/plan.h): added to every row and key
+     * the counter takes, so a plan of part of a larger problem draws that
+     * problem's mask. col0 is a multiple of 4: groups of four stay whole. */
+    uint row0, col0;
 } fa_dropout;
 
 /* Marks the dropped elements of a local tile by flipping their sign bit
@@ -615,8 +619,9 @@ FA_FN void fa_dropout_mark(__local float *tile, int rs, int cs, const fa_dropout
 #if BC % 4 == 0
     for (int e = get_local_id(0); e < BR * (BC / 4); e += WG_SIZE) {
         int r = e % BR, g = e / BR;
-        uint col = (uint)k0 + 4u * (uint)g;
-        uint4 rnd = fa_philox((uint4)(col >> 2, (uint)q0 + (uint)r, bh, dp->offset_lo), dp->key0, dp->key1);
+        uint col = dp->col0 + (uint)k0 + 4u * (uint)g;
+        uint4 rnd = fa_philox((uint4)(col >> 2, dp->row0 + (uint)q0 + (uint)r, bh, dp->offset_lo), dp->key0,
+                              dp->key1);
         __local float *t = tile + r * rs + 4 * g * cs;
         if (rnd.x < dp->threshold) t[0] = -t[0];
         if (rnd.y < dp->threshold) t[cs] = -t[cs];
@@ -626,8 +631,9 @@ FA_FN void fa_dropout_mark(__local float *tile, int rs, int cs, const fa_dropout
 #else
     for (int e = get_local_id(0); e < BR * BC; e += WG_SIZE) {
         int r = e % BR, c = e / BR;
-        uint col = (uint)k0 + (uint)c;
-        uint4 rnd = fa_philox((uint4)(col >> 2, (uint)q0 + (uint)r, bh, dp->offset_lo), dp->key0, dp->key1);
+        uint col = dp->col0 + (uint)k0 + (uint)c;
+        uint4 rnd = fa_philox((uint4)(col >> 2, dp->row0 + (uint)q0 + (uint)r, bh, dp->offset_lo), dp->key0,
+                              dp->key1);
         uint w = (col & 3u) == 0u ? rnd.x : (col & 3u) == 1u ? rnd.y : (col & 3u) == 2u ? rnd.z : rnd.w;
         if (w < dp->threshold) tile[r * rs + c * cs] = -tile[r * rs + c * cs];
     }
@@ -650,5 +656,5 @@ FA_FN void fa_dropout_mark(__local float *tile, int rs, int cs, const fa_dropout
     __global const uchar *block_mask, int block_q, int block_k, int block_cols,            \
     __global const uchar *tile_map, int tile_cols,                                         \
     uint drop_key0, uint drop_key1, uint drop_offset_lo, uint drop_threshold,              \
-    float drop_scale,                                                                      \
+    float drop_scale, uint drop_row0, uint drop_col0,                                      \
     int num_splits, __global float *part_o, __global float *part_l

@@ -72,6 +72,8 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
     drop.offset_lo = drop_offset_lo;
     drop.threshold = drop_threshold;
     drop.keep_scale = drop_scale;
+    drop.row0 = drop_row0;
+    drop.col0 = drop_col0;
 #endif
 
     /* Q tile, rows past the sequence zero-filled. */
@@ -402,6 +404,8 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
     drop.offset_lo = drop_offset_lo;
     drop.threshold = drop_threshold;
     drop.keep_scale = drop_scale;
+    drop.row0 = drop_row0;
+    drop.col0 = drop_col0;
 #endif
 
     const int r_last = q0 + min(BR, seq.len_q - q0) - 1;

@@ -108,6 +108,8 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
     drop.offset_lo = drop_offset_lo;
     drop.threshold = drop_threshold;
     drop.keep_scale = drop_scale;
+    drop.row0 = drop_row0;
+    drop.col0 = drop_col0;
     const uint bh = (uint)b * (uint)heads_q + (uint)h;
 #endif
 

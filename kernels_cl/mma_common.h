@@ -118,15 +118,16 @@ FA_FN void fa_frag_mask(fa_c *c, const fa_mask *m, __global const uchar *block_m
 
 /* The dropout decisions of an accumulator's elements (bit e set: kept),
  * element e standing for query row0 + FA_C_ROW(lane, e) and key col0 +
- * FA_C_COL(lane, e), or the reverse, transposed. Unsigned: a padding row's
- * position may pass INT_MAX, and wraps harmlessly here. The same Philox
- * words as fa_dropout_mark: one call per four keys of a row. */
+ * FA_C_COL(lane, e), or the reverse, transposed; the plan's dropout origin
+ * (dp->row0, dp->col0) comes on top. Unsigned: a padding row's position
+ * may pass INT_MAX, and wraps harmlessly here. The same Philox words as
+ * fa_dropout_mark: one call per four keys of a row. */
 FA_FN uint fa_frag_keep(const fa_dropout *dp, uint bh, uint row0, uint col0, int transposed, fa_frag_ctx ctx) {
     uint keep = 0u;
     uint4 rnd = (uint4)(0u);
     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
         const uint r = row0 + (uint)FA_C_ROW(ctx.lane, e), k = col0 + (uint)FA_C_COL(ctx.lane, e);
-        const uint q = transposed ? k : r, key = transposed ? r : k;
+        const uint q = dp->row0 + (transposed ? k : r), key = dp->col0 + (transposed ? r : k);
         /* A run of elements (FA_C_RUN) shares its row and group of four
          * keys, untransposed. */
         if (transposed || e % FA_C_RUN == 0)

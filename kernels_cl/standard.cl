@@ -55,10 +55,12 @@ FA_FN fa_mask std_mask(const fa_seq *s, int window_left, int window_right, int b
 }
 
 /* The Philox words of keys j4 .. j4 + 3 (j4 a multiple of four) of row i:
- * one call serves the four, as core/philox.h defines the counter. */
+ * one call serves the four, as core/philox.h defines the counter, with
+ * the plan's dropout origin (col0 a multiple of 4) on top. */
 FA_FN uint4 std_dropout_words(const fa_dropout *dp, int b, int h, int heads_q, int i, int j4) {
     uint bh = (uint)b * (uint)heads_q + (uint)h;
-    return fa_philox((uint4)((uint)j4 >> 2, (uint)i, bh, dp->offset_lo), dp->key0, dp->key1);
+    return fa_philox((uint4)((dp->col0 + (uint)j4) >> 2, dp->row0 + (uint)i, bh, dp->offset_lo), dp->key0,
+                     dp->key1);
 }
 
 FA_FN uint std_word(uint4 r, int c) { return c == 0 ? r.x : c == 1 ? r.y : c == 2 ? r.z : r.w; }
@@ -69,7 +71,8 @@ FA_FN uint std_word(uint4 r, int c) { return c == 0 ? r.x : c == 1 ? r.y : c == 
 #define STD_MASK_PARAMS                                                         \
     int window_left, int window_right, __global const uchar *block_mask,        \
         int block_q, int block_k, int block_cols
-#define STD_DROPOUT_PARAMS uint key0, uint key1, uint offset_lo, uint threshold, float keep_scale
+#define STD_DROPOUT_PARAMS                                                      \
+    uint key0, uint key1, uint offset_lo, uint threshold, float keep_scale, uint row0, uint col0
 
 /* ------------------------------------------------------------------------ */
 /* Layout and dtype changes                                                  */
@@ -190,7 +193,7 @@ __kernel __attribute__((reqd_work_group_size(STD_WG, 1, 1))) void std_softmax(
             mx == -INFINITY ? -INFINITY : sum == 0.0f ? NAN : mx + log(sum);
 
 #ifdef DROPOUT
-    const fa_dropout dp = {key0, key1, offset_lo, threshold, keep_scale};
+    const fa_dropout dp = {key0, key1, offset_lo, threshold, keep_scale, row0, col0};
 #endif
     /* Four neighbouring keys per work-item and step: one Philox call. */
     for (long j4 = 4 * lid; j4 < sq.len_k; j4 += 4 * STD_WG) {
@@ -266,7 +269,7 @@ __kernel void std_dscores(__global float *p, __global float *dp, __global const 
     (void)m;
     const float di = dvec[fa_lse_index(b, h, i, heads_q, seqlen_q, sq.start_q, total_q)];
 #ifdef DROPOUT
-    const fa_dropout drop = {key0, key1, offset_lo, threshold, keep_scale};
+    const fa_dropout drop = {key0, key1, offset_lo, threshold, keep_scale, row0, col0};
     const uint4 rnd = std_dropout_words(&drop, b, h, heads_q, i, j4);
 #endif
     for (int c = 0; c < 4 && c < sq.len_k - j4; c++) {

@@ -44,6 +44,7 @@ struct fa_params {
     int window_left, window_right;
     int block_q, block_k, block_cols, tile_cols;
     u32 drop_key0, drop_key1, drop_offset_lo, drop_threshold;
+    u32 drop_row0, drop_col0; /* the plan's dropout origin (core/plan.h) */
     float scale, scale_log2, drop_scale;
     int num_splits;
 };
@@ -426,9 +427,12 @@ FA_DEV uint4 philox(u32 c0, u32 c1, u32 c2, u32 c3, u32 k0, u32 k1) {
 
 /* The four random words of (row, columns 4g .. 4g + 3) of one (sequence,
  * head): bh = batch * heads_q + head. Positions are unsigned: a padding
- * row's q0 + r may pass INT_MAX, and wraps harmlessly here. */
+ * row's q0 + r may pass INT_MAX, and wraps harmlessly here. The plan's
+ * dropout origin moves them to where they lie in the larger problem whose
+ * mask the plan draws (a ring's piece); drop_col0 is a multiple of 4, so
+ * the group of four stays whole and every caller's col & 3 stays right. */
 FA_DEV uint4 dropout_words(const fa_params &p, u32 bh, u32 row, u32 col4) {
-    return philox(col4 >> 2, row, bh, p.drop_offset_lo, p.drop_key0, p.drop_key1);
+    return philox((col4 + p.drop_col0) >> 2, row + p.drop_row0, bh, p.drop_offset_lo, p.drop_key0, p.drop_key1);
 }
 
 FA_DEV u32 word_of(uint4 w, int i) {

@@ -54,11 +54,12 @@ struct std_params {
     int block_cols, dim, heads, seqlen;
     int mode, pad0;
     u32 drop_key0, drop_key1, drop_offset_lo, drop_threshold;
+    u32 drop_row0, drop_col0; /* the plan's dropout origin (core/plan.h) */
     float drop_scale, pad1;
 };
 
 /* The host's copy has this size (cuda_standard.c checks its side). */
-static_assert(sizeof(std_params) == 14 * 8 + 15 * 8 + 20 * 4, "std_params differs from the host's layout");
+static_assert(sizeof(std_params) == 14 * 8 + 15 * 8 + 22 * 4, "std_params differs from the host's layout");
 
 /* x rounded to the storage dtype and widened back. */
 FA_DEV float std_round(float x) { return to_f32(from_f32(x)); }
@@ -113,10 +114,13 @@ FA_DEV i64 std_lse_index(const std_params &p, const std_row &r) {
 
 #ifdef DROPOUT
 /* The Philox words of keys j4 .. j4 + 3 (j4 a multiple of four) of the row,
- * as core/philox.h defines the counter: one call serves the four. */
+ * as core/philox.h defines the counter: one call serves the four. The
+ * plan's dropout origin (drop_col0 a multiple of 4) places them in the
+ * larger problem whose mask the plan draws. */
 FA_DEV uint4 std_words(const std_params &p, const std_row &r, u32 j4) {
     const u32 bh = (u32)r.b * (u32)p.heads_q + (u32)r.h;
-    return philox((u32)j4 >> 2, (u32)r.i, bh, p.drop_offset_lo, p.drop_key0, p.drop_key1);
+    return philox(((u32)j4 + p.drop_col0) >> 2, (u32)r.i + p.drop_row0, bh, p.drop_offset_lo, p.drop_key0,
+                  p.drop_key1);
 }
 #endif
 

@@ -60,7 +60,7 @@
     const fa_uchar *block_mask, int block_q, int block_k, int block_cols,                  \
     const fa_uchar *tile_map, int tile_cols,                                               \
     fa_uint drop_key0, fa_uint drop_key1, fa_uint drop_offset_lo, fa_uint drop_threshold,  \
-    float drop_scale
+    float drop_scale, fa_uint drop_row0, fa_uint drop_col0
 
 #define FA_BWD_SETUP()                                                                     \
     fa_mask mask;                                                                          \
@@ -77,6 +77,8 @@
     drop.offset_lo = drop_offset_lo;                                                       \
     drop.threshold = drop_threshold;                                                       \
     drop.keep_scale = drop_scale;                                                          \
+    drop.row0 = drop_row0;                                                                 \
+    drop.col0 = drop_col0;                                                                 \
     (void)drop;                                                                            \
     const fa_layout lq = {q_off, q_sb, q_ss, q_sh}, lk = {k_off, k_sb, k_ss, k_sh};        \
     const fa_layout lv = {v_off, v_sb, v_ss, v_sh}, lo = {o_off, o_sb, o_ss, o_sh}

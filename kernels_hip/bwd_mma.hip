@@ -90,7 +90,7 @@
     const fa_uchar *block_mask, int block_q, int block_k, int block_cols,                  \
     const fa_uchar *tile_map, int tile_cols,                                               \
     fa_uint drop_key0, fa_uint drop_key1, fa_uint drop_offset_lo, fa_uint drop_threshold,  \
-    float drop_scale
+    float drop_scale, fa_uint drop_row0, fa_uint drop_col0
 
 #define FA_MMA_BWD_SETUP()                                                                 \
     fa_mask mask;                                                                          \
@@ -101,7 +101,8 @@
     mask.block_q = block_q;                                                                \
     mask.block_k = block_k;                                                                \
     mask.block_cols = block_cols;                                                          \
-    const fa_dropout drop = fa_dropout_of(drop_key0, drop_key1, drop_offset_lo, drop_threshold, drop_scale); \
+    const fa_dropout drop = fa_dropout_of(drop_key0, drop_key1, drop_offset_lo, drop_threshold, drop_scale, \
+                                          drop_row0, drop_col0);                           \
     (void)drop;                                                                            \
     const fa_layout lq = {q_off, q_sb, q_ss, q_sh}, lk = {k_off, k_sb, k_ss, k_sh};        \
     const fa_layout lv = {v_off, v_sb, v_ss, v_sh}, lo = {o_off, o_sb, o_ss, o_sh}

@@ -477,7 +477,25 @@ FA_FN fa_u4 fa_philox(fa_u4 c, fa_uint k0, fa_uint k1) {
 struct fa_dropout {
     fa_uint key0, key1, offset_lo, threshold;
     float keep_scale; /* 1 / (1 - p) */
+    /* The plan's dropout origin (core/plan.h): added to every row and key
+     * the counter takes, so a plan of part of a larger problem draws that
+     * problem's mask. col0 is a multiple of 4: groups of four stay whole. */
+    fa_uint row0, col0;
 };
+
+/* The kernels' dropout state from their arguments. */
+FA_FN fa_dropout fa_dropout_of(fa_uint key0, fa_uint key1, fa_uint offset_lo, fa_uint threshold, float keep_scale,
+                               fa_uint row0, fa_uint col0) {
+    fa_dropout d;
+    d.key0 = key0;
+    d.key1 = key1;
+    d.offset_lo = offset_lo;
+    d.threshold = threshold;
+    d.keep_scale = keep_scale;
+    d.row0 = row0;
+    d.col0 = col0;
+    return d;
+}
 
 FA_FN bool fa_signbit(float v) { return (__float_as_uint(v) >> 31) != 0u; }
 
@@ -493,10 +511,10 @@ FA_FN void fa_dropout_mark(float *tile, int rs, int cs, const fa_dropout &dp, in
 #if BC % 4 == 0
     for (int e = (int)threadIdx.x; e < BR * (BC / 4); e += WG_SIZE) {
         const int r = e % BR, g = e / BR;
-        const fa_uint col = (fa_uint)k0 + 4u * (fa_uint)g;
+        const fa_uint col = dp.col0 + (fa_uint)k0 + 4u * (fa_uint)g;
         fa_u4 ctr;
         ctr.x = col >> 2;
-        ctr.y = (fa_uint)q0 + (fa_uint)r;
+        ctr.y = dp.row0 + (fa_uint)q0 + (fa_uint)r;
         ctr.z = bh;
         ctr.w = dp.offset_lo;
         const fa_u4 rnd = fa_philox(ctr, dp.key0, dp.key1);
@@ -509,10 +527,10 @@ FA_FN void fa_dropout_mark(float *tile, int rs, int cs, const fa_dropout &dp, in
 #else
     for (int e = (int)threadIdx.x; e < BR * BC; e += WG_SIZE) {
         const int r = e % BR, c = e / BR;
-        const fa_uint col = (fa_uint)k0 + (fa_uint)c;
+        const fa_uint col = dp.col0 + (fa_uint)k0 + (fa_uint)c;
         fa_u4 ctr;
         ctr.x = col >> 2;
-        ctr.y = (fa_uint)q0 + (fa_uint)r;
+        ctr.y = dp.row0 + (fa_uint)q0 + (fa_uint)r;
         ctr.z = bh;
         ctr.w = dp.offset_lo;
         const fa_u4 rnd = fa_philox(ctr, dp.key0, dp.key1);

@@ -42,7 +42,7 @@ FA_KERNEL void fa_forward(const store_t *__restrict__ q, const store_t *__restri
                           const fa_uchar *block_mask, int block_q, int block_k, int block_cols,
                           const fa_uchar *tile_map, int tile_cols,
                           fa_uint drop_key0, fa_uint drop_key1, fa_uint drop_offset_lo, fa_uint drop_threshold,
-                          float drop_scale,
+                          float drop_scale, fa_uint drop_row0, fa_uint drop_col0,
                           int num_splits, float *__restrict__ part_o, float *__restrict__ part_l) {
     __shared__ FA_LOCAL_ALIGN float Qt[HEAD_DIM * BR];
     __shared__ FA_LOCAL_ALIGN float Kt[HEAD_DIM * BC];
@@ -88,11 +88,15 @@ FA_KERNEL void fa_forward(const store_t *__restrict__ q, const store_t *__restri
     drop.offset_lo = drop_offset_lo;
     drop.threshold = drop_threshold;
     drop.keep_scale = drop_scale;
+    drop.row0 = drop_row0;
+    drop.col0 = drop_col0;
 #else
     (void)drop_key0;
     (void)drop_key1;
     (void)drop_offset_lo;
     (void)drop_threshold;
+    (void)drop_row0;
+    (void)drop_col0;
 #endif
 
     /* Q tile, rows past the sequence zero-filled. */

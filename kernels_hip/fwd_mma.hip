@@ -55,7 +55,7 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
                               const fa_uchar *block_mask, int block_q, int block_k, int block_cols,
                               const fa_uchar *tile_map, int tile_cols,
                               fa_uint drop_key0, fa_uint drop_key1, fa_uint drop_offset_lo, fa_uint drop_threshold,
-                              float drop_scale,
+                              float drop_scale, fa_uint drop_row0, fa_uint drop_col0,
                               int num_splits, float *__restrict__ part_o, float *__restrict__ part_l) {
     FA_LOCAL_BLOCK(smem);
     fa_ushort *const Ks = smem + SM_KV, *const Vs = smem + SM_KV + BC * LD;
@@ -89,13 +89,16 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
     const store_t *const kp = k + fa_row_index(lk, b, seq.start_k, 0, hk);
     const store_t *const vp = v + fa_row_index(lv, b, seq.start_k, 0, hk);
 #ifdef DROPOUT
-    const fa_dropout drop = fa_dropout_of(drop_key0, drop_key1, drop_offset_lo, drop_threshold, drop_scale);
+    const fa_dropout drop =
+        fa_dropout_of(drop_key0, drop_key1, drop_offset_lo, drop_threshold, drop_scale, drop_row0, drop_col0);
     const fa_uint bh = (fa_uint)b * (fa_uint)heads_q + (fa_uint)h;
 #else
     (void)drop_key0;
     (void)drop_key1;
     (void)drop_offset_lo;
     (void)drop_threshold;
+    (void)drop_row0;
+    (void)drop_col0;
 #endif
 
     /* Q into local memory: with Q_LOCAL it stays there (its copies land

@@ -116,8 +116,8 @@ FA_FN fa_uint fa_frag_keep(const fa_dropout &dp, fa_uint bh, int q0, int k0, int
     rnd.x = rnd.y = rnd.z = rnd.w = 0u;
 #pragma unroll
     for (int e = 0; e < FA_C_ELEMS; e++) {
-        const fa_uint q = (fa_uint)q0 + (fa_uint)FA_ELEM_QUERY(keys_own, own0, oth0, lane, e);
-        const fa_uint key = (fa_uint)k0 + (fa_uint)FA_ELEM_KEY(keys_own, own0, oth0, lane, e);
+        const fa_uint q = dp.row0 + (fa_uint)q0 + (fa_uint)FA_ELEM_QUERY(keys_own, own0, oth0, lane, e);
+        const fa_uint key = dp.col0 + (fa_uint)k0 + (fa_uint)FA_ELEM_KEY(keys_own, own0, oth0, lane, e);
         if (keys_own || e % FA_OTHER_RUN == 0) {
             fa_u4 ctr;
             ctr.x = key >> 2;
@@ -131,15 +131,4 @@ FA_FN fa_uint fa_frag_keep(const fa_dropout &dp, fa_uint bh, int q0, int k0, int
         if (w >= dp.threshold) keep |= 1u << e;
     }
     return keep;
-}
-
-/* The kernels' dropout state from their arguments. */
-FA_FN fa_dropout fa_dropout_of(fa_uint key0, fa_uint key1, fa_uint offset_lo, fa_uint threshold, float keep_scale) {
-    fa_dropout d;
-    d.key0 = key0;
-    d.key1 = key1;
-    d.offset_lo = offset_lo;
-    d.threshold = threshold;
-    d.keep_scale = keep_scale;
-    return d;
 }

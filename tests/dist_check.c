@@ -79,6 +79,10 @@ static void tensors_free(tensors *t, int inputs) {
     free(t->lse);
 }
 
+/* The seed and offset a reseeded case moves to (offsets above 2^32 reach
+ * the key as well as the counter). */
+static const uint64_t reseed_seed = 0x0123456789abcdefull, reseed_offset = 0x0000000500000003ull;
+
 static void make_desc(const dist_case *c, const uint8_t *mask, size_t mask_bytes, fa_attention_desc *d) {
     fa_attention_desc_init(d);
     d->batch = c->batch;
@@ -124,6 +128,12 @@ static fa_status run_whole(const dist_case *c, const fa_attention_desc *d, const
     fa_buffer b[10] = {0};
     fa_status st = fa_context_create(c->backend, -1, &ctx);
     if (st != FA_SUCCESS) return st;
+    fa_attention_desc whole = *d;
+    if (c->reseed) {
+        whole.dropout_seed = reseed_seed;
+        whole.dropout_offset = reseed_offset;
+    }
+    d = &whole;
     enum { Q, K, V, DO, O, L, DQ, DK, DV };
     void *host[] = {in->q, in->k, in->v, in->dout, NULL, NULL, NULL, NULL, NULL};
     const size_t bytes[] = {s->q * s->es, s->kv * s->es, s->kv * s->es, s->q * s->es, s->q * s->es,
@@ -223,13 +233,16 @@ static void rank_main(int rank, void *arg) {
         return;
     }
     j->plan_status = fa_dist_plan_create(ctx, comm, &j->desc, j->c->layout, &plan);
+    /* Every rank reseeds alike, so all fail here or none: no rank waits. */
+    if (j->plan_status == FA_SUCCESS && j->c->reseed)
+        j->plan_status = fa_dist_plan_set_dropout_seed(plan, reseed_seed, reseed_offset);
     snprintf(j->plan_message, sizeof j->plan_message, "%s", j->plan_status == FA_SUCCESS ? "" : fa_last_error());
     if (j->plan_status == FA_SUCCESS) {
         j->pass_status = ring_passes(j, rank, ctx, plan);
         if (j->pass_status != FA_SUCCESS)
             fprintf(stderr, "rank %d: %s: %s\n", rank, fa_status_string(j->pass_status), fa_last_error());
-        fa_dist_plan_destroy(plan);
     }
+    if (plan) fa_dist_plan_destroy(plan);
     fa_comm_destroy(comm);
     fa_context_destroy(ctx);
 }

@@ -16,6 +16,9 @@ typedef struct dist_case {
     int block_q, block_k;        /* > 0: a random block mask of these blocks */
     const int32_t *cu_q, *cu_k;  /* variable-length batch (cu_k NULL: as cu_q) */
     float dropout_p;
+    int reseed;      /* 1: the ring's plans get another seed and offset through
+                        fa_dist_plan_set_dropout_seed, the one context's plan
+                        is created with them */
     fa_cp_layout layout;
     int world;
     int backward;

@@ -2,6 +2,7 @@
  * message naming the argument) and its objects, on the reference device,
  * which every build has. */
 #include "harness.h"
+#include "plan.h"
 #include "reference.h"
 #include "test_util.h"
 
@@ -335,6 +336,30 @@ FA_TEST(dropout_seed_checks) {
     CHECK_OK(fa_context_destroy(ctx));
 }
 
+/* The internal dropout origin's arguments (what it draws, on every
+ * backend: tests/test_dropout_seed.c). */
+FA_TEST(dropout_origin_checks) {
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_REFERENCE, 0, &ctx));
+    CHECK_FAILS(fa_plan_set_dropout_origin(NULL, 0, 0), FA_ERR_NULL_POINTER, "plan");
+    fa_attention_desc d = small_desc();
+    d.dropout_p = 0.5f;
+    fa_plan plan = NULL;
+    CHECK_OK(fa_plan_create(ctx, &d, &plan));
+    CHECK(plan->drop_row0 == 0 && plan->drop_col0 == 0);
+    CHECK_FAILS(fa_plan_set_dropout_origin(plan, 3, 6), FA_ERR_INVALID_ARGUMENT, "multiple of 4");
+    CHECK_FAILS(fa_plan_set_dropout_origin(plan, -1, 0), FA_ERR_INVALID_ARGUMENT, "[0, 2^31)");
+    CHECK_FAILS(fa_plan_set_dropout_origin(plan, 0, -4), FA_ERR_INVALID_ARGUMENT, "[0, 2^31)");
+    CHECK_FAILS(fa_plan_set_dropout_origin(plan, INT64_C(1) << 31, 0), FA_ERR_INVALID_ARGUMENT, "[0, 2^31)");
+    CHECK_FAILS(fa_plan_set_dropout_origin(plan, 0, INT64_C(1) << 31), FA_ERR_INVALID_ARGUMENT, "[0, 2^31)");
+    CHECK(plan->drop_row0 == 0 && plan->drop_col0 == 0);
+    CHECK_OK(fa_plan_set_dropout_origin(plan, 3, 8));
+    CHECK(plan->drop_row0 == 3 && plan->drop_col0 == 8);
+    CHECK_OK(fa_plan_set_dropout_origin(plan, (INT64_C(1) << 31) - 1, (INT64_C(1) << 31) - 4));
+    CHECK_OK(fa_plan_destroy(plan));
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
 static void *fail_in_thread(void *arg) {
     (void)arg;
     fa_buffer_alloc(NULL, 1, NULL);
@@ -354,4 +379,5 @@ FA_TEST(last_error_is_per_thread) {
 FA_TEST_MAIN(FA_CASE(status_strings_are_distinct), FA_CASE(descriptor_checks_name_the_argument),
              FA_CASE(mask_and_seqlens_checks), FA_CASE(stride_checks), FA_CASE(buffer_and_plan_checks),
              FA_CASE(reference_device_end_to_end), FA_CASE(devices_and_best_choice),
-             FA_CASE(last_error_is_per_thread), FA_CASE(reference_native_queue), FA_CASE(dropout_seed_checks))
+             FA_CASE(last_error_is_per_thread), FA_CASE(reference_native_queue), FA_CASE(dropout_seed_checks),
+             FA_CASE(dropout_origin_checks))

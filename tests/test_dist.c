@@ -1,8 +1,9 @@
 /* Ring attention (fa_dist_*) on the CPU reference, its ranks threads of
  * this process: every mask and layout against one context on the whole
- * sequence, the cut of a sequence over the ranks, and every rank hearing
- * of another's failure. */
+ * sequence, dropout drawing the mask one context draws, the cut of a
+ * sequence over the ranks, and every rank hearing of another's failure. */
 #include "dist_check.h"
+#include "dist_split.h"
 #include "harness.h"
 #include "test_util.h"
 
@@ -136,15 +137,199 @@ FA_TEST(varlen) {
     }
 }
 
+/* Dropout: the ring drops exactly what one context drops on the whole
+ * sequence with the same seed, so the two agree as closely as without it.
+ * 96 tokens cut into chunks of multiples of 4 for 2, 3 and 4 ranks in
+ * both layouts. */
+static dist_case dropout_case(int world, fa_cp_layout layout, float p) {
+    dist_case c = ref_case(world, layout);
+    c.seqlen_q = c.seqlen_k = 96;
+    c.dropout_p = p;
+    return c;
+}
+
+FA_TEST(dropout) {
+    const float ps[] = {0.1f, 0.3f};
+    for (int i = 0; i < 2; i++)
+        for (int w = 2; w <= 4; w++) {
+            char what[64];
+            dist_case c = dropout_case(w, FA_CP_ZIGZAG, ps[i]);
+            c.causal = 1;
+            snprintf(what, sizeof what, "dropout %.1f, causal", (double)ps[i]);
+            dist_check_expect(what, &c);
+            c = dropout_case(w, FA_CP_CONTIGUOUS, ps[i]);
+            snprintf(what, sizeof what, "dropout %.1f, no mask", (double)ps[i]);
+            dist_check_expect(what, &c);
+            /* Shrunk pieces: a window's first visible key of another rank's
+             * chunk lies off a multiple of 4 (43 of rank 0's keys for rank
+             * 1's first row, contiguous, 2 ranks). */
+            c.causal = 1;
+            c.window_left = 5;
+            snprintf(what, sizeof what, "dropout %.1f, causal window 5", (double)ps[i]);
+            dist_check_expect(what, &c);
+            c.layout = FA_CP_ZIGZAG;
+            c.causal = 0;
+            c.window_left = 9;
+            c.window_right = 3;
+            snprintf(what, sizeof what, "dropout %.1f, window (9, 3)", (double)ps[i]);
+            dist_check_expect(what, &c);
+        }
+}
+
+FA_TEST(dropout_gqa_and_dtypes) {
+    const fa_dtype dtypes[] = {FA_DTYPE_F32, FA_DTYPE_BF16};
+    for (int i = 0; i < 2; i++)
+        for (int w = 2; w <= 4; w++) {
+            dist_case c = dropout_case(w, FA_CP_ZIGZAG, 0.3f);
+            c.dtype = dtypes[i];
+            c.heads_q = 4;
+            c.heads_kv = 2;
+            c.head_dim = 32;
+            c.causal = 1;
+            char what[64];
+            snprintf(what, sizeof what, "dropout 0.3, GQA 4 on 2, d32, %s", fa_dtype_name(c.dtype));
+            dist_check_expect(what, &c);
+        }
+    /* Queries and keys of different lengths, a block mask, forward alone. */
+    dist_case c = dropout_case(2, FA_CP_ZIGZAG, 0.1f);
+    c.seqlen_q = 32;
+    c.seqlen_k = 64;
+    c.causal = 1;
+    dist_check_expect("dropout 0.1, causal, 32 queries on 64 keys", &c);
+    c = dropout_case(3, FA_CP_CONTIGUOUS, 0.3f);
+    c.block_q = 12;
+    c.block_k = 6;
+    c.causal = 1;
+    dist_check_expect("dropout 0.3, causal block mask 12x6", &c);
+    c = dropout_case(4, FA_CP_ZIGZAG, 0.3f);
+    c.causal = 1;
+    c.backward = 0;
+    dist_check_expect("dropout 0.3, causal, forward alone", &c);
+}
+
+/* fa_dist_plan_set_dropout_seed gives the ring the mask of another seed:
+ * that of one context created with it. */
+FA_TEST(dropout_reseed) {
+    for (int w = 2; w <= 3; w++) {
+        dist_case c = dropout_case(w, FA_CP_ZIGZAG, 0.3f);
+        c.causal = 1;
+        c.reseed = 1;
+        dist_check_expect("dropout 0.3, causal, reseeded", &c);
+    }
+}
+
+static int64_t global_key(const fa_attention_desc *d, fa_cp_layout layout, int world, int source, int64_t key) {
+    for (int part = 0; part < (layout == FA_CP_ZIGZAG ? 2 : 1); part++) {
+        int64_t start, len, local;
+        if (fa_cp_part(layout, d->seqlen_k, world, source, part, &start, &len, &local) != FA_SUCCESS) return -1;
+        if (key >= local && key < local + len) return start + key - local;
+    }
+    return -1;
+}
+
+/* With dropout every piece is one cell whose first key lies at a multiple
+ * of 4 in the whole sequence, the origin its plan draws from; where a
+ * window shrinks a piece its first key moves down to such a multiple, and
+ * the ring still matches (FA_TEST(dropout)). */
+FA_TEST(dropout_pieces) {
+    int moved = 0, pieces = 0;
+    for (int z = 0; z < 2; z++)
+        for (int w = 1; w <= 4; w++) {
+            const fa_cp_layout layout = z ? FA_CP_ZIGZAG : FA_CP_CONTIGUOUS;
+            fa_attention_desc d;
+            fa_attention_desc_init(&d);
+            d.batch = 1;
+            d.heads_q = d.heads_kv = 1;
+            d.head_dim = 16;
+            d.seqlen_q = d.seqlen_k = 96;
+            d.causal = 1;
+            d.window_left = 5;
+            d.dropout_p = 0.2f;
+            CHECK_OK(fa_attention_desc_check(&d));
+            for (int rank = 0; rank < w; rank++)
+                for (int source = 0; source < w; source++) {
+                    fa_dist_piece *pc = NULL;
+                    int n = 0;
+                    CHECK_OK(fa_dist_split(&d, layout, w, rank, source, &pc, &n));
+                    for (int i = 0; i < n; i++) {
+                        const int64_t first = global_key(&d, layout, w, source, pc[i].key0);
+                        const int64_t last = global_key(&d, layout, w, source, pc[i].key0 + pc[i].nkeys - 1);
+                        CHECK_MSG(pc[i].drop_col0 == first && first % 4 == 0 && last - first == pc[i].nkeys - 1,
+                                  "world %d rank %d keys of %d: piece keys [%lld, +%lld) lie at %lld..%lld, origin "
+                                  "column %lld",
+                                  w, rank, source, (long long)pc[i].key0, (long long)pc[i].nkeys, (long long)first,
+                                  (long long)last, (long long)pc[i].drop_col0);
+                        /* A piece that starts inside its chunk was shrunk
+                         * and moved: the window's first key is never a
+                         * multiple of 4 here (i - 5 for a chunk's first row
+                         * at a multiple of 4). */
+                        moved += first % (96 / (w * (z + 1))) != 0;
+                        pieces++;
+                    }
+                    fa_dist_pieces_free(pc, n);
+                }
+        }
+    CHECK_MSG(moved > 0, "no piece was shrunk (%d pieces)", pieces);
+    printf("%d pieces, %d of them shrunk to a window and moved to a multiple of 4\n", pieces, moved);
+}
+
+/* Random shapes, masks and layouts under dropout, every chunk of keys a
+ * multiple of 4 long. */
+FA_TEST(dropout_random_problems) {
+    fa_rng rng;
+    fa_rng_seed(&rng, 2027);
+    for (int i = 0; i < 40; i++) {
+        const int world = 1 + (int)(fa_rng_next(&rng) % 4);
+        const fa_cp_layout layout = fa_rng_next(&rng) % 2 ? FA_CP_ZIGZAG : FA_CP_CONTIGUOUS;
+        const int unit = layout == FA_CP_ZIGZAG ? 2 * world : world;
+        dist_case c = ref_case(world, layout);
+        c.dropout_p = fa_rng_next(&rng) % 2 ? 0.1f : 0.3f;
+        c.batch = 1 + (int)(fa_rng_next(&rng) % 2);
+        c.seqlen_k = 4 * unit * (1 + (int)(fa_rng_next(&rng) % 3));
+        c.seqlen_q = fa_rng_next(&rng) % 3 ? c.seqlen_k : unit * (1 + (int)(fa_rng_next(&rng) % (48 / unit + 1)));
+        c.causal = (int)(fa_rng_next(&rng) % 2);
+        c.window_left = fa_rng_next(&rng) % 2 ? -1 : (int)(fa_rng_next(&rng) % 24);
+        c.window_right = fa_rng_next(&rng) % 2 ? -1 : (int)(fa_rng_next(&rng) % 24);
+        c.backward = (int)(fa_rng_next(&rng) % 2);
+        char what[96];
+        snprintf(what, sizeof what, "dropout random %d: %dx%d c%d w(%d,%d) p%.1f", i, c.seqlen_q, c.seqlen_k, c.causal,
+                 c.window_left, c.window_right, (double)c.dropout_p);
+        dist_check_expect(what, &c);
+    }
+}
+
+static void other_seed(fa_attention_desc *d) { d->dropout_seed ^= 1; }
+
 FA_TEST(refusals) {
-    dist_case c = ref_case(2, FA_CP_ZIGZAG);
+    /* Dropout with variable-length batches: a piece's rows would start at
+     * a different position in each sequence. */
+    static const int32_t cu[] = {0, 20, 21, 48};
+    dist_case c = ref_case(2, FA_CP_CONTIGUOUS);
+    c.batch = 3;
+    c.seqlen_q = c.seqlen_k = 27;
+    c.cu_q = cu;
     c.dropout_p = 0.1f;
     dist_result r = dist_check_run(&c, -1, NULL);
     for (int k = 0; k < 2; k++) {
         CHECK(r.plan_status[k] == FA_ERR_UNSUPPORTED);
-        CHECK_MSG(strstr(r.plan_message[k], "dropout") != NULL, "%s", r.plan_message[k]);
+        CHECK_MSG(strstr(r.plan_message[k], "dropout with variable-length") != NULL, "%s", r.plan_message[k]);
     }
-    static const int32_t cu[] = {0, 20, 21, 48};
+    /* Chunks of 6 keys (48 over 4 ranks, zigzag): not a multiple of 4. */
+    c = ref_case(4, FA_CP_ZIGZAG);
+    c.dropout_p = 0.1f;
+    r = dist_check_run(&c, -1, NULL);
+    for (int k = 0; k < 4; k++) {
+        CHECK(r.plan_status[k] == FA_ERR_UNSUPPORTED);
+        CHECK_MSG(strstr(r.plan_message[k], "multiple of 4") != NULL && strstr(r.plan_message[k], "chunks of 6"),
+                  "%s", r.plan_message[k]);
+    }
+    /* Ranks with different seeds would draw a mask no one device draws. */
+    c = dropout_case(2, FA_CP_ZIGZAG, 0.1f);
+    r = dist_check_run(&c, 1, other_seed);
+    for (int k = 0; k < 2; k++) {
+        CHECK(r.plan_status[k] == FA_ERR_INVALID_ARGUMENT);
+        CHECK_MSG(strstr(r.plan_message[k], "disagree") != NULL, "%s", r.plan_message[k]);
+    }
     c = ref_case(2, FA_CP_CONTIGUOUS);
     c.batch = 3;
     c.seqlen_q = c.seqlen_k = 27;
@@ -244,5 +429,6 @@ FA_TEST(every_rank_hears_of_a_failure) {
 
 FA_TEST_MAIN(FA_CASE(layout_parts), FA_CASE(full_attention), FA_CASE(causal), FA_CASE(windows),
              FA_CASE(unequal_lengths), FA_CASE(block_mask), FA_CASE(gqa_and_dtypes), FA_CASE(varlen),
-             FA_CASE(random_problems), FA_CASE(refusals), FA_CASE(explicit_local_strides),
+             FA_CASE(random_problems), FA_CASE(dropout), FA_CASE(dropout_gqa_and_dtypes), FA_CASE(dropout_reseed),
+             FA_CASE(dropout_pieces), FA_CASE(dropout_random_problems), FA_CASE(refusals), FA_CASE(explicit_local_strides),
              FA_CASE(every_rank_hears_of_a_failure))

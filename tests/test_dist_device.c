@@ -2,8 +2,9 @@
  * ranks as threads of this process over host memory (several ranks on one
  * device), and over NCCL with one GPU a rank where a process has two or
  * more CUDA devices, each against one context of the same backend on the
- * whole sequence. FA_TEST_LARGE=1 adds a multi-tile problem on the matrix
- * units (GPU machines). */
+ * whole sequence (with dropout, the mask that context draws).
+ * FA_TEST_LARGE=1 adds multi-tile problems on the matrix units (GPU
+ * machines). */
 #include "dist_check.h"
 #include "harness.h"
 
@@ -52,6 +53,21 @@ static void cases_on(fa_backend backend, int nccl, int world) {
     v.causal = 1;
     v.dtype = FA_DTYPE_BF16;
     dist_check_expect("varlen causal bf16", &v);
+    /* Dropout: the ring's pieces draw the whole sequence's mask from their
+     * global positions. 96 tokens cut into chunks of multiples of 4; a
+     * window of 41 shrinks some pieces to keys that start off a multiple
+     * of 4, which the ring moves down to one. */
+    dist_case p = dist_case_default(backend, world, FA_CP_ZIGZAG);
+    p.nccl = nccl;
+    p.seqlen_q = p.seqlen_k = 96;
+    p.causal = 1;
+    p.window_left = 41;
+    p.dropout_p = 0.2f;
+    p.dtype = FA_DTYPE_BF16;
+    p.heads_q = 4;
+    p.heads_kv = 2;
+    p.head_dim = 64;
+    dist_check_expect("causal window 41 dropout 0.2 bf16 GQA d64", &p);
     const char *large = getenv("FA_TEST_LARGE");
     if (large && strcmp(large, "1") == 0) {
         dist_case g = dist_case_default(backend, world, FA_CP_ZIGZAG);
@@ -67,6 +83,10 @@ static void cases_on(fa_backend backend, int nccl, int world) {
         g.window_left = 700;
         g.dtype = FA_DTYPE_F16;
         dist_check_expect("causal window 700 fp16 d128 4k tokens", &g);
+        g.window_left = -1;
+        g.dropout_p = 0.1f;
+        g.dtype = FA_DTYPE_BF16;
+        dist_check_expect("causal dropout 0.1 bf16 d128 4k tokens", &g);
     }
 }
 

@@ -82,11 +82,12 @@ typedef struct fa_cuda_params {
     int window_left, window_right;
     int block_q, block_k, block_cols, tile_cols;
     uint32_t drop_key0, drop_key1, drop_offset_lo, drop_threshold;
+    uint32_t drop_row0, drop_col0;
     float scale, scale_log2, drop_scale;
     int num_splits;
 } fa_cuda_params;
 
-_Static_assert(sizeof(fa_cuda_params) == 17 * 8 + 17 * 8 + 19 * 4 + 4, "fa_cuda_params has padding");
+_Static_assert(sizeof(fa_cuda_params) == 17 * 8 + 17 * 8 + 21 * 4 + 4, "fa_cuda_params has padding");
 
 /* ------------------------------------------------------------------------ */
 /* Program specifications: what a pass compiles and launches                 */
@@ -712,12 +713,15 @@ static fa_status launch(fa_cuda_plan *p, const cu_pass *pass, int index, unsigne
 
 static unsigned tiles_of(int n, int t) { return (unsigned)fa_tile_count(n, t); }
 
-/* The plan's fixed parameters with the dropout seed of this pass. */
+/* The plan's fixed parameters with the dropout seed and origin of this
+ * pass (both may change after the plan is prepared). */
 static fa_cuda_params pass_params(const fa_cuda_plan *p, const fa_plan_s *plan) {
     fa_cuda_params prm = p->base;
     prm.drop_key0 = plan->dropout_key.key0;
     prm.drop_key1 = plan->dropout_key.key1;
     prm.drop_offset_lo = plan->dropout_key.offset_lo;
+    prm.drop_row0 = (uint32_t)plan->drop_row0;
+    prm.drop_col0 = (uint32_t)plan->drop_col0;
     return prm;
 }
 

@@ -226,10 +226,11 @@ typedef struct std_params {
     int block_cols, dim, heads, seqlen;
     int mode, pad0;
     uint32_t drop_key0, drop_key1, drop_offset_lo, drop_threshold;
+    uint32_t drop_row0, drop_col0;
     float drop_scale, pad1;
 } std_params;
 
-_Static_assert(sizeof(std_params) == 14 * 8 + 15 * 8 + 20 * 4, "std_params has padding");
+_Static_assert(sizeof(std_params) == 14 * 8 + 15 * 8 + 22 * 4, "std_params has padding");
 
 /* A tensor layout in elements, packed strides resolved. */
 typedef struct std_layout {
@@ -1086,13 +1087,16 @@ static fa_status record(fa_cuda_std_plan *p, CUevent ev) {
 }
 
 /* What may change between passes: the stream in use (the caller's may
- * replace the context's) and the dropout seed. Then the start event. */
+ * replace the context's), the dropout seed and origin. Then the start
+ * event. */
 static fa_status begin_pass(fa_cuda_std_plan *p, const fa_plan_s *plan) {
     int s = p->blas->set_stream(p->handle, p->ctx->stream);
     if (s != FA_CUBLAS_STATUS_SUCCESS) return blas_error(s, "cublasSetStream");
     p->base.drop_key0 = plan->dropout_key.key0;
     p->base.drop_key1 = plan->dropout_key.key1;
     p->base.drop_offset_lo = plan->dropout_key.offset_lo;
+    p->base.drop_row0 = (uint32_t)plan->drop_row0;
+    p->base.drop_col0 = (uint32_t)plan->drop_col0;
     p->timed = 0;
     return record(p, p->ev_start);
 }

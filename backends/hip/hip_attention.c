@@ -802,6 +802,10 @@ static void mask_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *plan, 
     arg_u32(a, plan->dropout_key.offset_lo);
     arg_u32(a, plan->dropout_threshold);
     arg_float(a, p->drop_scale);
+    /* The origin is read at every pass: a ring sets it after the plan is
+     * prepared (fa_plan_set_dropout_origin). */
+    arg_u32(a, (uint32_t)plan->drop_row0);
+    arg_u32(a, (uint32_t)plan->drop_col0);
 }
 
 fa_status fa_hip_launch(const fa_hip_context *ctx, hipFunction_t fn, const char *name, size_t gx, size_t gy,

@@ -558,6 +558,10 @@ static void mask_args(cl_args *a, const fa_cl_plan *p, const fa_plan_s *plan, cl
     arg_uint(a, plan->dropout_key.offset_lo);
     arg_uint(a, plan->dropout_threshold);
     arg_float(a, p->drop_scale);
+    /* The origin is read at every pass: a ring sets it after the plan is
+     * prepared (fa_plan_set_dropout_origin). */
+    arg_uint(a, (cl_uint)plan->drop_row0);
+    arg_uint(a, (cl_uint)plan->drop_col0);
 }
 
 static fa_status launch(fa_cl_plan *p, cl_kernel kernel, cl_uint dims, const size_t *global,

@@ -674,6 +674,10 @@ static void dropout_args(std_args *a, const fa_cl_std_plan *p, const fa_plan_s *
     arg_uint(a, plan->dropout_key.offset_lo);
     arg_uint(a, plan->dropout_threshold);
     arg_float(a, p->drop_scale);
+    /* Read at every pass, like the seed: a ring sets the origin after the
+     * plan is prepared (fa_plan_set_dropout_origin). */
+    arg_uint(a, (cl_uint)plan->drop_row0);
+    arg_uint(a, (cl_uint)plan->drop_col0);
 }
 
 /* The packed [tokens][heads][head_dim] layout of the fp32 copies. */

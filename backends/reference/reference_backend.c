@@ -130,14 +130,21 @@ static double seconds_now(void) {
 
 #define DATA(h) (((ref_buffer *)(h))->data)
 
+/* Read at every pass: the origin may be set after the plan was prepared. */
+static fa_ref_dropout_origin origin_of(const fa_plan_s *plan) {
+    const fa_ref_dropout_origin o = {plan->drop_row0, plan->drop_col0};
+    return o;
+}
+
 static fa_status ref_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *a) {
     ref_plan *p = plan_impl;
     double t0 = seconds_now();
+    const fa_ref_dropout_origin origin = origin_of(plan);
     fa_status st = plan->desc.algorithm == FA_ALGO_STANDARD
-                       ? fa_ref_standard_forward(&plan->desc, DATA(a->q), DATA(a->k), DATA(a->v), DATA(a->o),
-                                                 (float *)(void *)DATA(a->lse))
-                       : fa_ref_forward(&plan->desc, DATA(a->q), DATA(a->k), DATA(a->v), DATA(a->o),
-                                        (float *)(void *)DATA(a->lse));
+                       ? fa_ref_standard_forward_at(&plan->desc, origin, DATA(a->q), DATA(a->k), DATA(a->v),
+                                                    DATA(a->o), (float *)(void *)DATA(a->lse))
+                       : fa_ref_forward_at(&plan->desc, origin, DATA(a->q), DATA(a->k), DATA(a->v), DATA(a->o),
+                                           (float *)(void *)DATA(a->lse));
     p->last_ms = 1e3 * (seconds_now() - t0);
     p->has_time = st == FA_SUCCESS;
     return st;
@@ -146,9 +153,9 @@ static fa_status ref_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, 
 static fa_status ref_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *a) {
     ref_plan *p = plan_impl;
     double t0 = seconds_now();
-    fa_status st = fa_ref_backward(&plan->desc, DATA(a->q), DATA(a->k), DATA(a->v), DATA(a->o),
-                                   (const float *)(const void *)DATA(a->lse), DATA(a->dout), DATA(a->dq),
-                                   DATA(a->dk), DATA(a->dv));
+    fa_status st = fa_ref_backward_at(&plan->desc, origin_of(plan), DATA(a->q), DATA(a->k), DATA(a->v),
+                                      DATA(a->o), (const float *)(const void *)DATA(a->lse), DATA(a->dout),
+                                      DATA(a->dq), DATA(a->dk), DATA(a->dv));
     p->last_ms = 1e3 * (seconds_now() - t0);
     p->has_time = st == FA_SUCCESS;
     return st;

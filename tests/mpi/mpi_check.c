@@ -48,6 +48,9 @@ void mpi_problem_init(mpi_problem *p, const mpi_case *c, int world, int scale, u
     d->head_dim = c->head_dim;
     d->q.dtype = d->k.dtype = d->v.dtype = d->o.dtype = c->dtype;
     d->causal = c->causal;
+    d->dropout_p = c->dropout_p;
+    d->dropout_seed = 2026;
+    d->dropout_offset = 17;
     d->window_left = c->window_left;
     d->window_right = c->window_right;
     if (c->varlen) {

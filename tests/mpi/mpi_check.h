@@ -26,6 +26,7 @@ typedef struct mpi_case {
     /* Also run on the device backends (OpenCL on PoCL compiles every
      * kernel variant on first use: a subset keeps CI's time). */
     int on_devices;
+    float dropout_p; /* > 0: dropout, the same seed on one process and the ring */
 } mpi_case;
 
 typedef struct mpi_env {

@@ -370,31 +370,34 @@ FA_TEST(communicators) {
  * take tiles of their own, on the reference alone. */
 static const mpi_case mpi_cases[] = {
     /* name                      dtype  b  q   k hq hkv d  causal wl  wr  layout  bq  bk varlen dev */
-    {"full_contiguous",          F32,   2, 32, 32, 2, 2, 32, 0,   -1, -1, CONTIG,  0,  0, 0, 1},
-    {"causal_zigzag",            F32,   2, 32, 32, 2, 2, 32, 1,   -1, -1, ZIGZAG,  0,  0, 0, 1},
-    {"causal_contiguous",        F32,   1, 32, 32, 2, 2, 32, 1,   -1, -1, CONTIG,  0,  0, 0, 1},
-    {"full_zigzag_f16_d64",      F16,   1, 32, 32, 2, 2, 64, 0,   -1, -1, ZIGZAG,  0,  0, 0, 0},
-    {"causal_zigzag_bf16",       BF16,  2, 32, 32, 2, 2, 32, 1,   -1, -1, ZIGZAG,  0,  0, 0, 0},
-    {"window_left_contiguous",   F16,   1, 32, 32, 2, 2, 32, 0,    9, -1, CONTIG,  0,  0, 0, 0},
-    {"window_left_causal_zigzag",F32,   1, 32, 32, 2, 2, 32, 1,    9, -1, ZIGZAG,  0,  0, 0, 0},
-    {"window_both_contiguous",   F16,   1, 32, 32, 2, 2, 32, 0,    7,  3, CONTIG,  0,  0, 0, 0},
-    {"window_both_zigzag",       BF16,  1, 32, 32, 2, 2, 64, 0,    7,  3, ZIGZAG,  0,  0, 0, 0},
-    {"block_mask_dividing",      F32,   1, 32, 32, 2, 2, 32, 0,   -1, -1, CONTIG,  8,  8, 0, 0},
-    {"block_mask_uneven_causal", F16,   1, 32, 32, 2, 2, 32, 1,   -1, -1, ZIGZAG, 12, 20, 0, 1},
-    {"block_mask_uneven",        F32,   1, 32, 32, 2, 2, 32, 0,   -1, -1, CONTIG, 24, 12, 0, 0},
-    {"gqa_4_on_2_causal",        BF16,  1, 32, 32, 4, 2, 64, 1,   -1, -1, ZIGZAG,  0,  0, 0, 1},
-    {"mqa_4_on_1",               F16,   1, 32, 32, 4, 1, 64, 0,   -1, -1, CONTIG,  0,  0, 0, 0},
-    {"seqlen_q_16_k_32",         F32,   2, 16, 32, 2, 2, 32, 0,   -1, -1, CONTIG,  0,  0, 0, 0},
-    {"seqlen_q_16_k_32_causal",  F32,   1, 16, 32, 2, 2, 32, 1,   -1, -1, ZIGZAG,  0,  0, 0, 0},
-    {"varlen_full",              F32,   0, 32, 32, 2, 2, 32, 0,   -1, -1, CONTIG,  0,  0, 1, 0},
-    {"varlen_causal_zigzag",     F16,   0, 32, 32, 4, 2, 32, 1,   -1, -1, ZIGZAG,  0,  0, 1, 0},
-    {"varlen_causal_contiguous", F32,   0, 32, 32, 2, 1, 64, 1,   -1, -1, CONTIG,  0,  0, 1, 0},
+    {"full_contiguous",          F32,   2, 32, 32, 2, 2, 32, 0,   -1, -1, CONTIG,  0,  0, 0, 1, 0},
+    {"causal_zigzag",            F32,   2, 32, 32, 2, 2, 32, 1,   -1, -1, ZIGZAG,  0,  0, 0, 1, 0},
+    {"causal_contiguous",        F32,   1, 32, 32, 2, 2, 32, 1,   -1, -1, CONTIG,  0,  0, 0, 1, 0},
+    {"full_zigzag_f16_d64",      F16,   1, 32, 32, 2, 2, 64, 0,   -1, -1, ZIGZAG,  0,  0, 0, 0, 0},
+    {"causal_zigzag_bf16",       BF16,  2, 32, 32, 2, 2, 32, 1,   -1, -1, ZIGZAG,  0,  0, 0, 0, 0},
+    {"window_left_contiguous",   F16,   1, 32, 32, 2, 2, 32, 0,    9, -1, CONTIG,  0,  0, 0, 0, 0},
+    {"window_left_causal_zigzag",F32,   1, 32, 32, 2, 2, 32, 1,    9, -1, ZIGZAG,  0,  0, 0, 0, 0},
+    {"window_both_contiguous",   F16,   1, 32, 32, 2, 2, 32, 0,    7,  3, CONTIG,  0,  0, 0, 0, 0},
+    {"window_both_zigzag",       BF16,  1, 32, 32, 2, 2, 64, 0,    7,  3, ZIGZAG,  0,  0, 0, 0, 0},
+    {"block_mask_dividing",      F32,   1, 32, 32, 2, 2, 32, 0,   -1, -1, CONTIG,  8,  8, 0, 0, 0},
+    {"block_mask_uneven_causal", F16,   1, 32, 32, 2, 2, 32, 1,   -1, -1, ZIGZAG, 12, 20, 0, 1, 0},
+    {"block_mask_uneven",        F32,   1, 32, 32, 2, 2, 32, 0,   -1, -1, CONTIG, 24, 12, 0, 0, 0},
+    {"gqa_4_on_2_causal",        BF16,  1, 32, 32, 4, 2, 64, 1,   -1, -1, ZIGZAG,  0,  0, 0, 1, 0},
+    {"mqa_4_on_1",               F16,   1, 32, 32, 4, 1, 64, 0,   -1, -1, CONTIG,  0,  0, 0, 0, 0},
+    {"seqlen_q_16_k_32",         F32,   2, 16, 32, 2, 2, 32, 0,   -1, -1, CONTIG,  0,  0, 0, 0, 0},
+    {"seqlen_q_16_k_32_causal",  F32,   1, 16, 32, 2, 2, 32, 1,   -1, -1, ZIGZAG,  0,  0, 0, 0, 0},
+    {"varlen_full",              F32,   0, 32, 32, 2, 2, 32, 0,   -1, -1, CONTIG,  0,  0, 1, 0, 0},
+    {"varlen_causal_zigzag",     F16,   0, 32, 32, 4, 2, 32, 1,   -1, -1, ZIGZAG,  0,  0, 1, 0, 0},
+    {"varlen_causal_contiguous", F32,   0, 32, 32, 2, 1, 64, 1,   -1, -1, CONTIG,  0,  0, 1, 0, 0},
     /* Twice the queries of the keys: the window ends before the first key
      * for the first half of the queries (less one), the causal mask hides
      * every key from the first half: fully masked rows. */
-    {"masked_rows_window",       F32,   1, 32, 16, 2, 2, 32, 0,    4,  1, CONTIG,  0,  0, 0, 0},
-    {"masked_rows_causal_zigzag",F16,   1, 32, 16, 2, 2, 32, 1,   -1, -1, ZIGZAG,  0,  0, 0, 0},
-    {"masked_rows_gqa_causal",   BF16,  1, 64, 32, 4, 2, 64, 1,   -1, -1, ZIGZAG,  0,  0, 0, 1},
+    {"masked_rows_window",       F32,   1, 32, 16, 2, 2, 32, 0,    4,  1, CONTIG,  0,  0, 0, 0, 0},
+    {"masked_rows_causal_zigzag",F16,   1, 32, 16, 2, 2, 32, 1,   -1, -1, ZIGZAG,  0,  0, 0, 0, 0},
+    {"masked_rows_gqa_causal",   BF16,  1, 64, 32, 4, 2, 64, 1,   -1, -1, ZIGZAG,  0,  0, 0, 1, 0},
+    /* The ring draws one device's dropout mask from global positions. */
+    {"dropout_causal_zigzag",    F32,   2, 32, 32, 2, 2, 32, 1,   -1, -1, ZIGZAG,  0,  0, 0, 0, 0.2f},
+    {"dropout_window_gqa",       BF16,  1, 32, 32, 4, 2, 64, 0,    9,  3, CONTIG,  0,  0, 0, 0, 0.1f},
 };
 
 static void run_backend(fa_backend backend) {
@@ -463,28 +466,29 @@ FA_TEST(refusals) {
         return;
     }
     mpi_problem p;
-    const mpi_case fixed = {"fixed", F32, 1, 32, 32, 2, 2, 32, 1, -1, -1, ZIGZAG, 0, 0, 0, 0};
-    mpi_problem_init(&p, &fixed, world, 1, 1);
+    /* Dropout runs in the ring, but not with variable-length batches. */
+    const mpi_case varlen_dropout = {"varlen_dropout", F32, 0, 32, 32, 2, 2, 32, 0, -1, -1, CONTIG, 0, 0, 1, 0, 0};
+    mpi_problem_init(&p, &varlen_dropout, world, 1, 1);
     p.desc.dropout_p = 0.1f;
-    CHECK_STATUS(plan_status(&env, &p.desc, ZIGZAG), FA_ERR_UNSUPPORTED);
+    CHECK_STATUS(plan_status(&env, &p.desc, CONTIG), FA_ERR_UNSUPPORTED);
     CHECK_MSG(strstr(fa_last_error(), "dropout") != NULL, "message: %s", fa_last_error());
     mpi_problem_free(&p);
 
-    const mpi_case varlen = {"varlen", F32, 0, 32, 32, 2, 2, 32, 0, -1, -1, CONTIG, 0, 0, 1, 0};
+    const mpi_case varlen = {"varlen", F32, 0, 32, 32, 2, 2, 32, 0, -1, -1, CONTIG, 0, 0, 1, 0, 0};
     mpi_problem_init(&p, &varlen, world, 1, 2);
     p.desc.window_left = 8;
     CHECK_STATUS(plan_status(&env, &p.desc, CONTIG), FA_ERR_UNSUPPORTED);
     CHECK_MSG(strstr(fa_last_error(), "window") != NULL, "message: %s", fa_last_error());
     mpi_problem_free(&p);
 
-    const mpi_case varlen_blocks = {"varlen_blocks", F32, 0, 32, 32, 2, 2, 32, 0, -1, -1, CONTIG, 8, 8, 1, 0};
+    const mpi_case varlen_blocks = {"varlen_blocks", F32, 0, 32, 32, 2, 2, 32, 0, -1, -1, CONTIG, 8, 8, 1, 0, 0};
     mpi_problem_init(&p, &varlen_blocks, world, 1, 3);
     CHECK_STATUS(plan_status(&env, &p.desc, CONTIG), FA_ERR_UNSUPPORTED);
     CHECK_MSG(strstr(fa_last_error(), "block") != NULL, "message: %s", fa_last_error());
     mpi_problem_free(&p);
 
     /* Causal masks on a batch whose query and key offsets differ. */
-    const mpi_case varlen_causal = {"varlen_causal", F32, 0, 32, 32, 2, 2, 32, 1, -1, -1, CONTIG, 0, 0, 1, 0};
+    const mpi_case varlen_causal = {"varlen_causal", F32, 0, 32, 32, 2, 2, 32, 1, -1, -1, CONTIG, 0, 0, 1, 0, 0};
     mpi_problem_init(&p, &varlen_causal, world, 1, 4);
     /* The same total of keys, the first two sequences' split moved. */
     int32_t cu_k[MPI_CASE_MAX_SEQS + 1];
@@ -504,7 +508,7 @@ FA_TEST(mismatched_ranks) {
         close_env(&env);
         return;
     }
-    const mpi_case base = {"base", F32, 1, 32, 32, 2, 2, 32, 1, -1, -1, ZIGZAG, 0, 0, 0, 0};
+    const mpi_case base = {"base", F32, 1, 32, 32, 2, 2, 32, 1, -1, -1, ZIGZAG, 0, 0, 0, 0, 0};
     mpi_problem p;
     mpi_problem_init(&p, &base, world, 1, 1);
     CHECK_OK(plan_status(&env, &p.desc, ZIGZAG));

@@ -45,6 +45,13 @@ for t in test_rows test_dist test_ring_device "test_dist_device cuda" "test_dist
   FA_TEST_LARGE=1 timeout 300 build-gpu-cp/$t >> "$out/cp-tests.log" 2>&1 || { failed=1; echo "$t failed"; }
 done
 grep -E "^(ok|FAIL|skip)|passed|CHECK failed|not run" "$out/cp-tests.log" | head -60
+if python3 -c "import torch" > /dev/null 2>&1; then
+  stamp "Python ring_attention over torch.distributed (Gloo, NCCL)"
+  fa_gpu_build build-gpu-cp "flashattn" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_OPENCL=ON "${hip_args[@]}" || failed=1
+  FLASHATTN_LIBRARY=$PWD/build-gpu-cp/libflashattn.so PYTHONPATH=$PWD/python timeout 300 \
+    python3 -m pytest python/tests/test_ring.py -q -rs > "$out/cp-python.log" 2>&1 || failed=1
+  tail -n 15 "$out/cp-python.log"
+fi
 fi
 
 if [ "$mode" != tests ] && [ -f bench/ring_sdpa.py ] && python3 -c "import torch" > /dev/null 2>&1; then

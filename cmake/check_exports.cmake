@@ -3,19 +3,28 @@
 # extra one leaks an internal name that applications could come to depend on.
 # Also checks the SONAME. Run by ctest:
 #   cmake -DLIBRARY=... -DHEADER=... -DNM=... -DOBJDUMP=... -DMAJOR=... -P check_exports.cmake
+# For another library of the project, -DAPI_MACRO= names its export macro
+# (default FA_API) and -DNAME= its name (default flashattn: SONAME
+# libflashattn.so.MAJOR).
 
 foreach(var LIBRARY HEADER NM OBJDUMP MAJOR)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "check_exports.cmake: ${var} is not set")
   endif()
 endforeach()
+if(NOT API_MACRO)
+  set(API_MACRO FA_API)
+endif()
+if(NOT NAME)
+  set(NAME flashattn)
+endif()
 
 # Declared: every "FA_API <type> name(" of the header (a declaration may
 # span lines, but the name always follows FA_API on the same line).
-file(STRINGS "${HEADER}" api_lines REGEX "^FA_API ")
+file(STRINGS "${HEADER}" api_lines REGEX "^${API_MACRO} ")
 set(declared "")
 foreach(line IN LISTS api_lines)
-  if(NOT line MATCHES "^FA_API [^(]*[ *]([A-Za-z_][A-Za-z0-9_]*)\\(")
+  if(NOT line MATCHES "^${API_MACRO} [^(]*[ *]([A-Za-z_][A-Za-z0-9_]*)\\(")
     message(FATAL_ERROR "cannot read a function name from the declaration: ${line}")
   endif()
   list(APPEND declared ${CMAKE_MATCH_1})
@@ -24,7 +33,7 @@ list(LENGTH declared declared_count)
 list(REMOVE_DUPLICATES declared)
 list(LENGTH declared unique_count)
 if(NOT declared_count EQUAL unique_count OR declared_count EQUAL 0)
-  message(FATAL_ERROR "${HEADER}: ${declared_count} FA_API declarations, ${unique_count} distinct names")
+  message(FATAL_ERROR "${HEADER}: ${declared_count} ${API_MACRO} declarations, ${unique_count} distinct names")
 endif()
 
 # Exported: the defined symbols of the dynamic symbol table.
@@ -46,7 +55,7 @@ set(missing ${declared})
 list(REMOVE_ITEM missing ${exported})
 set(extra ${exported})
 list(REMOVE_ITEM extra ${declared})
-message(STATUS "header: ${declared_count} FA_API functions; ${LIBRARY}: ${exported_count} exported symbols")
+message(STATUS "header: ${declared_count} ${API_MACRO} functions; ${LIBRARY}: ${exported_count} exported symbols")
 if(missing OR extra)
   list(JOIN missing " " missing_text)
   list(JOIN extra " " extra_text)
@@ -57,7 +66,7 @@ execute_process(COMMAND "${OBJDUMP}" -p "${LIBRARY}" OUTPUT_VARIABLE dump RESULT
 if(NOT dump_rc EQUAL 0 OR NOT dump MATCHES "SONAME +([^\n ]+)")
   message(FATAL_ERROR "${OBJDUMP} -p ${LIBRARY}: no SONAME")
 endif()
-if(NOT CMAKE_MATCH_1 STREQUAL "libflashattn.so.${MAJOR}")
-  message(FATAL_ERROR "SONAME is ${CMAKE_MATCH_1}, expected libflashattn.so.${MAJOR}")
+if(NOT CMAKE_MATCH_1 STREQUAL "lib${NAME}.so.${MAJOR}")
+  message(FATAL_ERROR "SONAME is ${CMAKE_MATCH_1}, expected lib${NAME}.so.${MAJOR}")
 endif()
 message(STATUS "SONAME ${CMAKE_MATCH_1}")

@@ -1,12 +1,22 @@
-# The README's C example must be examples/quickstart.c, character for
+# The README's C examples must be the example programs, character for
 # character, so the code a reader copies is the code that CI compiles and
 # runs. Run by ctest: cmake -DREADME=... -DEXAMPLE=... -P check_readme_example.cmake
+# -DOCCURRENCE=n compares the README's n-th ```c block (default 1).
 file(READ "${README}" readme)
 file(READ "${EXAMPLE}" example)
-string(FIND "${readme}" "```c\n" start)
-if(start EQUAL -1)
-  message(FATAL_ERROR "${README}: no ```c code block")
+if(NOT OCCURRENCE)
+  set(OCCURRENCE 1)
 endif()
+set(start -5)
+foreach(i RANGE 1 ${OCCURRENCE})
+  math(EXPR skip "${start} + 5")
+  string(SUBSTRING "${readme}" ${skip} -1 after)
+  string(FIND "${after}" "```c\n" found)
+  if(found EQUAL -1)
+    message(FATAL_ERROR "${README}: no ```c code block number ${i}")
+  endif()
+  math(EXPR start "${skip} + ${found}")
+endforeach()
 math(EXPR start "${start} + 5")
 string(SUBSTRING "${readme}" ${start} -1 rest)
 string(FIND "${rest}" "```\n" length)
@@ -16,7 +26,7 @@ endif()
 string(SUBSTRING "${rest}" 0 ${length} block)
 if(NOT block STREQUAL example)
   file(WRITE "${CMAKE_CURRENT_BINARY_DIR}/readme_example.c" "${block}")
-  message(FATAL_ERROR "the README's C example differs from ${EXAMPLE}; the README's block is in "
-          "${CMAKE_CURRENT_BINARY_DIR}/readme_example.c (diff the two)")
+  message(FATAL_ERROR "the README's C example number ${OCCURRENCE} differs from ${EXAMPLE}; the README's block is "
+          "in ${CMAKE_CURRENT_BINARY_DIR}/readme_example.c (diff the two)")
 endif()
 message(STATUS "README example = ${EXAMPLE}")

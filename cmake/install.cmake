@@ -57,3 +57,41 @@ endforeach()
 string(STRIP "${FA_PC_LIBS_PRIVATE}" FA_PC_LIBS_PRIVATE)
 configure_file(${CMAKE_SOURCE_DIR}/cmake/flashattn.pc.in ${CMAKE_BINARY_DIR}/flashattn.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/flashattn.pc DESTINATION ${FA_PKGCONFIG_DIR} COMPONENT development)
+
+# libflashattn_mpi, where it was built: its header, both libraries, a
+# targets file of its own (loaded by the package's "mpi" component, so that
+# find_package(flashattn) needs no MPI where it is not asked for) and
+# flashattn_mpi.pc, which names the MPI it was built with.
+if(FA_MPI_ENABLED)
+  install(FILES ${CMAKE_SOURCE_DIR}/mpi/flashattn_mpi.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development)
+  install(TARGETS flashattn_mpi flashattn_mpi_static EXPORT flashattn_mpi-targets
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT development
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
+          RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+  install(EXPORT flashattn_mpi-targets NAMESPACE flashattn:: FILE flashattn_mpiTargets.cmake
+          DESTINATION ${FA_CMAKE_PACKAGE_DIR} COMPONENT development)
+  set(FA_MPI_PC_CFLAGS "")
+  foreach(dir ${MPI_C_INCLUDE_DIRS})
+    string(APPEND FA_MPI_PC_CFLAGS " -I${dir}")
+  endforeach()
+  foreach(flag ${MPI_C_COMPILE_OPTIONS})
+    string(APPEND FA_MPI_PC_CFLAGS " ${flag}")
+  endforeach()
+  foreach(def ${MPI_C_COMPILE_DEFINITIONS})
+    string(APPEND FA_MPI_PC_CFLAGS " -D${def}")
+  endforeach()
+  set(FA_MPI_PC_LIBS "")
+  foreach(flag ${MPI_C_LINK_FLAGS})
+    string(APPEND FA_MPI_PC_LIBS " ${flag}")
+  endforeach()
+  foreach(lib ${MPI_C_LIBRARIES})
+    if(lib MATCHES "^-" OR IS_ABSOLUTE "${lib}")
+      string(APPEND FA_MPI_PC_LIBS " ${lib}")
+    else()
+      string(APPEND FA_MPI_PC_LIBS " -l${lib}")
+    endif()
+  endforeach()
+  configure_file(${CMAKE_SOURCE_DIR}/cmake/flashattn_mpi.pc.in ${CMAKE_BINARY_DIR}/flashattn_mpi.pc @ONLY)
+  install(FILES ${CMAKE_BINARY_DIR}/flashattn_mpi.pc DESTINATION ${FA_PKGCONFIG_DIR} COMPONENT development)
+endif()

@@ -15,6 +15,11 @@ add_test(NAME package.readme_example
          COMMAND ${CMAKE_COMMAND} -DREADME=${CMAKE_SOURCE_DIR}/README.md -DEXAMPLE=${CMAKE_SOURCE_DIR}/examples/quickstart.c
                  -P ${CMAKE_SOURCE_DIR}/cmake/check_readme_example.cmake)
 set_tests_properties(package.readme_example PROPERTIES LABELS host)
+add_test(NAME package.readme_mpi_example
+         COMMAND ${CMAKE_COMMAND} -DREADME=${CMAKE_SOURCE_DIR}/README.md
+                 -DEXAMPLE=${CMAKE_SOURCE_DIR}/examples/mpi/ring_attention.c -DOCCURRENCE=2
+                 -P ${CMAKE_SOURCE_DIR}/cmake/check_readme_example.cmake)
+set_tests_properties(package.readme_mpi_example PROPERTIES LABELS host)
 
 add_test(NAME package.changelog_version
          COMMAND ${CMAKE_COMMAND} -DCHANGELOG=${CMAKE_SOURCE_DIR}/CHANGELOG.md -DVERSION=${PROJECT_VERSION}

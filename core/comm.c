@@ -6,6 +6,7 @@
 #include "fa_internal.h"
 #include "plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 fa_status fa_comm_create(const fa_transport *transport, fa_comm *comm) {
@@ -60,8 +61,13 @@ fa_status fa_comm_destroy(fa_comm comm) {
 }
 
 fa_status fa_comm_agree(fa_comm comm, int64_t *values, int count) {
+    fa_clear_error();
     fa_status st = comm->t.agree(comm->t.impl, values, count);
-    if (st != FA_SUCCESS)
-        return fa_fail(st, "the transport could not agree with the other ranks (status %s)", fa_status_string(st));
+    if (st != FA_SUCCESS) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", fa_last_error());
+        return fa_fail(st, "the transport could not agree with the other ranks (%s)%s%s", fa_status_string(st),
+                       why[0] ? ": " : "", why);
+    }
     return FA_SUCCESS;
 }

@@ -27,6 +27,7 @@
 #include "plan.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,19 @@ static fa_status rows_op(const struct fa_dist_plan_s *p, fa_rows_op op, fa_rows_
 
 /* ------------------------------------------------------------ transfers */
 
+/* The library's words for a failed transport call, then the transport's
+ * own (fa_set_last_error), where it left any. */
+static fa_status transport_failed(fa_status st, const char *fmt, ...) FA_PRINTF(2, 3);
+static fa_status transport_failed(fa_status st, const char *fmt, ...) {
+    char why[512], head[256];
+    snprintf(why, sizeof why, "%s", fa_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(head, sizeof head, fmt, ap);
+    va_end(ap);
+    return fa_fail(st, "%s%s%s", head, why[0] ? ": " : "", why);
+}
+
 static fa_status link_start(struct fa_dist_plan_s *p, ring_link *l, fa_buffer send, int send_slot, int host_current,
                             fa_buffer recv, int recv_slot, size_t bytes) {
     const fa_transport *t = &p->comm->t;
@@ -117,9 +131,11 @@ static fa_status link_start(struct fa_dist_plan_s *p, ring_link *l, fa_buffer se
         src = l->host[send_slot];
         dst = l->host[recv_slot];
     }
+    fa_clear_error();
     fa_status st = t->start(t->impl, queue, src, bytes, to, dst, bytes, from, &l->pending);
     if (st != FA_SUCCESS)
-        return fa_fail(st, "ring transfer to rank %d and from rank %d (%zu bytes) did not start", to, from, bytes);
+        return transport_failed(st, "ring transfer to rank %d and from rank %d (%zu bytes) did not start", to, from,
+                                bytes);
     l->active = 1;
     return FA_SUCCESS;
 }
@@ -130,8 +146,9 @@ static fa_status link_wait(struct fa_dist_plan_s *p, ring_link *l, fa_buffer rec
     if (!l->active) return FA_SUCCESS;
     l->active = 0;
     if (t->device_memory) FA_CHECK(fa_context_get_native(p->ctx, NULL, &queue));
+    fa_clear_error();
     fa_status st = t->wait(t->impl, queue, l->pending);
-    if (st != FA_SUCCESS) return fa_fail(st, "ring transfer of %zu bytes did not complete", bytes);
+    if (st != FA_SUCCESS) return transport_failed(st, "ring transfer of %zu bytes did not complete", bytes);
     if (!t->device_memory) FA_CHECK(fa_buffer_upload(recv, 0, l->host[recv_slot], bytes));
     return FA_SUCCESS;
 }
@@ -368,8 +385,22 @@ static fa_status backward_buffers(struct fa_dist_plan_s *p) {
     return FA_SUCCESS;
 }
 
+/* The whole problem's check: its sizes, masks and options. Its layouts
+ * are the rank's tensors', checked against the local sizes
+ * (local_problem), never against the whole sequence's: explicit strides of
+ * a rank's packed tensors with batch > 1 would overlap there. */
+static fa_status check_whole(const fa_attention_desc *desc) {
+    fa_attention_desc whole = *desc;
+    fa_tensor_desc *layouts[] = {&whole.q, &whole.k, &whole.v, &whole.o};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(layouts); i++) {
+        const fa_tensor_desc packed = {layouts[i]->dtype, 0, 0, 0, 0};
+        *layouts[i] = packed;
+    }
+    return fa_attention_desc_check(&whole);
+}
+
 static fa_status create_local(struct fa_dist_plan_s *p, const fa_attention_desc *desc) {
-    FA_CHECK(fa_attention_desc_check(desc));
+    FA_CHECK(check_whole(desc));
     FA_CHECK(copy_arrays(p, desc));
     FA_CHECK(unsupported_options(&p->whole));
     if (!p->ctx->ops->rows || !p->ctx->ops->rows_merge)

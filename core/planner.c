@@ -23,7 +23,10 @@
  *    thread_cols in {1, 2, 4, 8} (MMA: the accumulator fragments' shape,
  *    mma_micro_tile_ok), stages 1 (SIMT: OpenCL has no asynchronous
  *    copy it can rely on) or 1 and 2 (MMA), filtered by the work-group limit,
- *    whole SIMD groups, the register budget and local memory.
+ *    whole SIMD groups, the register budget and local memory; OpenCL's
+ *    matrix-unit candidates also by their layout's preference
+ *    (fa_cl_mma_preferred: NVIDIA's forward in four sub-groups at most,
+ *    measured faster than the tiles the order below would take).
  * 3. The choice: a candidate is adequate when its work-groups cover the
  *    compute units (or, where no candidate can, come as close as the best
  *    candidate in the family). Among adequate candidates the fewest predicted
@@ -854,6 +857,11 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                             if (cl_mma(dev, variant)) {
                                 c.local_mem = fa_cl_mma_tile_local_mem(dev, desc, pass, br, bc, c.tr, c.tc, stages);
                                 if (c.local_mem > usable_local_mem(dev)) continue;
+                                /* A layout's measured preference, which
+                                 * the order below cannot express (NVIDIA's
+                                 * forward: several work-groups a compute
+                                 * unit). */
+                                if (!fa_cl_mma_preferred(dev, desc, pass, br, bc, c.tr, c.tc)) continue;
                             }
                             if (variant == FA_VARIANT_MMA && !cl_mma(dev, variant) && !hip_mma(dev, variant) &&
                                 !mma_stages_ok(dev, desc, pass, br, bc, c.tr, stages))

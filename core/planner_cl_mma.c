@@ -1,9 +1,10 @@
 /* OpenCL plans on matrix units: the tiles kernels_cl/fwd_mma.cl and
  * bwd_mma.cl run, for the layout of the device's matrix instruction
  * (core/mma_layouts.h). planner.c asks this file, for FA_VARIANT_MMA
- * candidates on OpenCL devices, which tiles and micro-tiles are valid and
- * how much local memory they take; the OpenCL backend asks it for the same
- * geometry to build the kernels.
+ * candidates on OpenCL devices, which tiles and micro-tiles are valid, how
+ * much local memory they take and which of them a layout prefers (below,
+ * fa_cl_mma_preferred); the OpenCL backend asks it for the same geometry to
+ * build the kernels.
  *
  * The kernels (kernels_cl/mma_common.h): a work-group of `warps`
  * sub-groups, each owning `strips` strips of m rows of the tile (query
@@ -232,4 +233,47 @@ int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *de
     for (int i = 0; i < n; i++)
         if (layout_geometry(dev, desc, ids[i], pass, br, bc, tr, tc, stages, g)) return 1;
     return 0;
+}
+
+/* NVIDIA's forward: work-groups of four sub-groups at most, one 16-row
+ * strip each (64 query rows), against 64 keys at most. The planner takes
+ * 64 x 64 where it fits (in 48 KiB: head_dim up to 176, Q's fragments in
+ * registers above 112), the model's choice among narrower tiles and fewer
+ * sub-groups beyond. A lane holds the fragments of the eight-sub-group
+ * 128 x 64 tile it replaces there (one strip, 64 keys).
+ *
+ * Why: on an H100 through NVIDIA's OpenCL (fp16, head_dim 64 and 128,
+ * causal and not, N 4096 and 16384; bench/results/h100.md, the sweep of
+ * 2026-11-25) the forward's speed followed how many work-groups share a
+ * multiprocessor, which its 64 K registers decide. Geometric means over
+ * the four shapes: at head_dim 64 the model's pick, 128 x 128 in eight
+ * sub-groups (176-214 registers: one work-group), 188 TFLOP/s, 128 x 64 in
+ * eight (126: two) 238, 64 x 128 in four (168: three) 238, 64 x 64 in four
+ * (121: four) 240; at head_dim 128 the model's 128 x 64 in eight (200-206:
+ * one) 210, 128 x 32 in eight (166: still one) 187, 64 x 64 in four (164:
+ * three) 263: 0.76-0.82x FlashAttention-2 against 0.60-0.67x. A lone
+ * work-group leaves the matrix units idle at every key tile's barriers and
+ * softmax; beside others, one's products run while another waits. A
+ * work-group of 128 work-items leaves room for a second at any register
+ * count a kernel compiles to (255, allocated as 256: 2 x 128 x 256 =
+ * 65536), one of 256 only at 128 or fewer, which no tile held at head_dim
+ * 128; one strip and 64 keys keep the fragments (and the registers) at the
+ * sweep's fastest, without a register cap.
+ *
+ * The IO model cannot say so: it ranks candidates by the bytes they move
+ * before their time, and 64-row tiles read K and V twice as often as
+ * 128-row ones (re-reads the L2 serves: the DRAM bytes it predicts are the
+ * same), while its time has no term for the work-groups a compute unit
+ * holds. Hence a preference of the layout, measured, not of the model. It
+ * does not depend on local memory, so more local memory still never plans
+ * more bytes (planner.c). */
+#define FA_CL_MMA_NV_FWD_WARPS 4
+#define FA_CL_MMA_NV_FWD_KEYS 64
+
+int fa_cl_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                        int tr, int tc) {
+    fa_cl_mma_geometry g;
+    if (pass != FA_PASS_FORWARD || !fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, 1, &g)) return 1;
+    if (g.layout != FA_MMA_LAYOUT_NVIDIA) return 1;
+    return g.warps <= FA_CL_MMA_NV_FWD_WARPS && g.strips == 1 && bc <= FA_CL_MMA_NV_FWD_KEYS;
 }

@@ -61,6 +61,10 @@ void fa_fail_append(const char *text) {
 
 void fa_clear_error(void) { fa_message[0] = '\0'; }
 
+fa_status fa_set_last_error(fa_status status, const char *message) {
+    return fa_fail(status, "%s", message ? message : "");
+}
+
 const char *fa_version(int *major, int *minor, int *patch) {
     if (major) *major = FA_VERSION_MAJOR;
     if (minor) *minor = FA_VERSION_MINOR;

@@ -88,6 +88,13 @@ FA_API const char *fa_status_string(fa_status status);
  * valid until the next failing call on the same thread. */
 FA_API const char *fa_last_error(void);
 
+/* For code built on the library (a transport of fa_transport,
+ * libflashattn_mpi): record message as the calling thread's details of a
+ * failure, as the library's own calls do, and return status. A transport
+ * that fails a call this way has its message kept in the one the library
+ * reports for the pass. */
+FA_API fa_status fa_set_last_error(fa_status status, const char *message);
+
 /* Library version as "MAJOR.MINOR.PATCH"; the numbers through the pointers
  * when they are not NULL. */
 FA_API const char *fa_version(int *major, int *minor, int *patch);
@@ -642,8 +649,8 @@ typedef struct fa_dist_plan_s *fa_dist_plan;
  * tokens, total / world of them), and the log-sum-exp [batch, heads_q,
  * seqlen_q / world] (varlen: [heads_q, total_q / world]), in the order
  * fa_cp_part gives. The results equal one device's on the whole sequence
- * within the usual tolerance (bitwise where the backend is the
- * reference).
+ * within rounding: the ring adds the same terms in another order, and
+ * rounds each piece's O to the dtype before its fp32 merge.
  * Dropout draws the mask one device draws on the whole sequence with the
  * same dropout_seed and dropout_offset (every rank must give the same):
  * each element keeps or drops by its global row and column. It needs

@@ -1,6 +1,7 @@
 /* One problem on one context and as a ring of threads (dist_check.h). */
 #include "dist_check.h"
 
+#include "harness.h"
 #include "ring_threads.h"
 #include "test_util.h"
 
@@ -321,4 +322,21 @@ dist_result dist_check_run(const dist_case *c, int mutate_rank, void (*mutate)(f
     tensors_free(&ref, 0);
     tensors_free(&ring, 0);
     return r;
+}
+
+void dist_check_expect(const char *what, const dist_case *c) {
+    const dist_result r = dist_check_run(c, -1, NULL);
+    const double tol = dist_check_tolerance(c->dtype);
+    CHECK_MSG(r.ran, "%s: the one-context run failed", what);
+    for (int k = 0; k < c->world; k++)
+        CHECK_MSG(r.plan_status[k] == FA_SUCCESS && r.pass_status[k] == FA_SUCCESS, "%s: rank %d: %s / %s: %s", what,
+                  k, fa_status_string(r.plan_status[k]), fa_status_string(r.pass_status[k]), r.plan_message[k]);
+    CHECK_MSG(r.err_o <= tol && r.err_lse <= tol && r.lse_mismatch == 0,
+              "%s: O error %.3g, L error %.3g (%d mismatched), tolerance %.3g", what, r.err_o, r.err_lse,
+              r.lse_mismatch, tol);
+    CHECK_MSG(r.err_dq <= tol && r.err_dk <= tol && r.err_dv <= tol, "%s: dQ %.3g, dK %.3g, dV %.3g, tolerance %.3g",
+              what, r.err_dq, r.err_dk, r.err_dv, tol);
+    printf("%-8s %-6s %-44s world %d %-10s O %.2e L %.2e dQ %.2e dK %.2e dV %.2e\n", fa_backend_name(c->backend),
+           c->nccl ? "nccl" : "thread", what, c->world, c->layout == FA_CP_ZIGZAG ? "zigzag" : "contiguous", r.err_o,
+           r.err_lse, r.err_dq, r.err_dk, r.err_dv);
 }

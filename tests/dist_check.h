@@ -40,6 +40,11 @@ typedef struct dist_result {
  * before it creates its plan (to check that every rank hears of it). */
 dist_result dist_check_run(const dist_case *c, int mutate_rank, void (*mutate)(fa_attention_desc *));
 
+/* Runs c and checks (the harness's CHECKs) that every rank succeeded and
+ * the ring matches one context within dist_check_tolerance; prints a line
+ * of the errors, named by what. */
+void dist_check_expect(const char *what, const dist_case *c);
+
 /* The tolerance of the ring against one context: the ring rounds each
  * piece's O to the dtype before merging it in fp32. */
 double dist_check_tolerance(fa_dtype dtype);

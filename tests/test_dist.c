@@ -11,24 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void expect_match(const char *what, const dist_case *c) {
-    const dist_result r = dist_check_run(c, -1, NULL);
-    const double tol = dist_check_tolerance(c->dtype);
-    CHECK_MSG(r.ran, "%s: the one-context run failed", what);
-    for (int k = 0; k < c->world; k++) {
-        CHECK_MSG(r.plan_status[k] == FA_SUCCESS, "%s: rank %d plan: %s: %s", what, k,
-                  fa_status_string(r.plan_status[k]), r.plan_message[k]);
-        CHECK_MSG(r.pass_status[k] == FA_SUCCESS, "%s: rank %d passes: %s", what, k, fa_status_string(r.pass_status[k]));
-    }
-    CHECK_MSG(r.err_o <= tol && r.err_lse <= tol && r.lse_mismatch == 0,
-              "%s: O error %.3g, L error %.3g (%d mismatched), tolerance %.3g", what, r.err_o, r.err_lse,
-              r.lse_mismatch, tol);
-    CHECK_MSG(r.err_dq <= tol && r.err_dk <= tol && r.err_dv <= tol, "%s: dQ %.3g, dK %.3g, dV %.3g, tolerance %.3g",
-              what, r.err_dq, r.err_dk, r.err_dv, tol);
-    printf("%-44s world %d %-10s O %.2e L %.2e dQ %.2e dK %.2e dV %.2e\n", what, c->world,
-           c->layout == FA_CP_ZIGZAG ? "zigzag" : "contiguous", r.err_o, r.err_lse, r.err_dq, r.err_dk, r.err_dv);
-}
-
 static dist_case ref_case(int world, fa_cp_layout layout) {
     return dist_case_default(FA_BACKEND_REFERENCE, world, layout);
 }
@@ -59,9 +41,9 @@ FA_TEST(layout_parts) {
 FA_TEST(full_attention) {
     for (int w = 1; w <= 4; w++) {
         dist_case c = ref_case(w, FA_CP_CONTIGUOUS);
-        expect_match("no mask, contiguous", &c);
+        dist_check_expect("no mask, contiguous", &c);
         c.layout = FA_CP_ZIGZAG;
-        expect_match("no mask, zigzag", &c);
+        dist_check_expect("no mask, zigzag", &c);
     }
 }
 
@@ -69,9 +51,9 @@ FA_TEST(causal) {
     for (int w = 1; w <= 4; w++) {
         dist_case c = ref_case(w, FA_CP_ZIGZAG);
         c.causal = 1;
-        expect_match("causal, zigzag", &c);
+        dist_check_expect("causal, zigzag", &c);
         c.layout = FA_CP_CONTIGUOUS;
-        expect_match("causal, contiguous", &c);
+        dist_check_expect("causal, contiguous", &c);
     }
 }
 
@@ -87,7 +69,7 @@ FA_TEST(windows) {
                 char what[64];
                 snprintf(what, sizeof what, "%swindow (%d, %d)", c.causal ? "causal " : "", c.window_left,
                          c.window_right);
-                expect_match(what, &c);
+                dist_check_expect(what, &c);
             }
 }
 
@@ -96,18 +78,18 @@ FA_TEST(unequal_lengths) {
     c.seqlen_q = 32;
     c.seqlen_k = 64;
     c.causal = 1;
-    expect_match("causal, 32 queries on 64 keys", &c);
+    dist_check_expect("causal, 32 queries on 64 keys", &c);
     c.layout = FA_CP_CONTIGUOUS;
-    expect_match("causal, 32 queries on 64 keys", &c);
+    dist_check_expect("causal, 32 queries on 64 keys", &c);
     /* More queries than keys: the first rows see no key at all. */
     c.seqlen_q = 64;
     c.seqlen_k = 32;
-    expect_match("causal, 64 queries on 32 keys (masked rows)", &c);
+    dist_check_expect("causal, 64 queries on 32 keys (masked rows)", &c);
     c.layout = FA_CP_ZIGZAG;
     c.causal = 0;
     c.window_left = 3;
     c.window_right = 1;
-    expect_match("window, 64 queries on 32 keys", &c);
+    dist_check_expect("window, 64 queries on 32 keys", &c);
 }
 
 FA_TEST(block_mask) {
@@ -120,7 +102,7 @@ FA_TEST(block_mask) {
             c.causal = causal;
             char what[64];
             snprintf(what, sizeof what, "block mask %dx%d%s", c.block_q, c.block_k, causal ? ", causal" : "");
-            expect_match(what, &c);
+            dist_check_expect(what, &c);
         }
 }
 
@@ -135,7 +117,7 @@ FA_TEST(gqa_and_dtypes) {
         c.causal = 1;
         char what[64];
         snprintf(what, sizeof what, "GQA 4 on 2, d32, %s", fa_dtype_name(c.dtype));
-        expect_match(what, &c);
+        dist_check_expect(what, &c);
     }
 }
 
@@ -148,10 +130,10 @@ FA_TEST(varlen) {
         c.batch = 3;
         c.seqlen_q = c.seqlen_k = 27;
         c.cu_q = cu;
-        expect_match("varlen, no mask", &c);
+        dist_check_expect("varlen, no mask", &c);
         c.causal = 1;
         c.layout = FA_CP_ZIGZAG;
-        expect_match("varlen, causal", &c);
+        dist_check_expect("varlen, causal", &c);
     }
 }
 
@@ -174,23 +156,23 @@ FA_TEST(dropout) {
             dist_case c = dropout_case(w, FA_CP_ZIGZAG, ps[i]);
             c.causal = 1;
             snprintf(what, sizeof what, "dropout %.1f, causal", (double)ps[i]);
-            expect_match(what, &c);
+            dist_check_expect(what, &c);
             c = dropout_case(w, FA_CP_CONTIGUOUS, ps[i]);
             snprintf(what, sizeof what, "dropout %.1f, no mask", (double)ps[i]);
-            expect_match(what, &c);
+            dist_check_expect(what, &c);
             /* Shrunk pieces: a window's first visible key of another rank's
              * chunk lies off a multiple of 4 (43 of rank 0's keys for rank
              * 1's first row, contiguous, 2 ranks). */
             c.causal = 1;
             c.window_left = 5;
             snprintf(what, sizeof what, "dropout %.1f, causal window 5", (double)ps[i]);
-            expect_match(what, &c);
+            dist_check_expect(what, &c);
             c.layout = FA_CP_ZIGZAG;
             c.causal = 0;
             c.window_left = 9;
             c.window_right = 3;
             snprintf(what, sizeof what, "dropout %.1f, window (9, 3)", (double)ps[i]);
-            expect_match(what, &c);
+            dist_check_expect(what, &c);
         }
 }
 
@@ -206,23 +188,23 @@ FA_TEST(dropout_gqa_and_dtypes) {
             c.causal = 1;
             char what[64];
             snprintf(what, sizeof what, "dropout 0.3, GQA 4 on 2, d32, %s", fa_dtype_name(c.dtype));
-            expect_match(what, &c);
+            dist_check_expect(what, &c);
         }
     /* Queries and keys of different lengths, a block mask, forward alone. */
     dist_case c = dropout_case(2, FA_CP_ZIGZAG, 0.1f);
     c.seqlen_q = 32;
     c.seqlen_k = 64;
     c.causal = 1;
-    expect_match("dropout 0.1, causal, 32 queries on 64 keys", &c);
+    dist_check_expect("dropout 0.1, causal, 32 queries on 64 keys", &c);
     c = dropout_case(3, FA_CP_CONTIGUOUS, 0.3f);
     c.block_q = 12;
     c.block_k = 6;
     c.causal = 1;
-    expect_match("dropout 0.3, causal block mask 12x6", &c);
+    dist_check_expect("dropout 0.3, causal block mask 12x6", &c);
     c = dropout_case(4, FA_CP_ZIGZAG, 0.3f);
     c.causal = 1;
     c.backward = 0;
-    expect_match("dropout 0.3, causal, forward alone", &c);
+    dist_check_expect("dropout 0.3, causal, forward alone", &c);
 }
 
 /* fa_dist_plan_set_dropout_seed gives the ring the mask of another seed:
@@ -232,7 +214,7 @@ FA_TEST(dropout_reseed) {
         dist_case c = dropout_case(w, FA_CP_ZIGZAG, 0.3f);
         c.causal = 1;
         c.reseed = 1;
-        expect_match("dropout 0.3, causal, reseeded", &c);
+        dist_check_expect("dropout 0.3, causal, reseeded", &c);
     }
 }
 
@@ -312,7 +294,7 @@ FA_TEST(dropout_random_problems) {
         char what[96];
         snprintf(what, sizeof what, "dropout random %d: %dx%d c%d w(%d,%d) p%.1f", i, c.seqlen_q, c.seqlen_k, c.causal,
                  c.window_left, c.window_right, (double)c.dropout_p);
-        expect_match(what, &c);
+        dist_check_expect(what, &c);
     }
 }
 
@@ -385,10 +367,46 @@ FA_TEST(random_problems) {
         char what[96];
         snprintf(what, sizeof what, "random %d: %dx%d c%d w(%d,%d) b%dx%d", i, c.seqlen_q, c.seqlen_k, c.causal,
                  c.window_left, c.window_right, c.block_q, c.block_k);
-        expect_match(what, &c);
+        dist_check_expect(what, &c);
         ran++;
     }
     CHECK(ran == 120);
+}
+
+/* The rank's tensors packed, their strides spelled out rather than 0: the
+ * header says the layouts describe the local tensors, so the whole
+ * problem's longer sequences must not be checked against them. */
+static int explicit_world;
+static void spell_out_local_strides(fa_attention_desc *d) {
+    const int64_t lq = d->seqlen_q / explicit_world, lk = d->seqlen_k / explicit_world;
+    const fa_tensor_desc q = {d->q.dtype, 0, lq * d->heads_q * d->head_dim, (int64_t)d->heads_q * d->head_dim,
+                              d->head_dim};
+    const fa_tensor_desc k = {d->k.dtype, 0, lk * d->heads_kv * d->head_dim, (int64_t)d->heads_kv * d->head_dim,
+                              d->head_dim};
+    d->q = d->o = q;
+    d->k = d->v = k;
+}
+
+FA_TEST(explicit_local_strides) {
+    for (int z = 0; z < 2; z++) {
+        dist_case c = ref_case(3, z ? FA_CP_ZIGZAG : FA_CP_CONTIGUOUS);
+        c.batch = 2;
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.causal = z;
+        explicit_world = c.world;
+        for (int rank = 0; rank < c.world; rank++) {
+            const dist_result r = dist_check_run(&c, rank, spell_out_local_strides);
+            const double tol = dist_check_tolerance(c.dtype);
+            for (int k = 0; k < c.world; k++)
+                CHECK_MSG(r.plan_status[k] == FA_SUCCESS && r.pass_status[k] == FA_SUCCESS,
+                          "explicit strides on rank %d: rank %d: %s: %s", rank, k, fa_status_string(r.plan_status[k]),
+                          r.plan_message[k]);
+            CHECK_MSG(r.err_o <= tol && r.err_lse <= tol && r.err_dq <= tol && r.err_dk <= tol && r.err_dv <= tol,
+                      "explicit strides on rank %d: O %.3g, L %.3g, dQ %.3g, dK %.3g, dV %.3g", rank, r.err_o,
+                      r.err_lse, r.err_dq, r.err_dk, r.err_dv);
+        }
+    }
 }
 
 static void other_head_dim(fa_attention_desc *d) { d->head_dim = 24; }
@@ -412,5 +430,5 @@ FA_TEST(every_rank_hears_of_a_failure) {
 FA_TEST_MAIN(FA_CASE(layout_parts), FA_CASE(full_attention), FA_CASE(causal), FA_CASE(windows),
              FA_CASE(unequal_lengths), FA_CASE(block_mask), FA_CASE(gqa_and_dtypes), FA_CASE(varlen),
              FA_CASE(random_problems), FA_CASE(dropout), FA_CASE(dropout_gqa_and_dtypes), FA_CASE(dropout_reseed),
-             FA_CASE(dropout_pieces), FA_CASE(dropout_random_problems), FA_CASE(refusals),
+             FA_CASE(dropout_pieces), FA_CASE(dropout_random_problems), FA_CASE(refusals), FA_CASE(explicit_local_strides),
              FA_CASE(every_rank_hears_of_a_failure))

@@ -21,44 +21,29 @@ static int devices_of(fa_backend backend) {
     return n;
 }
 
-static void expect_match(const char *what, const dist_case *c) {
-    const dist_result r = dist_check_run(c, -1, NULL);
-    const double tol = dist_check_tolerance(c->dtype);
-    CHECK_MSG(r.ran, "%s: the one-context run failed", what);
-    for (int k = 0; k < c->world; k++)
-        CHECK_MSG(r.plan_status[k] == FA_SUCCESS && r.pass_status[k] == FA_SUCCESS, "%s: rank %d: %s / %s: %s", what,
-                  k, fa_status_string(r.plan_status[k]), fa_status_string(r.pass_status[k]), r.plan_message[k]);
-    CHECK_MSG(r.err_o <= tol && r.err_lse <= tol && r.lse_mismatch == 0 && r.err_dq <= tol && r.err_dk <= tol &&
-                  r.err_dv <= tol,
-              "%s: O %.3g L %.3g (%d mismatched) dQ %.3g dK %.3g dV %.3g, tolerance %.3g", what, r.err_o, r.err_lse,
-              r.lse_mismatch, r.err_dq, r.err_dk, r.err_dv, tol);
-    printf("%-8s %-6s %-40s world %d O %.2e L %.2e dQ %.2e dK %.2e dV %.2e\n", fa_backend_name(c->backend),
-           c->nccl ? "nccl" : "thread", what, c->world, r.err_o, r.err_lse, r.err_dq, r.err_dk, r.err_dv);
-}
-
 /* The cases every backend runs, on the transport given. */
 static void cases_on(fa_backend backend, int nccl, int world) {
     dist_case c = dist_case_default(backend, world, FA_CP_ZIGZAG);
     c.nccl = nccl;
     c.causal = 1;
-    expect_match("causal fp32", &c);
+    dist_check_expect("causal fp32", &c);
     c.dtype = FA_DTYPE_BF16;
     c.heads_q = 4;
     c.heads_kv = 2;
     c.head_dim = 64;
-    expect_match("causal bf16 GQA d64", &c);
+    dist_check_expect("causal bf16 GQA d64", &c);
     c.dtype = FA_DTYPE_F16;
     c.causal = 0;
     c.layout = FA_CP_CONTIGUOUS;
     c.window_left = 9;
     c.window_right = 2;
-    expect_match("window (9, 2) fp16", &c);
+    dist_check_expect("window (9, 2) fp16", &c);
     c.window_left = c.window_right = -1;
     c.causal = 1;
     c.layout = FA_CP_ZIGZAG;
     c.block_q = 12;
     c.block_k = 6;
-    expect_match("causal block mask 12x6 fp16", &c);
+    dist_check_expect("causal block mask 12x6 fp16", &c);
     static const int32_t cu[] = {0, 20, 21, 48};
     dist_case v = dist_case_default(backend, world, FA_CP_ZIGZAG);
     v.nccl = nccl;
@@ -67,7 +52,7 @@ static void cases_on(fa_backend backend, int nccl, int world) {
     v.cu_q = cu;
     v.causal = 1;
     v.dtype = FA_DTYPE_BF16;
-    expect_match("varlen causal bf16", &v);
+    dist_check_expect("varlen causal bf16", &v);
     /* Dropout: the ring's pieces draw the whole sequence's mask from their
      * global positions. 96 tokens cut into chunks of multiples of 4; a
      * window of 41 shrinks some pieces to keys that start off a multiple
@@ -82,7 +67,7 @@ static void cases_on(fa_backend backend, int nccl, int world) {
     p.heads_q = 4;
     p.heads_kv = 2;
     p.head_dim = 64;
-    expect_match("causal window 41 dropout 0.2 bf16 GQA d64", &p);
+    dist_check_expect("causal window 41 dropout 0.2 bf16 GQA d64", &p);
     const char *large = getenv("FA_TEST_LARGE");
     if (large && strcmp(large, "1") == 0) {
         dist_case g = dist_case_default(backend, world, FA_CP_ZIGZAG);
@@ -94,14 +79,14 @@ static void cases_on(fa_backend backend, int nccl, int world) {
         g.head_dim = 128;
         g.causal = 1;
         g.dtype = FA_DTYPE_BF16;
-        expect_match("causal bf16 d128 4k tokens", &g);
+        dist_check_expect("causal bf16 d128 4k tokens", &g);
         g.window_left = 700;
         g.dtype = FA_DTYPE_F16;
-        expect_match("causal window 700 fp16 d128 4k tokens", &g);
+        dist_check_expect("causal window 700 fp16 d128 4k tokens", &g);
         g.window_left = -1;
         g.dropout_p = 0.1f;
         g.dtype = FA_DTYPE_BF16;
-        expect_match("causal dropout 0.1 bf16 d128 4k tokens", &g);
+        dist_check_expect("causal dropout 0.1 bf16 d128 4k tokens", &g);
     }
 }
 

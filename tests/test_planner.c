@@ -953,8 +953,129 @@ FA_TEST(decoding_packs_gqa_groups) {
     CHECK_MSG(strstr(text, "decode") != NULL, "%s", text);
 }
 
+/* NVIDIA's OpenCL forward in work-groups of four sub-groups, one 16-row
+ * strip each, against 64 keys (planner_cl_mma.c, fa_cl_mma_preferred): on
+ * an H100 the 2026-11-25 sweep (bench/results/h100.md) ran 64 x 64 in 128
+ * work-items at 0.76-0.82x FlashAttention-2, the best geometric mean at
+ * head_dim 64 and 128, where the eight-sub-group tiles the IO model takes
+ * alone ran 0.60-0.67x: two or more work-groups a multiprocessor hide each
+ * other's barriers, and 128 work-items leave room for a second at any
+ * register count (2 x 128 x 256 = 65536). The model cannot say so: it
+ * ranks bytes first, and the eight-sub-group tile moves fewer (its K and V
+ * re-reads, which the L2 serves: the DRAM bytes are the same). Other
+ * layouts, and the backward, keep the model's choice. */
+FA_TEST(nvidia_opencl_forward_four_sub_groups) {
+    const fa_device_desc *nv = device("nvidia-opencl");
+    /* The sweep's shapes: 16k tokens, hidden 2048; and bf16 beside fp16. */
+    static const int dims[] = {64, 128}, seqlens[] = {4096, 16384};
+    static const fa_dtype dtypes[] = {FA_DTYPE_F16, FA_DTYPE_BF16};
+    for (size_t t = 0; t < COUNT(dtypes); t++)
+        for (size_t i = 0; i < COUNT(dims); i++)
+            for (size_t n = 0; n < COUNT(seqlens); n++)
+                for (int causal = 0; causal <= 1; causal++) {
+                    const int dim = dims[i], sq = seqlens[n];
+                    fa_attention_desc d = shape(16384 / sq, sq, sq, 2048 / dim, 2048 / dim, dim, dtypes[t]);
+                    d.causal = causal;
+                    fa_plan_info p;
+                    CHECK_OK(fa_plan_for_device(nv, &d, &p));
+                    const fa_kernel_plan *f = &p.forward;
+                    CHECK(check_kernel_plan("nvidia-opencl forward", nv, &d, FA_PASS_FORWARD, f) == 0);
+                    CHECK_MSG(f->variant == FA_VARIANT_MMA && f->br == 64 && f->bc == 64 &&
+                                  f->work_group_size == 128 && f->thread_rows == 2 && f->thread_cols == 16,
+                              "%s d%d N %d causal %d: %s %d x %d / %d, micro-tile %d x %d",
+                              fa_dtype_name(d.q.dtype), dim, sq, causal, fa_variant_name(f->variant), f->br, f->bc,
+                              f->work_group_size, f->thread_rows, f->thread_cols);
+                    fa_cl_mma_geometry g;
+                    CHECK(fa_cl_mma_geometry_of(nv, &d, FA_PASS_FORWARD, f->br, f->bc, f->thread_rows,
+                                                f->thread_cols, 1, &g));
+                    /* Q's fragments in registers at 128, where Q, K and V
+                     * leave no room for each other in 48 KiB. */
+                    CHECK(g.layout == FA_MMA_LAYOUT_NVIDIA && g.warps == 4 && g.strips == 1 &&
+                          g.q_regs == (dim == 128) && f->local_mem_bytes == g.local_mem);
+
+                    /* What the model alone takes: eight sub-groups of 128
+                     * rows (128 x 128 at 64, 128 x 64 at 128), valid and in
+                     * local memory, fewer bytes through the L2 and the same
+                     * from DRAM; the preference sets it aside. */
+                    fa_kernel_plan eight = *f;
+                    eight.br = 128;
+                    eight.bc = dim == 64 ? 128 : 64;
+                    eight.thread_cols = eight.bc / 4;
+                    eight.num_work_groups = d.batch * d.heads_q * (sq / 128);
+                    fa_cl_mma_geometry e;
+                    CHECK(fa_cl_mma_geometry_of(nv, &d, FA_PASS_FORWARD, 128, eight.bc, 2, eight.thread_cols, 1, &e));
+                    CHECK(e.warps == 8 && e.strips == 1 && e.local_mem <= fa_plan_usable_local_mem(nv));
+                    CHECK(!fa_cl_mma_preferred(nv, &d, FA_PASS_FORWARD, 128, eight.bc, 2, eight.thread_cols));
+                    const fa_cost c8 = fa_io_fused(nv, &d, FA_PASS_FORWARD, &eight);
+                    CHECK(total_bytes(&c8) < total_bytes(&f->cost));
+                    CHECK_NEAR(c8.dram_read_bytes, f->cost.dram_read_bytes, 0.0);
+                    CHECK_NEAR(c8.dram_write_bytes, f->cost.dram_write_bytes, 0.0);
+
+                    /* The backward keeps the model's tiles. */
+                    const fa_kernel_plan *b = &p.backward;
+                    CHECK(b->variant == FA_VARIANT_MMA &&
+                          fa_cl_mma_preferred(nv, &d, FA_PASS_BACKWARD, b->br, b->bc, b->thread_rows, b->thread_cols));
+                }
+
+    /* Every head_dim: 64 query rows in four sub-groups where they fit (64 x
+     * 64 up to 176 in 48 KiB, then 64 x 32 and 64 x 16, the planner's tiles
+     * there before), fewer sub-groups of one strip where the fragments of
+     * 64 rows leave the register budget (248 and 256: 32 x 16); never
+     * eight, two strips or more than 64 keys. */
+    for (int dim = 8; dim <= 256; dim += 8)
+        for (int causal = 0; causal <= 1; causal++) {
+            fa_attention_desc d = shape(4, 4096, 4096, 16, 16, dim, FA_DTYPE_F16);
+            d.causal = causal;
+            fa_plan_info p;
+            CHECK_OK(fa_plan_for_device(nv, &d, &p));
+            const fa_kernel_plan *f = &p.forward;
+            fa_cl_mma_geometry g;
+            CHECK_MSG(f->variant == FA_VARIANT_MMA && fa_cl_mma_geometry_of(nv, &d, FA_PASS_FORWARD, f->br, f->bc,
+                                                                            f->thread_rows, f->thread_cols, 1, &g),
+                      "d%d: %s", dim, fa_variant_name(f->variant));
+            if (f->variant != FA_VARIANT_MMA) continue;
+            const int want_br = dim <= 240 ? 64 : 32, want_bc = dim <= 176 ? 64 : dim <= 224 ? 32 : 16;
+            CHECK_MSG(f->br == want_br && f->bc == want_bc && g.strips == 1 && g.warps == want_br / 16 &&
+                          f->work_group_size == 2 * want_br,
+                      "d%d causal %d: %d x %d / %d, %d strips", dim, causal, f->br, f->bc, f->work_group_size,
+                      g.strips);
+        }
+
+    /* Other layouts: the preference accepts every valid tile, both passes
+     * (their plans are the model's), and so does NVIDIA's backward. */
+    fa_device_desc amd[2] = {*device("mi250x"), *device("mi300x")};
+    for (int i = 0; i < 2; i++) amd[i].backend = FA_BACKEND_OPENCL; /* through AMD's OpenCL */
+    const fa_device_desc *others[] = {device("arc-a770"), device("rx-7900xtx"), &amd[0], &amd[1], nv};
+    static const int sizes[] = {1, 2, 4, 8, 16, 32, 64, 128}, tiles[] = {128, 64, 32, 16, 8};
+    int valid = 0;
+    for (size_t o = 0; o < COUNT(others); o++) {
+        CHECK(fa_mma_layout_of(others[o]) != FA_MMA_LAYOUT_NONE);
+        for (int pass = 0; pass < 2; pass++) {
+            if (others[o] == nv && pass == FA_PASS_FORWARD) continue;
+            for (int dim = 64; dim <= 128; dim += 64) {
+                const fa_attention_desc d = shape(2, 2048, 2048, 16, 16, dim, FA_DTYPE_BF16);
+                for (size_t a = 0; a < COUNT(tiles); a++)
+                    for (size_t b = 0; b < COUNT(tiles); b++)
+                        for (size_t r = 0; r < COUNT(sizes); r++)
+                            for (size_t c = 0; c < COUNT(sizes); c++) {
+                                if (!fa_cl_mma_geometry_of(others[o], &d, (fa_pass)pass, tiles[a], tiles[b],
+                                                           sizes[r], sizes[c], 1, NULL))
+                                    continue;
+                                valid++;
+                                CHECK_MSG(fa_cl_mma_preferred(others[o], &d, (fa_pass)pass, tiles[a], tiles[b],
+                                                              sizes[r], sizes[c]),
+                                          "%s pass %d d%d: %d x %d, %d x %d set aside", others[o]->name, pass, dim,
+                                          tiles[a], tiles[b], sizes[r], sizes[c]);
+                            }
+            }
+        }
+    }
+    CHECK(valid > 100);
+}
+
 FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan),
              FA_CASE(local_memory_gives_different_tiles), FA_CASE(more_local_memory_never_more_bytes),
              FA_CASE(decoding_splits_keys), FA_CASE(decoding_packs_gqa_groups), FA_CASE(variants_by_backend), FA_CASE(invalid_devices_rejected),
              FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan),
-             FA_CASE(described_devices_table), FA_CASE(wide_heads_share_key_strips))
+             FA_CASE(described_devices_table), FA_CASE(wide_heads_share_key_strips),
+             FA_CASE(nvidia_opencl_forward_four_sub_groups))

@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
 done
 
 packages=(cmake gcc make pkg-config pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo
-          libclblast-dev hipcc libamdhip64-dev)
+          libclblast-dev hipcc libamdhip64-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,7 @@
 #include "cl_runtime_internal.h"
 
 #include "fa_internal.h"
+#include "rows_launch.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -140,42 +141,11 @@ static fa_status run(fa_cl_context *ctx, const rows_args *a, uint64_t count) {
     return st;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Checks (core checks extents against buffers; these guard what the       */
-/* kernels rely on)                                                          */
-
-static fa_status check_view(const fa_rows_view *v, const char *name) {
-    if (!v || !v->buf) return fa_fail(FA_ERR_NULL_POINTER, "%s%s is NULL", name, v ? "'s buffer" : "");
-    if (v->dtype != FA_DTYPE_F32 && v->dtype != FA_DTYPE_F16 && v->dtype != FA_DTYPE_BF16)
-        return fa_fail(FA_ERR_INVALID_ARGUMENT, "%s has dtype %d, not fp32, fp16 or bf16", name, (int)v->dtype);
-    return FA_SUCCESS;
-}
-
-static fa_status check_fp32(const fa_rows_view *v, const char *name) {
-    FA_CHECK(check_view(v, name));
-    if (v->dtype != FA_DTYPE_F32)
-        return fa_fail(FA_ERR_INVALID_ARGUMENT, "%s is %s; the merge accumulates in fp32", name,
-                       fa_dtype_name(v->dtype));
-    return FA_SUCCESS;
-}
-
-/* Elements of the shape (of its rows, with dim 1), or an error where a size
- * is negative or the count passes 2^63. */
-static fa_status element_count(const fa_rows_shape *s, int with_dim, uint64_t *count) {
-    if (!s) return fa_fail(FA_ERR_NULL_POINTER, "shape is NULL");
-    const int sizes[4] = {s->batch, s->rows, s->heads, with_dim ? s->dim : 1};
-    uint64_t n = 1;
-    for (int i = 0; i < 4; i++) {
-        if (sizes[i] < 0)
-            return fa_fail(FA_ERR_INVALID_SIZE, "shape [%d, %d, %d, %d] has a negative size", s->batch, s->rows,
-                           s->heads, s->dim);
-        if (sizes[i] > 0 && n > (uint64_t)INT64_MAX / (uint64_t)sizes[i])
-            return fa_fail(FA_ERR_INVALID_SIZE, "shape [%d, %d, %d, %d] has more than 2^63 elements", s->batch,
-                           s->rows, s->heads, s->dim);
-        n *= (uint64_t)sizes[i];
-    }
-    *count = n;
-    return FA_SUCCESS;
+/* A cl_mem has no address the checks could test for alignment: offsets
+ * are in elements, so every view is aligned; its size bounds the views. */
+static void locate(void *buf, uint64_t *address, size_t *bytes) {
+    *address = 0;
+    *bytes = ((const fa_cl_buffer *)buf)->bytes;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -184,18 +154,12 @@ fa_status fa_cl_rows(void *handle, fa_rows_op op, const fa_rows_shape *shape, co
                      const fa_rows_view *src, float value) {
     fa_cl_context *ctx = handle;
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
-    uint64_t count = 0;
-    FA_CHECK(element_count(shape, 1, &count));
-    FA_CHECK(check_view(dst, "dst"));
-    if (op != FA_ROWS_COPY && op != FA_ROWS_ADD && op != FA_ROWS_FILL)
-        return fa_fail(FA_ERR_INVALID_ARGUMENT, "op %d is not COPY, ADD or FILL", (int)op);
+    fa_rows_launch launch;
+    FA_CHECK(fa_rows_prepare(op, shape, dst, src, value, locate, &launch));
+    if (!launch.blocks) return FA_SUCCESS;
+    const uint64_t count = (uint64_t)launch.params.lines * (uint64_t)shape->dim;
     /* FILL reads no source; the kernel still wants a buffer there. */
-    const fa_rows_view *from = dst;
-    if (op != FA_ROWS_FILL) {
-        FA_CHECK(check_view(src, "src"));
-        from = src;
-    }
-    if (count == 0) return FA_SUCCESS;
+    const fa_rows_view *from = op == FA_ROWS_FILL ? dst : src;
     struct fa_cl_rows_kernels *k = NULL;
     FA_CHECK(rows_kernels(ctx, &k));
 
@@ -219,19 +183,14 @@ fa_status fa_cl_rows_merge(void *handle, const fa_rows_shape *shape, const fa_ro
                            const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l) {
     fa_cl_context *ctx = handle;
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
-    uint64_t count = 0, lines = 0;
-    FA_CHECK(element_count(shape, 1, &count));
-    FA_CHECK(element_count(shape, 0, &lines));
-    FA_CHECK(check_fp32(acc_o, "acc_o"));
-    FA_CHECK(check_fp32(acc_l, "acc_l"));
-    FA_CHECK(check_view(part_o, "part_o"));
-    FA_CHECK(check_fp32(part_l, "part_l"));
-    if (lines == 0) return FA_SUCCESS;
+    fa_rows_launch launch;
+    FA_CHECK(fa_rows_merge_prepare(shape, acc_o, acc_l, part_o, part_l, locate, &launch));
+    if (!launch.blocks) return FA_SUCCESS;
+    const uint64_t lines = (uint64_t)launch.params.lines, count = lines * (uint64_t)shape->dim;
     struct fa_cl_rows_kernels *k = NULL;
     FA_CHECK(rows_kernels(ctx, &k));
 
-    /* With dim 0 the rows still merge their L (no O to weigh). */
-    if (count > 0) {
+    {
         rows_args o = {k->merge_o, "fa_rows_merge_o", 0, CL_SUCCESS, 0};
         arg_buffer(&o, acc_o);
         arg_layout(&o, acc_o);

@@ -8,7 +8,9 @@
 #include "plan.h"
 #include "reference.h"
 #include "reference_rows.h"
+#include "rows_launch.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -166,24 +168,29 @@ static fa_rows_view host_view(const fa_rows_view *v) {
     return h;
 }
 
+static void locate(void *buf, uint64_t *address, size_t *bytes) {
+    *address = (uint64_t)(uintptr_t)((ref_buffer *)buf)->data;
+    *bytes = ((ref_buffer *)buf)->bytes;
+}
+
+/* The checks every backend makes (core/rows_launch.c), then host loops. */
 static fa_status ref_rows(void *ctx, fa_rows_op op, const fa_rows_shape *shape, const fa_rows_view *dst,
                           const fa_rows_view *src, float value) {
-    if (!dst) return fa_fail(FA_ERR_NULL_POINTER, "dst is NULL");
+    fa_rows_launch launch;
+    FA_CHECK(fa_rows_prepare(op, shape, dst, src, value, locate, &launch));
+    if (!launch.blocks) return FA_SUCCESS;
     const fa_rows_view d = host_view(dst);
-    const fa_rows_view s = src ? host_view(src) : d;
-    return fa_ref_rows(op, shape, &d, src ? &s : NULL, value);
+    const fa_rows_view s = op == FA_ROWS_FILL ? d : host_view(src);
+    return fa_ref_rows(op, shape, &d, op == FA_ROWS_FILL ? NULL : &s, value);
 }
 
 static fa_status ref_rows_merge(void *ctx, const fa_rows_shape *shape, const fa_rows_view *acc_o,
                                 const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l) {
-    const fa_rows_view *views[4] = {acc_o, acc_l, part_o, part_l};
-    static const char *const names[4] = {"acc_o", "acc_l", "part_o", "part_l"};
-    fa_rows_view host[4];
-    for (int i = 0; i < 4; i++) {
-        if (!views[i]) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", names[i]);
-        host[i] = host_view(views[i]);
-    }
-    return fa_ref_rows_merge(shape, &host[0], &host[1], &host[2], &host[3]);
+    fa_rows_launch launch;
+    FA_CHECK(fa_rows_merge_prepare(shape, acc_o, acc_l, part_o, part_l, locate, &launch));
+    if (!launch.blocks) return FA_SUCCESS;
+    const fa_rows_view ao = host_view(acc_o), al = host_view(acc_l), po = host_view(part_o), pl = host_view(part_l);
+    return fa_ref_rows_merge(shape, &ao, &al, &po, &pl);
 }
 
 static fa_status ref_last_time_ms(void *ctx, void *plan_impl, double *ms) {

@@ -10,32 +10,6 @@
 #include <math.h>
 #include <stdint.h>
 
-static fa_status check_dtype(const fa_rows_view *v, const char *name) {
-    if (v->dtype == FA_DTYPE_F32 || v->dtype == FA_DTYPE_F16 || v->dtype == FA_DTYPE_BF16) return FA_SUCCESS;
-    return fa_fail(FA_ERR_INVALID_ARGUMENT, "%s has dtype %d, not fp32, fp16 or bf16", name, (int)v->dtype);
-}
-
-static fa_status check_view(const fa_rows_view *v, const char *name) {
-    if (!v || !v->buf) return fa_fail(FA_ERR_NULL_POINTER, "%s%s is NULL", name, v ? "'s buffer" : "");
-    return check_dtype(v, name);
-}
-
-static fa_status check_fp32(const fa_rows_view *v, const char *name) {
-    FA_CHECK(check_view(v, name));
-    if (v->dtype != FA_DTYPE_F32)
-        return fa_fail(FA_ERR_INVALID_ARGUMENT, "%s is %s; the merge accumulates in fp32", name,
-                       fa_dtype_name(v->dtype));
-    return FA_SUCCESS;
-}
-
-static fa_status check_shape(const fa_rows_shape *s) {
-    if (!s) return fa_fail(FA_ERR_NULL_POINTER, "shape is NULL");
-    if (s->batch < 0 || s->rows < 0 || s->heads < 0 || s->dim < 0)
-        return fa_fail(FA_ERR_INVALID_SIZE, "shape [%d, %d, %d, %d] has a negative size", s->batch, s->rows,
-                       s->heads, s->dim);
-    return FA_SUCCESS;
-}
-
 /* Index of element (b, r, h, 0) of a view. */
 static int64_t line_start(const fa_rows_view *v, int b, int r, int h) {
     return v->offset + b * v->stride_batch + r * v->stride_seq + h * v->stride_head;
@@ -61,11 +35,6 @@ static void store(const fa_rows_view *v, int64_t i, float x) {
 
 fa_status fa_ref_rows(fa_rows_op op, const fa_rows_shape *shape, const fa_rows_view *dst, const fa_rows_view *src,
                       float value) {
-    FA_CHECK(check_shape(shape));
-    FA_CHECK(check_view(dst, "dst"));
-    if (op != FA_ROWS_COPY && op != FA_ROWS_ADD && op != FA_ROWS_FILL)
-        return fa_fail(FA_ERR_INVALID_ARGUMENT, "op %d is not COPY, ADD or FILL", (int)op);
-    if (op != FA_ROWS_FILL) FA_CHECK(check_view(src, "src"));
     for (int b = 0; b < shape->batch; b++)
         for (int r = 0; r < shape->rows; r++)
             for (int h = 0; h < shape->heads; h++) {
@@ -110,11 +79,6 @@ static merge_fold fold_of(float la, float lp) {
 
 fa_status fa_ref_rows_merge(const fa_rows_shape *shape, const fa_rows_view *acc_o, const fa_rows_view *acc_l,
                             const fa_rows_view *part_o, const fa_rows_view *part_l) {
-    FA_CHECK(check_shape(shape));
-    FA_CHECK(check_fp32(acc_o, "acc_o"));
-    FA_CHECK(check_fp32(acc_l, "acc_l"));
-    FA_CHECK(check_view(part_o, "part_o"));
-    FA_CHECK(check_fp32(part_l, "part_l"));
     for (int b = 0; b < shape->batch; b++)
         for (int r = 0; r < shape->rows; r++)
             for (int h = 0; h < shape->heads; h++) {

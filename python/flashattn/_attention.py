@@ -13,7 +13,7 @@ import numpy as np
 from . import _lib, _views
 from ._lib import ALGORITHMS, call, lib
 
-__all__ = ["Options", "NumpyAdapter", "forward", "backward"]
+__all__ = ["Options", "NumpyAdapter", "Runner", "describe", "forward", "backward"]
 
 
 class Options:
@@ -125,10 +125,12 @@ def _tensor_desc(td, view):
     td.stride_batch, td.stride_seq, td.stride_head = view.desc_strides()
 
 
-def _plan(ctx, q, k, v, o, opts):
-    """The context's plan for this problem and layout, seeded for this call
-    (call under ctx.lock, which keeps the seed until the pass is queued)."""
-    dims = _problem(q, k, v, opts)
+def describe(dims, q, k, v, o, opts):
+    """(desc, key, make_desc) of a problem of dims (batch, seqlen_q,
+    seqlen_k, heads_q, heads_kv, head_dim) over views laid out as q, k, v, o
+    with opts: the key holds everything of the problem (the dropout seed and
+    offset aside), make_desc() gives the descriptor with its host arrays,
+    which must stay alive until the plan is created (it copies them)."""
     desc = _lib.AttentionDesc()
     lib.fa_attention_desc_init(ctypes.byref(desc))
     (desc.batch, desc.seqlen_q, desc.seqlen_k, desc.heads_q, desc.heads_kv, desc.head_dim) = dims
@@ -164,10 +166,31 @@ def _plan(ctx, q, k, v, o, opts):
             desc.cu_seqlens_k = opts.cu_seqlens_k.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
         return desc
 
-    plan = ctx.plan(key, make_desc)
-    if opts.dropout_p > 0:
-        call("fa_plan_set_dropout_seed", plan, opts.dropout_seed, opts.dropout_offset)
-    return plan
+    return desc, key, make_desc
+
+
+class Runner:
+    """How the passes run: here one device's plan (fa_plan_create,
+    fa_forward, fa_backward); flashattn._ring's runs a ring over ranks."""
+
+    def plan(self, ctx, q, k, v, o, opts):
+        """The context's plan for this problem and layout, seeded for this
+        call (call under ctx.lock, which keeps the seed until the pass is
+        queued)."""
+        _, key, make_desc = describe(_problem(q, k, v, opts), q, k, v, o, opts)
+        plan = ctx.plan(key, make_desc)
+        if opts.dropout_p > 0:
+            call("fa_plan_set_dropout_seed", plan, opts.dropout_seed, opts.dropout_offset)
+        return plan
+
+    def forward(self, plan, *buffers):
+        call("fa_forward", plan, *buffers)
+
+    def backward(self, plan, *buffers):
+        call("fa_backward", plan, *buffers)
+
+
+LOCAL = Runner()
 
 
 class _Buffers:
@@ -216,23 +239,23 @@ def _lse_shape(q, opts):
     return (q.shape[0], q.shape[2], q.shape[1])  # [batch, heads_q, seqlen_q]
 
 
-def forward(adapter, ctx, q, k, v, opts):
+def forward(adapter, ctx, q, k, v, opts, runner=LOCAL):
     """O and the log-sum-exp of views q, k, v: (o, lse) as the adapter's
     arrays."""
     o_obj, o = adapter.empty(q.shape, q)
     lse_obj, lse = adapter.empty(_lse_shape(q, opts), None)
     with ctx.lock:
-        plan = _plan(ctx, q, k, v, o, opts)
+        plan = runner.plan(ctx, q, k, v, o, opts)
         adapter.before(ctx)
         with _Buffers(ctx) as b:
             handles = [b.bind(q), b.bind(k), b.bind(v), b.bind(o, True), b.bind(lse, True)]
-            call("fa_forward", plan, *handles)
+            runner.forward(plan, *handles)
             b.finish()
             adapter.after(ctx)
     return o_obj, lse_obj
 
 
-def backward(adapter, ctx, dout, q, k, v, o, lse, opts):
+def backward(adapter, ctx, dout, q, k, v, o, lse, opts, runner=LOCAL):
     """dQ, dK, dV (laid out as Q, K and V are) as the adapter's arrays. dO
     takes O's layout in the descriptor, so the two must agree."""
     if dout.strides != o.strides or dout.shape != o.shape:
@@ -241,12 +264,12 @@ def backward(adapter, ctx, dout, q, k, v, o, lse, opts):
     dk_obj, dk = adapter.empty(k.shape, k, k.strides)
     dv_obj, dv = adapter.empty(v.shape, v, v.strides)
     with ctx.lock:
-        plan = _plan(ctx, q, k, v, o, opts)
+        plan = runner.plan(ctx, q, k, v, o, opts)
         adapter.before(ctx)
         with _Buffers(ctx) as b:
             handles = [b.bind(q), b.bind(k), b.bind(v), b.bind(o), b.bind(lse), b.bind(dout),
                        b.bind(dq, True), b.bind(dk, True), b.bind(dv, True)]
-            call("fa_backward", plan, *handles)
+            runner.backward(plan, *handles)
             b.finish()
             adapter.after(ctx)
     return dq_obj, dk_obj, dv_obj

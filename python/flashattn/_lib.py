@@ -93,6 +93,24 @@ class DeviceInfo(ctypes.Structure):
 
 _P = ctypes.c_void_p
 _STATUS = ctypes.c_int
+
+# fa_transport: the callbacks a transport gives the library (ctypes
+# function types; an instance must outlive every fa_comm made from it).
+TRANSPORT_START = ctypes.CFUNCTYPE(_STATUS, _P, _P, _P, ctypes.c_size_t, ctypes.c_int, _P, ctypes.c_size_t,
+                                   ctypes.c_int, ctypes.POINTER(_P))
+TRANSPORT_WAIT = ctypes.CFUNCTYPE(_STATUS, _P, _P, _P)
+TRANSPORT_AGREE = ctypes.CFUNCTYPE(_STATUS, _P, ctypes.POINTER(ctypes.c_int64), ctypes.c_int)
+TRANSPORT_RELEASE = ctypes.CFUNCTYPE(None, _P)
+
+
+class Transport(ctypes.Structure):
+    _fields_ = [("rank", ctypes.c_int), ("world", ctypes.c_int), ("device_memory", ctypes.c_int), ("impl", _P),
+                ("start", TRANSPORT_START), ("wait", TRANSPORT_WAIT), ("agree", TRANSPORT_AGREE),
+                ("release", TRANSPORT_RELEASE)]
+
+
+# fa_cp_layout
+CP_LAYOUTS = {"contiguous": 0, "zigzag": 1}
 # name: (result type, argument types)
 _PROTOTYPES = {
     "fa_status_string": (ctypes.c_char_p, [ctypes.c_int]),
@@ -120,6 +138,21 @@ _PROTOTYPES = {
     "fa_plan_last_time_ms": (_STATUS, [_P, ctypes.POINTER(ctypes.c_double)]),
     "fa_forward": (_STATUS, [_P] * 6),
     "fa_backward": (_STATUS, [_P] * 10),
+    "fa_cp_part": (_STATUS, [ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+                   + [ctypes.POINTER(ctypes.c_int64)] * 3),
+    "fa_cp_scatter": (_STATUS, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                ctypes.c_size_t, _P, _P]),
+    "fa_cp_gather": (_STATUS, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                               ctypes.c_size_t, _P, _P]),
+    "fa_comm_create": (_STATUS, [ctypes.POINTER(Transport), ctypes.POINTER(_P)]),
+    "fa_comm_create_nccl": (_STATUS, [_P, _P, ctypes.POINTER(_P)]),
+    "fa_comm_get_rank": (_STATUS, [_P, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]),
+    "fa_comm_destroy": (_STATUS, [_P]),
+    "fa_dist_plan_create": (_STATUS, [_P, _P, ctypes.POINTER(AttentionDesc), ctypes.c_int, ctypes.POINTER(_P)]),
+    "fa_dist_forward": (_STATUS, [_P] * 6),
+    "fa_dist_backward": (_STATUS, [_P] * 10),
+    "fa_dist_plan_format": (ctypes.c_size_t, [_P, ctypes.c_char_p, ctypes.c_size_t]),
+    "fa_dist_plan_destroy": (_STATUS, [_P]),
 }
 
 

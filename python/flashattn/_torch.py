@@ -16,7 +16,7 @@ import torch
 from . import _api, _attention, _views
 from ._lib import DTYPE_BF16, DTYPE_F16, DTYPE_F32
 
-__all__ = ["FlashAttnFunction", "attention"]
+__all__ = ["FlashAttnFunction", "RingAttnFunction", "attention", "ring_attention"]
 
 _DTYPES = {torch.float32: DTYPE_F32, torch.float16: DTYPE_F16, torch.bfloat16: DTYPE_BF16}
 # cudaStream_t 0, PyTorch's default stream, is the legacy default stream;
@@ -116,3 +116,40 @@ class FlashAttnFunction(torch.autograd.Function):
 
 def attention(q, k, v, opts, backend, device):
     return FlashAttnFunction.apply(q, k, v, opts, backend, device)
+
+
+class RingAttnFunction(torch.autograd.Function):
+    """(out, softmax_lse) = RingAttnFunction.apply(q, k, v, opts, group,
+    layout, backend, device, context): ring attention over this rank's
+    tokens (flashattn._ring); the backward pass is a ring too, so every
+    rank of the group runs it."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, opts, group, layout, backend, device, context):
+        from . import _ring
+        adapter = TorchAdapter(q.device)
+        # Packed tensors: the plans are cached by layout, which is then the
+        # same on every rank, as the collective plan creation needs.
+        views = [adapter.view(t, n, packed=True) for t, n in ((q, "q"), (k, "k"), (v, "v"))]
+        fa_ctx = context if context is not None else _api.select_context(views, backend, device)
+        runner = _ring.RingRunner(_ring.communicator(group, q.device if q.is_cuda else None), layout)
+        out, lse = _attention.forward(adapter, fa_ctx, *views, opts, runner)
+        ctx.save_for_backward(*(view.obj for view in views), out, lse)
+        ctx.fa = (fa_ctx, opts, runner)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        fa_ctx, opts, runner = ctx.fa
+        adapter = TorchAdapter(q.device)
+        dout = adapter.view(dout.contiguous(), "dout", packed=True)
+        views = [adapter.view(t, n, packed=True) for t, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"))]
+        views.append(adapter.view(lse, "lse", packed=True))
+        dq, dk, dv = _attention.backward(adapter, fa_ctx, dout, *views, opts, runner)
+        return dq, dk, dv, None, None, None, None, None, None
+
+
+def ring_attention(q, k, v, opts, group, layout, backend, device, context):
+    return RingAttnFunction.apply(q, k, v, opts, group, layout, backend, device, context)

@@ -466,7 +466,8 @@ class RingRunner(_attention.Runner):
 
 def _options(causal, window_size, softmax_scale, deterministic, options):
     if "dropout_p" in options:
-        raise TypeError("ring attention has no dropout (the library's ring does not support it yet)")
+        raise TypeError("ring attention from Python has no dropout yet (the library's ring has it; these bindings "
+                        "do not yet give its plans a seed per call, fa_dist_plan_set_dropout_seed)")
     return _attention.Options(0.0, softmax_scale, causal, window_size, deterministic, **options)
 
 

@@ -88,7 +88,7 @@ static int parse_long(const char *s, long long lo, long long hi, long long *out)
 }
 
 static int parse_int_opt(const char *name, const char *v, int lo, int *out) {
-    long long x;
+    long long x = 0;
     if (parse_long(v, lo, 2147483647LL, &x) != 0) {
         fprintf(stderr, "fa-bench: %s %s: expected an integer >= %d\n", name, v, lo);
         return -1;
@@ -155,6 +155,29 @@ static int parse_pass(bench_opts *o, const char *v) {
     return 0;
 }
 
+/* One of fa-bench's own options (parse_bench); nonzero when refused. */
+static int take_bench(void *ctx, const char *a, const char *v) {
+    bench_opts *o = ctx;
+    int bad = 0;
+    long long x = 0;
+    if (strcmp(a, "--seqlens") == 0) bad = parse_seqlens(o, v);
+    else if (strcmp(a, "--tokens") == 0) {
+        bad = parse_long(v, 1, 1LL << 40, &x);
+        if (bad) fprintf(stderr, "fa-bench: --tokens %s: expected a positive integer\n", v);
+        o->tokens = x;
+    } else if (strcmp(a, "--hidden") == 0) bad = parse_int_opt(a, v, 8, &o->hidden);
+    else if (strcmp(a, "--batch") == 0) bad = parse_int_opt(a, v, 1, &o->batch);
+    else if (strcmp(a, "--heads") == 0) bad = parse_int_opt(a, v, 1, &o->heads);
+    else if (strcmp(a, "--heads-kv") == 0) bad = parse_int_opt(a, v, 1, &o->heads_kv);
+    else if (strcmp(a, "--warmup") == 0) bad = parse_int_opt(a, v, 0, &o->warmup);
+    else if (strcmp(a, "--pass") == 0) bad = parse_pass(o, v);
+    else if (strcmp(a, "--algos") == 0) bad = parse_algos(o, v);
+    else if (strcmp(a, "--json") == 0) o->json = v;
+    else if (strcmp(a, "--csv") == 0) o->csv = v;
+    else o->label = v;
+    return bad;
+}
+
 /* Takes this tool's options out of argv and leaves the rest (device and
  * problem options) to fa_cli_parse. --batch, --heads and --heads-kv are
  * taken here too: the sweep needs to know whether they were given. */
@@ -169,43 +192,10 @@ static int parse_bench(bench_opts *o, int argc, char **argv, int *rest_argc, cha
     const int defaults[] = {512, 1024, 2048, 4096, 8192, 16384};
     o->n_seqlens = (int)(sizeof defaults / sizeof defaults[0]);
     memcpy(o->seqlens, defaults, sizeof defaults);
-    *rest_argc = 0;
-    rest[(*rest_argc)++] = argv[0];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        static const char *const valued[] = {"--seqlens", "--tokens", "--hidden", "--batch", "--heads", "--heads-kv",
-                                             "--warmup",  "--pass",   "--algos",  "--json",  "--csv",   "--label"};
-        int ours = 0;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) ours |= strcmp(a, valued[k]) == 0;
-        if (!ours) {
-            rest[(*rest_argc)++] = argv[i];
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "fa-bench: %s needs a value\n", a);
-            return -1;
-        }
-        i++;
-        int bad = 0;
-        long long x;
-        if (strcmp(a, "--seqlens") == 0) bad = parse_seqlens(o, v);
-        else if (strcmp(a, "--tokens") == 0) {
-            bad = parse_long(v, 1, 1LL << 40, &x);
-            if (bad) fprintf(stderr, "fa-bench: --tokens %s: expected a positive integer\n", v);
-            o->tokens = x;
-        } else if (strcmp(a, "--hidden") == 0) bad = parse_int_opt(a, v, 8, &o->hidden);
-        else if (strcmp(a, "--batch") == 0) bad = parse_int_opt(a, v, 1, &o->batch);
-        else if (strcmp(a, "--heads") == 0) bad = parse_int_opt(a, v, 1, &o->heads);
-        else if (strcmp(a, "--heads-kv") == 0) bad = parse_int_opt(a, v, 1, &o->heads_kv);
-        else if (strcmp(a, "--warmup") == 0) bad = parse_int_opt(a, v, 0, &o->warmup);
-        else if (strcmp(a, "--pass") == 0) bad = parse_pass(o, v);
-        else if (strcmp(a, "--algos") == 0) bad = parse_algos(o, v);
-        else if (strcmp(a, "--json") == 0) o->json = v;
-        else if (strcmp(a, "--csv") == 0) o->csv = v;
-        else o->label = v;
-        if (bad) return -1;
-    }
-    return 0;
+    static const char *const own[] = {"--seqlens", "--tokens", "--hidden", "--batch", "--heads", "--heads-kv",
+                                      "--warmup",  "--pass",   "--algos",  "--json",  "--csv",   "--label"};
+    return fa_cli_split_own(argc, argv, "fa-bench", own, (int)(sizeof own / sizeof own[0]), take_bench, o, rest_argc,
+                            rest);
 }
 
 static const char usage_text[] =

@@ -60,51 +60,39 @@ static const char ring_usage[] =
     "  --json FILE         append one JSON object per pass\n"
     "--seqlen is the whole sequence (all ranks together).\n";
 
+/* One of --ranks' own options; nonzero when refused. */
+static int take_ring(void *ctx, const char *a, const char *v) {
+    ring_opts *o = ctx;
+    int bad = 0;
+    if (strcmp(a, "--ranks") == 0)
+        bad = fa_cli_int(v, 1, RING_MAX, &o->ranks);
+    else if (strcmp(a, "--warmup") == 0)
+        bad = fa_cli_int(v, 0, 1000, &o->warmup);
+    else if (strcmp(a, "--transport") == 0) {
+        o->nccl = strcmp(v, "nccl") == 0 ? 1 : strcmp(v, "threads") == 0 ? 0 : -2;
+        bad = o->nccl == -2;
+    } else if (strcmp(a, "--cp-layout") == 0) {
+        o->layout = strcmp(v, "zigzag") == 0 ? FA_CP_ZIGZAG : FA_CP_CONTIGUOUS;
+        bad = strcmp(v, "zigzag") != 0 && strcmp(v, "contiguous") != 0;
+        o->layout_given = 1;
+    } else if (strcmp(a, "--pass") == 0) {
+        o->fwd = strcmp(v, "fwd") == 0 || strcmp(v, "both") == 0;
+        o->bwd = strcmp(v, "bwd") == 0 || strcmp(v, "both") == 0;
+        bad = !o->fwd && !o->bwd;
+    } else
+        o->json = v;
+    if (bad) fprintf(stderr, "fa-bench: %s %s: not a valid value\n", a, v);
+    return bad;
+}
+
 static int parse_ring(ring_opts *o, int argc, char **argv, int *rest_argc, char **rest) {
     *o = (ring_opts){0};
     o->warmup = 1;
     o->fwd = o->bwd = 1;
     o->nccl = -1;
-    *rest_argc = 0;
-    rest[(*rest_argc)++] = argv[0];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        static const char *const valued[] = {"--ranks", "--transport", "--cp-layout", "--pass", "--warmup", "--json"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= strcmp(a, valued[k]) == 0;
-        if (!known) {
-            rest[(*rest_argc)++] = argv[i];
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "fa-bench: %s needs a value\n", a);
-            return -1;
-        }
-        i++;
-        int bad = 0;
-        if (strcmp(a, "--ranks") == 0)
-            bad = fa_cli_int(v, 1, RING_MAX, &o->ranks);
-        else if (strcmp(a, "--warmup") == 0)
-            bad = fa_cli_int(v, 0, 1000, &o->warmup);
-        else if (strcmp(a, "--transport") == 0) {
-            o->nccl = strcmp(v, "nccl") == 0 ? 1 : strcmp(v, "threads") == 0 ? 0 : -2;
-            bad = o->nccl == -2;
-        } else if (strcmp(a, "--cp-layout") == 0) {
-            o->layout = strcmp(v, "zigzag") == 0 ? FA_CP_ZIGZAG : FA_CP_CONTIGUOUS;
-            bad = strcmp(v, "zigzag") != 0 && strcmp(v, "contiguous") != 0;
-            o->layout_given = 1;
-        } else if (strcmp(a, "--pass") == 0) {
-            o->fwd = strcmp(v, "fwd") == 0 || strcmp(v, "both") == 0;
-            o->bwd = strcmp(v, "bwd") == 0 || strcmp(v, "both") == 0;
-            bad = !o->fwd && !o->bwd;
-        } else if (strcmp(a, "--json") == 0)
-            o->json = v;
-        if (bad) {
-            fprintf(stderr, "fa-bench: %s %s: not a valid value\n", a, v);
-            return -1;
-        }
-    }
-    return 0;
+    static const char *const own[] = {"--ranks", "--transport", "--cp-layout", "--pass", "--warmup", "--json"};
+    return fa_cli_split_own(argc, argv, "fa-bench", own, (int)(sizeof own / sizeof own[0]), take_ring, o, rest_argc,
+                            rest);
 }
 
 /* ------------------------------------------------------------------------ */

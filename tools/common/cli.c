@@ -308,3 +308,25 @@ void fa_cli_print_device(const fa_device_info *info) {
                d->matrix_flops_per_clock_cu);
     printf("\n");
 }
+
+int fa_cli_split_own(int argc, char **argv, const char *tool, const char *const *names, int n_names,
+                     int (*take)(void *ctx, const char *name, const char *value), void *ctx, int *rest_argc,
+                     char **rest) {
+    *rest_argc = 0;
+    rest[(*rest_argc)++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        int own = 0;
+        for (int k = 0; k < n_names && !own; k++) own = strcmp(argv[i], names[k]) == 0;
+        if (!own) {
+            rest[(*rest_argc)++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "%s: %s needs a value\n", tool, argv[i]);
+            return -1;
+        }
+        if (take(ctx, argv[i], argv[i + 1]) != 0) return -1;
+        i++;
+    }
+    return 0;
+}

@@ -35,6 +35,14 @@ int fa_cli_int_list(const char *text, int lo, int hi, int *out, int max);
 int fa_cli_int(const char *text, int lo, int hi, int *out);
 int fa_cli_double(const char *text, double lo, double hi, double *out);
 void fa_cli_free(fa_cli *cli);
+/* A tool's own options beside the shared ones: each of names takes the
+ * next word as its value, handed to take(ctx, name, value) (nonzero:
+ * refused, take has said why); every other word goes to rest (after
+ * argv[0]) for fa_cli_parse. -1 when an option lacks its value or take
+ * refuses one. rest holds argc words at most. */
+int fa_cli_split_own(int argc, char **argv, const char *tool, const char *const *names, int n_names,
+                     int (*take)(void *ctx, const char *name, const char *value), void *ctx, int *rest_argc,
+                     char **rest);
 /* One line: "b=1 sq=512 sk=512 hq=4 hkv=4 d=64 fp32 causal ..." */
 void fa_cli_describe_problem(const fa_attention_desc *desc, char *out, size_t size);
 void fa_cli_print_device(const fa_device_info *info);

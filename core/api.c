@@ -372,6 +372,7 @@ static void plan_free(struct fa_plan_s *p) {
     free(p->block_mask);
     free(p->cu_seqlens_q);
     free(p->cu_seqlens_k);
+    free(p->alibi_slopes);
     free(p);
     fa_context_release(ctx);
 }
@@ -397,6 +398,14 @@ static fa_status plan_copy_desc(struct fa_plan_s *p, const fa_attention_desc *de
         p->desc.cu_seqlens_q = p->cu_seqlens_q;
         p->desc.cu_seqlens_k = p->cu_seqlens_k;
     }
+    if (desc->alibi_slopes) {
+        /* heads_q >= 1 floats, checked by fa_attention_desc_check. */
+        const size_t bytes = (size_t)desc->heads_q * sizeof(float);
+        p->alibi_slopes = malloc(bytes);
+        if (!p->alibi_slopes) return fa_fail(FA_ERR_OUT_OF_MEMORY, "alibi_slopes copy failed");
+        memcpy(p->alibi_slopes, desc->alibi_slopes, bytes);
+        p->desc.alibi_slopes = p->alibi_slopes;
+    }
     return FA_SUCCESS;
 }
 
@@ -405,13 +414,6 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     *plan = NULL;
     FA_CHECK(fa_attention_desc_check(desc));
-    /* The score options exist in the CPU reference's fp64 functions only:
-     * no backend's kernels (nor the reference device's passes, which have
-     * no bias argument) compute them yet. */
-    const char *option = fa_desc_option_in_use(desc);
-    if (option)
-        return fa_fail(FA_ERR_UNSUPPORTED, "%s: not supported by the %s backend yet", option,
-                       fa_backend_name(ctx->info.backend));
     struct fa_plan_s *p = calloc(1, sizeof *p);
     if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
     p->ctx = ctx;
@@ -469,6 +471,12 @@ fa_status fa_plan_set_dropout_origin(fa_plan plan, int64_t row0, int64_t col0) {
     return FA_SUCCESS;
 }
 
+fa_status fa_refuse_score_options(const fa_attention_desc *desc, const char *backend) {
+    const char *option = fa_desc_option_in_use(desc);
+    if (option) return fa_fail(FA_ERR_UNSUPPORTED, "%s: not supported by the %s backend yet", option, backend);
+    return FA_SUCCESS;
+}
+
 fa_status fa_plan_destroy(fa_plan plan) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     plan_free(plan);
@@ -518,38 +526,101 @@ static fa_status check_tensors(fa_context ctx, const tensor_arg *t, int n) {
     return FA_SUCCESS;
 }
 
+/* The bias of a pass: present exactly when the descriptor has one, of the
+ * plan's context, large enough, and an input (no output may share its
+ * bytes; its footprint is the whole span from the buffer start, which
+ * errs towards overlap). */
+static fa_status check_bias(fa_context ctx, const fa_attention_desc *d, fa_buffer bias, const tensor_arg *t, int n) {
+    if (d->bias_batch == 0) {
+        if (bias) return fa_fail(FA_ERR_INVALID_ARGUMENT, "bias is given but the plan's descriptor has no bias (bias_batch = 0)");
+        return FA_SUCCESS;
+    }
+    if (!bias)
+        return fa_fail(FA_ERR_NULL_POINTER, "bias is NULL but the plan's descriptor has bias_batch = %d",
+                       d->bias_batch);
+    if (bias->ctx != ctx) return fa_fail(FA_ERR_FOREIGN_BUFFER, "bias belongs to another context than the plan");
+    const int64_t needed = fa_desc_bias_bytes(d);
+    if (needed < 0 || (uint64_t)needed > (uint64_t)bias->bytes)
+        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "bias: the tensor spans %lld bytes but the buffer holds %zu",
+                       (long long)needed, bias->bytes);
+    const fa_footprint fp = fa_range_footprint(0, (uint64_t)needed);
+    for (int i = 0; i < n; i++)
+        if (t[i].is_output && t[i].buf == bias && fa_footprints_overlap(&fp, &t[i].bytes))
+            return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                           "bias and %s share a buffer and their bytes overlap: an output may not alias another "
+                           "argument",
+                           t[i].name);
+    return FA_SUCCESS;
+}
+
+static fa_status check_forward(fa_context ctx, const fa_attention_desc *d, const fa_pass_args *a) {
+    const tensor_arg t[] = {tensor_of(d, "q", a->q, FA_TENSOR_Q, 0), tensor_of(d, "k", a->k, FA_TENSOR_K, 0),
+                            tensor_of(d, "v", a->v, FA_TENSOR_V, 0), tensor_of(d, "o", a->o, FA_TENSOR_O, 1),
+                            lse_of(d, a->lse, 1)};
+    FA_CHECK(check_tensors(ctx, t, (int)FA_ARRAY_SIZE(t)));
+    return check_bias(ctx, d, a->bias, t, (int)FA_ARRAY_SIZE(t));
+}
+
+static fa_status check_backward(fa_context ctx, const fa_attention_desc *d, const fa_pass_args *a) {
+    const tensor_arg t[] = {tensor_of(d, "q", a->q, FA_TENSOR_Q, 0),      tensor_of(d, "k", a->k, FA_TENSOR_K, 0),
+                            tensor_of(d, "v", a->v, FA_TENSOR_V, 0),      tensor_of(d, "o", a->o, FA_TENSOR_O, 0),
+                            lse_of(d, a->lse, 0),                         tensor_of(d, "dout", a->dout, FA_TENSOR_O, 0),
+                            tensor_of(d, "dq", a->dq, FA_TENSOR_Q, 1),    tensor_of(d, "dk", a->dk, FA_TENSOR_K, 1),
+                            tensor_of(d, "dv", a->dv, FA_TENSOR_V, 1)};
+    FA_CHECK(check_tensors(ctx, t, (int)FA_ARRAY_SIZE(t)));
+    return check_bias(ctx, d, a->bias, t, (int)FA_ARRAY_SIZE(t));
+}
+
 fa_status fa_check_forward_args(fa_context ctx, const fa_attention_desc *d, fa_buffer q, fa_buffer k, fa_buffer v,
                                 fa_buffer o, fa_buffer lse) {
-    const tensor_arg t[] = {tensor_of(d, "q", q, FA_TENSOR_Q, 0), tensor_of(d, "k", k, FA_TENSOR_K, 0),
-                            tensor_of(d, "v", v, FA_TENSOR_V, 0), tensor_of(d, "o", o, FA_TENSOR_O, 1),
-                            lse_of(d, lse, 1)};
-    return check_tensors(ctx, t, (int)FA_ARRAY_SIZE(t));
+    const fa_pass_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse};
+    return check_forward(ctx, d, &a);
 }
 
 fa_status fa_check_backward_args(fa_context ctx, const fa_attention_desc *d, fa_buffer q, fa_buffer k,
                                  fa_buffer v, fa_buffer o, fa_buffer lse, fa_buffer dout, fa_buffer dq,
                                  fa_buffer dk, fa_buffer dv) {
-    const tensor_arg t[] = {tensor_of(d, "q", q, FA_TENSOR_Q, 0),   tensor_of(d, "k", k, FA_TENSOR_K, 0),
-                            tensor_of(d, "v", v, FA_TENSOR_V, 0),   tensor_of(d, "o", o, FA_TENSOR_O, 0),
-                            lse_of(d, lse, 0),                      tensor_of(d, "dout", dout, FA_TENSOR_O, 0),
-                            tensor_of(d, "dq", dq, FA_TENSOR_Q, 1), tensor_of(d, "dk", dk, FA_TENSOR_K, 1),
-                            tensor_of(d, "dv", dv, FA_TENSOR_V, 1)};
-    return check_tensors(ctx, t, (int)FA_ARRAY_SIZE(t));
+    const fa_pass_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .dout = dout, .dq = dq, .dk = dk, .dv = dv};
+    return check_backward(ctx, d, &a);
+}
+
+static fa_status forward_checked(fa_plan plan, const fa_pass_args *a) {
+    FA_CHECK(check_forward(plan->ctx, &plan->desc, a));
+    const fa_fwd_args args = {a->q->impl, a->k->impl, a->v->impl, a->o->impl, a->lse->impl,
+                              a->bias ? a->bias->impl : NULL};
+    return plan->ctx->ops->forward(plan->ctx->impl, plan->impl, plan, &args);
+}
+
+static fa_status backward_checked(fa_plan plan, const fa_pass_args *a) {
+    FA_CHECK(check_backward(plan->ctx, &plan->desc, a));
+    const fa_bwd_args args = {a->q->impl,    a->k->impl,  a->v->impl,  a->o->impl,  a->lse->impl,
+                              a->dout->impl, a->dq->impl, a->dk->impl, a->dv->impl, a->bias ? a->bias->impl : NULL};
+    return plan->ctx->ops->backward(plan->ctx->impl, plan->impl, plan, &args);
 }
 
 fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o, fa_buffer lse) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
-    FA_CHECK(fa_check_forward_args(plan->ctx, &plan->desc, q, k, v, o, lse));
-    fa_fwd_args args = {q->impl, k->impl, v->impl, o->impl, lse->impl};
-    return plan->ctx->ops->forward(plan->ctx->impl, plan->impl, plan, &args);
+    const fa_pass_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse};
+    return forward_checked(plan, &a);
+}
+
+fa_status fa_forward_ex(fa_plan plan, const fa_pass_args *args) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    if (!args) return fa_fail(FA_ERR_NULL_POINTER, "args is NULL");
+    return forward_checked(plan, args);
 }
 
 fa_status fa_backward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v, fa_buffer o, fa_buffer lse,
                       fa_buffer dout, fa_buffer dq, fa_buffer dk, fa_buffer dv) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
-    FA_CHECK(fa_check_backward_args(plan->ctx, &plan->desc, q, k, v, o, lse, dout, dq, dk, dv));
-    fa_bwd_args args = {q->impl, k->impl, v->impl, o->impl, lse->impl, dout->impl, dq->impl, dk->impl, dv->impl};
-    return plan->ctx->ops->backward(plan->ctx->impl, plan->impl, plan, &args);
+    const fa_pass_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .dout = dout, .dq = dq, .dk = dk, .dv = dv};
+    return backward_checked(plan, &a);
+}
+
+fa_status fa_backward_ex(fa_plan plan, const fa_pass_args *args) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    if (!args) return fa_fail(FA_ERR_NULL_POINTER, "args is NULL");
+    return backward_checked(plan, args);
 }
 
 fa_status fa_plan_last_time_ms(fa_plan plan, double *ms) {

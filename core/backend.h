@@ -15,13 +15,16 @@
 typedef struct fa_plan_s fa_plan_s;
 
 /* Tensors of one call, as backend buffer handles. Offsets and strides are in
- * the plan's descriptor. */
+ * the plan's descriptor. bias: NULL exactly when the descriptor has no
+ * additive bias (bias_batch 0). */
 typedef struct fa_fwd_args {
     void *q, *k, *v, *o, *lse;
+    void *bias;
 } fa_fwd_args;
 
 typedef struct fa_bwd_args {
     void *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
+    void *bias;
 } fa_bwd_args;
 
 /* Element-wise passes of the ring (context parallelism, core/dist.c) over

@@ -100,13 +100,17 @@ static int tensor_span(const fa_dim dims[4], int64_t *span) {
     return fa_ckd_add_i64(span, last, 1);
 }
 
-int64_t fa_desc_tensor_extent(const fa_attention_desc *desc, fa_tensor_role role) {
-    fa_dim dims[4];
-    fa_desc_dims(desc, role, dims);
+int64_t fa_dims_extent(const fa_dim dims[4], int64_t offset) {
     int64_t span, extent;
     if (tensor_span(dims, &span)) return -1;
     if (span == 0) return 0;
-    return fa_ckd_add_i64(&extent, fa_desc_tensor(desc, role)->offset, span) ? -1 : extent;
+    return fa_ckd_add_i64(&extent, offset, span) ? -1 : extent;
+}
+
+int64_t fa_desc_tensor_extent(const fa_attention_desc *desc, fa_tensor_role role) {
+    fa_dim dims[4];
+    fa_desc_dims(desc, role, dims);
+    return fa_dims_extent(dims, fa_desc_tensor(desc, role)->offset);
 }
 
 int64_t fa_desc_tensor_bytes(const fa_attention_desc *desc, fa_tensor_role role) {

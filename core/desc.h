@@ -59,6 +59,15 @@ fa_status fa_desc_check_options(const fa_attention_desc *desc);
 const char *fa_desc_option_in_use(const fa_attention_desc *desc);
 void fa_desc_bias_dims(const fa_attention_desc *desc, fa_dim dims[4]);
 int64_t fa_desc_bias_index(const fa_attention_desc *desc, int b, int h, int i, int j);
+/* Elements (offset included) and bytes from the bias buffer's start to one
+ * past its last element: 0 without a bias, -1 where that does not fit
+ * int64 (only for a descriptor the check refuses). */
+int64_t fa_desc_bias_extent(const fa_attention_desc *desc);
+int64_t fa_desc_bias_bytes(const fa_attention_desc *desc);
+/* Elements from offset 0 to one past the last element of a tensor of these
+ * dimensions at this offset; 0 for a tensor of no elements, -1 where it
+ * does not fit int64. */
+int64_t fa_dims_extent(const fa_dim dims[4], int64_t offset);
 
 /* Elements from the buffer start to one past the last element the tensor
  * touches (offset included), 0 when it has none; -1 where that does not fit

@@ -3,6 +3,7 @@
 #include "desc.h"
 
 #include "checked.h"
+#include "dtype.h"
 #include "fa_internal.h"
 
 #include <math.h>
@@ -30,6 +31,20 @@ int64_t fa_desc_bias_index(const fa_attention_desc *d, int b, int h, int i, int 
     fa_desc_bias_dims(d, dims);
     const int64_t bb = d->bias_batch == 1 ? 0 : b, hh = d->bias_heads == 1 ? 0 : h;
     return d->bias.offset + bb * dims[3].stride + hh * dims[2].stride + (int64_t)i * dims[1].stride + j;
+}
+
+int64_t fa_desc_bias_extent(const fa_attention_desc *d) {
+    if (d->bias_batch == 0) return 0;
+    fa_dim dims[4];
+    fa_desc_bias_dims(d, dims);
+    return fa_dims_extent(dims, d->bias.offset);
+}
+
+int64_t fa_desc_bias_bytes(const fa_attention_desc *d) {
+    const int64_t extent = fa_desc_bias_extent(d);
+    int64_t bytes;
+    if (extent < 0 || fa_ckd_mul_i64(&bytes, extent, (int64_t)fa_dtype_size(d->bias.dtype))) return -1;
+    return bytes;
 }
 
 const char *fa_desc_option_in_use(const fa_attention_desc *d) {

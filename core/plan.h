@@ -30,11 +30,13 @@ struct fa_buffer_s {
 
 struct fa_plan_s {
     fa_context ctx;
-    /* A private copy: block_mask and cu_seqlens point into the copies below. */
+    /* A private copy: block_mask, cu_seqlens and alibi_slopes point into
+     * the copies below. */
     fa_attention_desc desc;
     uint8_t *block_mask;
     int32_t *cu_seqlens_q;
     int32_t *cu_seqlens_k;
+    float *alibi_slopes;
     float scale;                 /* resolved softmax scale */
     uint32_t dropout_threshold;  /* fa_dropout_threshold(desc.dropout_p) */
     /* desc.dropout_seed and dropout_offset as the kernels take them: read
@@ -49,6 +51,11 @@ struct fa_plan_s {
     fa_plan_info info;
     void *impl;
 };
+
+/* FA_ERR_UNSUPPORTED naming the first score option (softcap, ALiBi, bias)
+ * the descriptor enables, for a backend whose kernels do not compute it;
+ * FA_SUCCESS when it enables none. */
+fa_status fa_refuse_score_options(const fa_attention_desc *desc, const char *backend);
 
 /* A reference on a context for what holds on to it (buffers, plans, NCCL
  * communicators); the last release destroys it. */

@@ -389,7 +389,7 @@ static void store_tensor(const fa_attention_desc *desc, const ref_layout *l, con
     }
 }
 
-#define REF_MAX_ARRAYS 10
+#define REF_MAX_ARRAYS 12
 
 /* Frees every array of a call in one place, whatever path it leaves by. */
 typedef struct ref_arrays {
@@ -415,15 +415,40 @@ static fa_status out_of_memory(ref_arrays *a, const char *fn) {
 
 fa_status fa_ref_forward(const fa_attention_desc *desc, const void *q, const void *k,
                          const void *v, void *o, float *lse) {
-    return fa_ref_forward_at(desc, no_origin, q, k, v, o, lse);
+    return fa_ref_forward_at(desc, no_origin, NULL, q, k, v, o, lse);
 }
 
-fa_status fa_ref_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *q,
-                            const void *k, const void *v, void *o, float *lse) {
+/* The bias as doubles at the indices fa_desc_bias_index gives (broadcast
+ * dimensions stored once); NULL with *status set when it cannot. */
+static double *load_bias(const fa_attention_desc *desc, const void *bias, const char *fn, ref_arrays *arrays,
+                         fa_status *status) {
+    *status = FA_SUCCESS;
+    if (desc->bias_batch == 0) return NULL;
+    if (!bias) {
+        *status = fa_fail(FA_ERR_NULL_POINTER, "%s: bias is NULL but the descriptor has bias_batch = %d", fn,
+                          desc->bias_batch);
+        return NULL;
+    }
+    const int64_t count = fa_desc_bias_extent(desc);
+    double *out = count < 0 ? NULL : ref_arrays_add(arrays, count > 0 ? count : 1);
+    if (!out) {
+        *status = out_of_memory(arrays, fn);
+        return NULL;
+    }
+    const int bb = desc->bias_batch, bh = desc->bias_heads;
+    for (int b = 0; b < bb; b++)
+        for (int h = 0; h < bh; h++)
+            for (int i = 0; i < desc->seqlen_q; i++) {
+                const int64_t row = fa_desc_bias_index(desc, b, h, i, 0);
+                for (int j = 0; j < desc->seqlen_k; j++) out[row + j] = fa_load_elem(bias, desc->bias.dtype, row + j);
+            }
+    return out;
+}
+
+fa_status fa_ref_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *bias,
+                            const void *q, const void *k, const void *v, void *o, float *lse) {
     static const char fn[] = "fa_ref_forward";
     if (!desc) return fa_fail(FA_ERR_NULL_POINTER, "%s: desc is NULL", fn);
-    /* The storage-dtype wrappers take no bias data (the _ex fp64 core does). */
-    if (desc->bias_batch != 0) return fa_fail(FA_ERR_UNSUPPORTED, "%s: bias needs the fp64 core (fa_ref_*_f64_ex)", fn);
     if (!q) return fa_fail(FA_ERR_NULL_POINTER, "%s: q is NULL", fn);
     if (!k) return fa_fail(FA_ERR_NULL_POINTER, "%s: k is NULL", fn);
     if (!v) return fa_fail(FA_ERR_NULL_POINTER, "%s: v is NULL", fn);
@@ -439,11 +464,14 @@ fa_status fa_ref_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin
     double *od = ref_arrays_add(&arrays, layout_span(desc, &L.o));
     double *ld = ref_arrays_add(&arrays, nl);
     if (!qd || !kd || !vd || !od || !ld) return out_of_memory(&arrays, fn);
+    fa_status st;
+    const double *bd = load_bias(desc, bias, fn, &arrays, &st);
+    if (st != FA_SUCCESS) return st;
 
     load_tensor(desc, &L.q, q, desc->q.dtype, qd);
     load_tensor(desc, &L.k, k, desc->k.dtype, kd);
     load_tensor(desc, &L.v, v, desc->v.dtype, vd);
-    forward_f64(desc, origin, NULL, qd, kd, vd, od, ld);
+    forward_f64(desc, origin, bd, qd, kd, vd, od, ld);
     /* O is stored in q's dtype (the public header's rule). */
     store_tensor(desc, &L.o, od, o, desc->q.dtype);
     for (int64_t i = 0; i < nl; i++) lse[i] = (float)ld[i];
@@ -454,16 +482,14 @@ fa_status fa_ref_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin
 fa_status fa_ref_backward(const fa_attention_desc *desc, const void *q, const void *k,
                           const void *v, const void *o, const float *lse, const void *dout,
                           void *dq, void *dk, void *dv) {
-    return fa_ref_backward_at(desc, no_origin, q, k, v, o, lse, dout, dq, dk, dv);
+    return fa_ref_backward_at(desc, no_origin, NULL, q, k, v, o, lse, dout, dq, dk, dv);
 }
 
-fa_status fa_ref_backward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *q,
-                             const void *k, const void *v, const void *o, const float *lse, const void *dout,
-                             void *dq, void *dk, void *dv) {
+fa_status fa_ref_backward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *bias,
+                             const void *q, const void *k, const void *v, const void *o, const float *lse,
+                             const void *dout, void *dq, void *dk, void *dv) {
     static const char fn[] = "fa_ref_backward";
     if (!desc) return fa_fail(FA_ERR_NULL_POINTER, "%s: desc is NULL", fn);
-    /* The storage-dtype wrappers take no bias data (the _ex fp64 core does). */
-    if (desc->bias_batch != 0) return fa_fail(FA_ERR_UNSUPPORTED, "%s: bias needs the fp64 core (fa_ref_*_f64_ex)", fn);
     if (!q) return fa_fail(FA_ERR_NULL_POINTER, "%s: q is NULL", fn);
     if (!k) return fa_fail(FA_ERR_NULL_POINTER, "%s: k is NULL", fn);
     if (!v) return fa_fail(FA_ERR_NULL_POINTER, "%s: v is NULL", fn);
@@ -489,6 +515,9 @@ fa_status fa_ref_backward_at(const fa_attention_desc *desc, fa_ref_dropout_origi
     double *dkd = ref_arrays_add(&arrays, nk);
     double *dvd = ref_arrays_add(&arrays, nv);
     if (!qd || !kd || !vd || !od || !ld || !dod || !dqd || !dkd || !dvd) return out_of_memory(&arrays, fn);
+    fa_status st;
+    const double *bd = load_bias(desc, bias, fn, &arrays, &st);
+    if (st != FA_SUCCESS) return st;
 
     load_tensor(desc, &L.q, q, desc->q.dtype, qd);
     load_tensor(desc, &L.k, k, desc->k.dtype, kd);
@@ -496,7 +525,7 @@ fa_status fa_ref_backward_at(const fa_attention_desc *desc, fa_ref_dropout_origi
     load_tensor(desc, &L.o, o, desc->q.dtype, od);
     load_tensor(desc, &L.o, dout, desc->q.dtype, dod);
     for (int64_t i = 0; i < nl; i++) ld[i] = (double)lse[i];
-    backward_f64(desc, origin, NULL, qd, kd, vd, od, ld, dod, dqd, dkd, dvd);
+    backward_f64(desc, origin, bd, qd, kd, vd, od, ld, dod, dqd, dkd, dvd);
     store_tensor(desc, &L.q, dqd, dq, desc->q.dtype);
     store_tensor(desc, &L.k, dkd, dk, desc->k.dtype);
     store_tensor(desc, &L.v, dvd, dv, desc->v.dtype);

@@ -65,9 +65,10 @@ void fa_ref_backward_f64_ex(const fa_attention_desc *desc, const double *bias, c
                             const double *k, const double *v, const double *o, const double *lse,
                             const double *dout, double *dq, double *dk, double *dv);
 
-/* On storage arrays of the descriptor's dtypes (softcap and ALiBi
- * included; a bias is FA_ERR_UNSUPPORTED here, the _ex core takes it): inputs converted exactly to
- * double, outputs rounded once (nearest even) to the storage dtype; L fp32. */
+/* On storage arrays of the descriptor's dtypes: inputs converted exactly to
+ * double, outputs rounded once (nearest even) to the storage dtype; L fp32.
+ * Softcap and ALiBi included; a descriptor with a bias needs the _at forms,
+ * which take its data (these pass NULL: FA_ERR_NULL_POINTER). */
 fa_status fa_ref_forward(const fa_attention_desc *desc, const void *q, const void *k,
                          const void *v, void *o, float *lse);
 fa_status fa_ref_backward(const fa_attention_desc *desc, const void *q, const void *k,
@@ -77,16 +78,17 @@ fa_status fa_ref_backward(const fa_attention_desc *desc, const void *q, const vo
 /* Where the problem's rows and columns lie in a larger problem whose
  * dropout mask it draws (a plan's dropout origin, core/plan.h): element
  * (i, j) keeps or drops as element (row0 + i, col0 + j) does there. The
- * functions without _at take (0, 0). */
+ * functions without _at take (0, 0) and no bias. bias: the additive bias in
+ * desc->bias's dtype and layout, NULL exactly when desc->bias_batch is 0. */
 typedef struct fa_ref_dropout_origin {
     int64_t row0, col0;
 } fa_ref_dropout_origin;
 
-fa_status fa_ref_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *q,
-                            const void *k, const void *v, void *o, float *lse);
-fa_status fa_ref_backward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *q,
-                             const void *k, const void *v, const void *o, const float *lse, const void *dout,
-                             void *dq, void *dk, void *dv);
+fa_status fa_ref_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *bias,
+                            const void *q, const void *k, const void *v, void *o, float *lse);
+fa_status fa_ref_backward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *bias,
+                             const void *q, const void *k, const void *v, const void *o, const float *lse,
+                             const void *dout, void *dq, void *dk, void *dv);
 
 /* Unfused standard attention (S and P materialised), in the storage dtype's
  * precision: S rounded to the dtype, softmax in fp32, P rounded to the dtype,

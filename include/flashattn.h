@@ -365,8 +365,9 @@ typedef struct fa_attention_desc {
      * NaN. Backward: dS of the softcapped score is multiplied by
      * 1 - tanh^2(s / softcap); bias and ALiBi add nothing to the chain
      * (no gradient for the bias or the slopes is produced).
-     * Support: the CPU reference computes every option; fa_plan_create
-     * refuses each with FA_ERR_UNSUPPORTED on every backend for now. */
+     * Support: the reference backend runs every option (fused algorithm);
+     * a backend's plan refuses, with FA_ERR_UNSUPPORTED naming the option,
+     * what its kernels cannot compute (the README's support matrix). */
     float softcap;              /* 0: off; else finite and > 0 */
     /* heads_q fp32 slopes, each finite, host memory copied at plan creation
      * (as block_mask); NULL: no ALiBi. */
@@ -378,7 +379,7 @@ typedef struct fa_attention_desc {
      * buffer start. bias_batch is 0 (no bias), 1 (broadcast over the
      * batch) or batch; bias_heads 1 (broadcast over heads) or heads_q. Not
      * with variable-length batches (FA_ERR_INVALID_ARGUMENT). The bias
-     * data is an argument of the calls that take it (the fp64 reference). */
+     * data is a buffer of each pass (fa_pass_args.bias). */
     fa_tensor_desc bias;
     int bias_batch;
     int bias_heads;
@@ -546,6 +547,22 @@ FA_API fa_status fa_forward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v,
 FA_API fa_status fa_backward(fa_plan plan, fa_buffer q, fa_buffer k, fa_buffer v,
                       fa_buffer o, fa_buffer lse, fa_buffer dout,
                       fa_buffer dq, fa_buffer dk, fa_buffer dv);
+
+/* The tensors of one pass, for fa_forward_ex and fa_backward_ex
+ * (zero-initialise, then set what the pass takes). fa_forward and
+ * fa_backward are these with bias NULL. */
+typedef struct fa_pass_args {
+    fa_buffer q, k, v;
+    fa_buffer o, lse;              /* outputs of the forward, inputs of the backward */
+    fa_buffer dout, dq, dk, dv;    /* backward only; NULL in a forward */
+    /* The additive bias as the descriptor's bias lays it out: required
+     * exactly when the plan's descriptor has bias_batch > 0, else NULL.
+     * An input like q, k and v (the aliasing rules above apply). */
+    fa_buffer bias;
+} fa_pass_args;
+
+FA_API fa_status fa_forward_ex(fa_plan plan, const fa_pass_args *args);
+FA_API fa_status fa_backward_ex(fa_plan plan, const fa_pass_args *args);
 
 /* Device time of the last fa_forward / fa_backward on this plan, measured
  * with the backend's events; FA_ERR_UNSUPPORTED where it cannot time. */

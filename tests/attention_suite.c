@@ -324,6 +324,19 @@ static void run_case(const char *name, const fa_attention_desc *desc, const run_
     void *dq_ref = malloc(dq.bytes + 16), *dk_ref = malloc(dk.bytes + 16), *dv_ref = malloc(dv.bytes + 16);
     void *poison_q = malloc(q.bytes + 16), *poison_k = malloc(k.bytes + 16), *poison_v = malloc(v.bytes + 16);
     ok &= o_ref && o_std && poison_o && dq_ref && dk_ref && dv_ref && poison_q && poison_k && poison_v;
+    /* The additive bias, where the descriptor has one: random values of a
+     * logit's size over its whole span (strides' gaps included). */
+    void *bias_host = NULL;
+    fa_buffer bias_dev = NULL;
+    if (d->bias_batch > 0) {
+        const int64_t n = fa_desc_bias_extent(d);
+        const size_t bytes = (size_t)(n > 0 ? n : 1) * fa_dtype_size(d->bias.dtype);
+        bias_host = fa_test_random_tensor(&rng, d->bias.dtype, n > 0 ? n : 1);
+        ok &= bias_host && fa_buffer_alloc(ctx, bytes, &bias_dev) == FA_SUCCESS;
+        if (ok) CHECK_OK(fa_buffer_upload(bias_dev, 0, bias_host, bytes));
+    }
+    const int options = fa_desc_option_in_use(d) != NULL;
+    const fa_ref_dropout_origin origin0 = {0, 0};
     CHECK_MSG(ok, "%s: allocation failed", name);
     if (!ok) goto done;
 
@@ -344,13 +357,14 @@ static void run_case(const char *name, const fa_attention_desc *desc, const run_
     fa_test_poison(lse_poison, FA_DTYPE_F32, nl);
     memcpy(o_ref, poison_o, o.bytes);
 
-    CHECK_OK(fa_ref_forward(d, q.host, k.host, v.host, o_ref, lse_ref));
+    CHECK_OK(fa_ref_forward_at(d, origin0, bias_host, q.host, k.host, v.host, o_ref, lse_ref));
     CHECK_OK(fa_buffer_upload(q.dev, 0, q.host, q.bytes));
     CHECK_OK(fa_buffer_upload(k.dev, 0, k.host, k.bytes));
     CHECK_OK(fa_buffer_upload(v.dev, 0, v.host, v.bytes));
     CHECK_OK(fa_buffer_upload(o.dev, 0, poison_o, o.bytes));
     CHECK_OK(fa_buffer_upload(lse_dev, 0, lse_poison, lse_bytes));
-    CHECK_OK(fa_forward(plan, q.dev, k.dev, v.dev, o.dev, lse_dev));
+    const fa_pass_args fwd = {.q = q.dev, .k = k.dev, .v = v.dev, .o = o.dev, .lse = lse_dev, .bias = bias_dev};
+    CHECK_OK(fa_forward_ex(plan, &fwd));
     CHECK_OK(fa_buffer_download(o.dev, 0, o.host, o.bytes));
     CHECK_OK(fa_buffer_download(lse_dev, 0, lse, lse_bytes));
     double ms = -1.0;
@@ -363,7 +377,8 @@ static void run_case(const char *name, const fa_attention_desc *desc, const run_
     CHECK_MSG(res->err_o < tol, "%s: O relative error %.3g (%s limit %.1g)", name, res->err_o, dname(dt), tol);
     compare_lse(lse, lse_ref, nl, name);
     res->o = gather(d, FA_TENSOR_O, o.host, dt, &res->o_count);
-    if (dt != FA_DTYPE_F32 && opt->nan_k1 <= opt->nan_k0) {
+    /* Unfused attention has no score options: no second opinion there. */
+    if (dt != FA_DTYPE_F32 && opt->nan_k1 <= opt->nan_k0 && !options) {
         memcpy(o_std, poison_o, o.bytes);
         CHECK_OK(fa_ref_standard_forward(d, q.host, k.host, v.host, o_std, lse));
         res->err_std = compare_tensor(d, FA_TENSOR_O, o_std, o_ref, poison_o, o.count, "standard O");
@@ -378,7 +393,8 @@ static void run_case(const char *name, const fa_attention_desc *desc, const run_
         memcpy(dq_ref, poison_q, dq.bytes);
         memcpy(dk_ref, poison_k, dk.bytes);
         memcpy(dv_ref, poison_v, dv.bytes);
-        CHECK_OK(fa_ref_backward(d, q.host, k.host, v.host, o_ref, lse_ref, dout.host, dq_ref, dk_ref, dv_ref));
+        CHECK_OK(fa_ref_backward_at(d, origin0, bias_host, q.host, k.host, v.host, o_ref, lse_ref, dout.host, dq_ref,
+                                    dk_ref, dv_ref));
         CHECK_OK(fa_buffer_upload(o.dev, 0, o_ref, o.bytes));
         CHECK_OK(fa_buffer_upload(lse_dev, 0, lse_ref, lse_bytes));
         CHECK_OK(fa_buffer_upload(dout.dev, 0, dout.host, dout.bytes));
@@ -387,7 +403,9 @@ static void run_case(const char *name, const fa_attention_desc *desc, const run_
             CHECK_OK(fa_buffer_upload(dq.dev, 0, poison_q, dq.bytes));
             CHECK_OK(fa_buffer_upload(dk.dev, 0, poison_k, dk.bytes));
             CHECK_OK(fa_buffer_upload(dv.dev, 0, poison_v, dv.bytes));
-            CHECK_OK(fa_backward(plan, q.dev, k.dev, v.dev, o.dev, lse_dev, dout.dev, dq.dev, dk.dev, dv.dev));
+            const fa_pass_args bwd = {.q = q.dev,     .k = k.dev,   .v = v.dev,   .o = o.dev,   .lse = lse_dev,
+                                      .dout = dout.dev, .dq = dq.dev, .dk = dk.dev, .dv = dv.dev, .bias = bias_dev};
+            CHECK_OK(fa_backward_ex(plan, &bwd));
             CHECK_OK(fa_buffer_download(dq.dev, 0, dq.host, dq.bytes));
             CHECK_OK(fa_buffer_download(dk.dev, 0, dk.host, dk.bytes));
             CHECK_OK(fa_buffer_download(dv.dev, 0, dv.host, dv.bytes));
@@ -434,6 +452,8 @@ done:
         fprintf(stderr, "  %s: inputs from seed 0x%016llx\n", name, (unsigned long long)seed);
     for (int i = 0; i < 8; i++) tensor_free(all[i]);
     if (lse_dev) fa_buffer_free(lse_dev);
+    if (bias_dev) fa_buffer_free(bias_dev);
+    free(bias_host);
     free(lse);
     free(lse_ref);
     free(lse_poison);
@@ -731,6 +751,88 @@ void suite_decoding_splitk(void) {
     suite_run_tiles("decode varlen window split 4", &d, &(suite_tiles){16, 32, 1, 2, 4, 0}, NULL, 0);
     d = suite_desc(FA_DTYPE_F16, 1, 4, 3000, 8, 1, 128);
     run("decode planner's own plan", &d, 0);
+}
+
+/* The score options of a descriptor as SUITE_* bits. */
+static int score_options_of(const fa_attention_desc *d) {
+    return (d->softcap > 0.0f ? SUITE_SOFTCAP : 0) | (d->alibi_slopes ? SUITE_ALIBI : 0) |
+           (d->bias_batch > 0 ? SUITE_BIAS : 0);
+}
+
+/* A case the backend computes runs against the reference (forward and,
+ * with backward, the gradients); one it does not must be refused at plan
+ * creation, naming the option. */
+static void run_score_case(const char *name, const fa_attention_desc *d, int backward) {
+    const int want = score_options_of(d);
+    if ((want & g_backend->score_options) == want) {
+        run(name, d, backward);
+        return;
+    }
+    /* The message names an option the backend lacks. */
+    const int missing = want & ~g_backend->score_options;
+    const char *option = missing & SUITE_SOFTCAP ? "softcap" : missing & SUITE_ALIBI ? "alibi_slopes" : "bias";
+    fa_plan plan = NULL;
+    const fa_status st = fa_plan_create(suite_context(), d, &plan);
+    CHECK_MSG(st == FA_ERR_UNSUPPORTED && plan == NULL && strstr(fa_last_error(), option),
+              "%s: the %s backend should refuse %s: %s (%s)", name, g_backend->name, option, fa_status_string(st),
+              fa_last_error());
+    if (plan) fa_plan_destroy(plan);
+    fprintf(stderr, "  %-34s refused: %s\n", name, fa_last_error());
+}
+
+void suite_score_options(void) {
+    SUITE_REQUIRE();
+    static const float slopes[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.75f, 0.03125f, 1.0f, 0.2f};
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, 67, 67, 2, 2, 64);
+    d.causal = 1;
+    d.softcap = 2.5f;
+    d.softmax_scale = 0.5f; /* large logits, so the cap bends them */
+    run_score_case("softcap causal", &d, 1);
+    d = suite_desc(FA_DTYPE_F16, 1, 33, 100, 4, 2, 128);
+    d.softcap = 1.0f;
+    run_score_case("softcap GQA", &d, 1);
+    d = suite_desc(FA_DTYPE_F32, 2, 40, 72, 4, 4, 64);
+    d.causal = 1;
+    d.alibi_slopes = slopes;
+    run_score_case("alibi causal bottom-right", &d, 1);
+    d = suite_desc(FA_DTYPE_BF16, 1, 80, 80, 8, 2, 64);
+    d.alibi_slopes = slopes;
+    d.window_left = 20;
+    d.window_right = 5;
+    run_score_case("alibi window GQA", &d, 1);
+    d = suite_desc(FA_DTYPE_F16, 2, 50, 70, 2, 2, 64);
+    d.bias_batch = 1;
+    d.bias_heads = 1;
+    d.bias.dtype = FA_DTYPE_F32;
+    run_score_case("bias f32 broadcast", &d, 1);
+    d = suite_desc(FA_DTYPE_BF16, 2, 45, 45, 4, 2, 128);
+    d.causal = 1;
+    d.bias_batch = 2;
+    d.bias_heads = 4;
+    d.bias.dtype = FA_DTYPE_BF16;
+    run_score_case("bias per batch and head, causal", &d, 1);
+    d = suite_desc(FA_DTYPE_F32, 2, 31, 90, 4, 1, 32);
+    d.bias_batch = 2;
+    d.bias_heads = 1;
+    d.bias.dtype = FA_DTYPE_F32;
+    d.bias.offset = 7;
+    d.bias.stride_seq = 96; /* rows padded past seqlen_k */
+    d.bias.stride_batch = 31 * 96 + 5;
+    run_score_case("bias strided with offset", &d, 1);
+    d = suite_desc(FA_DTYPE_F16, 2, 64, 96, 4, 2, 64);
+    d.causal = 1;
+    d.softcap = 3.0f;
+    d.alibi_slopes = slopes;
+    d.bias_batch = 1;
+    d.bias_heads = 4;
+    d.bias.dtype = FA_DTYPE_F16;
+    d.dropout_p = 0.2f;
+    d.dropout_seed = 99;
+    run_score_case("all three with dropout", &d, 1);
+    d = suite_desc(FA_DTYPE_F16, 2, 1, 700, 8, 2, 128);
+    d.softcap = 5.0f;
+    d.alibi_slopes = slopes;
+    run_score_case("decoding softcap alibi", &d, 0);
 }
 
 void suite_lengths(void) {

@@ -30,7 +30,13 @@ typedef struct suite_backend {
     /* Whether force_tiles runs a described device's matrix-unit (mma)
      * tiles on this context; NULL: never. */
     int (*runs_mma)(fa_context ctx, const fa_device_desc *dev);
+    /* The score options the backend's plans compute (SUITE_SOFTCAP |
+     * SUITE_ALIBI | SUITE_BIAS); suite_score_options checks that its plans
+     * refuse the others by name. */
+    int score_options;
 } suite_backend;
+
+enum { SUITE_SOFTCAP = 1, SUITE_ALIBI = 2, SUITE_BIAS = 4, SUITE_ALL_SCORE_OPTIONS = 7 };
 
 void suite_use_backend(const suite_backend *backend);
 
@@ -61,6 +67,7 @@ void suite_dropout_mask_bits(void);
 void suite_gqa_mqa(void);
 void suite_varlen(void);
 void suite_decoding_splitk(void);
+void suite_score_options(void);
 void suite_lengths(void);
 void suite_strides_offsets(void);
 void suite_deterministic_backward(void);

@@ -544,9 +544,9 @@ static fa_status suite_force(fa_plan plan, const suite_tiles *fwd, const suite_t
 
 static void suite_check(const char *name, fa_plan plan) { check_shared_mem(name, plan); }
 
-static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 1, suite_force, suite_check, NULL};
+static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 1, suite_force, suite_check, NULL, 0};
 #else
-static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 0, NULL, NULL, NULL};
+static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 0, NULL, NULL, NULL, 0};
 #endif
 
 #define SUITE_CASE(name)                                                                   \
@@ -566,6 +566,7 @@ FA_TEST(dropout_mask_bits) { SUITE_CASE(dropout_mask_bits); }
 FA_TEST(gqa_mqa) { SUITE_CASE(gqa_mqa); }
 FA_TEST(varlen) { SUITE_CASE(varlen); }
 FA_TEST(decoding_splitk) { SUITE_CASE(decoding_splitk); }
+FA_TEST(score_options) { SUITE_CASE(score_options); }
 FA_TEST(lengths) { SUITE_CASE(lengths); }
 FA_TEST(strides_offsets) { SUITE_CASE(strides_offsets); }
 FA_TEST(deterministic_backward) { SUITE_CASE(deterministic_backward); }
@@ -1400,7 +1401,7 @@ FA_TEST(decode_refusals) {
 
 FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
-             FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(lengths), FA_CASE(strides_offsets),
+             FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(score_options), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
              FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims),

@@ -90,9 +90,9 @@ static void hip_check_plan(const char *name, fa_plan plan) {
     }
 }
 
-static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 1, hip_force_tiles, hip_check_plan, NULL};
+static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 1, hip_force_tiles, hip_check_plan, NULL, 0};
 #else
-static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 0, NULL, NULL, NULL};
+static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 0, NULL, NULL, NULL, 0};
 #endif
 
 #define HIP_CASE(name)                                                                     \
@@ -112,6 +112,7 @@ FA_TEST(dropout_mask_bits) { HIP_CASE(dropout_mask_bits); }
 FA_TEST(gqa_mqa) { HIP_CASE(gqa_mqa); }
 FA_TEST(varlen) { HIP_CASE(varlen); }
 FA_TEST(decoding_splitk) { HIP_CASE(decoding_splitk); }
+FA_TEST(score_options) { HIP_CASE(score_options); }
 FA_TEST(lengths) { HIP_CASE(lengths); }
 FA_TEST(strides_offsets) { HIP_CASE(strides_offsets); }
 FA_TEST(deterministic_backward) { HIP_CASE(deterministic_backward); }
@@ -277,7 +278,7 @@ FA_TEST(mma_options) {
 
 FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
-             FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(lengths), FA_CASE(strides_offsets),
+             FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(score_options), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
              FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_geometries),

@@ -141,7 +141,7 @@ FA_TEST(byte_counts_checked) {
     CHECK(fa_desc_lse_bytes(&d) == (int64_t)INT_MAX * (1 << 20) * 4);
 }
 
-static const suite_backend reference_backend = {FA_BACKEND_REFERENCE, "reference", 1, NULL, NULL, NULL};
+static const suite_backend reference_backend = {FA_BACKEND_REFERENCE, "reference", 1, NULL, NULL, NULL, SUITE_ALL_SCORE_OPTIONS};
 
 /* Problem 3: destroying the context before its buffers and plans, then
  * freeing them, was a use after free (ASan: heap-use-after-free). */

@@ -170,6 +170,7 @@ FA_TEST(dropout_mask_bits) { OPENCL_CASE(dropout_mask_bits); }
 FA_TEST(gqa_mqa) { OPENCL_CASE(gqa_mqa); }
 FA_TEST(varlen) { OPENCL_CASE(varlen); }
 FA_TEST(decoding_splitk) { OPENCL_CASE(decoding_splitk); }
+FA_TEST(score_options) { OPENCL_CASE(score_options); }
 FA_TEST(lengths) { OPENCL_CASE(lengths); }
 FA_TEST(strides_offsets) { OPENCL_CASE(strides_offsets); }
 FA_TEST(deterministic_backward) { OPENCL_CASE(deterministic_backward); }
@@ -246,7 +247,7 @@ FA_TEST(stream_shapes) {
 
 FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
-             FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(lengths), FA_CASE(strides_offsets),
+             FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(score_options), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
              FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(block_sparse_skips_tiles_stream),

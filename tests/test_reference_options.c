@@ -1,7 +1,9 @@
 /* The score options (softcap, ALiBi, additive bias): the fp64 reference's
  * forward against the header's formula written out, its backward against
- * finite differences, the descriptor check of each field, and the refusal
- * of every backend at plan creation. */
+ * finite differences, the descriptor check of each field, the reference
+ * backend running every option through the public API, and the bias
+ * argument's checks. */
+#include "attention_suite.h"
 #include "desc.h"
 #include "harness.h"
 #include "reference.h"
@@ -249,35 +251,94 @@ FA_TEST(argument_checks) {
     CHECK_FAILS(fa_attention_desc_check(&d), FA_ERR_INVALID_ARGUMENT, "bias");
 }
 
-/* Every device of every backend here (the reference always; OpenCL where
- * one is, PoCL in CI) refuses each option at plan creation, by name. */
-FA_TEST(every_backend_refuses_at_plan_creation) {
-    int count = 0;
-    CHECK_OK(fa_device_count(&count));
-    CHECK(count >= 1);
-    for (int dev = 0; dev < count; dev++) {
-        fa_device_info info;
-        CHECK_OK(fa_device_get_info(dev, &info));
-        fa_context ctx = NULL;
-        CHECK_OK(fa_context_create(info.backend, info.index, &ctx));
-        for (int opt = 0; opt < 3; opt++) {
-            fa_attention_desc d = base_desc();
-            static const char *const names[3] = {"softcap", "alibi_slopes", "bias"};
-            if (opt == 0) d.softcap = 2.0f;
-            if (opt == 1) d.alibi_slopes = slopes;
-            if (opt == 2) d.bias_batch = d.bias_heads = 1;
-            fa_plan plan = NULL;
-            CHECK_FAILS(fa_plan_create(ctx, &d, &plan), FA_ERR_UNSUPPORTED, names[opt]);
-            CHECK(plan == NULL);
-        }
-        fa_attention_desc plain = base_desc();
-        fa_plan plan = NULL;
-        CHECK_OK(fa_plan_create(ctx, &plain, &plan));
-        CHECK_OK(fa_plan_destroy(plan));
-        CHECK_OK(fa_context_destroy(ctx));
-        /* Names what was covered: the GPU machine's log shows CUDA and HIP. */
-        printf("refused by %s device %d (%s)\n", fa_backend_name(info.backend), info.index, info.desc.name);
-    }
+/* The reference backend runs every option through the public API (plans,
+ * buffers, fa_forward_ex / fa_backward_ex with the bias buffer) against
+ * the fp64 core: the suite's score-option cases. */
+static const suite_backend reference_suite = {FA_BACKEND_REFERENCE, "reference", 1, NULL, NULL, NULL,
+                                              SUITE_ALL_SCORE_OPTIONS};
+
+FA_TEST(reference_backend_runs_every_option) {
+    suite_use_backend(&reference_suite);
+    suite_score_options();
+}
+
+/* Unfused attention has none of the options, on any backend: refused at
+ * plan creation, by name. */
+FA_TEST(standard_algorithm_refuses) {
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_REFERENCE, 0, &ctx));
+    fa_attention_desc d = base_desc();
+    d.algorithm = FA_ALGO_STANDARD;
+    d.softcap = 2.0f;
+    fa_plan plan = NULL;
+    CHECK_FAILS(fa_plan_create(ctx, &d, &plan), FA_ERR_UNSUPPORTED, "softcap");
+    CHECK(plan == NULL);
+    CHECK_OK(fa_context_destroy(ctx));
+}
+
+/* The bias buffer is checked like a tensor: present exactly with a bias,
+ * of the plan's context, large enough, never overlapping an output. */
+FA_TEST(bias_argument_checks) {
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_REFERENCE, 0, &ctx));
+    fa_attention_desc d = base_desc();
+    d.bias_batch = B;
+    d.bias_heads = HQ;
+    d.bias.dtype = FA_DTYPE_F32;
+    fa_plan plan = NULL;
+    CHECK_OK(fa_plan_create(ctx, &d, &plan));
+    fa_buffer q, k, v, o, lse, bias, small;
+    CHECK_OK(fa_buffer_alloc(ctx, NQ * sizeof(float), &q));
+    CHECK_OK(fa_buffer_alloc(ctx, NK * sizeof(float), &k));
+    CHECK_OK(fa_buffer_alloc(ctx, NK * sizeof(float), &v));
+    CHECK_OK(fa_buffer_alloc(ctx, NQ * sizeof(float), &o));
+    CHECK_OK(fa_buffer_alloc(ctx, NL * sizeof(float), &lse));
+    CHECK_OK(fa_buffer_alloc(ctx, NBIAS * sizeof(float), &bias));
+    CHECK_OK(fa_buffer_alloc(ctx, NBIAS * sizeof(float) - 4, &small));
+    static float zeros[NBIAS > NQ ? NBIAS : NQ];
+    CHECK_OK(fa_buffer_upload(q, 0, zeros, NQ * sizeof(float)));
+    CHECK_OK(fa_buffer_upload(k, 0, zeros, NK * sizeof(float)));
+    CHECK_OK(fa_buffer_upload(v, 0, zeros, NK * sizeof(float)));
+    CHECK_OK(fa_buffer_upload(bias, 0, zeros, NBIAS * sizeof(float)));
+    fa_pass_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse};
+    CHECK_FAILS(fa_forward_ex(plan, &a), FA_ERR_NULL_POINTER, "bias");
+    CHECK_FAILS(fa_forward(plan, q, k, v, o, lse), FA_ERR_NULL_POINTER, "bias");
+    CHECK_FAILS(fa_forward_ex(plan, NULL), FA_ERR_NULL_POINTER, "args");
+    a.bias = small;
+    CHECK_FAILS(fa_forward_ex(plan, &a), FA_ERR_OUT_OF_BOUNDS, "bias");
+    a.bias = o; /* the forward's output */
+    CHECK_FAILS(fa_forward_ex(plan, &a), FA_ERR_INVALID_ARGUMENT, "bias and o");
+    a.bias = bias;
+    CHECK_OK(fa_forward_ex(plan, &a));
+    /* Another context's buffer. */
+    fa_context other = NULL;
+    fa_buffer foreign = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_REFERENCE, 0, &other));
+    CHECK_OK(fa_buffer_alloc(other, NBIAS * sizeof(float), &foreign));
+    a.bias = foreign;
+    CHECK_FAILS(fa_forward_ex(plan, &a), FA_ERR_FOREIGN_BUFFER, "bias");
+    CHECK_OK(fa_buffer_free(foreign));
+    CHECK_OK(fa_context_destroy(other));
+    /* The bias is an input: an output (dq) may not share its bytes. */
+    fa_buffer shared = NULL, dk = NULL, dv = NULL;
+    CHECK_OK(fa_buffer_alloc(ctx, (NBIAS > NQ ? NBIAS : NQ) * sizeof(float), &shared));
+    CHECK_OK(fa_buffer_alloc(ctx, NK * sizeof(float), &dk));
+    CHECK_OK(fa_buffer_alloc(ctx, NK * sizeof(float), &dv));
+    const fa_pass_args g = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .dout = o,
+                            .dq = shared, .dk = dk, .dv = dv, .bias = shared};
+    CHECK_FAILS(fa_backward_ex(plan, &g), FA_ERR_INVALID_ARGUMENT, "bias and dq");
+    CHECK_OK(fa_plan_destroy(plan));
+    /* A bias for a plan without one. */
+    a.bias = bias;
+    fa_attention_desc plain = base_desc();
+    CHECK_OK(fa_plan_create(ctx, &plain, &plan));
+    CHECK_FAILS(fa_forward_ex(plan, &a), FA_ERR_INVALID_ARGUMENT, "bias");
+    a.bias = NULL;
+    CHECK_OK(fa_forward_ex(plan, &a));
+    CHECK_OK(fa_plan_destroy(plan));
+    fa_buffer all[] = {q, k, v, o, lse, bias, small, shared, dk, dv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CHECK_OK(fa_buffer_free(all[i]));
+    CHECK_OK(fa_context_destroy(ctx));
 }
 
 /* The storage-dtype wrappers take softcap and ALiBi; a bias needs the
@@ -298,12 +359,12 @@ FA_TEST(storage_wrappers) {
     for (int i = 0; i < NQ; i++) CHECK_NEAR(o[i], od[i], 1e-6);
     CHECK_FAILS(fa_ref_standard_forward(&d, q, k, v, o, lse), FA_ERR_UNSUPPORTED, "softcap");
     d.bias_batch = d.bias_heads = 1;
-    CHECK_FAILS(fa_ref_forward(&d, q, k, v, o, lse), FA_ERR_UNSUPPORTED, "bias");
-    CHECK_FAILS(fa_ref_backward(&d, q, k, v, o, lse, o, o, k, v), FA_ERR_UNSUPPORTED, "bias");
+    CHECK_FAILS(fa_ref_forward(&d, q, k, v, o, lse), FA_ERR_NULL_POINTER, "bias");
+    CHECK_FAILS(fa_ref_backward(&d, q, k, v, o, lse, o, o, k, v), FA_ERR_NULL_POINTER, "bias");
 }
 
 FA_TEST_MAIN(FA_CASE(softcap_forward_and_gradients), FA_CASE(alibi_forward_and_gradients),
              FA_CASE(bias_forward_and_gradients), FA_CASE(all_options_together),
              FA_CASE(softcap_bounds_infinite_scores), FA_CASE(bias_minus_inf_is_not_a_mask),
-             FA_CASE(argument_checks), FA_CASE(every_backend_refuses_at_plan_creation),
+             FA_CASE(argument_checks), FA_CASE(reference_backend_runs_every_option), FA_CASE(standard_algorithm_refuses), FA_CASE(bias_argument_checks),
              FA_CASE(storage_wrappers))

@@ -658,6 +658,7 @@ fa_status fa_cuda_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **p
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     const fa_attention_desc *d = &plan->desc;
+    FA_CHECK(fa_refuse_score_options(d, "CUDA"));
     if (d->algorithm == FA_ALGO_STANDARD) return fa_cuda_standard_prepare(ctx, plan, plan_impl);
     if (plan->info.algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
         return fa_fail(FA_ERR_UNSUPPORTED, "the CUDA attention kernels run only FA_ALGO_FUSED");

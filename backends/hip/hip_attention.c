@@ -703,6 +703,7 @@ fa_status fa_hip_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pl
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     const fa_attention_desc *d = &plan->desc;
+    FA_CHECK(fa_refuse_score_options(d, "HIP"));
     if (plan->info.algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
         return fa_fail(FA_ERR_UNSUPPORTED, "the HIP attention kernels run only FA_ALGO_FUSED");
     if (d->q.dtype != d->k.dtype || d->q.dtype != d->v.dtype || d->q.dtype != d->o.dtype)

@@ -431,6 +431,7 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     const fa_attention_desc *d = &plan->desc;
+    FA_CHECK(fa_refuse_score_options(d, "OpenCL"));
     const fa_plan_info *info = &plan->info;
 
     if (d->algorithm == FA_ALGO_STANDARD) return fa_cl_standard_prepare(ctx, plan, plan_impl);

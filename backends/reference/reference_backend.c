@@ -114,6 +114,8 @@ static fa_status ref_buffer_download(void *ctx, void *buf, size_t offset, void *
 static void *ref_buffer_native(void *ctx, void *buf) { return ((ref_buffer *)buf)->data; }
 
 static fa_status ref_plan_prepare(void *ctx, const fa_plan_s *plan, void **plan_impl) {
+    /* Unfused attention has no score options in the reference either. */
+    if (plan->desc.algorithm == FA_ALGO_STANDARD) FA_CHECK(fa_refuse_score_options(&plan->desc, "reference (standard algorithm)"));
     ref_plan *p = calloc(1, sizeof *p);
     if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
     *plan_impl = p;
@@ -143,7 +145,7 @@ static fa_status ref_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, 
     fa_status st = plan->desc.algorithm == FA_ALGO_STANDARD
                        ? fa_ref_standard_forward_at(&plan->desc, origin, DATA(a->q), DATA(a->k), DATA(a->v),
                                                     DATA(a->o), (float *)(void *)DATA(a->lse))
-                       : fa_ref_forward_at(&plan->desc, origin, DATA(a->q), DATA(a->k), DATA(a->v), DATA(a->o),
+                       : fa_ref_forward_at(&plan->desc, origin, a->bias ? DATA(a->bias) : NULL, DATA(a->q), DATA(a->k), DATA(a->v), DATA(a->o),
                                            (float *)(void *)DATA(a->lse));
     p->last_ms = 1e3 * (seconds_now() - t0);
     p->has_time = st == FA_SUCCESS;
@@ -153,7 +155,7 @@ static fa_status ref_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, 
 static fa_status ref_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *a) {
     ref_plan *p = plan_impl;
     double t0 = seconds_now();
-    fa_status st = fa_ref_backward_at(&plan->desc, origin_of(plan), DATA(a->q), DATA(a->k), DATA(a->v),
+    fa_status st = fa_ref_backward_at(&plan->desc, origin_of(plan), a->bias ? DATA(a->bias) : NULL, DATA(a->q), DATA(a->k), DATA(a->v),
                                       DATA(a->o), (const float *)(const void *)DATA(a->lse), DATA(a->dout),
                                       DATA(a->dq), DATA(a->dk), DATA(a->dv));
     p->last_ms = 1e3 * (seconds_now() - t0);

@@ -414,6 +414,7 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     *plan = NULL;
     FA_CHECK(fa_attention_desc_check(desc));
+    if (desc->kv_cache) return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache: not implemented yet");
     struct fa_plan_s *p = calloc(1, sizeof *p);
     if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
     p->ctx = ctx;
@@ -621,6 +622,12 @@ fa_status fa_backward_ex(fa_plan plan, const fa_pass_args *args) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     if (!args) return fa_fail(FA_ERR_NULL_POINTER, "args is NULL");
     return backward_checked(plan, args);
+}
+
+fa_status fa_forward_kvcache(fa_plan plan, const fa_kvcache_args *args) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    if (!args) return fa_fail(FA_ERR_NULL_POINTER, "args is NULL");
+    return fa_fail(FA_ERR_INVALID_ARGUMENT, "the plan's descriptor has kv_cache = 0: use fa_forward");
 }
 
 fa_status fa_plan_last_time_ms(fa_plan plan, double *ms) {

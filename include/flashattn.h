@@ -413,13 +413,21 @@ typedef struct fa_attention_desc {
      *   rotates pairs (2i, 2i + 1), 0 pairs (i, i + rotary_dim / 2). Token
      *   t of k_new is at position cache_seqlens[b] + t; query i at
      *   cache_seqlens[b] + i under a causal mask or a window, else every
-     *   query at cache_seqlens[b] (FlashAttention's convention).
-     * Softcap and ALiBi apply; a bias, dropout, block masks and variable-
-     * length batches do not (FA_ERR_INVALID_ARGUMENT). Lengths or page
-     * indices in the device arrays that break these rules (a negative
-     * length, an append past seqlen_k, a page outside [0, num_pages))
-     * make that sequence's O NaN and its L NaN, and nothing is read or
-     * written outside the tensors. */
+     *   query at cache_seqlens[b] (FlashAttention's convention; a window
+     *   bound that cannot bind for the shape counts as none, as above).
+     *   Rotation is computed in fp32 or better and the rotated q and k_new
+     *   are rounded once to q's dtype (the cache holds the rotated keys).
+     * Softcap and ALiBi apply; a bias, dropout, block masks, variable-
+     * length batches and FA_ALGO_STANDARD do not (FA_ERR_INVALID_ARGUMENT,
+     * naming the field); with kv_cache = 0 every field below must be 0.
+     * Lengths or page indices in the device arrays that break these rules
+     * (a negative length, an append past seqlen_k, a page outside [0,
+     * num_pages) among the ceil(len_k / page_size) a sequence uses, a
+     * rotary position past seqlen_k - 1: a query's, possible where
+     * seqlen_q > seqlen_new) make that sequence's O NaN and its L NaN, and
+     * nothing is read or written outside the tensors: such a sequence
+     * appends nothing. Block-table entries past a sequence's pages are
+     * never read. */
     int kv_cache;               /* 0 or 1 */
     int page_size;              /* 0: contiguous cache */
     int num_pages;              /* pages in each pool (page_size > 0) */
@@ -515,6 +523,10 @@ typedef struct fa_plan_info {
     fa_cost standard_backward;
     fa_cost fused_forward;      /* fused attention on the same shape */
     fa_cost fused_backward;
+    /* 1: the plan of a KV-cache step (desc.kv_cache): forward is the step
+     * planned over the cache's capacity (seqlen_k), with K and V read once
+     * per KV head; backward and the standard costs are empty. */
+    int kv_cache;
 } fa_plan_info;
 
 /* The planner alone: plan a problem for a described device (which need not
@@ -612,7 +624,13 @@ FA_API fa_status fa_backward_ex(fa_plan plan, const fa_pass_args *args);
  * kv_cache = 1; see the descriptor's KV-cache fields). k_cache and v_cache
  * are read and, where seqlen_new > 0, written (the appended tokens); lse
  * may be NULL. Buffers other than the descriptor's options asks for must
- * be NULL. */
+ * be NULL. The int32 and fp32 arrays start at byte 0 of their buffers.
+ * Aliasing as for fa_forward: o and lse may not share a byte with any
+ * other argument, nor k_cache and v_cache where seqlen_new > 0 (they are
+ * written then); the inputs may share theirs. fa_forward and fa_backward
+ * refuse a KV-cache plan, and fa_forward_kvcache any other; a backend
+ * without KV-cache kernels refuses the plan (FA_ERR_UNSUPPORTED naming
+ * kv_cache). fa_plan_last_time_ms times the whole step. */
 typedef struct fa_kvcache_args {
     fa_buffer q, k_cache, v_cache, o, lse;
     fa_buffer cache_seqlens;       /* int32 [batch] */

@@ -194,17 +194,28 @@ static const int kv_rows[] = {64, 32, 16, 8};
 static const int kv_cols[] = {64, 32, 16};
 static const int kv_micro[] = {1, 2, 4, 8};
 
-/* Whether a beats b: the fewest predicted bytes, then the shortest
- * roofline and compute times, then whole SIMD groups, then fewer rows
- * (less padding), more keys a tile, smaller micro-tiles. */
-static int kv_better(const fa_kernel_plan *a, const fa_kernel_plan *b) {
+/* Work-items a work-group of a step should have: its keys stream through
+ * the work-group's loads, and a few SIMD groups keep enough of them in
+ * flight (the model's memory time does not see that, so it is a rule). */
+#define FA_KV_WIDE_SIMD_GROUPS 4
+
+static int kv_narrow(const fa_device_desc *dev, const fa_kernel_plan *p) {
+    int want = FA_KV_WIDE_SIMD_GROUPS * dev->simd_width;
+    if (want > dev->max_work_group_size) want = dev->max_work_group_size;
+    return p->work_group_size < want;
+}
+
+/* Whether a beats b: the fewest predicted bytes, then work-groups of
+ * enough SIMD groups, then the shortest roofline and compute times, then
+ * fewer rows (less padding), more keys a tile, smaller micro-tiles. */
+static int kv_better(const fa_device_desc *dev, const fa_kernel_plan *a, const fa_kernel_plan *b) {
     const double ab = a->cost.hbm_read_bytes + a->cost.hbm_write_bytes;
     const double bb = b->cost.hbm_read_bytes + b->cost.hbm_write_bytes;
     if (ab != bb) return ab < bb;
+    const int na = kv_narrow(dev, a), nb = kv_narrow(dev, b);
+    if (na != nb) return na < nb;
     if (a->cost.roofline_ms != b->cost.roofline_ms) return a->cost.roofline_ms < b->cost.roofline_ms;
     if (a->cost.compute_ms != b->cost.compute_ms) return a->cost.compute_ms < b->cost.compute_ms;
-    const int pa = a->work_group_size < a->simd_width, pb = b->work_group_size < b->simd_width;
-    if (pa != pb) return pa < pb;
     if (a->br != b->br) return a->br < b->br;
     if (a->bc != b->bc) return a->bc > b->bc;
     if (a->thread_rows != b->thread_rows) return a->thread_rows < b->thread_rows;
@@ -241,7 +252,7 @@ static fa_status kvcache_simt_plan(const fa_device_desc *dev, const fa_attention
                     kp.num_work_groups = groups > INT32_MAX ? INT32_MAX : (int)groups;
                     kp.local_mem_bytes = mem;
                     kp.cost = fa_io_fused(dev, desc, FA_PASS_FORWARD, &kp);
-                    if (!found || kv_better(&kp, &best)) {
+                    if (!found || kv_better(dev, &kp, &best)) {
                         best = kp;
                         found = 1;
                     }

@@ -340,5 +340,58 @@ FA_TEST(layouts_and_lse) {
     RUN(c);
 }
 
+/* The checks core makes for every backend, through each device's buffers,
+ * and the refusals a cache plan meets outside fa_forward_kvcache. */
+FA_TEST(arguments) {
+    int count = 0;
+    CHECK_OK(fa_device_count(&count));
+    for (int dev = 0; dev < count; dev++) {
+        fa_device_info info;
+        fa_context ctx = NULL;
+        if (fa_device_get_info(dev, &info) != FA_SUCCESS || fa_context_create(FA_BACKEND_ANY, dev, &ctx) != FA_SUCCESS)
+            continue;
+        const char *backend = fa_backend_name(info.backend);
+        kv_case c = kv_case_default("arguments");
+        c.page_size = 16;
+        const fa_attention_desc d = kv_case_desc(&c);
+        fa_attention_desc pd = d;
+        pd.num_pages = 6;
+        fa_plan plan = NULL;
+        const fa_status st = fa_plan_create(ctx, &pd, &plan);
+        if (st == FA_ERR_UNSUPPORTED && strstr(fa_last_error(), "kv_cache")) {
+            printf("%-9s %s: refused by %s (%s)\n", backend, info.desc.name, backend, fa_last_error());
+            fa_context_destroy(ctx);
+            continue;
+        }
+        CHECK_MSG(st == FA_SUCCESS, "%s: fa_plan_create: %s", backend, fa_last_error());
+        fa_buffer q = NULL, k = NULL, v = NULL, o = NULL, lens = NULL, bt = NULL, kn = NULL, vn = NULL;
+        CHECK_OK(fa_buffer_alloc(ctx, 4096, &q));
+        CHECK_OK(fa_buffer_alloc(ctx, 1 << 16, &k));
+        CHECK_OK(fa_buffer_alloc(ctx, 1 << 16, &v));
+        CHECK_OK(fa_buffer_alloc(ctx, 4096, &o));
+        CHECK_OK(fa_buffer_alloc(ctx, 64, &lens));
+        CHECK_OK(fa_buffer_alloc(ctx, 64, &bt));
+        CHECK_OK(fa_buffer_alloc(ctx, 4096, &kn));
+        CHECK_OK(fa_buffer_alloc(ctx, 4096, &vn));
+        if (plan) {
+            fa_kvcache_args a = {q, k, v, o, NULL, lens, bt, kn, vn, NULL, NULL};
+            a.k_new = NULL;
+            CHECK_FAILS(fa_forward_kvcache(plan, &a), FA_ERR_NULL_POINTER, "k_new");
+            a.k_new = kn;
+            a.o = q;
+            CHECK_FAILS(fa_forward_kvcache(plan, &a), FA_ERR_INVALID_ARGUMENT, "overlap");
+            a.o = o;
+            a.block_table = NULL;
+            CHECK_FAILS(fa_forward_kvcache(plan, &a), FA_ERR_NULL_POINTER, "block_table");
+            CHECK_FAILS(fa_forward(plan, q, k, v, o, lens), FA_ERR_INVALID_ARGUMENT, "fa_forward_kvcache");
+            fa_plan_destroy(plan);
+        }
+        fa_buffer bufs[] = {q, k, v, o, lens, bt, kn, vn};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) fa_buffer_free(bufs[i]);
+        fa_context_destroy(ctx);
+    }
+}
+
 FA_TEST_MAIN(FA_CASE(contiguous), FA_CASE(paged), FA_CASE(rotary), FA_CASE(masks_and_options), FA_CASE(forced_tiles), FA_CASE(long_cache),
-             FA_CASE(invalid_sequences), FA_CASE(layouts_and_lse))
+             FA_CASE(invalid_sequences), FA_CASE(layouts_and_lse), FA_CASE(arguments))

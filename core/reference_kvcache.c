@@ -206,14 +206,19 @@ fa_status fa_ref_forward_kvcache(const fa_attention_desc *desc, const fa_ref_kvc
     /* Scratch for one sequence: its queries, its keys and values, a row.
      * Query counts are bounded by the checked tensor q; keys by the
      * capacity, whose product with the heads is checked here. */
-    const int64_t dim = desc->head_dim, nq = (int64_t)desc->seqlen_q * desc->heads_q * dim;
-    int64_t nk;
-    size_t nk_bytes = 0;
-    const int too_large = fa_ckd_mul_i64(&nk, longest > 0 ? longest : 1, (int64_t)desc->heads_kv * dim) ||
-                          fa_ckd_size_of_i64(&nk_bytes, nk) || fa_ckd_mul_size(&nk_bytes, nk_bytes, sizeof(double));
-    double *qd = malloc((size_t)nq * sizeof *qd), *od = malloc((size_t)nq * sizeof *od);
-    double *kd = too_large ? NULL : malloc(nk_bytes), *vd = too_large ? NULL : malloc(nk_bytes);
-    double *ld = malloc((size_t)desc->heads_q * (size_t)desc->seqlen_q * sizeof *ld);
+    const int64_t dim = desc->head_dim;
+    int64_t nq, nk, nl;
+    size_t q_bytes = 0, k_bytes = 0, l_bytes = 0;
+    const int too_large =
+        fa_ckd_mul_i64(&nq, (int64_t)desc->seqlen_q * desc->heads_q, dim) ||
+        fa_ckd_mul_i64(&nk, longest > 0 ? longest : 1, (int64_t)desc->heads_kv * dim) ||
+        fa_ckd_mul_i64(&nl, desc->seqlen_q, desc->heads_q) || fa_ckd_size_of_i64(&q_bytes, nq) ||
+        fa_ckd_mul_size(&q_bytes, q_bytes, sizeof(double)) || fa_ckd_size_of_i64(&k_bytes, nk) ||
+        fa_ckd_mul_size(&k_bytes, k_bytes, sizeof(double)) || fa_ckd_size_of_i64(&l_bytes, nl) ||
+        fa_ckd_mul_size(&l_bytes, l_bytes, sizeof(double));
+    double *qd = too_large ? NULL : malloc(q_bytes), *od = too_large ? NULL : malloc(q_bytes);
+    double *kd = too_large ? NULL : malloc(k_bytes), *vd = too_large ? NULL : malloc(k_bytes);
+    double *ld = too_large ? NULL : malloc(l_bytes);
     double *row = malloc((size_t)dim * sizeof *row);
     fa_status st = FA_SUCCESS;
     if (!qd || !od || !kd || !vd || !ld || !row) {

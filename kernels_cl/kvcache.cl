@@ -238,7 +238,7 @@ fa_kv_attend(__global const store_t *q, __global const store_t *k, __global cons
             int i, h;
             kv_row_of(pr, group, hk, &i, &h);
 #ifdef SPLITK
-            const long row = (long)(split * heads_q + h) * total_q + (long)b * seqlen_q + i;
+            const long row = ((long)split * heads_q + h) * total_q + (long)b * seqlen_q + i;
             for (int u = 0; u < DPT; u++)
                 if (tc + u * NTC < HEAD_DIM) part_o[row * HEAD_DIM + tc + u * NTC] = NAN;
             if (tc == 0) part_l[row] = NAN;
@@ -425,7 +425,7 @@ fa_kv_attend(__global const store_t *q, __global const store_t *k, __global cons
         const float inv = 1.0f / l[ii];
         const float lse_r = masked ? -INFINITY : fa_row_lse(m[ii], l[ii]);
 #ifdef SPLITK
-        const long row = (long)(split * heads_q + h) * total_q + (long)b * seqlen_q + i;
+        const long row = ((long)split * heads_q + h) * total_q + (long)b * seqlen_q + i;
         for (int u = 0; u < DPT; u++) {
             const int x = tc + u * NTC;
             if (x < HEAD_DIM) part_o[row * HEAD_DIM + x] = masked ? 0.0f : acc[ii][u] * inv;

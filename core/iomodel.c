@@ -497,15 +497,15 @@ static void once_traffic(const fa_attention_desc *desc, fa_pass pass, int recomp
     }
 }
 
-/* The query rows of a tile as the tile visits count them: a decoding
- * plan's rows are a GQA group's heads times tokens, of which the visits
- * see the tokens. */
 /* A forward whose rows are a GQA group's heads times tokens packed per KV
  * head: CUDA's decoding kernel, and every KV-cache step. */
 static int packed_rows(const fa_attention_desc *desc, fa_pass pass, const fa_kernel_plan *plan) {
     return pass == FA_PASS_FORWARD && (plan->variant == FA_VARIANT_DECODE || desc->kv_cache);
 }
 
+/* The query rows of a tile as the tile visits count them: a packed plan's
+ * rows are a GQA group's heads times tokens, of which the visits see the
+ * tokens. */
 static int visit_rows(const fa_attention_desc *desc, fa_pass pass, const fa_kernel_plan *plan) {
     return packed_rows(desc, pass, plan) ? fa_decode_token_rows(desc, plan->br) : plan->br;
 }

@@ -16,7 +16,8 @@ typedef struct fa_cl_mma_geometry {
     int strips;       /* strips of m rows a sub-group owns: queries forward, keys backward */
     int q_regs;       /* forward: Q's fragments stay in registers (QREG) */
     int stages;       /* backward: buffers of Q and dO (2: the next query tile loads during this one) */
-    int v_regs;       /* backward, two stages: V's fragments stay in registers (VREG) */
+    int v_regs;       /* backward: V's fragments stay in registers (VREG; two stages, or NVIDIA's layout) */
+    int q_chunk;      /* backward: queries of a step computed at a time (QC; br: the whole tile) */
     int d_pad;        /* head_dim padded to whole fragments */
     int dq_warps;     /* backward, deterministic: sub-groups of the dQ kernel,
                          one strip of queries each */

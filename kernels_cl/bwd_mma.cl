@@ -122,11 +122,19 @@
 #endif
 
 /* The walk over a head's query tiles [t_begin, t_end) goes by positions p
- * in the same range; position p is query tile t_begin + (p - t_begin + rot)
- * mod (t_end - t_begin), rot in [0, t_end - t_begin) (0: in order). */
+ * in the same range; position p is query tile p, or with FA_BWD_ROTATE
+ * t_begin + (p - t_begin + rot) mod (t_end - t_begin), rot in [0, t_end -
+ * t_begin). */
 FA_FN int fa_bwd_tile_at(int p, int t_begin, int t_end, int rot) {
+#ifdef FA_BWD_ROTATE
     const int t = p + rot;
     return t < t_end ? t : t - (t_end - t_begin);
+#else
+    (void)t_begin;
+    (void)t_end;
+    (void)rot;
+    return p;
+#endif
 }
 
 /* The first position from p on whose query tile the block mask leaves
@@ -420,7 +428,6 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #endif
         __local const ushort *const Qs = qd + 2 * stage * QT_ELEMS;
         __local const ushort *const dOs = Qs + QT_ELEMS;
-        const int partial = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS) == FA_TILE_PARTIAL;
 
         /* The tile's queries in chunks of QC from qc0. */
         for (int qc0 = 0; qc0 < BR; qc0 += QC) {
@@ -438,6 +445,7 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 
             /* P (times z keep_scale) into st, dS into pt. Whole tiles test
              * no element. */
+            const int partial = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS) == FA_TILE_PARTIAL;
             FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
                 FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
                     const int kc = key_base + kt * FA_M, ql0 = qc0 + j * FA_N;

@@ -356,8 +356,8 @@ FA_TEST(pipelined_backward) {
 
 /* NVIDIA's dK/dV kernel in one stage with V's fragments in registers
  * (planner_cl_mma.c, bwd_v_regs), as on the 48 KiB of NVIDIA's OpenCL: 128
- * keys at head_dim 128, 32 queries at head_dim 64 (whole) and at 128 (in
- * chunks of 16, bwd_q_chunk); causal, dropout, GQA, a block mask with a
+ * keys at head_dim 128, 32 queries at head_dim 64 (whole) and at 128 and
+ * 112 (in chunks of 16, bwd_q_chunk); causal, dropout, GQA, a block mask with a
  * window (its query tiles walked from a different start per key tile,
  * FA_BWD_ROTATE), a window with variable lengths. The geometry must say V
  * in registers, and the chunk, for each. (Deterministic mode never takes
@@ -376,11 +376,11 @@ FA_TEST(one_stage_v_in_registers) {
     if (!l) FA_SKIP("NVIDIA's layout only (the others keep V's tile in one stage)");
     /* head_dim, sub-groups, query rows, the chunk the geometry must give,
      * KiB of local memory (beside the emulated layer's scratch, which
-     * local_mem_set adds: 32 x 128 at head_dim 64 keeps V's tile in 48 and
-     * that), query and key lengths */
+     * local_mem_set adds: 32 x 128 at head_dim 64 and 32 x 64 at 112 keep
+     * V's tile in 48 and that), query and key lengths */
     static const int cases[][7] = {{128, 8, 16, 16, 48, 100, 150}, {128, 4, 32, 16, 48, 100, 120},
                                    {64, 8, 32, 32, 40, 100, 150},  {128, 8, 16, 16, 48, 120, 300},
-                                   {128, 4, 32, 16, 48, 115, 105}};
+                                   {128, 4, 32, 16, 48, 115, 105}, {112, 4, 32, 16, 40, 90, 130}};
     static const int32_t cu_q[] = {0, 70, 75, 190};
     static const int32_t cu_k[] = {0, 90, 95, 200};
     int ran = 0;
@@ -402,6 +402,10 @@ FA_TEST(one_stage_v_in_registers) {
             break;
         case 3:
             d.window_left = 40;
+            break;
+        case 5:
+            d.causal = 1;
+            d.heads_kv = 1;
             break;
         default:
             d.batch = 3;

@@ -53,24 +53,22 @@ typedef struct config {
  * tiles V's fragments in registers make room for in one stage (32 queries
  * at 64; 128 keys, or 32 queries in chunks of 16, at 128), the same in two
  * stages, chunks of 16 queries with and without a register cap (two
- * work-groups of 256 a multiprocessor need 128 or fewer), the next query
- * tile loaded through registers during a step (FA_BWD_RSTAGE), and the
- * query tiles walked from a different start per key tile (FA_BWD_ROTATE). */
+ * work-groups of 256 a multiprocessor need 128 or fewer), and the query
+ * tiles walked from a different start per key tile (FA_BWD_ROTATE). The
+ * run of 2026-11-27 (bench/results/h200.md) also timed the next query
+ * tile loaded through registers during a step, an option since removed. */
 static const config configs[] = {
     {FA_PASS_FORWARD, 0, 0, 0, 0, 1, ""},
     {FA_PASS_FORWARD, 64, 8, 1, 128, 1, ""},
     {FA_PASS_FORWARD, 128, 8, 1, 64, 1, ""},
     {FA_PASS_BACKWARD, 0, 0, 0, 0, 1, ""},
     {FA_PASS_BACKWARD, 0, 0, 0, 0, 1, "-DFA_BWD_ROTATE"},
-    {FA_PASS_BACKWARD, 0, 0, 0, 0, 1, "-DFA_BWD_RSTAGE"},
-    {FA_PASS_BACKWARD, 64, 8, 1, 16, 1, "-DFA_BWD_RSTAGE -cl-nv-maxrregcount=128"},
     {FA_PASS_BACKWARD, 64, 8, 1, 32, 1, ""},
     {FA_PASS_BACKWARD, 64, 8, 1, 32, 1, "-DFA_BWD_QC=16"},
     {FA_PASS_BACKWARD, 64, 8, 1, 32, 1, "-DFA_BWD_QC=16 -cl-nv-maxrregcount=128"},
     {FA_PASS_BACKWARD, 64, 8, 1, 32, 2, ""},
     {FA_PASS_BACKWARD, 128, 8, 1, 16, 1, ""},
     {FA_PASS_BACKWARD, 128, 8, 1, 16, 1, "-DFA_BWD_ROTATE"},
-    {FA_PASS_BACKWARD, 128, 8, 1, 16, 1, "-DFA_BWD_RSTAGE"},
     {FA_PASS_BACKWARD, 128, 4, 1, 32, 1, ""},
     {FA_PASS_BACKWARD, 128, 4, 1, 16, 2, ""},
 };

@@ -57,11 +57,7 @@
  * the plan's query chunk QC; FA_BWD_ROTATE has the work-group of key tile i
  * (of n) start its walk over the query tiles at the i / n-th of them and
  * wrap round, so that the work-groups of a head add into different rows of
- * dQ at a time rather than all into the same ones; FA_BWD_RSTAGE (one
- * stage) loads the next query tile's Q and dO into registers as a step
- * starts and stores them into the tile once the step's products are done
- * with it: the loads get the whole step to land, for a few registers (16
- * rows of head_dim 128 in 256 work-items: 8) instead of a second tile. */
+ * dQ at a time rather than all into the same ones. */
 
 #define DT (D_PAD / FA_N)
 #define KS (D_PAD / FA_K)
@@ -164,38 +160,6 @@ FA_FN void fa_bwd_next_step(int *hh, int *p, __global const uchar *tile_map, int
         *p = fa_bwd_next_pos(tile_map, tile_cols, k0, t_begin, t_begin, t_end, rot);
     }
 }
-
-#ifdef FA_BWD_RSTAGE
-#if STAGES != 1
-#error "bwd_mma: FA_BWD_RSTAGE stages a query tile through registers in one stage"
-#endif
-/* 16-byte chunks of a query tile's Q and dO a work-item carries. */
-#define RS_ITEMS ((2 * BR * D_CHUNKS + FA_THREADS - 1) / FA_THREADS)
-
-/* Q's rows (row r at qg + r q_ss) and dO's (og, o_ss) of a query tile into
- * registers, chunk e of 2 BR D_CHUNKS (Q's first) at rs[e / FA_THREADS] of
- * work-item e % FA_THREADS; zeros from row `valid` on and past HEAD_DIM,
- * as fa_fetch_rows. */
-FA_FN void fa_bwd_rows_load(uint4 *rs, __global const ushort *qg, long q_ss, __global const ushort *og, long o_ss,
-                            int valid, int lid) {
-    FA_MMA_UNROLL for (int i = 0; i < RS_ITEMS; i++) {
-        const int e = lid + i * FA_THREADS, o = e >= BR * D_CHUNKS, f = e - o * BR * D_CHUNKS;
-        const int r = f / D_CHUNKS, c = f - r * D_CHUNKS;
-        rs[i] = (uint4)(0u);
-        if (e < 2 * BR * D_CHUNKS && r < valid && c * 8 < HEAD_DIM)
-            rs[i] = *(__global const uint4 *)((o ? og + (long)r * o_ss : qg + (long)r * q_ss) + c * 8);
-    }
-}
-
-/* Those registers into the Q and dO tiles at qd (dO QT_ELEMS on). */
-FA_FN void fa_bwd_rows_store(__local ushort *qd, const uint4 *rs, int lid) {
-    FA_MMA_UNROLL for (int i = 0; i < RS_ITEMS; i++) {
-        const int e = lid + i * FA_THREADS, o = e >= BR * D_CHUNKS, f = e - o * BR * D_CHUNKS;
-        const int r = f / D_CHUNKS, c = f - r * D_CHUNKS;
-        if (e < 2 * BR * D_CHUNKS) *(__local uint4 *)(qd + o * QT_ELEMS + r * LDS + c * 8) = rs[i];
-    }
-}
-#endif
 
 /* L and D of a query tile's rows into registers, as loaded: read only when
  * stored (fa_bwd_ld_store), so that the loads are in flight meanwhile.
@@ -397,16 +361,6 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
         FA_FETCH_STEP(hh, fa_bwd_tile_at(pos, t_begin, t_end, rot), 0);
         fa_bwd_ld_store(Ls, Ds, lnext, dnext, lid);
     }
-#ifdef FA_BWD_RSTAGE
-    uint4 rs[RS_ITEMS];
-#define FA_RLOAD_STEP(HH, T)                                                                                        \
-    do {                                                                                                            \
-        const int h_ = hk * group + (HH), q0_ = (T) * BR;                                                           \
-        fa_bwd_rows_load(rs, q + fa_row_index(lq, b, seq.start_q, q0_, h_), q_ss,                                   \
-                         dout + fa_row_index(lo, b, seq.start_q, q0_, h_), o_ss, seq.len_q - q0_, lid);             \
-        fa_bwd_ld_load(lnext, dnext, lse, dvec, b, h_, q0_, heads_q, seqlen_q, seq, total_q, lid);                  \
-    } while (0)
-#endif
 
     int stage = 0;
     while (hh < group) {
@@ -423,8 +377,6 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
         barrier(CLK_LOCAL_MEM_FENCE); /* this step's tiles, L and D are in; the last dQ products are done */
 #if STAGES == 2
         if (more) FA_FETCH_STEP(nhh, nt, stage ^ 1);
-#elif defined(FA_BWD_RSTAGE)
-        if (more) FA_RLOAD_STEP(nhh, nt);
 #endif
         __local const ushort *const Qs = qd + 2 * stage * QT_ELEMS;
         __local const ushort *const dOs = Qs + QT_ELEMS;
@@ -515,9 +467,7 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
         }
 
         barrier(CLK_LOCAL_MEM_FENCE); /* dS is in; this step's Q, dO, L and D are done with */
-#if STAGES == 1 && defined(FA_BWD_RSTAGE)
-        if (more) fa_bwd_rows_store(qd, rs, lid);
-#elif STAGES == 1
+#if STAGES == 1
         if (more) FA_FETCH_STEP(nhh, nt, 0);
 #endif
 #ifdef DQ_ATOMIC
@@ -531,7 +481,6 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #endif
     }
 #undef FA_FETCH_STEP
-#undef FA_RLOAD_STEP
     fa_copy_wait();
     barrier(CLK_LOCAL_MEM_FENCE);
 

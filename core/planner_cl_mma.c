@@ -306,20 +306,21 @@ int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *de
 /* NVIDIA's backward: V's fragments in registers in work-groups of at most
  * four sub-groups, queries in chunks only there and in tiles of at most 32
  * (the tiles measured), and tiles that keep V's tile whole and within the
- * 176 words they were measured at. On an H200 through NVIDIA's OpenCL (fp16, N 16384, 16k
- * tokens, hidden 2048; bench/results/h200.md, 2026-11-27), at head_dim 128
- * the 32 x 64 tile in four sub-groups with V in registers and its queries
- * in chunks of 16 (240-246 registers, two work-groups a multiprocessor)
- * ran 186 / 183 TFLOP/s (causal no / yes) where 16 x 64 with V's tile ran
- * 154 / 144: the same bytes, half the steps. 16 x 128 in eight sub-groups
- * with V in registers, which halves the bytes the IO model counts, ran 169
- * / 164: one work-group of 252 registers a multiprocessor, whose barriers
- * nothing else fills. At head_dim 64 the 32 x 128 tile in eight (177-212
+ * 176 words they were measured at.
+ *
+ * On an H200 through NVIDIA's OpenCL (fp16, N 16384, 16k tokens, hidden
+ * 2048; bench/results/h200.md, 2026-11-27), at head_dim 128 the 32 x 64
+ * tile in four sub-groups with V in registers and its queries in chunks of
+ * 16 (240-246 registers, two work-groups a multiprocessor) ran 186 / 183
+ * TFLOP/s (causal no / yes) where 16 x 64 with V's tile ran 154 / 144: the
+ * same bytes, half the steps. 16 x 128 in eight sub-groups with V in
+ * registers, which halves the bytes the IO model counts, ran 169 / 164:
+ * one work-group of 252 registers a multiprocessor, whose barriers nothing
+ * else fills. At head_dim 64 the 32 x 128 tile in eight (177-212
  * registers) ran 170 / 159 against 16 x 128's 179 / 162 (126-128: two a
- * multiprocessor). The words a lane holds: V's fragments in registers
- * take the layout's budget, 184 (the tiles above compiled without spills);
- * a tile keeping V's tile stays at the 176 words the earlier tiles ran
- * at. */
+ * multiprocessor). The words a lane holds: V's fragments in registers take
+ * the layout's budget, 184 (the tiles above compiled without spills); a
+ * tile keeping V's tile stays at the 176 words the earlier tiles ran at. */
 #define FA_CL_MMA_NV_BWD_VREG_WARPS 4
 #define FA_CL_MMA_NV_BWD_CHUNKED_ROWS 32
 #define FA_CL_MMA_NV_BWD_TILE_WORDS 176

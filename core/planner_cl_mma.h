@@ -51,9 +51,10 @@ size_t fa_cl_mma_tile_local_mem(const fa_device_desc *dev, const fa_attention_de
 /* Whether the planner may take a micro-tile fa_cl_mma_geometry_of accepts
  * in one stage: 0 where a layout's measured preference sets it aside, which
  * the IO model's order cannot express (planner_cl_mma.c: NVIDIA's forward
- * in work-groups of at most four sub-groups). Every tile of Intel's and
- * AMD's layouts, and every backward tile. Forced plans (the OpenCL suite,
- * fa-cl-mma-sweep) still run the others. */
+ * in work-groups of at most four sub-groups; NVIDIA's backward with V's
+ * fragments in registers in at most four, its queries in chunks only
+ * there). Every tile of Intel's and AMD's layouts. Forced plans (the OpenCL
+ * suite, fa-cl-mma-sweep) still run the others. */
 int fa_cl_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
                         int tr, int tc);
 /* The local scratch an emulated layout's kernels add: warps sub-groups. */

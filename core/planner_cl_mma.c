@@ -50,6 +50,7 @@
  * kernel dQ, S and dP. */
 #include "planner_cl_mma.h"
 
+#include "desc.h"
 #include "planner.h"
 
 #define FA_CL_MMA_MAX_WARPS 8
@@ -229,7 +230,15 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
     int q_regs = 0, v_regs = 0, dq_warps = 0, q_chunk = 0;
     if (fwd) {
         q_regs = fwd_q_regs(dev, L, d, br, bc);
-        const long words = per_row * (dp + bc) / L->sub_group + (q_regs ? per_row * dp / (2 * L->sub_group) : 0);
+        /* The score options' hook (kernels_cl/common.h, fa_logit2) holds
+         * temporaries per score (bias loads, distances, the cap). Where the
+         * budget leaves no room for them (RDNA3's WMMA: its forward with
+         * every option spilled on gfx1100, clang-16, at 64 and 80 words and
+         * held 72, S of 16 keys, in 225 VGPRs; tests/test_opencl_compile.c)
+         * S counts twice; the other layouts compile them within theirs. */
+        const int hook = layout == FA_MMA_LAYOUT_AMD_WMMA && fa_desc_option_in_use(desc);
+        const long s_words = per_row * bc / L->sub_group * (hook ? 2 : 1);
+        const long words = per_row * dp / L->sub_group + s_words + (q_regs ? per_row * dp / (2 * L->sub_group) : 0);
         if (words > L->fwd_budget) return 0;
     } else {
         v_regs = bwd_v_regs(dev, L, desc, br, bc, stages);

@@ -28,7 +28,9 @@
  *   dP = z * keep_scale * dO.v,   dS = P * (dP - D)
  *   dV += P * z * keep_scale * dO,   dK += scale * dS * q,   dQ += scale * dS * k
  * A row with L = -inf (no visible key) takes L = +inf here, which makes its
- * P exactly 0 instead of exp(-inf + inf). */
+ * P exactly 0 instead of exp(-inf + inf). With score options (common.h) s
+ * is fa_logit2's logit, recomputed as the forward formed it, and dS takes
+ * its cap_grad. */
 
 #ifndef FA_STREAM
 #define DPT ((HEAD_DIM + NTC - 1) / NTC)
@@ -59,6 +61,14 @@
 #endif
 #endif
 
+/* The score options' hook (common.h): the micro-tile's cap_grad, for dS,
+ * where scores take options. */
+#ifdef FA_SCORE_OPTIONS
+#define FA_CAP_GRADS(name) float name[TR][TC]
+#else
+#define FA_CAP_GRADS(name) (void)0
+#endif
+
 #ifndef FA_STREAM
 
 /* P (before dropout) and dP of a work-item's micro-tile, for rows stored at
@@ -66,10 +76,11 @@
  * On return p holds P * z * keep_scale and dp holds dS. */
 #define FA_BWD_SOFTMAX_GRAD(ROW, COL, PTILE, RS, CS)                                       \
     do {                                                                                   \
+        FA_CAP_GRADS(cg);                                                                  \
         for (int i = 0; i < TR; i++)                                                       \
             for (int j = 0; j < TC; j++) {                                                 \
                 const int r_ = (ROW), c_ = (COL);                                          \
-                float pv = exp2(s[i][j] * scale_log2 - Ls[r_]);                            \
+                float pv = exp2(FA_LOGIT2_GRAD(s[i][j], q0, r_, k0, c_, &cg[i][j]) - Ls[r_]); \
                 if (cls == FA_TILE_PARTIAL && !fa_visible(&mask, block_mask, q0, r_, k0, c_)) \
                     pv = 0.0f;                                                             \
                 s[i][j] = pv;                                                              \
@@ -82,7 +93,7 @@
                 float z_ = DROPOUT_KEEP(PTILE[r_ * (RS) + c_ * (CS)]) ? drop_scale : 0.0f; \
                 float pv = s[i][j];                                                        \
                 s[i][j] = pv * z_;                                                         \
-                dp[i][j] = pv * (dp[i][j] * z_ - Ds[r_]);                                  \
+                dp[i][j] = pv * (dp[i][j] * z_ - Ds[r_]) * FA_CAP_GRAD(cg[i][j]);          \
             }                                                                              \
     } while (0)
 
@@ -149,6 +160,7 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
 
     for (int hh = 0; hh < group; hh++) {
         const int h = hk * group + hh;
+        FA_SCORE_DECL(b, h, seq.len_q, seq.len_k);
         for (int t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end); t < t_end;
              t = fa_next_query_tile(tile_map, tile_cols, k0, t + 1, t_end)) {
             const int q0 = t * BR;
@@ -267,6 +279,7 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
     const fa_seq seq = fa_seq_of(b, seqlen_q, seqlen_k, cu_q, cu_k);
     if (q0 >= seq.len_q) return;
     FA_BWD_SETUP();
+    FA_SCORE_DECL(b, h, seq.len_q, seq.len_k);
 
     const long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
     const long o_base = fa_row_index(lo, b, seq.start_q, q0, h);
@@ -539,9 +552,11 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
 #endif
 #define BWD_SOFTMAX_GRAD()                                                                 \
     do {                                                                                   \
+        FA_CAP_GRADS(cg);                                                                  \
         FA_UNROLL for (int i = 0; i < TR; i++)                                             \
             FA_UNROLL for (int j = 0; j < TC; j++) {                                       \
-                float pv = exp2(s[i][j] * scale_log2 - Ls[tr * TR + i]);                   \
+                float pv = exp2(FA_LOGIT2_GRAD(s[i][j], q0, tr * TR + i, k0, tc * TC + j, &cg[i][j]) - \
+                                Ls[tr * TR + i]);                                          \
                 if (cls == FA_TILE_PARTIAL &&                                              \
                     !fa_visible(&mask, block_mask, q0, tr * TR + i, k0, tc * TC + j))      \
                     pv = 0.0f;                                                             \
@@ -554,7 +569,7 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
             FA_UNROLL for (int j = 0; j < TC; j++) {                                       \
                 const float z_ = BWD_KEEP(i, j) ? drop_scale : 0.0f, pv = s[i][j];         \
                 s[i][j] = pv * z_;                                                         \
-                dp[i][j] = pv * (dp[i][j] * z_ - Ds[tr * TR + i]);                         \
+                dp[i][j] = pv * (dp[i][j] * z_ - Ds[tr * TR + i]) * FA_CAP_GRAD(cg[i][j]); \
             }                                                                              \
     } while (0)
 
@@ -721,6 +736,7 @@ fa_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const
     }
     while (vis < total) {
         const int h = hk * group + vis / n_t;
+        FA_SCORE_DECL(b, h, seq.len_q, seq.len_k);
         const int q0 = (t_begin + (vis % n_t + rot) % n_t) * BR;
         const int cls = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS);
         const long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
@@ -824,6 +840,7 @@ fa_bwd_dq(__global const store_t *q, __global const store_t *k, __global const s
     const fa_seq seq = fa_seq_of(b, seqlen_q, seqlen_k, cu_q, cu_k);
     if (q0 >= seq.len_q) return;
     FA_BWD_SETUP();
+    FA_SCORE_DECL(b, h, seq.len_q, seq.len_k);
     (void)drop;
 
     const long q_base = fa_row_index(lq, b, seq.start_q, q0, h);

@@ -16,7 +16,7 @@
     __global const uchar *block_mask, int block_q, int block_k, int block_cols,            \
     __global const uchar *tile_map, int tile_cols,                                         \
     uint drop_key0, uint drop_key1, uint drop_offset_lo, uint drop_threshold,              \
-    float drop_scale, uint drop_row0, uint drop_col0
+    float drop_scale, uint drop_row0, uint drop_col0, FA_SCORE_PARAMS
 
 #define FA_BWD_SETUP()                                                                     \
     fa_mask mask;                                                                          \

@@ -20,9 +20,10 @@
  * as A operands:
  *   S^T = K Q^T,  dP^T = V dO^T,  P = exp2(S^T scale log2 e - L log2 e),
  *   dS = P (z keep_scale dP - D),  dV += (z keep_scale P)^T dO,  dK += dS^T Q
- * (z the dropout keep bit). A row with L = -inf (no visible key) takes
- * L = +inf, which makes its P exactly 0; hidden elements are set to 0, not
- * multiplied by a mask. Tiles with rows past the sequence count as partial
+ * (z the dropout keep bit; with score options S^T holds base-2 logits,
+ * scale log2 e is 1 and dS takes the softcap's cap_grad: common.h). A row
+ * with L = -inf (no visible key) takes L = +inf, which makes its P exactly
+ * 0; hidden elements are set to 0, not multiplied by a mask. Tiles with rows past the sequence count as partial
  * in fa_bwd_dkdv (FA_ROWS_FEED_KEYS): their zero queries would otherwise
  * add 0 * inf to a key's dK and dV.
  *
@@ -365,6 +366,7 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
     int stage = 0;
     while (hh < group) {
         const int h = hk * group + hh, q0 = fa_bwd_tile_at(pos, t_begin, t_end, rot) * BR;
+        FA_SCORE_DECL(b, h, seq.len_q, seq.len_k);
         int nhh = hh, npos = pos;
         fa_bwd_next_step(&nhh, &npos, tile_map, tile_cols, k0, t_begin, t_end, rot);
         const int more = nhh < group, nt = fa_bwd_tile_at(npos, t_begin, t_end, rot);
@@ -407,12 +409,16 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #ifdef DROPOUT
                     const uint keep = fa_frag_keep(&drop, bh, (uint)k0 + (uint)kc, (uint)q0 + (uint)ql0, 1, fc);
 #endif
+#ifdef FA_SCORE_OPTIONS
+                    fa_c cg; /* score options: base-2 logits into st, cap_grad into cg (common.h) */
+                    fa_frag_logit2(&st[kt][j], &cg, &sc, q0, ql0, k0, kc, 1, fc);
+#endif
                     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
                         const int ql = ql0 + FA_C_COL(fc.lane, e);
                         const float pv = fa_exp2(fma(st[kt][j].x[e], scale_log2, -Ls[ql]));
                         const float z = FA_KEEP_SCALE(keep, e, drop_scale);
                         const int vis = seen.x[e] != 0.0f;
-                        pt[kt][j].x[e] = vis ? pv * (pt[kt][j].x[e] * z - Ds[ql]) : 0.0f;
+                        pt[kt][j].x[e] = vis ? pv * (pt[kt][j].x[e] * z - Ds[ql]) * FA_CAP_GRAD(cg.x[e]) : 0.0f;
                         st[kt][j].x[e] = vis ? pv * z : 0.0f;
                     }
                 }
@@ -571,6 +577,7 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
     FA_BWD_SETUP();
     (void)drop;
     const int row_base = fc.sg * FA_M; /* one strip of queries a sub-group */
+    FA_SCORE_DECL(b, h, seq.len_q, seq.len_k);
 #ifdef DROPOUT
     const uint bh = (uint)b * (uint)heads_q + (uint)h;
 #else
@@ -632,10 +639,19 @@ fa_bwd_dq(__global const ushort *q, __global const ushort *k, __global const ush
             }
         }
 
+#ifdef FA_SCORE_OPTIONS
+        /* Score options: base-2 logits into s, cap_grad into cg (common.h). */
+        fa_c cg[NT];
+        FA_MMA_UNROLL for (int j = 0; j < NT; j++) fa_frag_logit2(&s[j], &cg[j], &sc, q0, row_base, k0, j * FA_N, 0, fc);
+#endif
         if (fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED) == FA_TILE_PARTIAL)
             fa_bwd_ds_rows(dp, s, l2, dd, mask, block_mask, drop, bh, q0, k0, row_base, scale_log2, 1, fc);
         else
             fa_bwd_ds_rows(dp, s, l2, dd, mask, block_mask, drop, bh, q0, k0, row_base, scale_log2, 0, fc);
+#ifdef SOFTCAP
+        FA_MMA_UNROLL for (int j = 0; j < NT; j++)
+            FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) dp[j].x[e] *= cg[j].x[e];
+#endif
 
         /* dQ += dS K */
 #if !FA_C2A_REGS

@@ -8,6 +8,7 @@
  *                                 micro-tile of it
  *   DTYPE_F32 | DTYPE_F16 | DTYPE_BF16   storage dtype of Q, K, V, O and grads
  *   CAUSAL WINDOW BLOCK_MASK DROPOUT VARLEN   options present in the plan
+ *   SOFTCAP ALIBI BIAS [BIAS_F32] score options present in the plan (below)
  *   FA_STREAM                     the streaming kernels (below) instead of
  *                                 the SIMT ones
  *
@@ -582,6 +583,148 @@ FA_FN float fa_row_lse(float m, float l) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Score options (include/flashattn.h, "Score options"), each built in only */
+/* where the plan has it: SOFTCAP, ALIBI, BIAS (with BIAS_F32 the bias is   */
+/* fp32, else in the storage dtype). Without them a kernel's logit is its   */
+/* product q.k times scale_log2, as ever. With any of them (FA_SCORE_OPTIONS) */
+/* the kernels turn each product into a base-2 logit with fa_logit2 where   */
+/* they form scores, before the masks, and the host passes scale_log2 = 1:  */
+/* what multiplies scores afterwards (online maxima, P = exp2(s - L)) then  */
+/* takes them as they are. In base 2 the header's logit is               */
+/*   log2(e) * (softcap * tanh(scale * q.k / softcap) + bias - slope * |d|) */
+/* = score_out * tanh(q.k * score_in) + log2(e) * (bias - slope * |d|),    */
+/* score_in = scale / softcap and score_out = softcap * log2(e); without    */
+/* SOFTCAP score_out * q.k with score_out = scale * log2(e). The backward  */
+/* multiplies dS by fa_logit2's cap_grad, 1 - tanh^2; bias and ALiBi add    */
+/* nothing to it.                                                           */
+/* ------------------------------------------------------------------------ */
+
+#if defined(SOFTCAP) || defined(ALIBI) || defined(BIAS)
+#define FA_SCORE_OPTIONS
+#endif
+
+/* The bias dtype and one element of it as fp32 (the bias asks no alignment
+ * beyond its element's). */
+#if defined(BIAS_F32) || defined(DTYPE_F32)
+typedef float bias_t;
+#define FA_BIAS_LOAD(p, i) ((p)[i])
+#elif defined(DTYPE_F16)
+typedef half bias_t;
+#define FA_BIAS_LOAD(p, i) vload_half((i), (p))
+#else
+typedef ushort bias_t;
+#define FA_BIAS_LOAD(p, i) as_float((uint)(p)[i] << 16)
+#endif
+
+/* What fa_logit2 needs of one (sequence, query head). */
+typedef struct fa_score {
+    float score_in, score_out;
+#ifdef ALIBI
+    float slope;                 /* the head's slope times log2(e) */
+    int diag;                    /* len_k - len_q: bottom-right aligned */
+#endif
+#ifdef BIAS
+    __global const bias_t *bias; /* the head's plane, element (0, 0) */
+    long stride_seq;             /* elements between query rows */
+    int len_q, len_k;
+#endif
+} fa_score;
+
+/* The bias is element offset + b * stride_batch + h * stride_head + i *
+ * stride_seq + j of its buffer (broadcast dimensions have stride 0). */
+FA_FN fa_score fa_score_of(float score_in, float score_out, __global const float *slopes,
+                           __global const bias_t *bias, long bias_off, long bias_sb, long bias_sh, long bias_ss,
+                           int b, int h, int len_q, int len_k) {
+    fa_score sc;
+    sc.score_in = score_in;
+    sc.score_out = score_out;
+#ifdef ALIBI
+    sc.slope = slopes[h] * FA_LOG2E;
+    sc.diag = len_k - len_q;
+#else
+    (void)slopes;
+#endif
+#ifdef BIAS
+    sc.bias = bias + (bias_off + (long)b * bias_sb + (long)h * bias_sh);
+    sc.stride_seq = bias_ss;
+    sc.len_q = len_q;
+    sc.len_k = len_k;
+#else
+    (void)bias;
+    (void)bias_off;
+    (void)bias_sb;
+    (void)bias_sh;
+    (void)bias_ss;
+    (void)b;
+    (void)h;
+    (void)len_q;
+    (void)len_k;
+#endif
+    return sc;
+}
+
+/* fa_score_of with the kernel arguments of FA_SCORE_PARAMS. */
+#define FA_SCORE_SETUP(b_, h_, len_q_, len_k_)                                              \
+    fa_score_of(score_in, score_out, alibi_slopes, bias, bias_off, bias_sb, bias_sh, bias_ss, (b_), (h_), \
+                (len_q_), (len_k_))
+
+/* The base-2 logit of query i against key j (positions in the sequence)
+ * from their product q.k; with SOFTCAP *cap_grad receives 1 - tanh^2 of
+ * the capped score (left alone otherwise). Positions are unsigned: a
+ * tile's origin plus an offset may pass INT_MAX on a padding row near
+ * 2^31 tokens, and wraps harmlessly. Padding positions (past the sequence:
+ * masked, or never stored) read no bias. The ALiBi distance
+ * |i + len_k - len_q - j| is exact for positions in the sequence. */
+FA_FN float fa_logit2(const fa_score *sc, float dot, uint i, uint j, float *cap_grad) {
+#ifdef SOFTCAP
+    const float t = tanh(dot * sc->score_in);
+    float s = sc->score_out * t;
+    *cap_grad = fma(-t, t, 1.0f);
+#else
+    float s = dot * sc->score_out;
+    (void)cap_grad;
+#endif
+#ifdef BIAS
+    if (i < (uint)sc->len_q && j < (uint)sc->len_k)
+        s = fma(FA_BIAS_LOAD(sc->bias, (long)i * sc->stride_seq + j), FA_LOG2E, s);
+#endif
+#ifdef ALIBI
+    const uint dist = abs((int)(j - i - (uint)sc->diag));
+    s = fma(-sc->slope, (float)dist, s);
+#endif
+    (void)i;
+    (void)j;
+    return s;
+}
+
+/* dS of the capped score times cap_grad; 1 without SOFTCAP. */
+#ifdef SOFTCAP
+#define FA_CAP_GRAD(g) (g)
+#else
+#define FA_CAP_GRAD(g) 1.0f
+#endif
+
+FA_FN float fa_fwd_logit2(const fa_score *sc, float dot, uint i, uint j) {
+    float unused;
+    return fa_logit2(sc, dot, i, j, &unused);
+}
+
+/* The FMA kernels' hooks: FA_SCORE_DECL declares `sc` for sequence b_ and
+ * query head h_ (nothing without options); FA_LOGIT2 is the base-2 logit
+ * of the product dot of query q0 + r and key k0 + c (tile origin plus
+ * offset), FA_LOGIT2_GRAD the same with fa_logit2's cap_grad (a float *). */
+#ifdef FA_SCORE_OPTIONS
+#define FA_SCORE_DECL(b_, h_, len_q_, len_k_) const fa_score sc = FA_SCORE_SETUP(b_, h_, len_q_, len_k_)
+#define FA_LOGIT2(dot, q0, r, k0, c) fa_fwd_logit2(&sc, (dot), (uint)(q0) + (uint)(r), (uint)(k0) + (uint)(c))
+#define FA_LOGIT2_GRAD(dot, q0, r, k0, c, g)                                                \
+    fa_logit2(&sc, (dot), (uint)(q0) + (uint)(r), (uint)(k0) + (uint)(c), (g))
+#else
+#define FA_SCORE_DECL(b_, h_, len_q_, len_k_) (void)0
+#define FA_LOGIT2(dot, q0, r, k0, c) ((dot) * scale_log2)
+#define FA_LOGIT2_GRAD(dot, q0, r, k0, c, g) ((dot) * scale_log2)
+#endif
+
+/* ------------------------------------------------------------------------ */
 /* Dropout: Philox4x32-10 exactly as core/philox.h defines it.              */
 /* ------------------------------------------------------------------------ */
 
@@ -640,6 +783,14 @@ FA_FN void fa_dropout_mark(__local float *tile, int rs, int cs, const fa_dropout
 #endif
 }
 
+/* The score options' arguments, last in every forward and backward kernel's
+ * list (every build takes them; a build without an option ignores its
+ * arguments): the bias (buffer, offset and strides in elements), the ALiBi
+ * slopes (heads_q floats) and fa_score's score_in, score_out. */
+#define FA_SCORE_PARAMS                                                                    \
+    __global const bias_t *bias, long bias_off, long bias_sb, long bias_sh, long bias_ss,  \
+    __global const float *alibi_slopes, float score_in, float score_out
+
 /* ------------------------------------------------------------------------ */
 /* The arguments of every forward kernel after its tensors (q, k, v, o, L:  */
 /* fwd.cl, fwd_mma.cl), in the order backends/opencl/cl_attention.c sets.  */
@@ -657,4 +808,4 @@ FA_FN void fa_dropout_mark(__local float *tile, int rs, int cs, const fa_dropout
     __global const uchar *tile_map, int tile_cols,                                         \
     uint drop_key0, uint drop_key1, uint drop_offset_lo, uint drop_threshold,              \
     float drop_scale, uint drop_row0, uint drop_col0,                                      \
-    int num_splits, __global float *part_o, __global float *part_l
+    int num_splits, __global float *part_o, __global float *part_l, FA_SCORE_PARAMS

@@ -19,6 +19,8 @@
  *
  * Softmax runs in base 2: scores are scaled by scale * log2(e) once, so
  * exp2 does the work of exp and L converts back to natural log at the end.
+ * The score options (common.h) act where the scores are scaled
+ * (FA_LOGIT2), before the masks.
  *
  * With SPLITK (SIMT only) the key range is cut into num_splits parts (grid
  * dimension 2 is sequence * num_splits + split); each work-group writes its
@@ -64,6 +66,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
     const long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
     const long k_base = fa_row_index(lk, b, seq.start_k, 0, hk);
     const long v_base = fa_row_index(lv, b, seq.start_k, 0, hk);
+    FA_SCORE_DECL(b, h, seq.len_q, seq.len_k);
 
 #ifdef DROPOUT
     fa_dropout drop;
@@ -137,7 +140,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
         for (int j = 0; j < TC; j++) {
             float col[TR];
             for (int i = 0; i < TR; i++) {
-                s[i][j] *= scale_log2;
+                s[i][j] = FA_LOGIT2(s[i][j], q0, tr * TR + i, k0, tc * TC + j);
                 if (cls == FA_TILE_PARTIAL && !fa_visible(&mask, block_mask, q0, tr * TR + i, k0, tc * TC + j))
                     s[i][j] = -INFINITY;
                 col[i] = s[i][j];
@@ -396,6 +399,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
     const long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
     const long k_base = fa_row_index(lk, b, seq.start_k, 0, hk);
     const long v_base = fa_row_index(lv, b, seq.start_k, 0, hk);
+    FA_SCORE_DECL(b, h, seq.len_q, seq.len_k);
 
 #ifdef DROPOUT
     fa_dropout drop;
@@ -455,7 +459,7 @@ fa_forward(__global const store_t *q, __global const store_t *k, __global const 
         FA_UNROLL for (int i = 0; i < TR; i++) {
             mx[i] = -INFINITY;
             FA_UNROLL for (int j = 0; j < TC; j++) {
-                s[i][j] *= scale_log2;
+                s[i][j] = FA_LOGIT2(s[i][j], q0, tr * TR + i, k0, tc * TC + j);
                 if (cls == FA_TILE_PARTIAL && !fa_visible(&mask, block_mask, q0, tr * TR + i, k0, tc * TC + j))
                     s[i][j] = -INFINITY;
                 mx[i] = fmax(mx[i], s[i][j]);

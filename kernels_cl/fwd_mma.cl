@@ -17,7 +17,9 @@
  * At the end the start of it holds O, for 16-byte stores.
  *
  * Softmax in base 2, the row maximum m kept in score units: every
- * probability is one exp2 of s * scale log2 e - m * scale log2 e. Once the
+ * probability is one exp2 of s * scale log2 e - m * scale log2 e (with
+ * score options the scores are base-2 logits and that factor is 1,
+ * common.h). Once the
  * maxima settle most key tiles move none of a lane's rows: their factor is
  * then exactly 1 and the rescale of O is left out.
  *
@@ -100,6 +102,7 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
     __global const ushort *const kg = k + fa_row_index(lk, b, seq.start_k, 0, hk);
     __global const ushort *const vg = v + fa_row_index(lv, b, seq.start_k, 0, hk);
     const int row_base = fc.sg * MT * FA_M; /* this sub-group's first row of the tile */
+    FA_SCORE_DECL(b, h, seq.len_q, seq.len_k);
 
 #ifdef DROPOUT
     fa_dropout drop;
@@ -178,6 +181,16 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
             }
 #undef A_Q
         }
+
+#ifdef FA_SCORE_OPTIONS
+        /* Score options: base-2 logits from here on (the host passes
+         * scale_log2 = 1 with them; common.h). */
+        FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
+            FA_MMA_UNROLL for (int j = 0; j < NT; j++) {
+                fa_c unused;
+                fa_frag_logit2(&s[mt][j], &unused, &sc, q0, row_base + mt * FA_M, k0, j * FA_N, 0, fc);
+            }
+#endif
 
         /* Masks: whole tiles test no element. */
         if (fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_STORED) == FA_TILE_PARTIAL) {

@@ -137,3 +137,21 @@ FA_FN uint fa_frag_keep(const fa_dropout *dp, uint bh, uint row0, uint col0, int
     }
     return keep;
 }
+
+#ifdef FA_SCORE_OPTIONS
+/* The score options' hook (common.h): an accumulator of products q.k
+ * turned into base-2 logits; its element e is query q0 + qr + FA_C_ROW(e)
+ * against key k0 + kc + FA_C_COL(e), or, transposed (backward), key k0 + kc
+ * + row against query q0 + qr + column (tile origins and offsets apart, as
+ * fa_frag_mask takes them). With SOFTCAP g receives each element's
+ * cap_grad. */
+FA_FN void fa_frag_logit2(fa_c *c, fa_c *g, const fa_score *sc, int q0, int qr, int k0, int kc, int transposed,
+                          fa_frag_ctx ctx) {
+    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
+        const int row = FA_C_ROW(ctx.lane, e), col = FA_C_COL(ctx.lane, e);
+        const uint i = (uint)q0 + (uint)(qr + (transposed ? col : row));
+        const uint j = (uint)k0 + (uint)(kc + (transposed ? row : col));
+        c->x[e] = fa_logit2(sc, c->x[e], i, j, &g->x[e]);
+    }
+}
+#endif

@@ -109,7 +109,8 @@ static int cl_runs_mma(fa_context ctx, const fa_device_desc *dev) {
     return here != FA_MMA_LAYOUT_NONE && fa_mma_layout_of(dev) == here;
 }
 
-const suite_backend opencl_suite = {FA_BACKEND_OPENCL, "OpenCL", 1, cl_force_tiles, cl_check_plan, cl_runs_mma, 0};
+const suite_backend opencl_suite = {FA_BACKEND_OPENCL, "OpenCL", 1, cl_force_tiles, cl_check_plan, cl_runs_mma,
+                                    SUITE_ALL_SCORE_OPTIONS};
 #else
 const suite_backend opencl_suite = {FA_BACKEND_OPENCL, "OpenCL", 0, NULL, NULL, NULL, 0};
 #endif

@@ -3,13 +3,13 @@
  * per emulated matrix-unit layout, its fp32 cases in fp16 and bf16
  * (CMakeLists.txt): every case for NVIDIA's layout; for the Intel DPAS,
  * AMD MFMA and AMD WMMA layouts a subset (masks, dropout's bits, the
- * deterministic backward), tests/test_opencl_mma.c covering their head
- * dims and lengths.
+ * deterministic backward, the score options), tests/test_opencl_mma.c
+ * covering their head dims and lengths.
  *
  * fa-test-labels: device
  * fa-test-mma-layouts: nvidia
  * fa-test-mma-subset-layouts: intel amd-mfma amd-wmma
- * fa-test-mma-subset-cases: causal dropout_mask_bits deterministic_backward */
+ * fa-test-mma-subset-cases: causal dropout_mask_bits deterministic_backward score_options */
 #include "attention_suite.h"
 #include "harness.h"
 #include "opencl_suite.h"
@@ -245,10 +245,66 @@ FA_TEST(stream_shapes) {
     stream_case("stream d16 dropout 6x6/2x3", &d, &(suite_tiles){6, 6, 2, 3, 1, 0}, &(suite_tiles){6, 6, 2, 3, 1, 0});
 }
 
+/* The score options (softcap, ALiBi, additive bias) in every FMA kernel,
+ * whatever the planner would pick for these problems: the SIMT kernels
+ * (their dQ kernel always separate), the streaming ones with dQ added
+ * atomically and in deterministic mode (their own dQ kernel), and the
+ * forward with keys split; against the fp64 reference through the suite's
+ * checks (the bias in fp32 and in the inputs' dtype, broadcast and not). */
+FA_TEST(score_options_kernels) {
+    STREAM_REQUIRE();
+    static const float slopes[4] = {0.5f, 0.125f, 0.75f, 0.03125f};
+    /* Unfused attention has none of them (nor has the reference's). */
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 1, 16, 16, 4, 4, 64);
+    d.algorithm = FA_ALGO_STANDARD;
+    d.alibi_slopes = slopes;
+    fa_plan refused = NULL;
+    const fa_status st = fa_plan_create(suite_context(), &d, &refused);
+    CHECK_MSG(st == FA_ERR_UNSUPPORTED && !refused && strstr(fa_last_error(), "alibi_slopes"),
+              "standard attention with ALiBi: %s (%s)", fa_status_string(st), fa_last_error());
+    if (refused) fa_plan_destroy(refused);
+    d = suite_desc(FA_DTYPE_F32, 2, 70, 90, 4, 2, 64);
+    d.causal = 1;
+    d.softcap = 2.0f;
+    d.softmax_scale = 0.4f;
+    d.alibi_slopes = slopes;
+    d.bias_batch = 2;
+    d.bias_heads = 1;
+    d.bias.dtype = FA_DTYPE_F32;
+    d.dropout_p = 0.2f;
+    d.dropout_seed = 11;
+    const suite_tiles simt = {16, 32, 2, 2, 1, 0};
+    suite_run_tiles("simt all three, dropout gqa", &d, &simt, &simt, 1);
+    opencl_suite_stream(1);
+    suite_run_tiles("stream all three, dropout gqa", &d, &nv64_f, &nv64_b, 1);
+    d = suite_desc(FA_DTYPE_BF16, 2, 50, 75, 2, 2, 128);
+    d.window_left = 30;
+    d.window_right = 4;
+    d.softcap = 1.5f;
+    d.bias_batch = 1;
+    d.bias_heads = 2;
+    d.bias.dtype = FA_DTYPE_BF16;
+    d.bias.offset = 3;
+    d.bias.stride_seq = 80; /* rows padded past seqlen_k */
+    d.bias.stride_head = 50 * 80;
+    d.deterministic = 1;
+    suite_run_tiles("stream softcap bias, deterministic", &d, &nv128_f, &nv128_b, 1);
+    opencl_suite_stream(0);
+    d = suite_desc(FA_DTYPE_F16, 2, 3, 900, 4, 1, 64);
+    d.causal = 1;
+    d.softcap = 4.0f;
+    d.alibi_slopes = slopes;
+    d.bias_batch = 2;
+    d.bias_heads = 4;
+    d.bias.dtype = FA_DTYPE_F16;
+    suite_run_tiles("split 5 all three, causal", &d, &(suite_tiles){8, 64, 1, 4, 5, 0}, NULL, 0);
+}
+
 FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
              FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(score_options), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
              FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(block_sparse_skips_tiles_stream),
-             FA_CASE(stream_d128_options), FA_CASE(stream_d64_options), FA_CASE(stream_shapes))
+             FA_CASE(stream_d128_options), FA_CASE(stream_d64_options), FA_CASE(stream_shapes),
+             FA_CASE(score_options_kernels))

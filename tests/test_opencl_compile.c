@@ -5,7 +5,8 @@
  * (CDNA3, compiled for gfx940: clang-16 does not know gfx942), both taken
  * as OpenCL devices, and RX 7900 XTX (gfx1100, WMMA), over fp16 and bf16,
  * head dims 64, 72, 128 and 256, causal or not, training and decoding
- * shapes (split keys), atomic and deterministic backward.
+ * shapes (split keys), atomic and deterministic backward; at head dims 64
+ * and 128 also with every score option (softcap, ALiBi, additive bias).
  * - Intel: `ocloc compile -device dg2` (the build option
  *   -Dcl_intel_subgroup_matrix_multiply_accumulate=1 declares the
  *   built-ins), then `ocloc disasm`: every program must show `dpas`; the
@@ -45,7 +46,7 @@
 
 #ifdef FA_WITH_OPENCL
 
-#define MAX_PROGRAMS 160
+#define MAX_PROGRAMS 256
 #define OUT_BYTES (1u << 20)
 
 typedef struct program {
@@ -76,9 +77,11 @@ static void add_program(program_set *set, fa_mma_layout layout, int backward, in
  * (backends/opencl/cl_attention.c) on a GPU, the layout's own appended. */
 static void pass_options(const fa_attention_desc *d, fa_mma_layout layout, int br, int bc, int tr, int tc, int warps,
                          const char *extra, char *out, size_t size) {
-    snprintf(out, size, "-DHEAD_DIM=%d %s%s -DFA_GPU -DBR=%d -DBC=%d -DTR=%d -DTC=%d%s", d->head_dim,
-             d->q.dtype == FA_DTYPE_F16 ? "-DDTYPE_F16" : "-DDTYPE_BF16", d->causal ? " -DCAUSAL" : "", br, bc, tr,
-             tc, extra);
+    const int bias = d->bias_batch > 0;
+    snprintf(out, size, "-DHEAD_DIM=%d %s%s%s%s%s%s -DFA_GPU -DBR=%d -DBC=%d -DTR=%d -DTC=%d%s", d->head_dim,
+             d->q.dtype == FA_DTYPE_F16 ? "-DDTYPE_F16" : "-DDTYPE_BF16", d->causal ? " -DCAUSAL" : "",
+             d->softcap > 0.0f ? " -DSOFTCAP" : "", d->alibi_slopes ? " -DALIBI" : "", bias ? " -DBIAS" : "",
+             bias && d->bias.dtype == FA_DTYPE_F32 ? " -DBIAS_F32" : "", br, bc, tr, tc, extra);
     CHECK_OK(fa_cl_mma_options(layout, 0, warps, out, size));
 }
 
@@ -119,16 +122,21 @@ static void add_plan(program_set *set, const fa_device_desc *dev, const fa_atten
 }
 
 /* Every program the planner emits for the device over the problems above;
- * the count of plans on matrix units. */
+ * the count of plans on matrix units. Features: 0 none; 1 causal and
+ * deterministic; at head dims 64 and 128 also 2, causal with every score
+ * option (softcap, ALiBi, a bias: fp32 beside fp16 inputs, bf16 beside
+ * bf16), and 3, deterministic with every score option. */
 static int enumerate(const fa_device_desc *dev, program_set *set) {
     static const int dims[] = {64, 72, 128, 256};
     static const int shapes[][4] = {{2, 2048, 2048, 16}, {1, 1, 8192, 16}};
+    static const float slopes[16] = {0.5f};
     int mma = 0;
     set->count = 0;
     for (int t = 0; t < 2; t++)
         for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
             for (size_t s = 0; s < FA_ARRAY_SIZE(shapes); s++)
-                for (int features = 0; features < 2; features++) {
+                for (int features = 0; features < 4; features++) {
+                    if (features >= 2 && dims[i] != 64 && dims[i] != 128) continue;
                     fa_attention_desc d;
                     fa_attention_desc_init(&d);
                     d.batch = shapes[s][0];
@@ -137,7 +145,15 @@ static int enumerate(const fa_device_desc *dev, program_set *set) {
                     d.heads_q = d.heads_kv = shapes[s][3];
                     d.head_dim = dims[i];
                     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = t ? FA_DTYPE_BF16 : FA_DTYPE_F16;
-                    d.causal = d.deterministic = features;
+                    d.causal = features == 1 || features == 2;
+                    d.deterministic = features == 1 || features == 3;
+                    if (features >= 2) {
+                        d.softcap = 30.0f;
+                        d.alibi_slopes = slopes;
+                        d.bias_batch = 1;
+                        d.bias_heads = d.heads_q;
+                        d.bias.dtype = t ? FA_DTYPE_BF16 : FA_DTYPE_F32;
+                    }
                     fa_plan_info info;
                     const fa_status st = fa_plan_for_device(dev, &d, &info);
                     CHECK_MSG(st == FA_SUCCESS, "planning for %s: %s", dev->name, fa_last_error());

@@ -8,12 +8,12 @@
  * emulated, as ctest runs them once per layout below on PoCL (for Intel
  * DPAS, AMD MFMA (both shapes) and AMD WMMA the cases named below: head
  * dims 8 to 256 in fp16 and bf16 at lengths of no whole tile, key splits,
- * Q in registers).
+ * Q in registers, the score options).
  *
  * fa-test-labels: device
  * fa-test-mma-layouts: nvidia
  * fa-test-mma-subset-layouts: intel amd-mfma amd-wmma
- * fa-test-mma-subset-cases: head_dims split_keys q_in_registers */
+ * fa-test-mma-subset-cases: head_dims split_keys q_in_registers score_options */
 #include "attention_suite.h"
 #include "harness.h"
 #include "opencl_suite.h"
@@ -447,5 +447,69 @@ FA_TEST(one_stage_v_in_registers) {
 #endif
 }
 
+/* The score options (softcap, ALiBi, additive bias) on the matrix units,
+ * whatever the planner would pick: both passes with dQ added atomically
+ * (all three options, causal, GQA, dropout), the deterministic dQ kernel
+ * (softcap and a bias in the inputs' dtype under a window), and the
+ * forward with keys split (decoding). A layout whose backward does not run
+ * on its matrix units (Intel's DPAS layer) runs its forward there and the
+ * planner's backward. Every case on the device's first layout, the first
+ * on the others. */
+FA_TEST(score_options) {
+    const fa_mma_layout_info *ls[FA_MMA_MAX_LAYOUTS];
+    int nl = 0;
+    REQUIRE_LAYERS(ls, nl);
+#ifdef FA_WITH_OPENCL
+    static const float slopes[4] = {0.5f, 0.125f, 0.75f, 0.03125f};
+    for (int li = 0; li < nl; li++) {
+        const fa_mma_layout_info *l = ls[li];
+        const int side = l->k > l->n ? l->k : l->n;
+        fa_attention_desc d = suite_desc(FA_DTYPE_F16, 2, 70, 90, 4, 2, 64);
+        d.causal = 1;
+        d.softcap = 2.0f;
+        d.softmax_scale = 0.4f;
+        d.alibi_slopes = slopes;
+        d.bias_batch = 2;
+        d.bias_heads = 1;
+        d.bias.dtype = FA_DTYPE_F32;
+        d.dropout_p = 0.2f;
+        d.dropout_seed = 11;
+        const suite_tiles f = mma_tile(l, FA_PASS_FORWARD, 2 * l->m, 2 * side, 1, 1);
+        const suite_tiles b = mma_tile(l, FA_PASS_BACKWARD, 2 * side, 2 * l->m, 1, 1);
+        const int bwd = runs_here(&d, FA_PASS_BACKWARD, &b);
+        int ran = run_forced(l, bwd ? "all three, dropout gqa" : "all three, dropout gqa (forward)", &d, &f,
+                             bwd ? &b : NULL, 1);
+        if (li == 0) {
+            d = suite_desc(FA_DTYPE_BF16, 2, 50, 75, 2, 2, 64);
+            d.window_left = 30;
+            d.window_right = 4;
+            d.softcap = 1.5f;
+            d.bias_batch = 1;
+            d.bias_heads = 2;
+            d.bias.dtype = FA_DTYPE_BF16;
+            d.bias.offset = 3;
+            d.bias.stride_seq = 80; /* rows padded past seqlen_k */
+            d.bias.stride_head = 50 * 80;
+            d.deterministic = 1;
+            ran += run_forced(l, bwd ? "softcap bias, deterministic" : "softcap bias (forward)", &d, &f,
+                              bwd ? &b : NULL, 1);
+            d = suite_desc(FA_DTYPE_F16, 2, 3, 900, 4, 1, 64);
+            d.causal = 1;
+            d.softcap = 4.0f;
+            d.alibi_slopes = slopes;
+            d.bias_batch = 2;
+            d.bias_heads = 4;
+            d.bias.dtype = FA_DTYPE_F16;
+            /* One sub-group, or as few as make a whole SIMD width (as split_keys). */
+            const int simd = suite_context()->info.desc.simd_width;
+            const int rows = l->m * (simd > l->sub_group ? simd / l->sub_group : 1);
+            const suite_tiles s = mma_tile(l, FA_PASS_FORWARD, rows, 2 * side, 1, 5);
+            ran += run_forced(l, "split 5, all three", &d, &s, NULL, 0);
+        }
+        CHECK_MSG(ran == (li == 0 ? 3 : 1), "%s: %d of the score-option cases ran", l->name, ran);
+    }
+#endif
+}
+
 FA_TEST_MAIN(FA_CASE(work_group_shapes), FA_CASE(head_dims), FA_CASE(q_in_registers), FA_CASE(split_keys),
-             FA_CASE(pipelined_backward), FA_CASE(one_stage_v_in_registers))
+             FA_CASE(pipelined_backward), FA_CASE(one_stage_v_in_registers), FA_CASE(score_options))

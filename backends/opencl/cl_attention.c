@@ -61,8 +61,15 @@ typedef struct fa_cl_plan {
 
     cl_layout q, k, v, o;
     int block_cols;
-    float scale_log2;
+    float scale_log2;          /* 1 with score options: fa_logit2 forms base-2 logits */
     float drop_scale;
+
+    /* Score options (kernels_cl/common.h): the ALiBi slopes on the device
+     * (heads_q floats), the bias layout (elements; broadcast dimensions
+     * stride 0) and fa_logit2's factors. */
+    cl_mem slopes;
+    cl_layout bias;
+    float score_in, score_out;
 
     char options[512];         /* build options shared by both passes */
     int nv_options;            /* the device has cl_nv_compiler_options */
@@ -265,7 +272,7 @@ static const char *const cl_plan_macros[] = {
     "VARLEN",        "FA_STREAM",    "FA_GPU",       "SPLITK",          "DQ_ATOMIC",       "FA_NV_PTX",
     "WARPS",         "QREG",         "FA_BWD_DQ",    "FA_MMA_EMULATE",  "FA_MMA_NVIDIA",   "FA_MMA_INTEL",
     "FA_MMA_AMD_MFMA", "FA_MMA_AMD_WMMA", "FA_MMA_AMD_MFMA16", "STAGES",       "VREG",          "QC",
-    NULL};
+    "SOFTCAP",       "ALIBI",        "BIAS",         "BIAS_F32",        "FA_SCORE_OPTIONS", NULL};
 
 static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *extra,
                             const char *const *paths, int path_count, cl_program *program) {
@@ -427,7 +434,7 @@ void fa_cl_plan_release(void *ctx, void *plan_impl) {
     if (p->bwd_program) fa_cl.clReleaseProgram(p->bwd_program);
     if (p->dq_program) fa_cl.clReleaseProgram(p->dq_program);
     cl_mem mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles,
-                     p->part_o, p->part_l, p->dvec, p->dq_acc, p->dummy};
+                     p->part_o, p->part_l, p->dvec, p->dq_acc, p->slopes, p->dummy};
     for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
         if (mems[i]) fa_cl.clReleaseMemObject(mems[i]);
     free(p);
@@ -442,10 +449,13 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     /* KV-cache steps have kernels of their own (cl_kvcache.c). */
     if (plan->desc.kv_cache) return fa_cl_kvcache_prepare(ctx, plan, plan_impl);
     const fa_attention_desc *d = &plan->desc;
-    FA_CHECK(fa_refuse_score_options(d, "OpenCL"));
     const fa_plan_info *info = &plan->info;
 
-    if (d->algorithm == FA_ALGO_STANDARD) return fa_cl_standard_prepare(ctx, plan, plan_impl);
+    if (d->algorithm == FA_ALGO_STANDARD) {
+        /* Unfused attention has no score options (nor has the reference's). */
+        FA_CHECK(fa_refuse_score_options(d, "OpenCL (standard algorithm)"));
+        return fa_cl_standard_prepare(ctx, plan, plan_impl);
+    }
     if (info->algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
         return fa_fail(FA_ERR_UNSUPPORTED, "the OpenCL attention kernels run only FA_ALGO_FUSED");
     if (info->forward.variant != FA_VARIANT_SIMT && info->forward.variant != FA_VARIANT_SPLITK &&
@@ -487,7 +497,20 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     p->k = resolve_layout(d, FA_TENSOR_K);
     p->v = resolve_layout(d, FA_TENSOR_V);
     p->o = resolve_layout(d, FA_TENSOR_O);
-    p->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
+    const double log2e = 1.4426950408889634;
+    const int softcap = d->softcap > 0.0f, alibi = d->alibi_slopes != NULL, bias = d->bias_batch > 0;
+    const int score_options = softcap || alibi || bias;
+    p->scale_log2 = score_options ? 1.0f : (float)((double)plan->scale * log2e);
+    p->score_in = softcap ? (float)((double)plan->scale / (double)d->softcap) : 0.0f;
+    p->score_out = (float)((softcap ? (double)d->softcap : (double)plan->scale) * log2e);
+    if (bias) {
+        fa_dim dims[4];
+        fa_desc_bias_dims(d, dims);
+        p->bias.offset = d->bias.offset;
+        p->bias.stride_batch = d->bias_batch == 1 ? 0 : dims[3].stride;
+        p->bias.stride_head = d->bias_heads == 1 ? 0 : dims[2].stride;
+        p->bias.stride_seq = dims[1].stride;
+    }
     int dropout = d->dropout_p > 0.0f;
     p->drop_scale = dropout ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
     int window = d->window_left >= 0 || d->window_right >= 0;
@@ -497,10 +520,11 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
      * (FA_GPU, kernels_cl/common.h). */
     int gpu = ctx->info.desc.type != FA_DEVICE_CPU &&
               (info->forward.variant == FA_VARIANT_SIMT_STREAM || info->backward.variant == FA_VARIANT_SIMT_STREAM);
-    snprintf(p->options, sizeof p->options, "-DHEAD_DIM=%d %s%s%s%s%s%s%s", d->head_dim,
+    snprintf(p->options, sizeof p->options, "-DHEAD_DIM=%d %s%s%s%s%s%s%s%s%s%s%s", d->head_dim,
              dtype_option(d->q.dtype), d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "",
              blocks ? " -DBLOCK_MASK" : "", dropout ? " -DDROPOUT" : "", varlen ? " -DVARLEN" : "",
-             gpu ? " -DFA_GPU" : "");
+             gpu ? " -DFA_GPU" : "", softcap ? " -DSOFTCAP" : "", alibi ? " -DALIBI" : "", bias ? " -DBIAS" : "",
+             bias && d->bias.dtype == FA_DTYPE_F32 && d->q.dtype != FA_DTYPE_F32 ? " -DBIAS_F32" : "");
 
     p->nv_options = device_has_extension(ctx, "cl_nv_compiler_options");
     st = create_buffer(p, 16, NULL, "a placeholder buffer", &p->dummy);
@@ -509,6 +533,8 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
         st = create_buffer(p, bytes, plan->cu_seqlens_q, "cu_seqlens_q", &p->cu_q);
         if (st == FA_SUCCESS) st = create_buffer(p, bytes, plan->cu_seqlens_k, "cu_seqlens_k", &p->cu_k);
     }
+    if (st == FA_SUCCESS && alibi)
+        st = create_buffer(p, (size_t)d->heads_q * sizeof(float), plan->alibi_slopes, "the ALiBi slopes", &p->slopes);
     if (st == FA_SUCCESS && blocks) {
         p->block_cols = fa_block_cols(d);
         st = create_buffer(p, d->block_mask_bytes, plan->block_mask, "the block mask", &p->block_mask);
@@ -576,6 +602,20 @@ static void mask_args(cl_args *a, const fa_cl_plan *p, const fa_plan_s *plan, cl
     arg_uint(a, (cl_uint)plan->drop_col0);
 }
 
+/* The score options' arguments (FA_SCORE_PARAMS in kernels_cl/common.h),
+ * last in the forward and backward kernels'; bias: the pass's buffer, NULL
+ * without one. */
+static void score_args(cl_args *a, const fa_cl_plan *p, void *bias) {
+    arg_mem(a, bias ? mem_of(bias) : p->dummy);
+    arg_long(a, p->bias.offset);
+    arg_long(a, p->bias.stride_batch);
+    arg_long(a, p->bias.stride_head);
+    arg_long(a, p->bias.stride_seq);
+    arg_mem(a, or_dummy(p, p->slopes));
+    arg_float(a, p->score_in);
+    arg_float(a, p->score_out);
+}
+
 static fa_status launch(fa_cl_plan *p, cl_kernel kernel, cl_uint dims, const size_t *global,
                         const size_t *local) {
     cl_event *ev = p->event_count < FA_CL_MAX_EVENTS ? &p->events[p->event_count] : NULL;
@@ -612,6 +652,7 @@ fa_status fa_cl_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const
     arg_int(&a, p->num_splits);
     arg_mem(&a, or_dummy(p, p->part_o));
     arg_mem(&a, or_dummy(p, p->part_l));
+    score_args(&a, p, args->bias);
     FA_CHECK(args_done(&a, "fa_forward"));
 
     const cl_pass_shape *s = &p->fwd_shape;
@@ -637,8 +678,8 @@ fa_status fa_cl_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const
     return launch(p, p->merge_kernel, 3, mglobal, NULL);
 }
 
-/* The backward kernels' shared arguments (FA_BWD_PARAMS in bwd.cl). */
-static void bwd_common_args(cl_args *a, const fa_cl_plan *p, const fa_plan_s *plan) {
+/* The backward kernels' shared arguments (FA_BWD_PARAMS in bwd_common.cl). */
+static void bwd_common_args(cl_args *a, const fa_cl_plan *p, const fa_plan_s *plan, void *bias) {
     const fa_attention_desc *d = &plan->desc;
     arg_layout(a, &p->q);
     arg_layout(a, &p->k);
@@ -652,6 +693,7 @@ static void bwd_common_args(cl_args *a, const fa_cl_plan *p, const fa_plan_s *pl
     arg_float(a, p->scale_log2);
     arg_float(a, plan->scale);
     mask_args(a, p, plan, p->bwd_tiles, p->bwd_tile_cols);
+    score_args(a, p, bias);
 }
 
 fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args) {
@@ -688,7 +730,7 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     arg_mem(&kv, p->dvec);
     arg_mem(&kv, mem_of(args->dk));
     arg_mem(&kv, mem_of(args->dv));
-    bwd_common_args(&kv, p, plan);
+    bwd_common_args(&kv, p, plan, args->bias);
     if (s->stream || s->mma) arg_mem(&kv, or_dummy(p, p->dq_acc));
     FA_CHECK(args_done(&kv, "fa_bwd_dkdv"));
     size_t ktiles = (size_t)fa_tile_count(d->seqlen_k, s->bc);
@@ -719,7 +761,7 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     arg_mem(&q, mem_of(args->dout));
     arg_mem(&q, p->dvec);
     arg_mem(&q, mem_of(args->dq));
-    bwd_common_args(&q, p, plan);
+    bwd_common_args(&q, p, plan, args->bias);
     FA_CHECK(args_done(&q, "fa_bwd_dq"));
     size_t qtiles = (size_t)fa_tile_count(d->seqlen_q, s->br);
     size_t q_global[3] = {qtiles * (size_t)p->dq_wg, (size_t)d->heads_q, (size_t)d->batch};

@@ -17,10 +17,13 @@ _OPTIONS_DOC = """
     [ceil(seqlen_q / block_q), ceil(seqlen_k / block_k)], 0 masks a block)
     with block_size=(block_q, block_k), algorithm ("fused", or "standard":
     S and P in memory), allow_tf32 (fp32 inputs may use TF32 units),
-    softcap and alibi_slopes (one fp32 slope per query head) as in
-    FlashAttention: checked, then refused (FA_ERR_UNSUPPORTED) by every
-    backend for now; the CPU reference's fp64 core computes them.
-    Failures of the library raise FlashAttnError (status and message)."""
+    softcap and alibi_slopes (one fp32 slope per query head, host memory)
+    as in FlashAttention, and attn_bias, an additive bias [batch or 1,
+    heads_q or 1, seqlen_q, seqlen_k] (leading dimensions of 1 may be left
+    out; fp32 or the inputs' dtype; not with varlen; it gets no gradient):
+    the reference and OpenCL backends compute them, the others refuse them
+    (FA_ERR_UNSUPPORTED). Failures of the library raise FlashAttnError
+    (status and message)."""
 
 
 def _is_torch(*xs):

@@ -23,7 +23,7 @@ class Options:
     def __init__(self, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                  deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                  max_seqlen_k=None, dropout_seed=None, dropout_offset=0, block_mask=None, block_size=None,
-                 algorithm="fused", allow_tf32=False, softcap=0.0, alibi_slopes=None):
+                 algorithm="fused", allow_tf32=False, softcap=0.0, alibi_slopes=None, attn_bias=None):
         if algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, not {algorithm!r}")
         if len(window_size) != 2:
@@ -60,6 +60,11 @@ class Options:
             self.alibi_slopes = np.ascontiguousarray(_views.as_numpy(alibi_slopes, "alibi_slopes"), dtype=np.float32)
             if self.alibi_slopes.ndim != 1:
                 raise ValueError("alibi_slopes must be 1-D (one slope per query head)")
+        # The additive bias: its layout is part of the problem (the plan's
+        # descriptor), its data an input of each pass, like q.
+        if attn_bias is not None and getattr(attn_bias, "requires_grad", False):
+            raise ValueError("attn_bias gets no gradient from the library: pass attn_bias.detach()")
+        self.attn_bias = attn_bias
 
 
 def _int32_host(x, name):
@@ -78,6 +83,17 @@ class NumpyAdapter:
 
     def view(self, x, name, packed=False):
         return _views.from_numpy(_views.as_numpy(x, name), name, packed)
+
+    def bias_view(self, x):
+        a = _views.as_numpy(x, "attn_bias")
+        if not 2 <= a.ndim <= 4:
+            raise ValueError(f"attn_bias must have 2 to 4 dimensions [batch, heads, seqlen_q, seqlen_k] (leading "
+                             f"ones may be left out), has shape {a.shape}")
+        a = a[(np.newaxis,) * (4 - a.ndim)]
+        if any(st < 0 for st in a.strides) or a.strides[-1] % a.itemsize or (
+                a.shape[-1] > 1 and a.strides[-1] != a.itemsize) or (a.shape[2] > 1 and a.strides[2] == 0):
+            a = np.ascontiguousarray(a)  # the key index contiguous, rows apart
+        return _views.numpy_view(a)
 
     def empty(self, shape, like, like_strides=None):
         dtype = np.float32 if like is None else like.obj.dtype
@@ -125,17 +141,41 @@ def _tensor_desc(td, view):
     td.stride_batch, td.stride_seq, td.stride_head = view.desc_strides()
 
 
-def describe(dims, q, k, v, o, opts):
+def _bias_desc(desc, view):
+    """The bias fields of desc from a 4-D view [batch or 1, heads or 1,
+    seqlen_q, seqlen_k] (a dimension of stride 0 broadcasts too)."""
+    nb, nh, rows, cols = view.shape
+    if (rows, cols) != (desc.seqlen_q, desc.seqlen_k):
+        raise ValueError(f"attn_bias must be [batch or 1, heads_q or 1, seqlen_q, seqlen_k] with seqlen_q, seqlen_k "
+                         f"= {desc.seqlen_q}, {desc.seqlen_k}; has shape {view.shape}")
+    sb, sh, ss, _ = view.strides
+    desc.bias_batch = 1 if nb == 1 or sb == 0 else nb
+    desc.bias_heads = 1 if nh == 1 or sh == 0 else nh
+    if desc.bias_batch not in (1, desc.batch) or desc.bias_heads not in (1, desc.heads_q):
+        raise ValueError(f"attn_bias of shape {view.shape}: its batch must be 1 or {desc.batch}, its heads 1 or "
+                         f"heads_q = {desc.heads_q}")
+    desc.bias.dtype = view.dtype
+    desc.bias.offset = 0
+    # Strides in elements; 0 (packed) where a dimension has one index.
+    desc.bias.stride_batch = sb if desc.bias_batch > 1 else 0
+    desc.bias.stride_head = sh if desc.bias_heads > 1 else 0
+    desc.bias.stride_seq = ss if rows > 1 else 0
+
+
+def describe(dims, q, k, v, o, opts, bias=None):
     """(desc, key, make_desc) of a problem of dims (batch, seqlen_q,
     seqlen_k, heads_q, heads_kv, head_dim) over views laid out as q, k, v, o
-    with opts: the key holds everything of the problem (the dropout seed and
-    offset aside), make_desc() gives the descriptor with its host arrays,
-    which must stay alive until the plan is created (it copies them)."""
+    (and the additive bias as the view bias, None without) with opts: the
+    key holds everything of the problem (the dropout seed and offset
+    aside), make_desc() gives the descriptor with its host arrays, which
+    must stay alive until the plan is created (it copies them)."""
     desc = _lib.AttentionDesc()
     lib.fa_attention_desc_init(ctypes.byref(desc))
     (desc.batch, desc.seqlen_q, desc.seqlen_k, desc.heads_q, desc.heads_kv, desc.head_dim) = dims
     for field, view in (("q", q), ("k", k), ("v", v), ("o", o)):
         _tensor_desc(getattr(desc, field), view)
+    if bias is not None:
+        _bias_desc(desc, bias)
     desc.softmax_scale = opts.softmax_scale
     desc.causal = int(opts.causal)
     desc.window_left, desc.window_right = opts.window
@@ -173,21 +213,31 @@ class Runner:
     """How the passes run: here one device's plan (fa_plan_create,
     fa_forward, fa_backward); flashattn._ring's runs a ring over ranks."""
 
-    def plan(self, ctx, q, k, v, o, opts):
-        """The context's plan for this problem and layout, seeded for this
-        call (call under ctx.lock, which keeps the seed until the pass is
-        queued)."""
-        _, key, make_desc = describe(_problem(q, k, v, opts), q, k, v, o, opts)
+    def plan(self, ctx, q, k, v, o, opts, bias=None):
+        """The context's plan for this problem and layout (bias: the view of
+        the additive bias, None without), seeded for this call (call under
+        ctx.lock, which keeps the seed until the pass is queued)."""
+        _, key, make_desc = describe(_problem(q, k, v, opts), q, k, v, o, opts, bias)
         plan = ctx.plan(key, make_desc)
         if opts.dropout_p > 0:
             call("fa_plan_set_dropout_seed", plan, opts.dropout_seed, opts.dropout_offset)
         return plan
 
-    def forward(self, plan, *buffers):
-        call("fa_forward", plan, *buffers)
+    def forward(self, plan, *buffers, bias=None):
+        if bias is None:
+            call("fa_forward", plan, *buffers)
+        else:
+            names = ("q", "k", "v", "o", "lse")
+            args = _lib.PassArgs(bias=bias.value, **{n: b.value for n, b in zip(names, buffers)})
+            call("fa_forward_ex", plan, ctypes.byref(args))
 
-    def backward(self, plan, *buffers):
-        call("fa_backward", plan, *buffers)
+    def backward(self, plan, *buffers, bias=None):
+        if bias is None:
+            call("fa_backward", plan, *buffers)
+        else:
+            names = ("q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv")
+            args = _lib.PassArgs(bias=bias.value, **{n: b.value for n, b in zip(names, buffers)})
+            call("fa_backward_ex", plan, ctypes.byref(args))
 
 
 LOCAL = Runner()
@@ -246,12 +296,13 @@ def forward(adapter, ctx, q, k, v, opts, runner=LOCAL):
     arrays."""
     o_obj, o = adapter.empty(q.shape, q)
     lse_obj, lse = adapter.empty(_lse_shape(q, opts), None)
+    bias = None if opts.attn_bias is None else adapter.bias_view(opts.attn_bias)
     with ctx.lock:
-        plan = runner.plan(ctx, q, k, v, o, opts)
+        plan = runner.plan(ctx, q, k, v, o, opts, bias)
         adapter.before(ctx)
         with _Buffers(ctx) as b:
             handles = [b.bind(q), b.bind(k), b.bind(v), b.bind(o, True), b.bind(lse, True)]
-            runner.forward(plan, *handles)
+            runner.forward(plan, *handles, bias=None if bias is None else b.bind(bias))
             b.finish()
             adapter.after(ctx)
     return o_obj, lse_obj
@@ -265,13 +316,14 @@ def backward(adapter, ctx, dout, q, k, v, o, lse, opts, runner=LOCAL):
     dq_obj, dq = adapter.empty(q.shape, q, q.strides)
     dk_obj, dk = adapter.empty(k.shape, k, k.strides)
     dv_obj, dv = adapter.empty(v.shape, v, v.strides)
+    bias = None if opts.attn_bias is None else adapter.bias_view(opts.attn_bias)
     with ctx.lock:
-        plan = runner.plan(ctx, q, k, v, o, opts)
+        plan = runner.plan(ctx, q, k, v, o, opts, bias)
         adapter.before(ctx)
         with _Buffers(ctx) as b:
             handles = [b.bind(q), b.bind(k), b.bind(v), b.bind(o), b.bind(lse), b.bind(dout),
                        b.bind(dq, True), b.bind(dk, True), b.bind(dv, True)]
-            runner.backward(plan, *handles)
+            runner.backward(plan, *handles, bias=None if bias is None else b.bind(bias))
             b.finish()
             adapter.after(ctx)
     return dq_obj, dk_obj, dv_obj

@@ -106,6 +106,11 @@ class DeviceInfo(ctypes.Structure):
 _P = ctypes.c_void_p
 _STATUS = ctypes.c_int
 
+
+class PassArgs(ctypes.Structure):
+    """fa_pass_args: the buffers of one pass (fa_forward_ex, fa_backward_ex)."""
+    _fields_ = [(name, _P) for name in ("q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv", "bias")]
+
 # fa_transport: the callbacks a transport gives the library (ctypes
 # function types; an instance must outlive every fa_comm made from it).
 TRANSPORT_START = ctypes.CFUNCTYPE(_STATUS, _P, _P, _P, ctypes.c_size_t, ctypes.c_int, _P, ctypes.c_size_t,
@@ -152,6 +157,8 @@ _PROTOTYPES = {
     "fa_forward": (_STATUS, [_P] * 6),
     "fa_backward": (_STATUS, [_P] * 10),
     "fa_forward_kvcache": (_STATUS, [_P, ctypes.POINTER(KvcacheArgs)]),
+    "fa_forward_ex": (_STATUS, [_P, ctypes.POINTER(PassArgs)]),
+    "fa_backward_ex": (_STATUS, [_P, ctypes.POINTER(PassArgs)]),
     "fa_cp_part": (_STATUS, [ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
                    + [ctypes.POINTER(ctypes.c_int64)] * 3),
     "fa_cp_scatter": (_STATUS, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,

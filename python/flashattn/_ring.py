@@ -449,18 +449,20 @@ class RingRunner(_attention.Runner):
     def __init__(self, comm, layout):
         self.comm, self.layout = comm, layout
 
-    def plan(self, ctx, q, k, v, o, opts):
+    def plan(self, ctx, q, k, v, o, opts, bias=None):
         if opts.varlen:
             raise ValueError("ring attention takes fixed-length batches [batch, seqlen, heads, head_dim]")
+        if bias is not None:
+            raise ValueError("ring attention takes no attn_bias (the library's ring refuses the score options)")
         batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim = _attention._problem(q, k, v, opts)
         dims = (batch, seqlen_q * self.comm.world, seqlen_k * self.comm.world, heads_q, heads_kv, head_dim)
         _, key, make_desc = _attention.describe(dims, q, k, v, o, opts)
         return self.comm.plan(ctx, key, make_desc, self.layout)
 
-    def forward(self, plan, *buffers):
+    def forward(self, plan, *buffers, bias=None):
         self.comm.call("fa_dist_forward", plan, *buffers)
 
-    def backward(self, plan, *buffers):
+    def backward(self, plan, *buffers, bias=None):
         self.comm.call("fa_dist_backward", plan, *buffers)
 
 

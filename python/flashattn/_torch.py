@@ -57,6 +57,21 @@ class TorchAdapter:
             v = _view(t.detach().clone(memory_format=torch.contiguous_format))
         return v
 
+    def bias_view(self, t):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"attn_bias must be a torch.Tensor like the other inputs, not {type(t).__name__}")
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"attn_bias: dtype {t.dtype} is not supported: float32, or the inputs' dtype")
+        if t.device != self.device:
+            raise ValueError(f"attn_bias is on {t.device}, the other tensors on {self.device}")
+        if not 2 <= t.dim() <= 4:
+            raise ValueError(f"attn_bias must have 2 to 4 dimensions [batch, heads, seqlen_q, seqlen_k] (leading "
+                             f"ones may be left out), has shape {tuple(t.shape)}")
+        t = t.detach()[(None,) * (4 - t.dim())]
+        if (t.shape[-1] > 1 and t.stride(-1) != 1) or (t.shape[2] > 1 and t.stride(2) == 0):
+            t = t.contiguous()  # the key index contiguous, rows apart
+        return _view(t)
+
     def empty(self, shape, like, like_strides=None):
         dtype = torch.float32 if like is None else like.obj.dtype
         if like_strides is None:

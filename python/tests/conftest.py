@@ -51,10 +51,13 @@ def visible(seqlen_q, seqlen_k, causal, window):
     return keep
 
 
-def attention_fp64(q, k, v, dout=None, causal=False, window=(-1, -1), scale=None):
+def attention_fp64(q, k, v, dout=None, causal=False, window=(-1, -1), scale=None, softcap=0.0, alibi_slopes=None,
+                   bias=None):
     """One sequence in fp64: q [sq, hq, d], k, v [sk, hk, d]. Returns (o,
     lse [hq, sq]) and, with dout, (dq, dk, dv) too. A row with every key
-    masked gives o = 0 and lse = -inf."""
+    masked gives o = 0 and lse = -inf. The score options as the header
+    orders them: softcap, then bias ([hq, sq, sk], broadcastable), then
+    ALiBi (alibi_slopes [hq], bottom-right aligned)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     sq, hq, d = q.shape
     sk, hk, _ = k.shape
@@ -62,6 +65,15 @@ def attention_fp64(q, k, v, dout=None, causal=False, window=(-1, -1), scale=None
     group = hq // hk
     kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # [sk, hq, d]
     s = np.einsum("qhd,khd->hqk", q, kk) * scale
+    cap_grad = 1.0
+    if softcap > 0:
+        t = np.tanh(s / softcap)
+        s, cap_grad = softcap * t, 1.0 - t * t
+    if bias is not None:
+        s = s + np.asarray(bias, np.float64)
+    if alibi_slopes is not None:
+        dist = np.abs(np.arange(sq)[:, None] + sk - sq - np.arange(sk)[None, :])
+        s = s - np.asarray(alibi_slopes, np.float64)[:, None, None] * dist[None]
     keep = visible(sq, sk, causal, window)[None]
     s = np.where(keep, s, -np.inf)
     m = np.max(s, axis=-1, keepdims=True)
@@ -77,7 +89,7 @@ def attention_fp64(q, k, v, dout=None, causal=False, window=(-1, -1), scale=None
     do = np.asarray(dout, np.float64)
     dp = np.einsum("qhd,khd->hqk", do, vv)
     delta = np.einsum("qhd,qhd->hq", do, o)[..., None]
-    ds = p * (dp - delta)
+    ds = p * (dp - delta) * cap_grad
     dq = np.einsum("hqk,khd->qhd", ds, kk) * scale
     dkk = np.einsum("hqk,qhd->khd", ds, q) * scale
     dvv = np.einsum("hqk,qhd->khd", p, do)
@@ -86,10 +98,13 @@ def attention_fp64(q, k, v, dout=None, causal=False, window=(-1, -1), scale=None
     return o, lse, dq, dk, dv
 
 
-def batched_fp64(q, k, v, dout=None, **kw):
+def batched_fp64(q, k, v, dout=None, bias=None, **kw):
     """attention_fp64 over a [batch, seq, heads, dim] batch: lse as
-    [batch, heads, seq]."""
-    parts = [attention_fp64(q[b], k[b], v[b], None if dout is None else dout[b], **kw) for b in range(q.shape[0])]
+    [batch, heads, seq]; bias [batch or 1, heads or 1, seq_q, seq_k]."""
+    def bias_of(b):
+        return None if bias is None else bias[b if bias.shape[0] > 1 else 0]
+    parts = [attention_fp64(q[b], k[b], v[b], None if dout is None else dout[b], bias=bias_of(b), **kw)
+             for b in range(q.shape[0])]
     return tuple(np.stack(x) for x in zip(*parts))
 
 

@@ -181,26 +181,70 @@ def test_library_errors_carry_status_and_message(rng):
     assert e.value.status == flashattn.Status.FA_ERR_DEVICE_NOT_FOUND
 
 
-def test_score_options_on_the_reference(rng):
-    # softcap and alibi_slopes (flash_attn_func's names) reach the
-    # descriptor; the reference backend computes them: softcap bends the
-    # scaled logit, ALiBi subtracts slope * |i + sk - sq - j|.
-    b, sq, sk, h, d = 1, 12, 20, 2, 32
-    q, k, v = random(rng, (b, sq, h, d)), random(rng, (b, sk, h, d)), random(rng, (b, sk, h, d))
-    slopes = np.array([0.5, 0.25], dtype=np.float32)
-    out = flashattn.flash_attn_func(q, k, v, softcap=2.0, alibi_slopes=slopes, backend="reference")
-    i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
-    for hh in range(h):
-        s = q[0, :, hh].astype(np.float64) @ k[0, :, hh].astype(np.float64).T / np.sqrt(d)
-        s = 2.0 * np.tanh(s / 2.0) - float(slopes[hh]) * np.abs(i + sk - sq - j)
-        p = np.exp(s - s.max(axis=1, keepdims=True))
-        want = (p / p.sum(axis=1, keepdims=True)) @ v[0, :, hh].astype(np.float64)
-        assert rel_error(out[0, :, hh], want) < 1e-5
+SCORE_OPTIONS = {  # name: (flash_attn_func's keywords, which bias: None, "broadcast", "strided", "2d")
+    "softcap": ({"softcap": 2.0, "softmax_scale": 0.4}, None),
+    "alibi": ({"alibi_slopes": np.array([0.5, 0.25, 0.125, 0.0625], np.float32)}, None),
+    "bias_broadcast": ({}, "broadcast"),
+    "bias_strided": ({}, "strided"),
+    "all_three_2d_bias": ({"softcap": 3.0, "alibi_slopes": np.array([0.5, 0.25, 0.75, 0.1], np.float32)}, "2d"),
+}
+
+
+@pytest.mark.parametrize("name", list(SCORE_OPTIONS))
+def test_score_options(backend, rng, name):
+    """softcap, ALiBi and the additive bias (attn_bias: broadcast over the
+    batch; per batch and head, a strided slice of a larger array; 2-D,
+    broadcast over both), forward and backward against NumPy fp64, causal
+    and with GQA."""
+    kw, bias_kind = SCORE_OPTIONS[name]
+    b, sq, sk, hq, hk, d = 2, 40, 56, 4, 2, 32
+    q, k, v = random(rng, (b, sq, hq, d)), random(rng, (b, sk, hk, d)), random(rng, (b, sk, hk, d))
+    dout = random(rng, q.shape)
+    bias = None
+    if bias_kind == "broadcast":
+        bias = random(rng, (1, hq, sq, sk))
+    elif bias_kind == "strided":
+        bias = random(rng, (b, hq, sq + 3, sk + 8))[:, :, 2:2 + sq, 5:5 + sk]
+    elif bias_kind == "2d":
+        bias = random(rng, (sq, sk))
+    if bias is not None:
+        kw = dict(kw, attn_bias=bias)
+    out, lse = flashattn.flash_attn_func(q, k, v, causal=True, return_softmax_lse=True, backend=backend, **kw)
+    ref_kw = {"scale": kw.get("softmax_scale"), "softcap": kw.get("softcap", 0.0),
+              "alibi_slopes": kw.get("alibi_slopes"), "bias": None if bias is None else bias.reshape(
+                  (1,) * (4 - bias.ndim) + bias.shape)}
+    o_ref, lse_ref, dq_ref, dk_ref, dv_ref = batched_fp64(q, k, v, dout, causal=True, **ref_kw)
+    assert rel_error(out, o_ref) < 1e-5
+    assert np.max(np.abs(lse - lse_ref)) < 1e-4
+    dq, dk, dv = flashattn.flash_attn_backward(dout, q, k, v, out, lse, causal=True, backend=backend, **kw)
+    for got, want in ((dq, dq_ref), (dk, dk_ref), (dv, dv_ref)):
+        assert rel_error(got, want) < 1e-4
+
+
+def test_score_option_errors(rng):
+    q = random(rng, (1, 16, 2, 32))
+    # Unfused attention has no score options, on any backend.
+    with pytest.raises(flashattn.FlashAttnError) as e:
+        flashattn.flash_attn_func(q, q, q, backend="reference", algorithm="standard", softcap=30.0)
+    assert e.value.status == flashattn.Status.FA_ERR_UNSUPPORTED
+    assert "softcap" in e.value.message and e.value.function == "fa_plan_create"
     with pytest.raises(flashattn.FlashAttnError) as e:
         flashattn.flash_attn_func(q, q, q, backend="reference", softcap=-1.0)
     assert e.value.status == flashattn.Status.FA_ERR_INVALID_ARGUMENT and "softcap" in e.value.message
     with pytest.raises(ValueError, match="heads_q"):
         flashattn.flash_attn_func(q, q, q, backend="reference", alibi_slopes=np.ones(3, dtype=np.float32))
+    with pytest.raises(ValueError, match="seqlen_q, seqlen_k"):
+        flashattn.flash_attn_func(q, q, q, backend="reference", attn_bias=random(rng, (16, 15)))
+    with pytest.raises(ValueError, match="heads"):
+        flashattn.flash_attn_func(q, q, q, backend="reference", attn_bias=random(rng, (1, 3, 16, 16)))
+    with pytest.raises(flashattn.FlashAttnError) as e:  # fp32 or the inputs' dtype
+        flashattn.flash_attn_func(q, q, q, backend="reference", attn_bias=random(rng, (16, 16), np.float16))
+    assert e.value.status == flashattn.Status.FA_ERR_DTYPE_MISMATCH and "bias" in e.value.message
+    cu = np.array([0, 16], np.int32)
+    with pytest.raises(flashattn.FlashAttnError) as e:  # no bias with variable-length batches
+        flashattn.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, backend="reference",
+                                         attn_bias=random(rng, (16, 16)))
+    assert e.value.status == flashattn.Status.FA_ERR_INVALID_ARGUMENT and "bias" in e.value.message
 
 
 def test_python_side_argument_errors(rng):

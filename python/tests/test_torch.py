@@ -32,6 +32,27 @@ def test_cpu_tensors(backend):
     _check(q, k, v, dout, 1e-4, backend=backend)
 
 
+def test_cpu_score_options(backend):
+    """softcap, ALiBi and attn_bias (expanded over the batch: stride 0)
+    through autograd; a bias that asks for a gradient is refused, as the
+    library gives it none."""
+    q, k, v, dout = _inputs("cpu", torch.float32, (2, 40, 4, 32), (2, 56, 2, 32))
+    g = torch.Generator().manual_seed(9)
+    bias = torch.randn(1, 4, 40, 56, generator=g).expand(2, 4, 40, 56)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+    kw = dict(causal=True, softcap=2.0, alibi_slopes=slopes, attn_bias=bias, backend=backend)
+    out = flashattn.flash_attn_func(q, k, v, **kw)
+    out.backward(dout)
+    as64 = lambda t: t.detach().double().cpu().numpy()
+    o_ref, _, dq, dk, dv = batched_fp64(as64(q), as64(k), as64(v), as64(dout), causal=True, softcap=2.0,
+                                        alibi_slopes=slopes.numpy(), bias=as64(bias[:1]))
+    assert rel_error(as64(out), o_ref) < 1e-4
+    for t, want in ((q, dq), (k, dk), (v, dv)):
+        assert rel_error(as64(t.grad), want) < 1e-4
+    with pytest.raises(ValueError, match="detach"):
+        flashattn.flash_attn_func(q, k, v, attn_bias=bias.clone().requires_grad_(), backend=backend)
+
+
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-4), ("float16", 5e-3), ("bfloat16", 3e-2)])
 def test_cuda_tensors_in_place(dtype, tol):
     if not torch.cuda.is_available():

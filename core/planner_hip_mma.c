@@ -36,12 +36,18 @@
  * gfx1100 the forward spilled at 48 (head_dim 32, every option), 56
  * (head_dim 64 with Q_LOCAL) and 64 (head_dim 32), so WMMA plans stop at
  * head_dim 32 forward with Q_LOCAL until a compiler gives gfx11 kernels
- * all 256 VGPRs. */
+ * all 256 VGPRs. NVIDIA's backward has a second budget for problems
+ * without the options that keep state of their own (fa_hip_mma_lean), in
+ * words that count a score one and a half times: 240, where 64 x 128 at
+ * head_dim 128 (232 words, 251-255 registers) and 32 x 128 in two strips
+ * at head_dim 64 (240, 249-252) compiled without spilling, causal or not,
+ * while two strips of 64 x 128 at head_dim 32 (272) spilled 80 bytes
+ * (NVRTC 13.0, 2026-11-27). */
 static const fa_hip_mma_layer_info layers[FA_HIP_MMA_LAYER_COUNT] = {
-    [FA_HIP_MMA_NVIDIA] = {"nvidia", "kernels_hip/mma_nvidia.h", NULL, 16, 8, 16, 32, 0, 8, 4, 4, 2, 200, 160, 1},
-    [FA_HIP_MMA_MFMA32] = {"mfma32", "kernels_hip/mma_cdna.h", "-DFA_MFMA32", 32, 32, 8, 64, 1, 4, 4, 16, 1, 256, 256, 0},
-    [FA_HIP_MMA_MFMA16] = {"mfma16", "kernels_hip/mma_cdna.h", "-DFA_MFMA16", 16, 16, 16, 64, 1, 4, 4, 4, 1, 256, 256, 0},
-    [FA_HIP_MMA_WMMA] = {"wmma", "kernels_hip/mma_rdna3.h", NULL, 16, 16, 16, 32, 1, 16, 16, 8, 1, 40, 40, 0},
+    [FA_HIP_MMA_NVIDIA] = {"nvidia", "kernels_hip/mma_nvidia.h", NULL, 16, 8, 16, 32, 0, 8, 4, 4, 2, 200, 160, 240, 1},
+    [FA_HIP_MMA_MFMA32] = {"mfma32", "kernels_hip/mma_cdna.h", "-DFA_MFMA32", 32, 32, 8, 64, 1, 4, 4, 16, 1, 256, 256, 0, 0},
+    [FA_HIP_MMA_MFMA16] = {"mfma16", "kernels_hip/mma_cdna.h", "-DFA_MFMA16", 16, 16, 16, 64, 1, 4, 4, 4, 1, 256, 256, 0, 0},
+    [FA_HIP_MMA_WMMA] = {"wmma", "kernels_hip/mma_rdna3.h", NULL, 16, 16, 16, 32, 1, 16, 16, 8, 1, 40, 40, 0, 0},
 };
 
 static const int strip_counts[] = {1, 2};
@@ -80,6 +86,11 @@ int fa_hip_mma_layers(const fa_device_desc *dev, fa_dtype dtype, fa_hip_mma_laye
     for (int i = 0; i < n; i++)
         if (layers[out[i]].lanes == dev->simd_width) out[kept++] = out[i];
     return kept;
+}
+
+int fa_hip_mma_lean(const fa_attention_desc *desc) {
+    return desc && desc->dropout_p == 0.0f && desc->window_left < 0 && desc->window_right < 0 && !desc->block_mask &&
+           !desc->cu_seqlens_q && desc->softcap == 0.0f && !desc->alibi_slopes && desc->bias_batch == 0;
 }
 
 int fa_hip_mma_applies(const fa_device_desc *dev, const fa_attention_desc *desc) {
@@ -132,7 +143,10 @@ static int shape_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa
         if (br % L->m || d % L->n || br % own) return 0;
         dq_warps = br / own;
         if (dq_warps * L->lanes > dev->max_work_group_size) return 0;
-        if (strips * (2 * acc + 2 * scores + own_op_elems(L)) > L->bwd_budget) return 0;
+        if (strips * (2 * acc + 2 * scores + own_op_elems(L)) > L->bwd_budget &&
+            !(L->bwd_budget_lean && fa_hip_mma_lean(desc) &&
+              strips * (2 * acc + 3 * scores + own_op_elems(L)) <= L->bwd_budget_lean))
+            return 0;
         if (desc->deterministic && acc + 3 * (bc / other) * L->c_elems > L->bwd_budget) return 0;
     }
     if (g) {

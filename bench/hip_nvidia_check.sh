@@ -91,8 +91,8 @@ if [ "$what" = sweep ]; then
   for dim in 64 128; do
     stamp "HIP backward tiles at head_dim $dim beside the planner's"
     list_var=FA_SWEEP_D$dim
-    default_tiles=32x128/8x4/2,32x128/8x4/1,64x64/16x2/2,16x128/4x4/2
-    [ "$dim" = 128 ] && default_tiles=16x128/4x2/2,32x128/8x2/2,64x64/16x2/2,64x64/16x2/1,32x64/8x2/2
+    default_tiles=64x128/16x2/2,32x128/8x4/1,64x64/16x2/2,16x128/4x4/2
+    [ "$dim" = 128 ] && default_tiles=16x128/4x2/2,32x128/8x2/2,64x64/16x2/2,64x64/16x2/1
     FLASHATTN_HIP_LIBRARY=$mapping "$build"/fa-mma-compare --dims "$dim" --bwd-only 1 \
       --seqlens "${FA_SWEEP_SEQLENS:-4096,16384}" --hip-bwd "${!list_var:-$default_tiles}" \
       --json "$out/mma-sweep.jsonl" --label "$commit" 2>&1 | tee -a "$out/mma-sweep.txt"

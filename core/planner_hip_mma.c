@@ -44,10 +44,10 @@
  * while two strips of 64 x 128 at head_dim 32 (272) spilled 80 bytes
  * (NVRTC 13.0, 2026-11-27). */
 static const fa_hip_mma_layer_info layers[FA_HIP_MMA_LAYER_COUNT] = {
-    [FA_HIP_MMA_NVIDIA] = {"nvidia", "kernels_hip/mma_nvidia.h", NULL, 16, 8, 16, 32, 0, 8, 4, 4, 2, 200, 160, 240, 1},
-    [FA_HIP_MMA_MFMA32] = {"mfma32", "kernels_hip/mma_cdna.h", "-DFA_MFMA32", 32, 32, 8, 64, 1, 4, 4, 16, 1, 256, 256, 0, 0},
-    [FA_HIP_MMA_MFMA16] = {"mfma16", "kernels_hip/mma_cdna.h", "-DFA_MFMA16", 16, 16, 16, 64, 1, 4, 4, 4, 1, 256, 256, 0, 0},
-    [FA_HIP_MMA_WMMA] = {"wmma", "kernels_hip/mma_rdna3.h", NULL, 16, 16, 16, 32, 1, 16, 16, 8, 1, 40, 40, 0, 0},
+    [FA_HIP_MMA_NVIDIA] = {"nvidia", "kernels_hip/mma_nvidia.h", NULL, 16, 8, 16, 32, 0, 8, 4, 4, 2, 200, 160, 240, 4, 1},
+    [FA_HIP_MMA_MFMA32] = {"mfma32", "kernels_hip/mma_cdna.h", "-DFA_MFMA32", 32, 32, 8, 64, 1, 4, 4, 16, 1, 256, 256, 0, 0, 0},
+    [FA_HIP_MMA_MFMA16] = {"mfma16", "kernels_hip/mma_cdna.h", "-DFA_MFMA16", 16, 16, 16, 64, 1, 4, 4, 4, 1, 256, 256, 0, 0, 0},
+    [FA_HIP_MMA_WMMA] = {"wmma", "kernels_hip/mma_rdna3.h", NULL, 16, 16, 16, 32, 1, 16, 16, 8, 1, 40, 40, 0, 0, 0},
 };
 
 static const int strip_counts[] = {1, 2};
@@ -204,6 +204,20 @@ int fa_hip_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc,
         for (size_t s = 0; s < FA_ARRAY_SIZE(strip_counts); s++)
             if (strips_ok(dev, desc, pass, list[i], br, bc, strip_counts[s], NULL)) return 1;
     return 0;
+}
+
+/* NVIDIA at head_dim 64 and below: four wavefronts of two strips read a
+ * quarter fewer operand bytes per product through shared memory than
+ * eight of one (the K and V operands of a k-step serve twice the
+ * queries' products) and leave room for two work-groups a
+ * multiprocessor; CUDA's mma.sync backward plans four warps there for the
+ * same reason (planner.c). */
+int fa_hip_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                         int tr, int tc) {
+    fa_hip_mma_geometry g;
+    if (pass != FA_PASS_BACKWARD || !fa_hip_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, &g)) return 1;
+    const int limit = layers[g.layer].bwd_small_dim_warps;
+    return !limit || desc->head_dim > 64 || g.warps <= limit;
 }
 
 /* 16-bit elements a row of a head_dim-wide tile takes (one 16-byte chunk

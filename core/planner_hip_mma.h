@@ -41,6 +41,9 @@ typedef struct fa_hip_mma_layer_info {
      * dS as operands while some of them still live); 0: none. A tile runs
      * where either budget holds it. */
     int bwd_budget_lean;
+    /* The most wavefronts of the dK/dV kernel the planner prefers at
+     * head_dim 64 and below (0: no preference; fa_hip_mma_preferred). */
+    int bwd_small_dim_warps;
     /* 1: a forward tile runs with two strips a wavefront wherever they fit
      * (every K and V operand the wavefront loads then serves two products:
      * mma.sync's operands come through shared memory, whose bandwidth the
@@ -82,6 +85,12 @@ int fa_hip_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *d
                            int tr, int tc, fa_hip_mma_geometry *g);
 /* Whether some micro-tile runs a br x bc tile. */
 int fa_hip_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc);
+/* Whether the planner takes a micro-tile that the kernels can run (a
+ * preference the IO model cannot express): at head_dim 64 and below, a
+ * layer's backward in at most its bwd_small_dim_warps wavefronts. 1 for
+ * every tile without a geometry. */
+int fa_hip_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                         int tr, int tc);
 /* Local memory (bytes) the pass's largest kernel takes for a kernel plan
  * (tile, micro-tile and, backward, stages: query tiles in flight, 1 or 2):
  * the forward kernel, or the dK/dV kernel; 0 when the plan has no

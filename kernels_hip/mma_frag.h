@@ -45,6 +45,10 @@
  *   fa_load_b_nk(&b, t, ld, n0, k0, lane) B[k][n] = t[(n0 + n) ld + k0 + k]
  *   fa_load_b_kn(&b, t, ld, k0, n0, lane) B[k][n] = t[(k0 + k) ld + n0 + n]
  *   fa_mma(&c, &a, &b)                    c += a b, fp32 accumulation
+ * and, where a layer loads two B fragments in one instruction
+ * (FA_NATIVE_B2), fa_load_b_nk2 and fa_load_b_kn2: b[0] at n0, b[1] at
+ * n0 + FA_N (FA_B_LOAD, below). Asynchronous copies: fa_copy16 (16 bytes),
+ * fa_copy4 (4 bytes), fa_copy_commit, fa_copy_wait.
  *
  * The index macros of every layer are plain C (FA_HOST_MODEL selects them
  * alone): tests/test_mma_layouts.c feeds them through a model of each

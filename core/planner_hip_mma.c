@@ -15,6 +15,7 @@
  * shapes: tc = bc / 2 for 32x32x8, bc / 4 for 16x16x16). */
 #include "planner_hip_mma.h"
 
+#include "desc.h"
 #include "fa_internal.h"
 
 #include <string.h>
@@ -90,7 +91,7 @@ int fa_hip_mma_layers(const fa_device_desc *dev, fa_dtype dtype, fa_hip_mma_laye
 
 int fa_hip_mma_lean(const fa_attention_desc *desc) {
     return desc && desc->dropout_p == 0.0f && desc->window_left < 0 && desc->window_right < 0 && !desc->block_mask &&
-           !desc->cu_seqlens_q && desc->softcap == 0.0f && !desc->alibi_slopes && desc->bias_batch == 0;
+           !desc->cu_seqlens_q && !fa_desc_option_in_use(desc);
 }
 
 int fa_hip_mma_applies(const fa_device_desc *dev, const fa_attention_desc *desc) {

@@ -265,7 +265,15 @@ FA_API fa_status fa_buffer_free(fa_buffer buf);
 typedef enum fa_dtype {
     FA_DTYPE_F32 = 0,
     FA_DTYPE_F16 = 1,
-    FA_DTYPE_BF16 = 2
+    FA_DTYPE_BF16 = 2,
+    /* 8-bit float, OCP "E4M3FN": 1 sign bit, 4 exponent bits (bias 7), 3
+     * mantissa bits; subnormals down to 2^-9, largest finite value 448, no
+     * infinities, one NaN per sign (0x7f, 0xff). Storage of the forward's
+     * inputs only (see the descriptor's rules under descale_q). Values
+     * are converted to it with round to nearest even, saturating: a finite
+     * value or an infinity beyond +-448 becomes +-448, a NaN stays NaN
+     * (NVIDIA's cvt.rn.satfinite). */
+    FA_DTYPE_FP8_E4M3 = 3
 } fa_dtype;
 
 FA_API size_t fa_dtype_size(fa_dtype dtype);
@@ -301,7 +309,8 @@ typedef struct fa_attention_desc {
     int heads_kv;               /* heads_q % heads_kv == 0 (MQA, GQA) */
     int head_dim;               /* multiple of 8, 8 .. 256 */
 
-    /* Layouts. O, dO and dQ use q's dtype; dO and O use o's layout, dQ q's,
+    /* Layouts. O, dO and dQ use q's dtype (except with fp8 inputs: see
+     * descale_q below); dO and O use o's layout, dQ q's,
      * dK k's, dV v's. The log-sum-exp is fp32, packed
      * [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]). */
     fa_tensor_desc q, k, v, o;
@@ -413,13 +422,21 @@ typedef struct fa_attention_desc {
      *   rotates pairs (2i, 2i + 1), 0 pairs (i, i + rotary_dim / 2). Token
      *   t of k_new is at position cache_seqlens[b] + t; query i at
      *   cache_seqlens[b] + i under a causal mask or a window, else every
-     *   query at cache_seqlens[b] (FlashAttention's convention).
-     * Softcap and ALiBi apply; a bias, dropout, block masks and variable-
-     * length batches do not (FA_ERR_INVALID_ARGUMENT). Lengths or page
-     * indices in the device arrays that break these rules (a negative
-     * length, an append past seqlen_k, a page outside [0, num_pages))
-     * make that sequence's O NaN and its L NaN, and nothing is read or
-     * written outside the tensors. */
+     *   query at cache_seqlens[b] (FlashAttention's convention; a window
+     *   bound that cannot bind for the shape counts as none, as above).
+     *   Rotation is computed in fp32 or better and the rotated q and k_new
+     *   are rounded once to q's dtype (the cache holds the rotated keys).
+     * Softcap and ALiBi apply; a bias, dropout, block masks, variable-
+     * length batches and FA_ALGO_STANDARD do not (FA_ERR_INVALID_ARGUMENT,
+     * naming the field); with kv_cache = 0 every field below must be 0.
+     * Lengths or page indices in the device arrays that break these rules
+     * (a negative length, an append past seqlen_k, a page outside [0,
+     * num_pages) among the ceil(len_k / page_size) a sequence uses, a
+     * rotary position past seqlen_k - 1: a query's, possible where
+     * seqlen_q > seqlen_new) make that sequence's O NaN and its L NaN, and
+     * nothing is read or written outside the tensors: such a sequence
+     * appends nothing. Block-table entries past a sequence's pages are
+     * never read. */
     int kv_cache;               /* 0 or 1 */
     int page_size;              /* 0: contiguous cache */
     int num_pages;              /* pages in each pool (page_size > 0) */
@@ -427,6 +444,39 @@ typedef struct fa_attention_desc {
     fa_tensor_desc k_new, v_new;
     int rotary_dim;             /* 0: no rotary embedding */
     int rotary_interleaved;     /* 0 or 1 */
+
+    /* FP8 inputs (appended). With q.dtype = FA_DTYPE_FP8_E4M3, k and v
+     * must be e4m3 too (FA_ERR_DTYPE_MISMATCH otherwise) and o.dtype is
+     * fp16 or bf16: the dtype O is written in (FA_ERR_DTYPE_MISMATCH for
+     * fp32 or e4m3). Rules that come with it:
+     * - head_dim is a multiple of 16, so that packed rows of 1-byte
+     *   elements stay 16-byte aligned (FA_ERR_UNSUPPORTED_HEAD_DIM);
+     *   offsets and strides are multiples of 16 elements (16 bytes), as
+     *   for every dtype.
+     * - Forward only: plan creation succeeds, fa_backward and
+     *   fa_backward_ex on the plan return FA_ERR_UNSUPPORTED. Not with
+     *   kv_cache = 1 or FA_ALGO_STANDARD, nor in a distributed plan
+     *   (FA_ERR_UNSUPPORTED at plan creation).
+     * - A bias is fp32 or o's dtype.
+     * - Backends: the reference runs it; OpenCL, CUDA and HIP refuse the
+     *   plan (FA_ERR_UNSUPPORTED naming the dtype) until they have fp8
+     *   kernels.
+     * Per-tensor descale factors (FlashAttention-3's q_descale, k_descale,
+     * v_descale): the stored e4m3 values times the factor are the real
+     * tensors. The logit is
+     *   s = (descale_q * descale_k) * softmax_scale * q_i . k_j
+     * before the score options (softcap, bias, ALiBi), and
+     *   o_i = descale_v * sum_j p_ij v_j
+     * (dropout's 1 / (1 - p) included in p). L is the log-sum-exp of those
+     * logits. Products are accumulated in fp32 or better; the reference
+     * computes in fp64 on the exact e4m3 values. Each factor is 0 (meaning
+     * 1) or finite and > 0 (FA_ERR_BAD_SCALE otherwise); with other dtypes
+     * all three must be 0 (FA_ERR_INVALID_ARGUMENT). A plan may change them
+     * later (fa_plan_set_descale), as the scales of FP8 training change
+     * every step. */
+    float descale_q;            /* 0: 1 */
+    float descale_k;            /* 0: 1 */
+    float descale_v;            /* 0: 1 */
 } fa_attention_desc;
 
 /* Defaults: fp32 packed tensors, no masks, no dropout, fused, scale from
@@ -515,6 +565,10 @@ typedef struct fa_plan_info {
     fa_cost standard_backward;
     fa_cost fused_forward;      /* fused attention on the same shape */
     fa_cost fused_backward;
+    /* 1: the plan of a KV-cache step (desc.kv_cache): forward is the step
+     * planned over the cache's capacity (seqlen_k), with K and V read once
+     * per KV head; backward and the standard costs are empty. */
+    int kv_cache;
 } fa_plan_info;
 
 /* The planner alone: plan a problem for a described device (which need not
@@ -541,6 +595,13 @@ FA_API fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info);
  * FA_ERR_INVALID_ARGUMENT). Thread safety: as every call on the plan's
  * context. */
 FA_API fa_status fa_plan_set_dropout_seed(fa_plan plan, uint64_t seed, uint64_t offset);
+/* The descale factors of the plan's later fa_forward calls: the same as a
+ * plan created with desc.descale_q = q, descale_k = k, descale_v = v
+ * (each 0, meaning 1, or finite and > 0: FA_ERR_BAD_SCALE naming the
+ * factor), without compiling anything. Only for plans with fp8 inputs
+ * (else FA_ERR_INVALID_ARGUMENT). Thread safety: as every call on the
+ * plan's context. */
+FA_API fa_status fa_plan_set_descale(fa_plan plan, float q, float k, float v);
 FA_API fa_status fa_plan_destroy(fa_plan plan);
 
 /* Aliasing, for fa_forward and fa_backward: the inputs (q, k, v; and o,
@@ -612,7 +673,13 @@ FA_API fa_status fa_backward_ex(fa_plan plan, const fa_pass_args *args);
  * kv_cache = 1; see the descriptor's KV-cache fields). k_cache and v_cache
  * are read and, where seqlen_new > 0, written (the appended tokens); lse
  * may be NULL. Buffers other than the descriptor's options asks for must
- * be NULL. */
+ * be NULL. The int32 and fp32 arrays start at byte 0 of their buffers.
+ * Aliasing as for fa_forward: o and lse may not share a byte with any
+ * other argument, nor k_cache and v_cache where seqlen_new > 0 (they are
+ * written then); the inputs may share theirs. fa_forward and fa_backward
+ * refuse a KV-cache plan, and fa_forward_kvcache any other; a backend
+ * without KV-cache kernels refuses the plan (FA_ERR_UNSUPPORTED naming
+ * kv_cache). fa_plan_last_time_ms times the whole step. */
 typedef struct fa_kvcache_args {
     fa_buffer q, k_cache, v_cache, o, lse;
     fa_buffer cache_seqlens;       /* int32 [batch] */

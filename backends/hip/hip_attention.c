@@ -702,6 +702,9 @@ fa_status fa_hip_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pl
     fa_hip_context *ctx = ctx_handle;
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    /* No KV-cache kernels yet (the backend has no forward_kvcache, so core
+     * refuses such plans first; said here too for whoever calls this). */
+    if (plan->desc.kv_cache) return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache: the HIP backend has no KV-cache kernels yet");
     const fa_attention_desc *d = &plan->desc;
     FA_CHECK(fa_refuse_score_options(d, "HIP"));
     if (plan->info.algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)

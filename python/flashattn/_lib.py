@@ -26,7 +26,7 @@ Status.__doc__ = "fa_status: the header's status codes, same names and values."
 # fa_backend, fa_dtype, fa_algorithm: the header's enumerators.
 BACKENDS = {"any": -1, "reference": 0, "opencl": 1, "cuda": 2, "hip": 3}
 BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
-DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_FP8_E4M3 = 0, 1, 2, 3
 ALGORITHMS = {"fused": 0, "standard": 1}
 
 
@@ -71,7 +71,19 @@ class AttentionDesc(ctypes.Structure):
         ("algorithm", ctypes.c_int), ("deterministic", ctypes.c_int), ("allow_tf32", ctypes.c_int),
         ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.POINTER(ctypes.c_float)),
         ("bias", TensorDesc), ("bias_batch", ctypes.c_int), ("bias_heads", ctypes.c_int),
+        ("kv_cache", ctypes.c_int), ("page_size", ctypes.c_int), ("num_pages", ctypes.c_int),
+        ("seqlen_new", ctypes.c_int), ("k_new", TensorDesc), ("v_new", TensorDesc),
+        ("rotary_dim", ctypes.c_int), ("rotary_interleaved", ctypes.c_int),
+        ("descale_q", ctypes.c_float), ("descale_k", ctypes.c_float), ("descale_v", ctypes.c_float),
     ]
+
+
+class KvcacheArgs(ctypes.Structure):
+    """fa_kvcache_args: the buffers of one KV-cache step (NULL where the
+    descriptor does not ask for one)."""
+    _fields_ = [(name, ctypes.c_void_p) for name in (
+        "q", "k_cache", "v_cache", "o", "lse", "cache_seqlens", "block_table", "k_new", "v_new", "rotary_cos",
+        "rotary_sin")]
 
 
 class DeviceDesc(ctypes.Structure):
@@ -135,9 +147,11 @@ _PROTOTYPES = {
     "fa_plan_create": (_STATUS, [_P, ctypes.POINTER(AttentionDesc), ctypes.POINTER(_P)]),
     "fa_plan_destroy": (_STATUS, [_P]),
     "fa_plan_set_dropout_seed": (_STATUS, [_P, ctypes.c_uint64, ctypes.c_uint64]),
+    "fa_plan_set_descale": (_STATUS, [_P, ctypes.c_float, ctypes.c_float, ctypes.c_float]),
     "fa_plan_last_time_ms": (_STATUS, [_P, ctypes.POINTER(ctypes.c_double)]),
     "fa_forward": (_STATUS, [_P] * 6),
     "fa_backward": (_STATUS, [_P] * 10),
+    "fa_forward_kvcache": (_STATUS, [_P, ctypes.POINTER(KvcacheArgs)]),
     "fa_cp_part": (_STATUS, [ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
                    + [ctypes.POINTER(ctypes.c_int64)] * 3),
     "fa_cp_scatter": (_STATUS, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,

@@ -11,12 +11,19 @@
  * their plan is the one the planner makes for the same device without the
  * warpgroup path (described as a later architecture, where the mma.sync
  * rules of sm_90 hold and wgmma does not exist), prepared by the CUDA
- * backend for the device's own architecture. */
+ * backend for the device's own architecture.
+ *
+ * --hip-bwd TILES times the HIP backward with other tiles beside the
+ * planner's (a sweep: BRxBC/TRxTC/STAGES, comma-separated; the micro-tile
+ * names the geometry as the planner's plans do, and a tile the kernels
+ * cannot run on the device is refused), each against the same CUDA time;
+ * --dims, --dtypes and --bwd-only narrow the points. */
 #include "fa_internal.h"
 #include "cli.h"
 #include "flashattn.h"
 #include "plan.h"
 #include "planner.h"
+#include "planner_hip_mma.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -25,26 +32,70 @@
 #include <string.h>
 
 #define MAX_SEQLENS 16
+#define MAX_TILES 8
 #define POOL_ELEMS ((int64_t)1 << 22)
+
+/* A backward tile for the HIP side: br x bc, micro-tile tr x tc, stages;
+ * br 0: the planner's. */
+typedef struct bwd_tile {
+    int br, bc, tr, tc, stages;
+} bwd_tile;
 
 typedef struct opts {
     int seqlens[MAX_SEQLENS], n_seqlens;
+    int dims[4], n_dims;
+    int dtypes[2], n_dtypes; /* 0 fp16, 1 bf16 */
     int repeats, warmup;
+    int bwd_only;
+    bwd_tile tiles[MAX_TILES]; /* tiles[0]: the planner's */
+    int n_tiles;
     const char *json, *label;
 } opts;
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: fa-mma-compare [--seqlens N,N,...] [--repeats N] [--warmup N] [--json FILE] [--label TEXT]\n"
+            "usage: fa-mma-compare [--seqlens N,N,...] [--dims D,D] [--dtypes fp16,bf16] [--bwd-only 1]\n"
+            "                      [--hip-bwd BRxBC/TRxTC/STAGES,...] [--repeats N] [--warmup N] [--json FILE]\n"
+            "                      [--label TEXT]\n"
             "  16k tokens (batch = 16384 / N), 2048 / head_dim heads, fp16 and bf16, head_dim 64 and 128,\n"
-            "  causal and not; defaults: --seqlens 2048,4096,8192,16384 --repeats 10 --warmup 2\n");
+            "  causal and not; defaults: --seqlens 2048,4096,8192,16384 --dims 64,128 --repeats 10 --warmup 2;\n"
+            "  --hip-bwd: HIP backward tiles timed beside the planner's (up to %d)\n",
+            MAX_TILES - 1);
     return 2;
+}
+
+/* "BRxBC/TRxTC/STAGES,..." after the planner's entry; -1 when malformed. */
+static int parse_tiles(const char *text, bwd_tile *out, int max) {
+    int n = 0;
+    const char *at = text;
+    while (*at) {
+        bwd_tile t;
+        int used = 0;
+        if (n >= max || sscanf(at, "%dx%d/%dx%d/%d%n", &t.br, &t.bc, &t.tr, &t.tc, &t.stages, &used) != 5 ||
+            t.br <= 0 || t.bc <= 0 || t.tr <= 0 || t.tc <= 0 || t.br > 1024 || t.bc > 1024 || t.br % t.tr ||
+            t.bc % t.tc || t.stages < 1 || t.stages > 2)
+            return -1;
+        out[n++] = t;
+        at += used;
+        if (*at == ',') at++;
+        else if (*at) return -1;
+    }
+    return n;
 }
 
 static int parse(opts *o, int argc, char **argv) {
     static const int dflt[] = {2048, 4096, 8192, 16384};
     memcpy(o->seqlens, dflt, sizeof dflt);
     o->n_seqlens = 4;
+    o->dims[0] = 64;
+    o->dims[1] = 128;
+    o->n_dims = 2;
+    o->dtypes[0] = 0;
+    o->dtypes[1] = 1;
+    o->n_dtypes = 2;
+    o->bwd_only = 0;
+    memset(o->tiles, 0, sizeof o->tiles);
+    o->n_tiles = 1;
     o->repeats = 10;
     o->warmup = 2;
     o->json = NULL;
@@ -57,6 +108,22 @@ static int parse(opts *o, int argc, char **argv) {
             if (o->n_seqlens < 0) return usage();
             for (int k = 0; k < o->n_seqlens; k++)
                 if (16384 % o->seqlens[k]) return usage();
+        } else if (strcmp(a, "--dims") == 0) {
+            o->n_dims = fa_cli_int_list(v, 16, 256, o->dims, 4);
+            if (o->n_dims < 0) return usage();
+            for (int k = 0; k < o->n_dims; k++)
+                if (2048 % o->dims[k]) return usage();
+        } else if (strcmp(a, "--dtypes") == 0) {
+            o->n_dtypes = 0;
+            if (strstr(v, "fp16")) o->dtypes[o->n_dtypes++] = 0;
+            if (strstr(v, "bf16")) o->dtypes[o->n_dtypes++] = 1;
+            if (o->n_dtypes == 0) return usage();
+        } else if (strcmp(a, "--bwd-only") == 0) {
+            o->bwd_only = atoi(v) != 0;
+        } else if (strcmp(a, "--hip-bwd") == 0) {
+            const int n = parse_tiles(v, o->tiles + 1, MAX_TILES - 1);
+            if (n < 0) return usage();
+            o->n_tiles = 1 + n;
         } else if (strcmp(a, "--repeats") == 0) {
             o->repeats = atoi(v);
         } else if (strcmp(a, "--warmup") == 0) {
@@ -120,6 +187,28 @@ static fa_status mma_sync_plan(fa_plan plan) {
     return plan->ctx->ops->plan_prepare(plan->ctx->impl, plan, &plan->impl);
 }
 
+/* The HIP plan with its backward on another tile (the forward stays the
+ * planner's), prepared again. */
+static fa_status force_hip_bwd(fa_plan plan, const bwd_tile *t) {
+    const fa_device_desc *dev = &plan->ctx->info.desc;
+    fa_kernel_plan k = plan->info.backward;
+    k.variant = FA_VARIANT_MMA;
+    k.br = t->br;
+    k.bc = t->bc;
+    k.thread_rows = t->tr;
+    k.thread_cols = t->tc;
+    k.stages = t->stages;
+    k.work_group_size = (t->br / t->tr) * (t->bc / t->tc);
+    k.local_mem_bytes = fa_hip_mma_local_mem(dev, &plan->desc, FA_PASS_BACKWARD, &k);
+    if (k.local_mem_bytes == 0)
+        return fa_fail(FA_ERR_UNSUPPORTED, "HIP backward %dx%d/%dx%d/%d: the kernels cannot run it on this device", t->br,
+                       t->bc, t->tr, t->tc, t->stages);
+    plan->ctx->ops->plan_release(plan->ctx->impl, plan->impl);
+    plan->impl = NULL;
+    plan->info.backward = k;
+    return plan->ctx->ops->plan_prepare(plan->ctx->impl, plan, &plan->impl);
+}
+
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -142,20 +231,25 @@ static fa_status time_pass(const opts *o, fa_plan plan, side *s, int backward, d
 
 typedef struct point {
     double ms[2];      /* forward, backward */
-    char tile[2][48];  /* variant and tile per pass */
+    char tile[2][56];  /* variant and tile per pass */
     int ok;
 } point;
 
-static void run_side(const opts *o, side *s, const fa_attention_desc *d, int cuda, point *p) {
+/* One side's times at a point; tile: the HIP backward's, NULL or br 0 for
+ * the planner's. With --bwd-only the forward runs once, untimed, for O and
+ * L. */
+static void run_side(const opts *o, side *s, const fa_attention_desc *d, int cuda, const bwd_tile *tile, point *p) {
     memset(p, 0, sizeof *p);
     fa_plan plan = NULL;
     fa_status st = fa_plan_create(s->ctx, d, &plan);
     if (st == FA_SUCCESS && cuda) st = mma_sync_plan(plan);
-    for (int pass = 0; st == FA_SUCCESS && pass < 2; pass++) {
+    if (st == FA_SUCCESS && !cuda && tile && tile->br > 0) st = force_hip_bwd(plan, tile);
+    if (st == FA_SUCCESS && o->bwd_only) st = fa_forward(plan, s->t[0], s->t[1], s->t[2], s->t[3], s->t[8]);
+    for (int pass = o->bwd_only; st == FA_SUCCESS && pass < 2; pass++) {
         st = time_pass(o, plan, s, pass, &p->ms[pass]);
         const fa_kernel_plan *kp = pass ? &plan->info.backward : &plan->info.forward;
-        snprintf(p->tile[pass], sizeof p->tile[pass], "%s %dx%d/%dx%d wg%d", fa_variant_name(kp->variant), kp->br,
-                 kp->bc, kp->thread_rows, kp->thread_cols, kp->work_group_size);
+        snprintf(p->tile[pass], sizeof p->tile[pass], "%s %dx%d/%dx%d wg%d st%d", fa_variant_name(kp->variant), kp->br,
+                 kp->bc, kp->thread_rows, kp->thread_cols, kp->work_group_size, kp->stages);
     }
     if (st != FA_SUCCESS)
         fprintf(stderr, "%s: %s: %s\n", s->name, fa_status_string(st), fa_last_error());
@@ -188,13 +282,20 @@ int main(int argc, char **argv) {
     }
     printf("%-5s %4s %6s %6s | %8s %8s %6s | %8s %8s %6s | tiles hip fwd, bwd; cuda fwd, bwd\n", "dtype", "dim", "N",
            "causal", "hip fwd", "cuda fwd", "ratio", "hip bwd", "cuda bwd", "ratio");
-    double log_sum[2] = {0, 0};
-    int n_ratio[2] = {0, 0}, failed = 0;
-    for (int t = 0; t < 2; t++)
-        for (int dim = 64; dim <= 128; dim += 64)
+    /* Per HIP backward tile (0: the planner's): the sum of log ratios, their
+     * count and the worst ratio with its point; the forward's in fwd_*. */
+    double log_sum[MAX_TILES] = {0}, worst[MAX_TILES], fwd_log_sum = 0;
+    char worst_at[MAX_TILES][48];
+    int n_ratio[MAX_TILES] = {0}, fwd_n = 0, failed = 0;
+    for (int j = 0; j < MAX_TILES; j++) {
+        worst[j] = INFINITY;
+        worst_at[j][0] = '\0';
+    }
+    for (int ti = 0; ti < o.n_dtypes; ti++)
+        for (int di = 0; di < o.n_dims; di++)
             for (int i = 0; i < o.n_seqlens; i++)
                 for (int causal = 0; causal < 2; causal++) {
-                    const int n = o.seqlens[i];
+                    const int t = o.dtypes[ti], dim = o.dims[di], n = o.seqlens[i];
                     fa_attention_desc d;
                     fa_attention_desc_init(&d);
                     d.batch = 16384 / n;
@@ -203,48 +304,84 @@ int main(int argc, char **argv) {
                     d.head_dim = dim;
                     d.causal = causal;
                     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = t ? FA_DTYPE_BF16 : FA_DTYPE_F16;
-                    point p[2];
-                    for (int s = 0; s < 2; s++) {
+                    /* p[0 .. n_tiles - 1]: HIP per backward tile; p[MAX_TILES]: CUDA. */
+                    point p[MAX_TILES + 1];
+                    for (int s = 1; s >= 0; s--) {
                         fa_status st = alloc_tensors(&sides[s], &d, pools[t], (size_t)POOL_ELEMS * 2);
-                        if (st == FA_SUCCESS)
-                            run_side(&o, &sides[s], &d, s == 1, &p[s]);
-                        else {
-                            fprintf(stderr, "%s: allocation: %s\n", sides[s].name, fa_last_error());
-                            p[s].ok = 0;
+                        for (int j = 0; j < (s ? 1 : o.n_tiles); j++) {
+                            point *pt = s ? &p[MAX_TILES] : &p[j];
+                            if (st == FA_SUCCESS) {
+                                run_side(&o, &sides[s], &d, s == 1, s ? NULL : &o.tiles[j], pt);
+                            } else {
+                                fprintf(stderr, "%s: allocation: %s\n", sides[s].name, fa_last_error());
+                                memset(pt, 0, sizeof *pt);
+                            }
                         }
                         free_tensors(&sides[s]);
                     }
-                    double tf[2][2] = {{0, 0}, {0, 0}};
-                    for (int s = 0; s < 2; s++)
-                        for (int pass = 0; pass < 2; pass++)
-                            if (p[s].ok)
-                                tf[s][pass] = fa_attention_flops(&d, (fa_pass)pass) / (p[s].ms[pass] * 1e-3) / 1e12;
-                    double ratio[2] = {0, 0};
-                    for (int pass = 0; pass < 2; pass++)
-                        if (p[0].ok && p[1].ok) {
-                            ratio[pass] = tf[0][pass] / tf[1][pass];
-                            log_sum[pass] += log(ratio[pass]);
-                            n_ratio[pass]++;
+                    const point *cu = &p[MAX_TILES];
+                    double tf[MAX_TILES + 1][2];
+                    memset(tf, 0, sizeof tf);
+                    for (int j = 0; j <= MAX_TILES; j++)
+                        for (int pass = o.bwd_only; pass < 2; pass++)
+                            if ((j < o.n_tiles || j == MAX_TILES) && p[j].ok)
+                                tf[j][pass] = fa_attention_flops(&d, (fa_pass)pass) / (p[j].ms[pass] * 1e-3) / 1e12;
+                    double ratio[MAX_TILES][2];
+                    memset(ratio, 0, sizeof ratio);
+                    for (int j = 0; j < o.n_tiles; j++) {
+                        failed += !p[j].ok || !cu->ok;
+                        if (!p[j].ok || !cu->ok) continue;
+                        ratio[j][1] = tf[j][1] / tf[MAX_TILES][1];
+                        log_sum[j] += log(ratio[j][1]);
+                        n_ratio[j]++;
+                        if (ratio[j][1] < worst[j]) {
+                            worst[j] = ratio[j][1];
+                            snprintf(worst_at[j], sizeof worst_at[j], "%s d%d N%d%s", fa_dtype_name(d.q.dtype), dim, n,
+                                     causal ? " causal" : "");
                         }
-                    failed += !p[0].ok || !p[1].ok;
+                        if (j == 0 && !o.bwd_only) {
+                            ratio[0][0] = tf[0][0] / tf[MAX_TILES][0];
+                            fwd_log_sum += log(ratio[0][0]);
+                            fwd_n++;
+                        }
+                    }
                     printf("%-5s %4d %6d %6d | %8.1f %8.1f %6.2f | %8.1f %8.1f %6.2f | %s, %s; %s, %s\n",
-                           fa_dtype_name(d.q.dtype), dim, n, causal, tf[0][0], tf[1][0], ratio[0], tf[0][1], tf[1][1],
-                           ratio[1], p[0].tile[0], p[0].tile[1], p[1].tile[0], p[1].tile[1]);
+                           fa_dtype_name(d.q.dtype), dim, n, causal, tf[0][0], tf[MAX_TILES][0], ratio[0][0], tf[0][1],
+                           tf[MAX_TILES][1], ratio[0][1], o.bwd_only ? "-" : p[0].tile[0], p[0].tile[1],
+                           o.bwd_only ? "-" : cu->tile[0], cu->tile[1]);
+                    for (int j = 1; j < o.n_tiles; j++)
+                        printf("%-5s %4d %6d %6d |   sweep: hip bwd %-26s %8.1f %8.1f %6.2f\n", fa_dtype_name(d.q.dtype),
+                               dim, n, causal, p[j].ok ? p[j].tile[1] : "(failed)", tf[j][1], tf[MAX_TILES][1],
+                               ratio[j][1]);
                     fflush(stdout);
-                    for (int s = 0; json && s < 2; s++)
-                        for (int pass = 0; pass < 2 && p[s].ok; pass++)
+                    for (int j = 0; json && j <= MAX_TILES; j++) {
+                        if (j >= o.n_tiles && j < MAX_TILES) continue;
+                        const int s = j == MAX_TILES;
+                        for (int pass = o.bwd_only; pass < 2 && p[j].ok; pass++) {
+                            if (j > 0 && j < MAX_TILES && pass == 0) continue;
                             fprintf(json,
                                     "{\"label\": \"%s\", \"backend\": \"%s\", \"kernels\": \"%s\", \"dtype\": \"%s\", "
                                     "\"head_dim\": %d, \"seqlen\": %d, \"batch\": %d, \"heads\": %d, \"causal\": %d, "
-                                    "\"pass\": \"%s\", \"ms\": %.6f, \"tflops\": %.3f, \"plan\": \"%s\"}\n",
+                                    "\"pass\": \"%s\", \"ms\": %.6f, \"tflops\": %.3f, \"plan\": \"%s\", \"sweep\": %d}\n",
                                     o.label, sides[s].name, s ? "mma.sync" : "hip matrix cores", fa_dtype_name(d.q.dtype),
-                                    dim, n, d.batch, d.heads_q, causal, pass ? "bwd" : "fwd", p[s].ms[pass],
-                                    tf[s][pass], p[s].tile[pass]);
+                                    dim, n, d.batch, d.heads_q, causal, pass ? "bwd" : "fwd", p[j].ms[pass],
+                                    tf[j][pass], p[j].tile[pass], s ? 0 : j);
+                        }
+                    }
                 }
-    for (int pass = 0; pass < 2; pass++)
-        if (n_ratio[pass])
-            printf("%s: HIP / CUDA mma.sync geometric mean %.2f over %d points (bar: 0.7)\n", pass ? "backward" : "forward",
-                   exp(log_sum[pass] / n_ratio[pass]), n_ratio[pass]);
+    if (fwd_n)
+        printf("forward: HIP / CUDA mma.sync geometric mean %.2f over %d points (bar: 0.7)\n", exp(fwd_log_sum / fwd_n),
+               fwd_n);
+    for (int j = 0; j < o.n_tiles; j++) {
+        if (!n_ratio[j]) continue;
+        if (j == 0)
+            printf("backward: HIP / CUDA mma.sync geometric mean %.2f over %d points (bar: 0.7), worst %.2f (%s)\n",
+                   exp(log_sum[0] / n_ratio[0]), n_ratio[0], worst[0], worst_at[0]);
+        else
+            printf("backward, sweep %dx%d/%dx%d/%d: geometric mean %.2f over %d points, worst %.2f (%s)\n", o.tiles[j].br,
+                   o.tiles[j].bc, o.tiles[j].tr, o.tiles[j].tc, o.tiles[j].stages, exp(log_sum[j] / n_ratio[j]),
+                   n_ratio[j], worst[j], worst_at[j]);
+    }
     if (json) fclose(json);
     free(pools[0]);
     free(pools[1]);

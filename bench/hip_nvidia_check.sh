@@ -12,13 +12,18 @@
 # (mkdir -p .deps && cd .deps && apt-get download libamdhip64-dev &&
 #  dpkg -x libamdhip64-dev_*.deb hip) and carried along.
 #
-# Usage: bench/hip_nvidia_check.sh [tests|check|compare|bench|all] [extra ctest args]
+# Usage: bench/hip_nvidia_check.sh [tests|check|compare|sweep|bench|all] [extra ctest args]
 #   tests    the HIP device tests (the suite, the matrix-core cases), the
 #            layout and NVRTC compile checks of the matrix-core kernels
 #   check    the HIP device suite and the layout cases (FA_TEST_LARGE=1),
 #            then compare: one run of a few minutes (the NVRTC sweep runs
 #            in CI)
 #   compare  fa-mma-compare: HIP matrix cores / CUDA mma.sync, ratio tables
+#   sweep    check, then the HIP backward on other tiles beside the
+#            planner's, per head_dim, each against the same CUDA time
+#            (fa-mma-compare --hip-bwd; the lists in FA_SWEEP_D64 and
+#            FA_SWEEP_D128, BRxBC/TRxTC/STAGES, comma-separated; sequence
+#            lengths in FA_SWEEP_SEQLENS)
 #   bench    fa-bench on the HIP, OpenCL and CUDA backends' own plans
 #   all      tests, compare and bench (default)
 set -uo pipefail
@@ -36,13 +41,11 @@ fa_nvidia_opencl || echo "no NVIDIA OpenCL: the OpenCL column of fa-bench is lef
 
 targets="fa_hip_on_cuda test_hip_attention test_hip_compile test_hip_mma_layouts fa-bench fa-info fa-mma-compare"
 hip_opts=(-DFA_HIP_NVIDIA=ON -DFA_HIP_INCLUDE="$hip_include" -DCMAKE_BUILD_TYPE=Release)
-stamp "configure and build $build"
-if ! fa_gpu_build "$build" "" "${hip_opts[@]}" -DFA_CUDA=AUTO; then
-  # Parts of the tree outside the HIP backend may be mid-edit: build what
-  # this check needs.
-  stamp "building only: $targets"
-  fa_gpu_build "$build" "$targets" "${hip_opts[@]}" -DFA_CUDA=AUTO || exit 1
-fi
+# What this check needs, no more: the rest of the tree is built (warnings
+# as errors) wherever the tree is tested, and the GPU machine's minutes are
+# better spent on the runs.
+stamp "configure and build $build: $targets"
+fa_gpu_build "$build" "$targets" "${hip_opts[@]}" -DFA_CUDA=AUTO || exit 1
 # The backend's own default list names the AMD runtime; the mapping is
 # named explicitly for the tools (the HIP tests get it from CMake).
 mapping=$PWD/$build/libfa_hip_on_cuda.so
@@ -63,7 +66,7 @@ hip_ctest() {
   grep -E "HIP device:|private bytes|geometry runs" "$out/hip-tests.log" | sort | uniq | head -20
 }
 
-if [ "$what" = check ]; then
+if [ "$what" = check ] || [ "$what" = sweep ]; then
   hip_ctest "hip_attention|hip_mma_layouts" 300 "$@"
 fi
 
@@ -77,11 +80,23 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   tail -1 "$out/nvrtc-mma.txt"
 fi
 
-if [ "$what" = compare ] || [ "$what" = check ] || [ "$what" = all ]; then
+if [ "$what" = compare ] || [ "$what" = check ] || [ "$what" = sweep ] || [ "$what" = all ]; then
   stamp "HIP matrix cores beside CUDA mma.sync"
   FLASHATTN_HIP_LIBRARY=$mapping "$build"/fa-mma-compare --json "$out/mma-compare.jsonl" --label "$commit" \
     2>&1 | tee "$out/mma-compare.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if [ "$what" = sweep ]; then
+  for dim in 64 128; do
+    stamp "HIP backward tiles at head_dim $dim beside the planner's"
+    list_var=FA_SWEEP_D$dim
+    default_tiles=64x128/16x2/2,32x128/8x4/1,64x64/16x2/2,16x128/4x4/2
+    [ "$dim" = 128 ] && default_tiles=16x128/4x2/2,32x128/8x2/2,64x64/16x2/2,64x64/16x2/1
+    FLASHATTN_HIP_LIBRARY=$mapping "$build"/fa-mma-compare --dims "$dim" --bwd-only 1 \
+      --seqlens "${FA_SWEEP_SEQLENS:-4096,16384}" --hip-bwd "${!list_var:-$default_tiles}" \
+      --json "$out/mma-sweep.jsonl" --label "$commit" 2>&1 | tee -a "$out/mma-sweep.txt"
+  done
 fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then

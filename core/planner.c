@@ -26,7 +26,9 @@
  *    whole SIMD groups, the register budget and local memory; OpenCL's
  *    matrix-unit candidates also by their layout's preference
  *    (fa_cl_mma_preferred: NVIDIA's forward in four sub-groups at most,
- *    measured faster than the tiles the order below would take).
+ *    measured faster than the tiles the order below would take), and
+ *    HIP's by their layer's (fa_hip_mma_preferred: NVIDIA's backward in
+ *    four wavefronts at head_dim 64 and below).
  * 3. The choice: a candidate is adequate when its work-groups cover the
  *    compute units (or, where no candidate can, come as close as the best
  *    candidate in the family). Among adequate candidates the fewest predicted
@@ -889,6 +891,10 @@ static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc,
                             if (hip_mma(dev, variant)) {
                                 c.local_mem = fa_hip_mma_local_mem(dev, desc, pass, &kp);
                                 if (c.local_mem == 0 || c.local_mem > usable_local_mem(dev)) continue;
+                                /* A layer's preference (NVIDIA's
+                                 * backward: four wavefronts at small
+                                 * head dimensions). */
+                                if (!fa_hip_mma_preferred(dev, desc, pass, br, bc, c.tr, c.tc)) continue;
                             }
                             kp.split_k = split;
                             kp.num_work_groups = c.groups > INT_MAX ? INT_MAX : (int)c.groups;

@@ -15,6 +15,7 @@
  * shapes: tc = bc / 2 for 32x32x8, bc / 4 for 16x16x16). */
 #include "planner_hip_mma.h"
 
+#include "desc.h"
 #include "fa_internal.h"
 
 #include <string.h>
@@ -36,12 +37,18 @@
  * gfx1100 the forward spilled at 48 (head_dim 32, every option), 56
  * (head_dim 64 with Q_LOCAL) and 64 (head_dim 32), so WMMA plans stop at
  * head_dim 32 forward with Q_LOCAL until a compiler gives gfx11 kernels
- * all 256 VGPRs. */
+ * all 256 VGPRs. NVIDIA's backward has a second budget for problems
+ * without the options that keep state of their own (fa_hip_mma_lean), in
+ * words that count a score one and a half times: 240, where 64 x 128 at
+ * head_dim 128 (232 words, 251-255 registers) and 32 x 128 in two strips
+ * at head_dim 64 (240, 249-252) compiled without spilling, causal or not,
+ * while two strips of 64 x 128 at head_dim 32 (272) spilled 80 bytes
+ * (NVRTC 13.0, 2026-11-27). */
 static const fa_hip_mma_layer_info layers[FA_HIP_MMA_LAYER_COUNT] = {
-    [FA_HIP_MMA_NVIDIA] = {"nvidia", "kernels_hip/mma_nvidia.h", NULL, 16, 8, 16, 32, 0, 8, 4, 4, 2, 200, 160, 1},
-    [FA_HIP_MMA_MFMA32] = {"mfma32", "kernels_hip/mma_cdna.h", "-DFA_MFMA32", 32, 32, 8, 64, 1, 4, 4, 16, 1, 256, 256, 0},
-    [FA_HIP_MMA_MFMA16] = {"mfma16", "kernels_hip/mma_cdna.h", "-DFA_MFMA16", 16, 16, 16, 64, 1, 4, 4, 4, 1, 256, 256, 0},
-    [FA_HIP_MMA_WMMA] = {"wmma", "kernels_hip/mma_rdna3.h", NULL, 16, 16, 16, 32, 1, 16, 16, 8, 1, 40, 40, 0},
+    [FA_HIP_MMA_NVIDIA] = {"nvidia", "kernels_hip/mma_nvidia.h", NULL, 16, 8, 16, 32, 0, 8, 4, 4, 2, 200, 160, 240, 4, 1},
+    [FA_HIP_MMA_MFMA32] = {"mfma32", "kernels_hip/mma_cdna.h", "-DFA_MFMA32", 32, 32, 8, 64, 1, 4, 4, 16, 1, 256, 256, 0, 0, 0},
+    [FA_HIP_MMA_MFMA16] = {"mfma16", "kernels_hip/mma_cdna.h", "-DFA_MFMA16", 16, 16, 16, 64, 1, 4, 4, 4, 1, 256, 256, 0, 0, 0},
+    [FA_HIP_MMA_WMMA] = {"wmma", "kernels_hip/mma_rdna3.h", NULL, 16, 16, 16, 32, 1, 16, 16, 8, 1, 40, 40, 0, 0, 0},
 };
 
 static const int strip_counts[] = {1, 2};
@@ -80,6 +87,11 @@ int fa_hip_mma_layers(const fa_device_desc *dev, fa_dtype dtype, fa_hip_mma_laye
     for (int i = 0; i < n; i++)
         if (layers[out[i]].lanes == dev->simd_width) out[kept++] = out[i];
     return kept;
+}
+
+int fa_hip_mma_lean(const fa_attention_desc *desc) {
+    return desc && desc->dropout_p == 0.0f && desc->window_left < 0 && desc->window_right < 0 && !desc->block_mask &&
+           !desc->cu_seqlens_q && !fa_desc_option_in_use(desc);
 }
 
 int fa_hip_mma_applies(const fa_device_desc *dev, const fa_attention_desc *desc) {
@@ -132,7 +144,10 @@ static int shape_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa
         if (br % L->m || d % L->n || br % own) return 0;
         dq_warps = br / own;
         if (dq_warps * L->lanes > dev->max_work_group_size) return 0;
-        if (strips * (2 * acc + 2 * scores + own_op_elems(L)) > L->bwd_budget) return 0;
+        if (strips * (2 * acc + 2 * scores + own_op_elems(L)) > L->bwd_budget &&
+            !(L->bwd_budget_lean && fa_hip_mma_lean(desc) &&
+              strips * (2 * acc + 3 * scores + own_op_elems(L)) <= L->bwd_budget_lean))
+            return 0;
         if (desc->deterministic && acc + 3 * (bc / other) * L->c_elems > L->bwd_budget) return 0;
     }
     if (g) {
@@ -190,6 +205,20 @@ int fa_hip_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc,
         for (size_t s = 0; s < FA_ARRAY_SIZE(strip_counts); s++)
             if (strips_ok(dev, desc, pass, list[i], br, bc, strip_counts[s], NULL)) return 1;
     return 0;
+}
+
+/* NVIDIA at head_dim 64 and below: four wavefronts of two strips read a
+ * quarter fewer operand bytes per product through shared memory than
+ * eight of one (the K and V operands of a k-step serve twice the
+ * queries' products) and leave room for two work-groups a
+ * multiprocessor; CUDA's mma.sync backward plans four warps there for the
+ * same reason (planner.c). */
+int fa_hip_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                         int tr, int tc) {
+    fa_hip_mma_geometry g;
+    if (pass != FA_PASS_BACKWARD || !fa_hip_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, &g)) return 1;
+    const int limit = layers[g.layer].bwd_small_dim_warps;
+    return !limit || desc->head_dim > 64 || g.warps <= limit;
 }
 
 /* 16-bit elements a row of a head_dim-wide tile takes (one 16-byte chunk

@@ -35,6 +35,15 @@ typedef struct fa_hip_mma_layer_info {
      * accumulators) one lane may keep, forward and backward, calibrated
      * against the compilers (tests/test_hip_compile.c: no spills). */
     int fwd_budget, bwd_budget;
+    /* A second budget of the dK/dV kernel for problems without the
+     * options that take registers of their own (fa_hip_mma_lean), in
+     * words that count a score one and a half times (S and dP, then P and
+     * dS as operands while some of them still live); 0: none. A tile runs
+     * where either budget holds it. */
+    int bwd_budget_lean;
+    /* The most wavefronts of the dK/dV kernel the planner prefers at
+     * head_dim 64 and below (0: no preference; fa_hip_mma_preferred). */
+    int bwd_small_dim_warps;
     /* 1: a forward tile runs with two strips a wavefront wherever they fit
      * (every K and V operand the wavefront loads then serves two products:
      * mma.sync's operands come through shared memory, whose bandwidth the
@@ -50,6 +59,11 @@ const fa_hip_mma_layer_info *fa_hip_mma_layer_get(fa_hip_mma_layer layer);
  * gfx11 RDNA3), in the planner's order; 0 when none (other devices,
  * fp32). */
 int fa_hip_mma_layers(const fa_device_desc *dev, fa_dtype dtype, fa_hip_mma_layer out[2]);
+
+/* Whether a problem runs without dropout, windows, block masks, varlen and
+ * the score options (softcap, ALiBi, bias): the kernels then hold none of
+ * their state, and the backward's bwd_budget_lean applies. */
+int fa_hip_mma_lean(const fa_attention_desc *desc);
 
 /* Whether a problem runs on the device's matrix cores through HIP. */
 int fa_hip_mma_applies(const fa_device_desc *dev, const fa_attention_desc *desc);
@@ -71,6 +85,12 @@ int fa_hip_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *d
                            int tr, int tc, fa_hip_mma_geometry *g);
 /* Whether some micro-tile runs a br x bc tile. */
 int fa_hip_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc);
+/* Whether the planner takes a micro-tile that the kernels can run (a
+ * preference the IO model cannot express): at head_dim 64 and below, a
+ * layer's backward in at most its bwd_small_dim_warps wavefronts. 1 for
+ * every tile without a geometry. */
+int fa_hip_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
+                         int tr, int tc);
 /* Local memory (bytes) the pass's largest kernel takes for a kernel plan
  * (tile, micro-tile and, backward, stages: query tiles in flight, 1 or 2):
  * the forward kernel, or the dK/dV kernel; 0 when the plan has no

@@ -55,6 +55,9 @@
     BC % FA_K != 0 || BR % FA_M != 0 || HEAD_DIM % FA_N != 0
 #error "bwd_mma: BC must be WARPS * STRIPS * FA_OWN_T; BR and BC multiples of the fragments"
 #endif
+#if NJB % FA_OP_LOAD != 0 || NJQ % FA_OP_LOAD != 0 || NF % FA_OP_LOAD != 0
+#error "bwd_mma: the score and accumulator fragments must come in whole loads (FA_OP_LOAD)"
+#endif
 
 #define SM_K 0
 #define SM_V (SM_K + BC * LD)
@@ -63,19 +66,30 @@
 #define SM_DS (SM_DO + STAGES * BR * LD)
 #define SM_HALVES (SM_DS + BR * LDS_S)
 
-/* dQ += dS K by units of one FA_M-query fragment row and DQ_UNIT fragments
- * along head_dim, which share each dS operand: as many as divide head_dim
- * while every wavefront keeps a unit and a lane holds at most 16 fp32
- * accumulators of them. */
+/* dQ += dS K by units of DQ_M fragment rows of FA_M queries and DQ_UNIT
+ * fragments along head_dim: each dS operand serves DQ_UNIT products, each
+ * K operand DQ_M. DQ_UNIT: as many as divide head_dim while every
+ * wavefront keeps a unit and a lane holds at most 16 fp32 accumulators of
+ * them. DQ_M: two where the layer loads B operands in pairs (FA_NATIVE_B2:
+ * the operands come through shared memory, whose bandwidth bounds these
+ * products) and every wavefront still keeps a unit, else one. */
 #define DQ_NT (HEAD_DIM / FA_N)
-#if DQ_NT % 4 == 0 && (BR / FA_M) * (DQ_NT / 4) >= WARPS && 4 * FA_C_ELEMS <= 16
+#define DQ_MT (BR / FA_M)
+#if DQ_NT % 4 == 0 && DQ_MT * (DQ_NT / 4) >= WARPS && 4 * FA_C_ELEMS <= 16
 #define DQ_UNIT 4
-#elif DQ_NT % 2 == 0 && (BR / FA_M) * (DQ_NT / 2) >= WARPS && 2 * FA_C_ELEMS <= 16
+#elif DQ_NT % 2 == 0 && DQ_MT * (DQ_NT / 2) >= WARPS && 2 * FA_C_ELEMS <= 16
 #define DQ_UNIT 2
 #else
 #define DQ_UNIT 1
 #endif
-#define DQ_UNITS ((BR / FA_M) * (DQ_NT / DQ_UNIT))
+#if defined(FA_NATIVE_B2) && DQ_MT % 2 == 0 && (DQ_MT / 2) * (DQ_NT / DQ_UNIT) >= WARPS
+#define DQ_M 2
+#else
+#define DQ_M 1
+#endif
+#define DQ_UNITS ((DQ_MT / DQ_M) * (DQ_NT / DQ_UNIT))
+/* K operands of a dQ unit loaded at once. */
+#define DQ_BL (DQ_UNIT % FA_B_LOAD == 0 ? FA_B_LOAD : 1)
 
 /* The arguments the dK/dV and dQ kernels share after their tensors (those
  * of bwd.hip's kernels: the host passes both alike). */
@@ -119,6 +133,10 @@ FA_FN void fa_row_stats(const float *lse, const float *dvec, int b, int h, int q
         *dd = dvec[i];
     }
 }
+
+/* L in log2 units, +inf for rows without keys (L = -inf), from L as the
+ * forward stored it. */
+FA_FN float fa_l2_of(float L) { return L == -FA_INF ? FA_INF : L * FA_LOG2E; }
 
 /* P and dS of a score fragment (s: scores, dp: dO.v) in place: on return s
  * holds z keep_scale P, dp holds dS. The fragment's own rows start at own0
@@ -247,6 +265,28 @@ fa_bwd_dq_convert(const float *__restrict__ dq_acc, store_t *__restrict__ dq, fa
 
 /* ------------------------------------------------------------------------ */
 
+/* acc[st][j] += the wavefront's key strip st (from key row own0 of kt, K
+ * or V) x the tile's query rows j (of qt, Q or dO) over head_dim. One
+ * product after the other: only one product's operands are live at a
+ * time (registers are this kernel's limit). */
+FA_FN void fa_keys_by_queries(fa_c (*acc)[NJB], const fa_ushort *kt, const fa_ushort *qt, int own0, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < KT; ks++) {
+        fa_own_op ko[STRIPS];
+#pragma unroll
+        for (int st = 0; st < STRIPS; st++) fa_load_own(&ko[st], kt, LD, own0 + st * FA_OWN_T, ks * FA_K, lane);
+#pragma unroll
+        for (int j = 0; j < NJB; j += FA_OP_LOAD) {
+            fa_other_op qo[FA_OP_LOAD];
+            fa_load_other_n(qo, qt, LD, j * FA_OTHER_T, ks * FA_K, lane);
+#pragma unroll
+            for (int i = 0; i < FA_OP_LOAD; i++)
+#pragma unroll
+                for (int st = 0; st < STRIPS; st++) fa_score_mma(&acc[st][j + i], &ko[st], &qo[i]);
+        }
+    }
+}
+
 FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *__restrict__ k,
                                const store_t *__restrict__ v, const float *__restrict__ lse,
                                const store_t *__restrict__ dout, const float *__restrict__ dvec,
@@ -284,7 +324,10 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
     /* The steps, in order: the query heads sharing the kv head, and for
      * each the query tiles that see the keys (the query range and the tile
      * map do not depend on the head). A step's Q and dO rows go into
-     * buffer BUF with their L (log2 units) and D. */
+     * buffer BUF with their L and D, all by asynchronous copies (L as the
+     * forward stored it: a load to convert it here would stall the
+     * work-group at every step; fa_l2_of converts at use). Rows past the
+     * sequence read zeros: their tiles are partial, the masks hide them. */
 #define FA_LOAD_STEP(HH, T, BUF)                                                                           \
     do {                                                                                                   \
         const int h_ = hk * group + (HH), q0_ = (T) * BR;                                                   \
@@ -292,9 +335,12 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
                       BR, seq.len_q - q0_, lid, FA_THREADS);                                                \
         fa_fetch_rows(smem + SM_DO + (BUF) * BR * LD, dout + fa_row_index(lo, b, seq.start_q, q0_, h_),    \
                       o_ss, BR, seq.len_q - q0_, lid, FA_THREADS);                                          \
-        for (int r_ = lid; r_ < BR; r_ += FA_THREADS)                                                      \
-            fa_row_stats(lse, dvec, b, h_, q0_, r_, heads_q, seqlen_q, seq, total_q, &Ls[(BUF) * BR + r_],  \
-                         &Ds[(BUF) * BR + r_]);                                                            \
+        for (int r_ = lid; r_ < BR; r_ += FA_THREADS) {                                                    \
+            const int ok_ = r_ < seq.len_q - q0_;                                                          \
+            const fa_long i_ = ok_ ? fa_lse_index(b, h_, q0_ + r_, heads_q, seqlen_q, seq.start_q, total_q) : 0; \
+            fa_copy4(&Ls[(BUF) * BR + r_], lse + i_, ok_);                                                 \
+            fa_copy4(&Ds[(BUF) * BR + r_], dvec + i_, ok_);                                                \
+        }                                                                                                  \
     } while (0)
 
     int hh = 0, t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end);
@@ -336,33 +382,16 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
             for (int j = 0; j < NJB; j++)
 #pragma unroll
                 for (int e = 0; e < FA_C_ELEMS; e++) s[st][j].x[e] = dp[st][j].x[e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < KT; ks++) {
-            fa_own_op ko[STRIPS], vo[STRIPS];
-#pragma unroll
-            for (int st = 0; st < STRIPS; st++) {
-                fa_load_own(&ko[st], Ks, LD, (warp * STRIPS + st) * FA_OWN_T, ks * FA_K, lane);
-                fa_load_own(&vo[st], Vs, LD, (warp * STRIPS + st) * FA_OWN_T, ks * FA_K, lane);
-            }
-#pragma unroll
-            for (int j = 0; j < NJB; j++) {
-                fa_other_op qo, go;
-                fa_load_other(&qo, Qs, LD, j * FA_OTHER_T, ks * FA_K, lane);
-                fa_load_other(&go, dOs, LD, j * FA_OTHER_T, ks * FA_K, lane);
-#pragma unroll
-                for (int st = 0; st < STRIPS; st++) {
-                    fa_score_mma(&s[st][j], &ko[st], &qo);
-                    fa_score_mma(&dp[st][j], &vo[st], &go);
-                }
-            }
-        }
+        fa_keys_by_queries(s, Ks, Qs, warp * STRIPS * FA_OWN_T, lane);
+        fa_keys_by_queries(dp, Vs, dOs, warp * STRIPS * FA_OWN_T, lane);
 #pragma unroll
         for (int st = 0; st < STRIPS; st++) {
             const int own0 = (warp * STRIPS + st) * FA_OWN_T; /* from k0 */
 #pragma unroll
             for (int j = 0; j < NJB; j++)
                 FA_SOFTMAX_GRAD(s[st][j], dp[st][j], own0, j * FA_OTHER_T, true,
-                                Lb[j * FA_OTHER_T + FA_OTHER_OF(lane, e)], Db[j * FA_OTHER_T + FA_OTHER_OF(lane, e)]);
+                                fa_l2_of(Lb[j * FA_OTHER_T + FA_OTHER_OF(lane, e)]),
+                                Db[j * FA_OTHER_T + FA_OTHER_OF(lane, e)]);
         }
 
 #ifdef DQ_ATOMIC
@@ -388,15 +417,17 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
 #pragma unroll
         for (int pk = 0; pk < PKB; pk++)
 #pragma unroll
-            for (int f = 0; f < NF; f++) {
-                fa_z_op zg, zq;
-                fa_load_z(&zg, dOs, LD, pk * FA_K, f * FA_DIM_T, lane);
-                fa_load_z(&zq, Qs, LD, pk * FA_K, f * FA_DIM_T, lane);
+            for (int f = 0; f < NF; f += FA_OP_LOAD) {
+                fa_z_op zg[FA_OP_LOAD], zq[FA_OP_LOAD];
+                fa_load_z_n(zg, dOs, LD, pk * FA_K, f * FA_DIM_T, lane);
+                fa_load_z_n(zq, Qs, LD, pk * FA_K, f * FA_DIM_T, lane);
 #pragma unroll
-                for (int st = 0; st < STRIPS; st++) {
-                    fa_acc_mma(&acc_v[st][f], &pp[st][pk], &zg);
-                    fa_acc_mma(&acc_k[st][f], &pd[st][pk], &zq);
-                }
+                for (int i = 0; i < FA_OP_LOAD; i++)
+#pragma unroll
+                    for (int st = 0; st < STRIPS; st++) {
+                        fa_acc_mma(&acc_v[st][f + i], &pp[st][pk], &zg[i]);
+                        fa_acc_mma(&acc_k[st][f + i], &pd[st][pk], &zq[i]);
+                    }
             }
 
 #ifdef DQ_ATOMIC
@@ -404,27 +435,39 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
          * shared out over the wavefronts, added to the fp32 accumulator. */
         __syncthreads();
         for (int u = warp; u < DQ_UNITS; u += WARPS) {
-            const int qm = u / (DQ_NT / DQ_UNIT), fn0 = (u % (DQ_NT / DQ_UNIT)) * DQ_UNIT;
-            fa_c c[DQ_UNIT];
+            const int qm = u / (DQ_NT / DQ_UNIT) * DQ_M, fn0 = (u % (DQ_NT / DQ_UNIT)) * DQ_UNIT;
+            fa_c c[DQ_M][DQ_UNIT];
 #pragma unroll
-            for (int n = 0; n < DQ_UNIT; n++)
+            for (int m = 0; m < DQ_M; m++)
 #pragma unroll
-                for (int e = 0; e < FA_C_ELEMS; e++) c[n].x[e] = 0.0f;
+                for (int n = 0; n < DQ_UNIT; n++)
+#pragma unroll
+                    for (int e = 0; e < FA_C_ELEMS; e++) c[m][n].x[e] = 0.0f;
 #pragma unroll
             for (int ks = 0; ks < BC / FA_K; ks++) {
-                fa_a a;
-                fa_load_a(&a, dSt, LDS_S, qm * FA_M, ks * FA_K, lane);
+                fa_a a[DQ_M];
 #pragma unroll
-                for (int n = 0; n < DQ_UNIT; n++) {
-                    fa_b bk;
-                    fa_load_b_kn(&bk, Ks, LD, ks * FA_K, (fn0 + n) * FA_N, lane);
-                    fa_mma(&c[n], &a, &bk);
+                for (int m = 0; m < DQ_M; m++) fa_load_a(&a[m], dSt, LDS_S, (qm + m) * FA_M, ks * FA_K, lane);
+#pragma unroll
+                for (int n = 0; n < DQ_UNIT; n += DQ_BL) {
+                    fa_b bk[DQ_BL];
+#if DQ_BL == 2
+                    fa_load_b_kn_n(bk, Ks, LD, ks * FA_K, (fn0 + n) * FA_N, lane);
+#else
+                    fa_load_b_kn(bk, Ks, LD, ks * FA_K, (fn0 + n) * FA_N, lane);
+#endif
+#pragma unroll
+                    for (int i = 0; i < DQ_BL; i++)
+#pragma unroll
+                        for (int m = 0; m < DQ_M; m++) fa_mma(&c[m][n + i], &a[m], &bk[i]);
                 }
             }
 #pragma unroll
-            for (int n = 0; n < DQ_UNIT; n++)
-                fa_add_dq(dq_acc, &c[n], qm * FA_M, (fn0 + n) * FA_N, seq.len_q - q0, b, h, q0, heads_q, seqlen_q,
-                          seq.start_q, total_q, lane);
+            for (int m = 0; m < DQ_M; m++)
+#pragma unroll
+                for (int n = 0; n < DQ_UNIT; n++)
+                    fa_add_dq(dq_acc, &c[m][n], (qm + m) * FA_M, (fn0 + n) * FA_N, seq.len_q - q0, b, h, q0, heads_q,
+                              seqlen_q, seq.start_q, total_q, lane);
         }
 #endif
         /* This step's buffers may be refilled. */
@@ -523,12 +566,15 @@ fa_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__restrict__ k, cons
             fa_load_own(&qo, Qs, LD, warp * FA_OWN_T, ks * FA_K, lane);
             fa_load_own(&go, dOs, LD, warp * FA_OWN_T, ks * FA_K, lane);
 #pragma unroll
-            for (int j = 0; j < NJQ; j++) {
-                fa_other_op ko, vo;
-                fa_load_other(&ko, Ks, LD, j * FA_OTHER_T, ks * FA_K, lane);
-                fa_load_other(&vo, Vs, LD, j * FA_OTHER_T, ks * FA_K, lane);
-                fa_score_mma(&s[j], &qo, &ko);
-                fa_score_mma(&dp[j], &go, &vo);
+            for (int j = 0; j < NJQ; j += FA_OP_LOAD) {
+                fa_other_op ko[FA_OP_LOAD], vo[FA_OP_LOAD];
+                fa_load_other_n(ko, Ks, LD, j * FA_OTHER_T, ks * FA_K, lane);
+                fa_load_other_n(vo, Vs, LD, j * FA_OTHER_T, ks * FA_K, lane);
+#pragma unroll
+                for (int i = 0; i < FA_OP_LOAD; i++) {
+                    fa_score_mma(&s[j + i], &qo, &ko[i]);
+                    fa_score_mma(&dp[j + i], &go, &vo[i]);
+                }
             }
         }
 #pragma unroll
@@ -541,10 +587,11 @@ fa_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__restrict__ k, cons
             fa_p_op p;
             fa_x_to_p(&p, dp, pk, lane);
 #pragma unroll
-            for (int f = 0; f < NF; f++) {
-                fa_z_op z;
-                fa_load_z(&z, Ks, LD, pk * FA_K, f * FA_DIM_T, lane);
-                fa_acc_mma(&acc[f], &p, &z);
+            for (int f = 0; f < NF; f += FA_OP_LOAD) {
+                fa_z_op z[FA_OP_LOAD];
+                fa_load_z_n(z, Ks, LD, pk * FA_K, f * FA_DIM_T, lane);
+#pragma unroll
+                for (int i = 0; i < FA_OP_LOAD; i++) fa_acc_mma(&acc[f + i], &p, &z[i]);
             }
         }
         __syncthreads();

@@ -45,6 +45,10 @@
  *   fa_load_b_nk(&b, t, ld, n0, k0, lane) B[k][n] = t[(n0 + n) ld + k0 + k]
  *   fa_load_b_kn(&b, t, ld, k0, n0, lane) B[k][n] = t[(k0 + k) ld + n0 + n]
  *   fa_mma(&c, &a, &b)                    c += a b, fp32 accumulation
+ * and, where a layer loads two B fragments in one instruction
+ * (FA_NATIVE_B2), fa_load_b_nk2 and fa_load_b_kn2: b[0] at n0, b[1] at
+ * n0 + FA_N (FA_B_LOAD, below). Asynchronous copies: fa_copy16 (16 bytes),
+ * fa_copy4 (4 bytes), fa_copy_commit, fa_copy_wait.
  *
  * The index macros of every layer are plain C (FA_HOST_MODEL selects them
  * alone): tests/test_mma_layouts.c feeds them through a model of each
@@ -210,6 +214,44 @@ FA_FN void fa_load_z(fa_z_op *z, const fa_ushort *tile, int ld, int k0, int d0, 
 #endif
 }
 
+/* Loads of several fragments at once: FA_B_LOAD B fragments side by side
+ * along n (b[0] at n0, b[1] at n0 + FA_N), two where the layer loads a pair
+ * in one instruction (FA_NATIVE_B2: fa_load_b_nk2, fa_load_b_kn2), else
+ * one; FA_OP_LOAD other or Z operands likewise, where those are B
+ * operands. A kernel steps its loops over fragments by these counts. */
+#ifdef FA_NATIVE_B2
+#define FA_B_LOAD 2
+#else
+#define FA_B_LOAD 1
+#endif
+#define FA_OP_LOAD (FA_OWN_N ? 1 : FA_B_LOAD)
+
+FA_FN void fa_load_b_kn_n(fa_b *b, const fa_ushort *tile, int ld, int k0, int n0, int lane) {
+#if FA_B_LOAD == 2
+    fa_load_b_kn2(b, tile, ld, k0, n0, lane);
+#else
+    fa_load_b_kn(b, tile, ld, k0, n0, lane);
+#endif
+}
+
+/* FA_OP_LOAD other operands from other row o0 on (o[i] at o0 + i
+ * FA_OTHER_T), FA_OP_LOAD Z operands from dimension d0 on. */
+FA_FN void fa_load_other_n(fa_other_op *o, const fa_ushort *tile, int ld, int o0, int k0, int lane) {
+#if FA_OP_LOAD == 2
+    fa_load_b_nk2(o, tile, ld, o0, k0, lane);
+#else
+    fa_load_other(o, tile, ld, o0, k0, lane);
+#endif
+}
+
+FA_FN void fa_load_z_n(fa_z_op *z, const fa_ushort *tile, int ld, int k0, int d0, int lane) {
+#if FA_OP_LOAD == 2
+    fa_load_b_kn2(z, tile, ld, k0, d0, lane);
+#else
+    fa_load_z(z, tile, ld, k0, d0, lane);
+#endif
+}
+
 /* Score fragment += own x other^T over one k-step. */
 FA_FN void fa_score_mma(fa_c *c, const fa_own_op *own, const fa_other_op *other) {
 #if FA_OWN_N
@@ -275,6 +317,8 @@ FA_FN void fa_copy16(fa_ushort *dst, const fa_ushort *src, int valid) {
 }
 FA_FN void fa_copy_commit(void) {}
 #define fa_copy_wait(n) ((void)0)
+/* 4 bytes likewise (valid 0: zero). */
+FA_FN void fa_copy4(float *dst, const float *src, int valid) { *dst = valid ? *src : 0.0f; }
 #endif
 
 #ifndef FA_NATIVE_ATOMIC

@@ -66,6 +66,12 @@
 #define FA_LDSM_BNK_COL(l) (8 * ((l) / 8 % 2))
 #define FA_LDSM_BKN_ROW(l) ((l) % 16)                    /* x2.trans: B from [k][n] */
 #define FA_LDSM_BKN_COL(l) 0
+/* The x4 forms of the B loads: two fragments side by side along n (n0 and
+ * n0 + 8) in one instruction, registers 0-1 the first, 2-3 the second. */
+#define FA_LDSM_BNK2_ROW(l) ((l) % 8 + 8 * ((l) / 16))   /* x4: B pair from [n][k] */
+#define FA_LDSM_BNK2_COL(l) (8 * ((l) / 8 % 2))
+#define FA_LDSM_BKN2_ROW(l) ((l) % 16)                   /* x4.trans: B pair from [k][n] */
+#define FA_LDSM_BKN2_COL(l) (8 * ((l) / 16))
 
 #ifndef FA_HOST_MODEL
 
@@ -81,17 +87,27 @@ struct fa_c {
 
 FA_FN fa_uint fa_smem_addr(const void *p) { return (fa_uint)__cvta_generic_to_shared(p); }
 
+/* The shared-space address of tile[(r0 + row) ld + c0 + col] for ldmatrix:
+ * the lane's part (row, col) converted first, the fragment's origin (r0,
+ * c0: constants in the unrolled loops) added in bytes after, so that every
+ * load of a tile shares one register and takes its origin as the
+ * instruction's offset. Written the other way round, the compiler kept
+ * an address register per origin. */
+FA_FN fa_uint fa_ldsm_addr(const fa_ushort *tile, int ld, int row, int col, int r0, int c0) {
+    return fa_smem_addr(tile + row * ld + col) + 2u * (fa_uint)(r0 * ld + c0);
+}
+
 #define FA_NATIVE_LOADS 1
 
 FA_FN void fa_load_a(fa_a *a, const fa_ushort *tile, int ld, int r0, int k0, int lane) {
-    const fa_uint addr = fa_smem_addr(tile + (r0 + FA_LDSM_A_ROW(lane)) * ld + k0 + FA_LDSM_A_COL(lane));
+    const fa_uint addr = fa_ldsm_addr(tile, ld, FA_LDSM_A_ROW(lane), FA_LDSM_A_COL(lane), r0, k0);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(a->w[0]), "=r"(a->w[1]), "=r"(a->w[2]), "=r"(a->w[3])
                  : "r"(addr));
 }
 
 FA_FN void fa_load_a_t(fa_a *a, const fa_ushort *tile, int ld, int m0, int k0, int lane) {
-    const fa_uint addr = fa_smem_addr(tile + (k0 + FA_LDSM_AT_ROW(lane)) * ld + m0 + FA_LDSM_AT_COL(lane));
+    const fa_uint addr = fa_ldsm_addr(tile, ld, FA_LDSM_AT_ROW(lane), FA_LDSM_AT_COL(lane), k0, m0);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(a->w[0]), "=r"(a->w[1]), "=r"(a->w[2]), "=r"(a->w[3])
                  : "r"(addr));
@@ -99,7 +115,7 @@ FA_FN void fa_load_a_t(fa_a *a, const fa_ushort *tile, int ld, int m0, int k0, i
 
 FA_FN void fa_load_b_nk(fa_b *b, const fa_ushort *tile, int ld, int n0, int k0, int lane) {
     const int l = lane % 16; /* the x2 form reads lanes 0-15's addresses only */
-    const fa_uint addr = fa_smem_addr(tile + (n0 + FA_LDSM_BNK_ROW(l)) * ld + k0 + FA_LDSM_BNK_COL(l));
+    const fa_uint addr = fa_ldsm_addr(tile, ld, FA_LDSM_BNK_ROW(l), FA_LDSM_BNK_COL(l), n0, k0);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
                  : "=r"(b->w[0]), "=r"(b->w[1])
                  : "r"(addr));
@@ -107,9 +123,26 @@ FA_FN void fa_load_b_nk(fa_b *b, const fa_ushort *tile, int ld, int n0, int k0, 
 
 FA_FN void fa_load_b_kn(fa_b *b, const fa_ushort *tile, int ld, int k0, int n0, int lane) {
     const int l = lane % 16;
-    const fa_uint addr = fa_smem_addr(tile + (k0 + FA_LDSM_BKN_ROW(l)) * ld + n0 + FA_LDSM_BKN_COL(l));
+    const fa_uint addr = fa_ldsm_addr(tile, ld, FA_LDSM_BKN_ROW(l), FA_LDSM_BKN_COL(l), k0, n0);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
                  : "=r"(b->w[0]), "=r"(b->w[1])
+                 : "r"(addr));
+}
+
+/* B fragments n0 and n0 + FA_N (b[0], b[1]) in one ldmatrix x4: half the
+ * load instructions of two x2 loads for the same bytes. */
+#define FA_NATIVE_B2 1
+FA_FN void fa_load_b_nk2(fa_b *b, const fa_ushort *tile, int ld, int n0, int k0, int lane) {
+    const fa_uint addr = fa_ldsm_addr(tile, ld, FA_LDSM_BNK2_ROW(lane), FA_LDSM_BNK2_COL(lane), n0, k0);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(b[0].w[0]), "=r"(b[0].w[1]), "=r"(b[1].w[0]), "=r"(b[1].w[1])
+                 : "r"(addr));
+}
+
+FA_FN void fa_load_b_kn2(fa_b *b, const fa_ushort *tile, int ld, int k0, int n0, int lane) {
+    const fa_uint addr = fa_ldsm_addr(tile, ld, FA_LDSM_BKN2_ROW(lane), FA_LDSM_BKN2_COL(lane), k0, n0);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(b[0].w[0]), "=r"(b[0].w[1]), "=r"(b[1].w[0]), "=r"(b[1].w[1])
                  : "r"(addr));
 }
 
@@ -148,14 +181,18 @@ FA_FN float fa_exp2(float x) {
     return y;
 }
 
-/* 16 bytes global -> local without a stop in registers; valid 0 writes
- * zeros and reads nothing. fa_copy_commit closes a group of copies,
+/* 16 (fa_copy4: 4) bytes global -> local without a stop in registers;
+ * valid 0 writes zeros and reads nothing. fa_copy_commit closes a group of copies,
  * fa_copy_wait(n) waits until at most n groups are in flight (then a
  * barrier publishes them to the work-group). */
 #define FA_NATIVE_COPY 1
 FA_FN void fa_copy16(fa_ushort *dst, const fa_ushort *src, int valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(fa_smem_addr(dst)), "l"(src),
                  "r"(valid ? 16 : 0)
+                 : "memory");
+}
+FA_FN void fa_copy4(float *dst, const float *src, int valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(fa_smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
                  : "memory");
 }
 FA_FN void fa_copy_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }

@@ -43,6 +43,10 @@
  * are zeros. The copies land by the caller's fa_copy_wait and barrier. */
 FA_FN void fa_fetch_rows(fa_ushort *dst, const store_t *src, fa_long stride, int rows, int valid, int tid,
                          int nthreads) {
+#ifdef FA_HIP_ON_CUDA
+    asm volatile("" : "+r"(tid), "+l"(stride));
+#endif
+#pragma unroll 1
     for (int e = tid; e < rows * D_CHUNKS; e += nthreads) {
         const int r = e / D_CHUNKS, c = e - r * D_CHUNKS;
         const int ok = r < valid;

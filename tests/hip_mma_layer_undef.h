@@ -39,3 +39,7 @@
 #undef FA_LDSM_BNK_COL
 #undef FA_LDSM_BKN_ROW
 #undef FA_LDSM_BKN_COL
+#undef FA_LDSM_BNK2_ROW
+#undef FA_LDSM_BNK2_COL
+#undef FA_LDSM_BKN2_ROW
+#undef FA_LDSM_BKN2_COL

@@ -41,8 +41,10 @@ typedef struct layer {
     idx2 a_row, a_col, b_k, b_n, c_row, c_col, own_idx, x2p_frag, x2p_elem, own_of, other_of;
     int (*own_slot)(int e);
     int (*x2p_lane)(int l, int ks, int i);
-    /* NVIDIA: where each load points ldmatrix; NULL elsewhere. */
-    int (*ldsm[8])(int l);
+    /* NVIDIA: where each load points ldmatrix (row, column of A, A^T, B
+     * from [n][k], B from [k][n], then the B pairs' x4 forms); NULL
+     * elsewhere. */
+    int (*ldsm[12])(int l);
 } layer;
 
 #include "kernels_hip/mma_frag.h"
@@ -86,6 +88,10 @@ static int ldsm_bnk_row(int l) { return FA_LDSM_BNK_ROW(l); }
 static int ldsm_bnk_col(int l) { return FA_LDSM_BNK_COL(l); }
 static int ldsm_bkn_row(int l) { return FA_LDSM_BKN_ROW(l); }
 static int ldsm_bkn_col(int l) { return FA_LDSM_BKN_COL(l); }
+static int ldsm_bnk2_row(int l) { return FA_LDSM_BNK2_ROW(l); }
+static int ldsm_bnk2_col(int l) { return FA_LDSM_BNK2_COL(l); }
+static int ldsm_bkn2_row(int l) { return FA_LDSM_BKN2_ROW(l); }
+static int ldsm_bkn2_col(int l) { return FA_LDSM_BKN2_COL(l); }
 #include "hip_mma_layer_undef.h"
 
 #define FA_MFMA32 1
@@ -115,6 +121,10 @@ static int layers(layer out[MAX_LAYERS]) {
     out[0].ldsm[5] = ldsm_bnk_col;
     out[0].ldsm[6] = ldsm_bkn_row;
     out[0].ldsm[7] = ldsm_bkn_col;
+    out[0].ldsm[8] = ldsm_bnk2_row;
+    out[0].ldsm[9] = ldsm_bnk2_col;
+    out[0].ldsm[10] = ldsm_bkn2_row;
+    out[0].ldsm[11] = ldsm_bkn2_col;
     out[1] = mfma32_layer();
     out[2] = mfma16_layer();
     out[3] = wmma_layer();
@@ -357,16 +367,18 @@ static void check_runs(const layer *L) {
 
 /* NVIDIA: ldmatrix from the addresses the layer gives it (lanes 0-15 for
  * the x2 forms, as the device code reads them) equals the loads' index
- * functions, on a tile with padded rows. */
+ * functions, on a tile with padded rows; the x4 forms of the B loads give
+ * two fragments side by side along n (registers 0-1 at n0, 2-3 at n0 +
+ * FA_N), as two single loads would. */
 static void check_ldmatrix(const layer *L, fa_rng *rng) {
     const int ld = 40, r0 = 16, c0 = 8; /* the fragment's origin inside the tile */
     uint16_t *t = random16(rng, 48 * ld, FA_MMA_IN_F16);
-    uint16_t want[32 * 8];
+    uint16_t want[32 * 8], half[32 * 4];
     uint32_t regs[32 * 4];
     int row[32], col[32];
     if (!t) return;
-    for (int form = 0; form < 4; form++) {
-        const int num = form < 2 ? 4 : 2, trans = form == 1 || form == 3;
+    for (int form = 0; form < 6; form++) {
+        const int num = form < 2 || form >= 4 ? 4 : 2, trans = form == 1 || form == 3 || form == 5;
         for (int l = 0; l < 32; l++) {
             const int src = num == 2 ? l % 16 : l;
             row[l] = r0 + L->ldsm[2 * form](src);
@@ -377,7 +389,18 @@ static void check_ldmatrix(const layer *L, fa_rng *rng) {
         case 0: load_a(L, t, ld, r0, c0, want); break;
         case 1: load_a_t(L, t, ld, c0, r0, want); break;
         case 2: load_b_nk(L, t, ld, r0, c0, want); break;
-        default: load_b_kn(L, t, ld, r0, c0, want); break;
+        case 3: load_b_kn(L, t, ld, r0, c0, want); break;
+        default:
+            /* Lane l's registers: its B elements at n0, then at n0 + FA_N. */
+            for (int p = 0; p < 2; p++) {
+                if (form == 4)
+                    load_b_nk(L, t, ld, r0 + p * L->n, c0, half);
+                else
+                    load_b_kn(L, t, ld, r0, c0 + p * L->n, half);
+                for (int l = 0; l < 32; l++)
+                    for (int i = 0; i < L->b_elems; i++) want[l * 2 * L->b_elems + p * L->b_elems + i] = half[l * L->b_elems + i];
+            }
+            break;
         }
         int wrong = 0;
         for (int l = 0; l < 32; l++)

@@ -1072,6 +1072,65 @@ FA_TEST(nvidia_opencl_forward_four_sub_groups) {
     CHECK(valid > 100);
 }
 
+/* HIP's matrix-core backward on NVIDIA through the mapping (the H100 as
+ * the mapping reports it: HIP, 227 KiB): problems without stateful options
+ * take the second register budget, 64 x 128 tiles in eight wavefronts at
+ * head_dim 128 and, by the layer's preference, 32 x 128 in four of two
+ * strips at 64 (the tiles of CUDA's mma.sync backward there, measured
+ * 0.92x of it on an H200, bench/results/h200.md); dropout keeps the first
+ * budget's tiles; the AMD layers have neither the second budget nor the
+ * preference. */
+FA_TEST(hip_nvidia_backward_tiles) {
+    fa_device_desc nv = *device("h100");
+    nv.backend = FA_BACKEND_HIP;
+    nv.local_mem_bytes = 227 * 1024;
+    static const int dims[] = {64, 128}, seqlens[] = {4096, 16384};
+    static const fa_dtype dtypes[] = {FA_DTYPE_F16, FA_DTYPE_BF16};
+    for (size_t t = 0; t < COUNT(dtypes); t++)
+        for (size_t i = 0; i < COUNT(dims); i++)
+            for (size_t n = 0; n < COUNT(seqlens); n++)
+                for (int causal = 0; causal <= 1; causal++) {
+                    const int dim = dims[i], sq = seqlens[n];
+                    fa_attention_desc d = shape(16384 / sq, sq, sq, 2048 / dim, 2048 / dim, dim, dtypes[t]);
+                    d.causal = causal;
+                    CHECK(fa_hip_mma_lean(&d));
+                    fa_plan_info p;
+                    CHECK_OK(fa_plan_for_device(&nv, &d, &p));
+                    const fa_kernel_plan *b = &p.backward;
+                    CHECK(check_kernel_plan("hip nvidia backward", &nv, &d, FA_PASS_BACKWARD, b) == 0);
+                    fa_hip_mma_geometry g;
+                    CHECK(b->variant == FA_VARIANT_MMA &&
+                          fa_hip_mma_geometry_of(&nv, &d, FA_PASS_BACKWARD, b->br, b->bc, b->thread_rows,
+                                                 b->thread_cols, &g));
+                    const int want_br = dim == 64 ? 32 : 64, want_warps = dim == 64 ? 4 : 8, want_strips = dim == 64 ? 2 : 1;
+                    CHECK_MSG(b->br == want_br && b->bc == 128 && b->stages == 2 && g.layer == FA_HIP_MMA_NVIDIA &&
+                                  g.warps == want_warps && g.strips == want_strips,
+                              "%s d%d N %d causal %d: %d x %d, %d stages, %d wavefronts of %d strips",
+                              fa_dtype_name(d.q.dtype), dim, sq, causal, b->br, b->bc, b->stages, g.warps, g.strips);
+                    /* At 64 the eight wavefronts of 64 x 128 run (forced
+                     * tiles, the sweep) but are not taken. */
+                    if (dim == 64) {
+                        CHECK(fa_hip_mma_geometry_of(&nv, &d, FA_PASS_BACKWARD, 64, 128, 16, 2, &g) && g.warps == 8);
+                        CHECK(!fa_hip_mma_preferred(&nv, &d, FA_PASS_BACKWARD, 64, 128, 16, 2));
+                    }
+                    /* Dropout keeps its state in registers: the first
+                     * budget, which refuses those tiles. */
+                    fa_attention_desc dd = d;
+                    dd.dropout_p = 0.1f;
+                    CHECK(!fa_hip_mma_lean(&dd));
+                    CHECK(!fa_hip_mma_geometry_of(&nv, &dd, FA_PASS_BACKWARD, want_br, 128, want_br / 4,
+                                                  2 * want_strips, NULL));
+                    CHECK_OK(fa_plan_for_device(&nv, &dd, &p));
+                    CHECK(p.backward.variant == FA_VARIANT_MMA &&
+                          !(p.backward.br == want_br && p.backward.bc == 128));
+                }
+    static const fa_hip_mma_layer amd[] = {FA_HIP_MMA_MFMA32, FA_HIP_MMA_MFMA16, FA_HIP_MMA_WMMA};
+    for (size_t i = 0; i < COUNT(amd); i++) {
+        const fa_hip_mma_layer_info *L = fa_hip_mma_layer_get(amd[i]);
+        CHECK(L && L->bwd_budget_lean == 0 && L->bwd_small_dim_warps == 0);
+    }
+}
+
 /* NVIDIA's OpenCL backward (planner_cl_mma.c, fa_cl_mma_preferred): at
  * head_dim 128, 32 queries against 64 keys in four sub-groups, V's
  * fragments in registers and the queries in chunks of 16, the tile that
@@ -1155,4 +1214,5 @@ FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan)
              FA_CASE(decoding_splits_keys), FA_CASE(decoding_packs_gqa_groups), FA_CASE(variants_by_backend), FA_CASE(invalid_devices_rejected),
              FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan),
              FA_CASE(described_devices_table), FA_CASE(wide_heads_share_key_strips),
-             FA_CASE(nvidia_opencl_forward_four_sub_groups), FA_CASE(nvidia_opencl_backward_v_in_registers))
+             FA_CASE(nvidia_opencl_forward_four_sub_groups), FA_CASE(nvidia_opencl_backward_v_in_registers),
+             FA_CASE(hip_nvidia_backward_tiles))

@@ -90,9 +90,10 @@ static void hip_check_plan(const char *name, fa_plan plan) {
     }
 }
 
-static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 1, hip_force_tiles, hip_check_plan, NULL, 0};
+static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 1, hip_force_tiles, hip_check_plan, NULL,
+                                  SUITE_ALL_SCORE_OPTIONS};
 #else
-static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 0, NULL, NULL, NULL, 0};
+static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 0, NULL, NULL, NULL, SUITE_ALL_SCORE_OPTIONS};
 #endif
 
 #define HIP_CASE(name)                                                                     \

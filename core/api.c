@@ -414,6 +414,10 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     *plan = NULL;
     FA_CHECK(fa_attention_desc_check(desc));
+    /* A backend without the KV-cache entry cannot run such a plan: refused
+     * here, before its plan_prepare sees a descriptor it does not know. */
+    if (desc->kv_cache && !ctx->ops->forward_kvcache)
+        return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache: the %s backend has no KV-cache kernels", ctx->ops->name);
     struct fa_plan_s *p = calloc(1, sizeof *p);
     if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
     p->ctx = ctx;
@@ -584,7 +588,17 @@ fa_status fa_check_backward_args(fa_context ctx, const fa_attention_desc *d, fa_
     return check_backward(ctx, d, &a);
 }
 
+/* A KV-cache plan runs fa_forward_kvcache only. */
+static fa_status refuse_kvcache_plan(fa_plan plan, const char *call) {
+    if (plan->desc.kv_cache)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                       "plan: its descriptor has kv_cache = 1, a KV-cache step: run it with fa_forward_kvcache, not %s",
+                       call);
+    return FA_SUCCESS;
+}
+
 static fa_status forward_checked(fa_plan plan, const fa_pass_args *a) {
+    FA_CHECK(refuse_kvcache_plan(plan, "fa_forward"));
     FA_CHECK(check_forward(plan->ctx, &plan->desc, a));
     const fa_fwd_args args = {a->q->impl, a->k->impl, a->v->impl, a->o->impl, a->lse->impl,
                               a->bias ? a->bias->impl : NULL};
@@ -592,6 +606,7 @@ static fa_status forward_checked(fa_plan plan, const fa_pass_args *a) {
 }
 
 static fa_status backward_checked(fa_plan plan, const fa_pass_args *a) {
+    FA_CHECK(refuse_kvcache_plan(plan, "fa_backward (a KV-cache step has no backward)"));
     FA_CHECK(check_backward(plan->ctx, &plan->desc, a));
     const fa_bwd_args args = {a->q->impl,    a->k->impl,  a->v->impl,  a->o->impl,  a->lse->impl,
                               a->dout->impl, a->dq->impl, a->dk->impl, a->dv->impl, a->bias ? a->bias->impl : NULL};
@@ -621,6 +636,73 @@ fa_status fa_backward_ex(fa_plan plan, const fa_pass_args *args) {
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     if (!args) return fa_fail(FA_ERR_NULL_POINTER, "args is NULL");
     return backward_checked(plan, args);
+}
+
+/* An int32 or fp32 array of a KV-cache step: byte 0 of its buffer on. */
+static tensor_arg array_of(const char *name, fa_buffer buf, int64_t bytes) {
+    tensor_arg t = {name, buf, bytes, fa_range_footprint(0, (uint64_t)bytes), 0};
+    return t;
+}
+
+/* A buffer the descriptor does not ask for must be NULL: one given would
+ * be ignored, which is more likely a mistake than an intent. */
+static fa_status check_absent(fa_buffer buf, const char *name, const char *why) {
+    if (buf) return fa_fail(FA_ERR_INVALID_ARGUMENT, "%s is given but the plan's descriptor has %s", name, why);
+    return FA_SUCCESS;
+}
+
+static fa_status check_kvcache(fa_context ctx, const fa_attention_desc *d, const fa_kvcache_args *a) {
+    const int paged = d->page_size > 0, append = d->seqlen_new > 0, rotary = d->rotary_dim > 0;
+    if (!paged) FA_CHECK(check_absent(a->block_table, "block_table", "page_size = 0 (a contiguous cache)"));
+    if (!append) {
+        FA_CHECK(check_absent(a->k_new, "k_new", "seqlen_new = 0"));
+        FA_CHECK(check_absent(a->v_new, "v_new", "seqlen_new = 0"));
+    }
+    if (!rotary) {
+        FA_CHECK(check_absent(a->rotary_cos, "rotary_cos", "rotary_dim = 0"));
+        FA_CHECK(check_absent(a->rotary_sin, "rotary_sin", "rotary_dim = 0"));
+    }
+    /* The caches are written where tokens are appended: then they are
+     * outputs, whose bytes no other argument may share. */
+    tensor_arg t[11];
+    int n = 0;
+    t[n++] = tensor_of(d, "q", a->q, FA_TENSOR_Q, 0);
+    t[n++] = tensor_of(d, "k_cache", a->k_cache, FA_TENSOR_K, append);
+    t[n++] = tensor_of(d, "v_cache", a->v_cache, FA_TENSOR_V, append);
+    t[n++] = tensor_of(d, "o", a->o, FA_TENSOR_O, 1);
+    /* batch <= INT32_MAX: no overflow. */
+    t[n++] = array_of("cache_seqlens", a->cache_seqlens, (int64_t)d->batch * (int64_t)sizeof(int32_t));
+    if (paged) t[n++] = array_of("block_table", a->block_table, fa_desc_block_table_entries(d) * (int64_t)sizeof(int32_t));
+    if (append) {
+        t[n++] = tensor_of(d, "k_new", a->k_new, FA_TENSOR_K_NEW, 0);
+        t[n++] = tensor_of(d, "v_new", a->v_new, FA_TENSOR_V_NEW, 0);
+    }
+    if (rotary) {
+        t[n++] = array_of("rotary_cos", a->rotary_cos, fa_desc_rotary_table_bytes(d));
+        t[n++] = array_of("rotary_sin", a->rotary_sin, fa_desc_rotary_table_bytes(d));
+    }
+    if (a->lse) t[n++] = lse_of(d, a->lse, 1);
+    return check_tensors(ctx, t, n);
+}
+
+fa_status fa_forward_kvcache(fa_plan plan, const fa_kvcache_args *args) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    if (!args) return fa_fail(FA_ERR_NULL_POINTER, "args is NULL");
+    if (!plan->desc.kv_cache)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "plan: its descriptor has kv_cache = 0: run it with fa_forward");
+    FA_CHECK(check_kvcache(plan->ctx, &plan->desc, args));
+    const fa_backend_ops *ops = plan->ctx->ops;
+    if (!ops->forward_kvcache)
+        return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache: the %s backend has no KV-cache kernels", ops->name);
+#define FA_IMPL_OF(b) ((b) ? (b)->impl : NULL)
+    const fa_kvcache_call call = {FA_IMPL_OF(args->q),          FA_IMPL_OF(args->k_cache),
+                                  FA_IMPL_OF(args->v_cache),    FA_IMPL_OF(args->o),
+                                  FA_IMPL_OF(args->lse),        FA_IMPL_OF(args->cache_seqlens),
+                                  FA_IMPL_OF(args->block_table), FA_IMPL_OF(args->k_new),
+                                  FA_IMPL_OF(args->v_new),      FA_IMPL_OF(args->rotary_cos),
+                                  FA_IMPL_OF(args->rotary_sin)};
+#undef FA_IMPL_OF
+    return ops->forward_kvcache(plan->ctx->impl, plan->impl, plan, &call);
 }
 
 fa_status fa_plan_last_time_ms(fa_plan plan, double *ms) {

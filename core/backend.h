@@ -27,6 +27,13 @@ typedef struct fa_bwd_args {
     void *bias;
 } fa_bwd_args;
 
+/* One step against a KV cache (fa_forward_kvcache): backend handles, NULL
+ * where the descriptor does not ask for the tensor (lse may be NULL). */
+typedef struct fa_kvcache_call {
+    void *q, *k_cache, *v_cache, *o, *lse;
+    void *cache_seqlens, *block_table, *k_new, *v_new, *rotary_cos, *rotary_sin;
+} fa_kvcache_call;
+
 /* Element-wise passes of the ring (context parallelism, core/dist.c) over
  * [batch, rows, heads, dim] views of buffers: strides and offset in
  * elements of the view's dtype, every stride explicit, dim contiguous. A
@@ -95,6 +102,10 @@ typedef struct fa_backend_ops {
     void (*plan_release)(void *ctx, void *plan_impl);
     fa_status (*forward)(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args);
     fa_status (*backward)(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
+    /* A KV-cache step (append, rotary, attention) for a plan whose
+     * descriptor has kv_cache = 1; NULL where the backend has none (its
+     * plan_prepare refuses such plans). */
+    fa_status (*forward_kvcache)(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_kvcache_call *args);
     /* The ring's element-wise passes, queued like the attention passes.
      * rows: op over every element of shape (see fa_rows_op); src and dst
      *   never overlap.

@@ -40,12 +40,14 @@ const fa_tensor_desc *fa_desc_tensor(const fa_attention_desc *desc, fa_tensor_ro
     case FA_TENSOR_Q: return &desc->q;
     case FA_TENSOR_K: return &desc->k;
     case FA_TENSOR_V: return &desc->v;
+    case FA_TENSOR_K_NEW: return &desc->k_new;
+    case FA_TENSOR_V_NEW: return &desc->v_new;
     default: return &desc->o;
     }
 }
 
 const char *fa_tensor_role_name(fa_tensor_role role) {
-    static const char *const names[] = {"q", "k", "v", "o"};
+    static const char *const names[] = {"q", "k", "v", "o", "k_new", "v_new"};
     return names[role];
 }
 
@@ -56,6 +58,12 @@ static int64_t mul_saturated(int64_t a, int64_t b) {
     return fa_ckd_mul_i64(&r, a, b) ? INT64_MAX : r;
 }
 
+/* Whether the role's tensor is a pool of pages (K and V of a paged KV
+ * cache). */
+static int paged_pool(const fa_attention_desc *desc, fa_tensor_role role) {
+    return desc->kv_cache && desc->page_size > 0 && (role == FA_TENSOR_K || role == FA_TENSOR_V);
+}
+
 fa_layout fa_desc_layout(const fa_attention_desc *desc, fa_tensor_role role) {
     const fa_tensor_desc *t = fa_desc_tensor(desc, role);
     int is_query = role == FA_TENSOR_Q || role == FA_TENSOR_O;
@@ -63,6 +71,8 @@ fa_layout fa_desc_layout(const fa_attention_desc *desc, fa_tensor_role role) {
     l.dtype = t->dtype;
     l.heads = is_query ? desc->heads_q : desc->heads_kv;
     l.seqlen = is_query ? desc->seqlen_q : desc->seqlen_k;
+    if (paged_pool(desc, role)) l.seqlen = desc->page_size;
+    if (role == FA_TENSOR_K_NEW || role == FA_TENSOR_V_NEW) l.seqlen = desc->seqlen_new;
     l.offset = t->offset;
     l.stride_head = t->stride_head ? t->stride_head : desc->head_dim;
     l.stride_seq = t->stride_seq ? t->stride_seq : mul_saturated(l.heads, desc->head_dim);
@@ -76,7 +86,13 @@ void fa_desc_dims(const fa_attention_desc *desc, fa_tensor_role role, fa_dim dim
     const int is_query = role == FA_TENSOR_Q || role == FA_TENSOR_O;
     dims[0] = (fa_dim){desc->head_dim, 1};
     dims[1] = (fa_dim){l.heads, l.stride_head};
-    if (desc->cu_seqlens_q) {
+    if (paged_pool(desc, role)) {
+        dims[2] = (fa_dim){desc->page_size, l.stride_seq};
+        dims[3] = (fa_dim){desc->num_pages, l.stride_batch};
+    } else if (role == FA_TENSOR_K_NEW || role == FA_TENSOR_V_NEW) {
+        dims[2] = (fa_dim){desc->seqlen_new, l.stride_seq};
+        dims[3] = (fa_dim){desc->batch, l.stride_batch};
+    } else if (desc->cu_seqlens_q) {
         dims[2] = (fa_dim){is_query ? fa_attention_total_q(desc) : fa_attention_total_k(desc), l.stride_seq};
         dims[3] = (fa_dim){1, l.stride_batch};
     } else {
@@ -271,7 +287,13 @@ fa_status fa_attention_desc_check(const fa_attention_desc *d) {
             return fa_fail(FA_ERR_DTYPE_MISMATCH, "%s.dtype is %s but q.dtype is %s",
                            fa_tensor_role_name((fa_tensor_role)r),
                            fa_dtype_name(fa_desc_tensor(d, (fa_tensor_role)r)->dtype), fa_dtype_name(d->q.dtype));
+    /* The KV-cache fields first: they decide the K and V layouts (pools of
+     * pages), and the options they exclude are named before anything of
+     * the excluded option's own is checked. */
+    FA_CHECK(fa_desc_check_kvcache(d));
     for (int r = FA_TENSOR_Q; r <= FA_TENSOR_O; r++) FA_CHECK(check_layout(d, (fa_tensor_role)r));
+    if (d->kv_cache && d->seqlen_new > 0)
+        for (int r = FA_TENSOR_K_NEW; r <= FA_TENSOR_V_NEW; r++) FA_CHECK(check_layout(d, (fa_tensor_role)r));
     if (!isfinite(d->softmax_scale) || d->softmax_scale < 0.0f)
         return fa_fail(FA_ERR_BAD_SCALE, "softmax_scale = %g: must be finite and > 0 (0 selects 1/sqrt(head_dim))",
                        (double)d->softmax_scale);

@@ -11,7 +11,11 @@ typedef enum fa_tensor_role {
     FA_TENSOR_Q = 0, /* also dQ */
     FA_TENSOR_K = 1, /* also dK */
     FA_TENSOR_V = 2, /* also dV */
-    FA_TENSOR_O = 3  /* also dO */
+    FA_TENSOR_O = 3, /* also dO */
+    /* The tokens a KV-cache step appends (kv_cache, seqlen_new > 0):
+     * [batch, seqlen_new, heads_kv, head_dim] in q's dtype. */
+    FA_TENSOR_K_NEW = 4,
+    FA_TENSOR_V_NEW = 5
 } fa_tensor_role;
 
 /* A tensor layout with packed (0) strides replaced by their values. */
@@ -19,7 +23,8 @@ typedef struct fa_layout {
     fa_dtype dtype;
     int64_t offset, stride_batch, stride_seq, stride_head;
     int heads;
-    int seqlen;      /* per sequence (the longest one with varlen) */
+    int seqlen;      /* per sequence (the longest one with varlen); a page
+                        (page_size) for the pools of a paged KV cache */
 } fa_layout;
 
 const fa_tensor_desc *fa_desc_tensor(const fa_attention_desc *desc, fa_tensor_role role);
@@ -40,7 +45,9 @@ typedef struct fa_dim {
 
 /* The four dimensions of a tensor: head_dim (stride 1), heads, tokens and
  * batch. With varlen the tokens are the batch's total and the batch
- * dimension has extent 1. */
+ * dimension has extent 1. The K and V pools of a paged KV cache are
+ * [num_pages, page_size, heads_kv, head_dim]: tokens are a page's rows and
+ * the batch dimension counts pages (stride_batch is the page stride). */
 void fa_desc_dims(const fa_attention_desc *desc, fa_tensor_role role, fa_dim dims[4]);
 
 /* Overlap and reach of a tensor's layout (dims[0] contiguous, the three
@@ -84,6 +91,24 @@ int64_t fa_desc_lse_bytes(const fa_attention_desc *desc);
  * what a kernel computes from a window bound then stays below the
  * sequence lengths. */
 void fa_desc_normalize_windows(fa_attention_desc *desc);
+/* The KV-cache fields (core/desc_kvcache.c): their argument check, which
+ * fa_attention_desc_check runs before the layouts (also with kv_cache 0,
+ * where every one of them must be unset), and what the backends derive
+ * from them. */
+fa_status fa_desc_check_kvcache(const fa_attention_desc *desc);
+/* Entries of the block table a paged step takes: ceil(seqlen_k /
+ * page_size) a sequence, batch of them; 0 for a contiguous cache. */
+int64_t fa_desc_pages_per_seq(const fa_attention_desc *desc);
+int64_t fa_desc_block_table_entries(const fa_attention_desc *desc);
+/* Bytes of the rotary tables (each fp32 [seqlen_k, rotary_dim / 2]); 0
+ * without rotary. */
+int64_t fa_desc_rotary_table_bytes(const fa_attention_desc *desc);
+/* Whether query i of a KV-cache step takes rotary position
+ * cache_seqlens[b] + i (a causal mask, or a window that can bind: desc's
+ * windows as fa_desc_normalize_windows leaves them) rather than
+ * cache_seqlens[b] for every query. */
+int fa_desc_rotary_query_offsets(const fa_attention_desc *desc);
+
 /* softmax_scale resolved (0 -> 1/sqrt(head_dim), exact in double; kernels
  * receive it rounded to float). */
 double fa_desc_scale(const fa_attention_desc *desc);

@@ -216,6 +216,9 @@ static fa_status agree_problem(struct fa_dist_plan_s *p, fa_status mine) {
 /* ------------------------------------------------------------ creation */
 
 static fa_status unsupported_options(const fa_attention_desc *d) {
+    if (d->kv_cache)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "distributed plan: kv_cache: a KV-cache step runs on one device (fa_plan_create)");
     if (d->dropout_p > 0.0f && d->cu_seqlens_q)
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "distributed plan: dropout with variable-length batches is not supported (a piece's rows "

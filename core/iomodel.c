@@ -8,6 +8,8 @@
  * lo <= j - i <= hi, whose cells inside a rectangle have a closed form, and
  * the block-sparse mask is walked block by block. */
 #include "planner.h"
+
+#include "desc.h"
 #include "planner_decode.h"
 
 #include <math.h>
@@ -495,12 +497,17 @@ static void once_traffic(const fa_attention_desc *desc, fa_pass pass, int recomp
     }
 }
 
-/* The query rows of a tile as the tile visits count them: a decoding
- * plan's rows are a GQA group's heads times tokens, of which the visits
- * see the tokens. */
+/* A forward whose rows are a GQA group's heads times tokens packed per KV
+ * head: CUDA's decoding kernel, and every KV-cache step. */
+static int packed_rows(const fa_attention_desc *desc, fa_pass pass, const fa_kernel_plan *plan) {
+    return pass == FA_PASS_FORWARD && (plan->variant == FA_VARIANT_DECODE || desc->kv_cache);
+}
+
+/* The query rows of a tile as the tile visits count them: a packed plan's
+ * rows are a GQA group's heads times tokens, of which the visits see the
+ * tokens. */
 static int visit_rows(const fa_attention_desc *desc, fa_pass pass, const fa_kernel_plan *plan) {
-    return pass == FA_PASS_FORWARD && plan->variant == FA_VARIANT_DECODE ? fa_decode_token_rows(desc, plan->br)
-                                                                         : plan->br;
+    return packed_rows(desc, pass, plan) ? fa_decode_token_rows(desc, plan->br) : plan->br;
 }
 
 fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
@@ -516,10 +523,11 @@ fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *d
     if (!dev || !desc || !plan) return c;
     if (plan->variant == FA_VARIANT_STANDARD) return fa_io_standard(dev, desc, pass);
     if (plan->br <= 0 || plan->bc <= 0 || !v || v->br != visit_rows(desc, pass, plan) || v->bc != plan->bc) return c;
-    /* Decoding reads each key tile once per KV head and row tile (more
-     * than one only where a tile holds less than a group's heads), and
-     * computes all of a tile's packed rows. */
-    const int decode = pass == FA_PASS_FORWARD && plan->variant == FA_VARIANT_DECODE;
+    /* Decoding (and a KV-cache step) reads each key tile once per KV head
+     * and row tile (more than one only where a tile holds less than a
+     * group's heads), and computes all of a tile's packed rows. Pages of a
+     * paged cache do not change the bytes. */
+    const int decode = packed_rows(desc, pass, plan);
     const double kv_heads_read = decode ? (double)desc->heads_kv * fa_decode_tiles_per_token(desc, plan->br)
                                         : (double)desc->heads_q;
 
@@ -581,6 +589,19 @@ fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *d
         }
     }
 
+    if (pass == FA_PASS_FORWARD && desc->kv_cache) {
+        /* The step's own traffic: k_new and v_new read and written into
+         * the cache, the rotary tables' rows for them and the queries, the
+         * lengths and the block table. */
+        const double sb = (double)desc->batch, sn = (double)desc->seqlen_new;
+        const double append = 2.0 * hkv * sb * sn * dim * e;
+        const double rot = (double)desc->rotary_dim * 4.0 * sb * (sn + (double)desc->seqlen_q);
+        const double meta = sb * 4.0 * (1.0 + (double)fa_desc_pages_per_seq(desc));
+        rd += append + rot + meta;
+        wr += append;
+        once_rd += append + rot + meta;
+        once_wr += append;
+    }
     c.hbm_read_bytes = rd;
     c.hbm_write_bytes = wr;
     /* One work-group per compute unit in flight (the fewest), launched

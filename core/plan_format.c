@@ -87,6 +87,12 @@ size_t fa_plan_info_format(const fa_plan_info *info, char *out, size_t out_size)
         put(&t, "(no plan)\n");
         return t.need;
     }
+    if (info->kv_cache) {
+        /* One forward over the cache; nothing to compare against. */
+        put(&t, "KV-cache step (fa_forward_kvcache): query rows packed per KV head, keys over the capacity\n");
+        put_pass(&t, "forward", &info->forward, 0);
+        return t.need;
+    }
     put(&t, "algorithm: %s\n", info->algorithm == FA_ALGO_STANDARD ? "standard" : "fused");
     put_pass(&t, "forward", &info->forward, 0);
     put_pass(&t, "backward", &info->backward, 1);

@@ -654,6 +654,12 @@ static int layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, f
     return 1;
 }
 
+int fa_plan_simt_layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, int br, int bc, int tr,
+                           int tc) {
+    return dev && desc && br > 0 && bc > 0 && tr > 0 && tc > 0 &&
+           layout_ok(dev, desc, FA_VARIANT_SIMT, FA_PASS_FORWARD, br, bc, tr, tc);
+}
+
 static int any_layout(const fa_device_desc *dev, const fa_attention_desc *desc, fa_variant variant, fa_pass pass,
                       int br, int bc) {
     size_t n;
@@ -996,6 +1002,21 @@ fa_status fa_plan_for_device(const fa_device_desc *device, const fa_attention_de
     fa_attention_desc normalized = *desc;
     fa_desc_normalize_windows(&normalized);
     desc = &normalized;
+
+    /* A KV-cache step: one forward, decoding over the cache's capacity
+     * (planner_decode.c); no backward, no standard attention. */
+    if (desc->kv_cache) {
+        FA_CHECK(fa_kvcache_plan(device, desc, sm_version(device), &info->forward));
+        /* The split partials and a validity flag per sequence. */
+        size_t work = workspace_bytes(device, desc, FA_PASS_FORWARD, info->forward.variant, info->forward.split_k);
+        const size_t flags = (size_t)desc->batch * sizeof(int32_t);
+        info->forward.workspace_bytes = fa_ckd_add_size(&work, work, flags) ? SIZE_MAX : work;
+        info->fused_forward = info->forward.cost;
+        info->algorithm = FA_ALGO_FUSED;
+        info->kv_cache = 1;
+        fa_clear_error();
+        return FA_SUCCESS;
+    }
 
     fa_kernel_plan fwd, bwd;
     memset(&fwd, 0, sizeof fwd);

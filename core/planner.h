@@ -38,6 +38,11 @@ int fa_wgmma_blocks_per_sm(const fa_attention_desc *desc, int bc);
  * The planner, the CUDA backend and fa_plan_local_mem agree on it. */
 int fa_mma_bwd_dk_split(const fa_attention_desc *desc);
 
+/* Whether a SIMT forward work-group of (br / tr) x (bc / tc) work-items,
+ * each holding a tr x tc micro-tile of the scores, runs on dev: the
+ * work-group limits, whole SIMD groups and the register budget. */
+int fa_plan_simt_layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, int br, int bc, int tr, int tc);
+
 /* Local memory (bytes) one work-group of the given variant needs for a tile
  * shape. Kernels declare exactly this much; tests hold them to it. */
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br,

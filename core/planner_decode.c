@@ -162,3 +162,115 @@ fa_status fa_decode_plan(const fa_device_desc *dev, const fa_attention_desc *des
     *out = best;
     return FA_SUCCESS;
 }
+
+/* ------------------------------------------------------------------------ */
+/* KV-cache steps                                                           */
+
+int fa_decode_applies_kvcache(const fa_device_desc *dev, const fa_attention_desc *desc, int sm) {
+    if (!dev || !desc || !desc->kv_cache || dev->backend != FA_BACKEND_CUDA || sm < 80) return 0;
+    if (!(dev->matrix_flops_per_clock_cu > 0.0) || dev->matrix_m != 16 || dev->matrix_k != 16) return 0;
+    if (desc->q.dtype != FA_DTYPE_F16 && desc->q.dtype != FA_DTYPE_BF16) return 0;
+    return desc->head_dim % 16 == 0 && desc->head_dim <= 256 && regs_ok(desc, 16);
+}
+
+int64_t fa_kvcache_row_tiles(const fa_attention_desc *desc, int br) {
+    return desc && br > 0 ? row_tiles(desc, br) : 0;
+}
+
+/* Key splits of a packed SIMT plan: enough work-groups to cover the
+ * compute units (at batch 1 the KV heads alone rarely do), each split
+ * keeping at least two key tiles of the capacity, at most
+ * FA_DECODE_MAX_SPLITS; 1 where that leaves fewer than two. */
+static int kvcache_split_count(const fa_device_desc *dev, const fa_attention_desc *desc, int br, int bc) {
+    const int64_t groups = (int64_t)desc->batch * desc->heads_kv * row_tiles(desc, br);
+    const int64_t want = ceil_div(dev->compute_units, groups);
+    const int64_t room = ceil_div(desc->seqlen_k, bc) / 2;
+    int64_t s = want < room ? want : room;
+    if (s > FA_DECODE_MAX_SPLITS) s = FA_DECODE_MAX_SPLITS;
+    return s >= 2 ? (int)s : 1;
+}
+
+static const int kv_rows[] = {64, 32, 16, 8};
+static const int kv_cols[] = {64, 32, 16};
+static const int kv_micro[] = {1, 2, 4, 8};
+
+/* Work-items a work-group of a step should have: its keys stream through
+ * the work-group's loads, and a few SIMD groups keep enough of them in
+ * flight (the model's memory time does not see that, so it is a rule). */
+#define FA_KV_WIDE_SIMD_GROUPS 4
+
+static int kv_narrow(const fa_device_desc *dev, const fa_kernel_plan *p) {
+    int want = FA_KV_WIDE_SIMD_GROUPS * dev->simd_width;
+    if (want > dev->max_work_group_size) want = dev->max_work_group_size;
+    return p->work_group_size < want;
+}
+
+/* Whether a beats b: the fewest predicted bytes, then work-groups of
+ * enough SIMD groups, then the shortest roofline and compute times, then
+ * fewer rows (less padding), more keys a tile, smaller micro-tiles. */
+static int kv_better(const fa_device_desc *dev, const fa_kernel_plan *a, const fa_kernel_plan *b) {
+    const double ab = a->cost.hbm_read_bytes + a->cost.hbm_write_bytes;
+    const double bb = b->cost.hbm_read_bytes + b->cost.hbm_write_bytes;
+    if (ab != bb) return ab < bb;
+    const int na = kv_narrow(dev, a), nb = kv_narrow(dev, b);
+    if (na != nb) return na < nb;
+    if (a->cost.roofline_ms != b->cost.roofline_ms) return a->cost.roofline_ms < b->cost.roofline_ms;
+    if (a->cost.compute_ms != b->cost.compute_ms) return a->cost.compute_ms < b->cost.compute_ms;
+    if (a->br != b->br) return a->br < b->br;
+    if (a->bc != b->bc) return a->bc > b->bc;
+    if (a->thread_rows != b->thread_rows) return a->thread_rows < b->thread_rows;
+    return a->thread_cols < b->thread_cols;
+}
+
+static fa_status kvcache_simt_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
+    const size_t usable = fa_plan_usable_local_mem(dev);
+    int found = 0;
+    fa_kernel_plan best;
+    memset(&best, 0, sizeof best);
+    for (size_t i = 0; i < sizeof kv_rows / sizeof kv_rows[0]; i++)
+        for (size_t j = 0; j < sizeof kv_cols / sizeof kv_cols[0]; j++) {
+            const int br = kv_rows[i], bc = kv_cols[j];
+            const size_t mem = fa_plan_local_mem(FA_VARIANT_SIMT, FA_PASS_FORWARD, desc, br, bc, 1);
+            if (mem > usable) continue;
+            const int split = kvcache_split_count(dev, desc, br, bc);
+            for (size_t a = 0; a < sizeof kv_micro / sizeof kv_micro[0]; a++)
+                for (size_t c = 0; c < sizeof kv_micro / sizeof kv_micro[0]; c++) {
+                    const int tr = kv_micro[a], tc = kv_micro[c];
+                    if (!fa_plan_simt_layout_ok(dev, desc, br, bc, tr, tc)) continue;
+                    fa_kernel_plan kp;
+                    memset(&kp, 0, sizeof kp);
+                    kp.variant = split > 1 ? FA_VARIANT_SPLITK : FA_VARIANT_SIMT;
+                    kp.br = br;
+                    kp.bc = bc;
+                    kp.thread_rows = tr;
+                    kp.thread_cols = tc;
+                    kp.work_group_size = (br / tr) * (bc / tc);
+                    kp.simd_width = dev->simd_width;
+                    kp.split_k = split;
+                    kp.stages = 1;
+                    const int64_t groups = (int64_t)desc->batch * desc->heads_kv * row_tiles(desc, br) * split;
+                    kp.num_work_groups = groups > INT32_MAX ? INT32_MAX : (int)groups;
+                    kp.local_mem_bytes = mem;
+                    kp.cost = fa_io_fused(dev, desc, FA_PASS_FORWARD, &kp);
+                    if (!found || kv_better(dev, &kp, &best)) {
+                        best = kp;
+                        found = 1;
+                    }
+                }
+        }
+    if (!found)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "no KV-cache tile fits: device->local_mem_bytes = %zu and max_work_group_size = %d; 8 packed "
+                       "rows x 16 keys at head_dim %d need %zu bytes",
+                       dev->local_mem_bytes, dev->max_work_group_size, desc->head_dim,
+                       fa_plan_local_mem(FA_VARIANT_SIMT, FA_PASS_FORWARD, desc, 8, 16, 1));
+    *out = best;
+    return FA_SUCCESS;
+}
+
+fa_status fa_kvcache_plan(const fa_device_desc *dev, const fa_attention_desc *desc, int sm, fa_kernel_plan *out) {
+    if (!dev || !desc || !out) return fa_fail(FA_ERR_NULL_POINTER, "dev, desc or out is NULL");
+    memset(out, 0, sizeof *out);
+    if (fa_decode_applies_kvcache(dev, desc, sm) && fa_decode_plan(dev, desc, out) == FA_SUCCESS) return FA_SUCCESS;
+    return kvcache_simt_plan(dev, desc, out);
+}

@@ -466,7 +466,10 @@ fa_status fa_ref_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin
     if (!qd || !kd || !vd || !od || !ld) return out_of_memory(&arrays, fn);
     fa_status st;
     const double *bd = load_bias(desc, bias, fn, &arrays, &st);
-    if (st != FA_SUCCESS) return st;
+    if (st != FA_SUCCESS) {
+        ref_arrays_free(&arrays); /* a missing bias leaves the copies allocated */
+        return st;
+    }
 
     load_tensor(desc, &L.q, q, desc->q.dtype, qd);
     load_tensor(desc, &L.k, k, desc->k.dtype, kd);
@@ -517,7 +520,10 @@ fa_status fa_ref_backward_at(const fa_attention_desc *desc, fa_ref_dropout_origi
     if (!qd || !kd || !vd || !od || !ld || !dod || !dqd || !dkd || !dvd) return out_of_memory(&arrays, fn);
     fa_status st;
     const double *bd = load_bias(desc, bias, fn, &arrays, &st);
-    if (st != FA_SUCCESS) return st;
+    if (st != FA_SUCCESS) {
+        ref_arrays_free(&arrays); /* a missing bias leaves the copies allocated */
+        return st;
+    }
 
     load_tensor(desc, &L.q, q, desc->q.dtype, qd);
     load_tensor(desc, &L.k, k, desc->k.dtype, kd);

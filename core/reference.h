@@ -99,4 +99,28 @@ fa_status fa_ref_standard_forward(const fa_attention_desc *desc, const void *q, 
 fa_status fa_ref_standard_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin origin, const void *q,
                                      const void *k, const void *v, void *o, float *lse);
 
+/* A KV-cache step (desc->kv_cache = 1; core/reference_kvcache.c) on host
+ * arrays in the descriptor's layouts: the append (k_cache and v_cache are
+ * written), the rotary embedding (fp64, rounded once to q's dtype) and the
+ * attention over each sequence's cache_seqlens[b] + seqlen_new keys.
+ * Sequences that break the header's rules get O and L NaN and append
+ * nothing. lse may be NULL; block_table, k_new / v_new and the rotary
+ * tables only where the descriptor asks for them. */
+typedef struct fa_ref_kvcache_args {
+    const void *q;
+    void *k_cache, *v_cache;
+    void *o;
+    float *lse;
+    const int32_t *cache_seqlens;
+    const int32_t *block_table;
+    const void *k_new, *v_new;
+    const float *rotary_cos, *rotary_sin;
+} fa_ref_kvcache_args;
+
+fa_status fa_ref_forward_kvcache(const fa_attention_desc *desc, const fa_ref_kvcache_args *args);
+/* Whether sequence b's length, pages and rotary positions keep the
+ * header's rules (else its O and L are NaN). */
+int fa_ref_kvcache_seq_valid(const fa_attention_desc *desc, const int32_t *cache_seqlens,
+                             const int32_t *block_table, int b);
+
 #endif

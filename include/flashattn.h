@@ -383,6 +383,58 @@ typedef struct fa_attention_desc {
     fa_tensor_desc bias;
     int bias_batch;
     int bias_heads;
+
+    /* KV cache (appended; kv_cache 0 leaves all of it off). A plan with
+     * kv_cache = 1 runs fa_forward_kvcache only (a forward; no backward),
+     * as FlashAttention's flash_attn_with_kvcache:
+     * - seqlen_k is the cache's capacity per sequence: its length after
+     *   this call's append may not exceed it. The lengths themselves are
+     *   data (fa_kvcache_args.cache_seqlens, int32 [batch], device memory:
+     *   tokens in each sequence's cache before the call), so one plan
+     *   serves every step. Sequence b then attends to len_k =
+     *   cache_seqlens[b] + seqlen_new keys, its seqlen_q queries bottom-
+     *   right aligned as everywhere (causal, windows, ALiBi).
+     * - page_size 0: k and v describe contiguous caches [batch, seqlen_k,
+     *   heads_kv, head_dim]. page_size > 0 (a multiple of 16 up to 256):
+     *   k and v describe pools of num_pages pages [num_pages, page_size,
+     *   heads_kv, head_dim] (stride_batch is the page stride), and token
+     *   t of sequence b lies in page block_table[b][t / page_size] at row
+     *   t % page_size (fa_kvcache_args.block_table, int32 [batch,
+     *   ceil(seqlen_k / page_size)], device memory).
+     * - seqlen_new > 0: each call first writes k_new and v_new ([batch,
+     *   seqlen_new, heads_kv, head_dim], layouts k_new / v_new, dtype q's)
+     *   into the cache at positions cache_seqlens[b] .. + seqlen_new - 1,
+     *   then attends to them; cache_seqlens is not updated (the caller
+     *   owns it, as in FlashAttention).
+     * - rotary_dim > 0 (even, <= head_dim): rotary embedding of the first
+     *   rotary_dim dimensions of q and of k_new (never of the keys already
+     *   cached), with fp32 tables cos, sin [seqlen_k, rotary_dim / 2]
+     *   (fa_kvcache_args.rotary_cos / rotary_sin). rotary_interleaved 1
+     *   rotates pairs (2i, 2i + 1), 0 pairs (i, i + rotary_dim / 2). Token
+     *   t of k_new is at position cache_seqlens[b] + t; query i at
+     *   cache_seqlens[b] + i under a causal mask or a window, else every
+     *   query at cache_seqlens[b] (FlashAttention's convention; a window
+     *   bound that cannot bind for the shape counts as none, as above).
+     *   Rotation is computed in fp32 or better and the rotated q and k_new
+     *   are rounded once to q's dtype (the cache holds the rotated keys).
+     * Softcap and ALiBi apply; a bias, dropout, block masks, variable-
+     * length batches and FA_ALGO_STANDARD do not (FA_ERR_INVALID_ARGUMENT,
+     * naming the field); with kv_cache = 0 every field below must be 0.
+     * Lengths or page indices in the device arrays that break these rules
+     * (a negative length, an append past seqlen_k, a page outside [0,
+     * num_pages) among the ceil(len_k / page_size) a sequence uses, a
+     * rotary position past seqlen_k - 1: a query's, possible where
+     * seqlen_q > seqlen_new) make that sequence's O NaN and its L NaN, and
+     * nothing is read or written outside the tensors: such a sequence
+     * appends nothing. Block-table entries past a sequence's pages are
+     * never read. */
+    int kv_cache;               /* 0 or 1 */
+    int page_size;              /* 0: contiguous cache */
+    int num_pages;              /* pages in each pool (page_size > 0) */
+    int seqlen_new;             /* tokens appended per sequence per call; 0: none */
+    fa_tensor_desc k_new, v_new;
+    int rotary_dim;             /* 0: no rotary embedding */
+    int rotary_interleaved;     /* 0 or 1 */
 } fa_attention_desc;
 
 /* Defaults: fp32 packed tensors, no masks, no dropout, fused, scale from
@@ -471,6 +523,10 @@ typedef struct fa_plan_info {
     fa_cost standard_backward;
     fa_cost fused_forward;      /* fused attention on the same shape */
     fa_cost fused_backward;
+    /* 1: the plan of a KV-cache step (desc.kv_cache): forward is the step
+     * planned over the cache's capacity (seqlen_k), with K and V read once
+     * per KV head; backward and the standard costs are empty. */
+    int kv_cache;
 } fa_plan_info;
 
 /* The planner alone: plan a problem for a described device (which need not
@@ -563,6 +619,27 @@ typedef struct fa_pass_args {
 
 FA_API fa_status fa_forward_ex(fa_plan plan, const fa_pass_args *args);
 FA_API fa_status fa_backward_ex(fa_plan plan, const fa_pass_args *args);
+
+/* The tensors of one step against a KV cache (a plan whose descriptor has
+ * kv_cache = 1; see the descriptor's KV-cache fields). k_cache and v_cache
+ * are read and, where seqlen_new > 0, written (the appended tokens); lse
+ * may be NULL. Buffers other than the descriptor's options asks for must
+ * be NULL. The int32 and fp32 arrays start at byte 0 of their buffers.
+ * Aliasing as for fa_forward: o and lse may not share a byte with any
+ * other argument, nor k_cache and v_cache where seqlen_new > 0 (they are
+ * written then); the inputs may share theirs. fa_forward and fa_backward
+ * refuse a KV-cache plan, and fa_forward_kvcache any other; a backend
+ * without KV-cache kernels refuses the plan (FA_ERR_UNSUPPORTED naming
+ * kv_cache). fa_plan_last_time_ms times the whole step. */
+typedef struct fa_kvcache_args {
+    fa_buffer q, k_cache, v_cache, o, lse;
+    fa_buffer cache_seqlens;       /* int32 [batch] */
+    fa_buffer block_table;         /* int32 [batch, ceil(seqlen_k / page_size)]; page_size > 0 */
+    fa_buffer k_new, v_new;        /* seqlen_new > 0 */
+    fa_buffer rotary_cos, rotary_sin; /* fp32 [seqlen_k, rotary_dim / 2]; rotary_dim > 0 */
+} fa_kvcache_args;
+
+FA_API fa_status fa_forward_kvcache(fa_plan plan, const fa_kvcache_args *args);
 
 /* Device time of the last fa_forward / fa_backward on this plan, measured
  * with the backend's events; FA_ERR_UNSUPPORTED where it cannot time. */

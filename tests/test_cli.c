@@ -168,7 +168,9 @@ FA_TEST(ring_options_run) {
  * against a short cache runs on the reference (no copy to compare with). */
 FA_TEST(bench_decode_options) {
     setenv("FLASHATTN_NO_BANDWIDTH_PROBE", "1", 1);
-    expect_refused("fa-bench", (const char *const[]){"--decode", "--page-size", "64", NULL}, "paged");
+    expect_refused("fa-bench", (const char *const[]){"--decode", "--page-size", "512", NULL}, "--page-size");
+    expect_refused("fa-bench", (const char *const[]){"--decode", "--append", "x", NULL}, "--append");
+    expect_refused("fa-bench", (const char *const[]){"--decode", "--rotary", NULL}, "--rotary");
     expect_refused("fa-bench", (const char *const[]){"--decode", "--batch", "1,x", NULL}, "--batch");
     expect_refused("fa-bench", (const char *const[]){"--decode", "--cache", "0", NULL}, "--cache");
     expect_refused("fa-bench", (const char *const[]){"--decode", "--seqlen-k", "5", NULL}, "--cache");
@@ -189,6 +191,24 @@ FA_TEST(bench_decode_options) {
         while (fgets(line, sizeof line, f)) lines++;
         fclose(f);
         CHECK_MSG(lines == 3, "%d lines in the CSV", lines); /* header and two points */
+    }
+    remove(csv);
+    /* A KV-cache step: paged, appending, rotary. */
+    rc = fa_test_run_tool("fa-bench",
+                          (const char *const[]){"--decode", "--backend", "reference", "--batch", "2", "--cache", "40",
+                                                "--heads", "4", "--heads-kv", "2", "--dim", "16", "--page-size", "16",
+                                                "--append", "2", "--rotary", "8", "--repeats", "1", "--csv", csv, NULL},
+                          output, sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && strstr(output, "paged cache (16-token pages") && strstr(output, "fa_forward_kvcache") &&
+                  strstr(output, "seqlen_q 2"),
+              "exit %d:\n%s", rc, output);
+    f = fopen(csv, "r");
+    CHECK(f != NULL);
+    if (f) {
+        char header[512], row[512];
+        CHECK(fgets(header, sizeof header, f) && strstr(header, ",api,page_size,append,rotary"));
+        CHECK(fgets(row, sizeof row, f) && strstr(row, ",kvcache,16,2,8"));
+        fclose(f);
     }
     remove(csv);
 }

@@ -724,6 +724,9 @@ fa_status fa_hip_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pl
     fa_hip_context *ctx = ctx_handle;
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    /* No KV-cache kernels yet (the backend has no forward_kvcache, so core
+     * refuses such plans first; said here too for whoever calls this). */
+    if (plan->desc.kv_cache) return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache: the HIP backend has no KV-cache kernels yet");
     const fa_attention_desc *d = &plan->desc;
     /* The fused kernels compute every score option; unfused attention has
      * no HIP kernels at all, and names an option first. */

@@ -4,6 +4,7 @@
  * launches the passes. The tiling policy is the planner's; this file only
  * checks that a shape is one the kernels can run. */
 #include "cl_attention.h"
+#include "cl_kvcache.h"
 #include "cl_mma.h"
 #include "cl_standard.h"
 
@@ -408,6 +409,10 @@ void fa_cl_plan_release(void *ctx, void *plan_impl) {
         fa_cl_standard_release(plan_impl);
         return;
     }
+    if (fa_cl_kvcache_owns(plan_impl)) {
+        fa_cl_kvcache_release(plan_impl);
+        return;
+    }
     fa_cl_plan *p = plan_impl;
     if (!p) return;
     release_events(p);
@@ -430,6 +435,8 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     fa_cl_context *ctx = ctx_handle;
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    /* KV-cache steps have kernels of their own (cl_kvcache.c). */
+    if (plan->desc.kv_cache) return fa_cl_kvcache_prepare(ctx, plan, plan_impl);
     const fa_attention_desc *d = &plan->desc;
     FA_CHECK(fa_refuse_score_options(d, "OpenCL"));
     const fa_plan_info *info = &plan->info;
@@ -719,6 +726,7 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
 fa_status fa_cl_last_time_ms(void *ctx, void *plan_impl, double *ms) {
     (void)ctx;
     if (fa_cl_standard_owns(plan_impl)) return fa_cl_standard_last_time_ms(plan_impl, ms);
+    if (fa_cl_kvcache_owns(plan_impl)) return fa_cl_kvcache_last_time_ms(plan_impl, ms);
     fa_cl_plan *p = plan_impl;
     if (!p || !ms) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "ms");
     if (p->event_count == 0) return fa_fail(FA_ERR_UNSUPPORTED, "no OpenCL attention pass has run on this plan");
@@ -732,7 +740,14 @@ fa_status fa_cl_last_time_ms(void *ctx, void *plan_impl, double *ms) {
     return FA_SUCCESS;
 }
 
+fa_status fa_cl_forward_kvcache(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_kvcache_call *args) {
+    (void)ctx;
+    if (!fa_cl_kvcache_owns(plan_impl)) return fa_fail(FA_ERR_INTERNAL, "plan_impl is not a KV-cache plan's");
+    return fa_cl_kvcache_forward(plan_impl, plan, args);
+}
+
 fa_status fa_cl_plan_kernel_local_mem(void *plan_impl, fa_pass pass, size_t *bytes) {
+    if (fa_cl_kvcache_owns(plan_impl)) return fa_fail(FA_ERR_UNSUPPORTED, "a KV-cache plan has no fused-pass kernels");
     fa_cl_plan *p = plan_impl;
     if (!p || !bytes) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "bytes");
     *bytes = 0;

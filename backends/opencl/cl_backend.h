@@ -105,7 +105,8 @@ typedef struct fa_cl_buffer {
  * fused kernels' plans from standard attention's. */
 typedef enum fa_cl_plan_kind {
     FA_CL_PLAN_FUSED = 1,
-    FA_CL_PLAN_STANDARD = 2
+    FA_CL_PLAN_STANDARD = 2,
+    FA_CL_PLAN_KVCACHE = 3
 } fa_cl_plan_kind;
 
 /* An OpenCL error as a status with a message naming the call and the code. */
@@ -132,6 +133,7 @@ void fa_cl_plan_release(void *ctx, void *plan_impl);
 fa_status fa_cl_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args);
 fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
 fa_status fa_cl_last_time_ms(void *ctx, void *plan_impl, double *ms);
+fa_status fa_cl_forward_kvcache(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_kvcache_call *args);
 
 /* The ring's element-wise passes (cl_rows.c). */
 fa_status fa_cl_rows(void *ctx, fa_rows_op op, const fa_rows_shape *shape, const fa_rows_view *dst,

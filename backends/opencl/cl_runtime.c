@@ -482,6 +482,7 @@ const fa_backend_ops fa_opencl_backend = {
     .plan_release = fa_cl_plan_release,
     .forward = fa_cl_forward,
     .backward = fa_cl_backward,
+    .forward_kvcache = fa_cl_forward_kvcache,
     .rows = fa_cl_rows,
     .rows_merge = fa_cl_rows_merge,
     .last_time_ms = fa_cl_last_time_ms,

@@ -163,6 +163,28 @@ static fa_status ref_backward(void *ctx, void *plan_impl, const fa_plan_s *plan,
     return st;
 }
 
+static fa_status ref_forward_kvcache(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_kvcache_call *a) {
+    ref_plan *p = plan_impl;
+    double t0 = seconds_now();
+#define HOST_OR_NULL(h) ((h) ? (void *)DATA(h) : NULL)
+    const fa_ref_kvcache_args r = {DATA(a->q),
+                                   DATA(a->k_cache),
+                                   DATA(a->v_cache),
+                                   DATA(a->o),
+                                   (float *)HOST_OR_NULL(a->lse),
+                                   (const int32_t *)(void *)DATA(a->cache_seqlens),
+                                   (const int32_t *)HOST_OR_NULL(a->block_table),
+                                   HOST_OR_NULL(a->k_new),
+                                   HOST_OR_NULL(a->v_new),
+                                   (const float *)HOST_OR_NULL(a->rotary_cos),
+                                   (const float *)HOST_OR_NULL(a->rotary_sin)};
+#undef HOST_OR_NULL
+    fa_status st = fa_ref_forward_kvcache(&plan->desc, &r);
+    p->last_ms = 1e3 * (seconds_now() - t0);
+    p->has_time = st == FA_SUCCESS;
+    return st;
+}
+
 /* The views name backend handles; reference_rows.c takes host addresses. */
 static fa_rows_view host_view(const fa_rows_view *v) {
     fa_rows_view h = *v;
@@ -222,6 +244,7 @@ const fa_backend_ops fa_reference_backend = {
     .plan_release = ref_plan_release,
     .forward = ref_forward,
     .backward = ref_backward,
+    .forward_kvcache = ref_forward_kvcache,
     .rows = ref_rows,
     .rows_merge = ref_rows_merge,
     .last_time_ms = ref_last_time_ms,

@@ -206,7 +206,9 @@ class _Buffers:
     def __enter__(self):
         return self
 
-    def bind(self, view, output=False):
+    def bind(self, view, output=False, inout=False):
+        """A buffer over view: an input (uploaded where copied), an output
+        (downloaded), or with inout both (a cache the call appends to)."""
         handle = ctypes.c_void_p()
         size = view.span_bytes()
         if view.device != "cpu" or self.ctx.backend == "reference":
@@ -218,9 +220,9 @@ class _Buffers:
         else:
             call("fa_buffer_alloc", self.ctx.handle, size, ctypes.byref(handle))
             self.handles.append(handle)
-            if output:
+            if output or inout:
                 self.copy_back.append((handle, view, size))
-            else:
+            if not output:
                 call("fa_buffer_upload", handle, 0, ctypes.c_void_p(view.ptr), size)
         return handle
 

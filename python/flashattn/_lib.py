@@ -71,7 +71,18 @@ class AttentionDesc(ctypes.Structure):
         ("algorithm", ctypes.c_int), ("deterministic", ctypes.c_int), ("allow_tf32", ctypes.c_int),
         ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.POINTER(ctypes.c_float)),
         ("bias", TensorDesc), ("bias_batch", ctypes.c_int), ("bias_heads", ctypes.c_int),
+        ("kv_cache", ctypes.c_int), ("page_size", ctypes.c_int), ("num_pages", ctypes.c_int),
+        ("seqlen_new", ctypes.c_int), ("k_new", TensorDesc), ("v_new", TensorDesc),
+        ("rotary_dim", ctypes.c_int), ("rotary_interleaved", ctypes.c_int),
     ]
+
+
+class KvcacheArgs(ctypes.Structure):
+    """fa_kvcache_args: the buffers of one KV-cache step (NULL where the
+    descriptor does not ask for one)."""
+    _fields_ = [(name, ctypes.c_void_p) for name in (
+        "q", "k_cache", "v_cache", "o", "lse", "cache_seqlens", "block_table", "k_new", "v_new", "rotary_cos",
+        "rotary_sin")]
 
 
 class DeviceDesc(ctypes.Structure):
@@ -138,6 +149,7 @@ _PROTOTYPES = {
     "fa_plan_last_time_ms": (_STATUS, [_P, ctypes.POINTER(ctypes.c_double)]),
     "fa_forward": (_STATUS, [_P] * 6),
     "fa_backward": (_STATUS, [_P] * 10),
+    "fa_forward_kvcache": (_STATUS, [_P, ctypes.POINTER(KvcacheArgs)]),
     "fa_cp_part": (_STATUS, [ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
                    + [ctypes.POINTER(ctypes.c_int64)] * 3),
     "fa_cp_scatter": (_STATUS, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,

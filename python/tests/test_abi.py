@@ -17,7 +17,8 @@ from flashattn import Status, _lib
 
 HEADER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "include")
 STRUCTS = {"fa_tensor_desc": _lib.TensorDesc, "fa_attention_desc": _lib.AttentionDesc,
-           "fa_device_desc": _lib.DeviceDesc, "fa_device_info": _lib.DeviceInfo, "fa_transport": _lib.Transport}
+           "fa_device_desc": _lib.DeviceDesc, "fa_device_info": _lib.DeviceInfo, "fa_transport": _lib.Transport,
+           "fa_kvcache_args": _lib.KvcacheArgs}
 
 
 def _header():

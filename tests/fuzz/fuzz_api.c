@@ -180,6 +180,14 @@ static void check_accepted(const fa_attention_desc *d, const char *call) {
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (flags[i].value != 0 && flags[i].value != 1)
             die("%s accepted %s = %d (0 or 1)", call, flags[i].name, flags[i].value);
+    if (!(isfinite(d->softcap) && d->softcap >= 0.0f)) die("%s accepted softcap = %g", call, (double)d->softcap);
+    for (int h = 0; d->alibi_slopes && h < d->heads_q; h++)
+        if (!isfinite(d->alibi_slopes[h])) die("%s accepted alibi_slopes[%d] = %g", call, h, (double)d->alibi_slopes[h]);
+    if (d->bias_batch == 0 ? d->bias_heads != 0
+                           : (d->bias_batch != 1 && d->bias_batch != d->batch) ||
+                                 (d->bias_heads != 1 && d->bias_heads != d->heads_q) || d->cu_seqlens_q)
+        die("%s accepted bias_batch = %d, bias_heads = %d (batch %d, heads_q %d%s)", call, d->bias_batch,
+            d->bias_heads, d->batch, d->heads_q, d->cu_seqlens_q ? ", varlen" : "");
     for (int r = 0; r < FZ_ROLE_COUNT; r++) {
         fz_span sp;
         if (!fz_tensor_span(d, (fz_role)r, &sp))
@@ -195,8 +203,14 @@ static void check_accepted(const fa_attention_desc *d, const char *call) {
 
 typedef struct pass_buffers {
     fz_buffer *of_role[FZ_ROLE_COUNT]; /* NULL where the slot is empty */
-    int roles;                         /* 5 forward, 9 backward */
+    unsigned roles;                    /* the pass's roles, a bit each */
+    int ex;                            /* through fa_forward_ex / fa_backward_ex */
 } pass_buffers;
+
+#define FORWARD_ROLES ((1u << FZ_Q) | (1u << FZ_K) | (1u << FZ_V) | (1u << FZ_O) | (1u << FZ_LSE) | (1u << FZ_BIAS))
+#define BACKWARD_ROLES ((1u << FZ_ROLE_COUNT) - 1u)
+
+static int in_pass(const pass_buffers *pb, int r) { return (pb->roles >> r) & 1u; }
 
 /* Distinct buffers of a pass, with their bytes before the call. */
 typedef struct snapshot {
@@ -207,7 +221,8 @@ typedef struct snapshot {
 
 static void snapshot_take(snapshot *sn, const pass_buffers *pb) {
     memset(sn, 0, sizeof *sn);
-    for (int r = 0; r < pb->roles; r++) {
+    for (int r = 0; r < FZ_ROLE_COUNT; r++) {
+        if (!in_pass(pb, r)) continue;
         fz_buffer *b = pb->of_role[r];
         if (!b || !b->h) continue;
         int seen = 0;
@@ -234,8 +249,8 @@ static void snapshot_compare(const snapshot *sn, const pass_buffers *pb, const f
         fz_buffer *b = sn->buf[i];
         unsigned char *allowed = calloc(b->bytes, 1);
         if (!allowed) die("out of host memory for a write mask");
-        for (int r = 0; ok && r < pb->roles; r++) {
-            if (pb->of_role[r] != b || !is_output((fz_role)r)) continue;
+        for (int r = 0; ok && r < FZ_ROLE_COUNT; r++) {
+            if (!in_pass(pb, r) || pb->of_role[r] != b || !is_output((fz_role)r)) continue;
             /* The forward pass writes O and L; the backward pass dQ, dK, dV. */
             if (forward != (r == FZ_O || r == FZ_LSE)) continue;
             if (!fz_mark_elements(d, (fz_role)r, allowed, b->bytes)) memset(allowed, 1, b->bytes);
@@ -252,7 +267,8 @@ static void snapshot_compare(const snapshot *sn, const pass_buffers *pb, const f
 
 /* After a successful pass: every tensor inside its buffer. */
 static void check_inside(const pass_buffers *pb, const fa_attention_desc *d, const char *call) {
-    for (int r = 0; r < pb->roles; r++) {
+    for (int r = 0; r < FZ_ROLE_COUNT; r++) {
+        if (!in_pass(pb, r)) continue;
         fz_span sp;
         if (!fz_tensor_span(d, (fz_role)r, &sp))
             die("%s succeeded on a descriptor whose %s tensor is not defined", call, fz_role_name((fz_role)r));
@@ -267,14 +283,14 @@ static void check_inside(const pass_buffers *pb, const fa_attention_desc *d, con
 /* After a successful pass: no output shares a byte with another argument
  * of the same buffer (inputs may overlap each other freely). */
 static void check_disjoint(const pass_buffers *pb, const fa_attention_desc *d, int forward, const char *call) {
-    for (int r = 0; r < pb->roles; r++) {
+    for (int r = 0; r < FZ_ROLE_COUNT; r++) {
         fz_buffer *b = pb->of_role[r];
-        if (!b || !is_output((fz_role)r) || forward != (r == FZ_O || r == FZ_LSE)) continue;
+        if (!in_pass(pb, r) || !b || !is_output((fz_role)r) || forward != (r == FZ_O || r == FZ_LSE)) continue;
         unsigned char *mine = calloc(b->bytes, 1), *others = calloc(b->bytes, 1);
         if (!mine || !others) die("out of host memory for an overlap mask");
         int known = fz_mark_elements(d, (fz_role)r, mine, b->bytes);
-        for (int o = 0; known && o < pb->roles; o++)
-            if (o != r && pb->of_role[o] == b) known = fz_mark_elements(d, (fz_role)o, others, b->bytes);
+        for (int o = 0; known && o < FZ_ROLE_COUNT; o++)
+            if (in_pass(pb, o) && o != r && pb->of_role[o] == b) known = fz_mark_elements(d, (fz_role)o, others, b->bytes);
         for (size_t x = 0; known && x < b->bytes; x++)
             if (mine[x] && others[x])
                 die("%s succeeded with %s overlapping another argument at byte %zu of their buffer", call,
@@ -294,12 +310,19 @@ static void run_pass(fz_plan *p, const pass_buffers *pb, int forward) {
     fz_buffer *const *x = pb->of_role;
     fa_plan h = p ? p->h : NULL;
     const char *call = forward ? "fa_forward" : "fa_backward";
-    fa_status st = forward ? CALL(fa_forward(h, handle(x[FZ_Q]), handle(x[FZ_K]), handle(x[FZ_V]), handle(x[FZ_O]),
-                                             handle(x[FZ_LSE])))
-                           : CALL(fa_backward(h, handle(x[FZ_Q]), handle(x[FZ_K]), handle(x[FZ_V]), handle(x[FZ_O]),
-                                              handle(x[FZ_LSE]), handle(x[FZ_DOUT]), handle(x[FZ_DQ]),
-                                              handle(x[FZ_DK]), handle(x[FZ_DV])));
+    const fa_pass_args a = {handle(x[FZ_Q]),    handle(x[FZ_K]),  handle(x[FZ_V]),  handle(x[FZ_O]),
+                            handle(x[FZ_LSE]),  handle(x[FZ_DOUT]), handle(x[FZ_DQ]), handle(x[FZ_DK]),
+                            handle(x[FZ_DV]),   handle(x[FZ_BIAS])};
+    fa_status st;
+    if (pb->ex || a.bias)
+        st = forward ? CALL(fa_forward_ex(h, &a)) : CALL(fa_backward_ex(h, &a));
+    else
+        st = forward ? CALL(fa_forward(h, a.q, a.k, a.v, a.o, a.lse))
+                     : CALL(fa_backward(h, a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk, a.dv));
     if (st == FA_SUCCESS && !p) die("%s succeeded without a plan", call);
+    if (st == FA_SUCCESS && (p->desc.d.bias_batch > 0) != (a.bias != NULL))
+        die("%s succeeded with%s a bias on a plan with bias_batch = %d", call, a.bias ? "" : "out",
+            p->desc.d.bias_batch);
     if (st == FA_SUCCESS) {
         check_inside(pb, &p->desc.d, call);
         check_disjoint(pb, &p->desc.d, forward, call);
@@ -626,9 +649,12 @@ static void op_pass(fz_in *in, state *s, int forward) {
     fz_plan *p = pick_plan(in, s);
     pass_buffers pb;
     memset(&pb, 0, sizeof pb);
-    pb.roles = forward ? 5 : FZ_ROLE_COUNT;
-    for (int r = 0; r < pb.roles; r++) {
-        fz_buffer *b = pick_buffer(in, s);
+    pb.roles = forward ? FORWARD_ROLES : BACKWARD_ROLES;
+    pb.ex = fz_choose(in, 2);
+    for (int r = 0; r < FZ_ROLE_COUNT; r++) {
+        if (!in_pass(&pb, r)) continue;
+        /* Mostly no bias, as most plans have none. */
+        fz_buffer *b = r == FZ_BIAS && fz_choose(in, 4) ? NULL : pick_buffer(in, s);
         pb.of_role[r] = b && b->h ? b : NULL;
     }
     if (too_slow_to_run(p)) return;
@@ -646,9 +672,12 @@ static void op_run(fz_in *in, state *s) {
     pass_buffers pb;
     memset(bufs, 0, sizeof bufs);
     memset(&pb, 0, sizeof pb);
-    pb.roles = FZ_ROLE_COUNT;
+    pb.roles = BACKWARD_ROLES;
+    pb.ex = fz_choose(in, 2);
     int ok = 1;
     for (int r = 0; r < FZ_ROLE_COUNT && ok; r++) {
+        /* The bias goes only to a plan that has one. */
+        if (r == FZ_BIAS && p->desc.d.bias_batch == 0) continue;
         fz_span sp;
         ok = fz_tensor_span(&p->desc.d, (fz_role)r, &sp) && sp.end + slack <= (fz_wide)MAX_BUFFER;
         if (!ok) break;
@@ -656,12 +685,14 @@ static void op_run(fz_in *in, state *s) {
         alloc_into(&bufs[r], c, bytes);
         ok = bufs[r].h != NULL;
         pb.of_role[r] = &bufs[r];
-        if (ok) fill(in, &bufs[r], r == FZ_LSE ? FA_DTYPE_F32 : p->desc.d.q.dtype, s->scratch);
+        if (ok)
+            fill(in, &bufs[r], r == FZ_LSE ? FA_DTYPE_F32 : r == FZ_BIAS ? p->desc.d.bias.dtype : p->desc.d.q.dtype,
+                 s->scratch);
     }
     if (ok) {
-        pb.roles = 5;
+        pb.roles = FORWARD_ROLES;
         run_pass(p, &pb, 1);
-        pb.roles = FZ_ROLE_COUNT;
+        pb.roles = BACKWARD_ROLES;
         run_pass(p, &pb, 0);
     }
     for (int r = 0; r < FZ_ROLE_COUNT; r++)

@@ -93,6 +93,33 @@ static void read_mask(fz_in *in, fz_desc *out) {
     d->block_mask_bytes = bytes;
 }
 
+/* The score options: softcap, ALiBi slopes (exactly heads_q floats, any
+ * values) and an additive bias of any shape, dtype and layout. */
+static void read_score_options(fz_in *in, fz_desc *out) {
+    fa_attention_desc *d = &out->d;
+    int which = fz_choose(in, 8);
+    if (which & 1) d->softcap = fz_float(in, 0.0f, 8.0f);
+    if ((which & 2) && d->heads_q >= 1 && d->heads_q <= MAX_VARLEN_BATCH) {
+        out->slopes = malloc((size_t)d->heads_q * sizeof *out->slopes);
+        if (out->slopes)
+            for (int h = 0; h < d->heads_q; h++) out->slopes[h] = fz_float(in, 0.0f, 1.0f);
+        d->alibi_slopes = out->slopes;
+    }
+    if (which & 4) {
+        switch (fz_choose(in, 4)) {
+        case 0: d->bias_batch = 1; break;
+        case 1: d->bias_batch = d->batch; break;
+        case 2: d->bias_batch = 0; break;
+        default: d->bias_batch = fz_int(in, -1, SMALL_BATCH, 1); break;
+        }
+        d->bias_heads = fz_choose(in, 3) == 0 ? d->heads_q : fz_int(in, 0, SMALL_HEADS, 1);
+        d->bias.dtype = read_dtype(in);
+        /* Keys contiguous: the layout of a [bias_batch, bias_heads,
+         * seqlen_q] tensor of rows seqlen_k long. */
+        read_layout(in, &d->bias, d->bias_heads, d->seqlen_q, d->seqlen_k);
+    }
+}
+
 void fz_desc_read(fz_in *in, fz_desc *out) {
     memset(out, 0, sizeof *out);
     fa_attention_desc *d = &out->d;
@@ -143,6 +170,7 @@ void fz_desc_read(fz_in *in, fz_desc *out) {
         d->deterministic = fz_int(in, 0, 1, 1);
         d->allow_tf32 = fz_int(in, 0, 1, 1);
     }
+    if (flags & 64) read_score_options(in, out);
 }
 
 static void *dup_bytes(const void *p, size_t n) {
@@ -158,10 +186,13 @@ int fz_desc_copy(fz_desc *out, const fz_desc *src) {
     out->cu_q = src->cu_q ? dup_bytes(src->cu_q, cu_bytes) : NULL;
     out->cu_k = src->cu_k ? dup_bytes(src->cu_k, cu_bytes) : NULL;
     out->mask = src->mask ? dup_bytes(src->mask, src->d.block_mask_bytes) : NULL;
+    out->slopes = src->slopes ? dup_bytes(src->slopes, (size_t)src->d.heads_q * sizeof(float)) : NULL;
     out->d.cu_seqlens_q = out->cu_q;
     out->d.cu_seqlens_k = out->cu_k;
+    out->d.alibi_slopes = out->slopes;
     if (src->d.block_mask) out->d.block_mask = out->mask;
-    if ((src->cu_q && !out->cu_q) || (src->cu_k && !out->cu_k) || (src->mask && !out->mask)) {
+    if ((src->cu_q && !out->cu_q) || (src->cu_k && !out->cu_k) || (src->mask && !out->mask) ||
+        (src->slopes && !out->slopes)) {
         fz_desc_free(out);
         return 0;
     }
@@ -172,6 +203,7 @@ void fz_desc_free(fz_desc *d) {
     free(d->cu_q);
     free(d->cu_k);
     free(d->mask);
+    free(d->slopes);
     memset(d, 0, sizeof *d);
 }
 
@@ -203,6 +235,9 @@ void fz_desc_print(FILE *f, const fz_desc *x) {
             (int)d->algorithm, d->deterministic, d->allow_tf32);
     print_cu(f, "cu_seqlens_q", d->cu_seqlens_q, d->batch);
     print_cu(f, "cu_seqlens_k", d->cu_seqlens_k, d->batch);
+    fprintf(f, "    softcap %g alibi %s bias batch %d heads %d\n", (double)d->softcap, d->alibi_slopes ? "on" : "off",
+            d->bias_batch, d->bias_heads);
+    if (d->bias_batch) print_tensor(f, "bias", &d->bias);
 }
 
 static void read_text(fz_in *in, char *out, size_t cap) {

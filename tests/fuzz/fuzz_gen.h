@@ -18,6 +18,7 @@ typedef struct fz_desc {
     fa_attention_desc d;
     int32_t *cu_q, *cu_k;
     uint8_t *mask;
+    float *slopes; /* heads_q ALiBi slopes, or NULL */
 } fz_desc;
 
 void fz_desc_read(fz_in *in, fz_desc *out);

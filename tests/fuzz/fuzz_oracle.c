@@ -7,7 +7,7 @@
 #define MAX_WALK (1 << 22)
 
 const char *fz_role_name(fz_role role) {
-    static const char *const names[FZ_ROLE_COUNT] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"};
+    static const char *const names[FZ_ROLE_COUNT] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv", "bias"};
     return (unsigned)role < FZ_ROLE_COUNT ? names[role] : "?";
 }
 
@@ -29,11 +29,31 @@ static int64_t dtype_bytes(fa_dtype t) {
     }
 }
 
+/* The bias as a tensor of bias_batch x seqlen_q "tokens" of bias_heads
+ * "heads" of seqlen_k contiguous elements; 0 batches without a bias. */
+static int resolve_bias(const fa_attention_desc *d, layout *l) {
+    const fa_tensor_desc *t = &d->bias;
+    if (d->bias_batch == 0) return 1;
+    if (d->bias_batch < 0 || d->bias_heads <= 0) return 0;
+    l->elem = dtype_bytes(t->dtype);
+    if (!l->elem) return 0;
+    l->batch = d->bias_batch;
+    l->seq = d->seqlen_q;
+    l->heads = d->bias_heads;
+    l->dim = d->seqlen_k;
+    l->offset = t->offset;
+    l->ss = t->stride_seq ? t->stride_seq : (fz_wide)d->seqlen_k;
+    l->sh = t->stride_head ? t->stride_head : (fz_wide)d->seqlen_q * d->seqlen_k;
+    l->sb = t->stride_batch ? t->stride_batch : (fz_wide)d->bias_heads * l->sh;
+    return 1;
+}
+
 static int resolve(const fa_attention_desc *d, fz_role role, layout *l) {
     memset(l, 0, sizeof *l);
     if (d->batch <= 0 || d->seqlen_q <= 0 || d->seqlen_k <= 0 || d->heads_q <= 0 || d->heads_kv <= 0 ||
         d->head_dim <= 0)
         return 0;
+    if (role == FZ_BIAS) return resolve_bias(d, l);
     int query = role == FZ_Q || role == FZ_O || role == FZ_DOUT || role == FZ_DQ;
     const fa_tensor_desc *t = role == FZ_Q || role == FZ_DQ ? &d->q
                               : role == FZ_K || role == FZ_DK ? &d->k
@@ -75,6 +95,7 @@ int fz_tensor_span(const fa_attention_desc *d, fz_role role, fz_span *span) {
     }
     layout l;
     if (!resolve(d, role, &l)) return 0;
+    if (l.batch == 0) return 1; /* no bias: nothing spanned */
     /* Element index = offset + token part + h * sh + x. */
     fz_wide lo = l.offset, hi = l.offset, a, b;
     dim_range(l.heads, l.sh, &a, &b);

@@ -16,9 +16,11 @@
 __extension__ typedef __int128 fz_wide;
 
 /* Tensors of a pass. The gradients share the layouts and dtype of their
- * tensors (dQ q's, dK k's, dV v's, dO o's); lse is fp32, packed. */
+ * tensors (dQ q's, dK k's, dV v's, dO o's); lse is fp32, packed; the bias
+ * [bias_batch, bias_heads, seqlen_q, seqlen_k] (no element without a
+ * bias) is an input of both passes. */
 typedef enum fz_role {
-    FZ_Q, FZ_K, FZ_V, FZ_O, FZ_LSE, FZ_DOUT, FZ_DQ, FZ_DK, FZ_DV, FZ_ROLE_COUNT
+    FZ_Q, FZ_K, FZ_V, FZ_O, FZ_LSE, FZ_DOUT, FZ_DQ, FZ_DK, FZ_DV, FZ_BIAS, FZ_ROLE_COUNT
 } fz_role;
 
 const char *fz_role_name(fz_role role);

@@ -1,0 +1,201 @@
+"""flash_attn_with_kvcache on NumPy arrays against a NumPy fp64 step written
+out here: the append (rotated keys rounded to the cache's dtype), rotary
+positions, masks, softcap, ALiBi, paged and contiguous caches, and the
+sequences whose lengths or pages break the rules."""
+import numpy as np
+import pytest
+
+import flashattn
+from conftest import random, rel_error
+
+
+def rotate(x, cos, sin, positions, interleaved):
+    """x [n, heads, d] rotated in fp64 at positions [n] (first 2 * cos.shape[1] dims)."""
+    x = np.array(x, np.float64)
+    half = cos.shape[1]
+    c, s = cos[positions][:, None, :].astype(np.float64), sin[positions][:, None, :].astype(np.float64)
+    if interleaved:
+        a, b = x[..., 0:2 * half:2].copy(), x[..., 1:2 * half:2].copy()
+        x[..., 0:2 * half:2], x[..., 1:2 * half:2] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
+        x[..., :half], x[..., half:2 * half] = a * c - b * s, a * s + b * c
+    return x
+
+
+def step_fp64(q, k_cache, v_cache, k_new, v_new, lens, table, cos, sin, causal=False, window=(-1, -1),
+              softcap=0.0, alibi=None, interleaved=True):
+    """(out, lse, k_cache, v_cache after the append) of one step, in fp64,
+    the cache's values rounded to its dtype; NaN rows for invalid sequences."""
+    b_, sq, hq, d = q.shape
+    hk = k_cache.shape[2]
+    paged = table is not None
+    page = k_cache.shape[1] if paged else None
+    capacity = table.shape[1] * page if paged else k_cache.shape[1]
+    sn = 0 if k_new is None else k_new.shape[1]
+    kc, vc = k_cache.copy(), v_cache.copy()
+    out = np.zeros(q.shape)
+    lse = np.zeros((b_, hq, sq))
+    offsets = causal or window[0] >= 0 or window[1] >= 0
+
+    def rows(b, t):  # (index into the pool's first two axes) of token t of sequence b
+        return (table[b, t // page], t % page) if paged else (b, t)
+
+    for b in range(b_):
+        n = int(lens[b])
+        last = n + sn - 1
+        if cos is not None:
+            last = max(last, n + (sq - 1 if offsets else 0))
+        ok = 0 <= n and n + sn <= capacity and last < capacity
+        if ok and paged:
+            used = -(-(n + sn) // page)
+            ok = all(0 <= table[b, p] < k_cache.shape[0] for p in range(used))
+        if not ok:
+            out[b], lse[b] = np.nan, np.nan
+            continue
+        if sn:
+            kn = k_new[b].astype(np.float64)
+            if cos is not None:
+                kn = rotate(kn, cos, sin, np.arange(n, n + sn), interleaved)
+            for t in range(sn):
+                kc[rows(b, n + t)] = kn[t].astype(k_cache.dtype)
+                vc[rows(b, n + t)] = v_new[b, t]
+        lk = n + sn
+        keys = np.array([kc[rows(b, t)] for t in range(lk)], np.float64).reshape(lk, hk, d)
+        vals = np.array([vc[rows(b, t)] for t in range(lk)], np.float64).reshape(lk, hk, d)
+        qb = q[b].astype(np.float64)
+        if cos is not None:
+            qb = rotate(qb, cos, sin, n + (np.arange(sq) if offsets else np.zeros(sq, int)), interleaved)
+            qb = qb.astype(q.dtype).astype(np.float64)
+        keys, vals = np.repeat(keys, hq // hk, axis=1), np.repeat(vals, hq // hk, axis=1)
+        s = np.einsum("qhd,khd->hqk", qb, keys) / np.sqrt(d)
+        if softcap > 0:
+            s = softcap * np.tanh(s / softcap)
+        i = np.arange(sq)[:, None] + lk - sq
+        j = np.arange(lk)[None, :]
+        if alibi is not None:
+            s = s - alibi[:, None, None] * np.abs(i - j)[None]
+        keep = np.ones((sq, lk), bool)
+        if causal:
+            keep &= j <= i
+        if window[0] >= 0:
+            keep &= j >= i - window[0]
+        if window[1] >= 0:
+            keep &= j <= i + window[1]
+        s = np.where(keep[None], s, -np.inf)
+        m = np.max(s, -1, keepdims=True) if lk else np.full((hq, sq, 1), -np.inf)
+        m_safe = np.where(np.isfinite(m), m, 0.0)
+        p = np.exp(s - m_safe)
+        total = p.sum(-1, keepdims=True)
+        p = np.divide(p, total, out=np.zeros_like(p), where=total > 0)
+        out[b] = np.einsum("hqk,khd->qhd", p, vals)
+        with np.errstate(divide="ignore"):
+            lse[b] = np.where(total[..., 0] > 0, np.log(total[..., 0]) + m_safe[..., 0], -np.inf)
+    return out, lse, kc, vc
+
+
+def tables(capacity, rotary_dim):
+    pos = np.arange(capacity)[:, None]
+    freq = 1.0 / 10000 ** (np.arange(0, rotary_dim, 2) / rotary_dim)
+    return np.cos(pos * freq).astype(np.float32), np.sin(pos * freq).astype(np.float32)
+
+
+def paged_cache(rng, batch, capacity, page, hk, d, dtype, spare=2):
+    pps = -(-capacity // page)
+    pool = batch * pps + spare
+    order = rng.permutation(pool).astype(np.int32)
+    return (random(rng, (pool, page, hk, d), dtype), random(rng, (pool, page, hk, d), dtype),
+            order[:batch * pps].reshape(batch, pps))
+
+
+CASES = [  # name, page, append, seqlen_q, causal, window, rotary_dim, interleaved, softcap, alibi
+    ("contiguous_append1", 0, 1, 1, False, (-1, -1), 0, True, 0.0, False),
+    ("paged16_append3_causal_rotary_interleaved", 16, 3, 3, True, (-1, -1), 16, True, 0.0, False),
+    ("paged32_noappend_rotary_half_softcap_alibi", 32, 0, 2, False, (-1, -1), 32, False, 5.0, True),
+    ("contiguous_window_append2", 0, 2, 2, False, (6, 0), 0, True, 0.0, False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_step_fp32(backend, rng, case):
+    _, page, sn, sq, causal, window, rd, inter, softcap, alibi = case
+    b, hq, hk, d = 3, 4, 2, 32
+    capacity = 64
+    if page:
+        k_cache, v_cache, table = paged_cache(rng, b, capacity, page, hk, d, np.float32)
+    else:
+        k_cache, v_cache, table = random(rng, (b, capacity, hk, d)), random(rng, (b, capacity, hk, d)), None
+    q = random(rng, (b, sq, hq, d))
+    k_new = random(rng, (b, sn, hk, d)) if sn else None
+    v_new = random(rng, (b, sn, hk, d)) if sn else None
+    lens = np.array([0, 17, capacity - max(sn, sq)], np.int32)
+    cos, sin = tables(capacity, rd) if rd else (None, None)
+    slopes = (0.5 ** np.arange(1, hq + 1)).astype(np.float32) if alibi else None
+    want = step_fp64(q, k_cache, v_cache, k_new, v_new, lens, table, cos, sin, causal, window, softcap, slopes, inter)
+    out, lse = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
+                                                 cache_seqlens=lens, block_table=table, causal=causal,
+                                                 window_size=window, softcap=softcap, alibi_slopes=slopes,
+                                                 rotary_interleaved=inter, return_softmax_lse=True,
+                                                 backend=backend)
+    assert out.shape == q.shape and lse.shape == (b, hq, sq)
+    assert rel_error(out, want[0]) < 1e-5
+    finite = np.isfinite(want[1])
+    assert np.array_equal(np.isfinite(lse), finite)
+    assert np.max(np.abs(lse[finite] - want[1][finite])) < 1e-4
+    # The caches were appended to in place: rotated keys within fp32's
+    # rounding of fp64 ones, values and every other element exact.
+    assert np.max(np.abs(k_cache - want[2])) < 1e-5
+    assert np.array_equal(v_cache, want[3])
+
+
+def test_step_fp16_paged(backend, rng):
+    b, hq, hk, d, capacity, page = 2, 8, 2, 64, 96, 16
+    k_cache, v_cache, table = paged_cache(rng, b, capacity, page, hk, d, np.float16)
+    q = random(rng, (b, 2, hq, d), np.float16)
+    k_new, v_new = random(rng, (b, 2, hk, d), np.float16), random(rng, (b, 2, hk, d), np.float16)
+    cos, sin = tables(capacity, 32)
+    lens = np.array([40, 93], np.int32)
+    want = step_fp64(q, k_cache, v_cache, k_new, v_new, lens, table, cos, sin, causal=True, interleaved=False)
+    out = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cos, sin, lens, table, causal=True,
+                                           rotary_interleaved=False, backend=backend)
+    assert out.dtype == np.float16
+    assert rel_error(out.astype(np.float32), want[0]) < 2e-3
+    written = k_cache != want[2]
+    # At most a rounding apart where the rotation decides it.
+    assert np.max(np.abs(k_cache.astype(np.float32) - want[2].astype(np.float32))[written], initial=0) < 4e-3
+    assert np.array_equal(v_cache, want[3])
+
+
+def test_invalid_sequences_get_nan_and_append_nothing(backend, rng):
+    b, hq, hk, d, capacity, page = 3, 2, 1, 16, 64, 16
+    k_cache, v_cache, table = paged_cache(rng, b, capacity, page, hk, d, np.float32)
+    table[2, 0] = k_cache.shape[0] + 5  # outside the pool
+    k0, v0 = k_cache.copy(), v_cache.copy()
+    q = random(rng, (b, 1, hq, d))
+    k_new, v_new = random(rng, (b, 1, hk, d)), random(rng, (b, 1, hk, d))
+    lens = np.array([-1, 10, 3], np.int32)
+    out, lse = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lens,
+                                                 block_table=table, return_softmax_lse=True, backend=backend)
+    assert np.all(np.isnan(out[0])) and np.all(np.isnan(out[2])) and np.all(np.isnan(lse[[0, 2]]))
+    assert np.all(np.isfinite(out[1]))
+    changed = np.argwhere(np.any(k_cache != k0, axis=(2, 3)))
+    assert [tuple(x) for x in changed] == [(table[1, 0], 10)]  # sequence 1's token 10 only
+    assert np.array_equal(np.any(v_cache != v0, axis=(2, 3)), np.any(k_cache != k0, axis=(2, 3)))
+
+
+def test_argument_errors(rng):
+    q = random(rng, (1, 1, 2, 32))
+    kc, vc = random(rng, (1, 64, 1, 32)), random(rng, (1, 64, 1, 32))
+    with pytest.raises(ValueError, match="k and v"):
+        flashattn.flash_attn_with_kvcache(q, kc, vc, k=random(rng, (1, 1, 1, 32)), backend="reference")
+    with pytest.raises(ValueError, match="rotary_cos"):
+        flashattn.flash_attn_with_kvcache(q, kc, vc, rotary_cos=np.ones((64, 8), np.float32), backend="reference")
+    with pytest.raises(ValueError, match="read-only"):
+        ro = kc.copy()
+        ro.flags.writeable = False
+        flashattn.flash_attn_with_kvcache(q, ro, vc, backend="reference")
+    pool = random(rng, (4, 24, 1, 32))  # pages of 24 tokens: not a multiple of 16
+    with pytest.raises(flashattn.FlashAttnError) as e:
+        flashattn.flash_attn_with_kvcache(q, pool, pool.copy(), cache_seqlens=3,
+                                          block_table=np.zeros((1, 2), np.int32), backend="reference")
+    assert e.value.status == flashattn.Status.FA_ERR_INVALID_ARGUMENT and "page_size" in e.value.message

@@ -36,7 +36,7 @@ commit=${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 echo "commit $commit" | tee "$out/commit.txt"
 
 # Each case within $limit seconds; the whole script stays under six minutes.
-limit=${FA_CASE_LIMIT:-240}
+limit=${FA_CASE_LIMIT:-270}
 cases=(score_options score_option_tiles_simt score_option_tiles_mma)
 pids=()
 stamp "score-option cases and the rest of the HIP suite, side by side"

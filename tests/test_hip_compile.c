@@ -1177,6 +1177,17 @@ FA_TEST(hiprtc_runtime_path) {
     rtc_sample("gfx90a", &d, &kp, FA_PASS_BACKWARD, 64, 1);
     kp = tile(64, 16, 1, 1);
     rtc_sample("gfx1030", &d, &kp, FA_PASS_FORWARD, 32, 1);
+    /* Every score option, as hiprtc builds them at run time. */
+    static const float slopes[2] = {0.5f, 0.25f};
+    d.softcap = 30.0f;
+    d.alibi_slopes = slopes;
+    d.bias_batch = 1;
+    d.bias_heads = d.heads_q;
+    d.bias.dtype = FA_DTYPE_F32;
+    rtc_sample("gfx1030", &d, &kp, FA_PASS_FORWARD, 32, 1);
+    kp = tile(16, 32, 1, 1);
+    d.bias.dtype = FA_DTYPE_BF16;
+    rtc_sample("gfx90a", &d, &kp, FA_PASS_BACKWARD, 64, 1);
     /* The ring's element-wise passes: one program for every target. */
     fa_hip_program rows;
     fa_hip_rows_program(&rows);

@@ -84,7 +84,8 @@ else
   dims=(64 128)
 fi
 # Overrides, to try the script on a small device: FA_SEQLENS (a list with
-# commas), FA_DIMS (with spaces), FA_TOKENS, FA_HIDDEN.
+# commas), FA_DIMS (with spaces), FA_TOKENS, FA_HIDDEN; FA_DTYPES (with
+# spaces: our dtypes, for every backend; fp32 on OpenCL only).
 seqlens=${FA_SEQLENS:-$seqlens}
 [ -n "${FA_DIMS:-}" ] && read -r -a dims <<< "$FA_DIMS"
 tokens=${FA_TOKENS:-16384}
@@ -118,6 +119,7 @@ for backend in "${backends[@]}"; do
   repeats=10 warmup=2
   if [ "$backend" != cuda ]; then repeats=5 warmup=1; fi
   [ "$backend" = opencl ] && dtypes=(fp32 fp16 bf16)
+  [ -n "${FA_DTYPES:-}" ] && read -r -a dtypes <<< "$FA_DTYPES"
   for dtype in "${dtypes[@]}"; do
     for dim in "${dims[@]}"; do
       for causal in 0 1; do
@@ -132,7 +134,7 @@ if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   python3 bench/sdpa_peer.py --dtypes fp16,bf16 --dims "$dims_csv" --seqlens "$seqlens" --causal 0,1 \
     --tokens "$tokens" --hidden "$hidden" --backends "${FA_PEERS:-flash,cudnn,efficient,math}" --repeats 10 --warmup 2 --math-repeats 3 \
     --json "$json" --label "$commit" > "$out/peer.log" 2>&1 || { echo "  sdpa_peer.py failed:"; tail -5 "$out/peer.log"; failed=1; }
-  if [[ " ${backends[*]} " == *" opencl "* ]]; then
+  if [[ " ${backends[*]} " == *" opencl "* ]] && [[ " ${FA_DTYPES:-fp32} " == *" fp32 "* ]]; then
     stamp "PyTorch SDPA efficient, fp32"
     python3 bench/sdpa_peer.py --dtypes fp32 --dims "$dims_csv" --seqlens "$seqlens" --causal 0,1 \
       --tokens "$tokens" --hidden "$hidden" --backends efficient --repeats 10 --warmup 2 \

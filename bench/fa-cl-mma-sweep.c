@@ -14,8 +14,9 @@
  * inputs, so a broken configuration shows as a large difference), and,
  * where the build log folder is set (FLASHATTN_OPENCL_LOG_DIR with
  * -cl-nv-verbose in the options), the registers and spills NVIDIA's
- * compiler reports for the configuration's programs. A table on stdout,
- * JSON lines with --json. */
+ * compiler reports for the configuration's programs, and the IO model's
+ * roofline time for the configuration's tile on this device (planner.h,
+ * fa_io_fused). A table on stdout, JSON lines with --json. */
 #include "dtype.h"
 #include "fa_internal.h"
 #include "cli.h"
@@ -47,26 +48,29 @@ typedef struct config {
 
 /* Forward: the planner's pick on NVIDIA (64 x 64 in four sub-groups since
  * 2026-11-27) beside the eight-sub-group tiles it took before (128 x 128
- * at head_dim 64, 128 x 64 at 128), so that one run compares the two. */
+ * at head_dim 64, 128 x 64 at 128). Backward: the planner's (16 x 128 in
+ * eight sub-groups at head_dim 64, 16 x 64 in four at 128) beside the
+ * tiles V's fragments in registers make room for in one stage (32 queries
+ * at 64; 128 keys, or 32 queries in chunks of 16, at 128), the same in two
+ * stages, chunks of 16 queries with and without a register cap (two
+ * work-groups of 256 a multiprocessor need 128 or fewer), and the query
+ * tiles walked from a different start per key tile (FA_BWD_ROTATE). The
+ * run of 2026-11-27 (bench/results/h200.md) also timed the next query
+ * tile loaded through registers during a step, an option since removed. */
 static const config configs[] = {
     {FA_PASS_FORWARD, 0, 0, 0, 0, 1, ""},
     {FA_PASS_FORWARD, 64, 8, 1, 128, 1, ""},
-    {FA_PASS_FORWARD, 64, 8, 1, 64, 1, ""},
-    {FA_PASS_FORWARD, 64, 4, 1, 128, 1, ""},
-    {FA_PASS_FORWARD, 64, 4, 1, 128, 1, "-cl-nv-maxrregcount=168"},
     {FA_PASS_FORWARD, 128, 8, 1, 64, 1, ""},
-    {FA_PASS_FORWARD, 128, 8, 1, 32, 1, ""},
     {FA_PASS_BACKWARD, 0, 0, 0, 0, 1, ""},
-    {FA_PASS_BACKWARD, 0, 0, 0, 0, 1, "-DFA_RED_V2"},
-    {FA_PASS_BACKWARD, 0, 0, 0, 0, 1, "-DFA_DQ_UNIT=2"},
-    {FA_PASS_BACKWARD, 64, 8, 1, 16, 2, ""},
-    {FA_PASS_BACKWARD, 64, 4, 1, 32, 1, ""},
-    {FA_PASS_BACKWARD, 64, 4, 1, 32, 2, ""},
-    {FA_PASS_BACKWARD, 64, 4, 1, 16, 2, ""},
+    {FA_PASS_BACKWARD, 0, 0, 0, 0, 1, "-DFA_BWD_ROTATE"},
+    {FA_PASS_BACKWARD, 64, 8, 1, 32, 1, ""},
+    {FA_PASS_BACKWARD, 64, 8, 1, 32, 1, "-DFA_BWD_QC=16"},
+    {FA_PASS_BACKWARD, 64, 8, 1, 32, 1, "-DFA_BWD_QC=16 -cl-nv-maxrregcount=128"},
+    {FA_PASS_BACKWARD, 64, 8, 1, 32, 2, ""},
+    {FA_PASS_BACKWARD, 128, 8, 1, 16, 1, ""},
+    {FA_PASS_BACKWARD, 128, 8, 1, 16, 1, "-DFA_BWD_ROTATE"},
+    {FA_PASS_BACKWARD, 128, 4, 1, 32, 1, ""},
     {FA_PASS_BACKWARD, 128, 4, 1, 16, 2, ""},
-    {FA_PASS_BACKWARD, 128, 2, 1, 16, 1, ""},
-    {FA_PASS_BACKWARD, 128, 2, 1, 16, 2, ""},
-    {FA_PASS_BACKWARD, 128, 2, 1, 32, 2, ""},
 };
 #define N_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
 
@@ -289,9 +293,18 @@ static void registers(const char *dir, fa_pass pass, char *out, size_t size) {
     if (kernels) snprintf(out, size, spill ? "%d regs, spill %d B" : "%d regs", most, spill);
 }
 
-static void describe(const fa_kernel_plan *kp, const config *c, char *out, size_t size) {
-    snprintf(out, size, "%s%dx%d/%d%s%s%s", c->warps ? "" : "planner ", kp->br, kp->bc, kp->work_group_size,
-             kp->stages > 1 ? " 2-stage" : "", c->options[0] ? " " : "", c->options);
+/* The tile, work-group, stages, and for the backward whether V's
+ * fragments are in registers and the queries computed in chunks. */
+static void describe(fa_plan plan, const fa_kernel_plan *kp, const config *c, char *out, size_t size) {
+    fa_cl_mma_geometry g;
+    const int mma = kp->variant == FA_VARIANT_MMA &&
+                    fa_cl_mma_geometry_of(&plan->ctx->info.desc, &plan->desc, c->pass, kp->br, kp->bc,
+                                          kp->thread_rows, kp->thread_cols, kp->stages, &g);
+    char chunk[16] = "";
+    if (mma && c->pass == FA_PASS_BACKWARD && g.q_chunk < kp->br) snprintf(chunk, sizeof chunk, " qc%d", g.q_chunk);
+    snprintf(out, size, "%s%dx%d/%d%s%s%s%s%s", c->warps ? "" : "planner ", kp->br, kp->bc, kp->work_group_size,
+             kp->stages > 1 ? " 2-stage" : "", mma && g.v_regs ? " vreg" : "", chunk, c->options[0] ? " " : "",
+             c->options);
 }
 
 int main(int argc, char **argv) {
@@ -310,8 +323,8 @@ int main(int argc, char **argv) {
     fa_rng rng;
     fa_rng_seed(&rng, 20261125);
     int failed = 0;
-    printf("%-4s %4s %6s %6s  %-44s %9s %8s %9s  %s\n", "pass", "d", "causal", "N", "configuration", "ms", "TFLOP/s",
-           "diff", "registers / why not");
+    printf("%-4s %4s %6s %6s  %-44s %9s %8s %9s %9s  %s\n", "pass", "d", "causal", "N", "configuration", "ms",
+           "TFLOP/s", "diff", "model ms", "registers / why not");
     /* Non-causal first: a run cut short by its time limit keeps them. */
     for (int causal = 0; causal < 2; causal++)
         for (int dim = 64; dim <= 128; dim *= 2)
@@ -356,23 +369,26 @@ int main(int argc, char **argv) {
                     const fa_kernel_plan *kp =
                         plan ? (c->pass == FA_PASS_FORWARD ? &plan->info.forward : &plan->info.backward) : NULL;
                     if (kp)
-                        describe(kp, c, what, sizeof what);
+                        describe(plan, kp, c, what, sizeof what);
                     else
                         snprintf(what, sizeof what, "(no plan)");
                     if (st == FA_SUCCESS)
                         registers(logs[0] ? logs : NULL, c->pass, regs, sizeof regs);
                     const double tflops = fa_attention_flops(&d, c->pass) / ms * 1e-9;
+                    const double model = kp ? fa_io_fused(&ctx->info.desc, &d, c->pass, kp).roofline_ms : NAN;
                     const char *why = st == FA_SUCCESS ? regs : fa_last_error();
-                    printf("%-4s %4d %6s %6d  %-44s %9.3f %8.1f %9.2e  %.150s\n", c->pass == FA_PASS_FORWARD ? "fwd" : "bwd",
-                           dim, causal ? "yes" : "no", n, what, ms, tflops, diff, why);
+                    printf("%-4s %4d %6s %6d  %-44s %9.3f %8.1f %9.2e %9.3f  %.150s\n",
+                           c->pass == FA_PASS_FORWARD ? "fwd" : "bwd", dim, causal ? "yes" : "no", n, what, ms, tflops,
+                           diff, model, why);
                     fflush(stdout);
                     if (json && st == FA_SUCCESS)
                         fprintf(json,
                                 "{\"pass\": \"%s\", \"dim\": %d, \"causal\": %d, \"seqlen\": %d, \"config\": \"%s\", "
                                 "\"br\": %d, \"bc\": %d, \"wg\": %d, \"stages\": %d, \"options\": \"%s\", \"ms\": %.6g, "
-                                "\"tflops\": %.6g, \"diff\": %.3g, \"registers\": \"%s\"}\n",
+                                "\"tflops\": %.6g, \"diff\": %.3g, \"model_ms\": %.6g, \"registers\": \"%s\"}\n",
                                 c->pass == FA_PASS_FORWARD ? "fwd" : "bwd", dim, causal, n, what, kp->br, kp->bc,
-                                kp->work_group_size, kp->stages, c->options, ms, tflops, isnan(diff) ? -1.0 : diff, regs);
+                                kp->work_group_size, kp->stages, c->options, ms, tflops, isnan(diff) ? -1.0 : diff,
+                                isnan(model) ? -1.0 : model, regs);
                     if (json) fflush(json);
                     if (plan) fa_plan_destroy(plan);
                 }

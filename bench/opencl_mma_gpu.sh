@@ -19,6 +19,14 @@
 #            FLASH_ATTENTION (FlashAttention-2), CUDNN_ATTENTION and
 #            EFFICIENT_ATTENTION in the same run; ratio tables in
 #            $OUT/ratio.md.
+#   check    the backward's check in one call: the planner's plans at
+#            head_dim 128, then test_opencl_mma's backward cases and
+#            test_opencl_attention's cases with every option, FA_TEST_LARGE=1
+#            (at most FA_CHECK_TIMEOUT seconds, default 150), then bench's
+#            ratio table for fp16 and bf16 against FlashAttention-2 alone,
+#            with the registers and spills of the programs it built
+#            ($OUT/bench-registers.txt), and the registers of fp16's
+#            backward with dropout at head_dim 64 and 128. Not part of all.
 #   sweep    bench/fa-cl-mma-sweep.c: fp16, d 64 and 128, causal and not,
 #            N 4096 and 16384 at 16k tokens: the planner's tiles and the
 #            candidates beside them (other tiles and sub-group counts, the
@@ -30,16 +38,19 @@
 #            first the planner's tiles against the fp64 reference
 #            (test_opencl_mma head_dims, $OUT/sweep-check.log).
 #            Not part of all: at most 7 minutes on an H100, the build
-#            included.
+#            included. A shorter sweep: FA_SWEEP_SEQLENS (default
+#            4096,16384), FA_SWEEP_PASS (fwd or bwd; default both),
+#            FA_SWEEP_CHECK=0 (no reference check first), FA_SWEEP_PEER=0
+#            (no SDPA).
 #
-# Usage: bench/opencl_mma_gpu.sh [compile|tests|bench|sweep|all]   (default
+# Usage: bench/opencl_mma_gpu.sh [compile|tests|bench|check|sweep|all]   (default
 # all: compile, tests, bench; each step alone fits in 10 minutes on an H100
 # or H200, the build included). Outputs in $OUT (default ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 what=${1:-all}
 case $what in
-  compile|tests|bench|sweep|all) ;;
+  compile|tests|bench|check|sweep|all) ;;
   -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   *) echo "unknown step $what (try --help)" >&2; exit 2 ;;
 esac
@@ -60,29 +71,12 @@ failed=0
 # The benchmark's shapes: d, N -> batch and heads at 16k tokens, hidden 2048.
 shape_args() { echo "--dim $1 --seqlen $2 --batch $(( 16384 / $2 )) --heads $(( 2048 / $1 ))"; }
 
-if [ "$what" = compile ] || [ "$what" = all ]; then
-  stamp "compile: the planned matrix-unit programs with -cl-nv-verbose"
-  logs="$out/cl-logs"
-  rm -rf "$logs"
-  mkdir -p "$logs"
-  # A cache of its own: each distinct program is compiled (and logged) once.
-  rm -rf "$out/cl-cache-compile"
-  for dtype in fp16 bf16; do
-    for dim in 64 128; do
-      for flags in "" --causal "--deterministic"; do
-        [ "$flags" = --deterministic ] && [ "$dtype" = bf16 ] && continue
-        # shellcheck disable=SC2046,SC2086  # the shape's and the flags' words
-        FLASHATTN_CACHE_DIR="$out/cl-cache-compile" FLASHATTN_OPENCL_LOG_DIR="$logs" \
-          FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose \
-          "$build/fa-run" --backend opencl --dtype "$dtype" $(shape_args "$dim" 16384) $flags \
-          --repeats 1 --no-check >> "$out/compile-runs.txt" 2>&1 ||
-          { echo "  fa-run $dtype d$dim $flags failed (see compile-runs.txt)"; failed=1; }
-        stamp "  $dtype d$dim $flags"
-      done
-    done
-  done
-  # One line per kernel: the build's tile options, registers, spills.
-  python3 - "$logs" > "$out/mma-registers.txt" <<'EOF'
+# register_table LOGS OUTFILE: one line per matrix-unit kernel built with
+# -cl-nv-verbose into the log folder LOGS (the build's tile options,
+# registers, spills) into OUTFILE; returns 1 when a kernel spills or none
+# was built.
+register_table() {
+  python3 - "$1" > "$2" <<'EOF'
 import os, re, sys
 rows, spilled = [], 0
 for name in sorted(os.listdir(sys.argv[1])):
@@ -92,7 +86,7 @@ for name in sorted(os.listdir(sys.argv[1])):
         continue
     keep = [w for w in opts.split() if w.startswith("-D") and w.split("=")[0] in
             ("-DHEAD_DIM", "-DBR", "-DBC", "-DWARPS", "-DDTYPE_F16", "-DDTYPE_BF16", "-DQREG", "-DDQ_ATOMIC",
-             "-DFA_BWD_DQ", "-DCAUSAL", "-DSPLITK")]
+             "-DFA_BWD_DQ", "-DCAUSAL", "-DSPLITK", "-DVREG", "-DQC", "-DSTAGES", "-DDROPOUT", "-DFA_BWD_ROTATE")]
     # ptxas reports an entry's spills and registers after its name, in
     # either order.
     cur = None
@@ -115,6 +109,30 @@ for r in rows:
 print("%d kernels, %d spilling" % (len(rows), spilled))
 sys.exit(1 if spilled or not rows else 0)
 EOF
+}
+
+if [ "$what" = compile ] || [ "$what" = all ]; then
+  stamp "compile: the planned matrix-unit programs with -cl-nv-verbose"
+  logs="$out/cl-logs"
+  rm -rf "$logs"
+  mkdir -p "$logs"
+  # A cache of its own: each distinct program is compiled (and logged) once.
+  rm -rf "$out/cl-cache-compile"
+  for dtype in fp16 bf16; do
+    for dim in 64 128; do
+      for flags in "" --causal --deterministic "--dropout 0.1"; do
+        [ "$flags" != "" ] && [ "$flags" != --causal ] && [ "$dtype" = bf16 ] && continue
+        # shellcheck disable=SC2046,SC2086  # the shape's and the flags' words
+        FLASHATTN_CACHE_DIR="$out/cl-cache-compile" FLASHATTN_OPENCL_LOG_DIR="$logs" \
+          FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose \
+          "$build/fa-run" --backend opencl --dtype "$dtype" $(shape_args "$dim" 16384) $flags \
+          --repeats 1 --no-check >> "$out/compile-runs.txt" 2>&1 ||
+          { echo "  fa-run $dtype d$dim $flags failed (see compile-runs.txt)"; failed=1; }
+        stamp "  $dtype d$dim $flags"
+      done
+    done
+  done
+  register_table "$logs" "$out/mma-registers.txt"
   rc=$?
   cat "$out/mma-registers.txt"
   [ "$rc" = 0 ] || { echo "compile: spills, or no matrix-unit kernel was built (see $out/mma-registers.txt)"; failed=1; }
@@ -137,24 +155,61 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   FA_BUILD_DIR=$build FA_BACKENDS=opencl FA_SEQLENS=2048,4096,8192,16384 FA_PEERS=flash,cudnn,efficient \
     bash bench/compare_nvidia.sh || failed=1
 fi
+if [ "$what" = check ]; then
+  stamp "check: plans, then the matrix-unit cases and the suite's options on the GPU (FA_TEST_LARGE=1)"
+  for dtype in fp16 bf16; do
+    # shellcheck disable=SC2046
+    "$build/fa-info" --backend opencl --dtype "$dtype" $(shape_args 128 8192) 2>&1 | grep -E "^(forward|backward):"
+  done | tee "$out/plans.txt"
+  FA_TEST_LARGE=1 timeout "${FA_CHECK_TIMEOUT:-150}" ctest --test-dir "$build" --output-on-failure -j4 --timeout 140 \
+    -R '^opencl_(mma[.](work_group_shapes|head_dims|pipelined_backward|one_stage_v_in_registers)|attention[.](causal|block_sparse|dropout|gqa_mqa|varlen|deterministic_backward|described_devices|long_sequences))$' \
+    > "$out/opencl-mma-tests.log" 2>&1 || failed=1
+  grep -E "tests passed|FAILED|Failed|\(Skipped\)|Timeout" "$out/opencl-mma-tests.log" | head -40
+  stamp "check: compare_nvidia.sh, OpenCL fp16 and bf16 against FlashAttention-2, build logs kept"
+  rm -rf "$out/bench-logs"
+  mkdir -p "$out/bench-logs"
+  FLASHATTN_OPENCL_LOG_DIR="$out/bench-logs" FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose FA_BUILD_DIR=$build \
+    FA_BACKENDS=opencl FA_DTYPES="fp16 bf16" FA_SEQLENS=2048,4096,8192,16384 FA_PEERS=flash \
+    bash bench/compare_nvidia.sh || failed=1
+  for dim in 64 128; do
+    # shellcheck disable=SC2046
+    FLASHATTN_OPENCL_LOG_DIR="$out/bench-logs" FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose \
+      "$build/fa-run" --backend opencl --dtype fp16 $(shape_args "$dim" 16384) --dropout 0.1 --repeats 1 \
+      --no-check >> "$out/compile-runs.txt" 2>&1 || { echo "  fa-run fp16 d$dim --dropout failed"; failed=1; }
+  done
+  register_table "$out/bench-logs" "$out/bench-registers.txt" || echo "check: a kernel spills (bench-registers.txt)"
+  grep -E "fa_bwd_dkdv|fa_forward|spilling" "$out/bench-registers.txt"
+  tar -czf "$out/bench-logs.tar.gz" -C "$out" bench-logs && rm -rf "$out/bench-logs"
+fi
 if [ "$what" = sweep ]; then
+  sweep_seqlens=${FA_SWEEP_SEQLENS:-4096,16384}
+  sweep_pass=()
+  [ -n "${FA_SWEEP_PASS:-}" ] && sweep_pass=(--pass "$FA_SWEEP_PASS")
   # The sweep compares every configuration with the planner's outputs; the
   # planner's own tiles (ldmatrix, ex2 and mma.sync as NVIDIA runs them,
   # which PoCL's emulation does not) against the fp64 reference first.
-  stamp "sweep: the planner's matrix-unit tiles against the reference (test_opencl_mma head_dims)"
-  timeout 75 "$build/test_opencl_mma" head_dims > "$out/sweep-check.log" 2>&1 || failed=1
-  tail -3 "$out/sweep-check.log"
+  if [ "${FA_SWEEP_CHECK:-1}" = 1 ]; then
+    stamp "sweep: the planner's matrix-unit tiles against the reference (test_opencl_mma head_dims)"
+    timeout 75 "$build/test_opencl_mma" head_dims > "$out/sweep-check.log" 2>&1 || failed=1
+    tail -3 "$out/sweep-check.log"
+  fi
   stamp "sweep: matrix-unit configurations beside the planner's (fp16, 16k tokens, hidden 2048)"
   # A fresh cache, so that every program is built and its log (registers,
   # spills) kept in the configuration's folder.
   rm -rf "$out/cl-cache-sweep" "$out/sweep-logs" "$out/sweep.jsonl" "$out/sweep-peer.jsonl"
   mkdir -p "$out/sweep-logs"
   FLASHATTN_CACHE_DIR="$out/cl-cache-sweep" FLASHATTN_OPENCL_LOG_DIR="$out/sweep-logs" \
-    FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose timeout 270 "$build/fa-cl-mma-sweep" --seqlens 4096,16384 \
-    --repeats 5 --warmup 1 --json "$out/sweep.jsonl" | tee "$out/sweep.txt" || failed=1
-  stamp "sweep: PyTorch SDPA FlashAttention-2 on the same shapes"
-  python3 bench/sdpa_peer.py --dtypes fp16 --dims 64,128 --seqlens 4096,16384 --causal 0,1 --backends flash \
-    --repeats 10 --warmup 2 --json "$out/sweep-peer.jsonl" > "$out/sweep-peer.log" 2>&1 || failed=1
+    FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose timeout 270 "$build/fa-cl-mma-sweep" --seqlens "$sweep_seqlens" \
+    "${sweep_pass[@]}" --repeats 5 --warmup 1 --json "$out/sweep.jsonl" | tee "$out/sweep.txt" || failed=1
+  # The build logs are many small files: one archive comes back.
+  tar -czf "$out/sweep-logs.tar.gz" -C "$out" sweep-logs 2>/dev/null && rm -rf "$out/sweep-logs" "$out/cl-cache-sweep"
+  if [ "${FA_SWEEP_PEER:-1}" = 1 ]; then
+    stamp "sweep: PyTorch SDPA FlashAttention-2 on the same shapes"
+    python3 bench/sdpa_peer.py --dtypes fp16 --dims 64,128 --seqlens "$sweep_seqlens" --causal 0,1 --backends flash \
+      --repeats 10 --warmup 2 --json "$out/sweep-peer.jsonl" > "$out/sweep-peer.log" 2>&1 || failed=1
+  else
+    : > "$out/sweep-peer.jsonl"
+  fi
   # Every row's speed as a fraction of FlashAttention-2's (time ratio on
   # the same work).
   python3 - "$out/sweep.jsonl" "$out/sweep-peer.jsonl" <<'EOF' | tee "$out/sweep-ratio.txt"

@@ -409,6 +409,22 @@ static fa_status plan_copy_desc(struct fa_plan_s *p, const fa_attention_desc *de
     return FA_SUCCESS;
 }
 
+/* fp8 inputs: the reference's fused forward runs them; no device backend
+ * has fp8 kernels yet, so they are refused here, before a backend's
+ * plan_prepare maps dtypes to kernel options it does not have. */
+static fa_status refuse_fp8(fa_context ctx, const fa_attention_desc *desc) {
+    if (!fa_desc_is_fp8(desc)) return FA_SUCCESS;
+    const char *dt = fa_dtype_name(desc->q.dtype);
+    if (ctx->info.backend != FA_BACKEND_REFERENCE)
+        return fa_fail(FA_ERR_UNSUPPORTED, "q.dtype = %s: the %s backend has no %s kernels yet", dt, ctx->ops->name,
+                       dt);
+    if (desc->kv_cache)
+        return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache: a KV-cache step with %s inputs is not supported", dt);
+    if (desc->algorithm == FA_ALGO_STANDARD)
+        return fa_fail(FA_ERR_UNSUPPORTED, "algorithm: FA_ALGO_STANDARD has no %s path (q.dtype = %s)", dt, dt);
+    return FA_SUCCESS;
+}
+
 fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan *plan) {
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
@@ -418,6 +434,7 @@ fa_status fa_plan_create(fa_context ctx, const fa_attention_desc *desc, fa_plan 
      * here, before its plan_prepare sees a descriptor it does not know. */
     if (desc->kv_cache && !ctx->ops->forward_kvcache)
         return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache: the %s backend has no KV-cache kernels", ctx->ops->name);
+    FA_CHECK(refuse_fp8(ctx, desc));
     struct fa_plan_s *p = calloc(1, sizeof *p);
     if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
     p->ctx = ctx;
@@ -456,6 +473,20 @@ fa_status fa_plan_set_dropout_seed(fa_plan plan, uint64_t seed, uint64_t offset)
     plan->desc.dropout_seed = seed;
     plan->desc.dropout_offset = offset;
     plan->dropout_key = fa_dropout_key_of(seed, offset);
+    return FA_SUCCESS;
+}
+
+fa_status fa_plan_set_descale(fa_plan plan, float q, float k, float v) {
+    if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
+    if (!fa_desc_is_fp8(&plan->desc))
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "descale: the plan's inputs are %s, descale factors apply to %s only",
+                       fa_dtype_name(plan->desc.q.dtype), fa_dtype_name(FA_DTYPE_FP8_E4M3));
+    FA_CHECK(fa_check_descale(q, "descale_q"));
+    FA_CHECK(fa_check_descale(k, "descale_k"));
+    FA_CHECK(fa_check_descale(v, "descale_v"));
+    plan->desc.descale_q = q;
+    plan->desc.descale_k = k;
+    plan->desc.descale_v = v;
     return FA_SUCCESS;
 }
 
@@ -607,6 +638,9 @@ static fa_status forward_checked(fa_plan plan, const fa_pass_args *a) {
 
 static fa_status backward_checked(fa_plan plan, const fa_pass_args *a) {
     FA_CHECK(refuse_kvcache_plan(plan, "fa_backward (a KV-cache step has no backward)"));
+    if (fa_desc_is_fp8(&plan->desc))
+        return fa_fail(FA_ERR_UNSUPPORTED, "plan: its inputs are %s, which run the forward only (no backward yet)",
+                       fa_dtype_name(plan->desc.q.dtype));
     FA_CHECK(check_backward(plan->ctx, &plan->desc, a));
     const fa_bwd_args args = {a->q->impl,    a->k->impl,  a->v->impl,  a->o->impl,  a->lse->impl,
                               a->dout->impl, a->dq->impl, a->dk->impl, a->dv->impl, a->bias ? a->bias->impl : NULL};

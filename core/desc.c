@@ -163,7 +163,53 @@ static fa_status check_positive(int value, const char *name) {
 }
 
 static int dtype_valid(fa_dtype d) {
-    return d == FA_DTYPE_F32 || d == FA_DTYPE_F16 || d == FA_DTYPE_BF16;
+    return d == FA_DTYPE_F32 || d == FA_DTYPE_F16 || d == FA_DTYPE_BF16 || d == FA_DTYPE_FP8_E4M3;
+}
+
+int fa_desc_is_fp8(const fa_attention_desc *desc) { return desc->q.dtype == FA_DTYPE_FP8_E4M3; }
+
+double fa_desc_descale(float factor) { return factor == 0.0f ? 1.0 : (double)factor; }
+
+fa_status fa_check_descale(float factor, const char *name) {
+    if (!isfinite(factor) || factor < 0.0f)
+        return fa_fail(FA_ERR_BAD_SCALE, "%s = %g: must be finite and > 0 (0 means 1)", name, (double)factor);
+    return FA_SUCCESS;
+}
+
+/* q, k and v share one dtype and O is in it, except for fp8 inputs, whose
+ * O is fp16 or bf16 (the header's rules under descale_q). */
+static fa_status check_dtypes(const fa_attention_desc *d) {
+    for (int r = FA_TENSOR_Q; r <= FA_TENSOR_O; r++)
+        if (!dtype_valid(fa_desc_tensor(d, (fa_tensor_role)r)->dtype))
+            return fa_fail(FA_ERR_INVALID_ARGUMENT, "%s.dtype = %d is not a fa_dtype",
+                           fa_tensor_role_name((fa_tensor_role)r), (int)fa_desc_tensor(d, (fa_tensor_role)r)->dtype);
+    const int fp8 = fa_desc_is_fp8(d);
+    for (int r = FA_TENSOR_K; r <= FA_TENSOR_V; r++)
+        if (fa_desc_tensor(d, (fa_tensor_role)r)->dtype != d->q.dtype)
+            return fa_fail(FA_ERR_DTYPE_MISMATCH, "%s.dtype is %s but q.dtype is %s",
+                           fa_tensor_role_name((fa_tensor_role)r),
+                           fa_dtype_name(fa_desc_tensor(d, (fa_tensor_role)r)->dtype), fa_dtype_name(d->q.dtype));
+    if (fp8 && d->o.dtype != FA_DTYPE_F16 && d->o.dtype != FA_DTYPE_BF16)
+        return fa_fail(FA_ERR_DTYPE_MISMATCH, "o.dtype is %s: with %s inputs O is written in fp16 or bf16",
+                       fa_dtype_name(d->o.dtype), fa_dtype_name(d->q.dtype));
+    if (!fp8 && d->o.dtype != d->q.dtype)
+        return fa_fail(FA_ERR_DTYPE_MISMATCH, "o.dtype is %s but q.dtype is %s", fa_dtype_name(d->o.dtype),
+                       fa_dtype_name(d->q.dtype));
+    const struct { float v; const char *name; } factors[] = {
+        {d->descale_q, "descale_q"}, {d->descale_k, "descale_k"}, {d->descale_v, "descale_v"}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(factors); i++) {
+        if (!fp8 && factors[i].v != 0.0f)
+            return fa_fail(FA_ERR_INVALID_ARGUMENT, "%s = %g: descale factors apply to %s inputs only, q.dtype is %s",
+                           factors[i].name, (double)factors[i].v, fa_dtype_name(FA_DTYPE_FP8_E4M3),
+                           fa_dtype_name(d->q.dtype));
+        FA_CHECK(fa_check_descale(factors[i].v, factors[i].name));
+    }
+    /* Packed rows are head_dim elements apart: 16 bytes at least for
+     * every dtype once fp8 takes a multiple of 16. */
+    if (fp8 && d->head_dim % 16 != 0)
+        return fa_fail(FA_ERR_UNSUPPORTED_HEAD_DIM, "head_dim is %d: %s inputs take multiples of 16", d->head_dim,
+                       fa_dtype_name(d->q.dtype));
+    return FA_SUCCESS;
 }
 
 static fa_status check_seqlens(const fa_attention_desc *d) {
@@ -278,15 +324,7 @@ fa_status fa_attention_desc_check(const fa_attention_desc *d) {
     FA_CHECK(check_seqlens(d));
     if (fa_attention_total_q(d) > FA_MAX_TOKENS || fa_attention_total_k(d) > FA_MAX_TOKENS)
         return fa_fail(FA_ERR_INVALID_SIZE, "more than %d tokens in the batch", FA_MAX_TOKENS);
-    for (int r = FA_TENSOR_Q; r <= FA_TENSOR_O; r++)
-        if (!dtype_valid(fa_desc_tensor(d, (fa_tensor_role)r)->dtype))
-            return fa_fail(FA_ERR_INVALID_ARGUMENT, "%s.dtype = %d is not a fa_dtype",
-                           fa_tensor_role_name((fa_tensor_role)r), (int)fa_desc_tensor(d, (fa_tensor_role)r)->dtype);
-    for (int r = FA_TENSOR_K; r <= FA_TENSOR_O; r++)
-        if (fa_desc_tensor(d, (fa_tensor_role)r)->dtype != d->q.dtype)
-            return fa_fail(FA_ERR_DTYPE_MISMATCH, "%s.dtype is %s but q.dtype is %s",
-                           fa_tensor_role_name((fa_tensor_role)r),
-                           fa_dtype_name(fa_desc_tensor(d, (fa_tensor_role)r)->dtype), fa_dtype_name(d->q.dtype));
+    FA_CHECK(check_dtypes(d));
     /* The KV-cache fields first: they decide the K and V layouts (pools of
      * pages), and the options they exclude are named before anything of
      * the excluded option's own is checked. */

@@ -63,6 +63,13 @@ fa_status fa_desc_check_dims(const char *name, const fa_dim dims[4], int64_t off
  * (keys, query rows, heads, batch) with packed strides resolved; and the
  * element index of bias[b, h, i, j] (broadcast dimensions read index 0). */
 fa_status fa_desc_check_options(const fa_attention_desc *desc);
+/* Whether the descriptor's inputs are fp8 (q.dtype e4m3; k and v follow
+ * once the descriptor is checked). */
+int fa_desc_is_fp8(const fa_attention_desc *desc);
+/* A descale factor as it multiplies: 0 means 1. */
+double fa_desc_descale(float factor);
+/* FA_ERR_BAD_SCALE naming the factor unless it is finite and >= 0. */
+fa_status fa_check_descale(float factor, const char *name);
 const char *fa_desc_option_in_use(const fa_attention_desc *desc);
 void fa_desc_bias_dims(const fa_attention_desc *desc, fa_dim dims[4]);
 int64_t fa_desc_bias_index(const fa_attention_desc *desc, int b, int h, int i, int j);

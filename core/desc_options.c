@@ -72,9 +72,10 @@ static fa_status check_bias(const fa_attention_desc *d) {
     if (d->cu_seqlens_q)
         return fa_fail(FA_ERR_INVALID_ARGUMENT, "bias is not available with variable-length batches (cu_seqlens_q)");
     const fa_tensor_desc *t = &d->bias;
-    if (t->dtype != FA_DTYPE_F32 && t->dtype != d->q.dtype)
-        return fa_fail(FA_ERR_DTYPE_MISMATCH, "bias.dtype = %d: must be f32 or q's dtype (%s)", (int)t->dtype,
-                       fa_dtype_name(d->q.dtype));
+    /* o's dtype is q's, or fp16 / bf16 with fp8 inputs. */
+    if (t->dtype != FA_DTYPE_F32 && t->dtype != d->o.dtype)
+        return fa_fail(FA_ERR_DTYPE_MISMATCH, "bias.dtype = %d: must be f32 or o's dtype (%s)", (int)t->dtype,
+                       fa_dtype_name(d->o.dtype));
     if (t->offset < 0)
         return fa_fail(FA_ERR_BAD_STRIDE, "bias.offset is %lld, must be >= 0", (long long)t->offset);
     if (t->stride_batch < 0 || t->stride_seq < 0 || t->stride_head < 0)

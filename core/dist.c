@@ -216,6 +216,9 @@ static fa_status agree_problem(struct fa_dist_plan_s *p, fa_status mine) {
 /* ------------------------------------------------------------ creation */
 
 static fa_status unsupported_options(const fa_attention_desc *d) {
+    if (fa_desc_is_fp8(d))
+        return fa_fail(FA_ERR_UNSUPPORTED, "distributed plan: q.dtype = %s is not supported (forward on one device only)",
+                       fa_dtype_name(d->q.dtype));
     if (d->kv_cache)
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "distributed plan: kv_cache: a KV-cache step runs on one device (fa_plan_create)");

@@ -1,4 +1,4 @@
-/* fp16 / bf16 storage conversions.
+/* fp16 / bf16 / fp8 (e4m3) storage conversions.
  *
  * Every narrowing conversion goes through one routine that rounds a double
  * straight to the target format. A float widens to double exactly, so the
@@ -14,6 +14,7 @@ size_t fa_dtype_size(fa_dtype dtype) {
     case FA_DTYPE_F32: return 4;
     case FA_DTYPE_F16: return 2;
     case FA_DTYPE_BF16: return 2;
+    case FA_DTYPE_FP8_E4M3: return 1;
     }
     return 0;
 }
@@ -23,6 +24,7 @@ const char *fa_dtype_name(fa_dtype dtype) {
     case FA_DTYPE_F32: return "fp32";
     case FA_DTYPE_F16: return "fp16";
     case FA_DTYPE_BF16: return "bf16";
+    case FA_DTYPE_FP8_E4M3: return "fp8_e4m3";
     }
     return "unknown";
 }
@@ -104,11 +106,56 @@ float fa_bf16_to_f32(uint16_t b) {
     return out;
 }
 
+/* e4m3 (OCP E4M3FN): exponent bias 7, the smallest normal 2^-6, subnormals
+ * in steps of 2^-9, the top code of each sign (S.1111.111) NaN, no
+ * infinities. */
+#define E4M3_MAX 448.0
+#define E4M3_EMIN (-6)
+#define E4M3_MANT 3
+
+uint8_t fa_f64_to_e4m3(double x) {
+    const uint8_t sign = signbit(x) ? 0x80u : 0u;
+    if (isnan(x)) return (uint8_t)(sign | 0x7fu);
+    double a = fabs(x);
+    if (a >= E4M3_MAX) return (uint8_t)(sign | 0x7eu); /* satfinite, infinities included */
+    if (a == 0.0) return sign;
+    /* a = m * 2^e2 with m in [0.5, 1): the unbiased exponent is e2 - 1,
+     * clamped at the smallest normal's (subnormals share its quantum). */
+    int e2;
+    (void)frexp(a, &e2);
+    int e = e2 - 1 < E4M3_EMIN ? E4M3_EMIN : e2 - 1;
+    /* Scaling by powers of two is exact here (a is far from double's
+     * limits): q < 16 carries the significand with its implicit bit. */
+    const double q = ldexp(a, E4M3_MANT - e);
+    double n = floor(q);
+    const double rem = q - n;
+    if (rem > 0.5 || (rem == 0.5 && fmod(n, 2.0) != 0.0)) n += 1.0;
+    /* A carry to 16 moves to the next binade; past 448 it saturates. */
+    const double r = ldexp(n, e - E4M3_MANT);
+    if (r >= E4M3_MAX) return (uint8_t)(sign | 0x7eu);
+    if (r == 0.0) return sign;
+    (void)frexp(r, &e2);
+    e = e2 - 1;
+    if (e < E4M3_EMIN) return (uint8_t)(sign | (uint8_t)ldexp(r, 9)); /* subnormal: r / 2^-9 */
+    const unsigned mant = (unsigned)ldexp(r, E4M3_MANT - e) - 8u;
+    return (uint8_t)(sign | (unsigned)(e + 7) << E4M3_MANT | mant);
+}
+
+double fa_e4m3_to_f64(uint8_t b) {
+    const unsigned exp = (b >> E4M3_MANT) & 0xfu, mant = b & 0x7u;
+    double mag;
+    if (exp == 0xfu && mant == 0x7u) mag = NAN;
+    else if (exp == 0) mag = ldexp((double)mant, -9);
+    else mag = ldexp((double)(8u + mant), (int)exp - 7 - E4M3_MANT);
+    return (b & 0x80u) ? -mag : mag;
+}
+
 double fa_load_elem(const void *base, fa_dtype dtype, int64_t index) {
     switch (dtype) {
     case FA_DTYPE_F32: return (double)((const float *)base)[index];
     case FA_DTYPE_F16: return (double)fa_f16_to_f32(((const uint16_t *)base)[index]);
     case FA_DTYPE_BF16: return (double)fa_bf16_to_f32(((const uint16_t *)base)[index]);
+    case FA_DTYPE_FP8_E4M3: return fa_e4m3_to_f64(((const uint8_t *)base)[index]);
     }
     return NAN;
 }
@@ -118,5 +165,6 @@ void fa_store_elem(void *base, fa_dtype dtype, int64_t index, double value) {
     case FA_DTYPE_F32: ((float *)base)[index] = (float)value; break;
     case FA_DTYPE_F16: ((uint16_t *)base)[index] = round_f64_to_small(value, 5, 10); break;
     case FA_DTYPE_BF16: ((uint16_t *)base)[index] = round_f64_to_small(value, 8, 7); break;
+    case FA_DTYPE_FP8_E4M3: ((uint8_t *)base)[index] = fa_f64_to_e4m3(value); break;
     }
 }

@@ -1,4 +1,4 @@
-/* Storage conversions for fp16 and bf16 (round to nearest even), used by the
+/* Storage conversions for fp16, bf16 and fp8 e4m3 (round to nearest even), used by the
  * CPU reference, the tests and the host side of every backend. */
 #ifndef FA_DTYPE_H
 #define FA_DTYPE_H
@@ -12,6 +12,11 @@ uint16_t fa_f32_to_f16(float x);
 float fa_f16_to_f32(uint16_t h);
 uint16_t fa_f32_to_bf16(float x);
 float fa_bf16_to_f32(uint16_t b);
+/* e4m3 (OCP E4M3FN): round to nearest even, saturating ("satfinite": a
+ * finite value or an infinity beyond +-448 gives +-448), NaN to 0x7f with
+ * x's sign; and the exact value of a code (NaN for 0x7f and 0xff). */
+uint8_t fa_f64_to_e4m3(double x);
+double fa_e4m3_to_f64(uint8_t b);
 
 /* Element i of an array of the given dtype, as double / stored from double
  * (rounding once, from double to the storage type through float for

@@ -28,7 +28,13 @@
  *   tile loading while the current one is computed; where that does not fit
  *   beside V's tile, V's fragments stay in registers (v_regs, as Q's
  *   forward) and its tile is left out. The planner plans one stage
- *   (planner.c); two run where a plan asks for them.
+ *   (planner.c); two run where a plan asks for them. NVIDIA's layout also
+ *   holds V in registers in one stage where its tile does not fit
+ *   (bwd_v_regs): local memory then holds a key tile of 128 at head_dim 128,
+ *   or query tiles of 32.
+ *   A step's queries are computed in chunks (q_chunk rows; the kernel's
+ *   QC): the whole tile where a lane's scores of it fit the register
+ *   budget, else chunks of one k-step (bwd_q_chunk).
  *
  * A micro-tile (tr x tc) is what one work-item holds of the score tile,
  * as for SIMT plans, so that (br / tr) * (bc / tc) is the work-group:
@@ -96,10 +102,37 @@ static size_t dq_local(const fa_mma_layout_info *L, const fa_attention_desc *des
 }
 
 /* The pipelined backward keeps V's fragments in registers where its tile
- * does not fit beside two stages of Q and dO. */
+ * does not fit beside two stages of Q and dO; NVIDIA's in one stage too
+ * (its tiles of 48 KiB hold K and V of 128 keys at head_dim 64 beside 16
+ * queries, of 64 keys at 128). The other layouts' backward keeps V's tile
+ * in one stage: their compile checks (tests/test_opencl_compile.c) cover
+ * the plans they make so. */
 static int bwd_v_regs(const fa_device_desc *dev, const fa_mma_layout_info *L, const fa_attention_desc *desc, int br,
                       int bc, int stages) {
-    return stages > 1 && dkdv_local(L, desc, br, bc, stages, 0) > fa_plan_usable_local_mem(dev);
+    return (stages > 1 || L->family == FA_MMA_LAYOUT_NVIDIA) &&
+           dkdv_local(L, desc, br, bc, stages, 0) > fa_plan_usable_local_mem(dev);
+}
+
+/* fp32 words of fragments a lane of the dK/dV kernel holds for a chunk of
+ * qc queries: dK and dV (2 dp columns), S^T and dP^T (2 qc), P and dS as
+ * operands where they stay in registers (qc), V's fragments with v_regs. */
+static long bwd_words(const fa_mma_layout_info *L, int strips, int dp, int qc, int v_regs) {
+    const long per_row = (long)L->m * strips;
+    return per_row * (2 * dp + 2 * qc + (L->c2a_regs ? qc : 0)) / L->sub_group +
+           (v_regs ? per_row * dp / (2 * L->sub_group) : 0);
+}
+
+/* Queries per chunk of a step (the kernel's QC): the whole tile where its
+ * fragments fit the layout's register budget, else one k-step (the
+ * smallest chunk the products take) where NVIDIA's layout runs it; 0 where
+ * neither fits. */
+static int bwd_q_chunk(const fa_mma_layout_info *L, int strips, int dp, int br, int v_regs) {
+    if (bwd_words(L, strips, dp, br, v_regs) <= L->bwd_budget) return br;
+    const int side = L->k > L->n ? L->k : L->n;
+    if (L->family == FA_MMA_LAYOUT_NVIDIA && br > side && br % side == 0 &&
+        bwd_words(L, strips, dp, side, v_regs) <= L->bwd_budget)
+        return side;
+    return 0;
 }
 
 /* The forward has one stage: K and V already load during each other's
@@ -193,16 +226,15 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
     /* fp32 words of fragments per lane: an m x n accumulator is m n / sg of
      * them, an m x k operand m k / (2 sg). */
     const long per_row = (long)L->m * strips; /* rows of the lane's strips, times sg per lane */
-    int q_regs = 0, v_regs = 0, dq_warps = 0;
+    int q_regs = 0, v_regs = 0, dq_warps = 0, q_chunk = 0;
     if (fwd) {
         q_regs = fwd_q_regs(dev, L, d, br, bc);
         const long words = per_row * (dp + bc) / L->sub_group + (q_regs ? per_row * dp / (2 * L->sub_group) : 0);
         if (words > L->fwd_budget) return 0;
     } else {
         v_regs = bwd_v_regs(dev, L, desc, br, bc, stages);
-        const long words = per_row * (2 * dp + 2 * br + (L->c2a_regs ? br : 0)) / L->sub_group +
-                           (v_regs ? per_row * dp / (2 * L->sub_group) : 0);
-        if (words > L->bwd_budget) return 0;
+        q_chunk = bwd_q_chunk(L, strips, dp, br, v_regs);
+        if (!q_chunk) return 0;
         if (desc->deterministic) {
             dq_warps = br / L->m;
             if (!is_pow2_upto(dq_warps, FA_CL_MMA_MAX_WARPS) || dq_warps * L->sub_group > dev->max_work_group_size)
@@ -216,6 +248,7 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
         g->strips = strips;
         g->q_regs = q_regs;
         g->v_regs = v_regs;
+        g->q_chunk = q_chunk;
         g->stages = stages;
         g->d_pad = dp;
         g->dq_warps = dq_warps;
@@ -270,10 +303,38 @@ int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *de
 #define FA_CL_MMA_NV_FWD_WARPS 4
 #define FA_CL_MMA_NV_FWD_KEYS 64
 
+/* NVIDIA's backward: V's fragments in registers in work-groups of at most
+ * four sub-groups, queries in chunks only there and in tiles of at most 32
+ * (the tiles measured), and tiles that keep V's tile whole and within the
+ * 176 words they were measured at.
+ *
+ * On an H200 through NVIDIA's OpenCL (fp16, N 16384, 16k tokens, hidden
+ * 2048; bench/results/h200.md, 2026-11-27), at head_dim 128 the 32 x 64
+ * tile in four sub-groups with V in registers and its queries in chunks of
+ * 16 (240-246 registers, two work-groups a multiprocessor) ran 186 / 183
+ * TFLOP/s (causal no / yes) where 16 x 64 with V's tile ran 154 / 144: the
+ * same bytes, half the steps. 16 x 128 in eight sub-groups with V in
+ * registers, which halves the bytes the IO model counts, ran 169 / 164:
+ * one work-group of 252 registers a multiprocessor, whose barriers nothing
+ * else fills. At head_dim 64 the 32 x 128 tile in eight (177-212
+ * registers) ran 170 / 159 against 16 x 128's 179 / 162 (126-128: two a
+ * multiprocessor). The words a lane holds: V's fragments in registers take
+ * the layout's budget, 184 (the tiles above compiled without spills); a
+ * tile keeping V's tile stays at the 176 words the earlier tiles ran at. */
+#define FA_CL_MMA_NV_BWD_VREG_WARPS 4
+#define FA_CL_MMA_NV_BWD_CHUNKED_ROWS 32
+#define FA_CL_MMA_NV_BWD_TILE_WORDS 176
+
 int fa_cl_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
                         int tr, int tc) {
     fa_cl_mma_geometry g;
-    if (pass != FA_PASS_FORWARD || !fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, 1, &g)) return 1;
+    if (!fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, 1, &g)) return 1;
     if (g.layout != FA_MMA_LAYOUT_NVIDIA) return 1;
+    if (pass == FA_PASS_BACKWARD) {
+        if (!g.v_regs)
+            return g.q_chunk == br &&
+                   bwd_words(fa_mma_layout_get(g.layout), g.strips, g.d_pad, br, 0) <= FA_CL_MMA_NV_BWD_TILE_WORDS;
+        return g.warps <= FA_CL_MMA_NV_BWD_VREG_WARPS && (g.q_chunk == br || br <= FA_CL_MMA_NV_BWD_CHUNKED_ROWS);
+    }
     return g.warps <= FA_CL_MMA_NV_FWD_WARPS && g.strips == 1 && bc <= FA_CL_MMA_NV_FWD_KEYS;
 }

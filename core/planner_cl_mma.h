@@ -16,7 +16,8 @@ typedef struct fa_cl_mma_geometry {
     int strips;       /* strips of m rows a sub-group owns: queries forward, keys backward */
     int q_regs;       /* forward: Q's fragments stay in registers (QREG) */
     int stages;       /* backward: buffers of Q and dO (2: the next query tile loads during this one) */
-    int v_regs;       /* backward, two stages: V's fragments stay in registers (VREG) */
+    int v_regs;       /* backward: V's fragments stay in registers (VREG; two stages, or NVIDIA's layout) */
+    int q_chunk;      /* backward: queries of a step computed at a time (QC; br: the whole tile) */
     int d_pad;        /* head_dim padded to whole fragments */
     int dq_warps;     /* backward, deterministic: sub-groups of the dQ kernel,
                          one strip of queries each */
@@ -50,9 +51,10 @@ size_t fa_cl_mma_tile_local_mem(const fa_device_desc *dev, const fa_attention_de
 /* Whether the planner may take a micro-tile fa_cl_mma_geometry_of accepts
  * in one stage: 0 where a layout's measured preference sets it aside, which
  * the IO model's order cannot express (planner_cl_mma.c: NVIDIA's forward
- * in work-groups of at most four sub-groups). Every tile of Intel's and
- * AMD's layouts, and every backward tile. Forced plans (the OpenCL suite,
- * fa-cl-mma-sweep) still run the others. */
+ * in work-groups of at most four sub-groups; NVIDIA's backward with V's
+ * fragments in registers in at most four, its queries in chunks only
+ * there). Every tile of Intel's and AMD's layouts. Forced plans (the OpenCL
+ * suite, fa-cl-mma-sweep) still run the others. */
 int fa_cl_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
                         int tr, int tc);
 /* The local scratch an emulated layout's kernels add: warps sub-groups. */

@@ -224,7 +224,10 @@ static void forward_f64(const fa_attention_desc *desc, fa_ref_dropout_origin ori
     ref_layouts L = resolve_all(desc);
     const int d = desc->head_dim;
     const int group = desc->heads_q / desc->heads_kv;
-    const double scale = fa_desc_scale(desc);
+    /* fp8's descale factors (1 for other dtypes): on the logits before the
+     * score options, and on O, the header's formulas. */
+    const double scale = fa_desc_descale(desc->descale_q) * fa_desc_descale(desc->descale_k) * fa_desc_scale(desc);
+    const double descale_v = fa_desc_descale(desc->descale_v);
     const ref_dropout drop = dropout_setup(desc, origin);
     /* Scores of one row. Should the allocation fail, the scores are
      * recomputed instead: same numbers, more time. */
@@ -281,6 +284,8 @@ static void forward_f64(const fa_attention_desc *desc, fa_ref_dropout_origin ori
                     const double *vj = v + layout_row(&L.v, b, j, hk);
                     for (int x = 0; x < d; x++) oi[x] += p * vj[x];
                 }
+                if (descale_v != 1.0)
+                    for (int x = 0; x < d; x++) oi[x] *= descale_v;
             }
         }
     }
@@ -475,8 +480,9 @@ fa_status fa_ref_forward_at(const fa_attention_desc *desc, fa_ref_dropout_origin
     load_tensor(desc, &L.k, k, desc->k.dtype, kd);
     load_tensor(desc, &L.v, v, desc->v.dtype, vd);
     forward_f64(desc, origin, bd, qd, kd, vd, od, ld);
-    /* O is stored in q's dtype (the public header's rule). */
-    store_tensor(desc, &L.o, od, o, desc->q.dtype);
+    /* O is stored in o's dtype: q's, or fp16 / bf16 for fp8 inputs (the
+     * public header's rule). */
+    store_tensor(desc, &L.o, od, o, desc->o.dtype);
     for (int64_t i = 0; i < nl; i++) lse[i] = (float)ld[i];
     ref_arrays_free(&arrays);
     return FA_SUCCESS;
@@ -502,6 +508,9 @@ fa_status fa_ref_backward_at(const fa_attention_desc *desc, fa_ref_dropout_origi
     if (!dq) return fa_fail(FA_ERR_NULL_POINTER, "%s: dq is NULL", fn);
     if (!dk) return fa_fail(FA_ERR_NULL_POINTER, "%s: dk is NULL", fn);
     if (!dv) return fa_fail(FA_ERR_NULL_POINTER, "%s: dv is NULL", fn);
+    if (fa_desc_is_fp8(desc))
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s: q.dtype = %s: fp8 inputs run the forward only", fn,
+                       fa_dtype_name(desc->q.dtype));
 
     ref_layouts L = resolve_all(desc);
     int64_t nq = layout_span(desc, &L.q), nk = layout_span(desc, &L.k);
@@ -564,6 +573,9 @@ fa_status fa_ref_standard_forward_at(const fa_attention_desc *desc, fa_ref_dropo
     /* Unfused attention has no score options yet: no backend runs them. */
     const char *option = fa_desc_option_in_use(desc);
     if (option) return fa_fail(FA_ERR_UNSUPPORTED, "%s: %s is not implemented in standard attention", fn, option);
+    if (fa_desc_is_fp8(desc))
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s: q.dtype = %s is not implemented in standard attention", fn,
+                       fa_dtype_name(desc->q.dtype));
     if (!q) return fa_fail(FA_ERR_NULL_POINTER, "%s: q is NULL", fn);
     if (!k) return fa_fail(FA_ERR_NULL_POINTER, "%s: k is NULL", fn);
     if (!v) return fa_fail(FA_ERR_NULL_POINTER, "%s: v is NULL", fn);

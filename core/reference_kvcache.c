@@ -174,6 +174,9 @@ fa_status fa_ref_forward_kvcache(const fa_attention_desc *desc, const fa_ref_kvc
     if (!desc) return fa_fail(FA_ERR_NULL_POINTER, "%s: desc is NULL", fn);
     if (!a) return fa_fail(FA_ERR_NULL_POINTER, "%s: args is NULL", fn);
     if (!desc->kv_cache) return fa_fail(FA_ERR_INVALID_ARGUMENT, "%s: desc has kv_cache = 0", fn);
+    if (fa_desc_is_fp8(desc))
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s: kv_cache: a KV-cache step with %s inputs is not supported", fn,
+                       fa_dtype_name(desc->q.dtype));
     const struct {
         const void *p;
         int needed;

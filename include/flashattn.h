@@ -265,7 +265,15 @@ FA_API fa_status fa_buffer_free(fa_buffer buf);
 typedef enum fa_dtype {
     FA_DTYPE_F32 = 0,
     FA_DTYPE_F16 = 1,
-    FA_DTYPE_BF16 = 2
+    FA_DTYPE_BF16 = 2,
+    /* 8-bit float, OCP "E4M3FN": 1 sign bit, 4 exponent bits (bias 7), 3
+     * mantissa bits; subnormals down to 2^-9, largest finite value 448, no
+     * infinities, one NaN per sign (0x7f, 0xff). Storage of the forward's
+     * inputs only (see the descriptor's rules under descale_q). Values
+     * are converted to it with round to nearest even, saturating: a finite
+     * value or an infinity beyond +-448 becomes +-448, a NaN stays NaN
+     * (NVIDIA's cvt.rn.satfinite). */
+    FA_DTYPE_FP8_E4M3 = 3
 } fa_dtype;
 
 FA_API size_t fa_dtype_size(fa_dtype dtype);
@@ -301,7 +309,8 @@ typedef struct fa_attention_desc {
     int heads_kv;               /* heads_q % heads_kv == 0 (MQA, GQA) */
     int head_dim;               /* multiple of 8, 8 .. 256 */
 
-    /* Layouts. O, dO and dQ use q's dtype; dO and O use o's layout, dQ q's,
+    /* Layouts. O, dO and dQ use q's dtype (except with fp8 inputs: see
+     * descale_q below); dO and O use o's layout, dQ q's,
      * dK k's, dV v's. The log-sum-exp is fp32, packed
      * [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]). */
     fa_tensor_desc q, k, v, o;
@@ -435,6 +444,39 @@ typedef struct fa_attention_desc {
     fa_tensor_desc k_new, v_new;
     int rotary_dim;             /* 0: no rotary embedding */
     int rotary_interleaved;     /* 0 or 1 */
+
+    /* FP8 inputs (appended). With q.dtype = FA_DTYPE_FP8_E4M3, k and v
+     * must be e4m3 too (FA_ERR_DTYPE_MISMATCH otherwise) and o.dtype is
+     * fp16 or bf16: the dtype O is written in (FA_ERR_DTYPE_MISMATCH for
+     * fp32 or e4m3). Rules that come with it:
+     * - head_dim is a multiple of 16, so that packed rows of 1-byte
+     *   elements stay 16-byte aligned (FA_ERR_UNSUPPORTED_HEAD_DIM);
+     *   offsets and strides are multiples of 16 elements (16 bytes), as
+     *   for every dtype.
+     * - Forward only: plan creation succeeds, fa_backward and
+     *   fa_backward_ex on the plan return FA_ERR_UNSUPPORTED. Not with
+     *   kv_cache = 1 or FA_ALGO_STANDARD, nor in a distributed plan
+     *   (FA_ERR_UNSUPPORTED at plan creation).
+     * - A bias is fp32 or o's dtype.
+     * - Backends: the reference runs it; OpenCL, CUDA and HIP refuse the
+     *   plan (FA_ERR_UNSUPPORTED naming the dtype) until they have fp8
+     *   kernels.
+     * Per-tensor descale factors (FlashAttention-3's q_descale, k_descale,
+     * v_descale): the stored e4m3 values times the factor are the real
+     * tensors. The logit is
+     *   s = (descale_q * descale_k) * softmax_scale * q_i . k_j
+     * before the score options (softcap, bias, ALiBi), and
+     *   o_i = descale_v * sum_j p_ij v_j
+     * (dropout's 1 / (1 - p) included in p). L is the log-sum-exp of those
+     * logits. Products are accumulated in fp32 or better; the reference
+     * computes in fp64 on the exact e4m3 values. Each factor is 0 (meaning
+     * 1) or finite and > 0 (FA_ERR_BAD_SCALE otherwise); with other dtypes
+     * all three must be 0 (FA_ERR_INVALID_ARGUMENT). A plan may change them
+     * later (fa_plan_set_descale), as the scales of FP8 training change
+     * every step. */
+    float descale_q;            /* 0: 1 */
+    float descale_k;            /* 0: 1 */
+    float descale_v;            /* 0: 1 */
 } fa_attention_desc;
 
 /* Defaults: fp32 packed tensors, no masks, no dropout, fused, scale from
@@ -553,6 +595,13 @@ FA_API fa_status fa_plan_get_info(fa_plan plan, fa_plan_info *info);
  * FA_ERR_INVALID_ARGUMENT). Thread safety: as every call on the plan's
  * context. */
 FA_API fa_status fa_plan_set_dropout_seed(fa_plan plan, uint64_t seed, uint64_t offset);
+/* The descale factors of the plan's later fa_forward calls: the same as a
+ * plan created with desc.descale_q = q, descale_k = k, descale_v = v
+ * (each 0, meaning 1, or finite and > 0: FA_ERR_BAD_SCALE naming the
+ * factor), without compiling anything. Only for plans with fp8 inputs
+ * (else FA_ERR_INVALID_ARGUMENT). Thread safety: as every call on the
+ * plan's context. */
+FA_API fa_status fa_plan_set_descale(fa_plan plan, float q, float k, float v);
 FA_API fa_status fa_plan_destroy(fa_plan plan);
 
 /* Aliasing, for fa_forward and fa_backward: the inputs (q, k, v; and o,

@@ -32,9 +32,14 @@
  * while this step computes: with STAGES 2 into the other of two Q/dO
  * buffers as the step starts, with one buffer as soon as its products are
  * done (during the dQ products and their atomics). L and D travel in
- * registers meanwhile. With VREG (two stages where V's tile does not fit
- * beside them) V's fragments are read from global memory into registers
- * once, and its tile is left out.
+ * registers meanwhile. With VREG (where V's tile does not fit beside the
+ * others) V's fragments are read from global memory into registers once,
+ * and its tile is left out: in one stage this leaves local memory to a
+ * larger key tile (every query tile's dQ atomics and Q/dO reads then serve
+ * more keys) or a larger query tile. A step of BR query rows runs in
+ * chunks of QC rows (QC a build option, BR unless set): S^T, dP^T, P and dS
+ * of one chunk at a time, so that a lane holds the scores of QC queries,
+ * not BR, while the step's barriers, copies and dQ products serve all BR.
  *
  * Local memory, exactly core/planner_cl_mma.c's backward figures (16-bit
  * tiles as mma_common.h lays them out):
@@ -48,7 +53,11 @@
  *
  * Tuning options (FLASHATTN_OPENCL_OPTIONS): FA_DQ_UNIT (1, 2 or 4) fixes
  * the head-dimension n-tiles of one sub-group's unit of dQ += dS K;
- * FA_RED_V2 (common.h) adds dQ two floats a reduction. */
+ * FA_RED_V2 (common.h) adds dQ two floats a reduction; FA_BWD_QC replaces
+ * the plan's query chunk QC; FA_BWD_ROTATE has the work-group of key tile i
+ * (of n) start its walk over the query tiles at the i / n-th of them and
+ * wrap round, so that the work-groups of a head add into different rows of
+ * dQ at a time rather than all into the same ones. */
 
 #define DT (D_PAD / FA_N)
 #define KS (D_PAD / FA_K)
@@ -69,19 +78,26 @@
 #if STAGES != 1 && STAGES != 2
 #error "bwd_mma: STAGES is 1 or 2"
 #endif
-#if defined(VREG) && STAGES != 2
-#error "bwd_mma: VREG comes with two stages"
+#if defined(FA_BWD_QC)
+#undef QC
+#define QC FA_BWD_QC
+#elif !defined(QC)
+#define QC BR
 #endif
 
 #define KT (BC / (WARPS * FA_M))
-#define NQ (BR / FA_N)
-#define KQ (BR / FA_K)
+/* n-tiles and k-steps over one chunk's queries. */
+#define NQ (QC / FA_N)
+#define KQ (QC / FA_K)
 #define LDT (BR + 8)
 /* Rows of L and D a work-item carries to the next step. */
 #define LD_ITEMS ((BR + FA_THREADS - 1) / FA_THREADS)
 
 #if BC % (WARPS * FA_M) != 0 || BR % FA_N != 0 || BR % FA_K != 0
 #error "bwd_mma: BC must be a multiple of WARPS * FA_M, BR of FA_N and FA_K"
+#endif
+#if BR % QC != 0 || QC % FA_N != 0 || QC % FA_K != 0
+#error "bwd_mma: QC must divide BR and be a multiple of FA_N and FA_K"
 #endif
 
 #define QT_ELEMS (BR * LDS)
@@ -101,14 +117,47 @@
 #define T_ELEMS (2 * BC * LDT)
 #endif
 
-/* The step after (hh, t): the next query tile that sees the keys, else the
- * next query head's first. */
-FA_FN void fa_bwd_next_step(int *hh, int *t, __global const uchar *tile_map, int tile_cols, int k0, int t_begin,
-                            int t_end) {
-    *t = fa_next_query_tile(tile_map, tile_cols, k0, *t + 1, t_end);
-    if (*t >= t_end) {
+/* The walk over a head's query tiles [t_begin, t_end) goes by positions p
+ * in the same range; position p is query tile p, or with FA_BWD_ROTATE
+ * t_begin + (p - t_begin + rot) mod (t_end - t_begin), rot in [0, t_end -
+ * t_begin). */
+FA_FN int fa_bwd_tile_at(int p, int t_begin, int t_end, int rot) {
+#ifdef FA_BWD_ROTATE
+    const int t = p + rot;
+    return t < t_end ? t : t - (t_end - t_begin);
+#else
+    (void)t_begin;
+    (void)t_end;
+    (void)rot;
+    return p;
+#endif
+}
+
+/* The first position from p on whose query tile the block mask leaves
+ * anything of against the keys (fa_next_query_tile, rotated). */
+FA_FN int fa_bwd_next_pos(__global const uchar *tile_map, int tile_cols, int k0, int p, int t_begin, int t_end,
+                          int rot) {
+#ifdef BLOCK_MASK
+    while (p < t_end && tile_map[(long)fa_bwd_tile_at(p, t_begin, t_end, rot) * tile_cols + k0 / BC] == FA_TILE_SKIP)
+        p++;
+#else
+    (void)tile_map;
+    (void)tile_cols;
+    (void)k0;
+    (void)t_begin;
+    (void)rot;
+#endif
+    return p;
+}
+
+/* The step after (hh, p): the next position whose query tile sees the
+ * keys, else the next query head's first. */
+FA_FN void fa_bwd_next_step(int *hh, int *p, __global const uchar *tile_map, int tile_cols, int k0, int t_begin,
+                            int t_end, int rot) {
+    *p = fa_bwd_next_pos(tile_map, tile_cols, k0, *p + 1, t_begin, t_end, rot);
+    if (*p >= t_end) {
         (*hh)++;
-        *t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end);
+        *p = fa_bwd_next_pos(tile_map, tile_cols, k0, t_begin, t_begin, t_end, rot);
     }
 }
 
@@ -287,10 +336,17 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
     fa_query_range(&mask, k0, k0 + min(BC, seq.len_k - k0) - 1, &r_lo, &r_hi);
     fa_tile_span(r_lo, r_hi, BR, &t_begin, &t_end);
 
-    /* The steps (query head hh, query tile t), in order; the query range
-     * and the tile map do not depend on the head. */
-    int hh = 0, t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end);
-    if (t >= t_end) hh = group;
+    /* The steps (query head hh, query tile t), in order of their positions
+     * (fa_bwd_tile_at); the query range and the tile map do not depend on
+     * the head. */
+#ifdef FA_BWD_ROTATE
+    const int key_tiles = (seq.len_k + BC - 1) / BC;
+    const int rot = t_end > t_begin ? (int)((long)(k0 / BC) * (t_end - t_begin) / key_tiles) : 0;
+#else
+    const int rot = 0;
+#endif
+    int hh = 0, pos = fa_bwd_next_pos(tile_map, tile_cols, k0, t_begin, t_begin, t_end, rot);
+    if (pos >= t_end) hh = group;
     float lnext[LD_ITEMS], dnext[LD_ITEMS];
 #define FA_FETCH_STEP(HH, T, ST)                                                                                    \
     do {                                                                                                            \
@@ -302,16 +358,16 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
         fa_bwd_ld_load(lnext, dnext, lse, dvec, b, h_, q0_, heads_q, seqlen_q, seq, total_q, lid);                  \
     } while (0)
     if (hh < group) {
-        FA_FETCH_STEP(hh, t, 0);
+        FA_FETCH_STEP(hh, fa_bwd_tile_at(pos, t_begin, t_end, rot), 0);
         fa_bwd_ld_store(Ls, Ds, lnext, dnext, lid);
     }
 
     int stage = 0;
     while (hh < group) {
-        const int h = hk * group + hh, q0 = t * BR;
-        int nhh = hh, nt = t;
-        fa_bwd_next_step(&nhh, &nt, tile_map, tile_cols, k0, t_begin, t_end);
-        const int more = nhh < group;
+        const int h = hk * group + hh, q0 = fa_bwd_tile_at(pos, t_begin, t_end, rot) * BR;
+        int nhh = hh, npos = pos;
+        fa_bwd_next_step(&nhh, &npos, tile_map, tile_cols, k0, t_begin, t_end, rot);
+        const int more = nhh < group, nt = fa_bwd_tile_at(npos, t_begin, t_end, rot);
 #ifdef DROPOUT
         const uint bh = (uint)b * (uint)heads_q + (uint)h;
 #else
@@ -325,83 +381,90 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
         __local const ushort *const Qs = qd + 2 * stage * QT_ELEMS;
         __local const ushort *const dOs = Qs + QT_ELEMS;
 
-        /* S^T = K Q^T and dP^T = V dO^T, one after the other: only one
-         * product's operands are live at a time. */
-        fa_c st[KT][NQ], pt[KT][NQ];
-        FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
-            FA_MMA_UNROLL for (int j = 0; j < NQ; j++)
-                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) st[kt][j].x[e] = pt[kt][j].x[e] = 0.0f;
-        fa_bwd_keys_by_queries(st, Ks, (fa_a(*)[KS])0, Qs, key_base, fc);
-        fa_bwd_keys_by_queries(pt, V_TILE, V_REGS, dOs, key_base, fc);
+        /* The tile's queries in chunks of QC from qc0. */
+        for (int qc0 = 0; qc0 < BR; qc0 += QC) {
+            __local const ushort *const Qc = Qs + qc0 * LDS;
+            __local const ushort *const dOc = dOs + qc0 * LDS;
 
-        /* P (times z keep_scale) into st, dS into pt. Whole tiles test no
-         * element. */
-        const int partial = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS) == FA_TILE_PARTIAL;
-        FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
-            FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
-                const int kc = key_base + kt * FA_M, ql0 = j * FA_N;
-                fa_c seen;
-                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) seen.x[e] = 1.0f;
-                if (partial) fa_frag_mask(&seen, &mask, block_mask, q0, ql0, k0, kc, 1, 0.0f, fc);
+            /* S^T = K Q^T and dP^T = V dO^T, one after the other: only one
+             * product's operands are live at a time. */
+            fa_c st[KT][NQ], pt[KT][NQ];
+            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+                FA_MMA_UNROLL for (int j = 0; j < NQ; j++)
+                    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) st[kt][j].x[e] = pt[kt][j].x[e] = 0.0f;
+            fa_bwd_keys_by_queries(st, Ks, (fa_a(*)[KS])0, Qc, key_base, fc);
+            fa_bwd_keys_by_queries(pt, V_TILE, V_REGS, dOc, key_base, fc);
+
+            /* P (times z keep_scale) into st, dS into pt. Whole tiles test
+             * no element. */
+            const int partial = fa_tile_class(&mask, tile_map, tile_cols, q0, k0, FA_ROWS_FEED_KEYS) == FA_TILE_PARTIAL;
+            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+                FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
+                    const int kc = key_base + kt * FA_M, ql0 = qc0 + j * FA_N;
+                    fa_c seen;
+                    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) seen.x[e] = 1.0f;
+                    if (partial) fa_frag_mask(&seen, &mask, block_mask, q0, ql0, k0, kc, 1, 0.0f, fc);
 #ifdef DROPOUT
-                const uint keep = fa_frag_keep(&drop, bh, (uint)k0 + (uint)kc, (uint)q0 + (uint)ql0, 1, fc);
+                    const uint keep = fa_frag_keep(&drop, bh, (uint)k0 + (uint)kc, (uint)q0 + (uint)ql0, 1, fc);
 #endif
-                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
-                    const int ql = ql0 + FA_C_COL(fc.lane, e);
-                    const float pv = fa_exp2(fma(st[kt][j].x[e], scale_log2, -Ls[ql]));
-                    const float z = FA_KEEP_SCALE(keep, e, drop_scale);
-                    const int vis = seen.x[e] != 0.0f;
-                    pt[kt][j].x[e] = vis ? pv * (pt[kt][j].x[e] * z - Ds[ql]) : 0.0f;
-                    st[kt][j].x[e] = vis ? pv * z : 0.0f;
+                    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) {
+                        const int ql = ql0 + FA_C_COL(fc.lane, e);
+                        const float pv = fa_exp2(fma(st[kt][j].x[e], scale_log2, -Ls[ql]));
+                        const float z = FA_KEEP_SCALE(keep, e, drop_scale);
+                        const int vis = seen.x[e] != 0.0f;
+                        pt[kt][j].x[e] = vis ? pv * (pt[kt][j].x[e] * z - Ds[ql]) : 0.0f;
+                        st[kt][j].x[e] = vis ? pv * z : 0.0f;
+                    }
                 }
-            }
 
 #ifdef DQ_ATOMIC
-        /* dS for dQ += dS K below. */
-        FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
-            FA_MMA_UNROLL for (int j = 0; j < NQ; j++) fa_put_c_t(dSs, LDD, key_base + kt * FA_M, j * FA_N, &pt[kt][j], fc);
+            /* dS for dQ += dS K below. */
+            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+                FA_MMA_UNROLL for (int j = 0; j < NQ; j++)
+                    fa_put_c_t(dSs, LDD, key_base + kt * FA_M, qc0 + j * FA_N, &pt[kt][j], fc);
 #endif
 
-        /* dV += (z P)^T dO and dK += dS^T Q, k over the tile's queries. */
+            /* dV += (z P)^T dO and dK += dS^T Q, k over the chunk's queries. */
 #if FA_C2A_REGS
-        fa_a ap[KT][KQ], as[KT][KQ];
-        FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
-            FA_MMA_UNROLL for (int kq = 0; kq < KQ; kq++) {
-                fa_c_to_a(&ap[kt][kq], st[kt], kq, fc);
-                fa_c_to_a(&as[kt][kq], pt[kt], kq, fc);
-            }
+            fa_a ap[KT][KQ], as[KT][KQ];
+            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+                FA_MMA_UNROLL for (int kq = 0; kq < KQ; kq++) {
+                    fa_c_to_a(&ap[kt][kq], st[kt], kq, fc);
+                    fa_c_to_a(&as[kt][kq], pt[kt], kq, fc);
+                }
 #define A_P(kt, kq) ap[kt][kq]
 #define A_S(kt, kq) as[kt][kq]
 #else
-        FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
-            FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
-                fa_put_c(PTs, LDT, key_base + kt * FA_M, j * FA_N, &st[kt][j], 1.0f, fc);
-                fa_put_c(dSTs, LDT, key_base + kt * FA_M, j * FA_N, &pt[kt][j], 1.0f, fc);
-            }
-        barrier(CLK_LOCAL_MEM_FENCE);
+            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
+                FA_MMA_UNROLL for (int j = 0; j < NQ; j++) {
+                    fa_put_c(PTs, LDT, key_base + kt * FA_M, qc0 + j * FA_N, &st[kt][j], 1.0f, fc);
+                    fa_put_c(dSTs, LDT, key_base + kt * FA_M, qc0 + j * FA_N, &pt[kt][j], 1.0f, fc);
+                }
+            barrier(CLK_LOCAL_MEM_FENCE);
 #endif
-        FA_MMA_UNROLL for (int kq = 0; kq < KQ; kq++) {
+            FA_MMA_UNROLL for (int kq = 0; kq < KQ; kq++) {
 #if !FA_C2A_REGS
-            fa_a ap[KT], as[KT];
-            FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) {
-                fa_load_a(&ap[kt], PTs, LDT, key_base + kt * FA_M, kq * FA_K, fc);
-                fa_load_a(&as[kt], dSTs, LDT, key_base + kt * FA_M, kq * FA_K, fc);
-            }
+                fa_a ap[KT], as[KT];
+                FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) {
+                    fa_load_a(&ap[kt], PTs, LDT, key_base + kt * FA_M, qc0 + kq * FA_K, fc);
+                    fa_load_a(&as[kt], dSTs, LDT, key_base + kt * FA_M, qc0 + kq * FA_K, fc);
+                }
 #define A_P(kt, kq) ap[kt]
 #define A_S(kt, kq) as[kt]
 #endif
-            FA_MMA_UNROLL for (int j = 0; j < DT; j += FA_BP) {
-                fa_b bo[FA_BP], bq[FA_BP];
-                fa_load_bp_kn(bo, j + 1 < DT, dOs, LDS, kq * FA_K, j * FA_N, fc);
-                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
-                    if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dva[kt][j + n], &A_P(kt, kq), &bo[n], fc);
-                fa_load_bp_kn(bq, j + 1 < DT, Qs, LDS, kq * FA_K, j * FA_N, fc);
-                FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
-                    if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dka[kt][j + n], &A_S(kt, kq), &bq[n], fc);
+                FA_MMA_UNROLL for (int j = 0; j < DT; j += FA_BP) {
+                    fa_b bo[FA_BP], bq[FA_BP];
+                    fa_load_bp_kn(bo, j + 1 < DT, dOc, LDS, kq * FA_K, j * FA_N, fc);
+                    FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
+                        if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dva[kt][j + n], &A_P(kt, kq), &bo[n], fc);
+                    fa_load_bp_kn(bq, j + 1 < DT, Qc, LDS, kq * FA_K, j * FA_N, fc);
+                    FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
+                        if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dka[kt][j + n], &A_S(kt, kq), &bq[n], fc);
+                }
             }
-        }
 #undef A_P
 #undef A_S
+        }
 
         barrier(CLK_LOCAL_MEM_FENCE); /* dS is in; this step's Q, dO, L and D are done with */
 #if STAGES == 1
@@ -412,7 +475,7 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #endif
         if (more) fa_bwd_ld_store(Ls, Ds, lnext, dnext, lid);
         hh = nhh;
-        t = nt;
+        pos = npos;
 #if STAGES == 2
         stage ^= 1;
 #endif

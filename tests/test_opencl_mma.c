@@ -354,5 +354,98 @@ FA_TEST(pipelined_backward) {
 #endif
 }
 
+/* NVIDIA's dK/dV kernel in one stage with V's fragments in registers
+ * (planner_cl_mma.c, bwd_v_regs), as on the 48 KiB of NVIDIA's OpenCL: 128
+ * keys at head_dim 128, 32 queries at head_dim 64 (whole) and at 128 and
+ * 112 (in chunks of 16, bwd_q_chunk); causal, dropout, GQA, a block mask with a
+ * window (its query tiles walked from a different start per key tile,
+ * FA_BWD_ROTATE), a window with variable lengths. The geometry must say V
+ * in registers, and the chunk, for each. (Deterministic mode never takes
+ * them: its dQ kernel holds K's and V's tiles of the same keys beside Q
+ * and dO, which then fit the dK/dV kernel too.) Other layouts keep V's
+ * tile in one stage: the case runs NVIDIA's layout alone. */
+FA_TEST(one_stage_v_in_registers) {
+    const fa_mma_layout_info *ls[FA_MMA_MAX_LAYOUTS];
+    int nl = 0;
+    REQUIRE_LAYERS(ls, nl);
+#ifdef FA_WITH_OPENCL
+    fa_context ctx = suite_context();
+    const fa_mma_layout_info *l = NULL;
+    for (int li = 0; li < nl; li++)
+        if (fa_mma_layout_named(ls[li]->name) == FA_MMA_LAYOUT_NVIDIA) l = ls[li];
+    if (!l) FA_SKIP("NVIDIA's layout only (the others keep V's tile in one stage)");
+    /* head_dim, sub-groups, query rows, the chunk the geometry must give,
+     * KiB of local memory (beside the emulated layer's scratch, which
+     * local_mem_set adds: 32 x 128 at head_dim 64 and 32 x 64 at 112 keep
+     * V's tile in 48 and that), query and key lengths */
+    static const int cases[][7] = {{128, 8, 16, 16, 48, 100, 150}, {128, 4, 32, 16, 48, 100, 120},
+                                   {64, 8, 32, 32, 40, 100, 150},  {128, 8, 16, 16, 48, 120, 300},
+                                   {128, 4, 32, 16, 48, 115, 105}, {112, 4, 32, 16, 40, 90, 130}};
+    static const int32_t cu_q[] = {0, 70, 75, 190};
+    static const int32_t cu_k[] = {0, 90, 95, 200};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int dim = cases[i][0], warps = cases[i][1], br = cases[i][2], chunk = cases[i][3];
+        const local_mem had = local_mem_set(ctx, l, cases[i][4]);
+        fa_attention_desc d = suite_desc(alternate((int)i), 1, cases[i][5], cases[i][6], 4, 2, dim);
+        switch (i) {
+        case 0:
+            d.causal = 1;
+            break;
+        case 1:
+            d.dropout_p = 0.2f;
+            d.dropout_seed = 11;
+            break;
+        case 2:
+            d.causal = 1;
+            d.heads_kv = 1;
+            break;
+        case 3:
+            d.window_left = 40;
+            break;
+        case 5:
+            d.causal = 1;
+            d.heads_kv = 1;
+            break;
+        default:
+            d.batch = 3;
+            d.cu_seqlens_q = cu_q;
+            d.cu_seqlens_k = cu_k;
+            d.window_left = 30;
+            d.window_right = 20;
+            break;
+        }
+        for (int len = d.seqlen_q; !d.cu_seqlens_q && len > 16 && !planner_fits(ctx, &d); len /= 2)
+            d.seqlen_q = d.seqlen_k = len;
+        const suite_tiles b = mma_tile(l, FA_PASS_BACKWARD, br, warps * l->m, 1, 1);
+        fa_cl_mma_geometry g;
+        const int ok = fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_BACKWARD, b.br, b.bc, b.tr, b.tc, 1, &g);
+        CHECK_MSG(ok && g.v_regs && g.q_chunk == chunk,
+                  "d%d %d x %d in %d KiB: geometry %d, V in registers %d, chunk %d (want %d)", dim, b.br, b.bc,
+                  cases[i][4], ok, ok ? g.v_regs : -1, ok ? g.q_chunk : -1, chunk);
+        uint8_t *blocks = i == 3 ? suite_random_block_mask(&d, 16, 24, 5) : NULL;
+        /* The walk from a rotated start: a tuning option, given as one. */
+        const char *env = getenv("FLASHATTN_OPENCL_OPTIONS");
+        char *saved = env ? strdup(env) : NULL;
+        if (i == 3) setenv("FLASHATTN_OPENCL_OPTIONS", "-DFA_BWD_ROTATE", 1);
+        if (ok && planner_fits(ctx, &d) && (i != 3 || blocks)) {
+            char what[96];
+            snprintf(what, sizeof what, "one stage, V in registers, %d x %d, chunks of %d%s, %d KiB", b.br, b.bc,
+                     g.q_chunk, i == 3 ? ", rotated" : "", cases[i][4]);
+            ran += run_forced(l, what, &d, NULL, &b, 1);
+        }
+        if (saved)
+            setenv("FLASHATTN_OPENCL_OPTIONS", saved, 1);
+        else
+            unsetenv("FLASHATTN_OPENCL_OPTIONS");
+        free(saved);
+        free(blocks);
+        local_mem_restore(ctx, had);
+    }
+    CHECK_MSG(ran == (int)(sizeof cases / sizeof cases[0]), "only %d of the one-stage tiles with V in registers ran",
+              ran);
+#endif
+}
+
 FA_TEST_MAIN(FA_CASE(work_group_shapes), FA_CASE(head_dims), FA_CASE(q_in_registers), FA_CASE(split_keys),
-             FA_CASE(pipelined_backward))
+             FA_CASE(pipelined_backward), FA_CASE(one_stage_v_in_registers))

@@ -1011,7 +1011,7 @@ FA_TEST(nvidia_opencl_forward_four_sub_groups) {
                     CHECK_NEAR(c8.dram_read_bytes, f->cost.dram_read_bytes, 0.0);
                     CHECK_NEAR(c8.dram_write_bytes, f->cost.dram_write_bytes, 0.0);
 
-                    /* The backward keeps the model's tiles. */
+                    /* The backward's tiles: nvidia_opencl_backward_v_in_registers. */
                     const fa_kernel_plan *b = &p.backward;
                     CHECK(b->variant == FA_VARIANT_MMA &&
                           fa_cl_mma_preferred(nv, &d, FA_PASS_BACKWARD, b->br, b->bc, b->thread_rows, b->thread_cols));
@@ -1042,16 +1042,15 @@ FA_TEST(nvidia_opencl_forward_four_sub_groups) {
         }
 
     /* Other layouts: the preference accepts every valid tile, both passes
-     * (their plans are the model's), and so does NVIDIA's backward. */
+     * (their plans are the model's). */
     fa_device_desc amd[2] = {*device("mi250x"), *device("mi300x")};
     for (int i = 0; i < 2; i++) amd[i].backend = FA_BACKEND_OPENCL; /* through AMD's OpenCL */
-    const fa_device_desc *others[] = {device("arc-a770"), device("rx-7900xtx"), &amd[0], &amd[1], nv};
+    const fa_device_desc *others[] = {device("arc-a770"), device("rx-7900xtx"), &amd[0], &amd[1]};
     static const int sizes[] = {1, 2, 4, 8, 16, 32, 64, 128}, tiles[] = {128, 64, 32, 16, 8};
     int valid = 0;
     for (size_t o = 0; o < COUNT(others); o++) {
         CHECK(fa_mma_layout_of(others[o]) != FA_MMA_LAYOUT_NONE);
         for (int pass = 0; pass < 2; pass++) {
-            if (others[o] == nv && pass == FA_PASS_FORWARD) continue;
             for (int dim = 64; dim <= 128; dim += 64) {
                 const fa_attention_desc d = shape(2, 2048, 2048, 16, 16, dim, FA_DTYPE_BF16);
                 for (size_t a = 0; a < COUNT(tiles); a++)
@@ -1073,9 +1072,87 @@ FA_TEST(nvidia_opencl_forward_four_sub_groups) {
     CHECK(valid > 100);
 }
 
+/* NVIDIA's OpenCL backward (planner_cl_mma.c, fa_cl_mma_preferred): at
+ * head_dim 128, 32 queries against 64 keys in four sub-groups, V's
+ * fragments in registers and the queries in chunks of 16, the tile that
+ * ran fastest on an H200 (bench/results/h200.md, 2026-11-27); the model
+ * alone would take 16 x 128 in eight sub-groups with V in registers (half
+ * the bytes through the L2), which the preference sets aside. At head_dim
+ * 64 the 16 x 128 tile in eight sub-groups with V's tile, not 32 x 128
+ * with V in registers. No other layout holds V in registers in one stage. */
+FA_TEST(nvidia_opencl_backward_v_in_registers) {
+    const fa_device_desc *nv = device("nvidia-opencl");
+    static const int seqlens[] = {2048, 16384};
+    static const fa_dtype dtypes[] = {FA_DTYPE_F16, FA_DTYPE_BF16};
+    for (size_t t = 0; t < COUNT(dtypes); t++)
+        for (int dim = 64; dim <= 128; dim += 64)
+            for (size_t n = 0; n < COUNT(seqlens); n++)
+                for (int option = 0; option < 3; option++) {
+                    const int sq = seqlens[n];
+                    fa_attention_desc d = shape(16384 / sq, sq, sq, 2048 / dim, 2048 / dim, dim, dtypes[t]);
+                    d.causal = option == 1;
+                    if (option == 2) {
+                        d.dropout_p = 0.1f;
+                        d.heads_kv = d.heads_q / 4;
+                    }
+                    fa_plan_info p;
+                    CHECK_OK(fa_plan_for_device(nv, &d, &p));
+                    const fa_kernel_plan *b = &p.backward;
+                    CHECK(check_kernel_plan("nvidia-opencl backward", nv, &d, FA_PASS_BACKWARD, b) == 0);
+                    fa_cl_mma_geometry g;
+                    CHECK(b->variant == FA_VARIANT_MMA && fa_cl_mma_geometry_of(nv, &d, FA_PASS_BACKWARD, b->br, b->bc,
+                                                                                b->thread_rows, b->thread_cols,
+                                                                                b->stages, &g));
+                    const int want_br = dim == 128 ? 32 : 16, want_bc = dim == 128 ? 64 : 128;
+                    CHECK_MSG(b->br == want_br && b->bc == want_bc && b->stages == 1 && g.warps == want_bc / 16 &&
+                                  g.v_regs == (dim == 128) && g.q_chunk == 16 && b->local_mem_bytes == g.local_mem,
+                              "%s d%d N %d option %d: %d x %d / %d, stages %d, V in registers %d, chunk %d",
+                              fa_dtype_name(d.q.dtype), dim, sq, option, b->br, b->bc, b->work_group_size, b->stages,
+                              g.v_regs, g.q_chunk);
+
+                    /* The eight-sub-group tile with V in registers: valid,
+                     * in 48 KiB, fewer bytes at 128; set aside. */
+                    const int br8 = dim == 128 ? 16 : 32;
+                    fa_cl_mma_geometry e;
+                    CHECK(fa_cl_mma_geometry_of(nv, &d, FA_PASS_BACKWARD, br8, 128, br8 / 4, 2, 1, &e));
+                    CHECK(e.warps == 8 && e.v_regs && e.local_mem <= fa_plan_usable_local_mem(nv));
+                    CHECK(!fa_cl_mma_preferred(nv, &d, FA_PASS_BACKWARD, br8, 128, br8 / 4, 2));
+                    if (dim == 128) {
+                        fa_kernel_plan eight = *b;
+                        eight.br = br8;
+                        eight.bc = 128;
+                        eight.thread_rows = br8 / 4;
+                        eight.work_group_size = 256;
+                        eight.num_work_groups = d.batch * d.heads_kv * (sq / 128);
+                        const fa_cost c8 = fa_io_fused(nv, &d, FA_PASS_BACKWARD, &eight);
+                        CHECK(total_bytes(&c8) < total_bytes(&b->cost));
+                    }
+                }
+
+    /* Intel's and AMD's layouts keep V's tile in one stage. */
+    fa_device_desc amd[2] = {*device("mi250x"), *device("mi300x")};
+    for (int i = 0; i < 2; i++) amd[i].backend = FA_BACKEND_OPENCL;
+    const fa_device_desc *others[] = {device("arc-a770"), device("rx-7900xtx"), &amd[0], &amd[1]};
+    static const int sizes[] = {1, 2, 4, 8, 16, 32}, tiles[] = {128, 64, 32, 16};
+    for (size_t o = 0; o < COUNT(others); o++)
+        for (int dim = 64; dim <= 256; dim += 64) {
+            const fa_attention_desc d = shape(2, 2048, 2048, 16, 16, dim, FA_DTYPE_F16);
+            for (size_t a = 0; a < COUNT(tiles); a++)
+                for (size_t b = 0; b < COUNT(tiles); b++)
+                    for (size_t r = 0; r < COUNT(sizes); r++)
+                        for (size_t c = 0; c < COUNT(sizes); c++) {
+                            fa_cl_mma_geometry g;
+                            if (fa_cl_mma_geometry_of(others[o], &d, FA_PASS_BACKWARD, tiles[a], tiles[b], sizes[r],
+                                                      sizes[c], 1, &g))
+                                CHECK_MSG(!g.v_regs && g.q_chunk == tiles[a], "%s d%d: %d x %d, V in registers",
+                                          others[o]->name, dim, tiles[a], tiles[b]);
+                        }
+        }
+}
+
 FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan),
              FA_CASE(local_memory_gives_different_tiles), FA_CASE(more_local_memory_never_more_bytes),
              FA_CASE(decoding_splits_keys), FA_CASE(decoding_packs_gqa_groups), FA_CASE(variants_by_backend), FA_CASE(invalid_devices_rejected),
              FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan),
              FA_CASE(described_devices_table), FA_CASE(wide_heads_share_key_strips),
-             FA_CASE(nvidia_opencl_forward_four_sub_groups))
+             FA_CASE(nvidia_opencl_forward_four_sub_groups), FA_CASE(nvidia_opencl_backward_v_in_registers))

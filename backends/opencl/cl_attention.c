@@ -264,7 +264,8 @@ static const char *const cl_plan_macros[] = {
     "DTYPE_F16",     "DTYPE_BF16",   "CAUSAL",       "WINDOW",          "BLOCK_MASK",      "DROPOUT",
     "VARLEN",        "FA_STREAM",    "FA_GPU",       "SPLITK",          "DQ_ATOMIC",       "FA_NV_PTX",
     "WARPS",         "QREG",         "FA_BWD_DQ",    "FA_MMA_EMULATE",  "FA_MMA_NVIDIA",   "FA_MMA_INTEL",
-    "FA_MMA_AMD_MFMA", "FA_MMA_AMD_WMMA", "FA_MMA_AMD_MFMA16", "STAGES",       "VREG",          NULL};
+    "FA_MMA_AMD_MFMA", "FA_MMA_AMD_WMMA", "FA_MMA_AMD_MFMA16", "STAGES",       "VREG",          "QC",
+    NULL};
 
 static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *extra,
                             const char *const *paths, int path_count, cl_program *program) {
@@ -349,9 +350,12 @@ static fa_status build_backward_mma(fa_cl_plan *p) {
     /* Two stages pipeline the query tiles (and may hold V in registers:
      * planner_cl_mma.c's geometry says which). */
     char pass_opts[128];
-    snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s", !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",
+    char chunk[24] = "";
+    if (p->bwd_shape.g.q_chunk > 0 && p->bwd_shape.g.q_chunk < p->bwd_shape.br)
+        snprintf(chunk, sizeof chunk, " -DQC=%d", p->bwd_shape.g.q_chunk);
+    snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s%s", !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",
              p->dq_atomic && nv_red_v2 ? " -DFA_RED_V2" : "", p->bwd_shape.g.stages > 1 ? " -DSTAGES=2" : "",
-             p->bwd_shape.g.v_regs ? " -DVREG" : "");
+             p->bwd_shape.g.v_regs ? " -DVREG" : "", chunk);
     char extra[256];
     FA_CHECK(mma_options(p, layout, p->bwd_shape.g.warps, pass_opts, extra, sizeof extra));
     FA_CHECK(build_pass(p, &p->bwd_shape, extra, paths, n, &p->bwd_program));

@@ -26,7 +26,7 @@ Status.__doc__ = "fa_status: the header's status codes, same names and values."
 # fa_backend, fa_dtype, fa_algorithm: the header's enumerators.
 BACKENDS = {"any": -1, "reference": 0, "opencl": 1, "cuda": 2, "hip": 3}
 BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
-DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_FP8_E4M3 = 0, 1, 2, 3
 ALGORITHMS = {"fused": 0, "standard": 1}
 
 
@@ -74,6 +74,7 @@ class AttentionDesc(ctypes.Structure):
         ("kv_cache", ctypes.c_int), ("page_size", ctypes.c_int), ("num_pages", ctypes.c_int),
         ("seqlen_new", ctypes.c_int), ("k_new", TensorDesc), ("v_new", TensorDesc),
         ("rotary_dim", ctypes.c_int), ("rotary_interleaved", ctypes.c_int),
+        ("descale_q", ctypes.c_float), ("descale_k", ctypes.c_float), ("descale_v", ctypes.c_float),
     ]
 
 
@@ -146,6 +147,7 @@ _PROTOTYPES = {
     "fa_plan_create": (_STATUS, [_P, ctypes.POINTER(AttentionDesc), ctypes.POINTER(_P)]),
     "fa_plan_destroy": (_STATUS, [_P]),
     "fa_plan_set_dropout_seed": (_STATUS, [_P, ctypes.c_uint64, ctypes.c_uint64]),
+    "fa_plan_set_descale": (_STATUS, [_P, ctypes.c_float, ctypes.c_float, ctypes.c_float]),
     "fa_plan_last_time_ms": (_STATUS, [_P, ctypes.POINTER(ctypes.c_double)]),
     "fa_forward": (_STATUS, [_P] * 6),
     "fa_backward": (_STATUS, [_P] * 10),

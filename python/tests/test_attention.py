@@ -181,15 +181,21 @@ def test_library_errors_carry_status_and_message(rng):
     assert e.value.status == flashattn.Status.FA_ERR_DEVICE_NOT_FOUND
 
 
-def test_score_options_are_refused_by_name(rng):
-    # softcap and alibi_slopes reach the descriptor (flash_attn_func's
-    # names); no backend computes them yet, so plan creation refuses each.
-    q = random(rng, (1, 16, 2, 32))
-    for option in ({"softcap": 30.0}, {"alibi_slopes": np.array([0.5, 0.25], dtype=np.float32)}):
-        with pytest.raises(flashattn.FlashAttnError) as e:
-            flashattn.flash_attn_func(q, q, q, backend="reference", **option)
-        assert e.value.status == flashattn.Status.FA_ERR_UNSUPPORTED
-        assert next(iter(option)) in e.value.message and e.value.function == "fa_plan_create"
+def test_score_options_on_the_reference(rng):
+    # softcap and alibi_slopes (flash_attn_func's names) reach the
+    # descriptor; the reference backend computes them: softcap bends the
+    # scaled logit, ALiBi subtracts slope * |i + sk - sq - j|.
+    b, sq, sk, h, d = 1, 12, 20, 2, 32
+    q, k, v = random(rng, (b, sq, h, d)), random(rng, (b, sk, h, d)), random(rng, (b, sk, h, d))
+    slopes = np.array([0.5, 0.25], dtype=np.float32)
+    out = flashattn.flash_attn_func(q, k, v, softcap=2.0, alibi_slopes=slopes, backend="reference")
+    i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    for hh in range(h):
+        s = q[0, :, hh].astype(np.float64) @ k[0, :, hh].astype(np.float64).T / np.sqrt(d)
+        s = 2.0 * np.tanh(s / 2.0) - float(slopes[hh]) * np.abs(i + sk - sq - j)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        want = (p / p.sum(axis=1, keepdims=True)) @ v[0, :, hh].astype(np.float64)
+        assert rel_error(out[0, :, hh], want) < 1e-5
     with pytest.raises(flashattn.FlashAttnError) as e:
         flashattn.flash_attn_func(q, q, q, backend="reference", softcap=-1.0)
     assert e.value.status == flashattn.Status.FA_ERR_INVALID_ARGUMENT and "softcap" in e.value.message

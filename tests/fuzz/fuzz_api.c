@@ -334,6 +334,22 @@ static void run_pass(fz_plan *p, const pass_buffers *pb, int forward) {
 /* ------------------------------------------------------------------------ */
 /* Data                                                                     */
 
+/* The dtype a role's buffer holds: O and dO in o's, the others in their
+ * own tensor's (dQ, dK, dV in q's, k's, v's), L in fp32. */
+static fa_dtype fill_dtype(const fa_attention_desc *d, fz_role r) {
+    switch (r) {
+    case FZ_LSE: return FA_DTYPE_F32;
+    case FZ_BIAS: return d->bias.dtype;
+    case FZ_O:
+    case FZ_DOUT: return d->o.dtype;
+    case FZ_K:
+    case FZ_DK: return d->k.dtype;
+    case FZ_V:
+    case FZ_DV: return d->v.dtype;
+    default: return d->q.dtype;
+    }
+}
+
 /* Fills a buffer through fa_buffer_upload: values of a few magnitudes in
  * the buffer's dtype, with NaN, infinities and huge values sprinkled in. */
 static void fill(fz_in *in, fz_buffer *b, fa_dtype dtype, unsigned char *scratch) {
@@ -341,7 +357,7 @@ static void fill(fz_in *in, fz_buffer *b, fa_dtype dtype, unsigned char *scratch
     uint32_t state = fz_u32(in) | 1u;
     float magnitude = fz_float(in, 0.0f, 4.0f);
     int specials = fz_choose(in, 4);
-    size_t elem = dtype == FA_DTYPE_F32 ? 4 : 2;
+    size_t elem = fa_dtype_size(dtype);
     size_t count = b->bytes / elem;
     for (size_t i = 0; i < count; i++) {
         state ^= state << 13, state ^= state >> 17, state ^= state << 5;
@@ -352,6 +368,8 @@ static void fill(fz_in *in, fz_buffer *b, fa_dtype dtype, unsigned char *scratch
         }
         if (elem == 4) {
             memcpy(scratch + i * 4, &v, 4);
+        } else if (elem == 1) {
+            scratch[i] = fa_f64_to_e4m3((double)v);
         } else {
             uint16_t h = dtype == FA_DTYPE_F16 ? fa_f32_to_f16(v) : fa_f32_to_bf16(v);
             memcpy(scratch + i * 2, &h, 2);
@@ -686,8 +704,7 @@ static void op_run(fz_in *in, state *s) {
         ok = bufs[r].h != NULL;
         pb.of_role[r] = &bufs[r];
         if (ok)
-            fill(in, &bufs[r], r == FZ_LSE ? FA_DTYPE_F32 : r == FZ_BIAS ? p->desc.d.bias.dtype : p->desc.d.q.dtype,
-                 s->scratch);
+            fill(in, &bufs[r], fill_dtype(&p->desc.d, (fz_role)r), s->scratch);
     }
     if (ok) {
         pb.roles = FORWARD_ROLES;

@@ -26,11 +26,11 @@ static int64_t add_or_zero(int64_t a, int64_t b) {
     return __builtin_add_overflow(a, b, &r) ? 0 : r;
 }
 
-static fa_dtype read_dtype(fz_in *in) { return (fa_dtype)fz_int(in, 0, 2, 1); }
+static fa_dtype read_dtype(fz_in *in) { return (fa_dtype)fz_int(in, 0, 3, 1); }
 
 /* Offsets and strides in elements, multiples of 16 bytes when small. */
 static void read_layout(fz_in *in, fa_tensor_desc *t, int heads, int seqlen, int d) {
-    int64_t align = t->dtype == FA_DTYPE_F32 ? 4 : 8;
+    int64_t align = t->dtype == FA_DTYPE_F32 ? 4 : t->dtype == FA_DTYPE_FP8_E4M3 ? 16 : 8;
     t->offset = fz_i64(in, 0, 4 * align, align);
     t->stride_batch = t->stride_seq = t->stride_head = 0;
     switch (fz_choose(in, 4)) {
@@ -136,6 +136,9 @@ void fz_desc_read(fz_in *in, fz_desc *out) {
     d->q.dtype = read_dtype(in);
     fa_tensor_desc *others[3] = {&d->k, &d->v, &d->o};
     for (int i = 0; i < 3; i++) others[i]->dtype = fz_choose(in, 16) == 0 ? read_dtype(in) : d->q.dtype;
+    /* fp8 inputs write O in fp16 or bf16: mostly a valid pair. */
+    if (d->q.dtype == FA_DTYPE_FP8_E4M3 && d->o.dtype == d->q.dtype)
+        d->o.dtype = fz_choose(in, 2) ? FA_DTYPE_BF16 : FA_DTYPE_F16;
     read_layout(in, &d->q, d->heads_q, d->seqlen_q, d->head_dim);
     read_layout(in, &d->k, d->heads_kv, d->seqlen_k, d->head_dim);
     read_layout(in, &d->v, d->heads_kv, d->seqlen_k, d->head_dim);
@@ -171,6 +174,13 @@ void fz_desc_read(fz_in *in, fz_desc *out) {
         d->allow_tf32 = fz_int(in, 0, 1, 1);
     }
     if (flags & 64) read_score_options(in, out);
+    /* Descale factors: valid ones for fp8 inputs, now and then a value the
+     * check must refuse (negative, or set for another dtype). */
+    if (d->q.dtype == FA_DTYPE_FP8_E4M3 || fz_choose(in, 32) == 0) {
+        d->descale_q = fz_float(in, -0.5f, 4.0f);
+        d->descale_k = fz_float(in, 0.0f, 4.0f);
+        d->descale_v = fz_float(in, 0.0f, 4.0f);
+    }
 }
 
 static void *dup_bytes(const void *p, size_t n) {

@@ -25,6 +25,7 @@ static int64_t dtype_bytes(fa_dtype t) {
     case FA_DTYPE_F32: return 4;
     case FA_DTYPE_F16:
     case FA_DTYPE_BF16: return 2;
+    case FA_DTYPE_FP8_E4M3: return 1;
     default: return 0;
     }
 }
@@ -59,8 +60,9 @@ static int resolve(const fa_attention_desc *d, fz_role role, layout *l) {
                               : role == FZ_K || role == FZ_DK ? &d->k
                               : role == FZ_V || role == FZ_DV ? &d->v
                                                               : &d->o;
-    /* O, dO and dQ are in q's dtype. */
-    fa_dtype dtype = query ? d->q.dtype : t->dtype;
+    /* O and dO are in o's dtype (q's, or fp16 / bf16 with fp8 inputs),
+     * dQ in q's. */
+    fa_dtype dtype = t->dtype;
     l->elem = dtype_bytes(dtype);
     if (!l->elem) return 0;
     l->batch = d->batch;

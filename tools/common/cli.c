@@ -21,7 +21,7 @@ void fa_cli_usage(const char *prog, const char *extra) {
            "  --seqlen-q N, --seqlen-k N\n"
            "  --heads H           query heads (default 4); --heads-kv H (default: heads)\n"
            "  --dim D             head_dim, a multiple of 8 up to 256 (default 64)\n"
-           "  --dtype T           fp32, fp16, bf16 (default fp32)\n"
+           "  --dtype T           fp32, fp16, bf16, fp8_e4m3 or fp8 (forward only, O in bf16) (default fp32)\n"
            "  --scale S           softmax scale (default 1/sqrt(dim))\n"
            "  --causal            bottom-right aligned causal mask\n"
            "  --window L,R        sliding window, two integers >= -1 (-1: unlimited side)\n"
@@ -130,12 +130,16 @@ static int parse_backend(const char *s, fa_backend *out) {
 }
 
 static int parse_dtype(const char *s, fa_dtype *out) {
-    static const fa_dtype all[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
-    for (size_t i = 0; i < 3; i++)
+    static const fa_dtype all[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16, FA_DTYPE_FP8_E4M3};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(s, fa_dtype_name(all[i])) == 0) {
             *out = all[i];
             return 0;
         }
+    if (strcmp(s, "fp8") == 0) {
+        *out = FA_DTYPE_FP8_E4M3;
+        return 0;
+    }
     return -1;
 }
 
@@ -241,6 +245,8 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
             fa_dtype t = FA_DTYPE_F32;
             bad = parse_dtype(v, &t);
             d->q.dtype = d->k.dtype = d->v.dtype = d->o.dtype = t;
+            /* fp8 inputs write O in a 16-bit dtype (bf16, as FlashAttention-3's). */
+            if (t == FA_DTYPE_FP8_E4M3) d->o.dtype = FA_DTYPE_BF16;
         } else if (strcmp(a, "--scale") == 0) {
             bad = parse_double_range(v, 0.0, FLT_MAX, 0, &value);
             d->softmax_scale = (float)value;

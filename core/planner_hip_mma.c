@@ -119,6 +119,20 @@ static int fwd_words(const fa_hip_mma_layer_info *L, int d, int bc, int strips, 
     return strips * (acc + scores + p + q);
 }
 
+/* Words a score takes beside its own for the score options' logit
+ * (kernels_hip/common.h, fa_logit2), forward and backward: on NVIDIA,
+ * where NVRTC holds the planned tiles at or near its 255 registers without
+ * them (the forward at head_dim 128 on 128 keys takes 254), two forward
+ * (one left the forward at head_dim 128 with every option, masks and
+ * dropout 8 bytes of spill) and one backward, and Q's operands stay in
+ * registers (with Q_LOCAL and the options it spilled far more); calibrated
+ * by tests/test_hip_compile.c's nvidia_score_options. The AMD compilers fit
+ * the options in the layers' budgets (amd_score_options): none. */
+static int option_words(fa_hip_mma_layer layer, const fa_attention_desc *desc, fa_pass pass) {
+    if (layer != FA_HIP_MMA_NVIDIA || !fa_desc_option_in_use(desc)) return 0;
+    return pass == FA_PASS_FORWARD ? 2 : 1;
+}
+
 /* Whether a layer runs a tile with strips own strips a wavefront;
  * fills g. */
 static int shape_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, fa_hip_mma_layer layer,
@@ -131,24 +145,26 @@ static int shape_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa
     const int warps = own_rows / (strips * own);
     if (!in_list(warps, warp_counts, FA_ARRAY_SIZE(warp_counts)) || warps * L->lanes > dev->max_work_group_size)
         return 0;
-    const int scores = (other_rows / other) * L->c_elems;
+    const int scores = (other_rows / other) * L->c_elems, opt = option_words(layer, desc, pass);
     int dq_warps = 0, q_local = 0;
     if (pass == FA_PASS_FORWARD) {
         /* Q in registers where they hold it, else read from local memory;
          * without Q_LOCAL, Q comes in through the K and V tiles. */
-        q_local = fwd_words(L, d, bc, strips, 0) > L->fwd_budget || br > 2 * bc;
-        if (fwd_words(L, d, bc, strips, q_local) > L->fwd_budget) return 0;
+        const int extra = opt * strips * scores;
+        q_local = fwd_words(L, d, bc, strips, 0) + extra > L->fwd_budget || br > 2 * bc;
+        if (q_local && opt) return 0;
+        if (fwd_words(L, d, bc, strips, q_local) + extra > L->fwd_budget) return 0;
     } else {
         /* dQ = dS K from local memory (queries along m, head_dim along n),
          * and the deterministic dQ kernel's strips of queries. */
         if (br % L->m || d % L->n || br % own) return 0;
         dq_warps = br / own;
         if (dq_warps * L->lanes > dev->max_work_group_size) return 0;
-        if (strips * (2 * acc + 2 * scores + own_op_elems(L)) > L->bwd_budget &&
+        if (strips * (2 * acc + (2 + opt) * scores + own_op_elems(L)) > L->bwd_budget &&
             !(L->bwd_budget_lean && fa_hip_mma_lean(desc) &&
               strips * (2 * acc + 3 * scores + own_op_elems(L)) <= L->bwd_budget_lean))
             return 0;
-        if (desc->deterministic && acc + 3 * (bc / other) * L->c_elems > L->bwd_budget) return 0;
+        if (desc->deterministic && acc + (3 + opt) * (bc / other) * L->c_elems > L->bwd_budget) return 0;
     }
     if (g) {
         g->layer = layer;

@@ -13,9 +13,10 @@
  *
  * Every sum has a fixed order, so results are bit-identical run to run.
  *
- * With s = q.k (scaled), P = exp(s - L), dropout keep bit z and
+ * With s = q.k (scaled; with score options the forward's logit,
+ * common.h fa_logit2), P = exp(s - L), dropout keep bit z and
  * keep_scale = 1 / (1 - p):
- *   dP = z * keep_scale * dO.v,   dS = P * (dP - D)
+ *   dP = z * keep_scale * dO.v,   dS = P * (dP - D) [* (1 - tanh^2) with SOFTCAP]
  *   dV += P * z * keep_scale * dO,   dK += scale * dS * q,   dQ += scale * dS * k
  * A row with L = -inf (no visible key) takes L = +inf here, which makes its
  * P exactly 0 instead of exp(-inf + inf). */
@@ -60,7 +61,7 @@
     const fa_uchar *block_mask, int block_q, int block_k, int block_cols,                  \
     const fa_uchar *tile_map, int tile_cols,                                               \
     fa_uint drop_key0, fa_uint drop_key1, fa_uint drop_offset_lo, fa_uint drop_threshold,  \
-    float drop_scale, fa_uint drop_row0, fa_uint drop_col0
+    float drop_scale, fa_uint drop_row0, fa_uint drop_col0, FA_SCORE_PARAMS
 
 #define FA_BWD_SETUP()                                                                     \
     fa_mask mask;                                                                          \
@@ -121,15 +122,20 @@ fa_bwd_dot(const store_t *__restrict__ o, const store_t *__restrict__ dout, floa
 
 /* P (before dropout) and dP of a work-item's micro-tile, for rows stored at
  * Ls/Ds[r], from dot products already in s and dp; then dropout and dS.
- * On return s holds P * z * keep_scale and dp holds dS. The loops are
- * unrolled by request: with every mask on, their bodies grow past what
- * NVRTC unrolls by itself, and s and dp would move to local memory. */
+ * On return s holds P * z * keep_scale and dp holds dS. The logit is the
+ * forward's (fa_logit2, with the score options of the fa_score sc); with
+ * SOFTCAP, dS takes the cap's derivative, held in g_ between the loops.
+ * The loops are unrolled by request: with every mask on, their bodies grow
+ * past what NVRTC unrolls by itself, and s and dp would move to local
+ * memory. */
 #define FA_BWD_SOFTMAX_GRAD(ROW, COL, PTILE, RS, CS)                                       \
     do {                                                                                   \
+        float g_[TR][TC];                                                                  \
+        (void)g_;                                                                          \
         _Pragma("unroll") for (int i = 0; i < TR; i++)                                     \
             _Pragma("unroll") for (int j = 0; j < TC; j++) {                               \
                 const int r_ = (ROW), c_ = (COL);                                          \
-                float pv = exp2f(s[i][j] * scale_log2 - Ls[r_]);                           \
+                float pv = exp2f(fa_logit2(sc, s[i][j], q0, r_, k0, c_, &g_[i][j]) - Ls[r_]); \
                 if (cls == FA_TILE_PARTIAL && !fa_visible(mask, block_mask, q0, r_, k0, c_))   \
                     pv = 0.0f;                                                             \
                 s[i][j] = pv;                                                              \
@@ -142,7 +148,7 @@ fa_bwd_dot(const store_t *__restrict__ o, const store_t *__restrict__ dout, floa
                 const float z_ = DROPOUT_KEEP(PTILE[r_ * (RS) + c_ * (CS)]) ? drop_scale : 0.0f; \
                 const float pv = s[i][j];                                                  \
                 s[i][j] = pv * z_;                                                         \
-                dp[i][j] = pv * (dp[i][j] * z_ - Ds[r_]);                                  \
+                dp[i][j] = FA_CAP_GRAD(pv * (dp[i][j] * z_ - Ds[r_]), g_[i][j]);           \
             }                                                                              \
     } while (0)
 
@@ -184,7 +190,6 @@ FA_KERNEL void fa_bwd_dkdv(const store_t *__restrict__ q, const store_t *__restr
     const fa_seq seq = fa_seq_of(b, seqlen_q, seqlen_k, cu_q, cu_k);
     if (k0 >= seq.len_k) return;
     FA_BWD_SETUP();
-    (void)scale_log2;
 
     const fa_long k_base = fa_row_index(lk, b, seq.start_k, k0, hk);
     const fa_long v_base = fa_row_index(lv, b, seq.start_k, k0, hk);
@@ -210,6 +215,7 @@ FA_KERNEL void fa_bwd_dkdv(const store_t *__restrict__ q, const store_t *__restr
 
     for (int hh = 0; hh < group; hh++) {
         const int h = hk * group + hh;
+        const fa_score sc = fa_score_of(scale_log2, FA_SCORE_ARGS, b, h, seq);
         for (int t = fa_next_query_tile(tile_map, tile_cols, k0, t_begin, t_end); t < t_end;
              t = fa_next_query_tile(tile_map, tile_cols, k0, t + 1, t_end)) {
             const int q0 = t * BR;
@@ -337,6 +343,7 @@ FA_KERNEL void fa_bwd_dq(const store_t *__restrict__ q, const store_t *__restric
     if (q0 >= seq.len_q) return;
     FA_BWD_SETUP();
     (void)lo;
+    const fa_score sc = fa_score_of(scale_log2, FA_SCORE_ARGS, b, h, seq);
 
     const fa_long q_base = fa_row_index(lq, b, seq.start_q, q0, h);
     const fa_long o_base = fa_row_index(lo, b, seq.start_q, q0, h);

@@ -25,8 +25,10 @@
  * and keep_scale = 1 / (1 - p):
  *   dP = z keep_scale dO.v,  dS = P (dP - D),
  *   dV += z keep_scale P^T dO,  dK += scale dS^T Q,  dQ += scale dS K
- * A row with L = -inf (no visible key) takes L = +inf here, which makes its
- * P exactly 0 instead of exp(-inf + inf). P and dS become the next
+ * With score options s is the forward's logit (common.h fa_logit2) and,
+ * with SOFTCAP, dS takes the cap's derivative (the FA_LOGITS_GRAD hooks of
+ * mma_tiles.h). A row with L = -inf (no visible key) takes L = +inf here,
+ * which makes its P exactly 0 instead of exp(-inf + inf). P and dS become the next
  * products' operands all at once, so their fp32 fragments die before the
  * dV and dK products (the operands take half their registers).
  *
@@ -104,7 +106,7 @@
     const fa_uchar *block_mask, int block_q, int block_k, int block_cols,                  \
     const fa_uchar *tile_map, int tile_cols,                                               \
     fa_uint drop_key0, fa_uint drop_key1, fa_uint drop_offset_lo, fa_uint drop_threshold,  \
-    float drop_scale, fa_uint drop_row0, fa_uint drop_col0
+    float drop_scale, fa_uint drop_row0, fa_uint drop_col0, FA_SCORE_PARAMS
 
 #define FA_MMA_BWD_SETUP()                                                                 \
     fa_mask mask;                                                                          \
@@ -145,13 +147,14 @@ FA_FN float fa_l2_of(float L) { return L == -FA_INF ? FA_INF : L * FA_LOG2E; }
  * e's query. */
 #define FA_SOFTMAX_GRAD(S, DP, OWN0, OTH0, KEYS_OWN, L2_OF, D_OF)                            \
     do {                                                                                     \
+        FA_LOGITS_GRAD(S, OWN0, OTH0, KEYS_OWN);                                             \
         if (cls == FA_TILE_PARTIAL)                                                          \
             fa_frag_mask(&(S), mask, block_mask, q0, k0, (OWN0), (OTH0), (KEYS_OWN), -FA_INF, lane); \
         FA_KEEP_BITS(OWN0, OTH0, KEYS_OWN);                                                  \
         _Pragma("unroll") for (int e = 0; e < FA_C_ELEMS; e++) {                             \
-            const float p_ = fa_exp2((S).x[e] * scale_log2 - (L2_OF));                       \
+            const float p_ = fa_exp2(FA_LOGIT2_OF((S).x[e]) - (L2_OF));                     \
             const float z_ = FA_KEEP(e) ? drop_scale : 0.0f;                                 \
-            (DP).x[e] = p_ * ((DP).x[e] * z_ - (D_OF));                                      \
+            (DP).x[e] = FA_DS_CAP(p_ * ((DP).x[e] * z_ - (D_OF)), e);                        \
             (S).x[e] = p_ * z_;                                                              \
         }                                                                                    \
     } while (0)
@@ -351,6 +354,7 @@ FA_MMA_KERNEL(WG_SIZE) void fa_bwd_dkdv_mma(const store_t *__restrict__ q, const
     int buf = 0;
     while (hh < group) {
         const int h = hk * group + hh, q0 = t * BR;
+        const fa_score sc = fa_score_of(scale_log2, FA_SCORE_ARGS, b, h, seq);
         t = fa_next_query_tile(tile_map, tile_cols, k0, t + 1, t_end);
         if (t >= t_end) {
             hh++;
@@ -519,6 +523,7 @@ fa_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__restrict__ k, cons
     const fa_seq seq = fa_seq_of(b, seqlen_q, seqlen_k, cu_q, cu_k);
     if (q0 >= seq.len_q) return;
     FA_MMA_BWD_SETUP();
+    const fa_score sc = fa_score_of(scale_log2, FA_SCORE_ARGS, b, h, seq);
 #ifdef DROPOUT
     const fa_uint bh = (fa_uint)b * (fa_uint)heads_q + (fa_uint)h;
 #endif

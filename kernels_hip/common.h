@@ -15,6 +15,9 @@
  *                                 RDNA and NVIDIA; never assumed
  *   DTYPE_F32 | DTYPE_F16 | DTYPE_BF16   storage dtype of Q, K, V, O and grads
  *   CAUSAL WINDOW BLOCK_MASK DROPOUT VARLEN   options present in the plan
+ *   SOFTCAP ALIBI BIAS [BIAS_F32] score options present in the plan (the
+ *                                 logit, below); BIAS_F32: the bias is
+ *                                 fp32, else in the storage dtype
  *
  * Indexing conventions: a work-item is (tr, tc) with tc the fastest. Its
  * micro-tile of scores is rows tr * TR + i and columns tc * TC + j, read from
@@ -32,8 +35,15 @@
 #define D8 (HEAD_DIM / 8)
 
 /* Kernels keep C names (no mangling) so the host finds them by name; the
- * exact work-group size lets the compiler budget registers for it. */
+ * exact work-group size lets the compiler budget registers for it. With
+ * score options on NVIDIA, one work-group per multiprocessor as the
+ * occupancy asked: ptxas otherwise held the SIMT forward to 128 registers
+ * and spilled the logit's temporaries. */
+#if (defined(SOFTCAP) || defined(ALIBI) || defined(BIAS)) && defined(FA_HIP_ON_CUDA)
+#define FA_KERNEL extern "C" __global__ __launch_bounds__(WG_SIZE, 1)
+#else
 #define FA_KERNEL extern "C" __global__ __launch_bounds__(WG_SIZE)
+#endif
 #define FA_KERNEL_ANY extern "C" __global__
 
 #define FA_LOG2E 1.4426950408889634f
@@ -405,6 +415,172 @@ FA_FN int fa_tile_class(const fa_mask &m, const fa_uchar *tile_map, int tile_col
 #endif
     return FA_TILE_FULL;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Score options (include/flashattn.h, "Score options"). For query i and    */
+/* key j of a sequence, head h, in the header's order:                      */
+/*   s = scale q.k;  s = softcap tanh(s / softcap) (SOFTCAP);               */
+/*   s += bias[b, h, i, j] (BIAS);  s -= slope[h] |i + len_k - len_q - j|   */
+/*   (ALIBI)                                                                */
+/* then the kernels' masks. The kernels work in base 2: fa_logit2 returns   */
+/* s log2(e), from the natural-scale logit, so the cap bends the logit the  */
+/* header defines; without an option it is the plain q.k scale log2(e) of  */
+/* every kernel. Forward and backward form the logit with this one          */
+/* function, so the backward's P is the forward's. The backward's dS takes  */
+/* d(capped s) / d(scaled s) = 1 - tanh^2 (SOFTCAP); bias and ALiBi are     */
+/* constants of the chain.                                                  */
+/* ------------------------------------------------------------------------ */
+
+#if defined(SOFTCAP) || defined(ALIBI) || defined(BIAS)
+#define FA_SCORE_OPTS 1
+#endif
+
+/* The kernel arguments of the score options, last in every attention
+ * kernel's list (passed whether or not the program uses them): the natural
+ * softmax scale, scale / softcap and softcap, heads_q ALiBi slopes (fp32,
+ * device memory), and the bias with its element offset and strides (a
+ * broadcast dimension's stride 0). */
+#define FA_SCORE_PARAMS                                                                    \
+    float opt_scale, float opt_cap_in, float opt_cap, const float *__restrict__ opt_slopes, \
+        const void *__restrict__ opt_bias, fa_long bias_off, fa_long bias_sb, fa_long bias_sh, fa_long bias_ss
+#define FA_SCORE_ARGS opt_scale, opt_cap_in, opt_cap, opt_slopes, opt_bias, bias_off, bias_sb, bias_sh, bias_ss
+
+#ifdef BIAS
+#if defined(BIAS_F32) || defined(DTYPE_F32)
+typedef float fa_bias_t;
+FA_FN float fa_bias_load(const fa_bias_t *p, fa_long i) { return p[i]; }
+#elif defined(DTYPE_F16)
+typedef fa_ushort fa_bias_t;
+FA_FN float fa_bias_load(const fa_bias_t *p, fa_long i) { return fa_half_to_float(p[i]); }
+#else
+typedef fa_ushort fa_bias_t;
+FA_FN float fa_bias_load(const fa_bias_t *p, fa_long i) { return fa_bf16_to_float(p[i]); }
+#endif
+#endif
+
+/* The logit's constants for one (sequence, query head). */
+struct fa_score {
+    float scale_log2;       /* without options: the whole logit is q.k scale_log2 */
+    float scale;            /* natural scale */
+    float cap_in, cap;      /* scale / softcap, softcap */
+    float slope;            /* ALiBi slope of the head */
+    int len_q, len_k;       /* the sequence's */
+    const void *bias;       /* bias[b, h] (offset applied): (i, j) at i * bias_ss + j */
+    fa_long bias_ss;
+};
+
+FA_FN fa_score fa_score_of(float scale_log2, FA_SCORE_PARAMS, int b, int h, const fa_seq &seq) {
+    fa_score sc;
+    sc.scale_log2 = scale_log2;
+    sc.scale = opt_scale;
+    sc.cap_in = opt_cap_in;
+    sc.cap = opt_cap;
+    sc.len_q = seq.len_q;
+    sc.len_k = seq.len_k;
+    sc.bias_ss = bias_ss;
+#ifdef ALIBI
+    sc.slope = opt_slopes[h];
+#else
+    (void)opt_slopes;
+    sc.slope = 0.0f;
+#endif
+#ifdef BIAS
+    /* No varlen with a bias (the descriptor check refuses it). */
+    sc.bias = (const fa_bias_t *)opt_bias + (bias_off + (fa_long)b * bias_sb + (fa_long)h * bias_sh);
+#else
+    (void)opt_bias;
+    (void)bias_off;
+    (void)bias_sb;
+    (void)bias_sh;
+    (void)b;
+    (void)h;
+    sc.bias = 0;
+#endif
+    return sc;
+}
+
+#ifdef SOFTCAP
+/* tanh on the compiler's exp2 (no device-library call: the matrix-core
+ * kernels compile without one on some targets). |x| < 0.55: x + x^3 P(x^2),
+ * P fitted at Chebyshev nodes (relative error within 1e-7 in fp32); else
+ * (1 - e) / (1 + e), e = exp(-2 |x|) <= 1/3, so nothing cancels. Both are
+ * formed and one selected: no branch in the unrolled element loops. An
+ * infinite x gives +-1, a NaN stays NaN. */
+FA_FN float fa_tanh(float x) {
+#ifdef FA_HIP_ON_CUDA
+    const float a = fabsf(x);
+    const float e = exp2f(-2.0f * FA_LOG2E * a);
+#else
+    const float a = __builtin_fabsf(x);
+    const float e = __builtin_exp2f(-2.0f * FA_LOG2E * a);
+#endif
+    const float u = x * x;
+    float p = -6.610227749e-03f;
+    p = fmaf(p, u, 2.130938880e-02f);
+    p = fmaf(p, u, -5.390942842e-02f);
+    p = fmaf(p, u, 1.333311349e-01f);
+    p = fmaf(p, u, -3.333333135e-01f);
+    const float near0 = fmaf(x * u, p, x);
+    /* 1 + e lies in [1, 4/3]: a hardware reciprocal (1 ulp on AMD, the
+     * approximate division on NVIDIA, 2 ulp) needs no correctly rounded
+     * division's slow path. */
+#ifdef FA_HIP_ON_CUDA
+    const float far = __fdividef(1.0f - e, 1.0f + e);
+#else
+    const float far = (1.0f - e) * __builtin_amdgcn_rcpf(1.0f + e);
+#endif
+    return a < 0.55f ? near0 : x < 0.0f ? -far : far;
+}
+#endif
+
+/* The logit of query q0 + r and key k0 + c, times log2(e), from their dot
+ * product qk; *dcap: d(capped s) / d(scaled s), for the backward's dS (1
+ * without SOFTCAP). Positions are a tile's first row or key plus an offset,
+ * as fa_visible takes them: padding positions (past the sequence) read no
+ * bias and get a finite ALiBi term; the masks or the stores drop them. The
+ * ALiBi distance is |(k0 - len_k) + (len_q - q0) + (c - r)|: its first two
+ * terms fit an int whatever the lengths, the sum is formed in fp32. */
+FA_FN float fa_logit2(const fa_score &sc, float qk, int q0, int r, int k0, int c, float *dcap) {
+#ifndef FA_SCORE_OPTS
+    (void)q0;
+    (void)r;
+    (void)k0;
+    (void)c;
+    (void)dcap;
+    return qk * sc.scale_log2;
+#else
+    float bv = 0.0f;
+#ifdef BIAS
+    if (r < sc.len_q - q0 && c < sc.len_k - k0)
+        bv = fa_bias_load((const fa_bias_t *)sc.bias, (fa_long)(q0 + r) * sc.bias_ss + (k0 + c));
+#endif
+#ifdef SOFTCAP
+    const float t = fa_tanh(qk * sc.cap_in);
+    float s = fmaf(sc.cap, t, bv);
+    *dcap = fmaf(-t, t, 1.0f);
+#else
+    float s = fmaf(qk, sc.scale, bv);
+    *dcap = 1.0f;
+#endif
+#ifdef ALIBI
+    const float dist = (float)((k0 - sc.len_k) + (sc.len_q - q0)) + (float)(c - r);
+    s = fmaf(-sc.slope, dist < 0.0f ? -dist : dist, s);
+#else
+    (void)q0;
+    (void)r;
+    (void)k0;
+    (void)c;
+#endif
+    return s * FA_LOG2E;
+#endif
+}
+
+/* d(capped s) / d(scaled s) applied to a dS (SOFTCAP), else dS itself. */
+#ifdef SOFTCAP
+#define FA_CAP_GRAD(ds, g) ((ds) * (g))
+#else
+#define FA_CAP_GRAD(ds, g) (ds)
+#endif
 
 /* ------------------------------------------------------------------------ */
 /* The end of a row's online softmax (the rules for NaN and infinities are   */

@@ -19,7 +19,9 @@
  * either way, so both paths give the same bits.
  *
  * Softmax runs in base 2: scores are scaled by scale * log2(e) once, so
- * exp2 does the work of exp and L converts back to natural log at the end.
+ * exp2 does the work of exp and L converts back to natural log at the end;
+ * with score options (common.h, fa_logit2) the logit is formed at natural
+ * scale first and converted after.
  *
  * With SPLITK the key range is cut into num_splits parts (grid dimension z
  * is sequence * num_splits + split); each work-group writes its normalised
@@ -43,7 +45,8 @@ FA_KERNEL void fa_forward(const store_t *__restrict__ q, const store_t *__restri
                           const fa_uchar *tile_map, int tile_cols,
                           fa_uint drop_key0, fa_uint drop_key1, fa_uint drop_offset_lo, fa_uint drop_threshold,
                           float drop_scale, fa_uint drop_row0, fa_uint drop_col0,
-                          int num_splits, float *__restrict__ part_o, float *__restrict__ part_l) {
+                          int num_splits, float *__restrict__ part_o, float *__restrict__ part_l,
+                          FA_SCORE_PARAMS) {
     __shared__ FA_LOCAL_ALIGN float Qt[HEAD_DIM * BR];
     __shared__ FA_LOCAL_ALIGN float Kt[HEAD_DIM * BC];
     __shared__ FA_LOCAL_ALIGN float Vs[BC * HEAD_DIM];
@@ -73,6 +76,7 @@ FA_KERNEL void fa_forward(const store_t *__restrict__ q, const store_t *__restri
     mask.block_q = block_q;
     mask.block_k = block_k;
     mask.block_cols = block_cols;
+    const fa_score sc = fa_score_of(scale_log2, FA_SCORE_ARGS, b, h, seq);
 
     const fa_layout lq = {q_off, q_sb, q_ss, q_sh}, lk = {k_off, k_sb, k_ss, k_sh};
     const fa_layout lv = {v_off, v_sb, v_ss, v_sh}, lo = {o_off, o_sb, o_ss, o_sh};
@@ -158,12 +162,15 @@ FA_KERNEL void fa_forward(const store_t *__restrict__ q, const store_t *__restri
                 for (int j = 0; j < TC; j++) s[i][j] = fmaf(a[i], bk[j], s[i][j]);
         }
         /* Unrolled by request: with every mask on, the body grows past
-         * what NVRTC unrolls by itself, and s would move to local memory. */
+         * what NVRTC unrolls by itself, and s would move to local memory.
+         * The logits (base 2) with the plan's score options, then the
+         * masks. */
 #pragma unroll
         for (int j = 0; j < TC; j++)
 #pragma unroll
             for (int i = 0; i < TR; i++) {
-                s[i][j] *= scale_log2;
+                float dcap;
+                s[i][j] = fa_logit2(sc, s[i][j], q0, tr * TR + i, k0, tc * TC + j, &dcap);
                 if (cls == FA_TILE_PARTIAL && !fa_visible(mask, block_mask, q0, tr * TR + i, k0, tc * TC + j))
                     s[i][j] = -FA_INF;
             }

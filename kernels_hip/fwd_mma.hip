@@ -12,8 +12,9 @@
  * copies so: cp.async on NVIDIA). A second strip shares every K and V
  * operand a wavefront loads between two products.
  *
- * Softmax in base 2: scores are scaled by scale * log2(e) once, so exp2
- * does the work of exp and L converts back to natural log at the end. A row
+ * Softmax in base 2: scores are scaled by scale * log2(e) once (with score
+ * options, the logit of common.h's fa_logit2), so exp2 does the work of
+ * exp and L converts back to natural log at the end. A row
  * that has seen no visible key exponentiates against 0 (no inf - inf); the
  * row sums take the probabilities before dropout, O the kept ones. P
  * becomes the next product's operands all at once, so the fp32 scores die
@@ -56,7 +57,8 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
                               const fa_uchar *tile_map, int tile_cols,
                               fa_uint drop_key0, fa_uint drop_key1, fa_uint drop_offset_lo, fa_uint drop_threshold,
                               float drop_scale, fa_uint drop_row0, fa_uint drop_col0,
-                              int num_splits, float *__restrict__ part_o, float *__restrict__ part_l) {
+                              int num_splits, float *__restrict__ part_o, float *__restrict__ part_l,
+                              FA_SCORE_PARAMS) {
     FA_LOCAL_BLOCK(smem);
     fa_ushort *const Ks = smem + SM_KV, *const Vs = smem + SM_KV + BC * LD;
 
@@ -83,6 +85,7 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
     mask.block_q = block_q;
     mask.block_k = block_k;
     mask.block_cols = block_cols;
+    const fa_score sc = fa_score_of(scale_log2, FA_SCORE_ARGS, b, h, seq);
 
     const fa_layout lq = {q_off, q_sb, q_ss, q_sh}, lk = {k_off, k_sb, k_ss, k_sh};
     const fa_layout lv = {v_off, v_sb, v_ss, v_sh}, lo = {o_off, o_sb, o_ss, o_sh};
@@ -197,8 +200,7 @@ FA_MMA_KERNEL(WG_SIZE) void fa_forward_mma(const store_t *__restrict__ q, const 
             }
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
-#pragma unroll
-                for (int e = 0; e < FA_C_ELEMS; e++) s[st][j].x[e] *= scale_log2;
+                fa_frag_logits(&s[st][j], sc, q0, k0, own0, j * FA_OTHER_T, false, lane);
                 if (cls == FA_TILE_PARTIAL)
                     fa_frag_mask(&s[st][j], mask, block_mask, q0, k0, own0, j * FA_OTHER_T, false, -FA_INF, lane);
 #pragma unroll

@@ -98,6 +98,50 @@ FA_FN void fa_put_score_t(fa_ushort *tile, int ld, int own0, int oth0, const fa_
 #define FA_ELEM_KEY(KEYS_OWN, own0, oth0, lane, e) \
     ((KEYS_OWN) ? (own0) + FA_OWN_OF(lane, e) : (oth0) + FA_OTHER_OF(lane, e))
 
+/* A score fragment's dot products into logits in base 2 (common.h's
+ * fa_logit2: scale log2(e) alone without score options). */
+FA_FN void fa_frag_logits(fa_c *c, const fa_score &sc, int q0, int k0, int own0, int oth0, bool keys_own, int lane) {
+#pragma unroll
+    for (int e = 0; e < FA_C_ELEMS; e++) {
+        const int i = FA_ELEM_QUERY(keys_own, own0, oth0, lane, e), j = FA_ELEM_KEY(keys_own, own0, oth0, lane, e);
+        float dcap;
+        c->x[e] = fa_logit2(sc, c->x[e], q0, i, k0, j, &dcap);
+    }
+}
+
+#ifdef FA_SCORE_OPTS
+/* The backward's logits as the forward forms them, with the cap's
+ * derivative of each element in g (1 without SOFTCAP). */
+FA_FN void fa_frag_logits_grad(fa_c *c, fa_c *g, const fa_score &sc, int q0, int k0, int own0, int oth0,
+                               bool keys_own, int lane) {
+#pragma unroll
+    for (int e = 0; e < FA_C_ELEMS; e++) {
+        const int i = FA_ELEM_QUERY(keys_own, own0, oth0, lane, e), j = FA_ELEM_KEY(keys_own, own0, oth0, lane, e);
+        float dcap;
+        c->x[e] = fa_logit2(sc, c->x[e], q0, i, k0, j, &dcap);
+        g->x[e] = dcap;
+    }
+}
+#endif
+
+/* The backward's hooks where a score fragment S becomes P and dS (the
+ * fa_score sc, the tile's q0 and k0 and the lane in scope): FA_LOGITS_GRAD
+ * forms S's logits before the masks (declaring the derivatives g_),
+ * FA_LOGIT2_OF is an element's logit in base 2 after it, FA_DS_CAP applies
+ * element e's derivative to its dS. Without score options the logit is
+ * formed in the exponent, as before. */
+#ifdef FA_SCORE_OPTS
+#define FA_LOGITS_GRAD(S, OWN0, OTH0, KEYS_OWN) \
+    fa_c g_;                                     \
+    fa_frag_logits_grad(&(S), &g_, sc, q0, k0, (OWN0), (OTH0), (KEYS_OWN), lane)
+#define FA_LOGIT2_OF(x) (x)
+#define FA_DS_CAP(ds, e) FA_CAP_GRAD(ds, g_.x[e])
+#else
+#define FA_LOGITS_GRAD(S, OWN0, OTH0, KEYS_OWN) ((void)0)
+#define FA_LOGIT2_OF(x) ((x) * sc.scale_log2)
+#define FA_DS_CAP(ds, e) (ds)
+#endif
+
 /* A score fragment's elements set to `hidden` where the masks hide them. */
 FA_FN void fa_frag_mask(fa_c *c, const fa_mask &m, const fa_uchar *block_mask, int q0, int k0, int own0, int oth0,
                         bool keys_own, float hidden, int lane) {

@@ -90,9 +90,10 @@ static void hip_check_plan(const char *name, fa_plan plan) {
     }
 }
 
-static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 1, hip_force_tiles, hip_check_plan, NULL, 0};
+static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 1, hip_force_tiles, hip_check_plan, NULL,
+                                  SUITE_ALL_SCORE_OPTIONS};
 #else
-static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 0, NULL, NULL, NULL, 0};
+static const suite_backend hip = {FA_BACKEND_HIP, "HIP", 0, NULL, NULL, NULL, SUITE_ALL_SCORE_OPTIONS};
 #endif
 
 #define HIP_CASE(name)                                                                     \
@@ -276,10 +277,144 @@ FA_TEST(mma_options) {
 #endif
 }
 
+/* ------------------------------------------------------------------------ */
+/* Score options in every kernel family                                      */
+
+/* Softcap, ALiBi and the bias, each alone and all three together (with
+ * causal masking and dropout), and softcap with ALiBi on a variable-length
+ * batch (a bias excludes one), as the descriptor's score options. */
+typedef struct score_opts {
+    const char *name;
+    float softcap;
+    int alibi;
+    int bias;                 /* 0 none, 1 fp32 broadcast over the batch, 2 q's dtype per batch and head, strided */
+    int causal_dropout;
+    int varlen;
+} score_opts;
+
+static const score_opts score_option_sets[] = {
+    {"softcap", 4.0f, 0, 0, 0, 0},
+    {"alibi", 0.0f, 1, 0, 0, 0},
+    {"bias f32 broadcast", 0.0f, 0, 1, 0, 0},
+    {"bias strided", 0.0f, 0, 2, 0, 0},
+    {"all three causal dropout", 3.0f, 1, 2, 1, 0},
+    {"softcap alibi varlen causal", 2.0f, 1, 0, 0, 1},
+};
+
+static const int32_t score_cu_q[] = {0, 5, 5, 82, 150}, score_cu_q_decode[] = {0, 1, 3, 3, 6};
+static const int32_t score_cu_k[] = {0, 33, 45, 145, 145};
+
+static const float score_slopes[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.75f, 0.03125f, 1.0f, 0.2f};
+
+/* o's options on d (heads_q at most 8); large logits (scale 0.5) where a
+ * cap is set, so that it bends them. */
+static void set_score_opts(fa_attention_desc *d, const score_opts *o) {
+    if (o->softcap > 0.0f) {
+        d->softcap = o->softcap;
+        d->softmax_scale = 0.5f;
+    }
+    if (o->alibi) d->alibi_slopes = score_slopes;
+    if (o->bias == 1) {
+        d->bias_batch = 1;
+        d->bias_heads = d->heads_q;
+        d->bias.dtype = FA_DTYPE_F32;
+    } else if (o->bias == 2) {
+        d->bias_batch = d->batch;
+        d->bias_heads = d->heads_q;
+        d->bias.dtype = d->q.dtype;
+        d->bias.offset = 3;
+        d->bias.stride_seq = d->seqlen_k + 5;
+        d->bias.stride_head = (int64_t)d->seqlen_q * (d->seqlen_k + 5) + 1;
+        d->bias.stride_batch = d->heads_q * d->bias.stride_head + 7;
+    }
+    if (o->causal_dropout) {
+        d->causal = 1;
+        d->dropout_p = 0.15f;
+        d->dropout_seed = 1234;
+    }
+    /* Four sequences of 33, 12, 100 and 0 keys, with 5, 0, 77 and 68
+     * queries (a decoding shape's: 1, 2, 0 and 3). */
+    if (o->varlen) {
+        const int decode = d->seqlen_q < 8;
+        d->causal = 1;
+        d->batch = 4;
+        d->seqlen_q = decode ? 3 : 77;
+        d->seqlen_k = 100;
+        d->cu_seqlens_q = decode ? score_cu_q_decode : score_cu_q;
+        d->cu_seqlens_k = score_cu_k;
+    }
+}
+
+/* Every score option set on the SIMT kernels, forward and backward (fp32
+ * and bf16 in turn, on tiles whose rows and keys the lengths do not
+ * divide), and on the split-K forward (decoding, fp16), against the fp64
+ * reference. */
+FA_TEST(score_option_tiles_simt) {
+#ifndef FA_WITH_HIP
+    FA_SKIP("the HIP backend is not built into this library");
+#else
+    suite_use_backend(&hip);
+    if (!suite_context()) FA_SKIP("no HIP device (the suite's cases say why)");
+    for (size_t i = 0; i < sizeof score_option_sets / sizeof score_option_sets[0]; i++) {
+        const score_opts *o = &score_option_sets[i];
+        char name[128];
+        fa_attention_desc d = suite_desc(i % 2 ? FA_DTYPE_BF16 : FA_DTYPE_F32, 2, 70, 90, 4, 2, 64);
+        set_score_opts(&d, o);
+        snprintf(name, sizeof name, "simt %s", o->name);
+        suite_run_tiles(name, &d, &(suite_tiles){32, 32, 2, 2, 1, 0}, &(suite_tiles){16, 32, 2, 2, 1, 0}, 1);
+        d = suite_desc(FA_DTYPE_F16, 2, 3, 700, 8, 2, 128);
+        set_score_opts(&d, o);
+        snprintf(name, sizeof name, "split-K %s", o->name);
+        suite_run_tiles(name, &d, &(suite_tiles){16, 32, 1, 2, 4, 0}, NULL, 0);
+    }
+#endif
+}
+
+/* Every score option set on the matrix-core kernels, where the device's
+ * matrix cores run them: forward, backward with dQ by atomics and the
+ * deterministic backward (its dQ kernel), fp16 at head_dim 64 and bf16 at
+ * 128, on the device's smallest and largest tile geometries in turn. */
+FA_TEST(score_option_tiles_mma) {
+#ifndef FA_WITH_HIP
+    FA_SKIP("the HIP backend is not built into this library");
+#else
+    suite_use_backend(&hip);
+    if (!suite_context()) FA_SKIP("no HIP device (the suite's cases say why)");
+    int runs = 0;
+    for (size_t i = 0; i < sizeof score_option_sets / sizeof score_option_sets[0]; i++) {
+        const score_opts *o = &score_option_sets[i];
+        for (int t = 0; t < 2; t++) {
+            const fa_dtype dt = t ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+            fa_device_desc dev;
+            if (!mma_device(dt, &dev)) FA_SKIP("the HIP device has no matrix cores the kernels run");
+            fa_attention_desc d = suite_desc(dt, 2, 150, 170, 4, 2, t ? 128 : 64);
+            set_score_opts(&d, o);
+            suite_tiles f[MAX_GEOMETRIES], b[MAX_GEOMETRIES];
+            const int nf = geometries_of(&dev, &d, FA_PASS_FORWARD, f), nb = geometries_of(&dev, &d, FA_PASS_BACKWARD, b);
+            CHECK_MSG(nf > 0 && nb > 0, "%s %s: %d forward and %d backward geometries", o->name, fa_dtype_name(dt), nf,
+                      nb);
+            if (nf == 0 || nb == 0) continue;
+            const int last = (int)(i + (size_t)t) % 2;
+            const suite_tiles *tf = &f[last ? nf - 1 : 0], *tb = &b[last ? nb - 1 : 0];
+            for (int det = 0; det < 2; det++) {
+                char name[128];
+                d.deterministic = det;
+                snprintf(name, sizeof name, "mma %s %s %dx%d/%dx%d%s", fa_dtype_name(dt), o->name, tf->br, tf->bc,
+                         tb->br, tb->bc, det ? " det" : "");
+                suite_run_tiles(name, &d, tf, tb, 1);
+                runs++;
+            }
+        }
+    }
+    fprintf(stderr, "  %d matrix-core score-option runs\n", runs);
+#endif
+}
+
 FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(sliding_window), FA_CASE(block_sparse),
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
              FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(score_options), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
              FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_geometries),
-             FA_CASE(mma_options))
+             FA_CASE(mma_options), FA_CASE(score_option_tiles_simt),
+             FA_CASE(score_option_tiles_mma))

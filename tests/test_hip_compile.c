@@ -11,8 +11,12 @@
  * feature) fails, as does local memory other than the planner's budget.
  * The matrix-core programs the planner makes for the MI250X, the MI300X
  * and an RX 7900 XTX compile for gfx90a, gfx940 and gfx1100
- * (amd_mma_variants), failing on any spill. The runtime path (hiprtc) and, where the NVIDIA mapping is built, NVRTC
- * behind it compile a sample too. The ring's element-wise passes (rows.hip,
+ * (amd_mma_variants), failing on any spill. The score options (softcap,
+ * ALiBi, bias) compile in every kernel family for gfx90a, gfx1030 and
+ * gfx1100 without scratch (amd_score_options) and for sm_90 through the
+ * mapping without a stack frame (nvidia_score_options). The runtime path
+ * (hiprtc) and, where the NVIDIA mapping is built, NVRTC behind it compile
+ * a sample too. The ring's element-wise passes (rows.hip,
  * one program for every target) compile without scratch memory for every
  * AMD target above (rows_amd_targets), by hiprtc and through the mapping.
  *
@@ -28,6 +32,7 @@
 
 #ifdef FA_WITH_HIP
 #include "backends/hip/hip_runtime_internal.h"
+#include "planner_hip_mma.h"
 #endif
 #ifdef FA_WITH_CUDA
 #include "backends/cuda/cubin_info.h"
@@ -330,6 +335,7 @@ typedef struct variant {
     int head_dim, wave;
     int main;                 /* no optional feature */
     int features;             /* for_each_plan's feature set */
+    const char *options;      /* score options (a score_options_sweep program): its label; no scratch allowed */
     int mma;                  /* a matrix-core program: local memory dynamic, no spills anywhere */
     unsigned targets;         /* bit t: compiled for targets[t] */
     size_t local_budget;      /* the planner's local memory of the tile */
@@ -485,6 +491,14 @@ static void enumerate(const fa_device_desc *dev, int wave, int features, const f
 static void variant_label(const variant *v, char *out, size_t size) {
     if (v->name) {
         snprintf(out, size, "%s", v->name);
+        return;
+    }
+    if (v->options) {
+        snprintf(out, size, "%s %-4s d%-3d %3dx%-3d %dx%d w%d%s %s",
+                 v->pass == FA_PASS_FORWARD ? (v->kp.variant == FA_VARIANT_SPLITK ? "splitk" : v->mma ? "fwdmma" : "fwd   ")
+                                            : v->mma ? (v->features == 2 ? "bwddet" : "bwdmma") : "bwd   ",
+                 fa_dtype_name(v->dtype), v->head_dim, v->kp.br, v->kp.bc, v->kp.thread_rows, v->kp.thread_cols,
+                 v->wave, v->kp.stages > 1 ? " s2" : "", v->options);
         return;
     }
     snprintf(out, size, "%s %-4s d%-3d %3dx%-3d %dx%d wg%-4d w%d%s %s",
@@ -725,7 +739,7 @@ static void compile_set(variant_set *set) {
             if (u->scratch > 0 || u->vgpr_spill > 0) {
                 if (v->mma)
                     scratch_mma++;
-                else if (v->main)
+                else if (v->main || v->options)
                     scratch_main++;
                 else
                     scratch_other++;
@@ -746,7 +760,7 @@ static void compile_set(variant_set *set) {
     printf("%d programs x targets, %d failed; scratch in %d main, %d optional-feature and %d matrix-core kernels\n",
            w.count, failed, scratch_main, scratch_other, scratch_mma);
     CHECK_MSG(failed == 0, "%d compiles failed", failed);
-    CHECK_MSG(scratch_main == 0, "%d kernels of main variants use scratch memory", scratch_main);
+    CHECK_MSG(scratch_main == 0, "%d kernels of main or score-option variants use scratch memory", scratch_main);
     CHECK_MSG(scratch_mma == 0, "%d matrix-core kernels spill registers", scratch_mma);
     CHECK_MSG(lds_wrong == 0, "%d kernels declare other local memory than the planner budgets", lds_wrong);
     for (int i = 0; i < set->count; i++) {
@@ -880,6 +894,192 @@ FA_TEST(amd_mma_variants) {
 }
 
 #ifdef FA_WITH_HIP
+/* ------------------------------------------------------------------------ */
+/* Score options (softcap, ALiBi, bias): programs the planner's plans get   */
+/* with them, a representative set rather than every plan.                  */
+
+/* Each option alone, and all three together with the masks and dropout
+ * (the most registers a logit takes: causal, window, block mask). */
+typedef struct score_case {
+    const char *label;
+    int softcap, alibi, bias_f32, bias_own, masks;
+} score_case;
+
+static const score_case score_cases[] = {
+    {"softcap", 1, 0, 0, 0, 0},
+    {"alibi", 0, 1, 0, 0, 0},
+    {"bias f32", 0, 0, 1, 0, 0},
+    {"bias", 0, 0, 0, 1, 0},
+    {"all3 masks drop", 1, 1, 0, 1, 1},
+};
+
+static float score_slopes[64];
+
+/* A training shape (forward and backward plans) or a decoding one (the
+ * split-K forward), no varlen (a bias excludes it), with case c's options
+ * in dtype dt at head_dim dim. */
+static fa_attention_desc score_desc(const score_case *c, fa_dtype dt, int dim, int decode) {
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    d.batch = 2;
+    d.seqlen_q = decode ? 4 : 2048;
+    d.seqlen_k = decode ? 8192 : 2048;
+    d.heads_q = d.heads_kv = 16;
+    d.head_dim = dim;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dt;
+    for (int h = 0; h < 64; h++) score_slopes[h] = 1.0f / (float)(2 << (h % 8));
+    if (c->softcap) d.softcap = 30.0f;
+    if (c->alibi) d.alibi_slopes = score_slopes;
+    if (c->bias_f32 || c->bias_own) {
+        d.bias_batch = 1;
+        d.bias_heads = d.heads_q;
+        d.bias.dtype = c->bias_f32 ? FA_DTYPE_F32 : dt;
+    }
+    if (c->masks) {
+        d.causal = 1;
+        d.window_left = 256;
+        d.window_right = 0;
+        d.dropout_p = 0.1f;
+        d.dropout_seed = 1;
+        memset(block_mask_bytes, 1, sizeof block_mask_bytes);
+        d.block_q = d.block_k = 64;
+        d.block_mask = block_mask_bytes;
+        d.block_mask_bytes = (size_t)((d.seqlen_q + 63) / 64) * (size_t)((d.seqlen_k + 63) / 64);
+    }
+    return d;
+}
+
+/* The variant add_variant appends (or merges into an equal program),
+ * labelled with its score options. */
+static void add_score_variant(variant_set *set, const fa_device_desc *dev, const fa_attention_desc *d,
+                              const fa_kernel_plan *kp, fa_pass pass, int wave, int features, unsigned mask,
+                              const char *label) {
+    const int before = set->count;
+    add_variant(set, dev, d, kp, pass, wave, features, mask);
+    if (set->count > before) set->v[set->count - 1].options = label;
+}
+
+/* The cases a device's sweep takes: each option alone in one dtype and
+ * head_dim (fp16 and bf16 in turn, dims[0] for the first two, dims[1] for
+ * the others) where alone is set, and all three with the masks and dropout
+ * in fp16 at dims[0] and bf16 at dims[1]. */
+typedef struct score_pick {
+    const score_case *c;
+    fa_dtype dtype;
+    int dim;
+} score_pick;
+
+static int score_picks(int alone, const int dims[2], score_pick *out) {
+    int n = 0;
+    for (size_t c = 0; c < FA_ARRAY_SIZE(score_cases); c++) {
+        if (score_cases[c].masks) {
+            out[n++] = (score_pick){&score_cases[c], FA_DTYPE_F16, dims[0]};
+            out[n++] = (score_pick){&score_cases[c], FA_DTYPE_BF16, dims[1]};
+        } else if (alone) {
+            out[n++] = (score_pick){&score_cases[c], c % 2 ? FA_DTYPE_BF16 : FA_DTYPE_F16, dims[c / 2 ? 1 : 0]};
+        }
+    }
+    return n;
+}
+
+/* The score-option programs of a device's plans for targets mask: mma,
+ * the matrix-core kernels (forward, and with mma_bwd the backward with
+ * atomics and the deterministic one), else the SIMT ones (forward,
+ * backward, and the split-K forward of a decoding shape). */
+static void add_score_programs(variant_set *set, const fa_device_desc *dev, int mma, int mma_bwd, unsigned mask,
+                               int alone, const int dims[2]) {
+    score_pick picks[FA_ARRAY_SIZE(score_cases) + 1];
+    const int n = score_picks(alone, dims, picks);
+    for (int i = 0; i < n; i++) {
+        const score_pick *pk = &picks[i];
+        /* SIMT: training, then decoding; mma: training, then deterministic. */
+        for (int kind = 0; kind < 2; kind++) {
+            fa_attention_desc d = score_desc(pk->c, pk->dtype, pk->dim, !mma && kind == 1);
+            d.deterministic = mma && kind == 1;
+            fa_plan_info info;
+            fa_status st = fa_plan_for_device(dev, &d, &info);
+            CHECK_MSG(st == FA_SUCCESS, "planning %s for %s: %s", pk->c->label, dev->name, fa_last_error());
+            if (st != FA_SUCCESS) continue;
+            const fa_variant fwd = mma ? FA_VARIANT_MMA : kind ? FA_VARIANT_SPLITK : FA_VARIANT_SIMT;
+            const fa_variant bwd = mma ? FA_VARIANT_MMA : FA_VARIANT_SIMT;
+            const int features = d.deterministic ? 2 : pk->c->masks;
+            const int want_bwd = mma ? mma_bwd : kind == 0;
+            CHECK_MSG(info.forward.variant == fwd && (!want_bwd || info.backward.variant == bwd),
+                      "%s %s d%d on %s: planned %s / %s", pk->c->label, fa_dtype_name(pk->dtype), pk->dim, dev->name,
+                      fa_variant_name(info.forward.variant), fa_variant_name(info.backward.variant));
+            if (info.forward.variant == fwd)
+                add_score_variant(set, mma ? dev : NULL, &d, &info.forward, FA_PASS_FORWARD, dev->simd_width,
+                                  features, mask, pk->c->label);
+            if (want_bwd && info.backward.variant == bwd)
+                add_score_variant(set, mma ? dev : NULL, &d, &info.backward, FA_PASS_BACKWARD, dev->simd_width,
+                                  features, mask, pk->c->label);
+        }
+    }
+}
+
+/* A matrix-core tile the planner does not choose, for its layer: tr x tc
+ * picks the layer (mma_frag.h's geometry), stages 1. */
+static void add_forced_mma(variant_set *set, const fa_device_desc *dev, const fa_attention_desc *d, fa_pass pass,
+                           int br, int bc, int tr, int tc, unsigned mask, const char *label) {
+    fa_hip_mma_geometry g;
+    CHECK_MSG(fa_hip_mma_geometry_of(dev, d, pass, br, bc, tr, tc, &g), "%s: no %s geometry %dx%d/%dx%d at d%d",
+              label, pass ? "backward" : "forward", br, bc, tr, tc, d->head_dim);
+    fa_kernel_plan kp;
+    memset(&kp, 0, sizeof kp);
+    kp.variant = FA_VARIANT_MMA;
+    kp.br = br;
+    kp.bc = bc;
+    kp.thread_rows = tr;
+    kp.thread_cols = tc;
+    kp.work_group_size = g.warps * fa_hip_mma_layer_get(g.layer)->lanes;
+    kp.split_k = 1;
+    kp.stages = 1;
+    kp.local_mem_bytes = fa_hip_mma_local_mem(dev, d, pass, &kp);
+    add_score_variant(set, dev, d, &kp, pass, dev->simd_width, d->deterministic ? 2 : 1, mask, label);
+}
+#endif
+
+/* The score options (softcap, ALiBi, bias) in every kernel family, a spill
+ * anywhere failing. Each option alone and all three with the masks and
+ * dropout: the SIMT forward, backward and split-K forward of the MI250X's
+ * plans (its matrix cores set aside) for gfx90a, and the matrix-core
+ * forward, backward and deterministic backward of its plans (MFMA 16x16)
+ * for gfx90a, at head_dim 64 and 128; all three only (the most registers)
+ * on the RX 6800 XT's SIMT plans for gfx1030 (wave32), on a 32x32 MFMA
+ * tile (which the planner does not choose) for gfx90a, and on the RX 7900
+ * XTX's WMMA forward plans for gfx1100 (head_dim 32, the only one the
+ * planner gives WMMA; its backward plans are SIMT). 47 compiles. */
+FA_TEST(amd_score_options) {
+#ifndef FA_WITH_HIP
+    FA_SKIP("the HIP backend is not built into this library");
+#else
+    if (!hipcc_works()) FA_SKIP("no HIP compiler (hipcc) runs here");
+    static variant_set set;
+    memset(&set, 0, sizeof set);
+    const fa_described_device *mi = fa_described_device_find("mi250x");
+    CHECK(mi != NULL);
+    if (!mi) return;
+    fa_device_desc mi_simt = mi->desc;
+    mi_simt.matrix_flops_per_clock_cu = 0.0;
+    const fa_device_desc rdna = gfx1030_device(), rdna3 = gfx1100_device();
+    static const int d64_128[2] = {64, 128}, d32[2] = {32, 32};
+    add_score_programs(&set, &mi_simt, 0, 0, T_GFX90A, 1, d64_128);
+    add_score_programs(&set, &rdna, 0, 0, T_GFX1030, 0, d64_128);
+    add_score_programs(&set, &mi->desc, 1, 1, T_GFX90A, 1, d64_128);
+    /* The RX 7900 XTX's backward plans are SIMT. */
+    add_score_programs(&set, &rdna3, 1, 0, T_GFX1100, 0, d32);
+    /* MFMA 32x32: two wavefronts of one strip, 64 keys a tile. */
+    const score_case *all = &score_cases[FA_ARRAY_SIZE(score_cases) - 1];
+    fa_attention_desc d = score_desc(all, FA_DTYPE_F16, 64, 0);
+    add_forced_mma(&set, &mi->desc, &d, FA_PASS_FORWARD, 64, 64, 1, 32, T_GFX90A, "all3 masks drop mfma32");
+    add_forced_mma(&set, &mi->desc, &d, FA_PASS_BACKWARD, 64, 64, 32, 1, T_GFX90A, "all3 masks drop mfma32");
+    d.deterministic = 1;
+    add_forced_mma(&set, &mi->desc, &d, FA_PASS_BACKWARD, 64, 64, 32, 1, T_GFX90A, "all3 masks drop mfma32");
+    compile_set(&set);
+#endif
+}
+
+#ifdef FA_WITH_HIP
 static fa_attention_desc small_desc(fa_dtype dt, int dim) {
     fa_attention_desc d;
     fa_attention_desc_init(&d);
@@ -977,6 +1177,17 @@ FA_TEST(hiprtc_runtime_path) {
     rtc_sample("gfx90a", &d, &kp, FA_PASS_BACKWARD, 64, 1);
     kp = tile(64, 16, 1, 1);
     rtc_sample("gfx1030", &d, &kp, FA_PASS_FORWARD, 32, 1);
+    /* Every score option, as hiprtc builds them at run time. */
+    static const float slopes[2] = {0.5f, 0.25f};
+    d.softcap = 30.0f;
+    d.alibi_slopes = slopes;
+    d.bias_batch = 1;
+    d.bias_heads = d.heads_q;
+    d.bias.dtype = FA_DTYPE_F32;
+    rtc_sample("gfx1030", &d, &kp, FA_PASS_FORWARD, 32, 1);
+    kp = tile(16, 32, 1, 1);
+    d.bias.dtype = FA_DTYPE_BF16;
+    rtc_sample("gfx90a", &d, &kp, FA_PASS_BACKWARD, 64, 1);
     /* The ring's element-wise passes: one program for every target. */
     fa_hip_program rows;
     fa_hip_rows_program(&rows);
@@ -1157,6 +1368,100 @@ static void enumerate_mma(const fa_device_desc *dev, const fa_dtype *dtypes, int
     mma_sweep w = {dev, jobs, count};
     for_each_plan(dev, dtypes, ndtypes, first, last, add_mma_plan, &w);
 }
+
+/* Compiles the jobs through the mapping's hiprtc (NVRTC), a few threads at
+ * a time, prints their registers and stack frames, and fails on a compile
+ * error or a frame (spilled registers); 0 where no NVRTC runs here. */
+static int nvrtc_jobs(mma_job *jobs, int count) {
+    void *code = NULL;
+    size_t size = 0;
+    fa_status st = fa_hip_compile(jobs[0].arch, &jobs[0].prog, &code, &size);
+    free(code);
+    if (st == FA_ERR_BACKEND_UNAVAILABLE || (st == FA_ERR_COMPILE && strstr(fa_last_error(), "NVRTC not found")))
+        return 0;
+
+    mma_pool pool = {jobs, count, 0, PTHREAD_MUTEX_INITIALIZER};
+    pthread_t tid[8];
+    const int threads = cpu_count() < 8 ? cpu_count() : 8;
+    int started = 0;
+    time_t t0 = time(NULL);
+    for (int i = 0; i < threads; i++)
+        if (pthread_create(&tid[started], NULL, mma_worker, &pool) == 0) started++;
+    if (started == 0) mma_worker(&pool);
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+    fprintf(stderr, "%d programs compiled by NVRTC in %ld s\n", count, (long)(time(NULL) - t0));
+
+    printf("%-52s %-6s %s\n", "program (pass dtype dim tile micro-tile wg features)", "arch", "kernel: registers/frame");
+    int failed = 0, spilled = 0;
+    for (int i = 0; i < count; i++) {
+        const mma_job *j = &jobs[i];
+        if (j->status != FA_SUCCESS) {
+            failed++;
+            printf("%-52s %-6s FAILED: %.300s\n", j->label, j->arch, j->error);
+            continue;
+        }
+        printf("%-52s %-6s", j->label, j->arch);
+        for (int k = 0; k < j->prog.kernel_count; k++) {
+            printf(" %s: %d/%d", j->prog.kernels[k] + 3, j->regs[k], j->frame[k]);
+            if (j->regs[k] < 0 || j->frame[k] != 0) spilled++;
+        }
+        printf("\n");
+    }
+    printf("%d programs, %d failed, %d kernels with a stack frame or unreadable\n", count, failed, spilled);
+    CHECK_MSG(failed == 0, "%d programs failed to compile", failed);
+    CHECK_MSG(spilled == 0, "%d kernels spill registers (or their CUBIN was unreadable)", spilled);
+    return 1;
+}
+
+/* One job for a plan's program, labelled with its score options. */
+static void add_score_job(const fa_device_desc *dev, const fa_attention_desc *d, const fa_kernel_plan *kp,
+                          fa_pass pass, const char *label, mma_job *jobs, int *count) {
+    CHECK_MSG(*count < MAX_MMA_JOBS, "more than %d NVRTC programs", MAX_MMA_JOBS);
+    if (*count >= MAX_MMA_JOBS) return;
+    mma_job *j = &jobs[*count];
+    memset(j, 0, sizeof *j);
+    fa_status st = fa_hip_program_for_device(dev, d, kp, pass, &j->prog);
+    CHECK_MSG(st == FA_SUCCESS, "no program for a planned %s tile: %s", pass ? "backward" : "forward", fa_last_error());
+    if (st != FA_SUCCESS) return;
+    snprintf(j->arch, sizeof j->arch, "%s", dev->arch);
+    snprintf(j->label, sizeof j->label, "%s %-4s d%-3d %3dx%-3d %2dx%-2d %s",
+             pass ? (kp->variant == FA_VARIANT_MMA ? (d->deterministic ? "bwddet" : "bwdmma") : "bwd")
+                  : (kp->variant == FA_VARIANT_MMA ? "fwdmma" : kp->variant == FA_VARIANT_SPLITK ? "splitk" : "fwd"),
+             fa_dtype_name(d->q.dtype), d->head_dim, kp->br, kp->bc, kp->thread_rows, kp->thread_cols, label);
+    for (int k = 0; k < *count; k++)
+        if (strcmp(jobs[k].arch, j->arch) == 0 && same_program(&jobs[k].prog, &j->prog)) return;
+    (*count)++;
+}
+
+/* The score-option picks (amd_score_options' cases) on an NVIDIA device
+ * through the mapping: mma, its matrix-core plans (forward, backward,
+ * deterministic backward), else its SIMT ones (forward, backward, the
+ * split-K forward of a decoding shape). */
+static void add_nvidia_score_jobs(const fa_device_desc *dev, int mma, mma_job *jobs, int *count) {
+    static const int dims[2] = {64, 128};
+    score_pick picks[FA_ARRAY_SIZE(score_cases) + 1];
+    const int n = score_picks(1, dims, picks);
+    for (int i = 0; i < n; i++)
+        for (int kind = 0; kind < 2; kind++) {
+            fa_attention_desc d = score_desc(picks[i].c, picks[i].dtype, picks[i].dim, !mma && kind == 1);
+            d.deterministic = mma && kind == 1;
+            fa_plan_info info;
+            fa_status st = fa_plan_for_device(dev, &d, &info);
+            CHECK_MSG(st == FA_SUCCESS, "planning %s for %s: %s", picks[i].c->label, dev->name, fa_last_error());
+            if (st != FA_SUCCESS) continue;
+            const fa_variant fwd = mma ? FA_VARIANT_MMA : kind ? FA_VARIANT_SPLITK : FA_VARIANT_SIMT;
+            const fa_variant bwd = mma ? FA_VARIANT_MMA : FA_VARIANT_SIMT;
+            const int want_bwd = mma || kind == 0;
+            CHECK_MSG(info.forward.variant == fwd && (!want_bwd || info.backward.variant == bwd),
+                      "%s %s d%d on %s: planned %s / %s", picks[i].c->label, fa_dtype_name(picks[i].dtype),
+                      picks[i].dim, dev->arch, fa_variant_name(info.forward.variant),
+                      fa_variant_name(info.backward.variant));
+            if (info.forward.variant == fwd)
+                add_score_job(dev, &d, &info.forward, FA_PASS_FORWARD, picks[i].c->label, jobs, count);
+            if (want_bwd && info.backward.variant == bwd)
+                add_score_job(dev, &d, &info.backward, FA_PASS_BACKWARD, picks[i].c->label, jobs, count);
+        }
+}
 #endif
 
 /* The NVIDIA layer of the matrix-core kernels, as the GPU machine runs it:
@@ -1184,43 +1489,34 @@ FA_TEST(nvidia_mma_variants) {
     enumerate_mma(&devs[1], bf16, 1, 0, 0, jobs, &count);
     CHECK_MSG(count > 0, "no matrix-core plan for NVIDIA through the mapping");
     if (count == 0) return;
-    void *code = NULL;
-    size_t size = 0;
-    fa_status st = fa_hip_compile(jobs[0].arch, &jobs[0].prog, &code, &size);
-    free(code);
-    if (st == FA_ERR_BACKEND_UNAVAILABLE || (st == FA_ERR_COMPILE && strstr(fa_last_error(), "NVRTC not found")))
-        FA_SKIP("no NVRTC here");
+    if (!nvrtc_jobs(jobs, count)) FA_SKIP("no NVRTC here");
+#endif
+}
 
-    mma_pool pool = {jobs, count, 0, PTHREAD_MUTEX_INITIALIZER};
-    pthread_t tid[8];
-    const int threads = cpu_count() < 8 ? cpu_count() : 8;
-    int started = 0;
-    time_t t0 = time(NULL);
-    for (int i = 0; i < threads; i++)
-        if (pthread_create(&tid[started], NULL, mma_worker, &pool) == 0) started++;
-    if (started == 0) mma_worker(&pool);
-    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
-    fprintf(stderr, "%d matrix-core programs compiled by NVRTC in %ld s\n", count, (long)(time(NULL) - t0));
-
-    printf("%-52s %-6s %s\n", "program (pass dtype dim tile micro-tile wg features)", "arch", "kernel: registers/frame");
-    int failed = 0, spilled = 0;
-    for (int i = 0; i < count; i++) {
-        const mma_job *j = &jobs[i];
-        if (j->status != FA_SUCCESS) {
-            failed++;
-            printf("%-52s %-6s FAILED: %.300s\n", j->label, j->arch, j->error);
-            continue;
-        }
-        printf("%-52s %-6s", j->label, j->arch);
-        for (int k = 0; k < j->prog.kernel_count; k++) {
-            printf(" %s: %d/%d", j->prog.kernels[k] + 3, j->regs[k], j->frame[k]);
-            if (j->regs[k] < 0 || j->frame[k] != 0) spilled++;
-        }
-        printf("\n");
-    }
-    printf("%d programs, %d failed, %d kernels with a stack frame or unreadable\n", count, failed, spilled);
-    CHECK_MSG(failed == 0, "%d programs failed to compile", failed);
-    CHECK_MSG(spilled == 0, "%d kernels spill registers (or their CUBIN was unreadable)", spilled);
+/* The score options on NVIDIA through the mapping, as amd_score_options
+ * picks them (each alone, all three with the masks and dropout; fp16 and
+ * bf16, head_dim 64 and 128): the H100's matrix-core plans (forward,
+ * backward, deterministic backward) and its SIMT plans with the tensor
+ * cores set aside (forward, backward, split-K forward), compiled by NVRTC
+ * for sm_90; a stack frame (spilled registers) fails. */
+FA_TEST(nvidia_score_options) {
+#if !defined(FA_WITH_HIP) || !defined(FA_HIP_ON_CUDA_LIBRARY)
+    FA_SKIP("the HIP-on-CUDA mapping is not built (FA_HIP_NVIDIA=OFF)");
+#elif !defined(FA_WITH_CUDA)
+    FA_SKIP("the CUDA backend (its CUBIN reader) is not built into this library");
+#else
+    setenv("FLASHATTN_HIP_LIBRARY", FA_HIP_ON_CUDA_LIBRARY, 1);
+    setenv("FLASHATTN_CACHE_DIR", "off", 1);
+    static mma_job jobs[MAX_MMA_JOBS];
+    int count = 0;
+    const fa_device_desc h100 = nvidia_through_mapping(90);
+    fa_device_desc simt = h100;
+    simt.matrix_flops_per_clock_cu = 0.0;
+    add_nvidia_score_jobs(&h100, 1, jobs, &count);
+    add_nvidia_score_jobs(&simt, 0, jobs, &count);
+    CHECK_MSG(count > 0, "no score-option program for NVIDIA through the mapping");
+    if (count == 0) return;
+    if (!nvrtc_jobs(jobs, count)) FA_SKIP("no NVRTC here");
 #endif
 }
 
@@ -1260,5 +1556,6 @@ FA_TEST(program_checks) {
 #endif
 }
 
-FA_TEST_MAIN(FA_CASE(amd_targets), FA_CASE(rows_amd_targets), FA_CASE(amd_mma_variants), FA_CASE(hiprtc_runtime_path),
-             FA_CASE(nvidia_mapping_compiles), FA_CASE(nvidia_mma_variants), FA_CASE(program_checks))
+FA_TEST_MAIN(FA_CASE(amd_targets), FA_CASE(rows_amd_targets), FA_CASE(amd_mma_variants), FA_CASE(amd_score_options),
+             FA_CASE(hiprtc_runtime_path), FA_CASE(nvidia_mapping_compiles), FA_CASE(nvidia_mma_variants),
+             FA_CASE(nvidia_score_options), FA_CASE(program_checks))

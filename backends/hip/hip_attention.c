@@ -151,7 +151,8 @@ static const char *dtype_define(fa_dtype t) {
     }
 }
 
-/* The defines every program takes: tile, wavefront, dtype, options. */
+/* The defines every program takes: tile, wavefront, dtype, options (masks,
+ * dropout, varlen, score options). */
 static int add_common_defines(fa_hip_program *out, const fa_attention_desc *d, const fa_kernel_plan *kp, int wave) {
     int ok = add_define(out, "-DHEAD_DIM=%d", d->head_dim, 1) && add_define(out, "-DBR=%d", kp->br, 1) &&
              add_define(out, "-DBC=%d", kp->bc, 1) && add_define(out, "-DTR=%d", kp->thread_rows, 1) &&
@@ -162,6 +163,11 @@ static int add_common_defines(fa_hip_program *out, const fa_attention_desc *d, c
     if (ok && d->block_mask) ok = add_define(out, "-DBLOCK_MASK", 0, 0);
     if (ok && d->dropout_p > 0.0f) ok = add_define(out, "-DDROPOUT", 0, 0);
     if (ok && d->cu_seqlens_q) ok = add_define(out, "-DVARLEN", 0, 0);
+    /* Score options: compiled in only where the plan has them. */
+    if (ok && d->softcap > 0.0f) ok = add_define(out, "-DSOFTCAP", 0, 0);
+    if (ok && d->alibi_slopes) ok = add_define(out, "-DALIBI", 0, 0);
+    if (ok && d->bias_batch > 0) ok = add_define(out, "-DBIAS", 0, 0);
+    if (ok && d->bias_batch > 0 && d->bias.dtype == FA_DTYPE_F32) ok = add_define(out, "-DBIAS_F32", 0, 0);
     return ok;
 }
 
@@ -448,11 +454,14 @@ typedef struct fa_hip_plan {
     void *part_o, *part_l;      /* split-K partial results */
     void *dvec;                 /* backward: rowsum(dO * O) */
     void *dq_acc;               /* backward, mma: fp32 dQ [heads_q][total_q][head_dim] */
+    void *slopes;               /* ALiBi: heads_q fp32 slopes */
 
     fa_layout q, k, v, o;
     int block_cols;
     float scale_log2;
     float drop_scale;
+    float cap_in;               /* softcap: scale / softcap; else 0 */
+    int64_t bias_sb, bias_sh, bias_ss; /* bias element strides, 0 along broadcast dimensions */
 
     hipEvent_t start, stop;
     int timed;                  /* start and stop hold the last pass */
@@ -602,7 +611,7 @@ static void release_plan(fa_hip_plan *p) {
     if (p->fwd.module) (void)api->hipModuleUnload(p->fwd.module);
     if (p->bwd.module) (void)api->hipModuleUnload(p->bwd.module);
     void *mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles, p->part_o, p->part_l, p->dvec,
-                    p->dq_acc};
+                    p->dq_acc, p->slopes};
     for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
         if (mems[i]) (void)api->hipFree(mems[i]);
     if (p->start) (void)api->hipEventDestroy(p->start);
@@ -655,6 +664,14 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
     p->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
     const int dropout = d->dropout_p > 0.0f;
     p->drop_scale = dropout ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
+    p->cap_in = d->softcap > 0.0f ? (float)((double)plan->scale / (double)d->softcap) : 0.0f;
+    if (d->bias_batch > 0) {
+        fa_dim dims[4];
+        fa_desc_bias_dims(d, dims);
+        p->bias_ss = dims[1].stride;
+        p->bias_sh = d->bias_heads == 1 ? 0 : dims[2].stride;
+        p->bias_sb = d->bias_batch == 1 ? 0 : dims[3].stride;
+    }
 
     hipError_t err = api->hipEventCreate(&p->start);
     if (err == hipSuccess) err = api->hipEventCreate(&p->stop);
@@ -674,6 +691,11 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
     /* Rows of L: heads_q x total_q. */
     const size_t heads = (size_t)d->heads_q, tokens = (size_t)plan->total_q, dim = (size_t)d->head_dim;
     size_t bytes;
+    /* The plan's copy of the ALiBi slopes, one per query head. */
+    if (plan->alibi_slopes) {
+        FA_CHECK(fa_workspace_bytes("the ALiBi slopes", (size_t[]){heads, sizeof(float)}, 2, &bytes));
+        FA_CHECK(device_alloc(bytes, plan->alibi_slopes, "the ALiBi slopes", &p->slopes));
+    }
     if (p->num_splits > 1) {
         const size_t splits = (size_t)p->num_splits;
         FA_CHECK(fa_workspace_bytes("split-K partial outputs",
@@ -706,9 +728,12 @@ fa_status fa_hip_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pl
      * refuses such plans first; said here too for whoever calls this). */
     if (plan->desc.kv_cache) return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache: the HIP backend has no KV-cache kernels yet");
     const fa_attention_desc *d = &plan->desc;
-    FA_CHECK(fa_refuse_score_options(d, "HIP"));
-    if (plan->info.algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
+    /* The fused kernels compute every score option; unfused attention has
+     * no HIP kernels at all, and names an option first. */
+    if (plan->info.algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED) {
+        FA_CHECK(fa_refuse_score_options(d, "HIP (standard algorithm)"));
         return fa_fail(FA_ERR_UNSUPPORTED, "the HIP attention kernels run only FA_ALGO_FUSED");
+    }
     if (d->q.dtype != d->k.dtype || d->q.dtype != d->v.dtype || d->q.dtype != d->o.dtype)
         return fa_fail(FA_ERR_DTYPE_MISMATCH, "the HIP kernels need q, k, v and o of one dtype");
     if (!fa_hip_api_get()) return fa_fail(FA_ERR_BACKEND_UNAVAILABLE, "the HIP runtime is not loaded");
@@ -812,6 +837,22 @@ static void mask_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *plan, 
     arg_u32(a, (uint32_t)plan->drop_col0);
 }
 
+/* The score options' arguments, last in every attention kernel's list
+ * (FA_SCORE_PARAMS in kernels_hip/common.h); bias: the pass's buffer, NULL
+ * without one. */
+static void score_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *plan, void *bias) {
+    const fa_attention_desc *d = &plan->desc;
+    arg_float(a, plan->scale);
+    arg_float(a, p->cap_in);
+    arg_float(a, d->softcap);
+    arg_ptr(a, p->slopes);
+    arg_ptr(a, bias ? ptr_of(bias) : NULL);
+    arg_i64(a, bias ? d->bias.offset : 0);
+    arg_i64(a, p->bias_sb);
+    arg_i64(a, p->bias_sh);
+    arg_i64(a, p->bias_ss);
+}
+
 fa_status fa_hip_launch(const fa_hip_context *ctx, hipFunction_t fn, const char *name, size_t gx, size_t gy,
                         size_t gz, unsigned block, size_t shared, void **args) {
     if (gx == 0 || gy == 0 || gz == 0) return FA_SUCCESS;
@@ -862,6 +903,7 @@ static fa_status run_forward(fa_hip_plan *p, const fa_plan_s *plan, const fa_fwd
     arg_int(&a, p->num_splits);
     arg_ptr(&a, p->part_o);
     arg_ptr(&a, p->part_l);
+    score_args(&a, p, plan, args->bias);
     const size_t tiles = ((size_t)d->seqlen_q + (size_t)p->fwd.br - 1) / (size_t)p->fwd.br;
     FA_CHECK(launch(p, p->fwd.fn[0], p->fwd.mma ? "fa_forward_mma" : "fa_forward", tiles, (size_t)d->heads_q,
                     (size_t)d->batch * (size_t)p->num_splits, (unsigned)p->fwd.wg, p->fwd.shared[0], &a));
@@ -898,8 +940,9 @@ fa_status fa_hip_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     return st;
 }
 
-/* The backward kernels' shared arguments (FA_BWD_PARAMS in bwd.hip). */
-static void bwd_common_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *plan) {
+/* The backward kernels' shared arguments (FA_BWD_PARAMS in bwd.hip), the
+ * score options' last. */
+static void bwd_common_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *plan, void *bias) {
     const fa_attention_desc *d = &plan->desc;
     arg_layout(a, &p->q);
     arg_layout(a, &p->k);
@@ -913,6 +956,7 @@ static void bwd_common_args(hip_args *a, const fa_hip_plan *p, const fa_plan_s *
     arg_float(a, p->scale_log2);
     arg_float(a, plan->scale);
     mask_args(a, p, plan, p->bwd_tiles, p->bwd_tile_cols);
+    score_args(a, p, plan, bias);
 }
 
 /* The tensors the dK/dV and dQ kernels take first. */
@@ -951,7 +995,7 @@ static fa_status run_backward_mma(fa_hip_plan *p, const fa_plan_s *plan, const f
     arg_ptr(&kv, ptr_of(args->dk));
     arg_ptr(&kv, ptr_of(args->dv));
     arg_ptr(&kv, p->dq_acc);
-    bwd_common_args(&kv, p, plan);
+    bwd_common_args(&kv, p, plan, args->bias);
     const size_t ktiles = ((size_t)d->seqlen_k + (size_t)p->bwd.bc - 1) / (size_t)p->bwd.bc;
     FA_CHECK(launch(p, p->bwd.fn[1], "fa_bwd_dkdv_mma", ktiles, (size_t)d->heads_kv, (size_t)d->batch,
                     (unsigned)p->bwd.wg, p->bwd.shared[1], &kv));
@@ -971,7 +1015,7 @@ static fa_status run_backward_mma(fa_hip_plan *p, const fa_plan_s *plan, const f
     }
     bwd_inputs(&q, p, args);
     arg_ptr(&q, ptr_of(args->dq));
-    bwd_common_args(&q, p, plan);
+    bwd_common_args(&q, p, plan, args->bias);
     const size_t qtiles = ((size_t)d->seqlen_q + (size_t)p->bwd.br - 1) / (size_t)p->bwd.br;
     return launch(p, p->bwd.fn[2], "fa_bwd_dq_mma", qtiles, (size_t)d->heads_q, (size_t)d->batch,
                   (unsigned)p->bwd.dq_threads, p->bwd.shared[2], &q);
@@ -996,7 +1040,7 @@ static fa_status run_backward(fa_hip_plan *p, const fa_plan_s *plan, const fa_bw
     bwd_inputs(&kv, p, args);
     arg_ptr(&kv, ptr_of(args->dk));
     arg_ptr(&kv, ptr_of(args->dv));
-    bwd_common_args(&kv, p, plan);
+    bwd_common_args(&kv, p, plan, args->bias);
     const size_t ktiles = ((size_t)d->seqlen_k + (size_t)p->bwd.bc - 1) / (size_t)p->bwd.bc;
     FA_CHECK(launch(p, p->bwd.fn[1], "fa_bwd_dkdv", ktiles, (size_t)d->heads_kv, (size_t)d->batch,
                     (unsigned)p->bwd.wg, 0, &kv));
@@ -1004,7 +1048,7 @@ static fa_status run_backward(fa_hip_plan *p, const fa_plan_s *plan, const fa_bw
     hip_args q = {0};
     bwd_inputs(&q, p, args);
     arg_ptr(&q, ptr_of(args->dq));
-    bwd_common_args(&q, p, plan);
+    bwd_common_args(&q, p, plan, args->bias);
     const size_t qtiles = ((size_t)d->seqlen_q + (size_t)p->bwd.br - 1) / (size_t)p->bwd.br;
     return launch(p, p->bwd.fn[2], "fa_bwd_dq", qtiles, (size_t)d->heads_q, (size_t)d->batch, (unsigned)p->bwd.wg,
                   0, &q);

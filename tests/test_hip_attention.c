@@ -280,6 +280,7 @@ FA_TEST(mma_options) {
 /* ------------------------------------------------------------------------ */
 /* Score options in every kernel family                                      */
 
+#ifdef FA_WITH_HIP
 /* Softcap, ALiBi and the bias, each alone and all three together (with
  * causal masking and dropout), and softcap with ALiBi on a variable-length
  * batch (a bias excludes one), as the descriptor's score options. */
@@ -344,6 +345,7 @@ static void set_score_opts(fa_attention_desc *d, const score_opts *o) {
         d->cu_seqlens_k = score_cu_k;
     }
 }
+#endif
 
 /* Every score option set on the SIMT kernels, forward and backward (fp32
  * and bf16 in turn, on tiles whose rows and keys the lengths do not

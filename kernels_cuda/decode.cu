@@ -43,7 +43,6 @@
 #define NT (WK / 8)
 #define DT (HEAD_DIM / 8)
 #define KS (HEAD_DIM / 16)
-#define MERGE_LOADS 16 /* SPLIT_MERGE_LAST: splits a merging thread loads at once */
 #define O_STRIDE (HEAD_DIM + 4) /* fp32 words a partial row: 16-byte rows, fewer bank conflicts */
 
 #if BR % 16 != 0 || BC != WK * WARPS || HEAD_DIM % 16 != 0 || STAGES < 2
@@ -84,16 +83,62 @@ FA_DEV void unpack_row(int pr, int group, int *tok, int *gh) {
     *gh = pr - *tok * group;
 }
 
+/* L of a finished row (fa_forward_kvcache's lse may be NULL: KV_CACHE
+ * builds store it only where it was given). */
+FA_DEV void store_lse(const fa_params &p, i64 index, float value) {
+#ifdef KV_CACHE
+    if (!p.lse) return;
+#endif
+    p.lse[index] = value;
+}
+
 #ifdef SPLIT_MERGE_LAST
 /* The split merge in the step's own launch: the last of the num_splits
  * blocks of a (row tile, KV head, sequence) to finish merges their partial
  * rows (rowwise.cuh's fa_splitk_merge, the same weights and the same rules
  * for rows without mass), so a step is one launch and the merge runs on
- * many SMs at once, its loads across splits in flight together instead of
- * one after the other. The arrivals are counted in a word per (row tile,
- * KV head, sequence) that follows the partial L's; atomicInc wraps it to 0
- * on the last arrival, ready for the next step without a memset. The
- * partials are read through L2 (__ldcg): other blocks wrote them. */
+ * many SMs at once. The arrivals are counted in a word per (row tile, KV
+ * head, sequence) that follows the partial L's; atomicInc wraps it to 0 on
+ * the last arrival, ready for the next step without a memset. The
+ * partials are read through L2 (__ldcg): other blocks wrote them.
+ *
+ * The merge is a chain of L2 round trips on the step's critical path, so
+ * every pass issues all its loads before it uses any: the row pass holds
+ * MERGE_PER_LANE L_s in each of MERGE_LPR lanes a row (128 splits at
+ * once), the output pass MERGE_SPLITS splits of MERGE_ELEMS output chunks
+ * a thread. (Loads consumed one split at a time behind a branch each cost
+ * one round trip a split and output chunk: 2 x 66 of them at batch 1, most
+ * of that step's time.) */
+#define MERGE_LPR 8
+#define MERGE_PER_LANE 16
+#define MERGE_ELEMS 2
+#define MERGE_SPLITS 8
+
+/* Splits whose weights a row keeps in shared memory at once: what the
+ * smallest dynamic shared memory of this build (Q and two stages of K and
+ * V) holds beside the three per-row values. */
+#define MERGE_SMEM_MIN (Q_BYTES + 2 * 2 * KV_TILE_BYTES)
+#define MERGE_WCAP_FIT ((MERGE_SMEM_MIN - 3 * 4 * BR) / (4 * BR))
+#define MERGE_WCAP (MERGE_WCAP_FIT < 128 ? MERGE_WCAP_FIT : 128)
+#if MERGE_WCAP < MERGE_SPLITS
+#error "decode.cu: the merge's weights do not fit the shared memory"
+#endif
+
+/* The weights of splits [c0, c0 + cnt) of each of the tile's rows,
+ * exp(L_s - L_row) (NaN for a NaN L_s), or -1 for a split without mass,
+ * into w[r][s - c0] (rows of MERGE_WCAP). */
+FA_DEV void merge_weights(const fa_params &p, const fa_seq &seq, int hk, int pr0, int rows, int c0, int cnt, float *w,
+                          const float *row_m, const float *row_inv) {
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
+    for (int i = threadIdx.x; i < rows * cnt; i += THREADS) {
+        const int r = i / cnt, s = c0 + i - r * cnt;
+        int tok, gh;
+        unpack_row(pr0 + r, p.group, &tok, &gh);
+        const float l = __ldcg(p.part_l + s * split_stride + (i64)(hk * p.group + gh) * p.total_q + seq.start_q + tok);
+        w[r * MERGE_WCAP + s - c0] = l == -FA_INF ? -1.0f : expf(l - row_m[r]) * row_inv[r];
+    }
+}
+
 FA_DEV void merge_if_last(const fa_params &p, int b, const fa_seq &seq, int hk, int pr0, int rows_total,
                           unsigned char *smem) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, group = p.group, ns = p.num_splits;
@@ -108,85 +153,142 @@ FA_DEV void merge_if_last(const fa_params &p, int b, const fa_seq &seq, int hk, 
     if (!__syncthreads_or(arrived_last)) return;
     __threadfence(); /* the other blocks' partials after their arrivals */
 
-    /* Per row (a warp each): the max of the L_s, whether any split has
-     * mass, the weights' sum (online, one pass; the lanes take the splits
-     * in turn and then meet), the merged L. */
+    /* Per row (MERGE_LPR lanes): the max of the L_s, whether any split has
+     * mass (L_s > -inf, or NaN), the sum of exp(L_s - max) and the merged
+     * L. Each lane sums its own splits against the group's running max;
+     * the group meets once at the end. Where every split's weight fits in
+     * shared memory at once (one_chunk: up to MERGE_WCAP splits, never
+     * more than one pass here), the lanes write the weights from the L_s
+     * they hold; else merge_weights reads them again per chunk. */
     float *row_m = (float *)smem, *row_inv = row_m + BR;
     int *row_mass = (int *)(row_inv + BR);
+    float *wts = (float *)(row_mass + BR);
+    const bool one_chunk = ns <= MERGE_WCAP;
     const int rows = min(BR, rows_total - pr0);
-    for (int r = warp; r < rows; r += WARPS) {
-        int tok, gh;
-        unpack_row(pr0 + r, group, &tok, &gh);
+    const int sub = lane & (MERGE_LPR - 1), gshift = lane & ~(MERGE_LPR - 1);
+    constexpr int ROWS_PER_WARP = 32 / MERGE_LPR;
+    for (int r0 = warp * ROWS_PER_WARP; r0 < rows; r0 += WARPS * ROWS_PER_WARP) {
+        const int r = r0 + lane / MERGE_LPR;
+        const bool live = r < rows;
+        int tok = 0, gh = 0;
+        if (live) unpack_row(pr0 + r, group, &tok, &gh);
         const i64 row = (i64)(hk * group + gh) * p.total_q + seq.start_q + tok;
-        float m = -FA_INF, sum = 0.0f;
-        for (int s = lane; s < ns; s += 32) {
-            const float ls = __ldcg(p.part_l + s * split_stride + row);
-            if (ls == -FA_INF) continue;
-            if (ls > m) {
-                sum = sum * fa_exp2((m - ls) * FA_LOG2E) + 1.0f;
-                m = ls;
-            } else {
-                sum += fa_exp2((ls - m) * FA_LOG2E);
+        float m = -FA_INF, sum = 0.0f, l[MERGE_PER_LANE];
+        bool mass = false;
+        for (int s0 = 0; s0 < ns; s0 += MERGE_LPR * MERGE_PER_LANE) {
+#pragma unroll
+            for (int i = 0; i < MERGE_PER_LANE; i++) {
+                const int s = s0 + sub + MERGE_LPR * i;
+                l[i] = live && s < ns ? __ldcg(p.part_l + s * split_stride + row) : -FA_INF;
+            }
+            float cm = -FA_INF;
+#pragma unroll
+            for (int i = 0; i < MERGE_PER_LANE; i++) cm = fmaxf(cm, l[i]);
+#pragma unroll
+            for (int o = 1; o < MERGE_LPR; o <<= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+            /* fmaxf skips NaN: the max stays -inf where every L_s with mass
+             * is NaN, and the sum below comes out NaN, as it must. */
+            const float nm = fmaxf(m, cm), base = nm == -FA_INF ? 0.0f : nm;
+            float cs = 0.0f;
+#pragma unroll
+            for (int i = 0; i < MERGE_PER_LANE; i++) {
+                cs += expf(l[i] - base); /* 0 for -inf, NaN for NaN */
+                mass |= l[i] != -FA_INF;
+            }
+            sum = sum * expf(m - base) + cs; /* m = -inf: 0 x sum (NaN stays) */
+            m = nm;
+        }
+#pragma unroll
+        for (int o = 1; o < MERGE_LPR; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const unsigned group_bits = (1u << MERGE_LPR) - 1u;
+        mass = (__ballot_sync(0xffffffffu, mass) >> gshift & group_bits) != 0;
+        /* No split with mass: NaN where one saw keys (its O_s is NaN). */
+        bool nan_o = false;
+        if (live && !mass)
+            for (int s = sub; s < ns; s += MERGE_LPR)
+                nan_o |= fa_isnan(__ldcg(p.part_o + (s * split_stride + row) * HEAD_DIM));
+        nan_o = (__ballot_sync(0xffffffffu, nan_o) >> gshift & group_bits) != 0;
+        const float m_use = m == -FA_INF ? 0.0f : m, inv = 1.0f / sum;
+        if (live && one_chunk) {
+#pragma unroll
+            for (int i = 0; i < MERGE_PER_LANE; i++) {
+                const int s = sub + MERGE_LPR * i;
+                if (s < ns) wts[r * MERGE_WCAP + s] = l[i] == -FA_INF ? -1.0f : expf(l[i] - m_use) * inv;
             }
         }
-        /* sum > 0 or NaN exactly where the lane met a split with mass. */
-        const bool mass = __any_sync(0xffffffffu, sum != 0.0f);
-        float mx = m;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        /* mx = -inf with mass only where every L_s with mass is NaN. */
-        const float m_use = mx == -FA_INF ? 0.0f : mx;
-        float wsum = sum == 0.0f ? 0.0f : sum * fa_exp2((m - m_use) * FA_LOG2E);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
-        bool nan_o = false;
-        if (!mass) /* NaN where a split saw keys (its O_s is NaN) */
-            for (int s = lane; s < ns; s += 32)
-                nan_o |= fa_isnan(__ldcg(p.part_o + (s * split_stride + row) * HEAD_DIM));
-        nan_o = __any_sync(0xffffffffu, nan_o);
-        if (lane == 0) {
+        if (live && sub == 0) {
             row_m[r] = m_use;
-            row_inv[r] = 1.0f / wsum;
+            row_inv[r] = inv;
             row_mass[r] = mass;
-            p.lse[lse_index(p, b, hk * group + gh, tok, seq.start_q)] =
-                mass ? m_use + logf(wsum) : nan_o ? FA_NAN : -FA_INF;
+            store_lse(p, lse_index(p, b, hk * group + gh, tok, seq.start_q),
+                      mass ? m_use + logf(sum) : nan_o ? FA_NAN : -FA_INF);
         }
     }
     __syncthreads();
 
     /* O = sum_s exp(L_s - L) O_s, the splits in order (the result does not
-     * depend on which block came last), MERGE_LOADS splits' loads in flight
-     * at once: the merge streams the partials through one SM. */
+     * depend on which block came last), from the weights in shared memory
+     * (-1 for a split without mass): the pass over the partial outputs
+     * loads nothing else, MERGE_ELEMS chunks of four dimensions a thread,
+     * MERGE_SPLITS splits of each in flight at once. */
     constexpr int D4 = HEAD_DIM / 4;
-    for (int e = tid; e < rows * D4; e += THREADS) {
-        const int r = e / D4, x = (e - r * D4) * 4;
-        int tok, gh;
-        unpack_row(pr0 + r, group, &tok, &gh);
-        const int h = hk * group + gh;
-        const i64 row = (i64)h * p.total_q + seq.start_q + tok;
-        const float m_use = row_m[r], inv = row_inv[r];
-        const bool mass = row_mass[r] != 0;
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int s0 = 0; s0 < ns; s0 += MERGE_LOADS) {
-            float ls[MERGE_LOADS];
-            float4 o4[MERGE_LOADS];
+    const int elems = rows * D4;
+    for (int e_base = 0; e_base < elems; e_base += MERGE_ELEMS * THREADS) {
+        i64 row[MERGE_ELEMS];
+        int r_of[MERGE_ELEMS], tok[MERGE_ELEMS], h[MERGE_ELEMS], x[MERGE_ELEMS];
+        float v[MERGE_ELEMS][4];
+        bool mass[MERGE_ELEMS];
 #pragma unroll
-            for (int j = 0; j < MERGE_LOADS; j++) {
-                const i64 i = (i64)min(s0 + j, ns - 1) * split_stride + row;
-                ls[j] = __ldcg(p.part_l + i);
-                o4[j] = __ldcg((const float4 *)(p.part_o + i * HEAD_DIM + x));
+        for (int q = 0; q < MERGE_ELEMS; q++) {
+            const int e = min(e_base + tid + q * THREADS, elems - 1), r = e / D4;
+            int gh;
+            r_of[q] = r;
+            x[q] = (e - r * D4) * 4;
+            unpack_row(pr0 + r, group, &tok[q], &gh);
+            h[q] = hk * group + gh;
+            row[q] = (i64)h[q] * p.total_q + seq.start_q + tok[q];
+            mass[q] = row_mass[r] != 0;
+#pragma unroll
+            for (int c = 0; c < 4; c++) v[q][c] = 0.0f;
+        }
+        for (int c0 = 0; c0 < ns; c0 += MERGE_WCAP) {
+            const int cnt = min(MERGE_WCAP, ns - c0);
+            if (!one_chunk) {
+                __syncthreads(); /* the last chunk's weights are read */
+                merge_weights(p, seq, hk, pr0, rows, c0, cnt, wts, row_m, row_inv);
+                __syncthreads();
             }
+            for (int s0 = 0; s0 < cnt; s0 += MERGE_SPLITS) {
+                float4 o4[MERGE_ELEMS][MERGE_SPLITS];
 #pragma unroll
-            for (int j = 0; j < MERGE_LOADS; j++) {
-                if (s0 + j >= ns) break;
-                const float o[4] = {o4[j].x, o4[j].y, o4[j].z, o4[j].w};
-                const float w = expf(ls[j] - m_use) * inv;
+                for (int q = 0; q < MERGE_ELEMS; q++)
 #pragma unroll
-                for (int c = 0; c < 4; c++)
-                    v[c] = ls[j] != -FA_INF ? fmaf(w, o[c], v[c]) : !mass && fa_isnan(o[c]) ? FA_NAN : v[c];
+                    for (int j = 0; j < MERGE_SPLITS; j++) {
+                        const i64 i = (i64)(c0 + min(s0 + j, cnt - 1)) * split_stride + row[q];
+                        o4[q][j] = __ldcg((const float4 *)(p.part_o + i * HEAD_DIM + x[q]));
+                    }
+                /* A memory-ordering point between the loads and their use:
+                 * the scheduler may not sink a load past it, so all of them
+                 * are in flight together (without it, ptxas issues about
+                 * half of them after the first products). */
+                __syncwarp();
+#pragma unroll
+                for (int q = 0; q < MERGE_ELEMS; q++)
+#pragma unroll
+                    for (int j = 0; j < MERGE_SPLITS; j++) {
+                        const bool in = s0 + j < cnt;
+                        const float w = wts[r_of[q] * MERGE_WCAP + min(s0 + j, cnt - 1)];
+                        const bool has = in && !(w < 0.0f); /* a NaN weight spreads */
+                        const float o[4] = {o4[q][j].x, o4[q][j].y, o4[q][j].z, o4[q][j].w};
+#pragma unroll
+                        for (int c = 0; c < 4; c++)
+                            v[q][c] = has ? fmaf(w, o[c], v[q][c]) : in && !mass[q] && fa_isnan(o[c]) ? FA_NAN : v[q][c];
+                    }
             }
         }
-        store_o4(p, b, seq, tok, h, x, v);
+#pragma unroll
+        for (int q = 0; q < MERGE_ELEMS; q++)
+            if (e_base + tid + q * THREADS < elems) store_o4(p, b, seq, tok[q], h[q], x[q], v[q]);
     }
 }
 #endif
@@ -408,7 +510,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         if (x == 0) p.part_l[row] = lse_r;
 #else
         store_o4(p, b, seq, tok, h, x, v);
-        if (x == 0) p.lse[lse_index(p, b, h, tok, seq.start_q)] = lse_r;
+        if (x == 0) store_lse(p, lse_index(p, b, h, tok, seq.start_q), lse_r);
 #endif
     }
 #ifdef SPLIT_MERGE_LAST

@@ -106,6 +106,11 @@ typedef struct cu_program_spec {
     cu_kernel_spec kernels[CU_MAX_KERNELS];
     int tensor_cores;
     int arch_specific; /* fa_cuda_program's */
+    /* 1: the first kernel asks the driver for an SM's largest shared-memory
+     * carveout, so that the blocks the planner counts on share an SM (the
+     * decoding kernel plans two a compute unit; left to itself the driver
+     * may size the carveout for one). */
+    int max_carveout;
 } cu_program_spec;
 
 static int cu_mma_ok(const fa_kernel_plan *kp) { return kp->variant == FA_VARIANT_MMA; }
@@ -266,6 +271,7 @@ static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *k
                            kp->stages));
     s->nkernels = 1;
     s->kernels[0] = (cu_kernel_spec){"fa_fwd_decode", kp->work_group_size, fa_decode_local_mem(d, kp->br, kp->stages)};
+    s->max_carveout = 1;
     if (kp->split_k > 1) {
         int last = 1;
         FA_CHECK(decode_merge_last(&last));
@@ -496,6 +502,15 @@ static fa_status load_pass(fa_cuda_plan *p, cu_pass *pass) {
             if (r != CUDA_SUCCESS) {
                 char what[160];
                 snprintf(what, sizeof what, "cuFuncSetAttribute(%s, %zu bytes of shared memory)", k->name, k->smem);
+                return fa_cuda_error(r, what);
+            }
+        }
+        if (i == 0 && pass->spec.max_carveout) {
+            r = cu()->cuFuncSetAttribute(pass->fn[i], CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                         (int)CU_SHAREDMEM_CARVEOUT_MAX_SHARED);
+            if (r != CUDA_SUCCESS) {
+                char what[160];
+                snprintf(what, sizeof what, "cuFuncSetAttribute(%s, the largest shared-memory carveout)", k->name);
                 return fa_cuda_error(r, what);
             }
         }

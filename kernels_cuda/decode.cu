@@ -19,16 +19,36 @@
  * rowwise.cuh's fa_splitk_merge (the same layout as simt.cu's splits), or
  * with SPLIT_MERGE_LAST by the last block of the splits (merge_if_last).
  *
- * Options: BR BC WARPS STAGES, and common.cuh's. Dropout and the block
- * mask are not built here (the planner does not plan this kernel for
- * them). Layout of the dynamic shared memory (core/planner_decode.c
- * counts the same bytes):
- *   Qs [BR x HEAD_DIM] (mma.cuh's padded tile), then either the stages'
- *   Ks, Vs [STAGES][BC x HEAD_DIM] or, at the end, the warps' partial
- *   O [WARPS][BR][HEAD_DIM + 4] and (m, l) [WARPS][BR][2] in fp32. */
+ * With KV_CACHE (kvcache.cuh) the kernel is one step against a KV cache
+ * (fa_forward_kvcache): the lengths are device data (len_k = cache_seqlens
+ * + seqlen_new per sequence); K and V rows come from the cache,
+ * contiguous or through the block table's pages (PAGED: a ring of the
+ * next tiles' page indices rides with the copies), the step's new rows
+ * from k_new and v_new (APPEND), rotated where ROTARY_DIM asks, as are
+ * the queries; softcap and ALiBi transform the scores (SCORE_OPTIONS).
+ * One block of each (sequence, KV head) also writes the new rows into the
+ * cache; every block reads them from k_new and v_new, so no block of the
+ * launch reads a cache row the launch writes, and one launch is a whole
+ * step. A sequence whose lengths or page indices break the descriptor's
+ * rules gets NaN rows and has nothing read or written outside the
+ * tensors.
+ *
+ * Options: BR BC WARPS STAGES, common.cuh's and kvcache.cuh's. Dropout and
+ * the block mask are not built here (the planner does not plan this
+ * kernel for them). Layout of the dynamic shared memory
+ * (core/planner_decode.c counts the same bytes):
+ *   Qs [BR x HEAD_DIM] (mma.cuh's padded tile; PAGED keeps the page ring
+ *   in its rows' padding chunks), then either the stages' Ks, Vs
+ *   [STAGES][BC x HEAD_DIM] or, at the end, the warps' partial O
+ *   [WARPS][BR][HEAD_DIM + 4] and (m, l) [WARPS][BR][2] in fp32; the merge
+ *   (SPLIT_MERGE_LAST) reuses it all for per-row values and the splits'
+ *   weights. */
 #include "common.cuh"
 #include "mma.cuh"
 #include "rowwise.cuh"
+#ifdef KV_CACHE
+#include "kvcache.cuh"
+#endif
 
 #if defined(DROPOUT) || defined(BLOCK_MASK)
 #error "decode.cu: dropout and block masks run in the other forward kernels"
@@ -60,6 +80,7 @@
 #define KV_ONCE false
 #endif
 
+#ifndef KV_CACHE
 /* K and V of key tile t into stage buffer st: rows past the sequence are
  * zero-filled. */
 FA_DEV void load_kv(u32 k_sm, u32 v_sm, int st, const elem_t *kg, const elem_t *vg, const fa_params &p, int t,
@@ -69,6 +90,180 @@ FA_DEV void load_kv(u32 k_sm, u32 v_sm, int st, const elem_t *kg, const elem_t *
     load_tile_async<BC, THREADS, KV_ONCE>(v_sm + (u32)st * KV_TILE_BYTES, vg + (i64)t * BC * p.v_ss, p.v_ss,
                                           len_k - t * BC, tid);
 }
+#endif
+
+#ifdef KV_CACHE
+#ifdef VARLEN
+#error "decode.cu: a KV-cache step has fixed-length batches"
+#endif
+/* Where a cache step's key tiles come from: sequence b's cache rows below
+ * cs (contiguous, or in the pages the ring names), k_new / v_new rows from
+ * cs to len_k (APPEND), zeros past len_k. */
+struct kv_src {
+    const elem_t *k, *v;   /* the cache at (sequence b, or page 0), token 0, head hk */
+    const elem_t *kn, *vn; /* k_new and v_new at (b, token 0, head hk); APPEND */
+    int cs, len_k, b;
+};
+
+#ifdef PAGED
+FA_DEV int ld_shared_s32(u32 addr) {
+    int v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+    return v;
+}
+FA_DEV void st_shared_s32(u32 addr, int v) { asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v)); }
+
+/* The page ring: the page indices of the four 16-row groups of key tile X
+ * (a page holds a multiple of 16 tokens and tiles start at multiples of
+ * 64, so each group lies in one page, and a tile spans at most four pages
+ * whatever the page size) in the padding chunk of Q tile row X % PG_SLOTS:
+ * 16 bytes the products never read. Tile X's entries are loaded with
+ * cp.async in the group of tile X - (STAGES - 1)'s K and V, so they have
+ * landed when tile X's own copies are issued STAGES - 1 iterations later;
+ * the first PG_SLOTS tiles' are read before the loop. Entries are checked
+ * where they are used (page_ok); groups past the sequence are never read. */
+#define PG_SLOTS (2 * STAGES - 2)
+#if PG_SLOTS > BR || BC != 64
+#error "decode.cu: the page ring needs 2 * STAGES - 2 <= BR and 64-key tiles"
+#endif
+FA_DEV u32 pg_slot(u32 q_sm, int tile) { return q_sm + (u32)chunk_off(tile % PG_SLOTS, ROW_CHUNKS); }
+#endif
+
+/* Rows [0, BC) of key tile t of one tensor into the tile at dst: cache
+ * rows from c_base (page stride sb with PAGED, row stride ss), new rows
+ * from n_base (row stride nss), zeros past len_k or in a page outside the
+ * pool. skip_new leaves the new rows' chunks to rotate_new_keys. */
+FA_DEV void load_tile_kv_cache(u32 dst, const elem_t *c_base, i64 sb, i64 ss, const elem_t *n_base, i64 nss, int t,
+                               const kv_src &s, u32 slot, const fa_kv_params &kv, bool skip_new, int tid) {
+    (void)sb;
+    (void)n_base;
+    (void)nss;
+    (void)slot;
+    (void)kv;
+    (void)skip_new;
+    /* t * BC < len_k: the rows left of each part fit an int. */
+    const int cache_left = s.cs - t * BC;
+#pragma unroll 1
+    for (int e = tid; e < BC * ROW_CHUNKS; e += THREADS) {
+        const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS;
+        const elem_t *src = c_base;
+        int bytes = 0;
+        if (r < cache_left) {
+            const int j = t * BC + r;
+#ifdef PAGED
+            const int pg = ld_shared_s32(slot + 4u * (u32)(r >> 4));
+            if (page_ok(kv, pg)) {
+                src = c_base + (i64)pg * sb + (i64)(j % PAGED) * ss + c * CHUNK_ELEMS;
+                bytes = 16;
+            }
+#else
+            src = c_base + (i64)j * ss + c * CHUNK_ELEMS;
+            bytes = 16;
+#endif
+        }
+#ifdef APPEND
+        else if (r < s.len_k - t * BC) {
+            if (skip_new) continue;
+            src = n_base + (i64)(r - cache_left) * nss + c * CHUNK_ELEMS;
+            bytes = 16;
+        }
+#endif
+        cp_async16(dst + (u32)(e + r) * 16, src, bytes);
+    }
+}
+
+#if defined(APPEND) && defined(ROTARY_DIM)
+/* The new rows of key tile t (cs <= j < len_k) from k_new into the K tile
+ * at dst, rotated at their positions j: the rotated chunks through this
+ * thread's loads and stores (they are in shared memory before the barrier
+ * that precedes the tile's use), the others with cp.async. */
+FA_DEV void rotate_new_keys(u32 dst, const kv_src &s, const fa_kv_params &kv, int t, int tid) {
+    const int cache_left = s.cs - t * BC;
+    const int r0 = max(cache_left, 0), r1 = min(s.len_k - t * BC, BC);
+#pragma unroll 1
+    for (int e = r0 * ROW_CHUNKS + tid; e < r1 * ROW_CHUNKS; e += THREADS) {
+        const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS, n = r - cache_left;
+        const elem_t *row = s.kn + (i64)n * kv.kn_ss;
+        const u32 a = dst + (u32)(e + r) * 16;
+        if (c * CHUNK_ELEMS < ROTARY_DIM) {
+            float v[8];
+            rotary8(row, c * CHUNK_ELEMS, s.cs + n, kv, v);
+            st_shared16(a, pack8(v));
+        } else {
+            cp_async16(a, row + c * CHUNK_ELEMS, 16);
+        }
+    }
+}
+#endif
+
+/* K and V of key tile t into stage buffer st. Tiles wholly in a
+ * contiguous cache take the plain decoding copies. */
+FA_DEV void load_kv_step(u32 k_sm, u32 v_sm, u32 q_sm, int st, const fa_params &p, const fa_kv_params &kv,
+                         const kv_src &s, int t, int tid) {
+    (void)q_sm;
+    const u32 kd = k_sm + (u32)st * KV_TILE_BYTES, vd = v_sm + (u32)st * KV_TILE_BYTES;
+#ifndef PAGED
+#ifdef APPEND
+    if (s.cs - t * BC >= BC)
+#endif
+    {
+        load_tile_async<BC, THREADS, KV_ONCE>(kd, s.k + (i64)t * BC * p.k_ss, p.k_ss, s.len_k - t * BC, tid);
+        load_tile_async<BC, THREADS, KV_ONCE>(vd, s.v + (i64)t * BC * p.v_ss, p.v_ss, s.len_k - t * BC, tid);
+        return;
+    }
+#endif
+#ifdef PAGED
+    const u32 slot = pg_slot(q_sm, t);
+#else
+    const u32 slot = 0;
+#endif
+#ifdef ROTARY_DIM
+    const bool rotated = true;
+#else
+    const bool rotated = false;
+#endif
+    load_tile_kv_cache(kd, s.k, p.k_sb, p.k_ss, s.kn, kv.kn_ss, t, s, slot, kv, rotated, tid);
+    load_tile_kv_cache(vd, s.v, p.v_sb, p.v_ss, s.vn, kv.vn_ss, t, s, slot, kv, false, tid);
+#if defined(APPEND) && defined(ROTARY_DIM)
+    if (s.len_k - t * BC > 0 && s.cs - t * BC < BC) rotate_new_keys(kd, s, kv, t, tid);
+#endif
+}
+
+#ifdef APPEND
+/* The step's new keys and values of KV head hk written into sequence b's
+ * cache at cs .. cs + seqlen_new - 1 (keys rotated with ROTARY_DIM,
+ * through the same rotary8 as the attention's copies, so the bits agree),
+ * by one block of the (sequence, KV head). No block of the launch reads
+ * those cache rows (every block takes the new rows from k_new and v_new),
+ * so nothing orders these writes against the attention; the next step's
+ * launch reads them. A row whose page is outside the pool is not written
+ * (the sequence's outputs are NaN). */
+FA_DEV void append_new(const fa_params &p, const fa_kv_params &kv, const kv_src &s, int hk, int tid) {
+    const i64 chunks = (i64)kv.seqlen_new * ROW_CHUNKS;
+    for (i64 e = tid; e < chunks; e += THREADS) {
+        const int n = (int)(e / ROW_CHUNKS), c = (int)(e - (i64)n * ROW_CHUNKS), j = s.cs + n;
+#ifdef PAGED
+        const int pg = __ldg(table_entry(kv, s.b, j));
+        if (!page_ok(kv, pg)) continue;
+        const i64 kr = cache_row(p.k_off, p.k_sb, p.k_ss, p.k_sh, pg, j, hk);
+        const i64 vr = cache_row(p.v_off, p.v_sb, p.v_ss, p.v_sh, pg, j, hk);
+#else
+        const i64 kr = cache_row(p.k_off, p.k_sb, p.k_ss, p.k_sh, s.b, j, hk);
+        const i64 vr = cache_row(p.v_off, p.v_sb, p.v_ss, p.v_sh, s.b, j, hk);
+#endif
+        const elem_t *krow = s.kn + (i64)n * kv.kn_ss, *vrow = s.vn + (i64)n * kv.vn_ss;
+#ifdef ROTARY_DIM
+        float v[8];
+        rotary8(krow, c * CHUNK_ELEMS, j, kv, v);
+        *(uint4 *)((elem_t *)p.k + kr + c * CHUNK_ELEMS) = pack8(v);
+#else
+        *(uint4 *)((elem_t *)p.k + kr + c * CHUNK_ELEMS) = *(const uint4 *)(krow + c * CHUNK_ELEMS);
+#endif
+        *(uint4 *)((elem_t *)p.v + vr + c * CHUNK_ELEMS) = *(const uint4 *)(vrow + c * CHUNK_ELEMS);
+    }
+}
+#endif
+#endif /* KV_CACHE */
 
 /* Four dimensions from x of row tok of head h, final, in the storage
  * dtype. */
@@ -293,7 +488,13 @@ FA_DEV void merge_if_last(const fa_params &p, int b, const fa_seq &seq, int hk, 
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_params p) {
+#ifdef KV_CACHE
+#define KV_PARAM , const fa_kv_params kv
+#else
+#define KV_PARAM
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_params p KV_PARAM) {
     extern __shared__ __align__(128) unsigned char smem[];
     const u32 q_sm = smem_u32(smem);
     const u32 k_sm = q_sm + Q_BYTES;
@@ -307,7 +508,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
 #else
     const int b = blockIdx.z;
 #endif
+#ifdef KV_CACHE
+    /* The lengths are device data: len_k = cache_seqlens[b] + seqlen_new,
+     * 0 for a sequence whose lengths break the rules (kvs.bad). */
+    const fa_kv_seq kvs = kv_seq_of(p, kv, b);
+    fa_seq seq;
+    seq.len_q = p.seqlen_q;
+    seq.len_k = kvs.len_k;
+    seq.start_q = (i64)b * p.seqlen_q;
+    seq.start_k = 0;
+#else
     const fa_seq seq = seq_of(p, b);
+#endif
     /* Packed rows of the sequence: group * len_q <= heads_q * len_q, which
      * the host checked fits an int. */
     const int rows_total = group * seq.len_q;
@@ -316,11 +528,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     const fa_mask mask = mask_of(p, seq);
     const int tok_lo = pr0 / group, tok_hi = (min(pr0 + BR, rows_total) - 1) / group;
 
-    /* Q rows: each from its own (token, head). */
+    /* Q rows: each from its own (token, head). With ROTARY_DIM the rotated
+     * chunks of the rows are written after the first K/V copies are on
+     * their way (below). */
     for (int e = tid; e < BR * ROW_CHUNKS; e += THREADS) {
         const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS;
         const int pr = pr0 + r;
         const bool ok = pr < rows_total;
+#ifdef ROTARY_DIM
+        if (ok && !kvs.bad && c * CHUNK_ELEMS < ROTARY_DIM) continue;
+#endif
         const elem_t *src = (const elem_t *)p.q;
         if (ok) {
             int tok, gh;
@@ -337,15 +554,97 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     split_tiles(split, p.num_splits, &t_begin, &t_end);
 #endif
 
+#ifdef KV_CACHE
+    kv_src src;
+    src.b = b;
+    src.cs = kvs.cs;
+    src.len_k = kvs.len_k;
+#ifdef PAGED
+    src.k = (const elem_t *)p.k + p.k_off + (i64)hk * p.k_sh;
+    src.v = (const elem_t *)p.v + p.v_off + (i64)hk * p.v_sh;
+#else
+    src.k = (const elem_t *)p.k + p.k_off + (i64)b * p.k_sb + (i64)hk * p.k_sh;
+    src.v = (const elem_t *)p.v + p.v_off + (i64)b * p.v_sb + (i64)hk * p.v_sh;
+#endif
+#ifdef APPEND
+    src.kn = (const elem_t *)kv.k_new + kv.kn_off + (i64)b * kv.kn_sb + (i64)hk * kv.kn_sh;
+    src.vn = (const elem_t *)kv.v_new + kv.vn_off + (i64)b * kv.vn_sb + (i64)hk * kv.vn_sh;
+#else
+    src.kn = src.vn = nullptr;
+#endif
+#ifdef PAGED
+    /* The first PG_SLOTS tiles' pages, before their copies. X * BC < len_k
+     * where X < t_end. */
+    for (int i = tid; i < 4 * PG_SLOTS; i += THREADS) {
+        const int x = t_begin + i / 4, m16 = 16 * (i % 4);
+        int pg = -1;
+        if (x < t_end && m16 < kvs.len_k - x * BC) pg = __ldg(table_entry(kv, b, x * BC + m16));
+        st_shared_s32(pg_slot(q_sm, x) + 4u * (u32)(i % 4), pg);
+    }
+    __syncthreads();
+#endif
+#else
     const elem_t *kg = (const elem_t *)p.k + K_ROW(p, b, seq, 0, hk);
     const elem_t *vg = (const elem_t *)p.v + V_ROW(p, b, seq, 0, hk);
+#endif
     /* The first STAGES - 1 tiles; a group is committed for every stage,
      * empty or not, so that the wait below counts the same groups. */
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
+#ifdef KV_CACHE
+        if (t_begin + st < t_end) load_kv_step(k_sm, v_sm, q_sm, st, p, kv, src, t_begin + st, tid);
+#else
         if (t_begin + st < t_end) load_kv(k_sm, v_sm, st, kg, vg, p, t_begin + st, seq.len_k, tid);
+#endif
         cp_async_commit();
     }
+
+#ifdef KV_CACHE
+    /* While those copies fly: the rotated chunks of Q (positions cs + token
+     * under a causal mask or a window, else cs), this step's append (one
+     * block of each (sequence, KV head): the last split of row tile 0,
+     * which has the fewest tiles), and this block's share of the check
+     * that every page of the sequence lies in the pool. */
+#ifdef ROTARY_DIM
+    if (!kvs.bad)
+        for (int e = tid; e < BR * ROW_CHUNKS; e += THREADS) {
+            const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS, pr = pr0 + r;
+            if (c * CHUNK_ELEMS >= ROTARY_DIM || pr >= rows_total) continue;
+            int tok, gh;
+            unpack_row(pr, group, &tok, &gh);
+#if defined(CAUSAL) || defined(WINDOW)
+            const int pos = kvs.cs + tok;
+#else
+            const int pos = kvs.cs;
+#endif
+            float v[8];
+            rotary8((const elem_t *)p.q + Q_ROW(p, b, seq, tok, hk * group + gh), c * CHUNK_ELEMS, pos, kv, v);
+            st_shared16(chunk_addr(q_sm, r, c), pack8(v));
+        }
+#endif
+#ifdef APPEND
+#ifdef SPLITK
+    const bool appender = blockIdx.x == 0 && split == p.num_splits - 1;
+#else
+    const bool appender = blockIdx.x == 0;
+#endif
+    if (appender && !kvs.bad) append_new(p, kv, src, hk, tid);
+#endif
+#ifdef PAGED
+    bool bad_page;
+    {
+        /* Pages [0, ceil(len_k / PAGED)), shared out over the splits. */
+        const int npg = kvs.len_k / PAGED + (kvs.len_k % PAGED != 0);
+        int lo = 0, hi = npg;
+#ifdef SPLITK
+        const int per = (npg + p.num_splits - 1) / p.num_splits;
+        lo = min(npg, split * per);
+        hi = min(npg, lo + per);
+#endif
+        bad_page = pages_bad(kv, b, lo, hi, tid, THREADS);
+    }
+#endif
+#endif
 
     /* What is left of the sequence from each of the thread's rows (0 for
      * padding rows, which see nothing and are never stored). */
@@ -358,7 +657,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
             rows_left[mt][hf] = pr < rows_total ? seq.len_q - pr / group : 0;
         }
 
+#ifdef SCORE_OPTIONS
+    /* Scores are transformed to their final (scaled) values below, so the
+     * softmax takes them in units of 1. */
+    const float sl2 = FA_LOG2E;
+#else
     const float sl2 = p.scale_log2;
+#endif
+#ifdef ALIBI
+    /* Per row: its head's slope and the key on its diagonal, tok + len_k -
+     * len_q (bottom-right aligned; distances |diag - key|). */
+    float slope[MT][2];
+    int diag[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int pr = pr0 + mt * 16 + g + 8 * hf;
+            slope[mt][hf] = 0.0f;
+            diag[mt][hf] = 0;
+            if (pr < rows_total) {
+                int tok, gh;
+                unpack_row(pr, group, &tok, &gh);
+                slope[mt][hf] = __ldg(kv.alibi + hk * group + gh);
+                diag[mt][hf] = (seq.len_k - seq.len_q) + tok;
+            }
+        }
+#endif
     float o_acc[MT][DT][4];
     float m_run[MT][2], l_run[MT][2];
 #pragma unroll
@@ -379,7 +704,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         {
             const int tn = t + STAGES - 1;
             const int sn = (stage + STAGES - 1) % STAGES;
+#ifdef KV_CACHE
+            if (tn < t_end) load_kv_step(k_sm, v_sm, q_sm, sn, p, kv, src, tn, tid);
+#ifdef PAGED
+            /* Tile t + PG_SLOTS's pages, in tile tn's group. */
+            const int x = t + PG_SLOTS;
+            if (tid < 4 && x < t_end && 16 * tid < kvs.len_k - x * BC)
+                cp_async4(pg_slot(q_sm, x) + 4u * (u32)tid, table_entry(kv, b, x * BC + 16 * tid), 4);
+#endif
+#else
             if (tn < t_end) load_kv(k_sm, v_sm, sn, kg, vg, p, tn, seq.len_k, tid);
+#endif
             cp_async_commit();
         }
         const int k0 = t * BC;
@@ -405,6 +740,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
                 mma16(s[mt][1], a, b1);
             }
         }
+
+#ifdef SCORE_OPTIONS
+        /* The score options, in the order include/flashattn.h gives: the
+         * scale, softcap, ALiBi's -slope |i + len_k - len_q - j|; then the
+         * masks. diag - k0 and the offset in the tile each fit an int. */
+        {
+#ifdef ALIBI
+            const int kcol = key_base + 2 * t4;
+#endif
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float x = s[mt][j][e] * p.scale;
+#ifdef SOFTCAP
+                        x = kv.softcap * fa_tanh(x * kv.softcap_inv);
+#endif
+#ifdef ALIBI
+                        const int dist = (diag[mt][e >> 1] - k0) - (kcol + 8 * j + (e & 1));
+                        x = fmaf(-slope[mt][e >> 1], fabsf((float)dist), x);
+#endif
+                        s[mt][j][e] = x;
+                    }
+        }
+#endif
 
         /* Masks, per element where the tile is not wholly visible to every
          * token of the block. */
@@ -449,7 +811,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         stage = (stage + 1) % STAGES;
     }
     cp_async_wait<0>();
-    __syncthreads(); /* the K/V buffers are free for the partial rows */
+    /* The K/V buffers are free for the partial rows. */
+#if defined(KV_CACHE) && defined(PAGED)
+    const bool bad = __syncthreads_or(bad_page) || kvs.bad;
+#else
+    __syncthreads();
+#ifdef KV_CACHE
+    const bool bad = kvs.bad;
+#endif
+#endif
 
     /* Each warp's partial rows: O unnormalised, m in score units, l. */
     float *po = (float *)(smem + Q_BYTES);
@@ -503,7 +873,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         const float inv = 1.0f / l;
 #pragma unroll
         for (int i = 0; i < 4; i++) v[i] = masked ? 0.0f : v[i] * inv;
-        const float lse_r = masked ? -FA_INF : row_lse(mx * sl2, l);
+        float lse_r = masked ? -FA_INF : row_lse(mx * sl2, l);
+#ifdef KV_CACHE
+        /* A sequence whose lengths or pages break the rules: O and L NaN
+         * (a split's NaN partial spreads through the merge). */
+        if (bad) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) v[i] = FA_NAN;
+            lse_r = FA_NAN;
+        }
+#endif
 #ifdef SPLITK
         const i64 row = (i64)(split * p.heads_q + h) * p.total_q + seq.start_q + tok;
         *(float4 *)(p.part_o + row * HEAD_DIM + x) = make_float4(v[0], v[1], v[2], v[3]);

@@ -307,7 +307,7 @@ FA_DEV void store_lse(const fa_params &p, i64 index, float value) {
 #define MERGE_LPR 8
 #define MERGE_PER_LANE 16
 #define MERGE_ELEMS 2
-#define MERGE_SPLITS 8
+#define MERGE_SPLITS 16
 
 /* Splits whose weights a row keeps in shared memory at once: what the
  * smallest dynamic shared memory of this build (Q and two stages of K and

@@ -17,7 +17,8 @@
  * With SPLITK the block covers one of num_splits equal runs of the key
  * tiles and writes a normalised fp32 partial O and its L, merged by
  * rowwise.cuh's fa_splitk_merge (the same layout as simt.cu's splits), or
- * with SPLIT_MERGE_LAST by the last block of the splits (merge_if_last).
+ * with SPLIT_MERGE_LAST by the last block of the splits (arrive_last,
+ * merge_splits).
  *
  * With KV_CACHE (kvcache.cuh) the kernel is one step against a KV cache
  * (fa_forward_kvcache): the lengths are device data (len_k = cache_seqlens
@@ -27,11 +28,12 @@
  * from k_new and v_new (APPEND), rotated where ROTARY_DIM asks, as are
  * the queries; softcap and ALiBi transform the scores (SCORE_OPTIONS).
  * One block of each (sequence, KV head) also writes the new rows into the
- * cache; every block reads them from k_new and v_new, so no block of the
- * launch reads a cache row the launch writes, and one launch is a whole
- * step. A sequence whose lengths or page indices break the descriptor's
- * rules gets NaN rows and has nothing read or written outside the
- * tensors.
+ * cache, once the whole sequence is known to keep the rules (with splits,
+ * the last block of row tile 0 to arrive); every block reads them from
+ * k_new and v_new, so no block of the launch reads a cache row the launch
+ * writes, and one launch is a whole step. A sequence whose lengths or page
+ * indices break the descriptor's rules gets NaN rows, appends nothing and
+ * has nothing read or written outside the tensors.
  *
  * Options: BR BC WARPS STAGES, common.cuh's and kvcache.cuh's. Dropout and
  * the block mask are not built here (the planner does not plan this
@@ -95,6 +97,9 @@ FA_DEV void load_kv(u32 k_sm, u32 v_sm, int st, const elem_t *kg, const elem_t *
 #ifdef KV_CACHE
 #ifdef VARLEN
 #error "decode.cu: a KV-cache step has fixed-length batches"
+#endif
+#if defined(SPLITK) && !defined(SPLIT_MERGE_LAST)
+#error "decode.cu: a split KV-cache step merges (and appends) in its last block"
 #endif
 /* Where a cache step's key tiles come from: sequence b's cache rows below
  * cs (contiguous, or in the pages the ring names), k_new / v_new rows from
@@ -233,11 +238,11 @@ FA_DEV void load_kv_step(u32 k_sm, u32 v_sm, u32 q_sm, int st, const fa_params &
 /* The step's new keys and values of KV head hk written into sequence b's
  * cache at cs .. cs + seqlen_new - 1 (keys rotated with ROTARY_DIM,
  * through the same rotary8 as the attention's copies, so the bits agree),
- * by one block of the (sequence, KV head). No block of the launch reads
- * those cache rows (every block takes the new rows from k_new and v_new),
- * so nothing orders these writes against the attention; the next step's
- * launch reads them. A row whose page is outside the pool is not written
- * (the sequence's outputs are NaN). */
+ * by one block of the (sequence, KV head), for a sequence known to keep
+ * the rules. No block of the launch reads those cache rows (every block
+ * takes the new rows from k_new and v_new), so nothing orders these
+ * writes against the attention; the next step's launch reads them. The
+ * page check stays (a page outside the pool is never written). */
 FA_DEV void append_new(const fa_params &p, const fa_kv_params &kv, const kv_src &s, int hk, int tid) {
     const i64 chunks = (i64)kv.seqlen_new * ROW_CHUNKS;
     for (i64 e = tid; e < chunks; e += THREADS) {
@@ -334,19 +339,40 @@ FA_DEV void merge_weights(const fa_params &p, const fa_seq &seq, int hk, int pr0
     }
 }
 
-FA_DEV void merge_if_last(const fa_params &p, int b, const fa_seq &seq, int hk, int pr0, int rows_total,
-                          unsigned char *smem) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, group = p.group, ns = p.num_splits;
+/* The arrival of this block at its (row tile, KV head, sequence): whether
+ * it is the last of the num_splits blocks. Before arriving it ORs bits into
+ * the group's flag word (KV_CACHE: a page outside the pool seen in this
+ * split's share of the check); the last block takes the word's value,
+ * every split's bits, into *flags and clears it for the next step. The
+ * words follow the counters in the workspace. */
+FA_DEV bool arrive_last(const fa_params &p, int b, int hk, u32 bits, u32 *flags) {
+    const int tid = threadIdx.x, ns = p.num_splits;
     const i64 split_stride = (i64)p.heads_q * p.total_q;
-    __threadfence(); /* this block's partials before its arrival */
+    u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
+#ifdef KV_CACHE
+    u32 *flag = count + (i64)(gridDim.z / ns) * gridDim.y * gridDim.x;
+    if (tid == 0 && bits) atomicOr(flag, bits);
+#else
+    (void)bits;
+#endif
+    __threadfence(); /* this block's partials (and bits) before its arrival */
     __syncthreads();
     bool arrived_last = false;
-    if (tid == 0) {
-        u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
-        arrived_last = atomicInc(count, (u32)(ns - 1)) == (u32)(ns - 1);
-    }
-    if (!__syncthreads_or(arrived_last)) return;
+    if (tid == 0) arrived_last = atomicInc(count, (u32)(ns - 1)) == (u32)(ns - 1);
+    if (!__syncthreads_or(arrived_last)) return false;
     __threadfence(); /* the other blocks' partials after their arrivals */
+    *flags = 0;
+#ifdef KV_CACHE
+    *flags = __syncthreads_or(tid == 0 && atomicExch(flag, 0u) != 0u) ? 1u : 0u;
+#endif
+    return true;
+}
+
+/* The merge, by the last block to arrive (arrive_last). */
+FA_DEV void merge_splits(const fa_params &p, int b, const fa_seq &seq, int hk, int pr0, int rows_total,
+                         unsigned char *smem) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, group = p.group, ns = p.num_splits;
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
 
     /* Per row (MERGE_LPR lanes): the max of the L_s, whether any split has
      * mass (L_s > -inf, or NaN), the sum of exp(L_s - max) and the merged
@@ -601,10 +627,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
 
 #ifdef KV_CACHE
     /* While those copies fly: the rotated chunks of Q (positions cs + token
-     * under a causal mask or a window, else cs), this step's append (one
-     * block of each (sequence, KV head): the last split of row tile 0,
-     * which has the fewest tiles), and this block's share of the check
-     * that every page of the sequence lies in the pool. */
+     * under a causal mask or a window, else cs) and this block's share of
+     * the check that every page of the sequence lies in the pool (all of
+     * it without splits). */
 #ifdef ROTARY_DIM
     if (!kvs.bad)
         for (int e = tid; e < BR * ROW_CHUNKS; e += THREADS) {
@@ -621,14 +646,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
             rotary8((const elem_t *)p.q + Q_ROW(p, b, seq, tok, hk * group + gh), c * CHUNK_ELEMS, pos, kv, v);
             st_shared16(chunk_addr(q_sm, r, c), pack8(v));
         }
-#endif
-#ifdef APPEND
-#ifdef SPLITK
-    const bool appender = blockIdx.x == 0 && split == p.num_splits - 1;
-#else
-    const bool appender = blockIdx.x == 0;
-#endif
-    if (appender && !kvs.bad) append_new(p, kv, src, hk, tid);
 #endif
 #ifdef PAGED
     bool bad_page;
@@ -813,7 +830,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     cp_async_wait<0>();
     /* The K/V buffers are free for the partial rows. */
 #if defined(KV_CACHE) && defined(PAGED)
-    const bool bad = __syncthreads_or(bad_page) || kvs.bad;
+    const bool bad_page_block = __syncthreads_or(bad_page) != 0;
+    const bool bad = bad_page_block || kvs.bad;
 #else
     __syncthreads();
 #ifdef KV_CACHE
@@ -892,7 +910,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         if (x == 0) store_lse(p, lse_index(p, b, h, tok, seq.start_q), lse_r);
 #endif
     }
+    /* The step's append, by one block of each (sequence, KV head) once the
+     * whole sequence is known to keep the rules (a sequence that breaks
+     * them appends nothing): without splits the block that checked all of
+     * its pages, with splits the last of row tile 0's blocks to arrive,
+     * from every split's verdict on its share. */
 #ifdef SPLIT_MERGE_LAST
-    merge_if_last(p, b, seq, hk, pr0, rows_total, smem);
+    u32 flags = 0;
+#if defined(KV_CACHE) && defined(PAGED)
+    const u32 my_bits = blockIdx.x == 0 && bad_page_block ? 1u : 0u;
+#else
+    const u32 my_bits = 0;
+#endif
+    if (!arrive_last(p, b, hk, my_bits, &flags)) return;
+#ifdef APPEND
+    if (blockIdx.x == 0 && !kvs.bad && flags == 0) append_new(p, kv, src, hk, tid);
+#endif
+    merge_splits(p, b, seq, hk, pr0, rows_total, smem);
+#elif defined(APPEND)
+    if (blockIdx.x == 0 && !bad) append_new(p, kv, src, hk, tid);
 #endif
 }

@@ -197,16 +197,15 @@ static int pages_ok(const kv_case *c, const kv_host *h, int b, int len_k) {
     return 1;
 }
 
-/* The cache after a step: the new rows written where their pages are in
- * the pool, for every sequence whose lengths keep the rules. */
+/* The cache after a step: the new rows written for every sequence that
+ * keeps the rules (one that breaks them appends nothing). */
 static void append_expected(const kv_case *c, const kv_host *h, void *k_pool, void *v_pool) {
     for (int b = 0; b < c->batch; b++) {
         const int cs = h->lens[b];
-        if (!lengths_ok(c, cs)) continue;
+        if (!lengths_ok(c, cs) || !pages_ok(c, h, b, cs + c->seqlen_new)) continue;
         for (int n = 0; n < c->seqlen_new; n++)
             for (int kh = 0; kh < c->heads_kv; kh++) {
                 const int64_t dst = cache_index(c, h, b, cs + n, kh);
-                if (dst < 0) continue;
                 const int64_t src = ((int64_t)b * c->seqlen_new + n) * row_elems(c) + (int64_t)kh * c->dim;
                 if (c->rotary_dim > 0)
                     rotate_row(c, h, h->k_new, src, k_pool, dst, cs + n);
@@ -659,9 +658,10 @@ FA_TEST(score_options) {
 /* Sequences that break the rules beside ones that keep them: a negative
  * length, an append past the capacity, a page outside the pool among the
  * first, the middle and the last pages (each in another split's share of
- * the check), a full cache with nothing appended whose query position
- * would be past the rotary tables; their rows NaN, nothing written for the
- * first two, every other sequence right. Also with lse NULL. */
+ * the check, while the new tokens' page is valid for the first two), a
+ * full cache with nothing appended whose query position would be past the
+ * rotary tables; their rows NaN, nothing appended for any of them, every
+ * other sequence right. Also with lse NULL. */
 FA_TEST(invalid_data) {
     REQUIRE_DEVICE();
     static const int lens[] = {-1, 1999, 900, 900, 900, 600, 0};

@@ -765,15 +765,17 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
         FA_CHECK(fa_workspace_bytes("split-K partial log-sum-exps",
                                     (size_t[]){splits, heads, tokens, sizeof(float)}, 4, &bytes));
         /* decode.cu SPLIT_MERGE_LAST: an arrival count per (row tile, KV
-         * head, sequence) after the L's, zero once here; the kernel wraps
-         * each back to zero. */
+         * head, sequence) after the L's, and for a KV-cache step as many
+         * flag words after those (arrive_last), zero once here; the kernel
+         * wraps each back to zero. */
         const int counted = p->fwd.spec.nkernels == 1 && fv == FA_VARIANT_DECODE;
         size_t counters = 0;
         if (counted) {
             const size_t row_tiles = (size_t)fa_tile_count((int64_t)(d->heads_q / d->heads_kv) * d->seqlen_q, info->forward.br);
             FA_CHECK(fa_workspace_bytes("split arrival counters",
-                                        (size_t[]){(size_t)d->batch, (size_t)d->heads_kv, row_tiles, sizeof(uint32_t)},
-                                        4, &counters));
+                                        (size_t[]){p->kv_cache ? 2u : 1u, (size_t)d->batch, (size_t)d->heads_kv,
+                                                   row_tiles, sizeof(uint32_t)},
+                                        5, &counters));
             if (bytes > SIZE_MAX - counters)
                 return fa_fail(FA_ERR_UNSUPPORTED, "split-K partial log-sum-exps and counters exceed SIZE_MAX bytes");
         }

@@ -1,7 +1,8 @@
 /* A decoding step against a KV cache (decode.cu built with KV_CACHE;
  * include/flashattn.h's KV-cache fields): the second parameter block, the
  * cache's geometry (contiguous or paged), rotary embedding, and the score
- * options (softcap, ALiBi) of the cache path.
+ * options (softcap, ALiBi) of the cache path, shared by the tensor-core
+ * step (decode.cu) and the FP32-pipe one (kvcache_simt.cu).
  *
  * Compile-time options (backends/cuda/cuda_attention.c sets them from the
  * plan):
@@ -30,6 +31,7 @@ struct fa_kv_params {
     const void *k_new, *v_new; /* [batch, seqlen_new, heads_kv, head_dim] (APPEND) */
     const float *rot_cos, *rot_sin; /* [seqlen_k][ROTARY_DIM / 2] (ROTARY_DIM) */
     const float *alibi;       /* [heads_q] (ALIBI) */
+    int *status;              /* [batch]: 1 where the sequence keeps the rules (kvcache_simt.cu) */
     i64 kn_off, kn_sb, kn_ss, kn_sh;
     i64 vn_off, vn_sb, vn_ss, vn_sh;
     float softcap, softcap_inv; /* SOFTCAP: the cap and its inverse */

@@ -15,6 +15,8 @@
  *   forward DECODE  decode.cu    fa_fwd_decode [, fa_splitk_merge]
  *   KV-cache step   decode.cu    fa_fwd_decode built with KV_CACHE (no
  *                                backward; fa_cuda_forward_kvcache)
+ *   KV-cache SIMT   kvcache_simt.cu  fa_kv_prepare, fa_kv_attend
+ *                                [, fa_splitk_merge]
  *   backward MMA    bwd_mma.cu   fa_bwd_dot, fa_bwd_dkdv_mma, then
  *                                fa_bwd_dq_convert (dQ by atomics) or
  *                                fa_bwd_dq_mma (deterministic)
@@ -70,8 +72,8 @@ static int dq_bc(const fa_attention_desc *d) {
 static const char *const cu_header_paths[] = {"kernels_cuda/dtype.cuh",   "kernels_cuda/common.cuh",
                                               "kernels_cuda/mma.cuh",     "kernels_cuda/rowwise.cuh",
                                               "kernels_cuda/wgmma.cuh",   "kernels_cuda/wgmma_ops.cuh",
-                                              "kernels_cuda/kvcache.cuh"};
-#define CU_HEADER_COUNT 7
+                                              "kernels_cuda/kvcache.cuh", "kernels_cuda/simt_tiles.cuh"};
+#define CU_HEADER_COUNT 8
 
 /* ------------------------------------------------------------------------ */
 /* Kernel parameters                                                         */
@@ -97,14 +99,17 @@ _Static_assert(sizeof(fa_cuda_params) == 17 * 8 + 17 * 8 + 21 * 4 + 4, "fa_cuda_
 
 /* The KV-cache step's second block (struct fa_kv_params). */
 typedef struct fa_cuda_kv_params {
-    CUdeviceptr cache_seqlens, block_table, k_new, v_new, rot_cos, rot_sin, alibi;
+    CUdeviceptr cache_seqlens, block_table, k_new, v_new, rot_cos, rot_sin, alibi, status;
     int64_t kn_off, kn_sb, kn_ss, kn_sh;
     int64_t vn_off, vn_sb, vn_ss, vn_sh;
     float softcap, softcap_inv;
     int seqlen_new, num_pages, max_pages, reserved;
 } fa_cuda_kv_params;
 
-_Static_assert(sizeof(fa_cuda_kv_params) == 7 * 8 + 8 * 8 + 2 * 4 + 4 * 4, "fa_cuda_kv_params has padding");
+_Static_assert(sizeof(fa_cuda_kv_params) == 8 * 8 + 8 * 8 + 2 * 4 + 4 * 4, "fa_cuda_kv_params has padding");
+
+/* kvcache_simt.cu PREP_THREADS: fa_kv_prepare's block. */
+#define CU_KV_PREP_THREADS 128
 
 /* ------------------------------------------------------------------------ */
 /* Program specifications: what a pass compiles and launches                 */
@@ -291,10 +296,11 @@ static fa_status kvcache_defines(const fa_attention_desc *d, const fa_kernel_pla
             if (t->dtype != d->q.dtype)
                 return fa_fail(FA_ERR_DTYPE_MISMATCH, "KV-cache step: %s.dtype is %s, q's %s", name,
                                fa_dtype_name(t->dtype), fa_dtype_name(d->q.dtype));
-            /* 16-byte rows: multiples of 8 elements of 2 bytes. */
+            /* 16-byte rows (the kernels copy 16 bytes at a time). */
+            const int64_t per16 = 16 / (int64_t)fa_dtype_size(t->dtype);
             const int64_t v[4] = {t->offset, t->stride_batch, t->stride_seq, t->stride_head};
             for (int k = 0; k < 4; k++)
-                if (v[k] % 8 != 0)
+                if (v[k] % per16 != 0)
                     return fa_fail(FA_ERR_MISALIGNED,
                                    "KV-cache step: %s's offset and strides must be multiples of 16 bytes (%lld "
                                    "elements)",
@@ -309,6 +315,32 @@ static fa_status kvcache_defines(const fa_attention_desc *d, const fa_kernel_pla
                                d->rotary_dim, 0, 0, 0));
     if (d->softcap > 0.0f) FA_CHECK(append_define(s, " -DSOFTCAP", 0, 0, 0, 0));
     if (d->alibi_slopes) FA_CHECK(append_define(s, " -DALIBI", 0, 0, 0, 0));
+    return FA_SUCCESS;
+}
+
+/* kernels_cuda/kvcache_simt.cu: a KV-cache step on the FP32 pipes (the
+ * planner's packed-row SIMT tiles), where the decoding kernel does not run
+ * it: the sequences' check and the append, the attention, the merge. */
+static fa_status kvcache_simt_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, cu_program_spec *s) {
+    if (kp->variant != FA_VARIANT_SIMT && kp->variant != FA_VARIANT_SPLITK)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "KV-cache step: CUDA runs it on the decoding kernel or the FP32-pipe step, not on forward "
+                       "variant %s",
+                       fa_variant_name(kp->variant));
+    FA_CHECK(check_simt(d, kp, FA_PASS_FORWARD));
+    s->file = "kernels_cuda/kvcache_simt.cu";
+    s->short_name = "kvcache_simt";
+    FA_CHECK(append_define(s, " -DFWD -DBR=%d -DBC=%d -DTR=%d -DTC=%d", kp->br, kp->bc, kp->thread_rows,
+                           kp->thread_cols));
+    FA_CHECK(kvcache_defines(d, kp, s));
+    s->nkernels = 2;
+    s->kernels[0] = (cu_kernel_spec){"fa_kv_prepare", CU_KV_PREP_THREADS, 0};
+    s->kernels[1] = (cu_kernel_spec){"fa_kv_attend", kp->work_group_size,
+                                     fa_plan_local_mem(FA_VARIANT_SIMT, FA_PASS_FORWARD, d, kp->br, kp->bc, 1)};
+    if (kp->split_k > 1) {
+        FA_CHECK(append_define(s, " -DSPLITK", 0, 0, 0, 0));
+        s->kernels[s->nkernels++] = (cu_kernel_spec){"fa_splitk_merge", CU_ROWWISE_THREADS, 0};
+    }
     return FA_SUCCESS;
 }
 
@@ -373,11 +405,7 @@ static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *
         return FA_SUCCESS;
     }
     if (kp->variant == FA_VARIANT_DECODE) return decode_spec(d, kp, cc_major, s);
-    if (d->kv_cache)
-        return fa_fail(FA_ERR_UNSUPPORTED,
-                       "KV-cache step: CUDA runs it on the decoding kernel (fp16/bf16, head_dim a multiple of 16 "
-                       "up to 256, sm_80 or later); the plan's forward is %s",
-                       fa_variant_name(kp->variant));
+    if (d->kv_cache) return kvcache_simt_spec(d, kp, s);
     if (cu_mma_ok(kp)) {
         FA_CHECK(check_mma(d, kp, FA_PASS_FORWARD, cc_major));
         const int warps = kp->work_group_size / 32, strips = kp->br / (16 * warps);
@@ -518,6 +546,7 @@ typedef struct fa_cuda_plan {
     fa_cuda_params base;
     int kv_cache;            /* a KV-cache plan: fa_cuda_forward_kvcache only */
     CUdeviceptr alibi;       /* the KV-cache step's ALiBi slopes */
+    CUdeviceptr kv_status;   /* kvcache_simt.cu: a verdict per sequence */
     fa_cuda_kv_params kv_base;
     CUevent ev_start, ev_stop;
     int timed; /* a pass was recorded between the two events */
@@ -617,8 +646,8 @@ void fa_cuda_plan_release(void *ctx_handle, void *plan_impl) {
         (void)cu()->cuStreamSynchronize(p->ctx->stream);
         if (p->fwd.module) (void)cu()->cuModuleUnload(p->fwd.module);
         if (p->bwd.module) (void)cu()->cuModuleUnload(p->bwd.module);
-        CUdeviceptr mems[] = {p->cu_q,   p->cu_k,   p->block_mask, p->fwd_tiles, p->bwd_tiles, p->dq_tiles,
-                              p->part_o, p->part_l, p->dvec,       p->dq_acc,    p->alibi};
+        CUdeviceptr mems[] = {p->cu_q,   p->cu_k,   p->block_mask, p->fwd_tiles, p->bwd_tiles,   p->dq_tiles,
+                              p->part_o, p->part_l, p->dvec,       p->dq_acc,    p->alibi,       p->kv_status};
         for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
             if (mems[i]) (void)cu()->cuMemFree_v2(mems[i]);
         if (p->ev_start) (void)cu()->cuEventDestroy_v2(p->ev_start);
@@ -689,6 +718,11 @@ static fa_status prepare_kvcache(fa_cuda_plan *p, const fa_plan_s *plan) {
         FA_CHECK(device_alloc((size_t)d->heads_q * sizeof(float), plan->alibi_slopes, "the ALiBi slopes", &p->alibi,
                               p->ctx->stream));
         kv->alibi = p->alibi;
+    }
+    if (plan->info.forward.variant != FA_VARIANT_DECODE) {
+        FA_CHECK(device_alloc((size_t)d->batch * sizeof(int32_t), NULL, "the sequences' verdicts", &p->kv_status,
+                              p->ctx->stream));
+        kv->status = p->kv_status;
     }
     return FA_SUCCESS;
 }
@@ -1015,7 +1049,8 @@ static fa_status tensor_buffer(void *buf, const char *name, CUdeviceptr *out) {
 
 /* One step: the decoding kernel built with KV_CACHE, in one launch (the
  * append is done by one block of each (sequence, KV head) while every
- * block takes the new rows from k_new and v_new: decode.cu append_new). */
+ * block takes the new rows from k_new and v_new: decode.cu append_new), or
+ * the FP32-pipe step's launches (kvcache_simt.cu). */
 static fa_status kvcache_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_kvcache_call *a) {
     const fa_attention_desc *d = &plan->desc;
     fa_cuda_params prm = pass_params(p, plan);
@@ -1036,12 +1071,23 @@ static fa_status kvcache_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_
     FA_CHECK(word_buffer(a->rotary_sin, "rotary_sin", d->rotary_dim > 0, &kv.rot_sin));
     const fa_kernel_plan *kp = &plan->info.forward;
     const int64_t rows = (int64_t)(d->heads_q / d->heads_kv) * d->seqlen_q;
+    /* (row tile of the packed group rows, KV head, sequence x split) */
+    const unsigned gx = (unsigned)fa_tile_count(rows, kp->br), gy = (unsigned)d->heads_kv,
+                   gz = (unsigned)(d->batch * p->num_splits);
     p->timed = 0;
     CUresult r = cu()->cuEventRecord(p->ev_start, p->ctx->stream);
     if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
-    /* (row tile of the packed group rows, KV head, sequence x split) */
-    FA_CHECK(launch_kernel(p, &p->fwd, 0, (unsigned)fa_tile_count(rows, kp->br), (unsigned)d->heads_kv,
-                           (unsigned)(d->batch * p->num_splits), &prm, &kv));
+    if (kp->variant == FA_VARIANT_DECODE) {
+        FA_CHECK(launch_kernel(p, &p->fwd, 0, gx, gy, gz, &prm, &kv));
+    } else {
+        /* kvcache_simt.cu: the verdicts and the append, then the attention
+         * (which reads both), then the merge; stream order between them. */
+        FA_CHECK(launch_kernel(p, &p->fwd, 0, (unsigned)d->batch, 1, 1, &prm, &kv));
+        FA_CHECK(launch_kernel(p, &p->fwd, 1, gx, gy, gz, &prm, &kv));
+        if (p->fwd.spec.nkernels > 2)
+            FA_CHECK(launch(p, &p->fwd, 2, tiles_of(d->seqlen_q, CU_ROWWISE_ROWS), (unsigned)d->heads_q,
+                            (unsigned)d->batch, &prm));
+    }
     r = cu()->cuEventRecord(p->ev_stop, p->ctx->stream);
     if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
     p->timed = 1;

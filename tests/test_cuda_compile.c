@@ -208,7 +208,8 @@ static void print_and_check(const char *device, job *jobs, int n, int min_mma) {
             CHECK_MSG(r->registers > 0 && r->registers <= 255, "%s %s %s: ptxas reported %d registers", r->arch,
                       j->label, r->kernel, r->registers);
             /* The planner's local-memory budget is what the kernels ask for. */
-            if (strstr(r->kernel, "fwd_mma") || strstr(r->kernel, "fwd_simt") || strstr(r->kernel, "fwd_decode"))
+            if (strstr(r->kernel, "fwd_mma") || strstr(r->kernel, "fwd_simt") || strstr(r->kernel, "fwd_decode") ||
+                strstr(r->kernel, "kv_attend"))
                 CHECK_MSG(r->shared_bytes == f->local_mem_bytes, "%s %s %s: %zu bytes of shared memory, plan %zu",
                           r->arch, j->label, r->kernel, r->shared_bytes, f->local_mem_bytes);
             if (strstr(r->kernel, "dkdv"))
@@ -470,6 +471,88 @@ static void kvcache_sweep(const char *device, const fa_device_desc *dev, int cc_
     }
 }
 
+/* The KV-cache step on the FP32 pipes (kvcache_simt.cu), for what the
+ * decoding kernel does not run (fp32, head dims that are not multiples of
+ * 16): packed-row SIMT tiles of the shapes the planner and the device-
+ * generic test's forced tiles use, every option in one of them, split and
+ * not. Three kernels (two without splits); the attention's shared memory
+ * is the plan's. */
+typedef struct kv_simt_case {
+    const char *label;
+    fa_dtype dtype;
+    int dim, group, seqlen_q, br, bc, tr, tc, split;
+    int page_size, seqlen_new, rotary_dim, interleaved, softcap, alibi, causal, window;
+} kv_simt_case;
+
+static const kv_simt_case kv_simt_cases[] = {
+    {"fp32 d128 g8 contiguous", FA_DTYPE_F32, 128, 8, 1, 16, 64, 2, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"fp32 d64 g2 sq4 pages 64 append rotary causal", FA_DTYPE_F32, 64, 2, 4, 8, 32, 4, 4, 3, 64, 4, 32, 0, 0, 0, 1, 0},
+    {"fp16 d40 g4 pages 16 everything", FA_DTYPE_F16, 40, 4, 2, 16, 16, 1, 1, 4, 16, 2, 24, 1, 1, 1, 1, 1},
+    {"bf16 d72 g2 contiguous append", FA_DTYPE_BF16, 72, 2, 1, 8, 16, 2, 2, 1, 0, 1, 72, 0, 0, 1, 0, 0},
+    {"fp32 d64 g4 sq2 pages 48 softcap", FA_DTYPE_F32, 64, 4, 2, 32, 64, 8, 8, 1, 48, 2, 0, 0, 1, 0, 1, 0},
+};
+
+static void kvcache_simt_sweep(const char *device, int cc_major, int cc_minor) {
+    enum { N = (int)FA_ARRAY_SIZE(kv_simt_cases) };
+    job jobs[N];
+    for (int i = 0; i < N; i++) {
+        const kv_simt_case *k = &kv_simt_cases[i];
+        job *j = &jobs[i];
+        memset(j, 0, sizeof *j);
+        fa_attention_desc d;
+        fa_attention_desc_init(&d);
+        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = d.k_new.dtype = d.v_new.dtype = k->dtype;
+        d.batch = 2;
+        d.head_dim = k->dim;
+        d.heads_kv = 2;
+        d.heads_q = 2 * k->group;
+        d.seqlen_q = k->seqlen_q;
+        d.seqlen_k = 4096;
+        d.causal = k->causal;
+        if (k->window) {
+            d.window_left = 500;
+            d.window_right = 0;
+        }
+        d.kv_cache = 1;
+        d.page_size = k->page_size;
+        d.num_pages = k->page_size ? 1024 : 0;
+        d.seqlen_new = k->seqlen_new;
+        d.rotary_dim = k->rotary_dim;
+        d.rotary_interleaved = k->interleaved;
+        d.softcap = k->softcap ? 30.0f : 0.0f;
+        d.alibi_slopes = k->alibi ? g_slopes : NULL;
+        fa_kernel_plan *f = &j->info.forward;
+        f->variant = k->split > 1 ? FA_VARIANT_SPLITK : FA_VARIANT_SIMT;
+        f->br = k->br;
+        f->bc = k->bc;
+        f->thread_rows = k->tr;
+        f->thread_cols = k->tc;
+        f->work_group_size = (k->br / k->tr) * (k->bc / k->tc);
+        f->split_k = k->split;
+        f->stages = 1;
+        f->local_mem_bytes = fa_plan_local_mem(FA_VARIANT_SIMT, FA_PASS_FORWARD, &d, k->br, k->bc, 1);
+        j->desc = d;
+        j->cc_major = cc_major;
+        j->cc_minor = cc_minor;
+        j->forward_only = 1;
+        snprintf(j->label, sizeof j->label, "kv simt %s%s", k->label, k->split > 1 ? " split" : "");
+    }
+    run_jobs(jobs, N);
+    print_and_check(device, jobs, N, 0);
+    for (int i = 0; i < N; i++) {
+        const job *j = &jobs[i];
+        if (j->status != FA_SUCCESS) continue;
+        const int split = j->info.forward.split_k > 1;
+        CHECK_MSG(j->count == 2 + split, "%s: %d kernels", j->label, j->count);
+        if (j->count < 2) continue;
+        CHECK_MSG(strcmp(j->reports[0].kernel, "fa_kv_prepare") == 0 && strcmp(j->reports[1].kernel, "fa_kv_attend") == 0,
+                  "%s: kernels %s, %s", j->label, j->reports[0].kernel, j->reports[1].kernel);
+        if (split && j->count > 2) CHECK(strcmp(j->reports[2].kernel, "fa_splitk_merge") == 0);
+        CHECK_MSG(strstr(j->reports[1].options, "-DKV_CACHE") != NULL, "%s: options %s", j->label,
+                  j->reports[1].options);
+    }
+}
+
 #endif /* FA_WITH_CUDA */
 
 #ifdef FA_WITH_CUDA
@@ -530,6 +613,17 @@ FA_TEST(a100_sm80_kvcache_variants) {
 #endif
 }
 
+/* The FP32-pipe KV-cache step: sm_90 and sm_80 (any architecture runs it;
+ * these are the two CI compiles for). */
+FA_TEST(kvcache_simt_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    kvcache_simt_sweep("h100", 9, 0);
+    kvcache_simt_sweep("a100", 8, 0);
+#endif
+}
+
 /* What the CUDA cache path refuses before compiling: a forward that is not
  * the decoding kernel, page sizes the page ring does not take, k_new rows
  * that are not 16-byte aligned, a bias; and a KV-cache plan compiles no
@@ -581,7 +675,8 @@ FA_TEST(kvcache_refusals) {
     fa_plan_info other = info;
     other.forward.variant = FA_VARIANT_MMA;
     CHECK_STATUS(fa_cuda_compile_forward(&d, &other, 9, 0, rep, MAX_REPORTS, &n), FA_ERR_UNSUPPORTED);
-    CHECK_MSG(strstr(fa_last_error(), "decoding kernel") != NULL, "message: %s", fa_last_error());
+    CHECK_MSG(strstr(fa_last_error(), "decoding kernel") != NULL && strstr(fa_last_error(), "mma") != NULL,
+              "message: %s", fa_last_error());
 #endif
 }
 
@@ -842,6 +937,7 @@ FA_TEST(rows_sm80_sm90) {
 
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
-             FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_refusals), FA_CASE(dropout_backward_sm90),
+             FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
+             FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),
              FA_CASE(decode_merge_choice), FA_CASE(errors_are_reported), FA_CASE(rows_sm80_sm90))

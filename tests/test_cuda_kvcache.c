@@ -4,7 +4,9 @@
  * rotated and rounded to the dtype as the kernel stores them), its rotated
  * queries rounded the same way, then the fp64 reference (fa_ref_forward) on
  * that one sequence. Beyond the device-generic tests/test_kvcache.c it
- * looks at what this kernel does its own way: key tiles that straddle pages
+ * looks at what these kernels do their own way (the tensor-core step for
+ * fp16/bf16 at head dims that are multiples of 16, the FP32-pipe step,
+ * kernels_cuda/kvcache_simt.cu, for the rest): key tiles that straddle pages
  * at page sizes that do and do not divide the 64-key tile, split merges
  * that meet a NaN partial (a bad page in one split's share of the page
  * check), block-table entries past a sequence's pages that hold garbage,
@@ -119,7 +121,7 @@ static kv_case base_case(const char *name, fa_dtype dt, int batch, int seqlen_q,
     return c;
 }
 
-static double tol_for(fa_dtype t) { return t == FA_DTYPE_F16 ? 3e-3 : 2e-2; }
+static double tol_for(fa_dtype t) { return t == FA_DTYPE_F32 ? 2e-5 : t == FA_DTYPE_F16 ? 3e-3 : 2e-2; }
 
 /* ------------------------------------------------------------------------ */
 /* Host oracle                                                               */
@@ -303,7 +305,7 @@ static int64_t pool_diff(const kv_case *c, const void *got, const void *want, in
             continue;
         }
         const double g = fa_load_elem(got, c->dtype, i), w = fa_load_elem(want, c->dtype, i);
-        const double ulp = ldexp(fabs(w), c->dtype == FA_DTYPE_F16 ? -10 : -7);
+        const double ulp = ldexp(fabs(w), c->dtype == FA_DTYPE_F32 ? -22 : c->dtype == FA_DTYPE_F16 ? -10 : -7);
         if (!(fabs(g - w) <= ulp)) bad++;
     }
     return bad;
@@ -421,8 +423,9 @@ static void run_kv_case(const kv_case *c) {
     if (st != FA_SUCCESS) goto done;
     fa_plan_info info;
     CHECK_OK(fa_plan_get_info(plan, &info));
-    CHECK_MSG(info.forward.variant == FA_VARIANT_DECODE, "%s: the cache step planned on %s", c->name,
-              fa_variant_name(info.forward.variant));
+    const int tensor_cores = dt != FA_DTYPE_F32 && c->dim % 16 == 0;
+    CHECK_MSG((info.forward.variant == FA_VARIANT_DECODE) == tensor_cores, "%s: the cache step planned on %s",
+              c->name, fa_variant_name(info.forward.variant));
     printf("%-44s %s, %d x %d tile, %d stages, %d splits\n", c->name, fa_variant_name(info.forward.variant),
            info.forward.br, info.forward.bc, info.forward.stages, info.forward.split_k);
 
@@ -720,5 +723,42 @@ FA_TEST(repeated_steps) {
     run_kv_case(&c);
 }
 
+/* The FP32-pipe step: fp32 and head dims the tensor-core step does not
+ * take, contiguous and paged, every option, invalid sequences, two
+ * steps. */
+FA_TEST(fp32_pipes) {
+    REQUIRE_DEVICE();
+    static const int lens[] = {0, 63, 640, 997};
+    kv_case c = base_case("fp32 pipes fp32 d128 g8 contiguous append", FA_DTYPE_F32, 4, 1, 1000, 16, 2, 128, lens, 4);
+    c.seqlen_new = 3;
+    run_kv_case(&c);
+    c = base_case("fp32 pipes fp32 d64 g2 sq3 paged 48 rotary causal", FA_DTYPE_F32, 4, 3, 1000, 4, 2, 64, lens, 4);
+    c.page_size = 48;
+    c.seqlen_new = 3;
+    c.rotary_dim = 64;
+    c.causal = 1;
+    c.steps = 2;
+    c.lens[3] = 994;
+    run_kv_case(&c);
+    c = base_case("fp32 pipes fp16 d40 g4 paged 16 everything", FA_DTYPE_F16, 4, 2, 1000, 8, 2, 40, lens, 4);
+    c.page_size = 16;
+    c.seqlen_new = 2;
+    c.rotary_dim = 24;
+    c.interleaved = 1;
+    c.softcap = 9.0f;
+    c.alibi = 1;
+    c.window_left = 200;
+    c.window_right = 0;
+    c.lens[3] = 998;
+    run_kv_case(&c);
+    static const int bad_lens[] = {-2, 999, 500, 300};
+    c = base_case("fp32 pipes bf16 d72 paged 32 invalid data", FA_DTYPE_BF16, 4, 1, 1000, 4, 2, 72, bad_lens, 4);
+    c.page_size = 32;
+    c.seqlen_new = 2;
+    c.bad_entry[2] = 7;
+    c.no_lse = 1;
+    run_kv_case(&c);
+}
+
 FA_TEST_MAIN(FA_CASE(contiguous), FA_CASE(paged_sizes), FA_CASE(rotary), FA_CASE(score_options),
-             FA_CASE(invalid_data), FA_CASE(row_tiles), FA_CASE(repeated_steps))
+             FA_CASE(invalid_data), FA_CASE(row_tiles), FA_CASE(repeated_steps), FA_CASE(fp32_pipes))

@@ -363,8 +363,8 @@ static void decode_sweep(const char *device, const fa_device_desc *dev, int cc_m
  * each option in at least one program, the heaviest combinations (64 rows,
  * every option; head_dim 256) and the generic tile copies (head_dim 80,
  * whose rows do not split evenly over the threads), with and without key
- * splits. The plan is the decoding plan of the same shape without the
- * cache (what the planner gives a cache plan: kernels_cuda/README.md). */
+ * splits, each as the planner plans it (the decoding plan over the
+ * cache's capacity: kernels_cuda/README.md). */
 typedef struct kv_case {
     const char *label;
     int bf16, dim, group, seqlen_q, split;
@@ -412,6 +412,15 @@ static int kvcache_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, j
             d.window_left = 1000;
             d.window_right = 0;
         }
+        d.kv_cache = 1;
+        d.page_size = k->page_size;
+        d.num_pages = k->page_size ? 4096 : 0;
+        d.seqlen_new = k->seqlen_new;
+        if (k->seqlen_new) d.k_new.dtype = d.v_new.dtype = t;
+        d.rotary_dim = k->rotary_dim;
+        d.rotary_interleaved = k->interleaved;
+        d.softcap = k->softcap ? 30.0f : 0.0f;
+        d.alibi_slopes = k->alibi ? g_slopes : NULL;
         job *j = &jobs[n];
         memset(j, 0, sizeof *j);
         fa_status st = fa_plan_for_device(dev, &d, &j->info);
@@ -420,15 +429,6 @@ static int kvcache_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, j
         CHECK_MSG(j->info.forward.variant == FA_VARIANT_DECODE && (j->info.forward.split_k > 1) == k->split,
                   "%s: planned %s with %d splits", k->label, fa_variant_name(j->info.forward.variant),
                   j->info.forward.split_k);
-        d.kv_cache = 1;
-        d.page_size = k->page_size;
-        d.num_pages = k->page_size ? 4096 : 0;
-        d.seqlen_new = k->seqlen_new;
-        d.k_new.dtype = d.v_new.dtype = t;
-        d.rotary_dim = k->rotary_dim;
-        d.rotary_interleaved = k->interleaved;
-        d.softcap = k->softcap ? 30.0f : 0.0f;
-        d.alibi_slopes = k->alibi ? g_slopes : NULL;
         j->desc = d;
         j->cc_major = cc_major;
         j->cc_minor = cc_minor;
@@ -501,7 +501,8 @@ static void kvcache_simt_sweep(const char *device, int cc_major, int cc_minor) {
         memset(j, 0, sizeof *j);
         fa_attention_desc d;
         fa_attention_desc_init(&d);
-        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = d.k_new.dtype = d.v_new.dtype = k->dtype;
+        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = k->dtype;
+        if (k->seqlen_new) d.k_new.dtype = d.v_new.dtype = k->dtype;
         d.batch = 2;
         d.head_dim = k->dim;
         d.heads_kv = 2;
@@ -642,13 +643,13 @@ FA_TEST(kvcache_refusals) {
     d.heads_q = 32;
     d.heads_kv = 4;
     d.head_dim = 128;
-    fa_plan_info info;
-    CHECK_OK(fa_plan_for_device(h100, &d, &info));
-    CHECK(info.forward.variant == FA_VARIANT_DECODE);
     d.kv_cache = 1;
     d.page_size = 64;
     d.num_pages = 256;
     d.seqlen_new = 1;
+    fa_plan_info info;
+    CHECK_OK(fa_plan_for_device(h100, &d, &info));
+    CHECK(info.forward.variant == FA_VARIANT_DECODE);
     fa_cuda_kernel_report rep[MAX_REPORTS];
     int n = 0;
     CHECK_OK(fa_cuda_compile_plan(&d, &info, 9, 0, rep, MAX_REPORTS, &n));

@@ -400,7 +400,8 @@ static void run_kv_case(const kv_case *c) {
 
     fa_attention_desc d;
     fa_attention_desc_init(&d);
-    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = d.k_new.dtype = d.v_new.dtype = dt;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dt;
+    if (c->seqlen_new > 0) d.k_new.dtype = d.v_new.dtype = dt; /* unset where nothing is appended */
     d.batch = c->batch;
     d.seqlen_q = c->seqlen_q;
     d.seqlen_k = c->capacity;

@@ -17,18 +17,40 @@
  * With SPLITK the block covers one of num_splits equal runs of the key
  * tiles and writes a normalised fp32 partial O and its L, merged by
  * rowwise.cuh's fa_splitk_merge (the same layout as simt.cu's splits), or
- * with SPLIT_MERGE_LAST by the last block of the splits (merge_if_last).
+ * with SPLIT_MERGE_LAST by the last block of the splits (arrive_last,
+ * merge_splits).
  *
- * Options: BR BC WARPS STAGES, and common.cuh's. Dropout and the block
- * mask are not built here (the planner does not plan this kernel for
- * them). Layout of the dynamic shared memory (core/planner_decode.c
- * counts the same bytes):
- *   Qs [BR x HEAD_DIM] (mma.cuh's padded tile), then either the stages'
- *   Ks, Vs [STAGES][BC x HEAD_DIM] or, at the end, the warps' partial
- *   O [WARPS][BR][HEAD_DIM + 4] and (m, l) [WARPS][BR][2] in fp32. */
+ * With KV_CACHE (kvcache.cuh) the kernel is one step against a KV cache
+ * (fa_forward_kvcache): the lengths are device data (len_k = cache_seqlens
+ * + seqlen_new per sequence); K and V rows come from the cache,
+ * contiguous or through the block table's pages (PAGED: a ring of the
+ * next tiles' page indices rides with the copies), the step's new rows
+ * from k_new and v_new (APPEND), rotated where ROTARY_DIM asks, as are
+ * the queries; softcap and ALiBi transform the scores (SCORE_OPTIONS).
+ * One block of each (sequence, KV head) also writes the new rows into the
+ * cache, once the whole sequence is known to keep the rules (with splits,
+ * the last block of row tile 0 to arrive); every block reads them from
+ * k_new and v_new, so no block of the launch reads a cache row the launch
+ * writes, and one launch is a whole step. A sequence whose lengths or page
+ * indices break the descriptor's rules gets NaN rows, appends nothing and
+ * has nothing read or written outside the tensors.
+ *
+ * Options: BR BC WARPS STAGES, common.cuh's and kvcache.cuh's. Dropout and
+ * the block mask are not built here (the planner does not plan this
+ * kernel for them). Layout of the dynamic shared memory
+ * (core/planner_decode.c counts the same bytes):
+ *   Qs [BR x HEAD_DIM] (mma.cuh's padded tile; PAGED keeps the page ring
+ *   in its rows' padding chunks), then either the stages' Ks, Vs
+ *   [STAGES][BC x HEAD_DIM] or, at the end, the warps' partial O
+ *   [WARPS][BR][HEAD_DIM + 4] and (m, l) [WARPS][BR][2] in fp32; the merge
+ *   (SPLIT_MERGE_LAST) reuses it all for per-row values and the splits'
+ *   weights. */
 #include "common.cuh"
 #include "mma.cuh"
 #include "rowwise.cuh"
+#ifdef KV_CACHE
+#include "kvcache.cuh"
+#endif
 
 #if defined(DROPOUT) || defined(BLOCK_MASK)
 #error "decode.cu: dropout and block masks run in the other forward kernels"
@@ -43,7 +65,6 @@
 #define NT (WK / 8)
 #define DT (HEAD_DIM / 8)
 #define KS (HEAD_DIM / 16)
-#define MERGE_LOADS 16 /* SPLIT_MERGE_LAST: splits a merging thread loads at once */
 #define O_STRIDE (HEAD_DIM + 4) /* fp32 words a partial row: 16-byte rows, fewer bank conflicts */
 
 #if BR % 16 != 0 || BC != WK * WARPS || HEAD_DIM % 16 != 0 || STAGES < 2
@@ -61,6 +82,7 @@
 #define KV_ONCE false
 #endif
 
+#ifndef KV_CACHE
 /* K and V of key tile t into stage buffer st: rows past the sequence are
  * zero-filled. */
 FA_DEV void load_kv(u32 k_sm, u32 v_sm, int st, const elem_t *kg, const elem_t *vg, const fa_params &p, int t,
@@ -70,6 +92,183 @@ FA_DEV void load_kv(u32 k_sm, u32 v_sm, int st, const elem_t *kg, const elem_t *
     load_tile_async<BC, THREADS, KV_ONCE>(v_sm + (u32)st * KV_TILE_BYTES, vg + (i64)t * BC * p.v_ss, p.v_ss,
                                           len_k - t * BC, tid);
 }
+#endif
+
+#ifdef KV_CACHE
+#ifdef VARLEN
+#error "decode.cu: a KV-cache step has fixed-length batches"
+#endif
+#if defined(SPLITK) && !defined(SPLIT_MERGE_LAST)
+#error "decode.cu: a split KV-cache step merges (and appends) in its last block"
+#endif
+/* Where a cache step's key tiles come from: sequence b's cache rows below
+ * cs (contiguous, or in the pages the ring names), k_new / v_new rows from
+ * cs to len_k (APPEND), zeros past len_k. */
+struct kv_src {
+    const elem_t *k, *v;   /* the cache at (sequence b, or page 0), token 0, head hk */
+    const elem_t *kn, *vn; /* k_new and v_new at (b, token 0, head hk); APPEND */
+    int cs, len_k, b;
+};
+
+#ifdef PAGED
+FA_DEV int ld_shared_s32(u32 addr) {
+    int v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+    return v;
+}
+FA_DEV void st_shared_s32(u32 addr, int v) { asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v)); }
+
+/* The page ring: the page indices of the four 16-row groups of key tile X
+ * (a page holds a multiple of 16 tokens and tiles start at multiples of
+ * 64, so each group lies in one page, and a tile spans at most four pages
+ * whatever the page size) in the padding chunk of Q tile row X % PG_SLOTS:
+ * 16 bytes the products never read. Tile X's entries are loaded with
+ * cp.async in the group of tile X - (STAGES - 1)'s K and V, so they have
+ * landed when tile X's own copies are issued STAGES - 1 iterations later;
+ * the first PG_SLOTS tiles' are read before the loop. Entries are checked
+ * where they are used (page_ok); groups past the sequence are never read. */
+#define PG_SLOTS (2 * STAGES - 2)
+#if PG_SLOTS > BR || BC != 64
+#error "decode.cu: the page ring needs 2 * STAGES - 2 <= BR and 64-key tiles"
+#endif
+FA_DEV u32 pg_slot(u32 q_sm, int tile) { return q_sm + (u32)chunk_off(tile % PG_SLOTS, ROW_CHUNKS); }
+#endif
+
+/* Rows [0, BC) of key tile t of one tensor into the tile at dst: cache
+ * rows from c_base (page stride sb with PAGED, row stride ss), new rows
+ * from n_base (row stride nss), zeros past len_k or in a page outside the
+ * pool. skip_new leaves the new rows' chunks to rotate_new_keys. */
+FA_DEV void load_tile_kv_cache(u32 dst, const elem_t *c_base, i64 sb, i64 ss, const elem_t *n_base, i64 nss, int t,
+                               const kv_src &s, u32 slot, const fa_kv_params &kv, bool skip_new, int tid) {
+    (void)sb;
+    (void)n_base;
+    (void)nss;
+    (void)slot;
+    (void)kv;
+    (void)skip_new;
+    /* t * BC < len_k: the rows left of each part fit an int. */
+    const int cache_left = s.cs - t * BC;
+#pragma unroll 1
+    for (int e = tid; e < BC * ROW_CHUNKS; e += THREADS) {
+        const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS;
+        const elem_t *src = c_base;
+        int bytes = 0;
+        if (r < cache_left) {
+            const int j = t * BC + r;
+#ifdef PAGED
+            const int pg = ld_shared_s32(slot + 4u * (u32)(r >> 4));
+            if (page_ok(kv, pg)) {
+                src = c_base + (i64)pg * sb + (i64)(j % PAGED) * ss + c * CHUNK_ELEMS;
+                bytes = 16;
+            }
+#else
+            src = c_base + (i64)j * ss + c * CHUNK_ELEMS;
+            bytes = 16;
+#endif
+        }
+#ifdef APPEND
+        else if (r < s.len_k - t * BC) {
+            if (skip_new) continue;
+            src = n_base + (i64)(r - cache_left) * nss + c * CHUNK_ELEMS;
+            bytes = 16;
+        }
+#endif
+        cp_async16(dst + (u32)(e + r) * 16, src, bytes);
+    }
+}
+
+#if defined(APPEND) && defined(ROTARY_DIM)
+/* The new rows of key tile t (cs <= j < len_k) from k_new into the K tile
+ * at dst, rotated at their positions j: the rotated chunks through this
+ * thread's loads and stores (they are in shared memory before the barrier
+ * that precedes the tile's use), the others with cp.async. */
+FA_DEV void rotate_new_keys(u32 dst, const kv_src &s, const fa_kv_params &kv, int t, int tid) {
+    const int cache_left = s.cs - t * BC;
+    const int r0 = max(cache_left, 0), r1 = min(s.len_k - t * BC, BC);
+#pragma unroll 1
+    for (int e = r0 * ROW_CHUNKS + tid; e < r1 * ROW_CHUNKS; e += THREADS) {
+        const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS, n = r - cache_left;
+        const elem_t *row = s.kn + (i64)n * kv.kn_ss;
+        const u32 a = dst + (u32)(e + r) * 16;
+        if (c * CHUNK_ELEMS < ROTARY_DIM) {
+            float v[8];
+            rotary8(row, c * CHUNK_ELEMS, s.cs + n, kv, v);
+            st_shared16(a, pack8(v));
+        } else {
+            cp_async16(a, row + c * CHUNK_ELEMS, 16);
+        }
+    }
+}
+#endif
+
+/* K and V of key tile t into stage buffer st. Tiles wholly in a
+ * contiguous cache take the plain decoding copies. */
+FA_DEV void load_kv_step(u32 k_sm, u32 v_sm, u32 q_sm, int st, const fa_params &p, const fa_kv_params &kv,
+                         const kv_src &s, int t, int tid) {
+    (void)q_sm;
+    const u32 kd = k_sm + (u32)st * KV_TILE_BYTES, vd = v_sm + (u32)st * KV_TILE_BYTES;
+#ifndef PAGED
+#ifdef APPEND
+    if (s.cs - t * BC >= BC)
+#endif
+    {
+        load_tile_async<BC, THREADS, KV_ONCE>(kd, s.k + (i64)t * BC * p.k_ss, p.k_ss, s.len_k - t * BC, tid);
+        load_tile_async<BC, THREADS, KV_ONCE>(vd, s.v + (i64)t * BC * p.v_ss, p.v_ss, s.len_k - t * BC, tid);
+        return;
+    }
+#endif
+#ifdef PAGED
+    const u32 slot = pg_slot(q_sm, t);
+#else
+    const u32 slot = 0;
+#endif
+#ifdef ROTARY_DIM
+    const bool rotated = true;
+#else
+    const bool rotated = false;
+#endif
+    load_tile_kv_cache(kd, s.k, p.k_sb, p.k_ss, s.kn, kv.kn_ss, t, s, slot, kv, rotated, tid);
+    load_tile_kv_cache(vd, s.v, p.v_sb, p.v_ss, s.vn, kv.vn_ss, t, s, slot, kv, false, tid);
+#if defined(APPEND) && defined(ROTARY_DIM)
+    if (s.len_k - t * BC > 0 && s.cs - t * BC < BC) rotate_new_keys(kd, s, kv, t, tid);
+#endif
+}
+
+#ifdef APPEND
+/* The step's new keys and values of KV head hk written into sequence b's
+ * cache at cs .. cs + seqlen_new - 1 (keys rotated with ROTARY_DIM,
+ * through the same rotary8 as the attention's copies, so the bits agree),
+ * by one block of the (sequence, KV head), for a sequence known to keep
+ * the rules. No block of the launch reads those cache rows (every block
+ * takes the new rows from k_new and v_new), so nothing orders these
+ * writes against the attention; the next step's launch reads them. The
+ * page check stays (a page outside the pool is never written). */
+FA_DEV void append_new(const fa_params &p, const fa_kv_params &kv, const kv_src &s, int hk, int tid) {
+    const i64 chunks = (i64)kv.seqlen_new * ROW_CHUNKS;
+    for (i64 e = tid; e < chunks; e += THREADS) {
+        const int n = (int)(e / ROW_CHUNKS), c = (int)(e - (i64)n * ROW_CHUNKS), j = s.cs + n;
+#ifdef PAGED
+        const int pg = __ldg(table_entry(kv, s.b, j));
+        if (!page_ok(kv, pg)) continue;
+        const i64 kr = cache_row(p.k_off, p.k_sb, p.k_ss, p.k_sh, pg, j, hk);
+        const i64 vr = cache_row(p.v_off, p.v_sb, p.v_ss, p.v_sh, pg, j, hk);
+#else
+        const i64 kr = cache_row(p.k_off, p.k_sb, p.k_ss, p.k_sh, s.b, j, hk);
+        const i64 vr = cache_row(p.v_off, p.v_sb, p.v_ss, p.v_sh, s.b, j, hk);
+#endif
+        const elem_t *krow = s.kn + (i64)n * kv.kn_ss, *vrow = s.vn + (i64)n * kv.vn_ss;
+#ifdef ROTARY_DIM
+        float v[8];
+        rotary8(krow, c * CHUNK_ELEMS, j, kv, v);
+        *(uint4 *)((elem_t *)p.k + kr + c * CHUNK_ELEMS) = pack8(v);
+#else
+        *(uint4 *)((elem_t *)p.k + kr + c * CHUNK_ELEMS) = *(const uint4 *)(krow + c * CHUNK_ELEMS);
+#endif
+        *(uint4 *)((elem_t *)p.v + vr + c * CHUNK_ELEMS) = *(const uint4 *)(vrow + c * CHUNK_ELEMS);
+    }
+}
+#endif
+#endif /* KV_CACHE */
 
 /* Four dimensions from x of row tok of head h, final, in the storage
  * dtype. */
@@ -84,114 +283,244 @@ FA_DEV void unpack_row(int pr, int group, int *tok, int *gh) {
     *gh = pr - *tok * group;
 }
 
+/* L of a finished row (fa_forward_kvcache's lse may be NULL: KV_CACHE
+ * builds store it only where it was given). */
+FA_DEV void store_lse(const fa_params &p, i64 index, float value) {
+#ifdef KV_CACHE
+    if (!p.lse) return;
+#endif
+    p.lse[index] = value;
+}
+
 #ifdef SPLIT_MERGE_LAST
 /* The split merge in the step's own launch: the last of the num_splits
  * blocks of a (row tile, KV head, sequence) to finish merges their partial
  * rows (rowwise.cuh's fa_splitk_merge, the same weights and the same rules
  * for rows without mass), so a step is one launch and the merge runs on
- * many SMs at once, its loads across splits in flight together instead of
- * one after the other. The arrivals are counted in a word per (row tile,
- * KV head, sequence) that follows the partial L's; atomicInc wraps it to 0
- * on the last arrival, ready for the next step without a memset. The
- * partials are read through L2 (__ldcg): other blocks wrote them. */
-FA_DEV void merge_if_last(const fa_params &p, int b, const fa_seq &seq, int hk, int pr0, int rows_total,
-                          unsigned char *smem) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, group = p.group, ns = p.num_splits;
+ * many SMs at once. The arrivals are counted in a word per (row tile, KV
+ * head, sequence) that follows the partial L's; atomicInc wraps it to 0 on
+ * the last arrival, ready for the next step without a memset. The
+ * partials are read through L2 (__ldcg): other blocks wrote them.
+ *
+ * The merge is a chain of L2 round trips on the step's critical path, so
+ * every pass issues all its loads before it uses any: the row pass holds
+ * MERGE_PER_LANE L_s in each of MERGE_LPR lanes a row (128 splits at
+ * once), the output pass MERGE_SPLITS splits of MERGE_ELEMS output chunks
+ * a thread. (Loads consumed one split at a time behind a branch each cost
+ * one round trip a split and output chunk: 2 x 66 of them at batch 1, most
+ * of that step's time.) */
+#define MERGE_LPR 8
+#define MERGE_PER_LANE 16
+#define MERGE_ELEMS 2
+#define MERGE_SPLITS 16
+
+/* Splits whose weights a row keeps in shared memory at once: what the
+ * smallest dynamic shared memory of this build (Q and two stages of K and
+ * V) holds beside the three per-row values. */
+#define MERGE_SMEM_MIN (Q_BYTES + 2 * 2 * KV_TILE_BYTES)
+#define MERGE_WCAP_FIT ((MERGE_SMEM_MIN - 3 * 4 * BR) / (4 * BR))
+#define MERGE_WCAP (MERGE_WCAP_FIT < 128 ? MERGE_WCAP_FIT : 128)
+#if MERGE_WCAP < MERGE_SPLITS
+#error "decode.cu: the merge's weights do not fit the shared memory"
+#endif
+
+/* The weights of splits [c0, c0 + cnt) of each of the tile's rows,
+ * exp(L_s - L_row) (NaN for a NaN L_s), or -1 for a split without mass,
+ * into w[r][s - c0] (rows of MERGE_WCAP). */
+FA_DEV void merge_weights(const fa_params &p, const fa_seq &seq, int hk, int pr0, int rows, int c0, int cnt, float *w,
+                          const float *row_m, const float *row_inv) {
     const i64 split_stride = (i64)p.heads_q * p.total_q;
-    __threadfence(); /* this block's partials before its arrival */
+    for (int i = threadIdx.x; i < rows * cnt; i += THREADS) {
+        const int r = i / cnt, s = c0 + i - r * cnt;
+        int tok, gh;
+        unpack_row(pr0 + r, p.group, &tok, &gh);
+        const float l = __ldcg(p.part_l + s * split_stride + (i64)(hk * p.group + gh) * p.total_q + seq.start_q + tok);
+        w[r * MERGE_WCAP + s - c0] = l == -FA_INF ? -1.0f : expf(l - row_m[r]) * row_inv[r];
+    }
+}
+
+/* The arrival of this block at its (row tile, KV head, sequence): whether
+ * it is the last of the num_splits blocks. Before arriving it ORs bits into
+ * the group's flag word (KV_CACHE: a page outside the pool seen in this
+ * split's share of the check); the last block takes the word's value,
+ * every split's bits, into *flags and clears it for the next step. The
+ * words follow the counters in the workspace. */
+FA_DEV bool arrive_last(const fa_params &p, int b, int hk, u32 bits, u32 *flags) {
+    const int tid = threadIdx.x, ns = p.num_splits;
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
+    u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
+#ifdef KV_CACHE
+    u32 *flag = count + (i64)(gridDim.z / ns) * gridDim.y * gridDim.x;
+    if (tid == 0 && bits) atomicOr(flag, bits);
+#else
+    (void)bits;
+#endif
+    __threadfence(); /* this block's partials (and bits) before its arrival */
     __syncthreads();
     bool arrived_last = false;
-    if (tid == 0) {
-        u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
-        arrived_last = atomicInc(count, (u32)(ns - 1)) == (u32)(ns - 1);
-    }
-    if (!__syncthreads_or(arrived_last)) return;
+    if (tid == 0) arrived_last = atomicInc(count, (u32)(ns - 1)) == (u32)(ns - 1);
+    if (!__syncthreads_or(arrived_last)) return false;
     __threadfence(); /* the other blocks' partials after their arrivals */
+    *flags = 0;
+#ifdef KV_CACHE
+    *flags = __syncthreads_or(tid == 0 && atomicExch(flag, 0u) != 0u) ? 1u : 0u;
+#endif
+    return true;
+}
 
-    /* Per row (a warp each): the max of the L_s, whether any split has
-     * mass, the weights' sum (online, one pass; the lanes take the splits
-     * in turn and then meet), the merged L. */
+/* The merge, by the last block to arrive (arrive_last). */
+FA_DEV void merge_splits(const fa_params &p, int b, const fa_seq &seq, int hk, int pr0, int rows_total,
+                         unsigned char *smem) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, group = p.group, ns = p.num_splits;
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
+
+    /* Per row (MERGE_LPR lanes): the max of the L_s, whether any split has
+     * mass (L_s > -inf, or NaN), the sum of exp(L_s - max) and the merged
+     * L. Each lane sums its own splits against the group's running max;
+     * the group meets once at the end. Where every split's weight fits in
+     * shared memory at once (one_chunk: up to MERGE_WCAP splits, never
+     * more than one pass here), the lanes write the weights from the L_s
+     * they hold; else merge_weights reads them again per chunk. */
     float *row_m = (float *)smem, *row_inv = row_m + BR;
     int *row_mass = (int *)(row_inv + BR);
+    float *wts = (float *)(row_mass + BR);
+    const bool one_chunk = ns <= MERGE_WCAP;
     const int rows = min(BR, rows_total - pr0);
-    for (int r = warp; r < rows; r += WARPS) {
-        int tok, gh;
-        unpack_row(pr0 + r, group, &tok, &gh);
+    const int sub = lane & (MERGE_LPR - 1), gshift = lane & ~(MERGE_LPR - 1);
+    constexpr int ROWS_PER_WARP = 32 / MERGE_LPR;
+    for (int r0 = warp * ROWS_PER_WARP; r0 < rows; r0 += WARPS * ROWS_PER_WARP) {
+        const int r = r0 + lane / MERGE_LPR;
+        const bool live = r < rows;
+        int tok = 0, gh = 0;
+        if (live) unpack_row(pr0 + r, group, &tok, &gh);
         const i64 row = (i64)(hk * group + gh) * p.total_q + seq.start_q + tok;
-        float m = -FA_INF, sum = 0.0f;
-        for (int s = lane; s < ns; s += 32) {
-            const float ls = __ldcg(p.part_l + s * split_stride + row);
-            if (ls == -FA_INF) continue;
-            if (ls > m) {
-                sum = sum * fa_exp2((m - ls) * FA_LOG2E) + 1.0f;
-                m = ls;
-            } else {
-                sum += fa_exp2((ls - m) * FA_LOG2E);
+        float m = -FA_INF, sum = 0.0f, l[MERGE_PER_LANE];
+        bool mass = false;
+        for (int s0 = 0; s0 < ns; s0 += MERGE_LPR * MERGE_PER_LANE) {
+#pragma unroll
+            for (int i = 0; i < MERGE_PER_LANE; i++) {
+                const int s = s0 + sub + MERGE_LPR * i;
+                l[i] = live && s < ns ? __ldcg(p.part_l + s * split_stride + row) : -FA_INF;
+            }
+            float cm = -FA_INF;
+#pragma unroll
+            for (int i = 0; i < MERGE_PER_LANE; i++) cm = fmaxf(cm, l[i]);
+#pragma unroll
+            for (int o = 1; o < MERGE_LPR; o <<= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+            /* fmaxf skips NaN: the max stays -inf where every L_s with mass
+             * is NaN, and the sum below comes out NaN, as it must. */
+            const float nm = fmaxf(m, cm), base = nm == -FA_INF ? 0.0f : nm;
+            float cs = 0.0f;
+#pragma unroll
+            for (int i = 0; i < MERGE_PER_LANE; i++) {
+                cs += expf(l[i] - base); /* 0 for -inf, NaN for NaN */
+                mass |= l[i] != -FA_INF;
+            }
+            sum = sum * expf(m - base) + cs; /* m = -inf: 0 x sum (NaN stays) */
+            m = nm;
+        }
+#pragma unroll
+        for (int o = 1; o < MERGE_LPR; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const unsigned group_bits = (1u << MERGE_LPR) - 1u;
+        mass = (__ballot_sync(0xffffffffu, mass) >> gshift & group_bits) != 0;
+        /* No split with mass: NaN where one saw keys (its O_s is NaN). */
+        bool nan_o = false;
+        if (live && !mass)
+            for (int s = sub; s < ns; s += MERGE_LPR)
+                nan_o |= fa_isnan(__ldcg(p.part_o + (s * split_stride + row) * HEAD_DIM));
+        nan_o = (__ballot_sync(0xffffffffu, nan_o) >> gshift & group_bits) != 0;
+        const float m_use = m == -FA_INF ? 0.0f : m, inv = 1.0f / sum;
+        if (live && one_chunk) {
+#pragma unroll
+            for (int i = 0; i < MERGE_PER_LANE; i++) {
+                const int s = sub + MERGE_LPR * i;
+                if (s < ns) wts[r * MERGE_WCAP + s] = l[i] == -FA_INF ? -1.0f : expf(l[i] - m_use) * inv;
             }
         }
-        /* sum > 0 or NaN exactly where the lane met a split with mass. */
-        const bool mass = __any_sync(0xffffffffu, sum != 0.0f);
-        float mx = m;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        /* mx = -inf with mass only where every L_s with mass is NaN. */
-        const float m_use = mx == -FA_INF ? 0.0f : mx;
-        float wsum = sum == 0.0f ? 0.0f : sum * fa_exp2((m - m_use) * FA_LOG2E);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
-        bool nan_o = false;
-        if (!mass) /* NaN where a split saw keys (its O_s is NaN) */
-            for (int s = lane; s < ns; s += 32)
-                nan_o |= fa_isnan(__ldcg(p.part_o + (s * split_stride + row) * HEAD_DIM));
-        nan_o = __any_sync(0xffffffffu, nan_o);
-        if (lane == 0) {
+        if (live && sub == 0) {
             row_m[r] = m_use;
-            row_inv[r] = 1.0f / wsum;
+            row_inv[r] = inv;
             row_mass[r] = mass;
-            p.lse[lse_index(p, b, hk * group + gh, tok, seq.start_q)] =
-                mass ? m_use + logf(wsum) : nan_o ? FA_NAN : -FA_INF;
+            store_lse(p, lse_index(p, b, hk * group + gh, tok, seq.start_q),
+                      mass ? m_use + logf(sum) : nan_o ? FA_NAN : -FA_INF);
         }
     }
     __syncthreads();
 
     /* O = sum_s exp(L_s - L) O_s, the splits in order (the result does not
-     * depend on which block came last), MERGE_LOADS splits' loads in flight
-     * at once: the merge streams the partials through one SM. */
+     * depend on which block came last), from the weights in shared memory
+     * (-1 for a split without mass): the pass over the partial outputs
+     * loads nothing else, MERGE_ELEMS chunks of four dimensions a thread,
+     * MERGE_SPLITS splits of each in flight at once. */
     constexpr int D4 = HEAD_DIM / 4;
-    for (int e = tid; e < rows * D4; e += THREADS) {
-        const int r = e / D4, x = (e - r * D4) * 4;
-        int tok, gh;
-        unpack_row(pr0 + r, group, &tok, &gh);
-        const int h = hk * group + gh;
-        const i64 row = (i64)h * p.total_q + seq.start_q + tok;
-        const float m_use = row_m[r], inv = row_inv[r];
-        const bool mass = row_mass[r] != 0;
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int s0 = 0; s0 < ns; s0 += MERGE_LOADS) {
-            float ls[MERGE_LOADS];
-            float4 o4[MERGE_LOADS];
+    const int elems = rows * D4;
+    for (int e_base = 0; e_base < elems; e_base += MERGE_ELEMS * THREADS) {
+        i64 row[MERGE_ELEMS];
+        int r_of[MERGE_ELEMS], tok[MERGE_ELEMS], h[MERGE_ELEMS], x[MERGE_ELEMS];
+        float v[MERGE_ELEMS][4];
+        bool mass[MERGE_ELEMS];
 #pragma unroll
-            for (int j = 0; j < MERGE_LOADS; j++) {
-                const i64 i = (i64)min(s0 + j, ns - 1) * split_stride + row;
-                ls[j] = __ldcg(p.part_l + i);
-                o4[j] = __ldcg((const float4 *)(p.part_o + i * HEAD_DIM + x));
+        for (int q = 0; q < MERGE_ELEMS; q++) {
+            const int e = min(e_base + tid + q * THREADS, elems - 1), r = e / D4;
+            int gh;
+            r_of[q] = r;
+            x[q] = (e - r * D4) * 4;
+            unpack_row(pr0 + r, group, &tok[q], &gh);
+            h[q] = hk * group + gh;
+            row[q] = (i64)h[q] * p.total_q + seq.start_q + tok[q];
+            mass[q] = row_mass[r] != 0;
+#pragma unroll
+            for (int c = 0; c < 4; c++) v[q][c] = 0.0f;
+        }
+        for (int c0 = 0; c0 < ns; c0 += MERGE_WCAP) {
+            const int cnt = min(MERGE_WCAP, ns - c0);
+            if (!one_chunk) {
+                __syncthreads(); /* the last chunk's weights are read */
+                merge_weights(p, seq, hk, pr0, rows, c0, cnt, wts, row_m, row_inv);
+                __syncthreads();
             }
+            for (int s0 = 0; s0 < cnt; s0 += MERGE_SPLITS) {
+                float4 o4[MERGE_ELEMS][MERGE_SPLITS];
 #pragma unroll
-            for (int j = 0; j < MERGE_LOADS; j++) {
-                if (s0 + j >= ns) break;
-                const float o[4] = {o4[j].x, o4[j].y, o4[j].z, o4[j].w};
-                const float w = expf(ls[j] - m_use) * inv;
+                for (int q = 0; q < MERGE_ELEMS; q++)
 #pragma unroll
-                for (int c = 0; c < 4; c++)
-                    v[c] = ls[j] != -FA_INF ? fmaf(w, o[c], v[c]) : !mass && fa_isnan(o[c]) ? FA_NAN : v[c];
+                    for (int j = 0; j < MERGE_SPLITS; j++) {
+                        const i64 i = (i64)(c0 + min(s0 + j, cnt - 1)) * split_stride + row[q];
+                        o4[q][j] = __ldcg((const float4 *)(p.part_o + i * HEAD_DIM + x[q]));
+                    }
+                /* A memory-ordering point between the loads and their use:
+                 * the scheduler may not sink a load past it, so all of them
+                 * are in flight together (without it, ptxas issues about
+                 * half of them after the first products). */
+                __syncwarp();
+#pragma unroll
+                for (int q = 0; q < MERGE_ELEMS; q++)
+#pragma unroll
+                    for (int j = 0; j < MERGE_SPLITS; j++) {
+                        const bool in = s0 + j < cnt;
+                        const float w = wts[r_of[q] * MERGE_WCAP + min(s0 + j, cnt - 1)];
+                        const bool has = in && !(w < 0.0f); /* a NaN weight spreads */
+                        const float o[4] = {o4[q][j].x, o4[q][j].y, o4[q][j].z, o4[q][j].w};
+#pragma unroll
+                        for (int c = 0; c < 4; c++)
+                            v[q][c] = has ? fmaf(w, o[c], v[q][c]) : in && !mass[q] && fa_isnan(o[c]) ? FA_NAN : v[q][c];
+                    }
             }
         }
-        store_o4(p, b, seq, tok, h, x, v);
+#pragma unroll
+        for (int q = 0; q < MERGE_ELEMS; q++)
+            if (e_base + tid + q * THREADS < elems) store_o4(p, b, seq, tok[q], h[q], x[q], v[q]);
     }
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_params p) {
+#ifdef KV_CACHE
+#define KV_PARAM , const fa_kv_params kv
+#else
+#define KV_PARAM
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_params p KV_PARAM) {
     extern __shared__ __align__(128) unsigned char smem[];
     const u32 q_sm = smem_u32(smem);
     const u32 k_sm = q_sm + Q_BYTES;
@@ -205,7 +534,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
 #else
     const int b = blockIdx.z;
 #endif
+#ifdef KV_CACHE
+    /* The lengths are device data: len_k = cache_seqlens[b] + seqlen_new,
+     * 0 for a sequence whose lengths break the rules (kvs.bad). */
+    const fa_kv_seq kvs = kv_seq_of(p, kv, b);
+    fa_seq seq;
+    seq.len_q = p.seqlen_q;
+    seq.len_k = kvs.len_k;
+    seq.start_q = (i64)b * p.seqlen_q;
+    seq.start_k = 0;
+#else
     const fa_seq seq = seq_of(p, b);
+#endif
     /* Packed rows of the sequence: group * len_q <= heads_q * len_q, which
      * the host checked fits an int. */
     const int rows_total = group * seq.len_q;
@@ -214,11 +554,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     const fa_mask mask = mask_of(p, seq);
     const int tok_lo = pr0 / group, tok_hi = (min(pr0 + BR, rows_total) - 1) / group;
 
-    /* Q rows: each from its own (token, head). */
+    /* Q rows: each from its own (token, head). With ROTARY_DIM the rotated
+     * chunks of the rows are written after the first K/V copies are on
+     * their way (below). */
     for (int e = tid; e < BR * ROW_CHUNKS; e += THREADS) {
         const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS;
         const int pr = pr0 + r;
         const bool ok = pr < rows_total;
+#ifdef ROTARY_DIM
+        if (ok && !kvs.bad && c * CHUNK_ELEMS < ROTARY_DIM) continue;
+#endif
         const elem_t *src = (const elem_t *)p.q;
         if (ok) {
             int tok, gh;
@@ -235,15 +580,88 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     split_tiles(split, p.num_splits, &t_begin, &t_end);
 #endif
 
+#ifdef KV_CACHE
+    kv_src src;
+    src.b = b;
+    src.cs = kvs.cs;
+    src.len_k = kvs.len_k;
+#ifdef PAGED
+    src.k = (const elem_t *)p.k + p.k_off + (i64)hk * p.k_sh;
+    src.v = (const elem_t *)p.v + p.v_off + (i64)hk * p.v_sh;
+#else
+    src.k = (const elem_t *)p.k + p.k_off + (i64)b * p.k_sb + (i64)hk * p.k_sh;
+    src.v = (const elem_t *)p.v + p.v_off + (i64)b * p.v_sb + (i64)hk * p.v_sh;
+#endif
+#ifdef APPEND
+    src.kn = (const elem_t *)kv.k_new + kv.kn_off + (i64)b * kv.kn_sb + (i64)hk * kv.kn_sh;
+    src.vn = (const elem_t *)kv.v_new + kv.vn_off + (i64)b * kv.vn_sb + (i64)hk * kv.vn_sh;
+#else
+    src.kn = src.vn = nullptr;
+#endif
+#ifdef PAGED
+    /* The first PG_SLOTS tiles' pages, before their copies. X * BC < len_k
+     * where X < t_end. */
+    for (int i = tid; i < 4 * PG_SLOTS; i += THREADS) {
+        const int x = t_begin + i / 4, m16 = 16 * (i % 4);
+        int pg = -1;
+        if (x < t_end && m16 < kvs.len_k - x * BC) pg = __ldg(table_entry(kv, b, x * BC + m16));
+        st_shared_s32(pg_slot(q_sm, x) + 4u * (u32)(i % 4), pg);
+    }
+    __syncthreads();
+#endif
+#else
     const elem_t *kg = (const elem_t *)p.k + K_ROW(p, b, seq, 0, hk);
     const elem_t *vg = (const elem_t *)p.v + V_ROW(p, b, seq, 0, hk);
+#endif
     /* The first STAGES - 1 tiles; a group is committed for every stage,
      * empty or not, so that the wait below counts the same groups. */
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
+#ifdef KV_CACHE
+        if (t_begin + st < t_end) load_kv_step(k_sm, v_sm, q_sm, st, p, kv, src, t_begin + st, tid);
+#else
         if (t_begin + st < t_end) load_kv(k_sm, v_sm, st, kg, vg, p, t_begin + st, seq.len_k, tid);
+#endif
         cp_async_commit();
     }
+
+#ifdef KV_CACHE
+    /* While those copies fly: the rotated chunks of Q (positions cs + token
+     * under a causal mask or a window, else cs) and this block's share of
+     * the check that every page of the sequence lies in the pool (all of
+     * it without splits). */
+#ifdef ROTARY_DIM
+    if (!kvs.bad)
+        for (int e = tid; e < BR * ROW_CHUNKS; e += THREADS) {
+            const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS, pr = pr0 + r;
+            if (c * CHUNK_ELEMS >= ROTARY_DIM || pr >= rows_total) continue;
+            int tok, gh;
+            unpack_row(pr, group, &tok, &gh);
+#if defined(CAUSAL) || defined(WINDOW)
+            const int pos = kvs.cs + tok;
+#else
+            const int pos = kvs.cs;
+#endif
+            float v[8];
+            rotary8((const elem_t *)p.q + Q_ROW(p, b, seq, tok, hk * group + gh), c * CHUNK_ELEMS, pos, kv, v);
+            st_shared16(chunk_addr(q_sm, r, c), pack8(v));
+        }
+#endif
+#ifdef PAGED
+    bool bad_page;
+    {
+        /* Pages [0, ceil(len_k / PAGED)), shared out over the splits. */
+        const int npg = kvs.len_k / PAGED + (kvs.len_k % PAGED != 0);
+        int lo = 0, hi = npg;
+#ifdef SPLITK
+        const int per = (npg + p.num_splits - 1) / p.num_splits;
+        lo = min(npg, split * per);
+        hi = min(npg, lo + per);
+#endif
+        bad_page = pages_bad(kv, b, lo, hi, tid, THREADS);
+    }
+#endif
+#endif
 
     /* What is left of the sequence from each of the thread's rows (0 for
      * padding rows, which see nothing and are never stored). */
@@ -256,7 +674,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
             rows_left[mt][hf] = pr < rows_total ? seq.len_q - pr / group : 0;
         }
 
+#ifdef SCORE_OPTIONS
+    /* Scores are transformed to their final (scaled) values below, so the
+     * softmax takes them in units of 1. */
+    const float sl2 = FA_LOG2E;
+#else
     const float sl2 = p.scale_log2;
+#endif
+#ifdef ALIBI
+    /* Per row: its head's slope and the key on its diagonal, tok + len_k -
+     * len_q (bottom-right aligned; distances |diag - key|). */
+    float slope[MT][2];
+    int diag[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int pr = pr0 + mt * 16 + g + 8 * hf;
+            slope[mt][hf] = 0.0f;
+            diag[mt][hf] = 0;
+            if (pr < rows_total) {
+                int tok, gh;
+                unpack_row(pr, group, &tok, &gh);
+                slope[mt][hf] = __ldg(kv.alibi + hk * group + gh);
+                diag[mt][hf] = (seq.len_k - seq.len_q) + tok;
+            }
+        }
+#endif
     float o_acc[MT][DT][4];
     float m_run[MT][2], l_run[MT][2];
 #pragma unroll
@@ -277,7 +721,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         {
             const int tn = t + STAGES - 1;
             const int sn = (stage + STAGES - 1) % STAGES;
+#ifdef KV_CACHE
+            if (tn < t_end) load_kv_step(k_sm, v_sm, q_sm, sn, p, kv, src, tn, tid);
+#ifdef PAGED
+            /* Tile t + PG_SLOTS's pages, in tile tn's group. */
+            const int x = t + PG_SLOTS;
+            if (tid < 4 && x < t_end && 16 * tid < kvs.len_k - x * BC)
+                cp_async4(pg_slot(q_sm, x) + 4u * (u32)tid, table_entry(kv, b, x * BC + 16 * tid), 4);
+#endif
+#else
             if (tn < t_end) load_kv(k_sm, v_sm, sn, kg, vg, p, tn, seq.len_k, tid);
+#endif
             cp_async_commit();
         }
         const int k0 = t * BC;
@@ -303,6 +757,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
                 mma16(s[mt][1], a, b1);
             }
         }
+
+#ifdef SCORE_OPTIONS
+        /* The score options, in the order include/flashattn.h gives: the
+         * scale, softcap, ALiBi's -slope |i + len_k - len_q - j|; then the
+         * masks. diag - k0 and the offset in the tile each fit an int. */
+        {
+#ifdef ALIBI
+            const int kcol = key_base + 2 * t4;
+#endif
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float x = s[mt][j][e] * p.scale;
+#ifdef SOFTCAP
+                        x = kv.softcap * fa_tanh(x * kv.softcap_inv);
+#endif
+#ifdef ALIBI
+                        const int dist = (diag[mt][e >> 1] - k0) - (kcol + 8 * j + (e & 1));
+                        x = fmaf(-slope[mt][e >> 1], fabsf((float)dist), x);
+#endif
+                        s[mt][j][e] = x;
+                    }
+        }
+#endif
 
         /* Masks, per element where the tile is not wholly visible to every
          * token of the block. */
@@ -347,7 +828,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         stage = (stage + 1) % STAGES;
     }
     cp_async_wait<0>();
-    __syncthreads(); /* the K/V buffers are free for the partial rows */
+    /* The K/V buffers are free for the partial rows. */
+#if defined(KV_CACHE) && defined(PAGED)
+    const bool bad_page_block = __syncthreads_or(bad_page) != 0;
+    const bool bad = bad_page_block || kvs.bad;
+#else
+    __syncthreads();
+#ifdef KV_CACHE
+    const bool bad = kvs.bad;
+#endif
+#endif
 
     /* Each warp's partial rows: O unnormalised, m in score units, l. */
     float *po = (float *)(smem + Q_BYTES);
@@ -401,17 +891,43 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         const float inv = 1.0f / l;
 #pragma unroll
         for (int i = 0; i < 4; i++) v[i] = masked ? 0.0f : v[i] * inv;
-        const float lse_r = masked ? -FA_INF : row_lse(mx * sl2, l);
+        float lse_r = masked ? -FA_INF : row_lse(mx * sl2, l);
+#ifdef KV_CACHE
+        /* A sequence whose lengths or pages break the rules: O and L NaN
+         * (a split's NaN partial spreads through the merge). */
+        if (bad) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) v[i] = FA_NAN;
+            lse_r = FA_NAN;
+        }
+#endif
 #ifdef SPLITK
         const i64 row = (i64)(split * p.heads_q + h) * p.total_q + seq.start_q + tok;
         *(float4 *)(p.part_o + row * HEAD_DIM + x) = make_float4(v[0], v[1], v[2], v[3]);
         if (x == 0) p.part_l[row] = lse_r;
 #else
         store_o4(p, b, seq, tok, h, x, v);
-        if (x == 0) p.lse[lse_index(p, b, h, tok, seq.start_q)] = lse_r;
+        if (x == 0) store_lse(p, lse_index(p, b, h, tok, seq.start_q), lse_r);
 #endif
     }
+    /* The step's append, by one block of each (sequence, KV head) once the
+     * whole sequence is known to keep the rules (a sequence that breaks
+     * them appends nothing): without splits the block that checked all of
+     * its pages, with splits the last of row tile 0's blocks to arrive,
+     * from every split's verdict on its share. */
 #ifdef SPLIT_MERGE_LAST
-    merge_if_last(p, b, seq, hk, pr0, rows_total, smem);
+    u32 flags = 0;
+#if defined(KV_CACHE) && defined(PAGED)
+    const u32 my_bits = blockIdx.x == 0 && bad_page_block ? 1u : 0u;
+#else
+    const u32 my_bits = 0;
+#endif
+    if (!arrive_last(p, b, hk, my_bits, &flags)) return;
+#ifdef APPEND
+    if (blockIdx.x == 0 && !kvs.bad && flags == 0) append_new(p, kv, src, hk, tid);
+#endif
+    merge_splits(p, b, seq, hk, pr0, rows_total, smem);
+#elif defined(APPEND)
+    if (blockIdx.x == 0 && !bad) append_new(p, kv, src, hk, tid);
 #endif
 }

@@ -123,6 +123,9 @@ extern "C" __global__ void __launch_bounds__(ROWWISE_THREADS) fa_splitk_merge(co
         if (!mass)
             for (int s = 0; s < p.num_splits; s++)
                 if (fa_isnan(p.part_o[(s * split_stride + row) * HEAD_DIM])) lse_r = FA_NAN;
+#ifdef KV_CACHE
+        if (!p.lse) return; /* fa_forward_kvcache's lse is optional */
+#endif
         p.lse[lse_index(p, b, h, r, seq.start_q)] = lse_r;
     }
 }

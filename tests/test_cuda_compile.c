@@ -3,7 +3,9 @@
  * every dtype (fp32 on the FP32 pipes and on TF32 tensor cores), head
  * dimensions from 8 to 256, plain and fully masked options (causal, window,
  * block-sparse, dropout, varlen, deterministic) and decoding (split-K),
- * the backward above head_dim 128 with warps sharing key strips. The
+ * the backward above head_dim 128 with warps sharing key strips, and a
+ * representative set of KV-cache steps (contiguous and paged, append,
+ * rotary, softcap, ALiBi). The
  * tensor-core kernels must not spill: ptxas' own report (the compile log of
  * --ptxas-options=-v) is read for every kernel, and a table of registers
  * and spills is printed. Runs wherever NVRTC loads; skips otherwise.
@@ -179,7 +181,8 @@ static int make_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job 
     return n;
 }
 
-static void print_and_check(const char *device, job *jobs, int n) {
+/* min_mma: tensor-core plans the sweep must contain at least. */
+static void print_and_check(const char *device, job *jobs, int n, int min_mma) {
     printf("\n%-8s %-28s %-8s %-18s %5s %5s %6s %6s %7s %s\n", "device", "problem", "program", "kernel", "thr",
            "regs", "spillS", "spillL", "smem", "plan");
     int kernels = 0, mma_kernels = 0, mma_programs_seen = 0;
@@ -205,7 +208,8 @@ static void print_and_check(const char *device, job *jobs, int n) {
             CHECK_MSG(r->registers > 0 && r->registers <= 255, "%s %s %s: ptxas reported %d registers", r->arch,
                       j->label, r->kernel, r->registers);
             /* The planner's local-memory budget is what the kernels ask for. */
-            if (strstr(r->kernel, "fwd_mma") || strstr(r->kernel, "fwd_simt") || strstr(r->kernel, "fwd_decode"))
+            if (strstr(r->kernel, "fwd_mma") || strstr(r->kernel, "fwd_simt") || strstr(r->kernel, "fwd_decode") ||
+                strstr(r->kernel, "kv_attend"))
                 CHECK_MSG(r->shared_bytes == f->local_mem_bytes, "%s %s %s: %zu bytes of shared memory, plan %zu",
                           r->arch, j->label, r->kernel, r->shared_bytes, f->local_mem_bytes);
             if (strstr(r->kernel, "dkdv"))
@@ -222,8 +226,7 @@ static void print_and_check(const char *device, job *jobs, int n) {
     }
     printf("%s: %d plans, %d kernels (%d on tensor cores), %.1f s of compiling (0 for cache hits)\n", device, n,
            kernels, mma_kernels, seconds);
-    /* The sweep reaches the tensor-core kernels of every dtype mode but fp32. */
-    CHECK_MSG(mma_programs_seen >= 3 * 6, "only %d plans use tensor cores", mma_programs_seen);
+    CHECK_MSG(mma_programs_seen >= min_mma, "only %d plans use tensor cores", mma_programs_seen);
 }
 
 static void sweep(const char *device, const fa_device_desc *dev, int cc_major, int cc_minor) {
@@ -234,7 +237,8 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
     int n = make_jobs(dev, cc_major, cc_minor, jobs, cap);
     CHECK(n == cap);
     run_jobs(jobs, n);
-    print_and_check(device, jobs, n);
+    /* The sweep reaches the tensor-core kernels of every dtype mode but fp32. */
+    print_and_check(device, jobs, n, 3 * 6);
     /* Every dtype, head dimension and option set planned tensor-core
      * kernels wherever the m16n8k16 shape divides the head dimension; on
      * sm_90 the fp16/bf16 forward is the warpgroup one wherever 64-column
@@ -351,8 +355,203 @@ static void decode_sweep(const char *device, const fa_device_desc *dev, int cc_m
      * programs (16, 32 and 64 rows where the registers allow). */
     CHECK_MSG(n >= 2 * 16 * 2 * 2 && n <= 2 * 16 * 3 * 2 * 2, "%d decoding programs", n);
     run_jobs(jobs, n);
-    print_and_check(device, jobs, n);
+    print_and_check(device, jobs, n, n);
     free(jobs);
+}
+
+/* KV-cache steps (decode.cu built with KV_CACHE): a representative set,
+ * each option in at least one program, the heaviest combinations (64 rows,
+ * every option; head_dim 256) and the generic tile copies (head_dim 80,
+ * whose rows do not split evenly over the threads), with and without key
+ * splits, each as the planner plans it (the decoding plan over the
+ * cache's capacity: kernels_cuda/README.md). */
+typedef struct kv_case {
+    const char *label;
+    int bf16, dim, group, seqlen_q, split;
+    int page_size, seqlen_new, rotary_dim, interleaved, softcap, alibi, causal, window;
+} kv_case;
+
+static const kv_case kv_cases[] = {
+    /* the benchmark's steps: contiguous, then 64- and 256-token pages with one new token */
+    {"bf16 d128 g8 contiguous", 1, 128, 8, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"bf16 d128 g8 pages 64 append", 1, 128, 8, 1, 1, 64, 1, 0, 0, 0, 0, 0, 0},
+    {"bf16 d128 g8 pages 256 append rotary causal", 1, 128, 8, 1, 1, 256, 1, 128, 0, 0, 0, 1, 0},
+    /* every option on 64 packed rows (4 strips a warp), and on two row tiles of 32 */
+    {"fp16 d64 g16 sq4 pages 32 everything", 0, 64, 16, 4, 1, 32, 4, 64, 0, 1, 1, 1, 1},
+    {"bf16 d128 g16 sq4 pages 64 everything", 1, 128, 16, 4, 1, 64, 4, 128, 1, 1, 1, 1, 1},
+    /* interleaved rotary, softcap, ALiBi, a window, no split */
+    {"fp16 d64 g4 pages 16 interleaved window", 0, 64, 4, 1, 0, 16, 1, 32, 1, 1, 1, 0, 1},
+    /* pages that do not divide the tile; a chunk half rotated (dims 72..75 of 72..79) */
+    {"fp16 d128 g8 sq4 pages 48 rotary 76", 0, 128, 8, 4, 1, 48, 4, 76, 0, 0, 1, 1, 0},
+    {"bf16 d256 g1 pages 128 softcap", 1, 256, 1, 2, 1, 128, 2, 0, 0, 1, 0, 1, 0},
+    /* generic copies: 10 chunks a row; rotary half 20 */
+    {"bf16 d80 g8 contiguous append rotary 40", 1, 80, 8, 2, 1, 0, 2, 40, 0, 0, 0, 1, 0},
+    {"bf16 d128 g4 contiguous append no split", 1, 128, 4, 2, 0, 0, 2, 0, 0, 1, 1, 1, 0},
+};
+
+static float g_slopes[64];
+
+static int kvcache_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job *jobs, int cap) {
+    for (size_t i = 0; i < FA_ARRAY_SIZE(g_slopes); i++) g_slopes[i] = 0.5f / (float)(i + 1);
+    int n = 0;
+    for (size_t c = 0; c < FA_ARRAY_SIZE(kv_cases) && n < cap; c++) {
+        const kv_case *k = &kv_cases[c];
+        fa_attention_desc d;
+        fa_attention_desc_init(&d);
+        const fa_dtype t = k->bf16 ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = t;
+        d.head_dim = k->dim;
+        d.heads_kv = 2;
+        d.heads_q = 2 * k->group;
+        d.seqlen_q = k->seqlen_q;
+        d.seqlen_k = 16384;
+        /* Many sequences leave the device no room to split. */
+        d.batch = k->split ? 1 : 512;
+        d.causal = k->causal;
+        if (k->window) {
+            d.window_left = 1000;
+            d.window_right = 0;
+        }
+        d.kv_cache = 1;
+        d.page_size = k->page_size;
+        d.num_pages = k->page_size ? 4096 : 0;
+        d.seqlen_new = k->seqlen_new;
+        if (k->seqlen_new) d.k_new.dtype = d.v_new.dtype = t;
+        d.rotary_dim = k->rotary_dim;
+        d.rotary_interleaved = k->interleaved;
+        d.softcap = k->softcap ? 30.0f : 0.0f;
+        d.alibi_slopes = k->alibi ? g_slopes : NULL;
+        job *j = &jobs[n];
+        memset(j, 0, sizeof *j);
+        fa_status st = fa_plan_for_device(dev, &d, &j->info);
+        CHECK_MSG(st == FA_SUCCESS, "%s: planning failed: %s", k->label, fa_last_error());
+        if (st != FA_SUCCESS) continue;
+        CHECK_MSG(j->info.forward.variant == FA_VARIANT_DECODE && (j->info.forward.split_k > 1) == k->split,
+                  "%s: planned %s with %d splits", k->label, fa_variant_name(j->info.forward.variant),
+                  j->info.forward.split_k);
+        j->desc = d;
+        j->cc_major = cc_major;
+        j->cc_minor = cc_minor;
+        j->forward_only = 1;
+        snprintf(j->label, sizeof j->label, "kv %s%s", k->label, k->split ? " split" : "");
+        n++;
+    }
+    return n;
+}
+
+static void kvcache_sweep(const char *device, const fa_device_desc *dev, int cc_major, int cc_minor) {
+    job jobs[FA_ARRAY_SIZE(kv_cases)];
+    const int n = kvcache_jobs(dev, cc_major, cc_minor, jobs, (int)FA_ARRAY_SIZE(kv_cases));
+    CHECK_MSG(n == (int)FA_ARRAY_SIZE(kv_cases), "%d of %d KV-cache programs planned", n,
+              (int)FA_ARRAY_SIZE(kv_cases));
+    run_jobs(jobs, n);
+    print_and_check(device, jobs, n, n);
+    for (int i = 0; i < n; i++) {
+        const job *j = &jobs[i];
+        if (j->status != FA_SUCCESS || j->count < 1) continue;
+        /* One kernel (a split step merges in its last block) built for the
+         * cache with the descriptor's options. */
+        const fa_cuda_kernel_report *r = &j->reports[0];
+        const fa_attention_desc *d = &j->desc;
+        CHECK_MSG(j->count == 1 && strcmp(r->kernel, "fa_fwd_decode") == 0, "%s: %d kernels, first %s", j->label,
+                  j->count, r->kernel);
+        CHECK_MSG(strstr(r->options, "-DKV_CACHE") != NULL, "%s: options %s", j->label, r->options);
+        CHECK_MSG((strstr(r->options, "-DPAGED=") != NULL) == (d->page_size > 0), "%s: options %s", j->label,
+                  r->options);
+        CHECK_MSG((strstr(r->options, "-DAPPEND") != NULL) == (d->seqlen_new > 0), "%s: options %s", j->label,
+                  r->options);
+        CHECK_MSG((strstr(r->options, "-DROTARY_DIM=") != NULL) == (d->rotary_dim > 0), "%s: options %s", j->label,
+                  r->options);
+        CHECK_MSG((strstr(r->options, "-DSOFTCAP") != NULL) == (d->softcap > 0.0f), "%s: options %s", j->label,
+                  r->options);
+        CHECK_MSG((strstr(r->options, "-DALIBI") != NULL) == (d->alibi_slopes != NULL), "%s: options %s", j->label,
+                  r->options);
+        CHECK_MSG((strstr(r->options, "-DSPLIT_MERGE_LAST") != NULL) == (j->info.forward.split_k > 1),
+                  "%s: options %s", j->label, r->options);
+    }
+}
+
+/* The KV-cache step on the FP32 pipes (kvcache_simt.cu), for what the
+ * decoding kernel does not run (fp32, head dims that are not multiples of
+ * 16): packed-row SIMT tiles of the shapes the planner and the device-
+ * generic test's forced tiles use, every option in one of them, split and
+ * not. Three kernels (two without splits); the attention's shared memory
+ * is the plan's. */
+typedef struct kv_simt_case {
+    const char *label;
+    fa_dtype dtype;
+    int dim, group, seqlen_q, br, bc, tr, tc, split;
+    int page_size, seqlen_new, rotary_dim, interleaved, softcap, alibi, causal, window;
+} kv_simt_case;
+
+static const kv_simt_case kv_simt_cases[] = {
+    {"fp32 d128 g8 contiguous", FA_DTYPE_F32, 128, 8, 1, 16, 64, 2, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"fp32 d64 g2 sq4 pages 64 append rotary causal", FA_DTYPE_F32, 64, 2, 4, 8, 32, 4, 4, 3, 64, 4, 32, 0, 0, 0, 1, 0},
+    {"fp16 d40 g4 pages 16 everything", FA_DTYPE_F16, 40, 4, 2, 16, 16, 1, 1, 4, 16, 2, 24, 1, 1, 1, 1, 1},
+    {"bf16 d72 g2 contiguous append", FA_DTYPE_BF16, 72, 2, 1, 8, 16, 2, 2, 1, 0, 1, 72, 0, 0, 1, 0, 0},
+    {"fp32 d64 g4 sq2 pages 48 softcap", FA_DTYPE_F32, 64, 4, 2, 32, 64, 8, 8, 1, 48, 2, 0, 0, 1, 0, 1, 0},
+};
+
+static void kvcache_simt_sweep(const char *device, int cc_major, int cc_minor) {
+    enum { N = (int)FA_ARRAY_SIZE(kv_simt_cases) };
+    job jobs[N];
+    for (int i = 0; i < N; i++) {
+        const kv_simt_case *k = &kv_simt_cases[i];
+        job *j = &jobs[i];
+        memset(j, 0, sizeof *j);
+        fa_attention_desc d;
+        fa_attention_desc_init(&d);
+        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = k->dtype;
+        if (k->seqlen_new) d.k_new.dtype = d.v_new.dtype = k->dtype;
+        d.batch = 2;
+        d.head_dim = k->dim;
+        d.heads_kv = 2;
+        d.heads_q = 2 * k->group;
+        d.seqlen_q = k->seqlen_q;
+        d.seqlen_k = 4096;
+        d.causal = k->causal;
+        if (k->window) {
+            d.window_left = 500;
+            d.window_right = 0;
+        }
+        d.kv_cache = 1;
+        d.page_size = k->page_size;
+        d.num_pages = k->page_size ? 1024 : 0;
+        d.seqlen_new = k->seqlen_new;
+        d.rotary_dim = k->rotary_dim;
+        d.rotary_interleaved = k->interleaved;
+        d.softcap = k->softcap ? 30.0f : 0.0f;
+        d.alibi_slopes = k->alibi ? g_slopes : NULL;
+        fa_kernel_plan *f = &j->info.forward;
+        f->variant = k->split > 1 ? FA_VARIANT_SPLITK : FA_VARIANT_SIMT;
+        f->br = k->br;
+        f->bc = k->bc;
+        f->thread_rows = k->tr;
+        f->thread_cols = k->tc;
+        f->work_group_size = (k->br / k->tr) * (k->bc / k->tc);
+        f->split_k = k->split;
+        f->stages = 1;
+        f->local_mem_bytes = fa_plan_local_mem(FA_VARIANT_SIMT, FA_PASS_FORWARD, &d, k->br, k->bc, 1);
+        j->desc = d;
+        j->cc_major = cc_major;
+        j->cc_minor = cc_minor;
+        j->forward_only = 1;
+        snprintf(j->label, sizeof j->label, "kv simt %s%s", k->label, k->split > 1 ? " split" : "");
+    }
+    run_jobs(jobs, N);
+    print_and_check(device, jobs, N, 0);
+    for (int i = 0; i < N; i++) {
+        const job *j = &jobs[i];
+        if (j->status != FA_SUCCESS) continue;
+        const int split = j->info.forward.split_k > 1;
+        CHECK_MSG(j->count == 2 + split, "%s: %d kernels", j->label, j->count);
+        if (j->count < 2) continue;
+        CHECK_MSG(strcmp(j->reports[0].kernel, "fa_kv_prepare") == 0 && strcmp(j->reports[1].kernel, "fa_kv_attend") == 0,
+                  "%s: kernels %s, %s", j->label, j->reports[0].kernel, j->reports[1].kernel);
+        if (split && j->count > 2) CHECK(strcmp(j->reports[2].kernel, "fa_splitk_merge") == 0);
+        CHECK_MSG(strstr(j->reports[1].options, "-DKV_CACHE") != NULL, "%s: options %s", j->label,
+                  j->reports[1].options);
+    }
 }
 
 #endif /* FA_WITH_CUDA */
@@ -395,6 +594,90 @@ FA_TEST(a100_sm80_decode_variants) {
     REQUIRE_NVRTC();
     fa_device_desc d = a100();
     decode_sweep("a100", &d, 8, 0);
+#endif
+}
+
+FA_TEST(h100_sm90_kvcache_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    kvcache_sweep("h100", &fa_described_device_find("h100")->desc, 9, 0);
+#endif
+}
+
+FA_TEST(a100_sm80_kvcache_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    fa_device_desc d = a100();
+    kvcache_sweep("a100", &d, 8, 0);
+#endif
+}
+
+/* The FP32-pipe KV-cache step: sm_90 and sm_80 (any architecture runs it;
+ * these are the two CI compiles for). */
+FA_TEST(kvcache_simt_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    kvcache_simt_sweep("h100", 9, 0);
+    kvcache_simt_sweep("a100", 8, 0);
+#endif
+}
+
+/* What the CUDA cache path refuses before compiling: a forward that is not
+ * the decoding kernel, page sizes the page ring does not take, k_new rows
+ * that are not 16-byte aligned, a bias; and a KV-cache plan compiles no
+ * backward even when asked for the whole plan. */
+FA_TEST(kvcache_refusals) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    const fa_device_desc *h100 = &fa_described_device_find("h100")->desc;
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = d.k_new.dtype = d.v_new.dtype = FA_DTYPE_BF16;
+    d.batch = 2;
+    d.seqlen_q = 1;
+    d.seqlen_k = 4096;
+    d.heads_q = 32;
+    d.heads_kv = 4;
+    d.head_dim = 128;
+    d.kv_cache = 1;
+    d.page_size = 64;
+    d.num_pages = 256;
+    d.seqlen_new = 1;
+    fa_plan_info info;
+    CHECK_OK(fa_plan_for_device(h100, &d, &info));
+    CHECK(info.forward.variant == FA_VARIANT_DECODE);
+    fa_cuda_kernel_report rep[MAX_REPORTS];
+    int n = 0;
+    CHECK_OK(fa_cuda_compile_plan(&d, &info, 9, 0, rep, MAX_REPORTS, &n));
+    CHECK_MSG(n == 1 && rep[0].pass == FA_PASS_FORWARD, "%d kernels for a cache plan", n);
+    fa_attention_desc bad = d;
+    bad.page_size = 8;
+    CHECK_STATUS(fa_cuda_compile_forward(&bad, &info, 9, 0, rep, MAX_REPORTS, &n), FA_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(fa_last_error(), "page_size") != NULL, "message: %s", fa_last_error());
+    bad = d;
+    bad.page_size = 272;
+    CHECK_STATUS(fa_cuda_compile_forward(&bad, &info, 9, 0, rep, MAX_REPORTS, &n), FA_ERR_UNSUPPORTED);
+    bad = d;
+    bad.k_new.stride_seq = 4 * 128 + 4; /* 8-byte rows */
+    CHECK_STATUS(fa_cuda_compile_forward(&bad, &info, 9, 0, rep, MAX_REPORTS, &n), FA_ERR_MISALIGNED);
+    CHECK_MSG(strstr(fa_last_error(), "k_new") != NULL, "message: %s", fa_last_error());
+    bad = d;
+    bad.v_new.dtype = FA_DTYPE_F16;
+    CHECK_STATUS(fa_cuda_compile_forward(&bad, &info, 9, 0, rep, MAX_REPORTS, &n), FA_ERR_DTYPE_MISMATCH);
+    bad = d;
+    bad.bias_batch = 1;
+    bad.bias_heads = 1;
+    CHECK_STATUS(fa_cuda_compile_forward(&bad, &info, 9, 0, rep, MAX_REPORTS, &n), FA_ERR_UNSUPPORTED);
+    /* A forward the cache path does not run. */
+    fa_plan_info other = info;
+    other.forward.variant = FA_VARIANT_MMA;
+    CHECK_STATUS(fa_cuda_compile_forward(&d, &other, 9, 0, rep, MAX_REPORTS, &n), FA_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(fa_last_error(), "decoding kernel") != NULL && strstr(fa_last_error(), "mma") != NULL,
+              "message: %s", fa_last_error());
 #endif
 }
 
@@ -654,5 +937,8 @@ FA_TEST(rows_sm80_sm90) {
 }
 
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
-             FA_CASE(a100_sm80_decode_variants), FA_CASE(dropout_backward_sm90), FA_CASE(kernel_cache_roundtrip),
+             FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
+             FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
+             FA_CASE(dropout_backward_sm90),
+             FA_CASE(kernel_cache_roundtrip),
              FA_CASE(decode_merge_choice), FA_CASE(errors_are_reported), FA_CASE(rows_sm80_sm90))

@@ -13,6 +13,10 @@
  *   forward WGMMA   fwd_mma.cu   fa_fwd_mma, built with -DWGMMA for sm_90a
  *   forward SIMT    simt.cu      fa_fwd_simt [, fa_splitk_merge]
  *   forward DECODE  decode.cu    fa_fwd_decode [, fa_splitk_merge]
+ *   KV-cache step   decode.cu    fa_fwd_decode built with KV_CACHE (no
+ *                                backward; fa_cuda_forward_kvcache)
+ *   KV-cache SIMT   kvcache_simt.cu  fa_kv_prepare, fa_kv_attend
+ *                                [, fa_splitk_merge]
  *   backward MMA    bwd_mma.cu   fa_bwd_dot, fa_bwd_dkdv_mma, then
  *                                fa_bwd_dq_convert (dQ by atomics) or
  *                                fa_bwd_dq_mma (deterministic)
@@ -20,7 +24,9 @@
  *   backward SIMT   simt.cu      fa_bwd_dot, fa_bwd_dkdv_simt, then
  *                                fa_bwd_dq_convert or fa_bwd_dq_simt
  * The kernels take one parameter block (fa_cuda_params, mirrored field for
- * field by struct fa_params in kernels_cuda/common.cuh). */
+ * field by struct fa_params in kernels_cuda/common.cuh); the KV-cache
+ * step a second one (fa_cuda_kv_params, struct fa_kv_params in
+ * kernels_cuda/kvcache.cuh). */
 #define FA_CUDA_DRIVER_TYPES
 #include "cuda_runtime_internal.h"
 #include "cuda_compile.h"
@@ -28,6 +34,7 @@
 
 #include "desc.h"
 #include "build_options.h"
+#include "checked.h"
 #include "fa_internal.h"
 #include "plan_data.h"
 #include "plan.h"
@@ -64,8 +71,9 @@ static int dq_bc(const fa_attention_desc *d) {
 
 static const char *const cu_header_paths[] = {"kernels_cuda/dtype.cuh",   "kernels_cuda/common.cuh",
                                               "kernels_cuda/mma.cuh",     "kernels_cuda/rowwise.cuh",
-                                              "kernels_cuda/wgmma.cuh",   "kernels_cuda/wgmma_ops.cuh"};
-#define CU_HEADER_COUNT 6
+                                              "kernels_cuda/wgmma.cuh",   "kernels_cuda/wgmma_ops.cuh",
+                                              "kernels_cuda/kvcache.cuh", "kernels_cuda/simt_tiles.cuh"};
+#define CU_HEADER_COUNT 8
 
 /* ------------------------------------------------------------------------ */
 /* Kernel parameters                                                         */
@@ -89,6 +97,20 @@ typedef struct fa_cuda_params {
 
 _Static_assert(sizeof(fa_cuda_params) == 17 * 8 + 17 * 8 + 21 * 4 + 4, "fa_cuda_params has padding");
 
+/* The KV-cache step's second block (struct fa_kv_params). */
+typedef struct fa_cuda_kv_params {
+    CUdeviceptr cache_seqlens, block_table, k_new, v_new, rot_cos, rot_sin, alibi, status;
+    int64_t kn_off, kn_sb, kn_ss, kn_sh;
+    int64_t vn_off, vn_sb, vn_ss, vn_sh;
+    float softcap, softcap_inv;
+    int seqlen_new, num_pages, max_pages, reserved;
+} fa_cuda_kv_params;
+
+_Static_assert(sizeof(fa_cuda_kv_params) == 8 * 8 + 8 * 8 + 2 * 4 + 4 * 4, "fa_cuda_kv_params has padding");
+
+/* kvcache_simt.cu PREP_THREADS: fa_kv_prepare's block. */
+#define CU_KV_PREP_THREADS 128
+
 /* ------------------------------------------------------------------------ */
 /* Program specifications: what a pass compiles and launches                 */
 
@@ -106,6 +128,11 @@ typedef struct cu_program_spec {
     cu_kernel_spec kernels[CU_MAX_KERNELS];
     int tensor_cores;
     int arch_specific; /* fa_cuda_program's */
+    /* 1: the first kernel asks the driver for an SM's largest shared-memory
+     * carveout, so that the blocks the planner counts on share an SM (the
+     * decoding kernel plans two a compute unit; left to itself the driver
+     * may size the carveout for one). */
+    int max_carveout;
 } cu_program_spec;
 
 static int cu_mma_ok(const fa_kernel_plan *kp) { return kp->variant == FA_VARIANT_MMA; }
@@ -239,6 +266,84 @@ static fa_status decode_merge_last(int *last) {
     return fa_fail(FA_ERR_INVALID_ARGUMENT, "FLASHATTN_DECODE_MERGE=%s: expected \"last\" or \"kernel\"", env);
 }
 
+/* The KV-cache step's build options (kernels_cuda/kvcache.cuh) and what the
+ * kernel needs of the descriptor beyond the decoding shape: a page size
+ * the page ring handles (a multiple of 16 up to 256: 64-key tiles span at
+ * most four pages, one per 16-row group), 16-byte rows of k_new and v_new
+ * (they are copied with cp.async), no bias, no variable-length batch. */
+static fa_status kvcache_defines(const fa_attention_desc *d, const fa_kernel_plan *kp, cu_program_spec *s) {
+    if (d->cu_seqlens_q || d->block_mask || d->dropout_p > 0.0f || d->bias_batch != 0)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "KV-cache step: variable-length batches, block masks, dropout and a bias do not apply");
+    if (d->page_size < 0 || d->page_size > 256 || d->page_size % 16)
+        return fa_fail(FA_ERR_UNSUPPORTED, "KV-cache step: page_size %d (0, or a multiple of 16 up to 256)",
+                       d->page_size);
+    if (d->page_size > 0 && 2 * kp->stages - 2 > kp->br)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "KV-cache step: %d stages need %d page-ring slots, more than the %d rows of the Q tile",
+                       kp->stages, 2 * kp->stages - 2, kp->br);
+    if (d->seqlen_new < 0 || d->seqlen_new > d->seqlen_k)
+        return fa_fail(FA_ERR_UNSUPPORTED, "KV-cache step: seqlen_new %d outside [0, seqlen_k = %d]", d->seqlen_new,
+                       d->seqlen_k);
+    if (d->rotary_dim < 0 || d->rotary_dim > d->head_dim || d->rotary_dim % 2)
+        return fa_fail(FA_ERR_UNSUPPORTED, "KV-cache step: rotary_dim %d (even, up to head_dim %d)", d->rotary_dim,
+                       d->head_dim);
+    if (d->seqlen_new > 0) {
+        const fa_tensor_desc *nt[2] = {&d->k_new, &d->v_new};
+        for (int i = 0; i < 2; i++) {
+            const fa_tensor_desc *t = nt[i];
+            const char *name = i ? "v_new" : "k_new";
+            if (t->dtype != d->q.dtype)
+                return fa_fail(FA_ERR_DTYPE_MISMATCH, "KV-cache step: %s.dtype is %s, q's %s", name,
+                               fa_dtype_name(t->dtype), fa_dtype_name(d->q.dtype));
+            /* 16-byte rows (the kernels copy 16 bytes at a time). */
+            const int64_t per16 = 16 / (int64_t)fa_dtype_size(t->dtype);
+            const int64_t v[4] = {t->offset, t->stride_batch, t->stride_seq, t->stride_head};
+            for (int k = 0; k < 4; k++)
+                if (v[k] % per16 != 0)
+                    return fa_fail(FA_ERR_MISALIGNED,
+                                   "KV-cache step: %s's offset and strides must be multiples of 16 bytes (%lld "
+                                   "elements)",
+                                   name, (long long)v[k]);
+        }
+    }
+    FA_CHECK(append_define(s, " -DKV_CACHE", 0, 0, 0, 0));
+    if (d->page_size > 0) FA_CHECK(append_define(s, " -DPAGED=%d", d->page_size, 0, 0, 0));
+    if (d->seqlen_new > 0) FA_CHECK(append_define(s, " -DAPPEND", 0, 0, 0, 0));
+    if (d->rotary_dim > 0)
+        FA_CHECK(append_define(s, d->rotary_interleaved ? " -DROTARY_DIM=%d -DROTARY_INTERLEAVED" : " -DROTARY_DIM=%d",
+                               d->rotary_dim, 0, 0, 0));
+    if (d->softcap > 0.0f) FA_CHECK(append_define(s, " -DSOFTCAP", 0, 0, 0, 0));
+    if (d->alibi_slopes) FA_CHECK(append_define(s, " -DALIBI", 0, 0, 0, 0));
+    return FA_SUCCESS;
+}
+
+/* kernels_cuda/kvcache_simt.cu: a KV-cache step on the FP32 pipes (the
+ * planner's packed-row SIMT tiles), where the decoding kernel does not run
+ * it: the sequences' check and the append, the attention, the merge. */
+static fa_status kvcache_simt_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, cu_program_spec *s) {
+    if (kp->variant != FA_VARIANT_SIMT && kp->variant != FA_VARIANT_SPLITK)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "KV-cache step: CUDA runs it on the decoding kernel or the FP32-pipe step, not on forward "
+                       "variant %s",
+                       fa_variant_name(kp->variant));
+    FA_CHECK(check_simt(d, kp, FA_PASS_FORWARD));
+    s->file = "kernels_cuda/kvcache_simt.cu";
+    s->short_name = "kvcache_simt";
+    FA_CHECK(append_define(s, " -DFWD -DBR=%d -DBC=%d -DTR=%d -DTC=%d", kp->br, kp->bc, kp->thread_rows,
+                           kp->thread_cols));
+    FA_CHECK(kvcache_defines(d, kp, s));
+    s->nkernels = 2;
+    s->kernels[0] = (cu_kernel_spec){"fa_kv_prepare", CU_KV_PREP_THREADS, 0};
+    s->kernels[1] = (cu_kernel_spec){"fa_kv_attend", kp->work_group_size,
+                                     fa_plan_local_mem(FA_VARIANT_SIMT, FA_PASS_FORWARD, d, kp->br, kp->bc, 1)};
+    if (kp->split_k > 1) {
+        FA_CHECK(append_define(s, " -DSPLITK", 0, 0, 0, 0));
+        s->kernels[s->nkernels++] = (cu_kernel_spec){"fa_splitk_merge", CU_ROWWISE_THREADS, 0};
+    }
+    return FA_SUCCESS;
+}
+
 /* kernels_cuda/decode.cu: the query rows of a GQA group packed into one
  * tile, four warps of 16 keys, keys split with SPLITK. */
 static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, cu_program_spec *s) {
@@ -260,15 +365,19 @@ static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *k
                        kp->br, kp->bc, kp->work_group_size, kp->stages, kp->split_k, d->head_dim, FA_DECODE_BC,
                        FA_DECODE_WARPS * 32);
     s->file = "kernels_cuda/decode.cu";
-    s->short_name = "decode";
+    s->short_name = d->kv_cache ? "decode_kvcache" : "decode";
     s->tensor_cores = 1;
     FA_CHECK(append_define(s, " -DFWD -DBR=%d -DBC=%d -DWARPS=%d -DSTAGES=%d", kp->br, kp->bc, FA_DECODE_WARPS,
                            kp->stages));
+    if (d->kv_cache) FA_CHECK(kvcache_defines(d, kp, s));
     s->nkernels = 1;
     s->kernels[0] = (cu_kernel_spec){"fa_fwd_decode", kp->work_group_size, fa_decode_local_mem(d, kp->br, kp->stages)};
+    s->max_carveout = 1;
     if (kp->split_k > 1) {
+        /* A cache step merges in its last block always: fa_splitk_merge
+         * takes no second parameter block (and its L is never optional). */
         int last = 1;
-        FA_CHECK(decode_merge_last(&last));
+        if (!d->kv_cache) FA_CHECK(decode_merge_last(&last));
         FA_CHECK(append_define(s, last ? " -DSPLITK -DSPLIT_MERGE_LAST" : " -DSPLITK", 0, 0, 0, 0));
         if (!last) s->kernels[s->nkernels++] = (cu_kernel_spec){"fa_splitk_merge", CU_ROWWISE_THREADS, 0};
     }
@@ -296,6 +405,7 @@ static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *
         return FA_SUCCESS;
     }
     if (kp->variant == FA_VARIANT_DECODE) return decode_spec(d, kp, cc_major, s);
+    if (d->kv_cache) return kvcache_simt_spec(d, kp, s);
     if (cu_mma_ok(kp)) {
         FA_CHECK(check_mma(d, kp, FA_PASS_FORWARD, cc_major));
         const int warps = kp->work_group_size / 32, strips = kp->br / (16 * warps);
@@ -397,7 +507,8 @@ _Static_assert(CU_MAX_KERNELS <= FA_CUDA_MAX_KERNELS, "a pass has more kernels t
 static const char *const cu_plan_macros[] = {
     "HEAD_DIM", "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "CAUSAL", "WINDOW", "BLOCK_MASK", "DROPOUT", "VARLEN",
     "FWD",      "BWD",       "WGMMA",     "BR",         "BC",     "TR",     "TC",         "WARPS",   "STAGES",
-    "SPLITK",   "SPLIT_MERGE_LAST", "DQ_ATOMIC", "DQ_BR", "DQ_BC", "DQ_WARPS", "DK_SPLIT", NULL};
+    "SPLITK",   "SPLIT_MERGE_LAST", "DQ_ATOMIC", "DQ_BR", "DQ_BC", "DQ_WARPS", "DK_SPLIT", "KV_CACHE", "PAGED",
+    "APPEND",   "ROTARY_DIM", "ROTARY_INTERLEAVED", "SOFTCAP", "ALIBI", NULL};
 
 static fa_status compile_program(const cu_program_spec *spec, int major, int minor, fa_cuda_binary *out) {
     const char *names[CU_MAX_KERNELS];
@@ -433,6 +544,10 @@ typedef struct fa_cuda_plan {
     CUdeviceptr cu_q, cu_k, block_mask, fwd_tiles, bwd_tiles, dq_tiles, part_o, part_l, dvec, dq_acc;
     int fwd_tile_cols, bwd_tile_cols, dq_tile_cols;
     fa_cuda_params base;
+    int kv_cache;            /* a KV-cache plan: fa_cuda_forward_kvcache only */
+    CUdeviceptr alibi;       /* the KV-cache step's ALiBi slopes */
+    CUdeviceptr kv_status;   /* kvcache_simt.cu: a verdict per sequence */
+    fa_cuda_kv_params kv_base;
     CUevent ev_start, ev_stop;
     int timed; /* a pass was recorded between the two events */
 } fa_cuda_plan;
@@ -499,6 +614,15 @@ static fa_status load_pass(fa_cuda_plan *p, cu_pass *pass) {
                 return fa_cuda_error(r, what);
             }
         }
+        if (i == 0 && pass->spec.max_carveout) {
+            r = cu()->cuFuncSetAttribute(pass->fn[i], CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                         (int)CU_SHAREDMEM_CARVEOUT_MAX_SHARED);
+            if (r != CUDA_SUCCESS) {
+                char what[160];
+                snprintf(what, sizeof what, "cuFuncSetAttribute(%s, the largest shared-memory carveout)", k->name);
+                return fa_cuda_error(r, what);
+            }
+        }
         int max_threads = 0;
         if (cu()->cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, pass->fn[i]) ==
                 CUDA_SUCCESS &&
@@ -522,8 +646,8 @@ void fa_cuda_plan_release(void *ctx_handle, void *plan_impl) {
         (void)cu()->cuStreamSynchronize(p->ctx->stream);
         if (p->fwd.module) (void)cu()->cuModuleUnload(p->fwd.module);
         if (p->bwd.module) (void)cu()->cuModuleUnload(p->bwd.module);
-        CUdeviceptr mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles,
-                              p->dq_tiles, p->part_o, p->part_l, p->dvec, p->dq_acc};
+        CUdeviceptr mems[] = {p->cu_q,   p->cu_k,   p->block_mask, p->fwd_tiles, p->bwd_tiles,   p->dq_tiles,
+                              p->part_o, p->part_l, p->dvec,       p->dq_acc,    p->alibi,       p->kv_status};
         for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
             if (mems[i]) (void)cu()->cuMemFree_v2(mems[i]);
         if (p->ev_start) (void)cu()->cuEventDestroy_v2(p->ev_start);
@@ -541,12 +665,76 @@ static void set_layout(int64_t *dst, const fa_attention_desc *d, fa_tensor_role 
     dst[3] = l.stride_head;
 }
 
+/* A KV-cache tensor's layout as (offset, stride_batch, stride_seq,
+ * stride_head), packed (0) strides resolved as include/flashattn.h lays the
+ * tensor out: [rows a "batch" entry, heads_kv, head_dim] per entry, where an
+ * entry is a sequence of seqlen_k tokens (contiguous cache), a page of
+ * page_size tokens (paged: stride_batch is the page stride) or a
+ * sequence's seqlen_new new tokens (k_new, v_new). */
+static fa_status kv_layout(const fa_attention_desc *d, const fa_tensor_desc *t, int rows, const char *name,
+                           int64_t dst[4]) {
+    const int64_t dim = d->head_dim;
+    int64_t seq = 0, entry = 0;
+    if (fa_ckd_mul_i64(&seq, d->heads_kv, dim) || fa_ckd_mul_i64(&entry, seq, rows))
+        return fa_fail(FA_ERR_INVALID_SIZE, "%s: %d x %d x %d elements do not fit int64", name, rows, d->heads_kv,
+                       d->head_dim);
+    dst[0] = t->offset;
+    dst[1] = t->stride_batch ? t->stride_batch : entry;
+    dst[2] = t->stride_seq ? t->stride_seq : seq;
+    dst[3] = t->stride_head ? t->stride_head : dim;
+    return FA_SUCCESS;
+}
+
+/* The KV-cache step's geometry: the cache's layout (pages or sequences),
+ * k_new and v_new, the block table's row length, the softcap and the
+ * ALiBi slopes on the device. */
+static fa_status prepare_kvcache(fa_cuda_plan *p, const fa_plan_s *plan) {
+    const fa_attention_desc *d = &plan->desc;
+    fa_cuda_params *b = &p->base;
+    fa_cuda_kv_params *kv = &p->kv_base;
+    memset(kv, 0, sizeof *kv);
+    int64_t lay[4] = {0, 0, 0, 0};
+    const int entry_rows = d->page_size > 0 ? d->page_size : d->seqlen_k;
+    FA_CHECK(kv_layout(d, &d->k, entry_rows, "k", lay));
+    b->k_off = lay[0], b->k_sb = lay[1], b->k_ss = lay[2], b->k_sh = lay[3];
+    FA_CHECK(kv_layout(d, &d->v, entry_rows, "v", lay));
+    b->v_off = lay[0], b->v_sb = lay[1], b->v_ss = lay[2], b->v_sh = lay[3];
+    if (d->seqlen_new > 0) {
+        FA_CHECK(kv_layout(d, &d->k_new, d->seqlen_new, "k_new", lay));
+        kv->kn_off = lay[0], kv->kn_sb = lay[1], kv->kn_ss = lay[2], kv->kn_sh = lay[3];
+        FA_CHECK(kv_layout(d, &d->v_new, d->seqlen_new, "v_new", lay));
+        kv->vn_off = lay[0], kv->vn_sb = lay[1], kv->vn_ss = lay[2], kv->vn_sh = lay[3];
+    }
+    kv->seqlen_new = d->seqlen_new;
+    if (d->page_size > 0) {
+        kv->num_pages = d->num_pages;
+        kv->max_pages = (int)fa_tile_count(d->seqlen_k, d->page_size);
+    }
+    if (d->softcap > 0.0f) {
+        kv->softcap = d->softcap;
+        kv->softcap_inv = (float)(1.0 / (double)d->softcap);
+    }
+    if (plan->alibi_slopes) {
+        FA_CHECK(device_alloc((size_t)d->heads_q * sizeof(float), plan->alibi_slopes, "the ALiBi slopes", &p->alibi,
+                              p->ctx->stream));
+        kv->alibi = p->alibi;
+    }
+    if (plan->info.forward.variant != FA_VARIANT_DECODE) {
+        FA_CHECK(device_alloc((size_t)d->batch * sizeof(int32_t), NULL, "the sequences' verdicts", &p->kv_status,
+                              p->ctx->stream));
+        kv->status = p->kv_status;
+    }
+    return FA_SUCCESS;
+}
+
 static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     const fa_attention_desc *d = &plan->desc;
     const fa_plan_info *info = &plan->info;
     CUstream stream = p->ctx->stream;
+    p->kv_cache = d->kv_cache != 0;
     FA_CHECK(forward_spec(d, &info->forward, p->ctx->cc_major, p->ctx->cc_minor, &p->fwd.spec));
-    FA_CHECK(backward_spec(d, &info->backward, p->ctx->cc_major, p->ctx->cc_minor, &p->bwd.spec));
+    /* A KV-cache plan has no backward. */
+    if (!p->kv_cache) FA_CHECK(backward_spec(d, &info->backward, p->ctx->cc_major, p->ctx->cc_minor, &p->bwd.spec));
     const fa_variant fv = info->forward.variant;
     p->num_splits =
         (fv == FA_VARIANT_SPLITK || fv == FA_VARIANT_DECODE) && info->forward.split_k > 1 ? info->forward.split_k : 1;
@@ -586,6 +774,7 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     b->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
     b->drop_scale = d->dropout_p > 0.0f ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
     b->num_splits = p->num_splits;
+    if (p->kv_cache) FA_CHECK(prepare_kvcache(p, plan));
 
     /* Rows of L: heads_q x total_q. */
     const size_t heads = (size_t)d->heads_q, tokens = (size_t)plan->total_q, dim = (size_t)d->head_dim;
@@ -610,15 +799,17 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
         FA_CHECK(fa_workspace_bytes("split-K partial log-sum-exps",
                                     (size_t[]){splits, heads, tokens, sizeof(float)}, 4, &bytes));
         /* decode.cu SPLIT_MERGE_LAST: an arrival count per (row tile, KV
-         * head, sequence) after the L's, zero once here; the kernel wraps
-         * each back to zero. */
+         * head, sequence) after the L's, and for a KV-cache step as many
+         * flag words after those (arrive_last), zero once here; the kernel
+         * wraps each back to zero. */
         const int counted = p->fwd.spec.nkernels == 1 && fv == FA_VARIANT_DECODE;
         size_t counters = 0;
         if (counted) {
             const size_t row_tiles = (size_t)fa_tile_count((int64_t)(d->heads_q / d->heads_kv) * d->seqlen_q, info->forward.br);
             FA_CHECK(fa_workspace_bytes("split arrival counters",
-                                        (size_t[]){(size_t)d->batch, (size_t)d->heads_kv, row_tiles, sizeof(uint32_t)},
-                                        4, &counters));
+                                        (size_t[]){p->kv_cache ? 2u : 1u, (size_t)d->batch, (size_t)d->heads_kv,
+                                                   row_tiles, sizeof(uint32_t)},
+                                        5, &counters));
             if (bytes > SIZE_MAX - counters)
                 return fa_fail(FA_ERR_UNSUPPORTED, "split-K partial log-sum-exps and counters exceed SIZE_MAX bytes");
         }
@@ -629,9 +820,11 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
             if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuMemsetD32Async (split arrival counters)");
         }
     }
-    FA_CHECK(fa_workspace_bytes("the backward row sums", (size_t[]){heads, tokens, sizeof(float)}, 3, &bytes));
-    FA_CHECK(device_alloc(bytes, NULL, "the backward row sums", &p->dvec, stream));
-    if (!d->deterministic) {
+    if (!p->kv_cache) {
+        FA_CHECK(fa_workspace_bytes("the backward row sums", (size_t[]){heads, tokens, sizeof(float)}, 3, &bytes));
+        FA_CHECK(device_alloc(bytes, NULL, "the backward row sums", &p->dvec, stream));
+    }
+    if (!d->deterministic && !p->kv_cache) {
         FA_CHECK(fa_workspace_bytes("the dQ accumulator", (size_t[]){heads, tokens, dim, sizeof(float)}, 4, &bytes));
         FA_CHECK(device_alloc(bytes, NULL, "the dQ accumulator", &p->dq_acc, stream));
     }
@@ -648,7 +841,7 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventCreate");
 
     FA_CHECK(load_pass(p, &p->fwd));
-    return load_pass(p, &p->bwd);
+    return p->kv_cache ? FA_SUCCESS : load_pass(p, &p->bwd);
 }
 
 fa_status fa_cuda_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **plan_impl) {
@@ -658,7 +851,11 @@ fa_status fa_cuda_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **p
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     const fa_attention_desc *d = &plan->desc;
-    FA_CHECK(fa_refuse_score_options(d, "CUDA"));
+    /* The KV-cache step computes softcap and ALiBi (decode.cu); a bias
+     * does not apply to it (kvcache_defines refuses one). */
+    if (!d->kv_cache) FA_CHECK(fa_refuse_score_options(d, "CUDA"));
+    if (d->kv_cache && d->algorithm != FA_ALGO_FUSED)
+        return fa_fail(FA_ERR_UNSUPPORTED, "KV-cache step: CUDA runs it fused only (algorithm FA_ALGO_FUSED)");
     if (d->algorithm == FA_ALGO_STANDARD) return fa_cuda_standard_prepare(ctx, plan, plan_impl);
     if (plan->info.algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
         return fa_fail(FA_ERR_UNSUPPORTED, "the CUDA attention kernels run only FA_ALGO_FUSED");
@@ -696,11 +893,12 @@ static fa_status check_aligned(void *buf, const char *name, CUdeviceptr *out) {
     return FA_SUCCESS;
 }
 
-static fa_status launch(fa_cuda_plan *p, const cu_pass *pass, int index, unsigned gx, unsigned gy, unsigned gz,
-                        const fa_cuda_params *params) {
+/* kv: the KV-cache step's second parameter block, or NULL. */
+static fa_status launch_kernel(fa_cuda_plan *p, const cu_pass *pass, int index, unsigned gx, unsigned gy, unsigned gz,
+                               const fa_cuda_params *params, const fa_cuda_kv_params *kv) {
     if (gx == 0 || gy == 0 || gz == 0) return FA_SUCCESS;
     const cu_kernel_spec *k = &pass->spec.kernels[index];
-    void *args[] = {(void *)params};
+    void *args[] = {(void *)params, (void *)kv};
     CUresult r = cu()->cuLaunchKernel(pass->fn[index], gx, gy, gz, (unsigned)k->threads, 1, 1, (unsigned)k->smem,
                                       p->ctx->stream, args, NULL);
     if (r != CUDA_SUCCESS) {
@@ -710,6 +908,11 @@ static fa_status launch(fa_cuda_plan *p, const cu_pass *pass, int index, unsigne
         return fa_cuda_error(r, what);
     }
     return FA_SUCCESS;
+}
+
+static fa_status launch(fa_cuda_plan *p, const cu_pass *pass, int index, unsigned gx, unsigned gy, unsigned gz,
+                        const fa_cuda_params *params) {
+    return launch_kernel(p, pass, index, gx, gy, gz, params, NULL);
 }
 
 static unsigned tiles_of(int n, int t) { return (unsigned)fa_tile_count(n, t); }
@@ -764,6 +967,8 @@ fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, con
     fa_cuda_plan *p = plan_impl;
     if (!p || !plan || !args)
         return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
+    if (p->kv_cache)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "the plan's descriptor has kv_cache = 1: use fa_forward_kvcache");
     FA_CHECK(fa_cuda_push(p->ctx));
     fa_status st = forward_inner(p, plan, args);
     fa_cuda_pop();
@@ -817,8 +1022,88 @@ fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, co
     fa_cuda_plan *p = plan_impl;
     if (!p || !plan || !args)
         return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
+    if (p->kv_cache) return fa_fail(FA_ERR_INVALID_ARGUMENT, "a KV-cache plan has no backward pass");
     FA_CHECK(fa_cuda_push(p->ctx));
     fa_status st = backward_inner(p, plan, args);
+    fa_cuda_pop();
+    return st;
+}
+
+/* A buffer the kernels read as int32 or fp32 words (lengths, block table,
+ * rotary tables): 4-byte aligned. required 0: NULL gives 0. */
+static fa_status word_buffer(void *buf, const char *name, int required, CUdeviceptr *out) {
+    *out = 0;
+    if (!buf) return required ? fa_fail(FA_ERR_NULL_POINTER, "KV-cache step: %s is NULL", name) : FA_SUCCESS;
+    const fa_cuda_buffer *b = buf;
+    if (b->ptr % 4)
+        return fa_fail(FA_ERR_MISALIGNED, "%s: device address 0x%llx is not 4-byte aligned", name,
+                       (unsigned long long)b->ptr);
+    *out = b->ptr;
+    return FA_SUCCESS;
+}
+
+static fa_status tensor_buffer(void *buf, const char *name, CUdeviceptr *out) {
+    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "KV-cache step: %s is NULL", name);
+    return check_aligned(buf, name, out);
+}
+
+/* One step: the decoding kernel built with KV_CACHE, in one launch (the
+ * append is done by one block of each (sequence, KV head) while every
+ * block takes the new rows from k_new and v_new: decode.cu append_new), or
+ * the FP32-pipe step's launches (kvcache_simt.cu). */
+static fa_status kvcache_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_kvcache_call *a) {
+    const fa_attention_desc *d = &plan->desc;
+    fa_cuda_params prm = pass_params(p, plan);
+    fa_cuda_kv_params kv = p->kv_base;
+    FA_CHECK(tensor_buffer(a->q, "q", &prm.q));
+    FA_CHECK(tensor_buffer(a->k_cache, "k_cache", &prm.k));
+    FA_CHECK(tensor_buffer(a->v_cache, "v_cache", &prm.v));
+    FA_CHECK(tensor_buffer(a->o, "o", &prm.o));
+    prm.lse = 0;
+    if (a->lse) FA_CHECK(check_aligned(a->lse, "lse", &prm.lse));
+    FA_CHECK(word_buffer(a->cache_seqlens, "cache_seqlens", 1, &kv.cache_seqlens));
+    FA_CHECK(word_buffer(a->block_table, "block_table", d->page_size > 0, &kv.block_table));
+    if (d->seqlen_new > 0) {
+        FA_CHECK(tensor_buffer(a->k_new, "k_new", &kv.k_new));
+        FA_CHECK(tensor_buffer(a->v_new, "v_new", &kv.v_new));
+    }
+    FA_CHECK(word_buffer(a->rotary_cos, "rotary_cos", d->rotary_dim > 0, &kv.rot_cos));
+    FA_CHECK(word_buffer(a->rotary_sin, "rotary_sin", d->rotary_dim > 0, &kv.rot_sin));
+    const fa_kernel_plan *kp = &plan->info.forward;
+    const int64_t rows = (int64_t)(d->heads_q / d->heads_kv) * d->seqlen_q;
+    /* (row tile of the packed group rows, KV head, sequence x split) */
+    const unsigned gx = (unsigned)fa_tile_count(rows, kp->br), gy = (unsigned)d->heads_kv,
+                   gz = (unsigned)(d->batch * p->num_splits);
+    p->timed = 0;
+    CUresult r = cu()->cuEventRecord(p->ev_start, p->ctx->stream);
+    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
+    if (kp->variant == FA_VARIANT_DECODE) {
+        FA_CHECK(launch_kernel(p, &p->fwd, 0, gx, gy, gz, &prm, &kv));
+    } else {
+        /* kvcache_simt.cu: the verdicts and the append, then the attention
+         * (which reads both), then the merge; stream order between them. */
+        FA_CHECK(launch_kernel(p, &p->fwd, 0, (unsigned)d->batch, 1, 1, &prm, &kv));
+        FA_CHECK(launch_kernel(p, &p->fwd, 1, gx, gy, gz, &prm, &kv));
+        if (p->fwd.spec.nkernels > 2)
+            FA_CHECK(launch(p, &p->fwd, 2, tiles_of(d->seqlen_q, CU_ROWWISE_ROWS), (unsigned)d->heads_q,
+                            (unsigned)d->batch, &prm));
+    }
+    r = cu()->cuEventRecord(p->ev_stop, p->ctx->stream);
+    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
+    p->timed = 1;
+    return FA_SUCCESS;
+}
+
+fa_status fa_cuda_forward_kvcache(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_kvcache_call *args) {
+    (void)ctx;
+    if (!plan_impl || !plan || !args)
+        return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !plan_impl ? "plan_impl" : !plan ? "plan" : "args");
+    /* (A standard-attention plan is another type: never a cache plan.) */
+    fa_cuda_plan *p = fa_cuda_standard_owns(plan_impl) ? NULL : plan_impl;
+    if (!p || !p->kv_cache)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "the plan's descriptor has kv_cache = 0: use fa_forward");
+    FA_CHECK(fa_cuda_push(p->ctx));
+    fa_status st = kvcache_inner(p, plan, args);
     fa_cuda_pop();
     return st;
 }
@@ -869,6 +1154,7 @@ static fa_status compile_passes(const fa_attention_desc *desc, const fa_plan_inf
     if (!desc || !info || !count) return fa_fail(FA_ERR_NULL_POINTER, "desc, info or count is NULL");
     *count = 0;
     cu_program_spec specs[2];
+    if (desc->kv_cache) passes = 1; /* a KV-cache plan has no backward */
     FA_CHECK(forward_spec(desc, &info->forward, cc_major, cc_minor, &specs[0]));
     if (passes > 1) FA_CHECK(backward_spec(desc, &info->backward, cc_major, cc_minor, &specs[1]));
     for (int s = 0; s < passes; s++) {

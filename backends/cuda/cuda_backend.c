@@ -675,6 +675,7 @@ const fa_backend_ops fa_cuda_backend = {
     .plan_release = fa_cuda_plan_release,
     .forward = fa_cuda_forward,
     .backward = fa_cuda_backward,
+    .forward_kvcache = fa_cuda_forward_kvcache,
     .rows = fa_cuda_rows,
     .rows_merge = fa_cuda_rows_merge,
     .transport_nccl = fa_cuda_transport_nccl,

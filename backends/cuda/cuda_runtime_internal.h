@@ -271,6 +271,7 @@ void fa_cuda_pop(void);
 /* The attention passes (cuda_attention.c), as the ops table takes them. */
 fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args);
 fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
+fa_status fa_cuda_forward_kvcache(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_kvcache_call *args);
 fa_status fa_cuda_last_time_ms(void *ctx, void *plan_impl, double *ms);
 
 /* The ring's element-wise passes and NCCL transport (cuda_rows.c,

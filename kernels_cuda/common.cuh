@@ -37,13 +37,10 @@ struct fa_params {
     const u8 *block_mask;
     const u8 *tile_map; /* per (query tile, key tile) of this kernel's shape */
     float *part_o, *part_l;
-    const void *bias;    /* BIAS: the pass's bias buffer (elements of bias_t) */
-    const float *alibi;  /* ALIBI: heads_q slopes times log2 e */
     i64 q_off, q_sb, q_ss, q_sh;
     i64 k_off, k_sb, k_ss, k_sh;
     i64 v_off, v_sb, v_ss, v_sh;
     i64 o_off, o_sb, o_ss, o_sh;
-    i64 bias_off, bias_sb, bias_ss, bias_sh; /* elements; 0 where broadcast */
     i64 total_q;
     int seqlen_q, seqlen_k, heads_q, group, batch;
     int window_left, window_right;
@@ -51,8 +48,15 @@ struct fa_params {
     u32 drop_key0, drop_key1, drop_offset_lo, drop_threshold;
     u32 drop_row0, drop_col0; /* the plan's dropout origin (core/plan.h) */
     float scale, scale_log2, drop_scale;
-    float softcap_in, softcap_out; /* SOFTCAP: scale / softcap, softcap log2 e */
     int num_splits;
+    /* The score options, after the rest so that its offsets stay what they
+     * were (kernels without options compile to the same code); softcap_in
+     * keeps the 8-byte fields aligned. */
+    float softcap_in;                        /* SOFTCAP: scale / softcap */
+    const void *bias;                        /* BIAS: the pass's bias buffer (elements of bias_t) */
+    const float *alibi;                      /* ALIBI: heads_q slopes times log2 e */
+    i64 bias_off, bias_sb, bias_ss, bias_sh; /* BIAS: elements; 0 where broadcast */
+    float softcap_out;                       /* SOFTCAP: softcap log2 e */
 };
 
 /* ------------------------------------------------------------------------ */

@@ -36,6 +36,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,12 +74,11 @@ static const char *const cu_header_paths[] = {"kernels_cuda/dtype.cuh",   "kerne
 
 typedef struct fa_cuda_params {
     CUdeviceptr q, k, v, o, lse, dout, dq, dk, dv, dvec, dq_acc, cu_q, cu_k, block_mask, tile_map, part_o,
-        part_l, bias, alibi;
+        part_l;
     int64_t q_off, q_sb, q_ss, q_sh;
     int64_t k_off, k_sb, k_ss, k_sh;
     int64_t v_off, v_sb, v_ss, v_sh;
     int64_t o_off, o_sb, o_ss, o_sh;
-    int64_t bias_off, bias_sb, bias_ss, bias_sh;
     int64_t total_q;
     int seqlen_q, seqlen_k, heads_q, group, batch;
     int window_left, window_right;
@@ -86,11 +86,16 @@ typedef struct fa_cuda_params {
     uint32_t drop_key0, drop_key1, drop_offset_lo, drop_threshold;
     uint32_t drop_row0, drop_col0;
     float scale, scale_log2, drop_scale;
-    float softcap_in, softcap_out;
     int num_splits;
+    /* The score options, appended: the offsets above stay the same. */
+    float softcap_in;
+    CUdeviceptr bias, alibi;
+    int64_t bias_off, bias_sb, bias_ss, bias_sh;
+    float softcap_out;
 } fa_cuda_params;
 
-_Static_assert(sizeof(fa_cuda_params) == 19 * 8 + 21 * 8 + 23 * 4 + 4, "fa_cuda_params has padding");
+_Static_assert(offsetof(fa_cuda_params, bias) == 17 * 8 + 17 * 8 + 22 * 4, "fa_cuda_params has padding");
+_Static_assert(sizeof(fa_cuda_params) == 17 * 8 + 17 * 8 + 22 * 4 + 6 * 8 + 4 + 4, "fa_cuda_params has padding");
 
 /* ------------------------------------------------------------------------ */
 /* Program specifications: what a pass compiles and launches                 */
@@ -228,9 +233,12 @@ static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *k
     return FA_SUCCESS;
 }
 
+/* An additive bias's values, a score each, count like the scores (as the
+ * planner counts them, core/planner.c). */
 static int qreg_fits(const fa_attention_desc *d, int strips, int bc) {
     int q_regs = d->q.dtype == FA_DTYPE_F32 ? d->head_dim / 2 : d->head_dim / 4;
-    return strips * (d->head_dim / 2 + bc / 2 + q_regs) <= CU_QREG_BUDGET;
+    const int scores = d->bias_batch > 0 ? bc : bc / 2;
+    return strips * (d->head_dim / 2 + scores + q_regs) <= CU_QREG_BUDGET;
 }
 
 /* Where a split decoding step merges its splits: in the last block of the

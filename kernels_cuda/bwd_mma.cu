@@ -384,6 +384,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 
     if (hh < p.group) LOAD_STEP(hh, tq, 0);
     cp_async_commit();
+#ifdef BIAS
+    if (hh < p.group) bias_prefetch<BR, BC, THREADS>(p, mask, b, hk * p.group + hh, tq * BR, k0, tid);
+#endif
 
     float dk[KT][DTW][4], dv[KT][DTW][4];
 #pragma unroll
@@ -403,6 +406,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             tq = next_query_tile(p, tk, t_begin, t_end);
         }
         const bool more = hh < p.group;
+#ifdef BIAS
+        /* The next step's bias into L2 while this one computes. */
+        if (more) bias_prefetch<BR, BC, THREADS>(p, mask, b, hk * p.group + hh, tq * BR, k0, tid);
+#endif
 #if STAGES == 2
         if (more) LOAD_STEP(hh, tq, st ^ 1);
         cp_async_commit();
@@ -734,6 +741,9 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
 
     for (int t = next_key_tile(p, tq, t_begin, t_end); t < t_end; t = next_key_tile(p, tq, t + 1, t_end)) {
         const int k0 = t * DQ_BC;
+#ifdef BIAS
+        bias_prefetch<DQ_BR, DQ_BC, DQ_THREADS>(p, mask, b, h, q0, k0, tid);
+#endif
         load_tile_async<DQ_BC, DQ_THREADS>(k_sm, kg + (i64)k0 * p.k_ss, p.k_ss, seq.len_k - k0, tid);
         load_tile_async<DQ_BC, DQ_THREADS>(v_sm, vg + (i64)k0 * p.v_ss, p.v_ss, seq.len_k - k0, tid);
         cp_async_commit();

@@ -444,6 +444,34 @@ FA_DEV fa_score score_of(const fa_params &p, int b, int h) {
     return sc;
 }
 
+/* Asks L2 for the bias of a tile to come, rows [r0, r0 + ROWS) and keys
+ * [c0, c0 + COLS) of (sequence b, query head h), the block's NTHREADS
+ * threads sharing its 128-byte lines; rows and keys past the sequence's
+ * ends are left out (r0 and c0 lie inside). A hint that takes no
+ * registers beyond its own: the loads of that tile then come from L2. */
+template <int ROWS, int COLS, int NTHREADS>
+FA_DEV void bias_prefetch(const fa_params &p, const fa_mask &m, int b, int h, int r0, int c0, int tid) {
+#ifdef BIAS
+    constexpr int LINE = 128 / (int)sizeof(bias_t);
+    constexpr int PER_ROW = (COLS + LINE - 1) / LINE + 1; /* an unaligned row touches one line more */
+    const bias_t *base = (const bias_t *)p.bias + p.bias_off + (i64)b * p.bias_sb + (i64)h * p.bias_sh;
+#pragma unroll 1
+    for (int e = tid; e < ROWS * PER_ROW; e += NTHREADS) {
+        const int r = e / PER_ROW, c = min((e % PER_ROW) * LINE, COLS - 1);
+        if (r < m.len_q - r0 && c < m.len_k - c0)
+            asm volatile("prefetch.L2 [%0];" ::"l"(base + (i64)(r0 + r) * p.bias_ss + (c0 + c)));
+    }
+#else
+    (void)p;
+    (void)m;
+    (void)b;
+    (void)h;
+    (void)r0;
+    (void)c0;
+    (void)tid;
+#endif
+}
+
 /* The factor kernels put between their scores and exp2: the scores are in
  * log2 units already with options, raw products without. */
 #ifdef SCORE_OPTIONS

@@ -133,9 +133,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
 #ifdef QREG
     bool first = true;
 #endif
+#ifdef BIAS
+    if (t < t_end) bias_prefetch<BR, BC, THREADS>(p, mask, b, h, q0, t * BC, tid);
+#endif
     while (t < t_end) {
         const int tn = next_key_tile(p, tq, t + 1, t_end);
         const int k0 = t * BC;
+#ifdef BIAS
+        /* The next tile's bias into L2 while this one computes. */
+        if (tn < t_end) bias_prefetch<BR, BC, THREADS>(p, mask, b, h, q0, tn * BC, tid);
+#endif
         const u32 kb = k_sm + (u32)stage * KV_BYTES, vb = v_sm + (u32)stage * KV_BYTES;
 #if STAGES == 2
         if (tn < t_end) {

@@ -410,11 +410,30 @@ int fa_mma_bwd_dk_split(const fa_attention_desc *desc) {
     return 1;
 }
 
+/* The forward's scores as a thread holds them, bc / 2 a strip, weighed
+ * for the score options: an additive bias's values, loaded a score at a
+ * time with a tile's all in flight, count like the scores again; softcap
+ * and ALiBi (a tanh, a distance a score as it turns into its logit) a
+ * quarter more. NVRTC 13.0, sm_80: at head_dim 128, 128 x 64 in two strips
+ * spilled 300 bytes with a bias, 12 with softcap and ALiBi beside a
+ * window and a block mask; 128 x 32 and 64 x 64 with all three compiled
+ * clean; at 64, 128 x 128 spilled 8 with softcap and ALiBi. */
+static int fwd_score_regs(const fa_attention_desc *desc, int bc) {
+    if (desc->bias_batch > 0) return 2 * bc;
+    return fa_desc_option_in_use(desc) ? bc + bc / 4 : bc;
+}
+/* Forward key tiles with score options are at most this wide (the 8 bytes
+ * at 128 x 128 above). */
+#define FA_MMA_FWD_BC_OPTIONS 64
+
 static int mma_regs_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int strips,
                        int other) {
     const int d = desc->head_dim;
-    if (pass == FA_PASS_FORWARD)
-        return strips * (d + other) / 2 <= (desc->q.dtype == FA_DTYPE_F32 ? FA_MMA_FWD_REGS_TF32 : FA_MMA_FWD_REGS);
+    if (pass == FA_PASS_FORWARD) {
+        if (fa_desc_option_in_use(desc) && other > FA_MMA_FWD_BC_OPTIONS) return 0;
+        return strips * (d + fwd_score_regs(desc, other)) / 2 <=
+               (desc->q.dtype == FA_DTYPE_F32 ? FA_MMA_FWD_REGS_TF32 : FA_MMA_FWD_REGS);
+    }
     const int split = fa_mma_bwd_dk_split(desc);
     if (split > 1) {
         /* A warp's share of a strip: d / split accumulators of dK and dV
@@ -586,7 +605,7 @@ static int mma_stages_ok(const fa_device_desc *dev, const fa_attention_desc *des
         return br * desc->head_dim <=
                (bwd_lean_sm90(dev, desc) ? FA_MMA_BWD_TWO_STAGE_ELEMS_SM90 : FA_MMA_BWD_TWO_STAGE_ELEMS);
     const int strips = tr / 2;
-    return strips * (desc->head_dim + bc) / 2 <= FA_MMA_FWD_REGS_TWO_STAGES;
+    return strips * (desc->head_dim + fwd_score_regs(desc, bc)) / 2 <= FA_MMA_FWD_REGS_TWO_STAGES;
 }
 
 /* An MMA plan's micro-tile is the scores one thread holds in the matrix

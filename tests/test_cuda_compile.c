@@ -378,10 +378,11 @@ enum {
 
 /* What score options compile to, a representative set rather than the
  * full cross (CI's time): each option alone and all three together, fp16
- * and bf16, head_dim 64 and 128, causal and not; all three beside the
- * masks, dropout and deterministic mode (the most registers); softcap and
- * ALiBi over variable-length sequences; the wide-head backward (192, 256);
- * TF32 and the FP32 pipes; a decoding shape. */
+ * and bf16, head_dim 64 and 128, causal and not; all three, or softcap
+ * and ALiBi, beside the masks, dropout and deterministic mode (the most
+ * registers); softcap and ALiBi over variable-length sequences; the
+ * wide-head backward (192, 256); TF32 and the FP32 pipes; a decoding
+ * shape. Each sits at a register edge of the planner's (core/planner.c). */
 static const struct score_job {
     dmode mode;
     int dim, causal, deterministic, opts;
@@ -392,7 +393,9 @@ static const struct score_job {
     {MODE_F16, 128, 0, 0, SC_BIAS | SC_BIAS_F32},
     {MODE_BF16, 128, 1, 0, SC_SOFTCAP | SC_ALIBI},
     {MODE_BF16, 128, 1, 0, SC_ALL},
+    {MODE_F16, 64, 0, 0, SC_SOFTCAP | SC_ALIBI},
     {MODE_F16, 64, 1, 0, SC_ALL | SC_HEAVY},
+    {MODE_BF16, 96, 1, 0, SC_SOFTCAP | SC_ALIBI | SC_HEAVY},
     {MODE_BF16, 128, 1, 1, SC_ALL | SC_BIAS_F32 | SC_HEAVY},
     {MODE_F16, 128, 1, 0, SC_SOFTCAP | SC_ALIBI | SC_VARLEN},
     {MODE_F16, 256, 1, 0, SC_ALL},
@@ -456,11 +459,11 @@ static void score_sweep(const char *device, const fa_device_desc *dev, int cc_ma
         j->desc = score_problem(sj);
         j->cc_major = cc_major;
         j->cc_minor = cc_minor;
-        snprintf(j->label, sizeof j->label, "%s d%d%s%s%s%s%s%s%s%s%s", mode_names[sj->mode], sj->dim,
+        snprintf(j->label, sizeof j->label, "%s d%d%s%s%s%s%s%s%s%s", mode_names[sj->mode], sj->dim,
                  sj->causal ? " causal" : "", sj->opts & SC_SOFTCAP ? " cap" : "", sj->opts & SC_ALIBI ? " alibi" : "",
                  sj->opts & SC_BIAS ? (sj->opts & SC_BIAS_F32 ? " bias32" : " bias") : "",
                  sj->opts & SC_HEAVY ? " +masks,drop" : "", sj->opts & SC_VARLEN ? " varlen" : "",
-                 sj->opts & SC_DECODE ? " decode" : "", sj->deterministic ? " det" : "", "");
+                 sj->opts & SC_DECODE ? " decode" : "", sj->deterministic ? " det" : "");
         fa_status st = fa_plan_for_device(dev, &j->desc, &j->info);
         CHECK_MSG(st == FA_SUCCESS, "%s: planning failed: %s", j->label, fa_last_error());
         if (st == FA_SUCCESS) n++;

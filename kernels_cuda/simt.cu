@@ -419,13 +419,14 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
                 for (int j = 0; j < TC; j++) {
                     const int cl = tc * TC + j;
                     const bool seen = full || visible(mask, q0, rl, k0, cl);
-                    const float z = DROP_Z(rl, cl);
 #ifdef SCORE_OPTIONS
                     float t;
                     const float pv = fa_exp2(score_elem<true>(sc, so, s[i][j], i, j, &t) - Ls[rl]);
+                    const float z = DROP_Z(rl, cl);
                     dp[i][j] = seen ? pv * (dp[i][j] * z - Ds[rl]) * score_dcap(t) : 0.0f;
 #else
                     const float pv = fa_exp2(s[i][j] * sl2 - Ls[rl]);
+                    const float z = DROP_Z(rl, cl);
                     dp[i][j] = seen ? pv * (dp[i][j] * z - Ds[rl]) : 0.0f;
 #endif
                     s[i][j] = seen ? pv * z : 0.0f;

@@ -410,18 +410,16 @@ int fa_mma_bwd_dk_split(const fa_attention_desc *desc) {
     return 1;
 }
 
-/* The forward's scores as a thread holds them, bc / 2 a strip, weighed
- * for the score options: an additive bias's values, loaded a score at a
- * time with a tile's all in flight, count like the scores again; softcap
- * and ALiBi (a tanh, a distance a score as it turns into its logit) a
- * quarter more. NVRTC 13.0, sm_80: at head_dim 128, 128 x 64 in two strips
- * spilled 300 bytes with a bias, 12 with softcap and ALiBi beside a
- * window and a block mask; 128 x 32 and 64 x 64 with all three compiled
- * clean; at 64, 128 x 128 spilled 8 with softcap and ALiBi. */
-static int fwd_score_regs(const fa_attention_desc *desc, int bc) {
-    if (desc->bias_batch > 0) return 2 * bc;
-    return fa_desc_option_in_use(desc) ? bc + bc / 4 : bc;
-}
+/* The forward's scores as a thread holds them, bc / 2 a strip, twice over
+ * with score options: a bias's values are loaded a score at a time, a
+ * tile's all in flight, and softcap and ALiBi keep a tanh and a distance a
+ * score while it turns into its logit. NVRTC 13.0, sm_80: 128 x 64 in two
+ * strips spilled 300 bytes at head_dim 128 with a bias, 12 with softcap and
+ * ALiBi beside a window and a block mask, and 52 at head_dim 96 with those
+ * and dropout; 128 x 128 at 64 spilled 8 with softcap and ALiBi; what this
+ * leaves (128 x 32 and 64 x 64 at 128, 128 x 64 at 64 in one stage)
+ * compiled clean with all three beside every mask and dropout. */
+static int fwd_score_regs(const fa_attention_desc *desc, int bc) { return fa_desc_option_in_use(desc) ? 2 * bc : bc; }
 /* Forward key tiles with score options are at most this wide (the 8 bytes
  * at 128 x 128 above). */
 #define FA_MMA_FWD_BC_OPTIONS 64

@@ -52,12 +52,17 @@
  * twice the registers, above head_dim 128, where dQ's accumulators do, and
  * at 128 with dropout, whose Philox rounds do: 64 keys spilled 84-240
  * bytes at 192 and 256, 40 at 128 with dropout and no causal mask, NVRTC
- * 13.0), within the registers a thread has. */
+ * 13.0; 16 with score options), within the registers a thread has. */
 #define CU_DQ_BR 64
 #define CU_DQ_WARPS 4
 #define CU_DQ_WIDE_MAX_DIM 128
 static int dq_bc(const fa_attention_desc *d) {
     const int dim_max = d->dropout_p > 0.0f ? CU_DQ_WIDE_MAX_DIM - 1 : CU_DQ_WIDE_MAX_DIM;
+    /* Score options take registers a score as well (the logit, the cap's
+     * derivative, the bias): 16 keys a step. With 64 keys the kernel
+     * spilled 20-60 bytes at head_dim 128; with 32, 28 at 192 and 12 at 128
+     * with all three under a causal mask (NVRTC 13.0, sm_80 and sm_90). */
+    if (fa_desc_option_in_use(d)) return 16;
     return d->q.dtype == FA_DTYPE_F32 || d->head_dim > dim_max ? 32 : 64;
 }
 /* Forward: Q fragments stay in registers while the thread's accumulators
@@ -233,11 +238,11 @@ static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *k
     return FA_SUCCESS;
 }
 
-/* An additive bias's values, a score each, count like the scores (as the
- * planner counts them, core/planner.c). */
+/* With score options the scores count twice (as the planner counts them,
+ * core/planner.c fwd_score_regs). */
 static int qreg_fits(const fa_attention_desc *d, int strips, int bc) {
     int q_regs = d->q.dtype == FA_DTYPE_F32 ? d->head_dim / 2 : d->head_dim / 4;
-    const int scores = d->bias_batch > 0 ? bc : bc / 2;
+    const int scores = fa_desc_option_in_use(d) ? bc : bc / 2;
     return strips * (d->head_dim / 2 + scores + q_regs) <= CU_QREG_BUDGET;
 }
 

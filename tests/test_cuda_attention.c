@@ -1404,6 +1404,23 @@ FA_TEST(score_options_decode_shapes) {
     }
 }
 
+/* Standard attention has no score options (nor has the reference's): each
+ * is refused at plan creation by name. */
+FA_TEST(score_options_standard_refused) {
+    REQUIRE_CUDA();
+    for (int set = 0; set < SO_ALL; set++) {
+        fa_attention_desc d = suite_desc(FA_DTYPE_F16, 1, 64, 64, 2, 2, 64);
+        d.algorithm = FA_ALGO_STANDARD;
+        score_option_set(&d, set, 1);
+        static const char *const names[] = {"softcap", "alibi", "bias"};
+        fa_plan plan = NULL;
+        const fa_status st = fa_plan_create(g_ctx, &d, &plan);
+        CHECK_MSG(st == FA_ERR_UNSUPPORTED && !plan && strstr(fa_last_error(), names[set]),
+                  "standard attention with %s: %s (%s)", so_names[set], fa_status_string(st), fa_last_error());
+        if (plan) fa_plan_destroy(plan);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Decoding (kernels_cuda/decode.cu): a GQA group's heads and tokens packed   */
 /* into one tile, keys split                                                 */
@@ -1627,6 +1644,7 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes),
              FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles), FA_CASE(score_options_simt),
              FA_CASE(score_options_mma), FA_CASE(score_options_wgmma), FA_CASE(score_options_wide_heads),
-             FA_CASE(score_options_decode_shapes), FA_CASE(decode_gqa_lengths),
+             FA_CASE(score_options_decode_shapes), FA_CASE(score_options_standard_refused),
+             FA_CASE(decode_gqa_lengths),
              FA_CASE(decode_causal), FA_CASE(decode_windows), FA_CASE(decode_varlen), FA_CASE(decode_split_merges),
              FA_CASE(decode_head_dims_small), FA_CASE(decode_head_dims_large), FA_CASE(decode_refusals))

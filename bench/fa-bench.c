@@ -14,6 +14,7 @@
 #include "bench_decode.h"
 #include "bench_ring.h"
 #include "cli.h"
+#include "desc.h"
 #include "planner.h"
 #include "test_util.h"
 
@@ -234,6 +235,7 @@ static const char usage_text[] =
 
 typedef struct record {
     const char *label, *backend, *device, *algo, *dtype, *pass, *error;
+    char options[96]; /* score options: "softcap=30 alibi bias=bf16", "" for none */
     char message[256];
     int d, n, b, h, h_kv, causal;
     double fwd_ms, bwd_ms, fwdbwd_ms, fwd_tflops, bwd_tflops, fwdbwd_tflops;
@@ -267,6 +269,7 @@ static const field fields[] = {
     F(h, K_INT, G_ALWAYS),
     F(h_kv, K_INT, G_ALWAYS),
     F(causal, K_BOOL, G_ALWAYS),
+    F(options, K_TEXT, G_ALWAYS),
     F(pass, K_STR, G_ALWAYS),
     F(fwd_ms, K_MS, G_TIMING),
     F(bwd_ms, K_MS, G_TIMING),
@@ -410,12 +413,14 @@ typedef struct data_pool {
     void *poison; /* UPLOAD_CHUNK_ELEMS NaNs, storage dtype */
     void *poison_f32;
     int64_t next;
+    void *bias; /* UPLOAD_CHUNK_ELEMS random values of the bias dtype, repeated over the bias */
 } data_pool;
 
 static void pool_free(data_pool *p) {
     free(p->random);
     free(p->poison);
     free(p->poison_f32);
+    free(p->bias);
     memset(p, 0, sizeof *p);
 }
 
@@ -486,7 +491,14 @@ typedef struct point_result {
 
 typedef struct tensor_set {
     fa_buffer b[N_TENSORS]; /* q k v o lse dout dq dk dv */
+    fa_buffer bias;         /* the additive bias, where the problem has one */
 } tensor_set;
+
+/* Bytes of the problem's additive bias (0 without one). */
+static double bias_bytes(const fa_attention_desc *d) {
+    const int64_t n = fa_desc_bias_bytes(d);
+    return n > 0 ? (double)n : 0.0;
+}
 
 static void tensor_counts(const fa_attention_desc *d, int64_t counts[N_TENSORS]) {
     const int64_t nq = fa_attention_total_q(d) * d->heads_q * d->head_dim;
@@ -503,7 +515,28 @@ static fa_dtype tensor_dtype(int i, fa_dtype dt) { return i == 4 ? FA_DTYPE_F32 
 static void free_set(tensor_set *s) {
     for (int i = 0; i < N_TENSORS; i++)
         if (s->b[i]) fa_buffer_free(s->b[i]);
+    if (s->bias) fa_buffer_free(s->bias);
     memset(s, 0, sizeof *s);
+}
+
+/* The bias of a set: the pool's chunk of random values uploaded over its
+ * whole span (timing does not depend on the values). */
+static fa_status alloc_bias(fa_context ctx, data_pool *pool, const fa_attention_desc *d, tensor_set *s) {
+    const size_t es = fa_dtype_size(d->bias.dtype), bytes = (size_t)bias_bytes(d);
+    if (!pool->bias) {
+        fa_rng rng;
+        fa_rng_seed(&rng, 11);
+        pool->bias = fa_test_random_tensor(&rng, d->bias.dtype, UPLOAD_CHUNK_ELEMS);
+        if (!pool->bias) return FA_ERR_OUT_OF_MEMORY;
+    }
+    fa_status st = fa_buffer_alloc(ctx, bytes, &s->bias);
+    for (size_t done = 0; st == FA_SUCCESS && done < bytes;) {
+        size_t n = bytes - done;
+        if (n > (size_t)UPLOAD_CHUNK_ELEMS * es) n = (size_t)UPLOAD_CHUNK_ELEMS * es;
+        st = fa_buffer_upload(s->bias, done, pool->bias, n);
+        done += n;
+    }
+    return st;
 }
 
 /* Test hook for the out-of-memory path: with FA_BENCH_FAIL_ALLOC=K in the
@@ -529,17 +562,22 @@ static fa_status alloc_set(fa_context ctx, data_pool *pool, const fa_attention_d
         st = fa_buffer_alloc(ctx, (size_t)counts[i] * fa_dtype_size(t), &s->b[i]);
         if (st == FA_SUCCESS) st = fill_buffer(pool, s->b[i], t, counts[i], tensor_random(i));
     }
+    if (st == FA_SUCCESS && d->bias_batch > 0) st = alloc_bias(ctx, pool, d, s);
     if (st != FA_SUCCESS) free_set(s);
     return st;
 }
 
 static fa_status run_forward(fa_plan plan, const tensor_set *t) {
-    return fa_forward(plan, t->b[0], t->b[1], t->b[2], t->b[3], t->b[4]);
+    const fa_buffer *b = t->b;
+    const fa_pass_args a = {.q = b[0], .k = b[1], .v = b[2], .o = b[3], .lse = b[4], .bias = t->bias};
+    return fa_forward_ex(plan, &a);
 }
 
 static fa_status run_backward(fa_plan plan, const tensor_set *t) {
     const fa_buffer *b = t->b;
-    return fa_backward(plan, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]);
+    const fa_pass_args a = {.q = b[0],    .k = b[1],  .v = b[2],  .o = b[3],  .lse = b[4],
+                            .dout = b[5], .dq = b[6], .dk = b[7], .dv = b[8], .bias = t->bias};
+    return fa_backward_ex(plan, &a);
 }
 
 /* Times one pass alone: each repeat is synchronised, then its device time read. */
@@ -576,6 +614,7 @@ static void run_point(fa_context ctx, const fa_device_info *dev, const fa_attent
     for (int i = 0; i < N_TENSORS; i++)
         if (tensor_used(i, with_backward))
             r->tensor_bytes += (double)counts[i] * (double)fa_dtype_size(tensor_dtype(i, d->q.dtype));
+    r->tensor_bytes += bias_bytes(d);
 
     fa_status st = fa_plan_for_device(&dev->desc, d, &r->info);
     if (st != FA_SUCCESS) {
@@ -784,6 +823,20 @@ int main(int argc, char **argv) {
     for (int a = 0; a < N_ALGOS; a++) total += o.algos[a] ? o.n_seqlens : 0;
     data_pool pool;
     memset(&pool, 0, sizeof pool);
+    /* ALiBi's slopes for the sweep's query heads (the shared options made
+     * them for theirs). */
+    float *slopes = NULL;
+    if (cli.desc.alibi_slopes) {
+        slopes = malloc((size_t)heads_q * sizeof *slopes);
+        if (!slopes) {
+            fprintf(stderr, "fa-bench: no memory for %d ALiBi slopes\n", heads_q);
+            fa_context_destroy(ctx);
+            fa_cli_free(&cli);
+            free(rest);
+            return 1;
+        }
+        fa_cli_alibi_slopes(heads_q, slopes);
+    }
     const double t0 = now_s();
     for (int algo = 0; algo < N_ALGOS; algo++) {
         if (!o.algos[algo]) continue;
@@ -795,6 +848,11 @@ int main(int argc, char **argv) {
             d.batch = batch < 1 ? 1 : batch > 2147483647LL ? 2147483647 : (int)batch;
             d.heads_q = heads_q;
             d.heads_kv = heads_kv;
+            if (d.alibi_slopes) d.alibi_slopes = slopes;
+            if (d.bias_batch > 0) {
+                d.bias_batch = d.batch;
+                d.bias_heads = d.heads_q;
+            }
             const char *algo_name = algo_names[algo];
             index++;
             fprintf(stderr, "%s[%d/%d] %s N=%d (batch %d, heads %d) ... %.1f s elapsed%s", tty ? "\r" : "", index,
@@ -818,6 +876,17 @@ int main(int argc, char **argv) {
             rec.h = d.heads_q;
             rec.h_kv = d.heads_kv;
             rec.causal = d.causal != 0;
+            {
+                int n = 0;
+                rec.options[0] = '\0';
+                if (d.softcap > 0.0f)
+                    n += snprintf(rec.options + n, sizeof rec.options - (size_t)n, "softcap=%g", (double)d.softcap);
+                if (d.alibi_slopes && (size_t)n < sizeof rec.options)
+                    n += snprintf(rec.options + n, sizeof rec.options - (size_t)n, "%salibi", n ? " " : "");
+                if (d.bias_batch > 0 && (size_t)n < sizeof rec.options)
+                    snprintf(rec.options + n, sizeof rec.options - (size_t)n, "%sbias=%s", n ? " " : "",
+                             fa_dtype_name(d.bias.dtype));
+            }
             rec.has_memory = r.have_info;
             rec.tensor_bytes = r.tensor_bytes;
             rec.workspace_bytes = r.workspace_bytes;
@@ -876,6 +945,7 @@ int main(int argc, char **argv) {
     }
     fprintf(stderr, "%s%d points in %.1f s%s\n", tty ? "\r" : "", total, now_s() - t0, tty ? "                    " : "");
     pool_free(&pool);
+    free(slopes);
     if (json) fclose(json);
     if (csv) fclose(csv);
     fa_context_destroy(ctx);

@@ -384,12 +384,14 @@ static int sm_version(const fa_device_desc *dev) {
 }
 
 /* fp16/bf16 problems without the options that take registers (dropout's
- * Philox state, windows', block masks' and varlen's bounds) whose rows are
- * whole 128-byte lines: FA_MMA_BWD_REGS_16_SM90 and FA_WGMMA_TWO_BLOCK_ACC
- * hold for these only. */
+ * Philox state, windows', block masks' and varlen's bounds, the additive
+ * bias's loads: a value a score in flight) whose rows are whole 128-byte
+ * lines: FA_MMA_BWD_REGS_16_SM90 and FA_WGMMA_TWO_BLOCK_ACC hold for these
+ * only. Softcap and ALiBi (a few factors a head) leave them lean. */
 static int lean_16bit(const fa_attention_desc *desc) {
     return desc->q.dtype != FA_DTYPE_F32 && desc->dropout_p == 0.0f && desc->window_left < 0 &&
-           desc->window_right < 0 && !desc->block_mask && !desc->cu_seqlens_q && desc->head_dim * 2 % 128 == 0;
+           desc->window_right < 0 && !desc->block_mask && !desc->cu_seqlens_q && desc->bias_batch == 0 &&
+           desc->head_dim * 2 % 128 == 0;
 }
 
 static int bwd_lean_sm90(const fa_device_desc *dev, const fa_attention_desc *desc) {
@@ -410,11 +412,28 @@ int fa_mma_bwd_dk_split(const fa_attention_desc *desc) {
     return 1;
 }
 
+/* The forward's scores as a thread holds them, bc / 2 a strip, twice over
+ * with score options: a bias's values are loaded a score at a time, a
+ * tile's all in flight, and softcap and ALiBi keep a tanh and a distance a
+ * score while it turns into its logit. NVRTC 13.0, sm_80: 128 x 64 in two
+ * strips spilled 300 bytes at head_dim 128 with a bias, 12 with softcap and
+ * ALiBi beside a window and a block mask, and 52 at head_dim 96 with those
+ * and dropout; 128 x 128 at 64 spilled 8 with softcap and ALiBi; what this
+ * leaves (128 x 32 and 64 x 64 at 128, 128 x 64 at 64 in one stage)
+ * compiled clean with all three beside every mask and dropout. */
+static int fwd_score_regs(const fa_attention_desc *desc, int bc) { return fa_desc_option_in_use(desc) ? 2 * bc : bc; }
+/* Forward key tiles with score options are at most this wide (the 8 bytes
+ * at 128 x 128 above). */
+#define FA_MMA_FWD_BC_OPTIONS 64
+
 static int mma_regs_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int strips,
                        int other) {
     const int d = desc->head_dim;
-    if (pass == FA_PASS_FORWARD)
-        return strips * (d + other) / 2 <= (desc->q.dtype == FA_DTYPE_F32 ? FA_MMA_FWD_REGS_TF32 : FA_MMA_FWD_REGS);
+    if (pass == FA_PASS_FORWARD) {
+        if (fa_desc_option_in_use(desc) && other > FA_MMA_FWD_BC_OPTIONS) return 0;
+        return strips * (d + fwd_score_regs(desc, other)) / 2 <=
+               (desc->q.dtype == FA_DTYPE_F32 ? FA_MMA_FWD_REGS_TF32 : FA_MMA_FWD_REGS);
+    }
     const int split = fa_mma_bwd_dk_split(desc);
     if (split > 1) {
         /* A warp's share of a strip: d / split accumulators of dK and dV
@@ -483,6 +502,11 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
  * many accumulators (NVRTC 13.0); with every option they spilled. Where a
  * tile fits, the planner takes only such tiles. */
 #define FA_WGMMA_TWO_BLOCK_ACC 96
+/* Softcap and ALiBi (a tanh, a distance a score) in two blocks: at 128 x 64
+ * (head_dim 64 and 128) they compiled without spilling (96-128 registers,
+ * NVRTC 13.0), at 128 x 128 and head_dim 64 they spilled 8-16 bytes: two
+ * blocks take them with key tiles up to this wide. */
+#define FA_WGMMA_TWO_BLOCK_BC_OPTIONS 64
 #define FA_WGMMA_MAX_BC 128
 /* Narrower key tiles read the instruction's A operand (Q, from shared
  * memory) once per 16 keys or 32: shared memory, not the matrix units,
@@ -509,6 +533,13 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
 #define FA_WGMMA_BWD_ACC_DROPOUT 128
 #define FA_WGMMA_BWD_DROPOUT_BC 64
 #define FA_WGMMA_BWD_DROPOUT_STAGES 2
+/* Score options in the warpgroup backward (NVRTC 13.0, head_dim 128): the
+ * bias's loads beside softcap, a causal mask or a block mask spilled 4-72
+ * bytes, and softcap with ALiBi beside windows, block masks or varlen 4-24
+ * (alone, or under a causal mask, they fit: 252-255 registers). Above this
+ * many accumulators a bias, or an option beside windows, block masks or
+ * varlen, leaves the backward to the MMA kernels. */
+#define FA_WGMMA_BWD_ACC_OPTIONS 128
 
 /* Dropout beside no mask and no varlen (their bounds take registers). */
 static int dropout_alone(const fa_attention_desc *desc) {
@@ -530,13 +561,23 @@ static int wgmma_possible(const fa_device_desc *dev, const fa_attention_desc *de
 }
 
 int fa_wgmma_blocks_per_sm(const fa_attention_desc *desc, int bc) {
-    return desc && lean_16bit(desc) && (desc->head_dim + bc) / 2 <= FA_WGMMA_TWO_BLOCK_ACC ? 2 : 1;
+    if (!desc || !lean_16bit(desc) || (desc->head_dim + bc) / 2 > FA_WGMMA_TWO_BLOCK_ACC) return 1;
+    return !fa_desc_option_in_use(desc) || bc <= FA_WGMMA_TWO_BLOCK_BC_OPTIONS ? 2 : 1;
+}
+
+/* Whether score options leave the warpgroup backward room at acc
+ * accumulators (FA_WGMMA_BWD_ACC_OPTIONS). */
+static int wgmma_bwd_options_fit(const fa_attention_desc *desc, int acc) {
+    if (!fa_desc_option_in_use(desc) || acc <= FA_WGMMA_BWD_ACC_OPTIONS) return 1;
+    const int bounds = desc->window_left >= 0 || desc->window_right >= 0 || desc->block_mask || desc->cu_seqlens_q;
+    return desc->bias_batch == 0 && !bounds;
 }
 
 static int wgmma_tile_ok(const fa_attention_desc *desc, fa_pass pass, int br, int bc) {
     if (pass == FA_PASS_BACKWARD) {
         const int acc = desc->head_dim + br;
         if (br != FA_WGMMA_BWD_BR || bc % 64 || bc > FA_WGMMA_MAX_BC || acc > FA_WGMMA_BWD_ACC) return 0;
+        if (!wgmma_bwd_options_fit(desc, acc)) return 0;
         return !wgmma_bwd_dropout_tight(desc, br) || (bc == FA_WGMMA_BWD_DROPOUT_BC && dropout_alone(desc));
     }
     if (br % 64 || bc % 16 || bc < FA_WGMMA_MIN_BC || bc > FA_WGMMA_MAX_BC) return 0;
@@ -564,7 +605,7 @@ static int mma_stages_ok(const fa_device_desc *dev, const fa_attention_desc *des
         return br * desc->head_dim <=
                (bwd_lean_sm90(dev, desc) ? FA_MMA_BWD_TWO_STAGE_ELEMS_SM90 : FA_MMA_BWD_TWO_STAGE_ELEMS);
     const int strips = tr / 2;
-    return strips * (desc->head_dim + bc) / 2 <= FA_MMA_FWD_REGS_TWO_STAGES;
+    return strips * (desc->head_dim + fwd_score_regs(desc, bc)) / 2 <= FA_MMA_FWD_REGS_TWO_STAGES;
 }
 
 /* An MMA plan's micro-tile is the scores one thread holds in the matrix
@@ -935,8 +976,9 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
     /* Decoding on CUDA's tensor cores is a problem of its own
      * (planner_decode.c; where none of its tiles fits the local memory, the
      * families below plan it); elsewhere it is planned as SIMT tiles with
-     * key splits. */
-    if (pass == FA_PASS_FORWARD && fa_decode_applies(dev, desc, sm_version(dev)) &&
+     * key splits. Not with score options: the decoding kernel has none
+     * (the general kernels compute them). */
+    if (pass == FA_PASS_FORWARD && !fa_desc_option_in_use(desc) && fa_decode_applies(dev, desc, sm_version(dev)) &&
         fa_decode_plan(dev, desc, out) == FA_SUCCESS) {
         out->workspace_bytes = workspace_bytes(dev, desc, pass, out->variant, out->split_k);
         return FA_SUCCESS;

@@ -23,6 +23,9 @@
  *   dS = P * (z keep_scale dP - D),  dV += (z keep_scale P)^T dO,  dK += dS^T Q
  * (z the dropout keep bit). A row with L = -inf (no visible key) takes
  * L = +inf here, which makes its P exactly 0 instead of exp(-inf + inf).
+ * With score options (SOFTCAP ALIBI BIAS) P is exp2 of the forward's logit
+ * (common.cuh score_log2 of the raw product) minus L log2 e, and dS takes
+ * the cap's derivative 1 - tanh^2 (score_dcap), in every kernel here.
  *
  * Options: BWD, BR BC WARPS STAGES (query tiles in flight), DQ_ATOMIC; the
  * dQ kernel DQ_BR DQ_BC DQ_WARPS; DK_SPLIT (fp16/bf16, not with WGMMA):
@@ -234,8 +237,9 @@ FA_DEV u32 keep_bits(const fa_params &p, u32 bh, int q0, int k0, int k_w, int g,
  * dK/dV kernel's tiles count them, ROWS_FEED_KEYS). */
 template <bool MASKED, int NJ>
 FA_DEV void p_and_ds(float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], const float *Lb, const float *Db,
-                     const fa_params &p, const fa_mask &mask, int q0, int k0, int k_w, int g, int t4, float sl2,
-                     u32 bh, u32 keep) {
+                     const fa_params &p, const fa_mask &mask, const fa_score &sc, int q0, int k0, int k_w, int g,
+                     int t4, float sl2, u32 bh, u32 keep) {
+    (void)sc;
     (void)keep;
     (void)p;
     (void)mask;
@@ -249,8 +253,22 @@ FA_DEV void p_and_ds(float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], const f
     const int rows0 = mask.len_q - q0 - 2 * t4, keys0 = mask.len_k - k0 - (k_w + g);
     (void)rows0;
     (void)keys0;
+#ifdef ALIBI
+    const float dbase = alibi_dist_left(rows0, keys0);
+#endif
+#ifdef BIAS
+    /* The bias rows of the lane's two queries of n-tile j (stepping 8 rows
+     * a tile), from its first key: an element is one of them plus a
+     * constant. Not read unless the element lies inside the sequence
+     * (whole tiles: every element does). */
+    const bias_t *brow = sc.bias + (i64)(mask.len_q - rows0) * sc.bias_ss + (mask.len_k - keys0);
+    const i64 bstep = 8 * sc.bias_ss;
+#endif
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
+#ifdef BIAS
+        const bias_t *brows[2] = {brow + j * bstep, brow + j * bstep + sc.bias_ss};
+#endif
         /* Two neighbouring queries per thread and n-tile: one load each
          * (masked tiles, with more live state, load per element). */
         float2 l2 = make_float2(0.0f, 0.0f), d2 = l2;
@@ -263,17 +281,36 @@ FA_DEV void p_and_ds(float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], const f
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int ql = 8 * j + 2 * t4 + (e & 1), kl = kt * 16 + g + 8 * (e >> 1);
+                (void)kl;
                 const bool seen = !MASKED || visible_left(mask, rows0 - (8 * j + (e & 1)), keys0 - (kt * 16 + 8 * (e >> 1)));
                 const float lse = MASKED ? Lb[ql] : e & 1 ? l2.y : l2.x, dq = MASKED ? Db[ql] : e & 1 ? d2.y : d2.x;
                 const float lq = lse == -FA_INF ? FA_INF : lse * FA_LOG2E;
+#ifdef SCORE_OPTIONS
+                /* The forward's logit (score_log2), offsets from the lane's
+                 * first query and key. */
+                const int qo = 8 * j + (e & 1), ko = kt * 16 + 8 * (e >> 1);
+                float bv = 0.0f, dist = 0.0f, t;
+                (void)qo;
+                (void)ko;
+#ifdef BIAS
+                if (!MASKED || (qo < rows0 && ko < keys0)) bv = bias_to_f32(brows[e & 1][ko]);
+#endif
+#ifdef ALIBI
+                dist = dbase + (float)(qo - ko);
+#endif
+                const float pv = fa_exp2(score_log2(sc, sacc[kt][j][e], bv, dist, &t) - lq);
+                const float dcap = score_dcap(t);
+#else
                 const float pv = fa_exp2(fmaf(sacc[kt][j][e], sl2, -lq));
+                const float dcap = 1.0f;
+#endif
                 float z = 1.0f;
 #if defined(DROP_BITS)
                 z = keep >> (4 * j + e) & 1u ? p.drop_scale : 0.0f;
 #elif defined(DROPOUT)
                 z = dropout_keep(p, bh, (u32)q0 + (u32)ql, (u32)k0 + (u32)(k_w + kl)) ? p.drop_scale : 0.0f;
 #endif
-                pacc[kt][j][e] = seen ? pv * (pacc[kt][j][e] * z - dq) : 0.0f;
+                pacc[kt][j][e] = seen ? pv * (pacc[kt][j][e] * z - dq) * dcap : 0.0f;
                 sacc[kt][j][e] = seen ? pv * z : 0.0f;
             }
     }
@@ -308,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
     const int k0 = tk * BC;
     if (k0 >= seq.len_k) return;
     const fa_mask mask = mask_of(p, seq);
-    const float sl2 = p.scale_log2;
+    const float sl2 = SCORE_SL2(p);
     /* The warp's key strips and its share of the queries (S^T, dP^T) and
      * of the head dimensions (dK, dV). */
     const int key_base = (DK_SPLIT > 1 ? warp % KEY_WARPS : warp) * KT * 16;
@@ -347,6 +384,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 
     if (hh < p.group) LOAD_STEP(hh, tq, 0);
     cp_async_commit();
+#ifdef BIAS
+    if (hh < p.group) bias_prefetch<BR, BC, THREADS>(p, mask, b, hk * p.group + hh, tq * BR, k0, tid);
+#endif
 
     float dk[KT][DTW][4], dv[KT][DTW][4];
 #pragma unroll
@@ -366,6 +406,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             tq = next_query_tile(p, tk, t_begin, t_end);
         }
         const bool more = hh < p.group;
+#ifdef BIAS
+        /* The next step's bias into L2 while this one computes. */
+        if (more) bias_prefetch<BR, BC, THREADS>(p, mask, b, hk * p.group + hh, tq * BR, k0, tid);
+#endif
 #if STAGES == 2
         if (more) LOAD_STEP(hh, tq, st ^ 1);
         cp_async_commit();
@@ -383,6 +427,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #else
         const u32 bh = 0;
 #endif
+        const fa_score sc = score_of(p, b, h);
         u32 keep = 0;
         /* S^T = K Q^T and dP^T = V dO^T */
         float sacc[KT][NQW][4], pacc[KT][NQW][4];
@@ -419,9 +464,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 
         /* P and dS, element by element; whole tiles test no element. */
         if (tile_full(p, mask, cur_t, tk, q0, k0, BR, BC, ROWS_FEED_KEYS))
-            p_and_ds<false>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, q0 + q_part, k0, key_base, g, t4, sl2, bh, keep);
+            p_and_ds<false>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, sc, q0 + q_part, k0, key_base, g, t4, sl2,
+                            bh, keep);
         else
-            p_and_ds<true>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, q0 + q_part, k0, key_base, g, t4, sl2, bh, keep);
+            p_and_ds<true>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, sc, q0 + q_part, k0, key_base, g, t4, sl2,
+                           bh, keep);
 
 #if DK_SPLIT > 1
         /* The warp's queries of (z keep_scale) P^T and dS^T into shared
@@ -644,10 +691,14 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
     const int q0 = tq * DQ_BR;
     if (q0 >= seq.len_q) return;
     const fa_mask mask = mask_of(p, seq);
-    const float sl2 = p.scale_log2;
+    const float sl2 = SCORE_SL2(p);
     const int row_base = warp * DQ_MT * 16;
 #ifdef DROPOUT
     const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
+#endif
+#ifdef SCORE_OPTIONS
+    const fa_score sc = score_of(p, b, h);
+    (void)sl2;
 #endif
 
     /* L (in log2 units, +inf for rows without keys or past the end) and D
@@ -690,6 +741,9 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
 
     for (int t = next_key_tile(p, tq, t_begin, t_end); t < t_end; t = next_key_tile(p, tq, t + 1, t_end)) {
         const int k0 = t * DQ_BC;
+#ifdef BIAS
+        bias_prefetch<DQ_BR, DQ_BC, DQ_THREADS>(p, mask, b, h, q0, k0, tid);
+#endif
         load_tile_async<DQ_BC, DQ_THREADS>(k_sm, kg + (i64)k0 * p.k_ss, p.k_ss, seq.len_k - k0, tid);
         load_tile_async<DQ_BC, DQ_THREADS>(v_sm, vg + (i64)k0 * p.v_ss, p.v_ss, seq.len_k - k0, tid);
         cp_async_commit();
@@ -730,6 +784,10 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
         }
 
         const bool full = tile_full(p, mask, tq, t, q0, k0, DQ_BR, DQ_BC, ROWS_STORED);
+#ifdef SCORE_OPTIONS
+        /* The lane's first row and key. */
+        const fa_score_at so = score_at(sc, mask, seq.len_q - q0 - (row_base + g), seq.len_k - k0 - 2 * t4);
+#endif
 #pragma unroll
         for (int mt = 0; mt < DQ_MT; mt++)
 #pragma unroll
@@ -739,12 +797,19 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS, 1) fa_bwd_dq_mma(const 
                     const int hf = e >> 1;
                     const int r = row_base + mt * 16 + g + 8 * hf, c = 8 * j + 2 * t4 + (e & 1);
                     const bool seen = full || visible(mask, q0, r, k0, c);
-                    const float pv = fa_exp2(fmaf(s[mt][j][e], sl2, -l2[mt][hf]));
+#ifdef SCORE_OPTIONS
+                    /* The forward's logit (score_log2). */
+                    float t;
+                    const float lg = score_elem<true>(sc, so, s[mt][j][e], mt * 16 + 8 * hf, 8 * j + (e & 1), &t);
+                    const float pv = fa_exp2(lg - l2[mt][hf]), dcap = score_dcap(t);
+#else
+                    const float pv = fa_exp2(fmaf(s[mt][j][e], sl2, -l2[mt][hf])), dcap = 1.0f;
+#endif
                     float z = 1.0f;
 #ifdef DROPOUT
                     z = dropout_keep(p, bh, (u32)q0 + (u32)r, (u32)k0 + (u32)c) ? p.drop_scale : 0.0f;
 #endif
-                    dp[mt][j][e] = seen ? pv * (dp[mt][j][e] * z - dd[mt][hf]) : 0.0f;
+                    dp[mt][j][e] = seen ? pv * (dp[mt][j][e] * z - dd[mt][hf]) * dcap : 0.0f;
                 }
 
         /* dQ += dS K */

@@ -8,6 +8,8 @@
  *   HEAD_DIM                              head dimension
  *   DTYPE_F32 | DTYPE_F16 | DTYPE_BF16    storage dtype of Q, K, V, O, grads
  *   CAUSAL WINDOW BLOCK_MASK DROPOUT VARLEN   options present in the plan
+ *   SOFTCAP ALIBI BIAS [BIAS_F32]         score options present (BIAS_F32:
+ *                                         an fp32 bias beside 16-bit data)
  * and per kernel family the tile shape (see each file). */
 #ifndef FA_CUDA_COMMON_CUH
 #define FA_CUDA_COMMON_CUH
@@ -47,6 +49,14 @@ struct fa_params {
     u32 drop_row0, drop_col0; /* the plan's dropout origin (core/plan.h) */
     float scale, scale_log2, drop_scale;
     int num_splits;
+    /* The score options, after the rest so that its offsets stay what they
+     * were (kernels without options compile to the same code); softcap_in
+     * keeps the 8-byte fields aligned. */
+    float softcap_in;                        /* SOFTCAP: scale / softcap */
+    const void *bias;                        /* BIAS: the pass's bias buffer (elements of bias_t) */
+    const float *alibi;                      /* ALIBI: heads_q slopes times log2 e */
+    i64 bias_off, bias_sb, bias_ss, bias_sh; /* BIAS: elements; 0 where broadcast */
+    float softcap_out;                       /* SOFTCAP: softcap log2 e */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -360,6 +370,200 @@ FA_DEV bool tile_full(const fa_params &p, const fa_mask &m, int tq, int tk, int 
     if (m.window_left >= 0 && k0 < r1 + off - m.window_left) return false;
 #endif
     return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Score options (include/flashattn.h): softcap, additive bias, ALiBi        */
+/*                                                                          */
+/* Builds with any of them take each raw product s = q . k through          */
+/* score_log2, which returns the logit in log2 units (what exp2 takes):     */
+/*   softcap log2 e * tanh(s * scale / softcap)   or   s * scale log2 e,    */
+/*   + bias log2 e, - slope log2 e * |i + len_k - len_q - j|,               */
+/* in the header's order, the cap on the natural-scale logit. The kernels   */
+/* then keep their softmax in log2 units with a factor of 1 (SCORE_SL2),    */
+/* and the backward recomputes P by the same function. Kernels built       */
+/* without options call none of it: their code is what it was.              */
+/* ------------------------------------------------------------------------ */
+
+#if defined(SOFTCAP) || defined(ALIBI) || defined(BIAS)
+#define SCORE_OPTIONS
+#endif
+
+#ifdef BIAS
+#if defined(BIAS_F32) || defined(DTYPE_F32)
+typedef float bias_t;
+FA_DEV float bias_to_f32(float x) { return x; }
+#else
+typedef elem_t bias_t;
+FA_DEV float bias_to_f32(elem_t x) { return to_f32(x); }
+#endif
+#endif
+
+/* tanh from one ex2 and one fast division: 1 - 2 / (e^(2x) + 1). Its
+ * error is absolute, a few units of 1e-7 (the softmax is shift-invariant:
+ * an absolute error in a logit is what it feels); +-1 for +-inf (and for
+ * |x| > 44, where e^(2x) passes fp32's range), NaN for NaN. */
+FA_DEV float fa_tanh(float x) {
+    const float e = fa_exp2(x * (2.0f * FA_LOG2E));
+    return 1.0f - __fdividef(2.0f, e + 1.0f);
+}
+
+/* What the options need of one (sequence, query head). */
+struct fa_score {
+    float sl2; /* scale log2 e */
+#ifdef SOFTCAP
+    float cap_in, cap_out; /* scale / softcap, softcap log2 e */
+#endif
+#ifdef ALIBI
+    float slope; /* the head's slope times log2 e */
+#endif
+#ifdef BIAS
+    const bias_t *bias; /* bias[b, h, 0, 0] */
+    i64 bias_ss;        /* between query rows */
+#endif
+};
+
+/* b: the batch index (no varlen with a bias); h: the query head. */
+FA_DEV fa_score score_of(const fa_params &p, int b, int h) {
+    fa_score sc;
+    sc.sl2 = p.scale_log2;
+#ifdef SOFTCAP
+    sc.cap_in = p.softcap_in;
+    sc.cap_out = p.softcap_out;
+#endif
+#ifdef ALIBI
+    sc.slope = p.alibi[h];
+#endif
+#ifdef BIAS
+    sc.bias = (const bias_t *)p.bias + p.bias_off + (i64)b * p.bias_sb + (i64)h * p.bias_sh;
+    sc.bias_ss = p.bias_ss;
+#endif
+    (void)p;
+    (void)b;
+    (void)h;
+    return sc;
+}
+
+/* Asks L2 for the bias of a tile to come, rows [r0, r0 + ROWS) and keys
+ * [c0, c0 + COLS) of (sequence b, query head h), the block's NTHREADS
+ * threads sharing its 128-byte lines; rows and keys past the sequence's
+ * ends are left out (r0 and c0 lie inside). A hint that takes no
+ * registers beyond its own: the loads of that tile then come from L2. */
+template <int ROWS, int COLS, int NTHREADS>
+FA_DEV void bias_prefetch(const fa_params &p, const fa_mask &m, int b, int h, int r0, int c0, int tid) {
+#ifdef BIAS
+    constexpr int LINE = 128 / (int)sizeof(bias_t);
+    constexpr int PER_ROW = (COLS + LINE - 1) / LINE + 1; /* an unaligned row touches one line more */
+    const bias_t *base = (const bias_t *)p.bias + p.bias_off + (i64)b * p.bias_sb + (i64)h * p.bias_sh;
+#pragma unroll 1
+    for (int e = tid; e < ROWS * PER_ROW; e += NTHREADS) {
+        const int r = e / PER_ROW, c = min((e % PER_ROW) * LINE, COLS - 1);
+        if (r < m.len_q - r0 && c < m.len_k - c0)
+            asm volatile("prefetch.L2 [%0];" ::"l"(base + (i64)(r0 + r) * p.bias_ss + (c0 + c)));
+    }
+#else
+    (void)p;
+    (void)m;
+    (void)b;
+    (void)h;
+    (void)r0;
+    (void)c0;
+    (void)tid;
+#endif
+}
+
+/* The factor kernels put between their scores and exp2: the scores are in
+ * log2 units already with options, raw products without. */
+#ifdef SCORE_OPTIONS
+#define SCORE_SL2(p) 1.0f
+#else
+#define SCORE_SL2(p) ((p).scale_log2)
+#endif
+
+/* The logit of a raw product s in log2 units. bv: bias[b, h, i, j] as
+ * fp32 (BIAS); dist: i + len_k - len_q - j, any sign (ALIBI); *t: the
+ * tanh the cap took (SOFTCAP; else 0), whose 1 - t^2 the backward's dS
+ * takes (score_dcap). */
+FA_DEV float score_log2(const fa_score &sc, float s, float bv, float dist, float *t) {
+    (void)bv;
+    (void)dist;
+#ifdef SOFTCAP
+    *t = fa_tanh(s * sc.cap_in);
+    s = sc.cap_out * *t;
+#else
+    *t = 0.0f;
+    s *= sc.sl2;
+#endif
+#ifdef BIAS
+    s = fmaf(bv, FA_LOG2E, s);
+#endif
+#ifdef ALIBI
+    s = fmaf(-sc.slope, fabsf(dist), s);
+#endif
+    return s;
+}
+
+/* d(capped logit) / d(scaled logit) from score_log2's t. */
+FA_DEV float score_dcap(float t) {
+#ifdef SOFTCAP
+    return fmaf(-t, t, 1.0f);
+#else
+    (void)t;
+    return 1.0f;
+#endif
+}
+
+/* The ALiBi distance i + len_k - len_q - j of the query rows_left rows and
+ * the key keys_left keys before the ends of their sequences (as
+ * visible_left counts them), in fp32 (exact below 2^24). */
+FA_DEV float alibi_dist_left(int rows_left, int keys_left) { return (float)((i64)keys_left - rows_left); }
+
+/* A thread's origin for the elements it holds: the query rows0 rows and
+ * the key keys0 keys before the ends of the sequence; an element is at
+ * offsets (r, c) from it, constants in the kernels' unrolled loops, so
+ * the per-element work is an add and a load from a per-row address. */
+struct fa_score_at {
+    int rows0, keys0;
+#ifdef ALIBI
+    float dbase; /* the origin's distance */
+#endif
+#ifdef BIAS
+    const bias_t *b0; /* the bias at the origin (read only inside the sequence) */
+#endif
+};
+
+FA_DEV fa_score_at score_at(const fa_score &sc, const fa_mask &m, int rows0, int keys0) {
+    fa_score_at o;
+    o.rows0 = rows0;
+    o.keys0 = keys0;
+#ifdef ALIBI
+    o.dbase = alibi_dist_left(rows0, keys0);
+#endif
+#ifdef BIAS
+    o.b0 = sc.bias + (i64)(m.len_q - rows0) * sc.bias_ss + (m.len_k - keys0);
+#endif
+    (void)sc;
+    (void)m;
+    return o;
+}
+
+/* score_log2 of the raw product s of element (r, c) from the origin. With
+ * GUARD, an element past the end of either sequence reads no bias (it is
+ * masked, or a padding row never stored); without, every element lies
+ * inside (whole tiles). */
+template <bool GUARD>
+FA_DEV float score_elem(const fa_score &sc, const fa_score_at &o, float s, int r, int c, float *t) {
+    float bv = 0.0f, dist = 0.0f;
+#ifdef BIAS
+    if (!GUARD || (r < o.rows0 && c < o.keys0)) bv = bias_to_f32(o.b0[(i64)r * sc.bias_ss + c]);
+#endif
+#ifdef ALIBI
+    dist = o.dbase + (float)(r - c);
+#endif
+    (void)o;
+    (void)r;
+    (void)c;
+    return score_log2(sc, s, bv, dist, t);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -19,7 +19,10 @@
  * start of it holds O at the end, in mma.cuh's layout, for coalesced stores.
  *
  * Softmax in base 2: the row maximum m is kept in score units and every
- * probability is one ex2 of fma(s, scale * log2 e, -m * scale * log2 e). */
+ * probability is one ex2 of fma(s, scale * log2 e, -m * scale * log2 e).
+ * With score options (SOFTCAP ALIBI BIAS) the scores are turned into
+ * logits in log2 units right after S = Q K^T (mma.cuh score_rows_by_keys),
+ * before the masks, and the factor is 1. */
 #include "common.cuh"
 #include "mma.cuh"
 #ifdef WGMMA
@@ -93,7 +96,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
     key_range(mask, q0, tile_last(q0, BR, seq.len_q), &k_lo, &k_hi);
     tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
     const int row_base = warp * MT * 16; /* first row of this warp in the tile */
-    const float sl2 = p.scale_log2;
+    const float sl2 = SCORE_SL2(p);
+#ifdef SCORE_OPTIONS
+    const fa_score sc = score_of(p, b, h);
+#endif
 #ifdef DROPOUT
     const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
 #endif
@@ -127,9 +133,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
 #ifdef QREG
     bool first = true;
 #endif
+#ifdef BIAS
+    if (t < t_end) bias_prefetch<BR, BC, THREADS>(p, mask, b, h, q0, t * BC, tid);
+#endif
     while (t < t_end) {
         const int tn = next_key_tile(p, tq, t + 1, t_end);
         const int k0 = t * BC;
+#ifdef BIAS
+        /* The next tile's bias into L2 while this one computes. */
+        if (tn < t_end) bias_prefetch<BR, BC, THREADS>(p, mask, b, h, q0, tn * BC, tid);
+#endif
         const u32 kb = k_sm + (u32)stage * KV_BYTES, vb = v_sm + (u32)stage * KV_BYTES;
 #if STAGES == 2
         if (tn < t_end) {
@@ -201,6 +214,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
             }
 #undef A_FRAG
         }
+#endif
+
+#ifdef SCORE_OPTIONS
+        /* The logits, in log2 units (sl2 is 1). */
+        score_rows_by_keys<MT, NT>(s, sc, mask, seq.len_q - q0 - (row_base + g), seq.len_k - k0 - 2 * t4);
 #endif
 
         /* Masks: whole tiles need no per-element test. */

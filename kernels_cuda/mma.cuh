@@ -238,6 +238,48 @@ FA_DEV void c_to_a(const float *c0, const float *c1, u32 *a) {
 #endif
 }
 
+#ifdef SCORE_OPTIONS
+/* The score options (common.cuh score_log2) on a warp's C fragments of raw
+ * products, query rows down, keys across: MT strips of 16 rows, NT n-tiles
+ * of 8 keys. rows0 and keys0: what is left of the sequences from the
+ * lane's first row (g of the first strip) and first key (column 2 t), as
+ * the forward's mask test counts them; rows past the end read the bias of
+ * the last row (their results are never stored), keys past it none (the
+ * masks hide them). One conversion a tile for ALiBi's distances: an
+ * element's is the lane's plus constants. */
+template <int MT, int NT>
+FA_DEV void score_rows_by_keys(float (*s)[NT][4], const fa_score &sc, const fa_mask &m, int rows0, int keys0) {
+    (void)m;
+#ifdef ALIBI
+    const float base = alibi_dist_left(rows0, keys0);
+#endif
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+#ifdef BIAS
+            const int rl = rows0 - (mt * 16 + 8 * hf);
+            const bias_t *rp = sc.bias + (i64)(rl > 0 ? m.len_q - rl : m.len_q - 1) * sc.bias_ss + (m.len_k - keys0);
+#endif
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 2 * hf; e < 2 * hf + 2; e++) {
+                    const int c = 8 * j + (e & 1);
+                    float bv = 0.0f, dist = 0.0f, t;
+                    (void)c;
+#ifdef BIAS
+                    if (c < keys0) bv = bias_to_f32(rp[c]);
+#endif
+#ifdef ALIBI
+                    dist = base + (float)(mt * 16 + 8 * hf - c);
+#endif
+                    s[mt][j][e] = score_log2(sc, s[mt][j][e], bv, dist, &t);
+                }
+        }
+}
+#endif
+
 /* One key tile's step of the online softmax (base 2) over the score
  * fragments a warp holds: MT strips of 16 rows, NT n-tiles of 8 keys. Per
  * row (two a strip and lane, their four lanes reduced by shuffles): the new

@@ -21,7 +21,10 @@
  *                     Ps, dSs [BR][BC], Ls, Ds [BR].
  *   fa_bwd_dq_simt    without DQ_ATOMIC: one block per (query tile, query
  *                     head, sequence), dQ summed in a fixed order.
- * Softmax in base 2 with scale * log2 e folded into the scores. */
+ * Softmax in base 2 with scale * log2 e folded into the scores; with score
+ * options (SOFTCAP ALIBI BIAS) each score is common.cuh's score_log2 of
+ * its raw product instead, in the forward and in both backward kernels
+ * alike, and dS takes the cap's derivative. */
 #include "rowwise.cuh"
 #include "common.cuh"
 #include "simt_tiles.cuh"
@@ -55,6 +58,10 @@ extern "C" __global__ void __launch_bounds__(WG) fa_fwd_simt(const fa_params p) 
     const fa_mask mask = mask_of(p, seq);
     const float sl2 = p.scale_log2;
     (void)split;
+#ifdef SCORE_OPTIONS
+    const fa_score sc = score_of(p, b, h);
+    (void)sl2;
+#endif
 #ifdef DROPOUT
     const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
 #endif
@@ -115,12 +122,24 @@ extern "C" __global__ void __launch_bounds__(WG) fa_fwd_simt(const fa_params p) 
                 for (int j = 0; j < TC; j++) s[i][j] = fmaf(a[i], bk[j], s[i][j]);
         }
         const bool full = tile_full(p, mask, tq, t, q0, k0, BR, BC, ROWS_STORED);
+#ifdef SCORE_OPTIONS
+        const fa_score_at so = score_at(sc, mask, seq.len_q - q0 - tr * TR, seq.len_k - k0 - tc * TC);
+#pragma unroll
+        for (int i = 0; i < TR; i++)
+#pragma unroll
+            for (int j = 0; j < TC; j++) {
+                float t;
+                s[i][j] = score_elem<true>(sc, so, s[i][j], i, j, &t);
+            }
+#endif
 #pragma unroll
         for (int j = 0; j < TC; j++) {
             float col[TR];
 #pragma unroll
             for (int i = 0; i < TR; i++) {
+#ifndef SCORE_OPTIONS
                 s[i][j] *= sl2;
+#endif
                 if (!full && !visible(mask, q0, tr * TR + i, k0, tc * TC + j)) s[i][j] = -FA_INF;
                 col[i] = s[i][j];
             }
@@ -252,6 +271,7 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
     if (k0 >= seq.len_k) return;
     const fa_mask mask = mask_of(p, seq);
     const float sl2 = p.scale_log2;
+    (void)sl2;
 
     const elem_t *kg = (const elem_t *)p.k + K_ROW(p, b, seq, k0, hk);
     const elem_t *vg = (const elem_t *)p.v + V_ROW(p, b, seq, k0, hk);
@@ -280,6 +300,9 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
         const int h = hk * p.group + hh;
 #ifdef DROPOUT
         const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
+#endif
+#ifdef SCORE_OPTIONS
+        const fa_score sc = score_of(p, b, h);
 #endif
         for (int tq = next_query_tile(p, tk, t_begin, t_end); tq < t_end;
              tq = next_query_tile(p, tk, tq + 1, t_end)) {
@@ -337,6 +360,9 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
                 }
             }
             const bool full = tile_full(p, mask, tq, tk, q0, k0, BR, BC, ROWS_FEED_KEYS);
+#ifdef SCORE_OPTIONS
+            const fa_score_at so = score_at(sc, mask, seq.len_q - q0 - tr * TR, seq.len_k - k0 - tc * TC);
+#endif
 #pragma unroll
             for (int i = 0; i < TR; i++) {
                 const int rl = tr * TR + i;
@@ -344,9 +370,16 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dkdv_simt(const fa_param
                 for (int j = 0; j < TC; j++) {
                     const int cl = tc * TC + j;
                     const bool seen = full || visible(mask, q0, rl, k0, cl);
+#ifdef SCORE_OPTIONS
+                    float t;
+                    const float pv = fa_exp2(score_elem<true>(sc, so, s[i][j], i, j, &t) - Ls[rl]);
+                    const float z = DROP_Z(rl, cl);
+                    dp[i][j] = seen ? pv * (dp[i][j] * z - Ds[rl]) * score_dcap(t) : 0.0f;
+#else
                     const float pv = fa_exp2(s[i][j] * sl2 - Ls[rl]);
                     const float z = DROP_Z(rl, cl);
                     dp[i][j] = seen ? pv * (dp[i][j] * z - Ds[rl]) : 0.0f;
+#endif
                     s[i][j] = seen ? pv * z : 0.0f;
                 }
                 sts_n<TC>(Ps + rl * BC + tc * TC, s[i]);
@@ -448,6 +481,10 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dq_simt(const fa_params 
 #ifdef DROPOUT
     const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
 #endif
+#ifdef SCORE_OPTIONS
+    const fa_score sc = score_of(p, b, h);
+    (void)sl2;
+#endif
 
     const elem_t *qg = (const elem_t *)p.q + Q_ROW(p, b, seq, q0, h);
     const elem_t *og = (const elem_t *)p.dout + O_ROW(p, b, seq, q0, h);
@@ -520,6 +557,9 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dq_simt(const fa_params 
                 }
         }
         const bool full = tile_full(p, mask, tq, t, q0, k0, BR, BC, ROWS_STORED);
+#ifdef SCORE_OPTIONS
+        const fa_score_at so = score_at(sc, mask, seq.len_q - q0 - tr * TR, seq.len_k - k0 - tc * TC);
+#endif
 #pragma unroll
         for (int j = 0; j < TC; j++) {
             const int cl = tc * TC + j;
@@ -528,8 +568,14 @@ extern "C" __global__ void __launch_bounds__(WG) fa_bwd_dq_simt(const fa_params 
             for (int i = 0; i < TR; i++) {
                 const int rl = tr * TR + i;
                 const bool seen = full || visible(mask, q0, rl, k0, cl);
+#ifdef SCORE_OPTIONS
+                float t;
+                const float pv = fa_exp2(score_elem<true>(sc, so, s[i][j], i, j, &t) - Ls[rl]);
+                col[i] = seen ? pv * (dp[i][j] * DROP_Z(rl, cl) - Ds[rl]) * score_dcap(t) : 0.0f;
+#else
                 const float pv = fa_exp2(s[i][j] * sl2 - Ls[rl]);
                 col[i] = seen ? pv * (dp[i][j] * DROP_Z(rl, cl) - Ds[rl]) : 0.0f;
+#endif
             }
             sts_n<TR>(dSt + cl * BR + tr * TR, col);
         }

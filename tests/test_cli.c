@@ -46,7 +46,10 @@ FA_TEST(bad_options_exit_2) {
         {"--backend", "vulkan", "--backend"}, {"--block-sparse", "0,0.5", "--block-sparse"},
         {"--block-sparse", "8,1.5", "--block-sparse"}, {"--block-sparse", "8", "--block-sparse"},
         {"--repeats", "0", "--repeats"},      {"--device", "100000", "--device"},
-        {"--bogus", "1", "--bogus"},          {"--heads", "6", "heads_kv"}};
+        {"--bogus", "1", "--bogus"},          {"--heads", "6", "heads_kv"},
+        {"--softcap", "0", "--softcap"},      {"--softcap", "-2", "--softcap"},
+        {"--softcap", "inf", "--softcap"},    {"--softcap", "1e39", "--softcap"},
+        {"--bias", "fp64", "--bias"},         {"--bias", "fp16", "bias.dtype"}};
     static const char *const tools[] = {"fa-info", "fa-run", "fa-bench"};
     int runs = 0;
     for (size_t t = 0; t < sizeof tools / sizeof tools[0]; t++)
@@ -85,6 +88,14 @@ FA_TEST(good_options_run) {
                                                           NULL},
                           output, sizeof output, 120.0);
     CHECK_MSG(rc == 0 && strstr(output, "PASS") != NULL, "fa-run --seqlen 1: exit %d:\n%s", rc, output);
+    /* The score options, checked against the reference (the bias a buffer
+     * of the pass). */
+    rc = fa_test_run_tool("fa-run",
+                          (const char *const[]){"--backend", "reference", "--seqlen", "48", "--dim", "16", "--causal",
+                                                "--softcap", "3", "--alibi", "--bias", "fp32", "--repeats", "1", NULL},
+                          output, sizeof output, 120.0);
+    CHECK_MSG(rc == 0 && strstr(output, "PASS") && strstr(output, "softcap=3 alibi bias=fp32"),
+              "fa-run with score options: exit %d:\n%s", rc, output);
 }
 
 /* fa-info's ring options: their values as strictly as the others', and

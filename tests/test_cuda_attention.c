@@ -381,6 +381,19 @@ static void run_case(const char *name, const fa_attention_desc *d, const run_opt
     void *dq_ref = malloc(dq.bytes + 16), *dk_ref = malloc(dk.bytes + 16), *dv_ref = malloc(dv.bytes + 16);
     void *poison_q = malloc(q.bytes + 16), *poison_k = malloc(k.bytes + 16), *poison_v = malloc(v.bytes + 16);
     ok &= o_ref && o_std && poison_o && dq_ref && dk_ref && dv_ref && poison_q && poison_k && poison_v;
+    /* The additive bias, where the descriptor has one: random values of a
+     * logit's size over its whole span (the gaps of its strides too). */
+    void *bias_host = NULL;
+    fa_buffer bias_dev = NULL;
+    if (d->bias_batch > 0) {
+        const int64_t n = fa_desc_bias_extent(d);
+        const size_t bytes = (size_t)(n > 0 ? n : 1) * fa_dtype_size(d->bias.dtype);
+        bias_host = fa_test_random_tensor(&rng, d->bias.dtype, n > 0 ? n : 1);
+        ok &= bias_host && fa_buffer_alloc(ctx, bytes, &bias_dev) == FA_SUCCESS;
+        if (ok) CHECK_OK(fa_buffer_upload(bias_dev, 0, bias_host, bytes));
+    }
+    const int options = fa_desc_option_in_use(d) != NULL;
+    const fa_ref_dropout_origin origin0 = {0, 0};
     CHECK_MSG(ok, "%s: allocation failed", name);
     if (!ok) goto done;
 
@@ -400,13 +413,14 @@ static void run_case(const char *name, const fa_attention_desc *d, const run_opt
     fa_test_poison(lse_poison, FA_DTYPE_F32, nl);
     memcpy(o_ref, poison_o, o.bytes);
 
-    CHECK_OK(fa_ref_forward(d, q.host, k.host, v.host, o_ref, lse_ref));
+    CHECK_OK(fa_ref_forward_at(d, origin0, bias_host, q.host, k.host, v.host, o_ref, lse_ref));
     CHECK_OK(fa_buffer_upload(q.dev, 0, q.host, q.bytes));
     CHECK_OK(fa_buffer_upload(k.dev, 0, k.host, k.bytes));
     CHECK_OK(fa_buffer_upload(v.dev, 0, v.host, v.bytes));
     CHECK_OK(fa_buffer_upload(o.dev, 0, poison_o, o.bytes));
     CHECK_OK(fa_buffer_upload(lse_dev, 0, lse_poison, lse_bytes));
-    CHECK_OK(fa_forward(plan, q.dev, k.dev, v.dev, o.dev, lse_dev));
+    const fa_pass_args fwd = {.q = q.dev, .k = k.dev, .v = v.dev, .o = o.dev, .lse = lse_dev, .bias = bias_dev};
+    CHECK_OK(fa_forward_ex(plan, &fwd));
     CHECK_OK(fa_buffer_download(o.dev, 0, o.host, o.bytes));
     CHECK_OK(fa_buffer_download(lse_dev, 0, lse, lse_bytes));
     CHECK_OK(fa_plan_last_time_ms(plan, &res->fwd_ms));
@@ -428,7 +442,7 @@ static void run_case(const char *name, const fa_attention_desc *d, const run_opt
         for (int run = 0; run < opt->fwd_repeats && o_again && lse_again; run++) {
             CHECK_OK(fa_buffer_upload(o.dev, 0, poison_o, o.bytes));
             CHECK_OK(fa_buffer_upload(lse_dev, 0, lse_poison, lse_bytes));
-            CHECK_OK(fa_forward(plan, q.dev, k.dev, v.dev, o.dev, lse_dev));
+            CHECK_OK(fa_forward_ex(plan, &fwd));
             CHECK_OK(fa_buffer_download(o.dev, 0, o_again, o.bytes));
             CHECK_OK(fa_buffer_download(lse_dev, 0, lse_again, lse_bytes));
             CHECK_MSG(memcmp(o_again, o.host, o.bytes) == 0, "%s: O differs in forward run %d", name, run + 2);
@@ -437,7 +451,8 @@ static void run_case(const char *name, const fa_attention_desc *d, const run_opt
         free(o_again);
         free(lse_again);
     }
-    if (dt != FA_DTYPE_F32 && opt->nan_k1 <= opt->nan_k0) {
+    /* Unfused attention has no score options: no second opinion there. */
+    if (dt != FA_DTYPE_F32 && opt->nan_k1 <= opt->nan_k0 && !options) {
         memcpy(o_std, poison_o, o.bytes);
         CHECK_OK(fa_ref_standard_forward(d, q.host, k.host, v.host, o_std, NULL));
         res->err_std = compare_tensor(d, FA_TENSOR_O, o_std, o_ref, poison_o, o.count, "standard O");
@@ -451,7 +466,8 @@ static void run_case(const char *name, const fa_attention_desc *d, const run_opt
         memcpy(dq_ref, poison_q, dq.bytes);
         memcpy(dk_ref, poison_k, dk.bytes);
         memcpy(dv_ref, poison_v, dv.bytes);
-        CHECK_OK(fa_ref_backward(d, q.host, k.host, v.host, o_ref, lse_ref, dout.host, dq_ref, dk_ref, dv_ref));
+        CHECK_OK(fa_ref_backward_at(d, origin0, bias_host, q.host, k.host, v.host, o_ref, lse_ref, dout.host, dq_ref,
+                                    dk_ref, dv_ref));
         CHECK_OK(fa_buffer_upload(o.dev, 0, o_ref, o.bytes));
         CHECK_OK(fa_buffer_upload(lse_dev, 0, lse_ref, lse_bytes));
         CHECK_OK(fa_buffer_upload(dout.dev, 0, dout.host, dout.bytes));
@@ -460,7 +476,9 @@ static void run_case(const char *name, const fa_attention_desc *d, const run_opt
             CHECK_OK(fa_buffer_upload(dq.dev, 0, poison_q, dq.bytes));
             CHECK_OK(fa_buffer_upload(dk.dev, 0, poison_k, dk.bytes));
             CHECK_OK(fa_buffer_upload(dv.dev, 0, poison_v, dv.bytes));
-            CHECK_OK(fa_backward(plan, q.dev, k.dev, v.dev, o.dev, lse_dev, dout.dev, dq.dev, dk.dev, dv.dev));
+            const fa_pass_args bwd = {.q = q.dev,     .k = k.dev,   .v = v.dev,   .o = o.dev,   .lse = lse_dev,
+                                      .dout = dout.dev, .dq = dq.dev, .dk = dk.dev, .dv = dv.dev, .bias = bias_dev};
+            CHECK_OK(fa_backward_ex(plan, &bwd));
             CHECK_OK(fa_buffer_download(dq.dev, 0, dq.host, dq.bytes));
             CHECK_OK(fa_buffer_download(dk.dev, 0, dk.host, dk.bytes));
             CHECK_OK(fa_buffer_download(dv.dev, 0, dv.host, dv.bytes));
@@ -504,6 +522,8 @@ static void run_case(const char *name, const fa_attention_desc *d, const run_opt
 done:
     for (int i = 0; i < 8; i++) tensor_free(all[i]);
     if (lse_dev) fa_buffer_free(lse_dev);
+    if (bias_dev) fa_buffer_free(bias_dev);
+    free(bias_host);
     free(lse);
     free(lse_ref);
     free(lse_poison);
@@ -544,7 +564,8 @@ static fa_status suite_force(fa_plan plan, const suite_tiles *fwd, const suite_t
 
 static void suite_check(const char *name, fa_plan plan) { check_shared_mem(name, plan); }
 
-static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 1, suite_force, suite_check, NULL, 0};
+static const suite_backend cuda_suite = {FA_BACKEND_CUDA,    "CUDA", 1, suite_force, suite_check, NULL,
+                                         SUITE_ALL_SCORE_OPTIONS};
 #else
 static const suite_backend cuda_suite = {FA_BACKEND_CUDA, "CUDA", 0, NULL, NULL, NULL, 0};
 #endif
@@ -1189,6 +1210,218 @@ FA_TEST(mma_rejects_bad_tiles) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Score options (softcap, ALiBi, additive bias) in every kernel family      */
+
+/* heads_q of the cases below is at most 16. */
+static const float g_slopes[16] = {0.5f,  0.25f, 0.125f, 0.0625f, 0.03125f, 0.75f, 1.0f,   0.2f,
+                                   0.3f,  0.01f, 0.4f,   0.6f,    0.15f,    0.05f, 0.9f,   0.35f};
+
+enum { SO_SOFTCAP, SO_ALIBI, SO_BIAS, SO_ALL, SO_SETS };
+static const char *const so_names[SO_SETS] = {"softcap", "alibi", "bias", "all three"};
+
+/* Option set `set` on d (shape and dtype set, heads_q <= 16): softcap
+ * alone over logits the cap bends; ALiBi alone, with a window (alt: under
+ * the causal mask); the bias alone, per batch and head in fp32 with rows
+ * padded past seqlen_k and an offset (alt: in the dtype, broadcast over
+ * the batch); all three with dropout and a causal mask, the bias broadcast
+ * over the heads (alt: in the dtype). */
+static void score_option_set(fa_attention_desc *d, int set, int alt) {
+    if (set == SO_SOFTCAP || set == SO_ALL) {
+        d->softcap = alt ? 5.0f : 2.0f;
+        d->softmax_scale = 0.5f; /* large logits, so the cap bends them */
+    }
+    if (set == SO_ALIBI || set == SO_ALL) {
+        d->alibi_slopes = g_slopes;
+        if (set == SO_ALIBI && alt) d->causal = 1;
+        if (set == SO_ALIBI && !alt) {
+            d->window_left = 45;
+            d->window_right = 9;
+        }
+    }
+    if (set == SO_BIAS || set == SO_ALL) {
+        d->bias_batch = set == SO_BIAS && !alt ? d->batch : 1;
+        d->bias_heads = set == SO_ALL ? 1 : d->heads_q;
+        d->bias.dtype = alt ? d->q.dtype : FA_DTYPE_F32;
+        if (!alt) {
+            d->bias.offset = 3;
+            d->bias.stride_seq = d->seqlen_k + 5;
+        }
+    }
+    if (set == SO_ALL) {
+        d->causal = 1;
+        d->dropout_p = 0.15f;
+        d->dropout_seed = 77;
+        d->dropout_offset = 5;
+    }
+}
+
+/* Every option set (both of its forms) of base on the given kernels (NULL:
+ * the planner's), forward and backward unless fwd_only; deterministic
+ * plans run their backward twice (bit-identical). want_f / want_b: the
+ * variants the plans must run (-1: any). */
+static void score_option_cases(const char *family, const fa_attention_desc *base, const tiles *f, const tiles *b,
+                               int fwd_only, int want_f, int want_b) {
+    for (int set = 0; set < SO_SETS; set++)
+        for (int alt = 0; alt < 2; alt++) {
+            fa_attention_desc d = *base;
+            score_option_set(&d, set, alt);
+            char name[112];
+            snprintf(name, sizeof name, "%s %s%s%s%s", family, so_names[set], alt ? " (2)" : "",
+                     d.deterministic ? " deterministic" : "", d.causal ? " causal" : "");
+            run_opts opt = {f, b, !fwd_only, d.deterministic && !fwd_only, 0, 0, 0, 0};
+            run_result res;
+            run_case(name, &d, &opt, &res);
+            if (want_f >= 0)
+                CHECK_MSG(res.info.forward.variant == (fa_variant)want_f, "%s: forward %s", name,
+                          vname(&res.info.forward));
+            if (want_b >= 0 && !fwd_only)
+                CHECK_MSG(res.info.backward.variant == (fa_variant)want_b, "%s: backward %s", name,
+                          vname(&res.info.backward));
+            free(res.o);
+        }
+}
+
+/* The FP32-pipe kernels: fp32 on the planner's tiles, fp16 and bf16 on
+ * forced SIMT tiles (dQ by atomics and, deterministic, by fa_bwd_dq_simt),
+ * and the split-K forward that decoding shapes with score options take
+ * (the packed decoding kernel has none). */
+FA_TEST(score_options_simt) {
+    REQUIRE_CUDA();
+    fa_attention_desc d = suite_desc(FA_DTYPE_F32, 2, 70, 90, 4, 2, 64);
+    score_option_cases("simt fp32", &d, NULL, NULL, 0, FA_VARIANT_SIMT, FA_VARIANT_SIMT);
+    const tiles t = simt(32, 32, 4, 2);
+    for (int det = 0; det < 2; det++) {
+        d = suite_desc(det ? FA_DTYPE_BF16 : FA_DTYPE_F16, 2, 61, 83, 4, 1, 40);
+        d.deterministic = det;
+        score_option_cases(det ? "simt bf16 d40" : "simt fp16 d40", &d, &t, &t, 0, FA_VARIANT_SIMT,
+                           FA_VARIANT_SIMT);
+    }
+    d = suite_desc(FA_DTYPE_F16, 2, 3, 700, 8, 2, 128);
+    score_option_cases("split-K decode fp16 d128", &d, NULL, NULL, 1, FA_VARIANT_SPLITK, -1);
+    const tiles split = {FA_VARIANT_SPLITK, 16, 64, 256, 1, 4, 1, 5};
+    d = suite_desc(FA_DTYPE_BF16, 2, 5, 900, 4, 4, 64);
+    score_option_cases("split-K 5 bf16 d64", &d, &split, NULL, 1, FA_VARIANT_SPLITK, -1);
+}
+
+/* mma.sync forward and backward (forced, so that sm_90 runs them too):
+ * fp16, bf16 and TF32, head_dim 64 and 128, dQ by atomics and
+ * deterministic; and ALiBi with softcap over variable-length sequences
+ * (no bias there: the descriptor refuses it). */
+FA_TEST(score_options_mma) {
+    REQUIRE_MMA();
+    const tiles f64 = mma(128, 64, 4, 2), b64 = mma(64, 128, 8, 2);
+    const tiles f128 = mma(64, 64, 4, 1), b128 = mma(64, 64, 4, 1);
+    static const char *const dt[] = {"fp16", "bf16", "tf32"};
+    for (int w = 0; w < 3; w++)
+        for (int dim = 64; dim <= 128; dim += 64) {
+            fa_attention_desc d = mma_desc(w, 2, 130, 150, 4, 2, dim);
+            d.deterministic = dim == 128;
+            char family[48];
+            snprintf(family, sizeof family, "mma %s d%d", dt[w], dim);
+            score_option_cases(family, &d, dim == 64 ? &f64 : &f128, dim == 64 ? &b64 : &b128, 0, FA_VARIANT_MMA,
+                               FA_VARIANT_MMA);
+        }
+    static const int32_t cu_q[] = {0, 5, 5, 82, 150};
+    static const int32_t cu_k[] = {0, 33, 45, 145, 145};
+    for (int w = 0; w < 2; w++) {
+        fa_attention_desc d = mma_desc(w, 4, 77, 100, 4, 2, 64);
+        d.cu_seqlens_q = cu_q;
+        d.cu_seqlens_k = cu_k;
+        d.causal = 1;
+        d.softcap = 3.0f;
+        d.alibi_slopes = g_slopes;
+        run_tiles(w ? "mma varlen causal softcap alibi bf16" : "mma varlen causal softcap alibi fp16", &d, &f64, &b64,
+                  1);
+        run(w ? "planned varlen causal softcap alibi bf16" : "planned varlen causal softcap alibi fp16", &d, 1);
+    }
+}
+
+/* The warpgroup kernels of sm_90: forced at head_dim 64 (one and two
+ * warpgroups, dQ by atomics and deterministic), and the planner's plans at
+ * 128, whose backward is the warpgroup one where its registers allow the
+ * options (the planner's rules, core/planner.c) and mma.sync elsewhere. */
+FA_TEST(score_options_wgmma) {
+    REQUIRE_WGMMA();
+    const tiles f = {FA_VARIANT_WGMMA, 128, 64, 256, 2, 16, 2, 1};
+    const tiles b2 = {FA_VARIANT_WGMMA, 64, 128, 256, 16, 2, 2, 1}, b1 = {FA_VARIANT_WGMMA, 64, 64, 128, 16, 2, 1, 1};
+    for (int w = 0; w < 2; w++)
+        for (int det = 0; det < 2; det++) {
+            fa_attention_desc d = mma_desc(w, 2, 200, 230, 4, 2, 64);
+            d.deterministic = det;
+            score_option_cases(w ? "wgmma bf16 d64" : "wgmma fp16 d64", &d, &f, det ? &b1 : &b2, 0, FA_VARIANT_WGMMA,
+                               FA_VARIANT_WGMMA);
+        }
+    for (int w = 0; w < 2; w++) {
+        fa_attention_desc d = mma_desc(w, 2, 200, 230, 4, 2, 128);
+        score_option_cases(w ? "planned bf16 d128" : "planned fp16 d128", &d, NULL, NULL, 0, FA_VARIANT_WGMMA, -1);
+    }
+}
+
+/* Above head_dim 128 (192, 256): the planner's plans, whose backward has
+ * warps sharing key strips (bwd_mma.cu DK_SPLIT), dQ by atomics and
+ * deterministic. */
+FA_TEST(score_options_wide_heads) {
+    REQUIRE_MMA();
+    static const int dims[] = {192, 256};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
+        for (int w = 0; w < 2; w++) {
+            fa_attention_desc d = mma_desc(w, 2, 130, 150, 4, 2, dims[i]);
+            d.deterministic = w;
+            char family[48];
+            snprintf(family, sizeof family, "wide %s d%d", w ? "bf16" : "fp16", dims[i]);
+            score_option_cases(family, &d, NULL, NULL, 0, -1, FA_VARIANT_MMA);
+        }
+}
+
+/* Decoding shapes with score options never plan the packed decoding
+ * kernel (it has none), and a forced one is refused naming the option. */
+FA_TEST(score_options_decode_shapes) {
+    REQUIRE_MMA();
+    fa_attention_desc d = mma_desc(1, 1, 1, 4096, 32, 4, 128);
+    fa_plan plan = NULL;
+    CHECK_OK(fa_plan_create(g_ctx, &d, &plan));
+    if (!plan) return;
+    CHECK(plan->info.forward.variant == FA_VARIANT_DECODE);
+    const tiles packed = from_plan(&plan->info.forward);
+    fa_plan_destroy(plan);
+    for (int set = 0; set < SO_SETS; set++) {
+        d = mma_desc(1, 1, 1, 4096, 32, 4, 128);
+        score_option_set(&d, set, 1);
+        d.causal = 0;
+        d.dropout_p = 0.0f;
+        plan = NULL;
+        CHECK_OK(fa_plan_create(g_ctx, &d, &plan));
+        if (!plan) continue;
+        CHECK_MSG(plan->info.forward.variant != FA_VARIANT_DECODE, "%s: forward %s", so_names[set],
+                  vname(&plan->info.forward));
+        const fa_status st = force_tiles(plan, &packed, NULL);
+        CHECK_MSG(st == FA_ERR_UNSUPPORTED && strstr(fa_last_error(), "score options"), "%s: forced decode: %s (%s)",
+                  so_names[set], fa_status_string(st), fa_last_error());
+        fa_plan_destroy(plan);
+        char name[64];
+        snprintf(name, sizeof name, "decode shape %s", so_names[set]);
+        run(name, &d, 0);
+    }
+}
+
+/* Standard attention has no score options (nor has the reference's): each
+ * is refused at plan creation by name. */
+FA_TEST(score_options_standard_refused) {
+    REQUIRE_CUDA();
+    for (int set = 0; set < SO_ALL; set++) {
+        fa_attention_desc d = suite_desc(FA_DTYPE_F16, 1, 64, 64, 2, 2, 64);
+        d.algorithm = FA_ALGO_STANDARD;
+        score_option_set(&d, set, 1);
+        static const char *const names[] = {"softcap", "alibi", "bias"};
+        fa_plan plan = NULL;
+        const fa_status st = fa_plan_create(g_ctx, &d, &plan);
+        CHECK_MSG(st == FA_ERR_UNSUPPORTED && !plan && strstr(fa_last_error(), names[set]),
+                  "standard attention with %s: %s (%s)", so_names[set], fa_status_string(st), fa_last_error());
+        if (plan) fa_plan_destroy(plan);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* Decoding (kernels_cuda/decode.cu): a GQA group's heads and tokens packed   */
 /* into one tile, keys split                                                 */
 
@@ -1409,6 +1642,9 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
              FA_CASE(mma_wide_heads_d96), FA_CASE(mma_wide_heads_d192), FA_CASE(mma_wide_heads_d256),
              FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes),
-             FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles), FA_CASE(decode_gqa_lengths),
+             FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles), FA_CASE(score_options_simt),
+             FA_CASE(score_options_mma), FA_CASE(score_options_wgmma), FA_CASE(score_options_wide_heads),
+             FA_CASE(score_options_decode_shapes), FA_CASE(score_options_standard_refused),
+             FA_CASE(decode_gqa_lengths),
              FA_CASE(decode_causal), FA_CASE(decode_windows), FA_CASE(decode_varlen), FA_CASE(decode_split_merges),
              FA_CASE(decode_head_dims_small), FA_CASE(decode_head_dims_large), FA_CASE(decode_refusals))

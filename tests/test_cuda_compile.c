@@ -181,8 +181,9 @@ static int make_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job 
     return n;
 }
 
-/* min_mma: tensor-core plans the sweep must contain at least. */
-static void print_and_check(const char *device, job *jobs, int n, int min_mma) {
+/* Prints the table of a device's jobs and checks every kernel; returns how
+ * many plans run tensor-core kernels. */
+static int print_and_check_jobs(const char *device, job *jobs, int n) {
     printf("\n%-8s %-28s %-8s %-18s %5s %5s %6s %6s %7s %s\n", "device", "problem", "program", "kernel", "thr",
            "regs", "spillS", "spillL", "smem", "plan");
     int kernels = 0, mma_kernels = 0, mma_programs_seen = 0;
@@ -226,6 +227,12 @@ static void print_and_check(const char *device, job *jobs, int n, int min_mma) {
     }
     printf("%s: %d plans, %d kernels (%d on tensor cores), %.1f s of compiling (0 for cache hits)\n", device, n,
            kernels, mma_kernels, seconds);
+    return mma_programs_seen;
+}
+
+/* min_mma: tensor-core plans the sweep must contain at least. */
+static void print_and_check(const char *device, job *jobs, int n, int min_mma) {
+    const int mma_programs_seen = print_and_check_jobs(device, jobs, n);
     CHECK_MSG(mma_programs_seen >= min_mma, "only %d plans use tensor cores", mma_programs_seen);
 }
 
@@ -389,10 +396,10 @@ static const kv_case kv_cases[] = {
     {"bf16 d128 g4 contiguous append no split", 1, 128, 4, 2, 0, 0, 2, 0, 0, 1, 1, 1, 0},
 };
 
-static float g_slopes[64];
+static float kv_slopes[64];
 
 static int kvcache_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job *jobs, int cap) {
-    for (size_t i = 0; i < FA_ARRAY_SIZE(g_slopes); i++) g_slopes[i] = 0.5f / (float)(i + 1);
+    for (size_t i = 0; i < FA_ARRAY_SIZE(kv_slopes); i++) kv_slopes[i] = 0.5f / (float)(i + 1);
     int n = 0;
     for (size_t c = 0; c < FA_ARRAY_SIZE(kv_cases) && n < cap; c++) {
         const kv_case *k = &kv_cases[c];
@@ -420,7 +427,7 @@ static int kvcache_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, j
         d.rotary_dim = k->rotary_dim;
         d.rotary_interleaved = k->interleaved;
         d.softcap = k->softcap ? 30.0f : 0.0f;
-        d.alibi_slopes = k->alibi ? g_slopes : NULL;
+        d.alibi_slopes = k->alibi ? kv_slopes : NULL;
         job *j = &jobs[n];
         memset(j, 0, sizeof *j);
         fa_status st = fa_plan_for_device(dev, &d, &j->info);
@@ -521,7 +528,7 @@ static void kvcache_simt_sweep(const char *device, int cc_major, int cc_minor) {
         d.rotary_dim = k->rotary_dim;
         d.rotary_interleaved = k->interleaved;
         d.softcap = k->softcap ? 30.0f : 0.0f;
-        d.alibi_slopes = k->alibi ? g_slopes : NULL;
+        d.alibi_slopes = k->alibi ? kv_slopes : NULL;
         fa_kernel_plan *f = &j->info.forward;
         f->variant = k->split > 1 ? FA_VARIANT_SPLITK : FA_VARIANT_SIMT;
         f->br = k->br;
@@ -551,6 +558,130 @@ static void kvcache_simt_sweep(const char *device, int cc_major, int cc_minor) {
         if (split && j->count > 2) CHECK(strcmp(j->reports[2].kernel, "fa_splitk_merge") == 0);
         CHECK_MSG(strstr(j->reports[1].options, "-DKV_CACHE") != NULL, "%s: options %s", j->label,
                   j->reports[1].options);
+
+/* ------------------------------------------------------------------------ */
+/* Score options (softcap, ALiBi, additive bias)                             */
+
+enum {
+    SC_SOFTCAP = 1,
+    SC_ALIBI = 2,
+    SC_BIAS = 4,     /* in the dtype, per batch and head */
+    SC_BIAS_F32 = 8, /* the bias in fp32 */
+    SC_HEAVY = 16,   /* beside dropout, a window and a block mask */
+    SC_VARLEN = 32,  /* variable-length sequences and a window (no bias there) */
+    SC_DECODE = 64   /* a decoding shape: 4 queries over 8192 keys */
+};
+#define SC_ALL (SC_SOFTCAP | SC_ALIBI | SC_BIAS)
+
+/* What score options compile to, a representative set rather than the
+ * full cross (CI's time): each option alone and all three together, fp16
+ * and bf16, head_dim 64 and 128, causal and not; all three, or softcap
+ * and ALiBi, beside the masks, dropout and deterministic mode (the most
+ * registers); softcap and ALiBi over variable-length sequences; the
+ * wide-head backward (192, 256); TF32 and the FP32 pipes; a decoding
+ * shape. Each sits at a register edge of the planner's (core/planner.c). */
+static const struct score_job {
+    dmode mode;
+    int dim, causal, deterministic, opts;
+} score_jobs[] = {
+    {MODE_F16, 64, 1, 0, SC_SOFTCAP},
+    {MODE_BF16, 64, 0, 0, SC_ALIBI},
+    {MODE_F16, 64, 0, 0, SC_BIAS},
+    {MODE_F16, 128, 0, 0, SC_BIAS | SC_BIAS_F32},
+    {MODE_BF16, 128, 1, 0, SC_SOFTCAP | SC_ALIBI},
+    {MODE_BF16, 128, 1, 0, SC_ALL},
+    {MODE_F16, 64, 0, 0, SC_SOFTCAP | SC_ALIBI},
+    {MODE_F16, 64, 1, 0, SC_ALL | SC_HEAVY},
+    {MODE_BF16, 96, 1, 0, SC_SOFTCAP | SC_ALIBI | SC_HEAVY},
+    {MODE_BF16, 128, 1, 1, SC_ALL | SC_BIAS_F32 | SC_HEAVY},
+    {MODE_F16, 128, 1, 0, SC_SOFTCAP | SC_ALIBI | SC_VARLEN},
+    {MODE_F16, 256, 1, 0, SC_ALL},
+    {MODE_BF16, 192, 0, 1, SC_ALL | SC_BIAS_F32},
+    {MODE_TF32, 128, 1, 0, SC_ALL},
+    {MODE_F32, 64, 1, 1, SC_ALL},
+    {MODE_F16, 128, 0, 0, SC_ALL | SC_DECODE},
+};
+static const float g_slopes[16] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.03125f, 0.75f, 1.0f,  0.2f,
+                                   0.3f, 0.01f, 0.4f,   0.6f,    0.15f,    0.05f, 0.9f, 0.35f};
+
+/* Whether the options define name (-Dname, alone or with a value). */
+static int has_define(const char *options, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = strstr(options, "-D"); p; p = strstr(p + 2, "-D"))
+        if (strncmp(p + 2, name, n) == 0 && (p[2 + n] == '\0' || p[2 + n] == ' ' || p[2 + n] == '=')) return 1;
+    return 0;
+}
+
+static fa_attention_desc score_problem(const struct score_job *sj) {
+    fa_attention_desc d = problem(sj->mode, sj->dim, sj->opts & SC_DECODE ? 2 : 0);
+    d.causal = sj->causal;
+    d.deterministic = sj->deterministic;
+    if (sj->opts & SC_SOFTCAP) d.softcap = 30.0f;
+    if (sj->opts & SC_ALIBI) d.alibi_slopes = g_slopes;
+    if (sj->opts & SC_BIAS) {
+        d.bias_batch = d.batch;
+        d.bias_heads = d.heads_q;
+        d.bias.dtype = sj->opts & SC_BIAS_F32 ? FA_DTYPE_F32 : d.q.dtype;
+    }
+    if (sj->opts & SC_HEAVY) {
+        d.window_left = 700;
+        d.window_right = 0;
+        d.dropout_p = 0.1f;
+        d.dropout_seed = 1;
+        d.block_q = d.block_k = 64;
+        d.block_mask = g_mask;
+        d.block_mask_bytes = (size_t)32 * 32;
+    }
+    if (sj->opts & SC_VARLEN) {
+        d.cu_seqlens_q = cu_q;
+        d.cu_seqlens_k = cu_k;
+        d.window_left = 700;
+    }
+    return d;
+}
+
+/* Every job plans and compiles without spilling in the tensor-core
+ * kernels; each program has the plan's options compiled in; no plan takes
+ * the packed decoding kernel (it has none of them): a decoding shape runs
+ * the split-K forward. */
+static void score_sweep(const char *device, const fa_device_desc *dev, int cc_major, int cc_minor) {
+    for (size_t i = 0; i < sizeof g_mask; i++) g_mask[i] = (uint8_t)((i * 7 + 3) % 5 != 0);
+    const int cap = (int)FA_ARRAY_SIZE(score_jobs);
+    job jobs[FA_ARRAY_SIZE(score_jobs)];
+    int n = 0;
+    for (int i = 0; i < cap; i++) {
+        const struct score_job *sj = &score_jobs[i];
+        job *j = &jobs[n];
+        memset(j, 0, sizeof *j);
+        j->desc = score_problem(sj);
+        j->cc_major = cc_major;
+        j->cc_minor = cc_minor;
+        snprintf(j->label, sizeof j->label, "%s d%d%s%s%s%s%s%s%s%s", mode_names[sj->mode], sj->dim,
+                 sj->causal ? " causal" : "", sj->opts & SC_SOFTCAP ? " cap" : "", sj->opts & SC_ALIBI ? " alibi" : "",
+                 sj->opts & SC_BIAS ? (sj->opts & SC_BIAS_F32 ? " bias32" : " bias") : "",
+                 sj->opts & SC_HEAVY ? " +masks,drop" : "", sj->opts & SC_VARLEN ? " varlen" : "",
+                 sj->opts & SC_DECODE ? " decode" : "", sj->deterministic ? " det" : "");
+        fa_status st = fa_plan_for_device(dev, &j->desc, &j->info);
+        CHECK_MSG(st == FA_SUCCESS, "%s: planning failed: %s", j->label, fa_last_error());
+        if (st == FA_SUCCESS) n++;
+    }
+    CHECK(n == cap);
+    run_jobs(jobs, n);
+    print_and_check_jobs(device, jobs, n);
+    for (int i = 0; i < n; i++) {
+        const job *j = &jobs[i];
+        const fa_variant fv = j->info.forward.variant;
+        CHECK_MSG(fv != FA_VARIANT_DECODE, "%s %s: the packed decoding kernel was planned", device, j->label);
+        if (j->desc.seqlen_q <= 16)
+            CHECK_MSG(fv == FA_VARIANT_SPLITK, "%s %s: forward %s", device, j->label, fa_variant_name(fv));
+        const fa_attention_desc *d = &j->desc;
+        const int bias_f32 = d->bias_batch > 0 && d->bias.dtype == FA_DTYPE_F32 && d->q.dtype != FA_DTYPE_F32;
+        for (int k = 0; k < j->count && k < MAX_REPORTS; k++) {
+            const char *o = j->reports[k].options;
+            CHECK_MSG(has_define(o, "SOFTCAP") == (d->softcap > 0.0f) && has_define(o, "ALIBI") == !!d->alibi_slopes &&
+                          has_define(o, "BIAS") == (d->bias_batch > 0) && has_define(o, "BIAS_F32") == bias_f32,
+                      "%s %s %s: options %s", device, j->label, j->reports[k].kernel, o);
+        }
     }
 }
 
@@ -611,6 +742,23 @@ FA_TEST(a100_sm80_kvcache_variants) {
     REQUIRE_NVRTC();
     fa_device_desc d = a100();
     kvcache_sweep("a100", &d, 8, 0);
+#endif
+}
+
+FA_TEST(h100_sm90_score_options) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    score_sweep("h100", &fa_described_device_find("h100")->desc, 9, 0);
+#endif
+}
+
+FA_TEST(a100_sm80_score_options) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    fa_device_desc d = a100();
+    score_sweep("a100", &d, 8, 0);
 #endif
 }
 
@@ -939,6 +1087,7 @@ FA_TEST(rows_sm80_sm90) {
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
              FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
+             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options),
              FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),
              FA_CASE(decode_merge_choice), FA_CASE(errors_are_reported), FA_CASE(rows_sm80_sm90))

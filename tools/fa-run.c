@@ -29,16 +29,20 @@ static int compare_doubles(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Runs a pass `repeats` times after one warm-up; median device time. */
+/* Runs a pass `repeats` times after one warm-up; median device time.
+ * t: q k v o lse dout dq dk dv, then the bias (buf NULL without one). */
 typedef fa_status (*pass_fn)(fa_plan plan, host_tensor *t);
 
 static fa_status run_forward(fa_plan plan, host_tensor *t) {
-    return fa_forward(plan, t[0].buf, t[1].buf, t[2].buf, t[3].buf, t[4].buf);
+    const fa_pass_args a = {.q = t[0].buf, .k = t[1].buf, .v = t[2].buf, .o = t[3].buf, .lse = t[4].buf,
+                            .bias = t[9].buf};
+    return fa_forward_ex(plan, &a);
 }
 
 static fa_status run_backward(fa_plan plan, host_tensor *t) {
-    return fa_backward(plan, t[0].buf, t[1].buf, t[2].buf, t[3].buf, t[4].buf, t[5].buf, t[6].buf, t[7].buf,
-                       t[8].buf);
+    const fa_pass_args a = {.q = t[0].buf,    .k = t[1].buf,  .v = t[2].buf,  .o = t[3].buf,  .lse = t[4].buf,
+                            .dout = t[5].buf, .dq = t[6].buf, .dk = t[7].buf, .dv = t[8].buf, .bias = t[9].buf};
+    return fa_backward_ex(plan, &a);
 }
 
 static int time_pass(fa_plan plan, fa_context ctx, host_tensor *t, pass_fn fn, int repeats, double *median_ms) {
@@ -111,9 +115,19 @@ int main(int argc, char **argv) {
     int64_t nk = fa_attention_total_k(d) * d->heads_kv * d->head_dim;
     int64_t nl = fa_attention_total_q(d) * d->heads_q;
     int64_t counts[9] = {nq, nk, nk, nq, nl, nq, nq, nk, nk};
-    host_tensor t[9];
+    host_tensor t[10];
+    memset(t, 0, sizeof t);
     fa_rng rng;
     fa_rng_seed(&rng, 20261121);
+    if (d->bias_batch > 0) {
+        /* The additive bias: random values over its span. */
+        const int64_t n = fa_desc_bias_extent(d);
+        t[9].bytes = (size_t)n * fa_dtype_size(d->bias.dtype);
+        t[9].data = fa_test_random_tensor(&rng, d->bias.dtype, n);
+        if (!t[9].data) return fail_at("host allocation");
+        if (fa_buffer_alloc(ctx, t[9].bytes, &t[9].buf) != FA_SUCCESS) return fail_at("fa_buffer_alloc");
+        if (fa_buffer_upload(t[9].buf, 0, t[9].data, t[9].bytes) != FA_SUCCESS) return fail_at("fa_buffer_upload");
+    }
     for (int i = 0; i < 9; i++) {
         fa_dtype tdt = i == 4 ? FA_DTYPE_F32 : i == 3 || i == 5 ? d->o.dtype : dt;
         t[i].bytes = (size_t)counts[i] * fa_dtype_size(tdt);
@@ -146,11 +160,12 @@ int main(int argc, char **argv) {
             if (!got[i] || !ref[i]) return fail_at("host allocation");
             if (fa_buffer_download(t[i].buf, 0, got[i], t[i].bytes) != FA_SUCCESS) return fail_at("download");
         }
-        if (fa_ref_forward(d, t[0].data, t[1].data, t[2].data, ref[3], ref[4]) != FA_SUCCESS)
+        const fa_ref_dropout_origin origin = {0, 0};
+        if (fa_ref_forward_at(d, origin, t[9].data, t[0].data, t[1].data, t[2].data, ref[3], ref[4]) != FA_SUCCESS)
             return fail_at("reference forward");
         /* The backward reference takes the device's O and L, as the kernels did. */
-        if (!fwd_only && fa_ref_backward(d, t[0].data, t[1].data, t[2].data, got[3], got[4], t[5].data, ref[6], ref[7], ref[8]) !=
-            FA_SUCCESS)
+        if (!fwd_only && fa_ref_backward_at(d, origin, t[9].data, t[0].data, t[1].data, t[2].data, got[3], got[4],
+                                            t[5].data, ref[6], ref[7], ref[8]) != FA_SUCCESS)
             return fail_at("reference backward");
         double tol = tolerance(d->o.dtype);
         printf("check against the CPU reference (fp64):\n");
@@ -164,8 +179,8 @@ int main(int argc, char **argv) {
         }
         printf("%s\n", ok ? "PASS" : "FAIL");
     }
-    for (int i = 0; i < 9; i++) {
-        fa_buffer_free(t[i].buf);
+    for (int i = 0; i < 10; i++) {
+        if (t[i].buf) fa_buffer_free(t[i].buf);
         free(t[i].data);
     }
     fa_plan_destroy(plan);

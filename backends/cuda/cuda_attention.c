@@ -41,7 +41,9 @@
 #include "planner.h"
 #include "planner_decode.h"
 
+#include <float.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,12 +59,17 @@
  * twice the registers, above head_dim 128, where dQ's accumulators do, and
  * at 128 with dropout, whose Philox rounds do: 64 keys spilled 84-240
  * bytes at 192 and 256, 40 at 128 with dropout and no causal mask, NVRTC
- * 13.0), within the registers a thread has. */
+ * 13.0; 16 with score options), within the registers a thread has. */
 #define CU_DQ_BR 64
 #define CU_DQ_WARPS 4
 #define CU_DQ_WIDE_MAX_DIM 128
 static int dq_bc(const fa_attention_desc *d) {
     const int dim_max = d->dropout_p > 0.0f ? CU_DQ_WIDE_MAX_DIM - 1 : CU_DQ_WIDE_MAX_DIM;
+    /* Score options take registers a score as well (the logit, the cap's
+     * derivative, the bias): 16 keys a step. With 64 keys the kernel
+     * spilled 20-60 bytes at head_dim 128; with 32, 28 at 192 and 12 at 128
+     * with all three under a causal mask (NVRTC 13.0, sm_80 and sm_90). */
+    if (fa_desc_option_in_use(d)) return 16;
     return d->q.dtype == FA_DTYPE_F32 || d->head_dim > dim_max ? 32 : 64;
 }
 /* Forward: Q fragments stay in registers while the thread's accumulators
@@ -93,9 +100,15 @@ typedef struct fa_cuda_params {
     uint32_t drop_row0, drop_col0;
     float scale, scale_log2, drop_scale;
     int num_splits;
+    /* The score options, appended: the offsets above stay the same. */
+    float softcap_in;
+    CUdeviceptr bias, alibi;
+    int64_t bias_off, bias_sb, bias_ss, bias_sh;
+    float softcap_out;
 } fa_cuda_params;
 
-_Static_assert(sizeof(fa_cuda_params) == 17 * 8 + 17 * 8 + 21 * 4 + 4, "fa_cuda_params has padding");
+_Static_assert(offsetof(fa_cuda_params, bias) == 17 * 8 + 17 * 8 + 22 * 4, "fa_cuda_params has padding");
+_Static_assert(sizeof(fa_cuda_params) == 17 * 8 + 17 * 8 + 22 * 4 + 6 * 8 + 4 + 4, "fa_cuda_params has padding");
 
 /* The KV-cache step's second block (struct fa_kv_params). */
 typedef struct fa_cuda_kv_params {
@@ -145,11 +158,17 @@ static const char *dtype_define(fa_dtype t) {
     }
 }
 
+/* The score options are compiled in only where the plan has them (the
+ * kernels without them are the same binaries as before). An fp32 bias
+ * beside 16-bit data is BIAS_F32; otherwise the bias has q's dtype. */
 static void common_defines(const fa_attention_desc *d, char *out, size_t size) {
     int window = d->window_left >= 0 || d->window_right >= 0;
-    snprintf(out, size, "-DHEAD_DIM=%d %s%s%s%s%s%s", d->head_dim, dtype_define(d->q.dtype),
+    const int bias = d->bias_batch > 0, bias_f32 = bias && d->bias.dtype == FA_DTYPE_F32 && d->q.dtype != FA_DTYPE_F32;
+    snprintf(out, size, "-DHEAD_DIM=%d %s%s%s%s%s%s%s%s%s%s", d->head_dim, dtype_define(d->q.dtype),
              d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "", d->block_mask ? " -DBLOCK_MASK" : "",
-             d->dropout_p > 0.0f ? " -DDROPOUT" : "", d->cu_seqlens_q ? " -DVARLEN" : "");
+             d->dropout_p > 0.0f ? " -DDROPOUT" : "", d->cu_seqlens_q ? " -DVARLEN" : "",
+             d->softcap > 0.0f ? " -DSOFTCAP" : "", d->alibi_slopes ? " -DALIBI" : "", bias ? " -DBIAS" : "",
+             bias_f32 ? " -DBIAS_F32" : "");
 }
 
 static fa_status append_define(cu_program_spec *s, const char *fmt, int a, int b, int c, int e) {
@@ -246,9 +265,12 @@ static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *k
     return FA_SUCCESS;
 }
 
+/* With score options the scores count twice (as the planner counts them,
+ * core/planner.c fwd_score_regs). */
 static int qreg_fits(const fa_attention_desc *d, int strips, int bc) {
     int q_regs = d->q.dtype == FA_DTYPE_F32 ? d->head_dim / 2 : d->head_dim / 4;
-    return strips * (d->head_dim / 2 + bc / 2 + q_regs) <= CU_QREG_BUDGET;
+    const int scores = fa_desc_option_in_use(d) ? bc : bc / 2;
+    return strips * (d->head_dim / 2 + scores + q_regs) <= CU_QREG_BUDGET;
 }
 
 /* Where a split decoding step merges its splits: in the last block of the
@@ -355,6 +377,10 @@ static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *k
                        fa_dtype_name(d->q.dtype));
     if (d->dropout_p > 0.0f || d->block_mask)
         return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the decoding kernel runs without dropout and block masks");
+    const char *option = fa_desc_option_in_use(d);
+    if (option)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the decoding kernel has no score options (%s); the planner "
+                       "gives such problems to the split-K forward", option);
     if (kp->br % 16 || kp->br <= 0 || kp->br > 64 || kp->bc != FA_DECODE_BC ||
         kp->work_group_size != FA_DECODE_WARPS * 32 || d->head_dim % 16 || kp->stages < 2 || kp->stages > 4 ||
         kp->split_k < 1)
@@ -508,7 +534,7 @@ static const char *const cu_plan_macros[] = {
     "HEAD_DIM", "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "CAUSAL", "WINDOW", "BLOCK_MASK", "DROPOUT", "VARLEN",
     "FWD",      "BWD",       "WGMMA",     "BR",         "BC",     "TR",     "TC",         "WARPS",   "STAGES",
     "SPLITK",   "SPLIT_MERGE_LAST", "DQ_ATOMIC", "DQ_BR", "DQ_BC", "DQ_WARPS", "DK_SPLIT", "KV_CACHE", "PAGED",
-    "APPEND",   "ROTARY_DIM", "ROTARY_INTERLEAVED", "SOFTCAP", "ALIBI", NULL};
+    "APPEND",   "ROTARY_DIM", "ROTARY_INTERLEAVED", "SOFTCAP", "ALIBI", "BIAS", "BIAS_F32", NULL};
 
 static fa_status compile_program(const cu_program_spec *spec, int major, int minor, fa_cuda_binary *out) {
     const char *names[CU_MAX_KERNELS];
@@ -542,10 +568,10 @@ typedef struct fa_cuda_plan {
     cu_pass fwd, bwd;
     int num_splits;
     CUdeviceptr cu_q, cu_k, block_mask, fwd_tiles, bwd_tiles, dq_tiles, part_o, part_l, dvec, dq_acc;
+    CUdeviceptr alibi;       /* the ALiBi slopes (times log2 e; raw for a KV-cache plan) */
     int fwd_tile_cols, bwd_tile_cols, dq_tile_cols;
     fa_cuda_params base;
     int kv_cache;            /* a KV-cache plan: fa_cuda_forward_kvcache only */
-    CUdeviceptr alibi;       /* the KV-cache step's ALiBi slopes */
     CUdeviceptr kv_status;   /* kvcache_simt.cu: a verdict per sequence */
     fa_cuda_kv_params kv_base;
     CUevent ev_start, ev_stop;
@@ -727,6 +753,43 @@ static fa_status prepare_kvcache(fa_cuda_plan *p, const fa_plan_s *plan) {
     return FA_SUCCESS;
 }
 
+/* The score options' parameters (kernels_cuda/common.cuh fa_score): the
+ * softcap's two factors, the ALiBi slopes times log2 e in a device buffer
+ * of the plan's, and the bias layout in elements with broadcast dimensions
+ * at stride 0 (the buffer comes with each pass). */
+/* x in float, clamped to its largest finite value: a factor that
+ * overflowed to inf would make 0 * inf = NaN of a product that is 0. */
+static float finite_float(double x) { return x > FLT_MAX ? FLT_MAX : x < -FLT_MAX ? -FLT_MAX : (float)x; }
+
+static fa_status set_score_options(fa_cuda_plan *p, const fa_plan_s *plan, fa_cuda_params *b) {
+    const fa_attention_desc *d = &plan->desc;
+    if (d->softcap > 0.0f) {
+        b->softcap_in = finite_float((double)plan->scale / (double)d->softcap);
+        b->softcap_out = finite_float((double)d->softcap * 1.4426950408889634);
+    }
+    if (plan->alibi_slopes) {
+        size_t bytes;
+        FA_CHECK(fa_workspace_bytes("the ALiBi slopes", (size_t[]){(size_t)d->heads_q, sizeof(float)}, 2, &bytes));
+        float *slopes = malloc(bytes);
+        if (!slopes) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for %d ALiBi slopes", d->heads_q);
+        for (int h = 0; h < d->heads_q; h++)
+            slopes[h] = finite_float((double)plan->alibi_slopes[h] * 1.4426950408889634);
+        const fa_status st = device_alloc(bytes, slopes, "the ALiBi slopes", &p->alibi, p->ctx->stream);
+        free(slopes);
+        FA_CHECK(st);
+        b->alibi = p->alibi;
+    }
+    if (d->bias_batch > 0) {
+        fa_dim dims[4];
+        fa_desc_bias_dims(d, dims);
+        b->bias_off = d->bias.offset;
+        b->bias_ss = dims[1].stride;
+        b->bias_sh = d->bias_heads > 1 ? dims[2].stride : 0;
+        b->bias_sb = d->bias_batch > 1 ? dims[3].stride : 0;
+    }
+    return FA_SUCCESS;
+}
+
 static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     const fa_attention_desc *d = &plan->desc;
     const fa_plan_info *info = &plan->info;
@@ -774,7 +837,10 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     b->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
     b->drop_scale = d->dropout_p > 0.0f ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
     b->num_splits = p->num_splits;
-    if (p->kv_cache) FA_CHECK(prepare_kvcache(p, plan));
+    if (p->kv_cache)
+        FA_CHECK(prepare_kvcache(p, plan));
+    else
+        FA_CHECK(set_score_options(p, plan, b));
 
     /* Rows of L: heads_q x total_q. */
     const size_t heads = (size_t)d->heads_q, tokens = (size_t)plan->total_q, dim = (size_t)d->head_dim;
@@ -851,12 +917,14 @@ fa_status fa_cuda_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **p
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
     const fa_attention_desc *d = &plan->desc;
-    /* The KV-cache step computes softcap and ALiBi (decode.cu); a bias
-     * does not apply to it (kvcache_defines refuses one). */
-    if (!d->kv_cache) FA_CHECK(fa_refuse_score_options(d, "CUDA"));
     if (d->kv_cache && d->algorithm != FA_ALGO_FUSED)
         return fa_fail(FA_ERR_UNSUPPORTED, "KV-cache step: CUDA runs it fused only (algorithm FA_ALGO_FUSED)");
-    if (d->algorithm == FA_ALGO_STANDARD) return fa_cuda_standard_prepare(ctx, plan, plan_impl);
+    if (d->algorithm == FA_ALGO_STANDARD) {
+        /* Standard attention's element-wise kernels have no score options
+         * (nor has the reference's standard attention). */
+        FA_CHECK(fa_refuse_score_options(d, "CUDA (standard algorithm)"));
+        return fa_cuda_standard_prepare(ctx, plan, plan_impl);
+    }
     if (plan->info.algorithm != FA_ALGO_FUSED || d->algorithm != FA_ALGO_FUSED)
         return fa_fail(FA_ERR_UNSUPPORTED, "the CUDA attention kernels run only FA_ALGO_FUSED");
     if (d->head_dim % 8 || d->head_dim < 8 || d->head_dim > 256)
@@ -917,6 +985,22 @@ static fa_status launch(fa_cuda_plan *p, const cu_pass *pass, int index, unsigne
 
 static unsigned tiles_of(int n, int t) { return (unsigned)fa_tile_count(n, t); }
 
+/* The pass's bias (NULL exactly when the plan has none, core/backend.h):
+ * no alignment is asked of its offset, but its elements must be aligned
+ * to their size for the kernels' loads. */
+static fa_status bias_arg(const fa_attention_desc *d, void *buf, CUdeviceptr *out) {
+    *out = 0;
+    if (d->bias_batch == 0) return FA_SUCCESS;
+    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "bias is NULL but the plan has a bias");
+    const fa_cuda_buffer *b = buf;
+    const size_t es = fa_dtype_size(d->bias.dtype);
+    if (b->ptr % es)
+        return fa_fail(FA_ERR_MISALIGNED, "bias: device address 0x%llx is not aligned to its %zu-byte elements",
+                       (unsigned long long)b->ptr, es);
+    *out = b->ptr;
+    return FA_SUCCESS;
+}
+
 /* The plan's fixed parameters with the dropout seed and origin of this
  * pass (both may change after the plan is prepared). */
 static fa_cuda_params pass_params(const fa_cuda_plan *p, const fa_plan_s *plan) {
@@ -937,6 +1021,7 @@ static fa_status forward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_
     FA_CHECK(check_aligned(args->v, "v", &prm.v));
     FA_CHECK(check_aligned(args->o, "o", &prm.o));
     FA_CHECK(check_aligned(args->lse, "lse", &prm.lse));
+    FA_CHECK(bias_arg(d, args->bias, &prm.bias));
     prm.tile_map = p->fwd_tiles;
     prm.tile_cols = p->fwd_tile_cols;
     p->timed = 0;
@@ -987,6 +1072,7 @@ static fa_status backward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa
     FA_CHECK(check_aligned(args->dq, "dq", &prm.dq));
     FA_CHECK(check_aligned(args->dk, "dk", &prm.dk));
     FA_CHECK(check_aligned(args->dv, "dv", &prm.dv));
+    FA_CHECK(bias_arg(d, args->bias, &prm.bias));
     const fa_kernel_plan *kp = &plan->info.backward;
     const unsigned row_groups = tiles_of(d->seqlen_q, CU_ROWWISE_ROWS), hq = (unsigned)d->heads_q, nb = (unsigned)d->batch;
     p->timed = 0;

@@ -29,6 +29,11 @@ void fa_cli_usage(const char *prog, const char *extra) {
            "  --dropout P         dropout probability in [0, 1); --seed S (64-bit, decimal or 0x hex)\n"
            "  --standard          unfused standard attention instead of the fused kernel\n"
            "  --deterministic     bit-identical backward\n"
+           "score options:\n"
+           "  --softcap C         logits capped to C * tanh(s / C), C > 0\n"
+           "  --alibi             ALiBi with slopes 2^(-8 (h + 1) / heads)\n"
+           "  --bias T            additive bias [batch, heads, seqlen_q, seqlen_k] of random values,\n"
+           "                      dtype T (fp32, or the problem's dtype)\n"
            "%s",
            prog, extra ? extra : "");
 }
@@ -215,7 +220,7 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
     d->seqlen_q = d->seqlen_k = 512;
     d->heads_q = 4;
     d->head_dim = 64;
-    int heads_kv = 0, block = 0;
+    int heads_kv = 0, block = 0, alibi = 0, has_bias = 0;
     double density = 0.0, value = 0.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -226,6 +231,7 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
         else if (strcmp(a, "--standard") == 0) { d->algorithm = FA_ALGO_STANDARD; takes_value = 0; }
         else if (strcmp(a, "--deterministic") == 0) { d->deterministic = 1; takes_value = 0; }
         else if (strcmp(a, "--no-check") == 0) { cli->check = 0; takes_value = 0; }
+        else if (strcmp(a, "--alibi") == 0) { alibi = 1; takes_value = 0; }
         else if (!v) bad = 1;
         else if (strcmp(a, "--backend") == 0) bad = parse_backend(v, &cli->backend);
         else if (strcmp(a, "--device") == 0) bad = parse_int_range(v, -1, INT_MAX, &cli->device);
@@ -256,6 +262,13 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
         } else if (strcmp(a, "--seed") == 0) bad = parse_u64(v, &d->dropout_seed);
         else if (strcmp(a, "--window") == 0) bad = parse_window(v, &d->window_left, &d->window_right);
         else if (strcmp(a, "--block-sparse") == 0) bad = parse_block_sparse(v, &block, &density);
+        else if (strcmp(a, "--softcap") == 0) {
+            bad = parse_double_range(v, 0.0, FLT_MAX, 0, &value) || !((float)value > 0.0f);
+            d->softcap = (float)value;
+        } else if (strcmp(a, "--bias") == 0) {
+            bad = parse_dtype(v, &d->bias.dtype);
+            has_bias = 1;
+        }
         else {
             fprintf(stderr, "unknown option %s (try --help)\n", a);
             return -1;
@@ -267,6 +280,19 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
         if (takes_value) i++;
     }
     d->heads_kv = heads_kv > 0 ? heads_kv : d->heads_q;
+    if (has_bias) {
+        d->bias_batch = d->batch;
+        d->bias_heads = d->heads_q;
+    }
+    if (alibi) {
+        cli->alibi_slopes = malloc((size_t)d->heads_q * sizeof(float));
+        if (!cli->alibi_slopes) {
+            fprintf(stderr, "--alibi: no memory for %d slopes\n", d->heads_q);
+            return -1;
+        }
+        fa_cli_alibi_slopes(d->heads_q, cli->alibi_slopes);
+        d->alibi_slopes = cli->alibi_slopes;
+    }
     if (block > 0) {
         cli->block_mask = make_block_mask(d, block, density, &d->block_mask_bytes);
         if (!cli->block_mask) {
@@ -282,6 +308,12 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
 void fa_cli_free(fa_cli *cli) {
     free(cli->block_mask);
     cli->block_mask = NULL;
+    free(cli->alibi_slopes);
+    cli->alibi_slopes = NULL;
+}
+
+void fa_cli_alibi_slopes(int heads, float *slopes) {
+    for (int h = 0; h < heads; h++) slopes[h] = (float)exp2(-8.0 * (h + 1) / heads);
 }
 
 void fa_cli_describe_problem(const fa_attention_desc *d, char *out, size_t size) {
@@ -295,7 +327,12 @@ void fa_cli_describe_problem(const fa_attention_desc *d, char *out, size_t size)
     if ((size_t)n < size && d->block_mask)
         n += snprintf(out + n, size - (size_t)n, " block-sparse=%dx%d", d->block_q, d->block_k);
     if ((size_t)n < size && d->dropout_p > 0)
-        snprintf(out + n, size - (size_t)n, " dropout=%g", (double)d->dropout_p);
+        n += snprintf(out + n, size - (size_t)n, " dropout=%g", (double)d->dropout_p);
+    if ((size_t)n < size && d->softcap > 0)
+        n += snprintf(out + n, size - (size_t)n, " softcap=%g", (double)d->softcap);
+    if ((size_t)n < size && d->alibi_slopes) n += snprintf(out + n, size - (size_t)n, " alibi");
+    if ((size_t)n < size && d->bias_batch > 0)
+        snprintf(out + n, size - (size_t)n, " bias=%s", fa_dtype_name(d->bias.dtype));
 }
 
 void fa_cli_print_device(const fa_device_info *info) {

@@ -13,6 +13,7 @@ typedef struct fa_cli {
     const char *describe;   /* --describe KEY: a described device */
     fa_attention_desc desc;
     uint8_t *block_mask;    /* owned; from --block-sparse */
+    float *alibi_slopes;    /* owned; from --alibi (heads_q of them) */
     int repeats;
     int check;              /* compare with the CPU reference */
 } fa_cli;
@@ -35,6 +36,9 @@ int fa_cli_int_list(const char *text, int lo, int hi, int *out, int max);
 int fa_cli_int(const char *text, int lo, int hi, int *out);
 int fa_cli_double(const char *text, double lo, double hi, double *out);
 void fa_cli_free(fa_cli *cli);
+/* ALiBi's slopes for heads attention heads, as --alibi sets them: the
+ * geometric sequence 2^(-8 (h + 1) / heads) of the ALiBi paper. */
+void fa_cli_alibi_slopes(int heads, float *slopes);
 /* A tool's own options beside the shared ones: each of names takes the
  * next word as its value, handed to take(ctx, name, value) (nonzero:
  * refused, take has said why); every other word goes to rest (after

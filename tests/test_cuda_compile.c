@@ -558,6 +558,8 @@ static void kvcache_simt_sweep(const char *device, int cc_major, int cc_minor) {
         if (split && j->count > 2) CHECK(strcmp(j->reports[2].kernel, "fa_splitk_merge") == 0);
         CHECK_MSG(strstr(j->reports[1].options, "-DKV_CACHE") != NULL, "%s: options %s", j->label,
                   j->reports[1].options);
+    }
+}
 
 /* ------------------------------------------------------------------------ */
 /* Score options (softcap, ALiBi, additive bias)                             */

@@ -43,17 +43,17 @@ san=/usr/local/cuda/bin/compute-sanitizer
 bg=()
 if [ -x "$san" ]; then
   for c in score_options_mma score_options_wgmma; do
-    FLASHATTN_CACHE_DIR=/tmp/fa-san-cache timeout 240 "$san" --tool memcheck --error-exitcode 3 \
+    FLASHATTN_CACHE_DIR=/tmp/fa-san-cache timeout 220 "$san" --tool memcheck --error-exitcode 3 \
       build-gpu/test_cuda_attention "$c" > "$out/memcheck-cuda-$c.log" 2>&1 &
     bg+=("$!:memcheck cuda_attention $c")
   done
   if [ -e build-gpu/test_cuda_kvcache ]; then
-    FLASHATTN_CACHE_DIR=/tmp/fa-san-cache timeout 240 "$san" --tool memcheck --error-exitcode 3 \
+    FLASHATTN_CACHE_DIR=/tmp/fa-san-cache timeout 220 "$san" --tool memcheck --error-exitcode 3 \
       build-gpu/test_cuda_kvcache > "$out/memcheck-cuda-kvcache.log" 2>&1 &
     bg+=("$!:memcheck cuda_kvcache")
   fi
 fi
-(cd build-gpu && ctest -R "$tests" -j12 --timeout 280 --output-on-failure) > "$out/tests.log" 2>&1 || failed=1
+(cd build-gpu && ctest -R "$tests" -j12 --timeout 230 --output-on-failure) > "$out/tests.log" 2>&1 || failed=1
 grep -E "tests passed|[*]{3}|CHECK failed|Not Run|Skipped" "$out/tests.log" | head -60
 grep -E "refused|running on" "$out/tests.log" | sort | uniq -c | head -20
 for entry in "${bg[@]}"; do
@@ -67,16 +67,16 @@ grep -h "ERROR SUMMARY" "$out"/memcheck-*.log 2>/dev/null
 
 stamp "decoding table"
 common=(--backend cuda --decode --dtype bf16 --dim 128 --heads 32 --heads-kv 4 --batch 1,8 --cache 16384,65536)
-timeout 60 build-gpu/fa-bench "${common[@]}" --csv "$out/decode-contiguous.csv" > "$out/decode-contiguous.txt" 2>&1
+timeout 35 build-gpu/fa-bench "${common[@]}" --csv "$out/decode-contiguous.csv" > "$out/decode-contiguous.txt" 2>&1
 for page in 64 256; do
-  timeout 60 build-gpu/fa-bench "${common[@]}" --kvcache --page-size "$page" --csv "$out/decode-paged-$page.csv" \
+  timeout 35 build-gpu/fa-bench "${common[@]}" --kvcache --page-size "$page" --csv "$out/decode-paged-$page.csv" \
     > "$out/decode-paged-$page.txt" 2>&1
 done
-timeout 60 build-gpu/fa-bench "${common[@]}" --kvcache --page-size 64 --append 1 --rotary 128 \
+timeout 35 build-gpu/fa-bench "${common[@]}" --kvcache --page-size 64 --append 1 --rotary 128 \
   --csv "$out/decode-append.csv" > "$out/decode-append.txt" 2>&1
 tail -n 8 "$out"/decode-*.txt
 if python3 -c "import torch" 2> /dev/null; then
-  timeout 90 python3 bench/decode_sdpa.py --batch 1,8 --cache 16384,65536 --csv "$out/decode-sdpa.csv" \
+  timeout 60 python3 bench/decode_sdpa.py --batch 1,8 --cache 16384,65536 --csv "$out/decode-sdpa.csv" \
     > "$out/decode-sdpa.txt" 2>&1
   tail -n 8 "$out/decode-sdpa.txt"
 fi

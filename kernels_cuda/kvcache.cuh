@@ -163,13 +163,6 @@ FA_DEV void rotary8(const elem_t *row, int x0, int pos, const fa_kv_params &kv, 
 }
 #endif
 
-#ifdef SOFTCAP
-/* tanh x = 1 - 2 / (2^(2x log2 e) + 1): +-1 at +-inf, NaN stays NaN; an
- * absolute error of a few units of 2^-24 near 0, which the cap scales. */
-FA_DEV float fa_tanh(float x) {
-    const float e = fa_exp2(x * (2.0f * FA_LOG2E));
-    return 1.0f - __fdividef(2.0f, e + 1.0f);
-}
-#endif
+/* The cap's tanh is common.cuh's fa_tanh. */
 
 #endif

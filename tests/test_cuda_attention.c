@@ -1243,8 +1243,12 @@ static void score_option_set(fa_attention_desc *d, int set, int alt) {
         d->bias_heads = set == SO_ALL ? 1 : d->heads_q;
         d->bias.dtype = alt ? d->q.dtype : FA_DTYPE_F32;
         if (!alt) {
+            /* Rows padded past seqlen_k; a packed (0) stride would count
+             * seqlen_k elements a row, so the outer ones are given too. */
             d->bias.offset = 3;
             d->bias.stride_seq = d->seqlen_k + 5;
+            d->bias.stride_head = (int64_t)d->seqlen_q * d->bias.stride_seq;
+            d->bias.stride_batch = (int64_t)d->bias_heads * d->bias.stride_head;
         }
     }
     if (set == SO_ALL) {

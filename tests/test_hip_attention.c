@@ -391,16 +391,19 @@ FA_TEST(score_option_tiles_mma) {
             if (!mma_device(dt, &dev)) FA_SKIP("the HIP device has no matrix cores the kernels run");
             fa_attention_desc d = suite_desc(dt, 2, 150, 170, 4, 2, t ? 128 : 64);
             set_score_opts(&d, o);
-            suite_tiles f[MAX_GEOMETRIES], b[MAX_GEOMETRIES];
-            const int nf = geometries_of(&dev, &d, FA_PASS_FORWARD, f), nb = geometries_of(&dev, &d, FA_PASS_BACKWARD, b);
-            CHECK_MSG(nf > 0 && nb > 0, "%s %s: %d forward and %d backward geometries", o->name, fa_dtype_name(dt), nf,
-                      nb);
-            if (nf == 0 || nb == 0) continue;
-            const int last = (int)(i + (size_t)t) % 2;
-            const suite_tiles *tf = &f[last ? nf - 1 : 0], *tb = &b[last ? nb - 1 : 0];
+            /* The deterministic backward admits other tiles: geometries
+             * per mode. */
             for (int det = 0; det < 2; det++) {
-                char name[128];
                 d.deterministic = det;
+                suite_tiles f[MAX_GEOMETRIES], b[MAX_GEOMETRIES];
+                const int nf = geometries_of(&dev, &d, FA_PASS_FORWARD, f),
+                          nb = geometries_of(&dev, &d, FA_PASS_BACKWARD, b);
+                CHECK_MSG(nf > 0 && nb > 0, "%s %s%s: %d forward and %d backward geometries", o->name,
+                          fa_dtype_name(dt), det ? " det" : "", nf, nb);
+                if (nf == 0 || nb == 0) continue;
+                const int last = (int)(i + (size_t)t) % 2;
+                const suite_tiles *tf = &f[last ? nf - 1 : 0], *tb = &b[last ? nb - 1 : 0];
+                char name[128];
                 snprintf(name, sizeof name, "mma %s %s %dx%d/%dx%d%s", fa_dtype_name(dt), o->name, tf->br, tf->bc,
                          tb->br, tb->bc, det ? " det" : "");
                 suite_run_tiles(name, &d, tf, tb, 1);

@@ -377,8 +377,10 @@ static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *k
                        fa_dtype_name(d->q.dtype));
     if (d->dropout_p > 0.0f || d->block_mask)
         return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the decoding kernel runs without dropout and block masks");
+    /* The KV-cache build of the kernel computes softcap and ALiBi (a bias
+     * never reaches a cache plan); the plain one has no score options. */
     const char *option = fa_desc_option_in_use(d);
-    if (option)
+    if (option && !d->kv_cache)
         return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the decoding kernel has no score options (%s); the planner "
                        "gives such problems to the split-K forward", option);
     if (kp->br % 16 || kp->br <= 0 || kp->br > 64 || kp->bc != FA_DECODE_BC ||

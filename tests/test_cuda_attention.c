@@ -1212,9 +1212,11 @@ FA_TEST(mma_rejects_bad_tiles) {
 /* ------------------------------------------------------------------------ */
 /* Score options (softcap, ALiBi, additive bias) in every kernel family      */
 
-/* heads_q of the cases below is at most 16. */
-static const float g_slopes[16] = {0.5f,  0.25f, 0.125f, 0.0625f, 0.03125f, 0.75f, 1.0f,   0.2f,
-                                   0.3f,  0.01f, 0.4f,   0.6f,    0.15f,    0.05f, 0.9f,   0.35f};
+/* heads_q of the cases below is at most 32 (the decoding shapes). */
+static const float g_slopes[32] = {0.5f,  0.25f, 0.125f, 0.0625f, 0.03125f, 0.75f, 1.0f,  0.2f,
+                                   0.3f,  0.01f, 0.4f,   0.6f,    0.15f,    0.05f, 0.9f,  0.35f,
+                                   0.45f, 0.02f, 0.7f,   0.8f,    0.11f,    0.07f, 0.55f, 0.65f,
+                                   0.13f, 0.17f, 0.19f,  0.23f,   0.29f,    0.31f, 0.37f, 0.41f};
 
 enum { SO_SOFTCAP, SO_ALIBI, SO_BIAS, SO_ALL, SO_SETS };
 static const char *const so_names[SO_SETS] = {"softcap", "alibi", "bias", "all three"};

@@ -4,6 +4,7 @@
  * launches the passes. The tiling policy is the planner's; this file only
  * checks that a shape is one the kernels can run. */
 #include "cl_attention.h"
+#include "cl_args.h"
 #include "cl_kvcache.h"
 #include "cl_mma.h"
 #include "cl_standard.h"
@@ -22,11 +23,6 @@
 /* The most fp32 accumulators one work-item may hold per output (the
  * planner's register budget; larger would spill to memory). */
 #define FA_CL_MAX_ACCUMULATORS 64
-
-/* A tensor layout with packed strides resolved (elements). */
-typedef struct cl_layout {
-    cl_long offset, stride_batch, stride_seq, stride_head;
-} cl_layout;
 
 typedef struct cl_pass_shape {
     int br, bc, tr, tc, wg;
@@ -78,53 +74,6 @@ typedef struct fa_cl_plan {
     int event_count;
 } fa_cl_plan;
 
-/* ------------------------------------------------------------------------ */
-/* Kernel arguments                                                          */
-
-typedef struct cl_args {
-    cl_kernel kernel;
-    cl_uint index;
-    cl_int err;
-    cl_uint failed_index;
-} cl_args;
-
-static void arg_raw(cl_args *a, size_t size, const void *value) {
-    if (a->err == CL_SUCCESS) {
-        a->err = fa_cl.clSetKernelArg(a->kernel, a->index, size, value);
-        if (a->err != CL_SUCCESS) a->failed_index = a->index;
-    }
-    a->index++;
-}
-
-static void arg_mem(cl_args *a, cl_mem m) { arg_raw(a, sizeof m, &m); }
-static void arg_int(cl_args *a, int v) {
-    cl_int x = v;
-    arg_raw(a, sizeof x, &x);
-}
-static void arg_uint(cl_args *a, cl_uint v) { arg_raw(a, sizeof v, &v); }
-static void arg_long(cl_args *a, int64_t v) {
-    cl_long x = v;
-    arg_raw(a, sizeof x, &x);
-}
-static void arg_float(cl_args *a, float v) {
-    cl_float x = v;
-    arg_raw(a, sizeof x, &x);
-}
-static void arg_layout(cl_args *a, const cl_layout *l) {
-    arg_long(a, l->offset);
-    arg_long(a, l->stride_batch);
-    arg_long(a, l->stride_seq);
-    arg_long(a, l->stride_head);
-}
-
-static fa_status args_done(const cl_args *a, const char *kernel) {
-    if (a->err == CL_SUCCESS) return FA_SUCCESS;
-    char what[96];
-    snprintf(what, sizeof what, "clSetKernelArg(%s, %u)", kernel, (unsigned)a->failed_index);
-    return fa_cl_error(a->err, what);
-}
-
-static cl_mem mem_of(void *buffer) { return ((fa_cl_buffer *)buffer)->mem; }
 
 /* ------------------------------------------------------------------------ */
 /* Plan preparation                                                          */

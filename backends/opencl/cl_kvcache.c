@@ -3,6 +3,7 @@
  * packed-row tile, its workspace (validity flags, split partials) and the
  * four launches of a step: check, append, attend, merge. */
 #include "cl_kvcache.h"
+#include "cl_args.h"
 
 #include "desc.h"
 #include "fa_internal.h"
@@ -19,9 +20,6 @@
 #define KV_CHECK_WG 64 /* kvcache.cl's */
 #define KV_MAX_EVENTS 4
 
-typedef struct cl_kv_layout {
-    cl_long offset, stride_batch, stride_seq, stride_head;
-} cl_kv_layout;
 
 typedef struct fa_cl_kv_plan {
     fa_cl_plan_kind kind; /* FA_CL_PLAN_KVCACHE; first, see cl_backend.h */
@@ -35,7 +33,7 @@ typedef struct fa_cl_kv_plan {
     cl_mem lse_scratch;       /* the merge's L where the caller passes none */
     cl_mem alibi;             /* heads_q slopes */
     cl_mem dummy;
-    cl_kv_layout q, k, v, o, k_new, v_new;
+    cl_layout q, k, v, o, k_new, v_new;
     cl_event events[KV_MAX_EVENTS];
     int event_count;
 } fa_cl_kv_plan;
@@ -91,9 +89,9 @@ static fa_status create_kernel(cl_program program, const char *name, cl_kernel *
     return FA_SUCCESS;
 }
 
-static cl_kv_layout layout_of(const fa_attention_desc *d, fa_tensor_role role) {
+static cl_layout layout_of(const fa_attention_desc *d, fa_tensor_role role) {
     const fa_layout l = fa_desc_layout(d, role);
-    const cl_kv_layout c = {l.offset, l.stride_batch, l.stride_seq, l.stride_head};
+    const cl_layout c = {l.offset, l.stride_batch, l.stride_seq, l.stride_head};
     return c;
 }
 
@@ -204,49 +202,6 @@ fa_status fa_cl_kvcache_prepare(fa_cl_context *ctx, const fa_plan_s *plan, void 
 
 /* ------------------------------------------------------------------------ */
 
-typedef struct kv_args {
-    cl_kernel kernel;
-    cl_uint index;
-    cl_int err;
-    cl_uint failed_index;
-} kv_args;
-
-static void arg_raw(kv_args *a, size_t size, const void *value) {
-    if (a->err == CL_SUCCESS) {
-        a->err = fa_cl.clSetKernelArg(a->kernel, a->index, size, value);
-        if (a->err != CL_SUCCESS) a->failed_index = a->index;
-    }
-    a->index++;
-}
-
-static void arg_mem(kv_args *a, cl_mem m) { arg_raw(a, sizeof m, &m); }
-static void arg_int(kv_args *a, int v) {
-    const cl_int x = v;
-    arg_raw(a, sizeof x, &x);
-}
-static void arg_long(kv_args *a, int64_t v) {
-    const cl_long x = v;
-    arg_raw(a, sizeof x, &x);
-}
-static void arg_float(kv_args *a, float v) {
-    const cl_float x = v;
-    arg_raw(a, sizeof x, &x);
-}
-static void arg_layout(kv_args *a, const cl_kv_layout *l) {
-    arg_long(a, l->offset);
-    arg_long(a, l->stride_batch);
-    arg_long(a, l->stride_seq);
-    arg_long(a, l->stride_head);
-}
-
-static fa_status args_done(const kv_args *a, const char *kernel) {
-    if (a->err == CL_SUCCESS) return FA_SUCCESS;
-    char what[96];
-    snprintf(what, sizeof what, "clSetKernelArg(%s, %u)", kernel, (unsigned)a->failed_index);
-    return fa_cl_error(a->err, what);
-}
-
-static cl_mem mem_of(void *buffer) { return ((fa_cl_buffer *)buffer)->mem; }
 
 static cl_mem mem_or(const fa_cl_kv_plan *p, void *buffer) { return buffer ? mem_of(buffer) : p->dummy; }
 static cl_mem own_or(const fa_cl_kv_plan *p, cl_mem m) { return m ? m : p->dummy; }
@@ -266,7 +221,7 @@ fa_status fa_cl_kvcache_forward(void *plan_impl, const fa_plan_s *plan, const fa
     const int query_offsets = fa_desc_rotary_query_offsets(d);
     release_events(p);
 
-    kv_args c = {p->check, 0, CL_SUCCESS, 0};
+    cl_args c = {p->check, 0, CL_SUCCESS, 0};
     arg_mem(&c, mem_of(a->cache_seqlens));
     arg_mem(&c, mem_or(p, a->block_table));
     arg_mem(&c, p->status);
@@ -283,7 +238,7 @@ fa_status fa_cl_kvcache_forward(void *plan_impl, const fa_plan_s *plan, const fa
     FA_CHECK(launch(p, p->check, 1, check_global, check_local));
 
     if (d->seqlen_new > 0) {
-        kv_args w = {p->append, 0, CL_SUCCESS, 0};
+        cl_args w = {p->append, 0, CL_SUCCESS, 0};
         arg_mem(&w, mem_of(a->k_new));
         arg_mem(&w, mem_of(a->v_new));
         arg_mem(&w, mem_of(a->k_cache));
@@ -308,7 +263,7 @@ fa_status fa_cl_kvcache_forward(void *plan_impl, const fa_plan_s *plan, const fa
         FA_CHECK(launch(p, p->append, 3, global, NULL));
     }
 
-    kv_args t = {p->attend, 0, CL_SUCCESS, 0};
+    cl_args t = {p->attend, 0, CL_SUCCESS, 0};
     arg_mem(&t, mem_of(a->q));
     arg_mem(&t, mem_of(a->k_cache));
     arg_mem(&t, mem_of(a->v_cache));
@@ -347,7 +302,7 @@ fa_status fa_cl_kvcache_forward(void *plan_impl, const fa_plan_s *plan, const fa
     FA_CHECK(launch(p, p->attend, 3, global, local));
     if (p->num_splits == 1) return FA_SUCCESS;
 
-    kv_args m = {p->merge, 0, CL_SUCCESS, 0};
+    cl_args m = {p->merge, 0, CL_SUCCESS, 0};
     arg_mem(&m, p->part_o);
     arg_mem(&m, p->part_l);
     arg_mem(&m, mem_of(a->o));

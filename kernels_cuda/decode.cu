@@ -82,15 +82,75 @@
 #define KV_ONCE false
 #endif
 
+/* The K/V copies of a tile: 16 bytes a thread and copy, with L2 asked to
+ * fetch the whole row around each copy (256 bytes where a row has that
+ * many: head_dim 128 and up) in one DRAM request: 1-2% off a long step on
+ * the H200 (bench/results/h200.md). KV_NO_PREFETCH (a tuning option)
+ * leaves the hint out. */
+#if defined(KV_NO_PREFETCH)
+#define KV_PREFETCH ""
+#elif HEAD_DIM * ELEM_BYTES >= 256
+#define KV_PREFETCH ".L2::256B"
+#else
+#define KV_PREFETCH ".L2::128B"
+#endif
+FA_DEV void cp_async16_kv(u32 dst, const void *src, int src_bytes, u64 pol) {
+#ifdef KV_EVICT_FIRST
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint" KV_PREFETCH " [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+                 "l"(src), "r"(src_bytes), "l"(pol));
+#else
+    (void)pol;
+    asm volatile("cp.async.cg.shared.global" KV_PREFETCH " [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+#endif
+}
+
+/* A thread's share of a K/V tile where the work-group's threads divide
+ * into whole rows of chunks: chunk column tid % ROW_CHUNKS of rows
+ * tid / ROW_CHUNKS + KV_STEP i. The passes are unrolled, K's and V's copies
+ * side by side, so that a tile's copies leave in one burst (a loop of one
+ * copy a trip, with its index arithmetic in between, leaves the memory
+ * system idle for part of each tile: what capped paged steps at 0.68 of
+ * the copy bandwidth on the H200). */
+#if THREADS % ROW_CHUNKS == 0 && BC % (THREADS / ROW_CHUNKS) == 0
+#define KV_STEP (THREADS / ROW_CHUNKS)
+#define KV_PASSES (BC / KV_STEP)
+/* Eight passes at once at most: sixteen (head_dim 256) spilled the
+ * addresses on sm_80. */
+#define KV_UNROLL 8
+#endif
+
+#ifdef KV_STEP
+/* Rows [0, BC) of K and V from kg and vg (row strides kss, vss): rows from
+ * valid on are zero-filled. */
+FA_DEV void load_kv_rows(u32 kd, u32 vd, const elem_t *kg, i64 kss, const elem_t *vg, i64 vss, int valid, int tid) {
+    const u64 pol = KV_ONCE ? l2_evict_first() : 0;
+    const int c = tid % ROW_CHUNKS, r0 = tid / ROW_CHUNKS;
+    const elem_t *kr = kg + (i64)r0 * kss + c * CHUNK_ELEMS, *vr = vg + (i64)r0 * vss + c * CHUNK_ELEMS;
+    const i64 kstep = (i64)KV_STEP * kss, vstep = (i64)KV_STEP * vss;
+#pragma unroll KV_UNROLL
+    for (int i = 0; i < KV_PASSES; i++, kr += kstep, vr += vstep) {
+        const int r = r0 + i * KV_STEP, bytes = r < valid ? 16 : 0;
+        cp_async16_kv(chunk_addr(kd, r, c), bytes ? kr : kg, bytes, pol);
+        cp_async16_kv(chunk_addr(vd, r, c), bytes ? vr : vg, bytes, pol);
+    }
+}
+#endif
+
 #ifndef KV_CACHE
 /* K and V of key tile t into stage buffer st: rows past the sequence are
  * zero-filled. */
 FA_DEV void load_kv(u32 k_sm, u32 v_sm, int st, const elem_t *kg, const elem_t *vg, const fa_params &p, int t,
                     int len_k, int tid) {
+#ifdef KV_STEP
+    load_kv_rows(k_sm + (u32)st * KV_TILE_BYTES, v_sm + (u32)st * KV_TILE_BYTES, kg + (i64)t * BC * p.k_ss, p.k_ss,
+                 vg + (i64)t * BC * p.v_ss, p.v_ss, len_k - t * BC, tid);
+#else
     load_tile_async<BC, THREADS, KV_ONCE>(k_sm + (u32)st * KV_TILE_BYTES, kg + (i64)t * BC * p.k_ss, p.k_ss,
                                           len_k - t * BC, tid);
     load_tile_async<BC, THREADS, KV_ONCE>(v_sm + (u32)st * KV_TILE_BYTES, vg + (i64)t * BC * p.v_ss, p.v_ss,
                                           len_k - t * BC, tid);
+#endif
 }
 #endif
 
@@ -132,6 +192,36 @@ FA_DEV void st_shared_s32(u32 addr, int v) { asm volatile("st.shared.b32 [%0], %
 #error "decode.cu: the page ring needs 2 * STAGES - 2 <= BR and 64-key tiles"
 #endif
 FA_DEV u32 pg_slot(u32 q_sm, int tile) { return q_sm + (u32)chunk_off(tile % PG_SLOTS, ROW_CHUNKS); }
+
+#ifdef KV_STEP
+/* Key tile t wholly in sequence s's paged cache: the ring's four page
+ * indices read once, each row's source from its 16-row group's page, K and
+ * V together (load_kv_rows' burst). A page outside the pool gives zeros. */
+FA_DEV void load_kv_paged(u32 kd, u32 vd, const fa_params &p, const fa_kv_params &kv, const kv_src &s, u32 slot,
+                          int t, int tid) {
+    const u64 pol = KV_ONCE ? l2_evict_first() : 0;
+    int pg[4];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(pg[0]), "=r"(pg[1]), "=r"(pg[2]), "=r"(pg[3])
+                 : "r"(slot));
+    const int c = tid % ROW_CHUNKS, r0 = tid / ROW_CHUNKS;
+    /* t * BC + r < len_k fits an int; a page's first row on the tile. */
+    const int j0 = t * BC;
+#pragma unroll KV_UNROLL
+    for (int i = 0; i < KV_PASSES; i++) {
+        const int r = r0 + i * KV_STEP;
+        /* r0 < KV_STEP: at up to 16 rows a pass the group is a constant. */
+        const int grp = KV_STEP <= 16 ? i * KV_STEP / 16 : r >> 4;
+        const int page = grp == 0 ? pg[0] : grp == 1 ? pg[1] : grp == 2 ? pg[2] : pg[3];
+        const bool ok = page_ok(kv, page);
+        const i64 row = (j0 + r) % PAGED, pc = ok ? page : 0;
+        const elem_t *ks = s.k + pc * p.k_sb + row * p.k_ss + c * CHUNK_ELEMS;
+        const elem_t *vs = s.v + pc * p.v_sb + row * p.v_ss + c * CHUNK_ELEMS;
+        cp_async16_kv(chunk_addr(kd, r, c), ok ? ks : s.k, ok ? 16 : 0, pol);
+        cp_async16_kv(chunk_addr(vd, r, c), ok ? vs : s.v, ok ? 16 : 0, pol);
+    }
+}
+#endif
 #endif
 
 /* Rows [0, BC) of key tile t of one tensor into the tile at dst: cache
@@ -212,8 +302,19 @@ FA_DEV void load_kv_step(u32 k_sm, u32 v_sm, u32 q_sm, int st, const fa_params &
     if (s.cs - t * BC >= BC)
 #endif
     {
+#ifdef KV_STEP
+        load_kv_rows(kd, vd, s.k + (i64)t * BC * p.k_ss, p.k_ss, s.v + (i64)t * BC * p.v_ss, p.v_ss, s.len_k - t * BC,
+                     tid);
+#else
         load_tile_async<BC, THREADS, KV_ONCE>(kd, s.k + (i64)t * BC * p.k_ss, p.k_ss, s.len_k - t * BC, tid);
         load_tile_async<BC, THREADS, KV_ONCE>(vd, s.v + (i64)t * BC * p.v_ss, p.v_ss, s.len_k - t * BC, tid);
+#endif
+        return;
+    }
+#endif
+#if defined(PAGED) && defined(KV_STEP)
+    if (s.cs - t * BC >= BC) {
+        load_kv_paged(kd, vd, p, kv, s, pg_slot(q_sm, t), t, tid);
         return;
     }
 #endif

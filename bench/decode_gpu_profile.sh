@@ -61,14 +61,17 @@ grep -E "tests passed|[*]{3}|CHECK failed|Not Run|Skipped" "$out/tests.log" | he
 decode_table new build-gpu
 
 # DEC_VARIANTS: tuning macros (FLASHATTN_CUDA_OPTIONS) timed on the same
-# build, contiguous and 64-token pages, e.g. "-DKV_PREFETCH_256 -DKV_EVICT_FIRST".
+# build, contiguous and 64-token pages, e.g. "-DKV_SWIZZLE -DKV_EVICT_FIRST"
+# (a comma joins macros into one variant: "-DKV_SWIZZLE,-DKV_NO_PREFETCH").
 for opt in ${DEC_VARIANTS:-}; do
-  tag=${opt#-D}
+  tag=${opt//-D/}
+  tag=${tag//,/+}
+  opt=${opt//,/ }
   for mode in forward paged64; do
     extra=()
     [ "$mode" = paged64 ] && extra=(--kvcache --page-size 64)
     stamp "$tag: $mode"
-    FLASHATTN_CUDA_OPTIONS=$opt timeout 120 build-gpu/fa-bench --backend cuda --decode --dtype bf16 --dim 128 \
+    FLASHATTN_CUDA_OPTIONS="$opt" timeout 120 build-gpu/fa-bench --backend cuda --decode --dtype bf16 --dim 128 \
       --heads 32 --heads-kv 4 --batch "$batches" --cache "$caches" "${extra[@]}" \
       --csv "$out/decode-$tag-$mode.csv" > "$out/decode-$tag-$mode.txt" 2>&1 || failed=1
   done

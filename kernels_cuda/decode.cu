@@ -82,26 +82,16 @@
 #define KV_ONCE false
 #endif
 
-/* The K/V copies of a tile: 16 bytes a thread and copy, with L2 asked to
- * fetch the whole row around each copy (256 bytes where a row has that
- * many: head_dim 128 and up) in one DRAM request: 1-2% off a long step on
- * the H200 (bench/results/h200.md). KV_NO_PREFETCH (a tuning option)
- * leaves the hint out. */
-#if defined(KV_NO_PREFETCH)
-#define KV_PREFETCH ""
-#elif HEAD_DIM * ELEM_BYTES >= 256
-#define KV_PREFETCH ".L2::256B"
-#else
-#define KV_PREFETCH ".L2::128B"
-#endif
+/* The K/V copies of a tile: 16 bytes a thread and copy, no L2 prefetch
+ * size (.L2::256B added 45% to the traffic between the two halves of the
+ * H200's L2 and nothing to the speed). */
 FA_DEV void cp_async16_kv(u32 dst, const void *src, int src_bytes, u64 pol) {
 #ifdef KV_EVICT_FIRST
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint" KV_PREFETCH " [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
-                 "l"(src), "r"(src_bytes), "l"(pol));
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes), "l"(pol));
 #else
     (void)pol;
-    asm volatile("cp.async.cg.shared.global" KV_PREFETCH " [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
+    cp_async16(dst, src, src_bytes);
 #endif
 }
 
@@ -120,6 +110,33 @@ FA_DEV void cp_async16_kv(u32 dst, const void *src, int src_bytes, u64 pol) {
 #define KV_UNROLL 8
 #endif
 
+/* Layout of the K and V tiles: rows of exactly ROW_CHUNKS chunks, chunk c
+ * of row r at c ^ (r % 8), where rows have 8 chunks or more and the copies
+ * go in whole rows (KV_STEP); mma.cuh's padded rows otherwise, or with
+ * KV_PADDED (a tuning option). Eight consecutive rows of one chunk column
+ * fall in eight bank groups either way (ldmatrix without conflicts), but a
+ * padded row starts 16 bytes further on each row: the copies into it
+ * brought 1.5 times the bytes of K and V from L2 to the SMs, which held a
+ * long step at 0.93 of cuDNN's speed on the H200; swizzled rows on 128-byte
+ * boundaries bring each byte once (bench/results/h200.md). */
+#if !defined(KV_PADDED) && defined(KV_STEP) && ROW_CHUNKS % 8 == 0
+FA_DEV int kv_off(int r, int c) { return (r * ROW_CHUNKS + (c ^ (r & 7))) * 16; }
+#else
+FA_DEV int kv_off(int r, int c) { return chunk_off(r, c); }
+#endif
+FA_DEV u32 kv_addr(u32 base, int r, int c) { return base + (u32)kv_off(r, c); }
+
+/* mma.cuh's load_b2 (K's rows n0 .., k16 step s) and load_bt2 (V's rows
+ * r0 .. r0 + 15, n-tiles j, j + 1) on that layout. */
+FA_DEV void kv_load_b2(u32 base, int n0, int s, u32 *b0, u32 *b1, int lane) {
+    const int bi = lane >> 3;
+    ldsm_x4(kv_addr(base, n0 + (bi >> 1) * 8 + (lane & 7), 2 * s + (bi & 1)), b0[0], b0[1], b1[0], b1[1]);
+}
+FA_DEV void kv_load_bt2(u32 base, int r0, int j, u32 *b0, u32 *b1, int lane) {
+    const int bi = lane >> 3;
+    ldsm_x4_t(kv_addr(base, r0 + (bi & 1) * 8 + (lane & 7), j + (bi >> 1)), b0[0], b0[1], b1[0], b1[1]);
+}
+
 #ifdef KV_STEP
 /* Rows [0, BC) of K and V from kg and vg (row strides kss, vss): rows from
  * valid on are zero-filled. */
@@ -131,8 +148,8 @@ FA_DEV void load_kv_rows(u32 kd, u32 vd, const elem_t *kg, i64 kss, const elem_t
 #pragma unroll KV_UNROLL
     for (int i = 0; i < KV_PASSES; i++, kr += kstep, vr += vstep) {
         const int r = r0 + i * KV_STEP, bytes = r < valid ? 16 : 0;
-        cp_async16_kv(chunk_addr(kd, r, c), bytes ? kr : kg, bytes, pol);
-        cp_async16_kv(chunk_addr(vd, r, c), bytes ? vr : vg, bytes, pol);
+        cp_async16_kv(kv_addr(kd, r, c), bytes ? kr : kg, bytes, pol);
+        cp_async16_kv(kv_addr(vd, r, c), bytes ? vr : vg, bytes, pol);
     }
 }
 #endif
@@ -217,8 +234,8 @@ FA_DEV void load_kv_paged(u32 kd, u32 vd, const fa_params &p, const fa_kv_params
         const i64 row = (j0 + r) % PAGED, pc = ok ? page : 0;
         const elem_t *ks = s.k + pc * p.k_sb + row * p.k_ss + c * CHUNK_ELEMS;
         const elem_t *vs = s.v + pc * p.v_sb + row * p.v_ss + c * CHUNK_ELEMS;
-        cp_async16_kv(chunk_addr(kd, r, c), ok ? ks : s.k, ok ? 16 : 0, pol);
-        cp_async16_kv(chunk_addr(vd, r, c), ok ? vs : s.v, ok ? 16 : 0, pol);
+        cp_async16_kv(kv_addr(kd, r, c), ok ? ks : s.k, ok ? 16 : 0, pol);
+        cp_async16_kv(kv_addr(vd, r, c), ok ? vs : s.v, ok ? 16 : 0, pol);
     }
 }
 #endif
@@ -263,7 +280,7 @@ FA_DEV void load_tile_kv_cache(u32 dst, const elem_t *c_base, i64 sb, i64 ss, co
             bytes = 16;
         }
 #endif
-        cp_async16(dst + (u32)(e + r) * 16, src, bytes);
+        cp_async16(kv_addr(dst, r, c), src, bytes);
     }
 }
 
@@ -279,7 +296,7 @@ FA_DEV void rotate_new_keys(u32 dst, const kv_src &s, const fa_kv_params &kv, in
     for (int e = r0 * ROW_CHUNKS + tid; e < r1 * ROW_CHUNKS; e += THREADS) {
         const int r = e / ROW_CHUNKS, c = e - r * ROW_CHUNKS, n = r - cache_left;
         const elem_t *row = s.kn + (i64)n * kv.kn_ss;
-        const u32 a = dst + (u32)(e + r) * 16;
+        const u32 a = kv_addr(dst, r, c);
         if (c * CHUNK_ELEMS < ROTARY_DIM) {
             float v[8];
             rotary8(row, c * CHUNK_ELEMS, s.cs + n, kv, v);
@@ -849,7 +866,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
             u32 b0[BREGS], b1[BREGS];
-            load_b2(kb, key_base, ks, b0, b1, lane);
+            kv_load_b2(kb, key_base, ks, b0, b1, lane);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 u32 a[AREGS];
@@ -913,11 +930,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         }
 
         /* O += P V over the warp's 16 keys (rows key_base .. of V). */
-        const u32 vw = vb + (u32)chunk_off(key_base, 0);
 #pragma unroll
         for (int j = 0; j < DT; j += 2) {
             u32 b0[BREGS], b1[BREGS];
-            load_bt2(vw, 0, j, b0, b1, lane);
+            kv_load_bt2(vb, key_base, j, b0, b1, lane);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 u32 pa[AREGS];

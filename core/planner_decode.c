@@ -200,7 +200,8 @@ static const int kv_micro[] = {1, 2, 4, 8};
 #define FA_KV_WIDE_SIMD_GROUPS 4
 
 static int kv_narrow(const fa_device_desc *dev, const fa_kernel_plan *p) {
-    int want = FA_KV_WIDE_SIMD_GROUPS * dev->simd_width;
+    /* In int64: a described device may claim any positive SIMD width. */
+    int64_t want = (int64_t)FA_KV_WIDE_SIMD_GROUPS * dev->simd_width;
     if (want > dev->max_work_group_size) want = dev->max_work_group_size;
     return p->work_group_size < want;
 }

@@ -616,6 +616,26 @@ FA_TEST(plans) {
     }
 }
 
+/* A described device may claim any positive SIMD width: the step's
+ * planner compares work-group sizes with four SIMD groups of it, which
+ * overflowed int (UBSan) for widths past INT_MAX / 4. It plans, as the
+ * attention planner does, or refuses the device with a message. */
+FA_TEST(plans_on_extreme_simd_widths) {
+    const fa_described_device *base = fa_described_device_find("h100");
+    CHECK(base != NULL);
+    if (!base) return;
+    const int widths[] = {INT_MAX / 4 + 1, 1869152255, INT_MAX};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        fa_device_desc dev = base->desc;
+        dev.simd_width = widths[i];
+        const fa_attention_desc d = decode_desc(FA_DTYPE_F32, 16, 2, 64);
+        fa_plan_info info;
+        const fa_status st = fa_plan_for_device(&dev, &d, &info);
+        CHECK_MSG(st == FA_SUCCESS || (st != FA_ERR_INTERNAL && fa_last_error()[0] != '\0'),
+                  "simd_width %d: %s (%s)", widths[i], fa_status_string(st), fa_last_error());
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Steps through the reference backend (every device: test_kvcache.c)       */
 
@@ -652,4 +672,5 @@ FA_TEST(reference_backend_steps) {
 }
 
 FA_TEST_MAIN(FA_CASE(reference_matches_definition), FA_CASE(reference_validity_rules), FA_CASE(descriptor_checks),
-             FA_CASE(argument_checks), FA_CASE(plans), FA_CASE(reference_backend_steps))
+             FA_CASE(argument_checks), FA_CASE(plans), FA_CASE(plans_on_extreme_simd_widths),
+             FA_CASE(reference_backend_steps))

@@ -636,6 +636,33 @@ FA_TEST(plans_on_extreme_simd_widths) {
     }
 }
 
+/* CUDA's decoding kernel runs blocks of FA_DECODE_WARPS warps: on a
+ * described CUDA device that allows fewer threads a block, a step (and a
+ * plain decoding forward) planned it anyway, a work-group past the
+ * device's limit. They take tiles within the limit instead. */
+FA_TEST(plans_within_work_group_limit) {
+    const fa_described_device *base = fa_described_device_find("h100");
+    CHECK(base != NULL);
+    if (!base) return;
+    for (int limit = 32; limit <= 256; limit *= 2) {
+        fa_device_desc dev = base->desc;
+        dev.max_work_group_size = limit;
+        for (int kv = 0; kv < 2; kv++) {
+            fa_attention_desc d = decode_desc(FA_DTYPE_F16, 16, 1, 4096);
+            if (!kv) {
+                d.kv_cache = d.page_size = d.num_pages = d.seqlen_new = 0;
+                d.k_new.dtype = d.v_new.dtype = FA_DTYPE_F32;
+            }
+            fa_plan_info info;
+            CHECK_OK(fa_plan_for_device(&dev, &d, &info));
+            CHECK_MSG(info.forward.work_group_size <= limit, "%s, limit %d: %s work-group of %d",
+                      kv ? "step" : "decoding", limit, fa_variant_name(info.forward.variant),
+                      info.forward.work_group_size);
+            if (limit >= FA_DECODE_WARPS * 32) CHECK(info.forward.variant == FA_VARIANT_DECODE);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Steps through the reference backend (every device: test_kvcache.c)       */
 
@@ -673,4 +700,5 @@ FA_TEST(reference_backend_steps) {
 
 FA_TEST_MAIN(FA_CASE(reference_matches_definition), FA_CASE(reference_validity_rules), FA_CASE(descriptor_checks),
              FA_CASE(argument_checks), FA_CASE(plans), FA_CASE(plans_on_extreme_simd_widths),
+             FA_CASE(plans_within_work_group_limit),
              FA_CASE(reference_backend_steps))

@@ -99,6 +99,13 @@ static void trace(const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
+static void trace_ints(const char *name, const int32_t *v, int64_t n) {
+    if (!tracing) return;
+    fprintf(stderr, "    %s:", name);
+    for (int64_t i = 0; i < n && i < 64; i++) fprintf(stderr, " %d", (int)v[i]);
+    fputs(n > 64 ? " ...\n" : "\n", stderr);
+}
+
 /* A broken promise: report it and abort, which libFuzzer records as a crash
  * with this input. */
 static void die(const char *fmt, ...) {
@@ -863,6 +870,7 @@ static void fill_step_arrays(fz_in *in, const fa_attention_desc *d, fz_buffer *l
     if (!len) die("out of host memory for cache lengths");
     for (int b = 0; b < d->batch; b++) len[b] = v[b] = fz_int(in, 0, room, 1);
     CALL(fa_buffer_upload(lens->h, 0, scratch, lens->bytes));
+    trace_ints("cache_seqlens", v, d->batch);
     if (!table) {
         free(len);
         return;
@@ -881,6 +889,7 @@ static void fill_step_arrays(fz_in *in, const fa_attention_desc *d, fz_buffer *l
                 *e = (const int32_t[]){-1, INT32_MAX, INT32_MIN, d->num_pages}[fz_choose(in, 4)];
         }
     CALL(fa_buffer_upload(table->h, 0, scratch, table->bytes));
+    trace_ints("block_table", v, d->batch * per_seq);
     free(len);
 }
 

@@ -44,9 +44,17 @@ static int64_t packed_rows(const fa_attention_desc *d) { return (int64_t)group_o
 
 static int regs_ok(const fa_attention_desc *d, int br) { return br / 16 * (d->head_dim + 16) / 2 <= FA_DECODE_REGS; }
 
-int fa_decode_applies(const fa_device_desc *dev, const fa_attention_desc *desc, int sm) {
-    if (!dev || !desc || dev->backend != FA_BACKEND_CUDA || sm < 80) return 0;
+/* A CUDA device of sm_80 or later whose matrix units take 16 x 16 inputs,
+ * and whose blocks may hold the kernel's FA_DECODE_WARPS warps (a
+ * described device may allow fewer threads). */
+static int device_runs_decode(const fa_device_desc *dev, int sm) {
+    if (dev->backend != FA_BACKEND_CUDA || sm < 80) return 0;
     if (!(dev->matrix_flops_per_clock_cu > 0.0) || dev->matrix_m != 16 || dev->matrix_k != 16) return 0;
+    return dev->max_work_group_size >= FA_DECODE_WARPS * 32;
+}
+
+int fa_decode_applies(const fa_device_desc *dev, const fa_attention_desc *desc, int sm) {
+    if (!dev || !desc || !device_runs_decode(dev, sm)) return 0;
     if (desc->q.dtype != FA_DTYPE_F16 && desc->q.dtype != FA_DTYPE_BF16) return 0;
     if (desc->head_dim % 16 || desc->head_dim > 256 || desc->heads_kv <= 0) return 0;
     /* Dropout's Philox state and the block mask's tile map stay in the
@@ -167,8 +175,7 @@ fa_status fa_decode_plan(const fa_device_desc *dev, const fa_attention_desc *des
 /* KV-cache steps                                                           */
 
 int fa_decode_applies_kvcache(const fa_device_desc *dev, const fa_attention_desc *desc, int sm) {
-    if (!dev || !desc || !desc->kv_cache || dev->backend != FA_BACKEND_CUDA || sm < 80) return 0;
-    if (!(dev->matrix_flops_per_clock_cu > 0.0) || dev->matrix_m != 16 || dev->matrix_k != 16) return 0;
+    if (!dev || !desc || !desc->kv_cache || !device_runs_decode(dev, sm)) return 0;
     if (desc->q.dtype != FA_DTYPE_F16 && desc->q.dtype != FA_DTYPE_BF16) return 0;
     return desc->head_dim % 16 == 0 && desc->head_dim <= 256 && regs_ok(desc, 16);
 }
@@ -200,7 +207,8 @@ static const int kv_micro[] = {1, 2, 4, 8};
 #define FA_KV_WIDE_SIMD_GROUPS 4
 
 static int kv_narrow(const fa_device_desc *dev, const fa_kernel_plan *p) {
-    int want = FA_KV_WIDE_SIMD_GROUPS * dev->simd_width;
+    /* In int64: a described device may claim any positive SIMD width. */
+    int64_t want = (int64_t)FA_KV_WIDE_SIMD_GROUPS * dev->simd_width;
     if (want > dev->max_work_group_size) want = dev->max_work_group_size;
     return p->work_group_size < want;
 }

@@ -616,6 +616,53 @@ FA_TEST(plans) {
     }
 }
 
+/* A described device may claim any positive SIMD width: the step's
+ * planner compares work-group sizes with four SIMD groups of it, which
+ * overflowed int (UBSan) for widths past INT_MAX / 4. It plans, as the
+ * attention planner does, or refuses the device with a message. */
+FA_TEST(plans_on_extreme_simd_widths) {
+    const fa_described_device *base = fa_described_device_find("h100");
+    CHECK(base != NULL);
+    if (!base) return;
+    const int widths[] = {INT_MAX / 4 + 1, 1869152255, INT_MAX};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        fa_device_desc dev = base->desc;
+        dev.simd_width = widths[i];
+        const fa_attention_desc d = decode_desc(FA_DTYPE_F32, 16, 2, 64);
+        fa_plan_info info;
+        const fa_status st = fa_plan_for_device(&dev, &d, &info);
+        CHECK_MSG(st == FA_SUCCESS || (st != FA_ERR_INTERNAL && fa_last_error()[0] != '\0'),
+                  "simd_width %d: %s (%s)", widths[i], fa_status_string(st), fa_last_error());
+    }
+}
+
+/* CUDA's decoding kernel runs blocks of FA_DECODE_WARPS warps: on a
+ * described CUDA device that allows fewer threads a block, a step (and a
+ * plain decoding forward) planned it anyway, a work-group past the
+ * device's limit. They take tiles within the limit instead. */
+FA_TEST(plans_within_work_group_limit) {
+    const fa_described_device *base = fa_described_device_find("h100");
+    CHECK(base != NULL);
+    if (!base) return;
+    for (int limit = 32; limit <= 256; limit *= 2) {
+        fa_device_desc dev = base->desc;
+        dev.max_work_group_size = limit;
+        for (int kv = 0; kv < 2; kv++) {
+            fa_attention_desc d = decode_desc(FA_DTYPE_F16, 16, 1, 4096);
+            if (!kv) {
+                d.kv_cache = d.page_size = d.num_pages = d.seqlen_new = 0;
+                d.k_new.dtype = d.v_new.dtype = FA_DTYPE_F32;
+            }
+            fa_plan_info info;
+            CHECK_OK(fa_plan_for_device(&dev, &d, &info));
+            CHECK_MSG(info.forward.work_group_size <= limit, "%s, limit %d: %s work-group of %d",
+                      kv ? "step" : "decoding", limit, fa_variant_name(info.forward.variant),
+                      info.forward.work_group_size);
+            if (limit >= FA_DECODE_WARPS * 32) CHECK(info.forward.variant == FA_VARIANT_DECODE);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Steps through the reference backend (every device: test_kvcache.c)       */
 
@@ -652,4 +699,6 @@ FA_TEST(reference_backend_steps) {
 }
 
 FA_TEST_MAIN(FA_CASE(reference_matches_definition), FA_CASE(reference_validity_rules), FA_CASE(descriptor_checks),
-             FA_CASE(argument_checks), FA_CASE(plans), FA_CASE(reference_backend_steps))
+             FA_CASE(argument_checks), FA_CASE(plans), FA_CASE(plans_on_extreme_simd_widths),
+             FA_CASE(plans_within_work_group_limit),
+             FA_CASE(reference_backend_steps))

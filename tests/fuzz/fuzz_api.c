@@ -24,7 +24,11 @@
  * - a descriptor the check accepts has its flags in their domains and
  *   every tensor below 2^62 bytes; a pass that succeeds had no output
  *   overlapping another argument in the same buffer (the header's rules);
- * - the planner is deterministic and its plans fit the device.
+ * - the planner is deterministic and its plans fit the device;
+ * - a KV-cache step (fa_forward_kvcache) writes O, L and only the appended
+ *   tokens of the sequences whose cache lengths and pages keep the
+ *   header's rules; the others get O and L NaN; and its buffers come out
+ *   exactly as core/reference_kvcache.c leaves host copies of them.
  *
  * FA_FUZZ_TRACE=1 prints each call and descriptor (to read a crash). */
 #include "flashattn.h"
@@ -34,6 +38,7 @@
 #include "fuzz_gen.h"
 #include "fuzz_input.h"
 #include "fuzz_oracle.h"
+#include "reference.h"
 
 #include <math.h>
 #include <sanitizer/asan_interface.h>
@@ -50,6 +55,9 @@
 #define MAX_BUFFER ((size_t)64 << 10)
 /* (sequence, head) pairs a pass on the reference may walk. */
 #define MAX_ROWS (1 << 20)
+/* Multiply-adds a KV-cache step on the reference may take (its keys are
+ * bounded by the capacity, not by its buffers). */
+#define MAX_STEP_WORK ((fz_wide)1 << 22)
 #define GUARD 64
 #define MAX_TEXT 4096
 /* Where the header says every tensor must end. */
@@ -89,6 +97,13 @@ static void trace(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+static void trace_ints(const char *name, const int32_t *v, int64_t n) {
+    if (!tracing) return;
+    fprintf(stderr, "    %s:", name);
+    for (int64_t i = 0; i < n && i < 64; i++) fprintf(stderr, " %d", (int)v[i]);
+    fputs(n > 64 ? " ...\n" : "\n", stderr);
 }
 
 /* A broken promise: report it and abort, which libFuzzer records as a crash
@@ -170,6 +185,41 @@ static void release_wrapped(fz_buffer *b) {
 /* ------------------------------------------------------------------------ */
 /* Descriptor checks                                                        */
 
+static int tensor_unset(const fa_tensor_desc *t) {
+    return t->dtype == FA_DTYPE_F32 && !t->offset && !t->stride_batch && !t->stride_seq && !t->stride_head;
+}
+
+/* The KV-cache fields of an accepted descriptor, as the header has them:
+ * all unset without kv_cache; with it, pages of a multiple of 16 up to
+ * 256 (and a pool of them), appends within the capacity in q's dtype,
+ * an even rotary width up to head_dim, and none of the options a step
+ * refuses. */
+static void check_accepted_kvcache(const fa_attention_desc *d, const char *call) {
+    if (d->kv_cache == 0) {
+        if (d->page_size || d->num_pages || d->seqlen_new || d->rotary_dim || d->rotary_interleaved ||
+            !tensor_unset(&d->k_new) || !tensor_unset(&d->v_new))
+            die("%s accepted KV-cache fields with kv_cache = 0", call);
+        return;
+    }
+    if (d->kv_cache != 1) die("%s accepted kv_cache = %d (0 or 1)", call, d->kv_cache);
+    if (d->page_size ? d->page_size < 16 || d->page_size > 256 || d->page_size % 16 || d->num_pages <= 0
+                     : d->num_pages != 0)
+        die("%s accepted page_size = %d, num_pages = %d", call, d->page_size, d->num_pages);
+    if (d->seqlen_new < 0 || d->seqlen_new > d->seqlen_k)
+        die("%s accepted seqlen_new = %d with seqlen_k = %d", call, d->seqlen_new, d->seqlen_k);
+    if (d->seqlen_new ? d->k_new.dtype != d->q.dtype || d->v_new.dtype != d->q.dtype
+                      : !tensor_unset(&d->k_new) || !tensor_unset(&d->v_new))
+        die("%s accepted k_new / v_new (dtypes %d, %d) with seqlen_new = %d", call, (int)d->k_new.dtype,
+            (int)d->v_new.dtype, d->seqlen_new);
+    if (d->rotary_dim < 0 || d->rotary_dim % 2 || d->rotary_dim > d->head_dim ||
+        (d->rotary_interleaved != 0 && d->rotary_interleaved != 1))
+        die("%s accepted rotary_dim = %d, rotary_interleaved = %d (head_dim %d)", call, d->rotary_dim,
+            d->rotary_interleaved, d->head_dim);
+    if (d->bias_batch || d->dropout_p != 0.0f || d->block_mask || d->cu_seqlens_q || d->cu_seqlens_k ||
+        d->algorithm != FA_ALGO_FUSED)
+        die("%s accepted kv_cache = 1 with a bias, dropout, a block mask, varlen or the standard algorithm", call);
+}
+
 /* An accepted descriptor: flags in their domains, every tensor inside the
  * 2^62 bytes the header allows. */
 static void check_accepted(const fa_attention_desc *d, const char *call) {
@@ -188,6 +238,7 @@ static void check_accepted(const fa_attention_desc *d, const char *call) {
                                  (d->bias_heads != 1 && d->bias_heads != d->heads_q) || d->cu_seqlens_q)
         die("%s accepted bias_batch = %d, bias_heads = %d (batch %d, heads_q %d%s)", call, d->bias_batch,
             d->bias_heads, d->batch, d->heads_q, d->cu_seqlens_q ? ", varlen" : "");
+    check_accepted_kvcache(d, call);
     for (int r = 0; r < FZ_ROLE_COUNT; r++) {
         fz_span sp;
         if (!fz_tensor_span(d, (fz_role)r, &sp))
@@ -208,7 +259,16 @@ typedef struct pass_buffers {
 } pass_buffers;
 
 #define FORWARD_ROLES ((1u << FZ_Q) | (1u << FZ_K) | (1u << FZ_V) | (1u << FZ_O) | (1u << FZ_LSE) | (1u << FZ_BIAS))
-#define BACKWARD_ROLES ((1u << FZ_ROLE_COUNT) - 1u)
+#define BACKWARD_ROLES ((1u << (FZ_BIAS + 1)) - 1u)
+#define KVCACHE_ROLES                                                                                            \
+    ((1u << FZ_Q) | (1u << FZ_K) | (1u << FZ_V) | (1u << FZ_O) | (1u << FZ_LSE) | (1u << FZ_K_NEW) |              \
+     (1u << FZ_V_NEW) | (1u << FZ_SEQLENS) | (1u << FZ_BLOCK_TABLE) | (1u << FZ_ROT_COS) | (1u << FZ_ROT_SIN))
+
+typedef enum pass_kind { PASS_FORWARD, PASS_BACKWARD, PASS_KVCACHE } pass_kind;
+
+static const char *pass_name(pass_kind kind) {
+    return kind == PASS_FORWARD ? "fa_forward" : kind == PASS_BACKWARD ? "fa_backward" : "fa_forward_kvcache";
+}
 
 static int in_pass(const pass_buffers *pb, int r) { return (pb->roles >> r) & 1u; }
 
@@ -239,28 +299,52 @@ static void snapshot_free(snapshot *sn) {
     for (int i = 0; i < sn->count; i++) free(sn->before[i]);
 }
 
-static int is_output(fz_role r) { return r == FZ_O || r == FZ_LSE || r == FZ_DQ || r == FZ_DK || r == FZ_DV; }
+/* The tensors a pass writes: O and L (forward), dQ, dK and dV (backward),
+ * O, L and the caches where tokens are appended (a KV-cache step). */
+static int written(pass_kind kind, const fa_attention_desc *d, int r) {
+    switch (kind) {
+    case PASS_FORWARD: return r == FZ_O || r == FZ_LSE;
+    case PASS_BACKWARD: return r == FZ_DQ || r == FZ_DK || r == FZ_DV;
+    default: return r == FZ_O || r == FZ_LSE || (d && d->seqlen_new > 0 && (r == FZ_K || r == FZ_V));
+    }
+}
+
+/* A buffer's bytes before the pass. */
+static const unsigned char *before_bytes(const snapshot *sn, const fz_buffer *b) {
+    for (int i = 0; i < sn->count; i++)
+        if (sn->buf[i] == b) return sn->before[i];
+    return NULL;
+}
+
+/* The cache lengths and block table a KV-cache step was given (as they
+ * were before it), or NULL. */
+static const int32_t *step_array(const snapshot *sn, const pass_buffers *pb, fz_role r) {
+    return pb->of_role[r] ? (const int32_t *)(const void *)before_bytes(sn, pb->of_role[r]) : NULL;
+}
 
 /* After a pass: with ok, every byte outside the output tensors' elements in
- * each buffer is as before; without, every byte is (d may then be NULL). */
-static void snapshot_compare(const snapshot *sn, const pass_buffers *pb, const fa_attention_desc *d, int forward,
+ * each buffer is as before (of the caches, only the appended tokens of the
+ * sequences that keep the rules); without, every byte is (d may then be
+ * NULL). */
+static void snapshot_compare(const snapshot *sn, const pass_buffers *pb, const fa_attention_desc *d, pass_kind kind,
                              int ok) {
     for (int i = 0; i < sn->count; i++) {
         fz_buffer *b = sn->buf[i];
         unsigned char *allowed = calloc(b->bytes, 1);
         if (!allowed) die("out of host memory for a write mask");
         for (int r = 0; ok && r < FZ_ROLE_COUNT; r++) {
-            if (!in_pass(pb, r) || pb->of_role[r] != b || !is_output((fz_role)r)) continue;
-            /* The forward pass writes O and L; the backward pass dQ, dK, dV. */
-            if (forward != (r == FZ_O || r == FZ_LSE)) continue;
-            if (!fz_mark_elements(d, (fz_role)r, allowed, b->bytes)) memset(allowed, 1, b->bytes);
+            if (!in_pass(pb, r) || pb->of_role[r] != b || !written(kind, d, r)) continue;
+            if (kind == PASS_KVCACHE && (r == FZ_K || r == FZ_V))
+                fz_mark_appended(d, (fz_role)r, step_array(sn, pb, FZ_SEQLENS), step_array(sn, pb, FZ_BLOCK_TABLE),
+                                 allowed, b->bytes);
+            else if (!fz_mark_elements(d, (fz_role)r, allowed, b->bytes))
+                memset(allowed, 1, b->bytes);
         }
         const unsigned char *now = host_bytes(b);
         for (size_t x = 0; x < b->bytes; x++)
             if (!allowed[x] && now[x] != sn->before[i][x])
-                die("%s %s byte %zu of a %zu-byte buffer, outside every output tensor's elements",
-                    forward ? "fa_forward" : "fa_backward", ok ? "succeeded and changed" : "failed but changed", x,
-                    b->bytes);
+                die("%s %s byte %zu of a %zu-byte buffer, outside every output tensor's elements", pass_name(kind),
+                    ok ? "succeeded and changed" : "failed but changed", x, b->bytes);
         free(allowed);
     }
 }
@@ -282,10 +366,10 @@ static void check_inside(const pass_buffers *pb, const fa_attention_desc *d, con
 
 /* After a successful pass: no output shares a byte with another argument
  * of the same buffer (inputs may overlap each other freely). */
-static void check_disjoint(const pass_buffers *pb, const fa_attention_desc *d, int forward, const char *call) {
+static void check_disjoint(const pass_buffers *pb, const fa_attention_desc *d, pass_kind kind, const char *call) {
     for (int r = 0; r < FZ_ROLE_COUNT; r++) {
         fz_buffer *b = pb->of_role[r];
-        if (!in_pass(pb, r) || !b || !is_output((fz_role)r) || forward != (r == FZ_O || r == FZ_LSE)) continue;
+        if (!in_pass(pb, r) || !b || !written(kind, d, r)) continue;
         unsigned char *mine = calloc(b->bytes, 1), *others = calloc(b->bytes, 1);
         if (!mine || !others) die("out of host memory for an overlap mask");
         int known = fz_mark_elements(d, (fz_role)r, mine, b->bytes);
@@ -320,14 +404,15 @@ static void run_pass(fz_plan *p, const pass_buffers *pb, int forward) {
         st = forward ? CALL(fa_forward(h, a.q, a.k, a.v, a.o, a.lse))
                      : CALL(fa_backward(h, a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk, a.dv));
     if (st == FA_SUCCESS && !p) die("%s succeeded without a plan", call);
+    if (st == FA_SUCCESS && p->desc.d.kv_cache) die("%s succeeded on a KV-cache plan", call);
     if (st == FA_SUCCESS && (p->desc.d.bias_batch > 0) != (a.bias != NULL))
         die("%s succeeded with%s a bias on a plan with bias_batch = %d", call, a.bias ? "" : "out",
             p->desc.d.bias_batch);
     if (st == FA_SUCCESS) {
         check_inside(pb, &p->desc.d, call);
-        check_disjoint(pb, &p->desc.d, forward, call);
+        check_disjoint(pb, &p->desc.d, forward ? PASS_FORWARD : PASS_BACKWARD, call);
     }
-    snapshot_compare(&sn, pb, p ? &p->desc.d : NULL, forward, st == FA_SUCCESS);
+    snapshot_compare(&sn, pb, p ? &p->desc.d : NULL, forward ? PASS_FORWARD : PASS_BACKWARD, st == FA_SUCCESS);
     snapshot_free(&sn);
 }
 
@@ -351,12 +436,17 @@ static fa_dtype fill_dtype(const fa_attention_desc *d, fz_role r) {
 }
 
 /* Fills a buffer through fa_buffer_upload: values of a few magnitudes in
- * the buffer's dtype, with NaN, infinities and huge values sprinkled in. */
-static void fill(fz_in *in, fz_buffer *b, fa_dtype dtype, unsigned char *scratch) {
+ * the buffer's dtype, with NaN, infinities and huge values sprinkled in;
+ * clean: finite values of magnitude at most 4 only. */
+static void fill(fz_in *in, fz_buffer *b, fa_dtype dtype, unsigned char *scratch, int clean) {
     if (!b || !b->h) return;
     uint32_t state = fz_u32(in) | 1u;
     float magnitude = fz_float(in, 0.0f, 4.0f);
     int specials = fz_choose(in, 4);
+    if (clean) {
+        magnitude = magnitude >= 0.0f && magnitude <= 4.0f ? magnitude : 4.0f;
+        specials = 0;
+    }
     size_t elem = fa_dtype_size(dtype);
     size_t count = b->bytes / elem;
     for (size_t i = 0; i < count; i++) {
@@ -588,7 +678,7 @@ static void op_buffer_query(fz_in *in, state *s) {
 
 static void op_buffer_fill(fz_in *in, state *s) {
     fz_buffer *b = pick_buffer(in, s);
-    fill(in, b, (fa_dtype)fz_choose(in, 3), s->scratch);
+    fill(in, b, (fa_dtype)fz_choose(in, 3), s->scratch, 0);
 }
 
 /* The plan's info must be what the planner gives for its context's device:
@@ -660,7 +750,198 @@ static fz_plan *pick_plan(fz_in *in, state *s) {
  * included: a plan of a billion heads over no tokens fits any buffer but
  * takes seconds. Passes stay fast by skipping such plans. */
 static int too_slow_to_run(const fz_plan *p) {
-    return p && (fz_wide)p->desc.d.batch * p->desc.d.heads_q > MAX_ROWS;
+    if (!p) return 0;
+    const fa_attention_desc *d = &p->desc.d;
+    /* A KV-cache step reads up to seqlen_k keys a sequence, whatever its
+     * buffers hold (a pool of one page serves any capacity). */
+    const fz_wide step = (fz_wide)d->batch * d->seqlen_k * d->head_dim * ((fz_wide)d->heads_kv + (fz_wide)d->seqlen_q * d->heads_q);
+    return (fz_wide)d->batch * d->heads_q > MAX_ROWS || (d->kv_cache && step > MAX_STEP_WORK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* KV-cache steps                                                           */
+
+/* The promises of the header for each sequence of a successful step: one
+ * that breaks the rules (fz_kv_seq_valid) has O and L NaN; one that keeps
+ * them, on finite inputs of small magnitude (clean) with scales and slopes
+ * that cannot overflow, has O finite and L not NaN (-inf for rows without
+ * a key). */
+static void check_step_rows(const snapshot *sn, const pass_buffers *pb, const fa_attention_desc *d, int clean) {
+    const int32_t *lens = step_array(sn, pb, FZ_SEQLENS), *table = step_array(sn, pb, FZ_BLOCK_TABLE);
+    const unsigned char *o = host_bytes(pb->of_role[FZ_O]);
+    const float *lse = pb->of_role[FZ_LSE] ? (const float *)(const void *)host_bytes(pb->of_role[FZ_LSE]) : NULL;
+    int bounded = clean && fabs(d->softmax_scale) <= 1e3;
+    for (int h = 0; d->alibi_slopes && h < d->heads_q; h++) bounded &= fabsf(d->alibi_slopes[h]) <= 1e3f;
+    for (int b = 0; b < d->batch; b++) {
+        const int valid = fz_kv_seq_valid(d, lens, table, b);
+        if (valid && !bounded) continue;
+        for (int i = 0; i < d->seqlen_q; i++)
+            for (int h = 0; h < d->heads_q; h++) {
+                const fz_wide row = fz_element(d, FZ_O, b, i, h);
+                for (int x = 0; x < d->head_dim; x++) {
+                    const double v = fa_load_elem(o, d->o.dtype, (int64_t)row + x);
+                    if (valid ? !isfinite(v) : !isnan(v))
+                        die("fa_forward_kvcache: sequence %d (cache_seqlens %d) %s, but O[%d, %d, %d, %d] = %g", b,
+                            (int)lens[b], valid ? "keeps the rules on clean data" : "breaks the rules", b, i, h, x, v);
+                }
+                const float l = lse ? lse[((int64_t)b * d->heads_q + h) * d->seqlen_q + i] : NAN;
+                if (lse && (valid ? isnan(l) : !isnan(l)))
+                    die("fa_forward_kvcache: sequence %d (cache_seqlens %d) %s, but L[%d, %d, %d] = %g", b, (int)lens[b],
+                        valid ? "keeps the rules on clean data" : "breaks the rules", b, h, i, (double)l);
+            }
+    }
+}
+
+/* The step again on host copies of its buffers as they were before it,
+ * through core/reference_kvcache.c: every buffer must come out byte for
+ * byte as the backend left it (arguments sharing a buffer share its copy,
+ * so aliasing is the same). */
+static void check_step_reference(const snapshot *sn, const pass_buffers *pb, const fa_attention_desc *d) {
+    unsigned char *copy[FZ_ROLE_COUNT] = {0};
+    void *at[FZ_ROLE_COUNT] = {0};
+    for (int i = 0; i < sn->count; i++) {
+        copy[i] = malloc(sn->buf[i]->bytes);
+        if (!copy[i]) die("out of host memory for a copy of a step's buffer");
+        memcpy(copy[i], sn->before[i], sn->buf[i]->bytes);
+        for (int r = 0; r < FZ_ROLE_COUNT; r++)
+            if (in_pass(pb, r) && pb->of_role[r] == sn->buf[i]) at[r] = copy[i];
+    }
+    const fa_ref_kvcache_args a = {at[FZ_Q],        at[FZ_K],          at[FZ_V],       at[FZ_O],
+                                   at[FZ_LSE],      at[FZ_SEQLENS],    at[FZ_BLOCK_TABLE], at[FZ_K_NEW],
+                                   at[FZ_V_NEW],    at[FZ_ROT_COS],    at[FZ_ROT_SIN]};
+    const fa_status st = fa_ref_forward_kvcache(d, &a);
+    if (st != FA_SUCCESS && st != FA_ERR_OUT_OF_MEMORY)
+        die("core/reference_kvcache.c refused a step the backend ran: %s", fa_last_error());
+    for (int i = 0; st == FA_SUCCESS && i < sn->count; i++) {
+        const unsigned char *now = host_bytes(sn->buf[i]);
+        for (size_t x = 0; x < sn->buf[i]->bytes; x++)
+            if (now[x] != copy[i][x])
+                die("fa_forward_kvcache and core/reference_kvcache.c differ at byte %zu of a %zu-byte buffer", x,
+                    sn->buf[i]->bytes);
+    }
+    for (int i = 0; i < sn->count; i++) free(copy[i]);
+    fa_clear_error();
+}
+
+/* One KV-cache step held to the oracle. expect_success: the buffers are
+ * exactly what the header asks for, so only running out of memory may
+ * fail it. */
+static void run_kvcache(fz_plan *p, const pass_buffers *all, int null_args, int clean, int expect_success) {
+    /* L is optional: without it, it is no argument of the step. */
+    pass_buffers given = *all;
+    if (!given.of_role[FZ_LSE]) given.roles &= ~(1u << FZ_LSE);
+    const pass_buffers *pb = &given;
+    snapshot sn;
+    snapshot_take(&sn, pb);
+    fz_buffer *const *x = pb->of_role;
+    const fa_kvcache_args a = {handle(x[FZ_Q]),       handle(x[FZ_K]),           handle(x[FZ_V]),
+                               handle(x[FZ_O]),       handle(x[FZ_LSE]),         handle(x[FZ_SEQLENS]),
+                               handle(x[FZ_BLOCK_TABLE]), handle(x[FZ_K_NEW]),   handle(x[FZ_V_NEW]),
+                               handle(x[FZ_ROT_COS]), handle(x[FZ_ROT_SIN])};
+    const char *call = "fa_forward_kvcache";
+    const fa_status st = CALL(fa_forward_kvcache(p ? p->h : NULL, null_args ? NULL : &a));
+    const fa_attention_desc *d = p ? &p->desc.d : NULL;
+    if (st == FA_SUCCESS) {
+        if (!p || null_args) die("%s succeeded without a plan or arguments", call);
+        if (!d->kv_cache) die("%s succeeded on a plan with kv_cache = 0", call);
+        check_inside(pb, d, call);
+        check_disjoint(pb, d, PASS_KVCACHE, call);
+    } else if (expect_success && st != FA_ERR_OUT_OF_MEMORY) {
+        die("%s refused a step on buffers of exactly the sizes the header asks for: %s", call, fa_last_error());
+    }
+    snapshot_compare(&sn, pb, d, PASS_KVCACHE, st == FA_SUCCESS);
+    if (st == FA_SUCCESS) {
+        check_step_rows(&sn, pb, d, clean);
+        check_step_reference(&sn, pb, d);
+    }
+    snapshot_free(&sn);
+}
+
+/* int32 arrays of a step: cache lengths up to the room left for the
+ * append (the pickers' extremes give negative ones, INT_MAX, lengths past
+ * the capacity), and block tables of pages in the pool, or entries outside
+ * it (-1, num_pages, INT_MAX, INT_MIN), and hostile values past each
+ * sequence's pages, which must never be read. */
+static void fill_step_arrays(fz_in *in, const fa_attention_desc *d, fz_buffer *lens, fz_buffer *table,
+                             unsigned char *scratch) {
+    int32_t *v = (int32_t *)(void *)scratch;
+    const int room = d->seqlen_k - d->seqlen_new;
+    int32_t *len = malloc((size_t)d->batch * sizeof *len);
+    if (!len) die("out of host memory for cache lengths");
+    for (int b = 0; b < d->batch; b++) len[b] = v[b] = fz_int(in, 0, room, 1);
+    CALL(fa_buffer_upload(lens->h, 0, scratch, lens->bytes));
+    trace_ints("cache_seqlens", v, d->batch);
+    if (!table) {
+        free(len);
+        return;
+    }
+    const int64_t per_seq = ((int64_t)d->seqlen_k + d->page_size - 1) / d->page_size;
+    const int mode = fz_choose(in, 4);
+    for (int b = 0; b < d->batch; b++)
+        for (int64_t p = 0; p < per_seq; p++) {
+            int32_t *e = &v[b * per_seq + p];
+            const int used = len[b] >= 0 && p < ((int64_t)len[b] + d->seqlen_new + d->page_size - 1) / d->page_size;
+            if (mode == 0)
+                *e = fz_int(in, 0, d->num_pages - 1, 1);
+            else if (used || mode == 1)
+                *e = fz_choose(in, d->num_pages);
+            else
+                *e = (const int32_t[]){-1, INT32_MAX, INT32_MIN, d->num_pages}[fz_choose(in, 4)];
+        }
+    CALL(fa_buffer_upload(table->h, 0, scratch, table->bytes));
+    trace_ints("block_table", v, d->batch * per_seq);
+    free(len);
+}
+
+/* A step on fresh buffers of exactly the sizes the plan's tensors need,
+ * filled with data (clean or with NaN and infinities) and with cache
+ * lengths and block tables from fill_step_arrays. */
+static void kvcache_step(fz_in *in, fz_plan *p, fz_context *c, unsigned char *scratch) {
+    const fa_attention_desc *d = &p->desc.d;
+    const int clean = fz_choose(in, 4) != 0, with_lse = fz_choose(in, 4) != 0;
+    fz_buffer bufs[FZ_ROLE_COUNT];
+    pass_buffers pb;
+    memset(bufs, 0, sizeof bufs);
+    memset(&pb, 0, sizeof pb);
+    pb.roles = KVCACHE_ROLES;
+    int ok = 1;
+    for (int r = 0; r < FZ_ROLE_COUNT && ok; r++) {
+        fz_span sp;
+        if (!in_pass(&pb, r) || (r == FZ_LSE && !with_lse)) continue;
+        ok = fz_tensor_span(d, (fz_role)r, &sp) && sp.end <= (fz_wide)MAX_BUFFER;
+        if (!ok || sp.end == 0) continue; /* not asked for */
+        alloc_into(&bufs[r], c, (size_t)sp.end);
+        ok = bufs[r].h != NULL;
+        pb.of_role[r] = &bufs[r];
+        if (ok && r < FZ_SEQLENS)
+            fill(in, &bufs[r], fill_dtype(d, (fz_role)r), scratch, clean);
+        else if (ok && r >= FZ_ROT_COS)
+            fill(in, &bufs[r], FA_DTYPE_F32, scratch, clean);
+    }
+    if (ok) {
+        fill_step_arrays(in, d, &bufs[FZ_SEQLENS], pb.of_role[FZ_BLOCK_TABLE], scratch);
+        run_kvcache(p, &pb, 0, clean, 1);
+    }
+    for (int r = 0; r < FZ_ROLE_COUNT; r++)
+        if (bufs[r].h && CALL(fa_buffer_free(bufs[r].h)) != FA_SUCCESS) die("fa_buffer_free failed");
+}
+
+/* A step on any buffers of the slots (missing, too small, aliased, of
+ * another context), on a KV-cache plan; now and then without arguments. */
+static void kvcache_pass(fz_in *in, state *s, fz_plan *p) {
+    pass_buffers pb;
+    memset(&pb, 0, sizeof pb);
+    pb.roles = KVCACHE_ROLES;
+    const int null_args = fz_choose(in, 32) == 0;
+    for (int r = 0; r < FZ_ROLE_COUNT; r++) {
+        if (!in_pass(&pb, r)) continue;
+        /* Mostly none of the arrays and tensors the plan does not ask for. */
+        fz_span sp;
+        if (fz_tensor_span(&p->desc.d, (fz_role)r, &sp) && sp.end == 0 && fz_choose(in, 8)) continue;
+        fz_buffer *b = pick_buffer(in, s);
+        pb.of_role[r] = b && b->h ? b : NULL;
+    }
+    run_kvcache(p, &pb, null_args, 0, 0);
 }
 
 static void op_pass(fz_in *in, state *s, int forward) {
@@ -676,6 +957,12 @@ static void op_pass(fz_in *in, state *s, int forward) {
         pb.of_role[r] = b && b->h ? b : NULL;
     }
     if (too_slow_to_run(p)) return;
+    /* On a KV-cache plan, mostly its own call (fa_forward and fa_backward
+     * refuse it). */
+    if (p && p->desc.d.kv_cache && fz_choose(in, 4)) {
+        kvcache_pass(in, s, p);
+        return;
+    }
     run_pass(p, &pb, forward);
 }
 
@@ -686,6 +973,10 @@ static void op_run(fz_in *in, state *s) {
     int slack = fz_int(in, 0, 0, 1) ? fz_int(in, 0, 64, 16) : 0;
     fz_context *c = p ? context_of(s, p->ctx_id) : NULL;
     if (!c || too_slow_to_run(p)) return;
+    if (p->desc.d.kv_cache) {
+        kvcache_step(in, p, c, s->scratch);
+        return;
+    }
     fz_buffer bufs[FZ_ROLE_COUNT];
     pass_buffers pb;
     memset(bufs, 0, sizeof bufs);
@@ -704,13 +995,18 @@ static void op_run(fz_in *in, state *s) {
         ok = bufs[r].h != NULL;
         pb.of_role[r] = &bufs[r];
         if (ok)
-            fill(in, &bufs[r], fill_dtype(&p->desc.d, (fz_role)r), s->scratch);
+            fill(in, &bufs[r], fill_dtype(&p->desc.d, (fz_role)r), s->scratch, 0);
     }
     if (ok) {
         pb.roles = FORWARD_ROLES;
         run_pass(p, &pb, 1);
         pb.roles = BACKWARD_ROLES;
         run_pass(p, &pb, 0);
+        /* fa_forward_kvcache refuses a plan without kv_cache. */
+        const fa_kvcache_args ka = {.q = bufs[FZ_Q].h, .k_cache = bufs[FZ_K].h, .v_cache = bufs[FZ_V].h,
+                                    .o = bufs[FZ_O].h, .lse = bufs[FZ_LSE].h};
+        if (CALL(fa_forward_kvcache(p->h, &ka)) != FA_ERR_INVALID_ARGUMENT)
+            die("fa_forward_kvcache on a plan with kv_cache = 0 did not fail as an invalid argument");
     }
     for (int r = 0; r < FZ_ROLE_COUNT; r++)
         if (bufs[r].h && CALL(fa_buffer_free(bufs[r].h)) != FA_SUCCESS) die("fa_buffer_free failed");
@@ -788,9 +1084,11 @@ static void op_plan_for_device(fz_in *in, state *s) {
         check_accepted(&d.d, "fa_plan_for_device");
         if (CALL(fa_plan_for_device(&dev, &d.d, &again)) != FA_SUCCESS || memcmp(&info, &again, sizeof info) != 0)
             die("fa_plan_for_device gave two different answers for the same problem");
+        if (info.kv_cache != (d.d.kv_cache == 1)) die("fa_plan_for_device: plan kv_cache %d for a descriptor's %d", info.kv_cache, d.d.kv_cache);
         if (d.d.algorithm == FA_ALGO_FUSED) {
             check_plan_fits(&dev, &info.forward, "forward");
-            check_plan_fits(&dev, &info.backward, "backward");
+            /* A KV-cache step has no backward: its plan is empty. */
+            if (!info.kv_cache) check_plan_fits(&dev, &info.backward, "backward");
         }
         check_format(in, &info);
     }

@@ -120,6 +120,77 @@ static void read_score_options(fz_in *in, fz_desc *out) {
     }
 }
 
+/* The options a KV-cache step refuses (the header's list), cleared so that
+ * most KV-cache descriptors get past the check to the step itself. */
+static void clear_kvcache_exclusions(fz_desc *out) {
+    fa_attention_desc *d = &out->d;
+    free(out->mask);
+    free(out->cu_q);
+    free(out->cu_k);
+    out->mask = NULL;
+    out->cu_q = out->cu_k = NULL;
+    d->block_mask = NULL;
+    d->block_mask_bytes = 0;
+    d->cu_seqlens_q = d->cu_seqlens_k = NULL;
+    d->dropout_p = 0.0f;
+    d->algorithm = FA_ALGO_FUSED;
+    d->bias_batch = d->bias_heads = 0;
+    memset(&d->bias, 0, sizeof d->bias);
+    if (d->q.dtype == FA_DTYPE_FP8_E4M3) {
+        d->q.dtype = d->k.dtype = d->v.dtype = d->o.dtype = FA_DTYPE_F16;
+        d->descale_q = d->descale_k = d->descale_v = 0.0f;
+    }
+}
+
+/* The KV-cache fields: a contiguous or paged cache (valid page sizes, or
+ * ones the check must refuse: not multiples of 16, past 256, 0 or
+ * negative with pages), pools of a few pages or absurd counts, appends from
+ * none to past the capacity with k_new and v_new present or missing, and
+ * rotary embeddings of any width. Mostly a descriptor the check accepts;
+ * now and then the fields with kv_cache = 0, or with options the step
+ * refuses. */
+static void read_kvcache(fz_in *in, fz_desc *out) {
+    fa_attention_desc *d = &out->d;
+    const int hostile = fz_choose(in, 8) == 0;
+    d->kv_cache = hostile ? fz_int(in, 0, 2, 1) : 1;
+    if (!hostile || fz_choose(in, 2)) clear_kvcache_exclusions(out);
+    switch (fz_choose(in, 4)) {
+    case 0: /* contiguous: k and v as read */
+        if (hostile) d->num_pages = fz_int(in, 0, 4, 1);
+        break;
+    case 1: /* paged, hostile page sizes and pool sizes */
+        d->page_size = fz_int(in, -16, 272, 8);
+        d->num_pages = fz_int(in, -1, 8, 1);
+        read_layout(in, &d->k, d->heads_kv, d->page_size, d->head_dim);
+        read_layout(in, &d->v, d->heads_kv, d->page_size, d->head_dim);
+        break;
+    default: /* paged, valid: pools of a few small pages */
+        d->page_size = fz_choose(in, 4) ? 16 : fz_int(in, 16, 64, 16);
+        d->num_pages = fz_int(in, 1, 8, 1);
+        read_layout(in, &d->k, d->heads_kv, d->page_size, d->head_dim);
+        read_layout(in, &d->v, d->heads_kv, d->page_size, d->head_dim);
+        break;
+    }
+    d->k.dtype = d->v.dtype = d->o.dtype = hostile && fz_choose(in, 4) == 0 ? read_dtype(in) : d->q.dtype;
+    /* Appends up to the capacity (and past it, or negative, through the
+     * pickers' extremes). */
+    d->seqlen_new = fz_choose(in, 3) == 0 ? 0 : fz_int(in, 1, d->seqlen_k > 0 ? d->seqlen_k : 1, 1);
+    const int given = d->seqlen_new != 0 ? fz_choose(in, 16) != 0 : fz_choose(in, 16) == 0;
+    if (given) {
+        fa_tensor_desc *news[2] = {&d->k_new, &d->v_new};
+        for (int i = 0; i < 2; i++) {
+            news[i]->dtype = fz_choose(in, 16) == 0 ? read_dtype(in) : d->q.dtype;
+            read_layout(in, news[i], d->heads_kv, d->seqlen_new, d->head_dim);
+        }
+    }
+    switch (fz_choose(in, 4)) {
+    case 0: break;
+    case 1: d->rotary_dim = fz_int(in, -3, 2 * SMALL_DIM + 8, 1); break; /* odd, too large, negative */
+    default: d->rotary_dim = fz_int(in, 2, d->head_dim > 2 ? d->head_dim : 2, 2); break;
+    }
+    d->rotary_interleaved = fz_int(in, 0, 1, 1);
+}
+
 void fz_desc_read(fz_in *in, fz_desc *out) {
     memset(out, 0, sizeof *out);
     fa_attention_desc *d = &out->d;
@@ -181,6 +252,7 @@ void fz_desc_read(fz_in *in, fz_desc *out) {
         d->descale_k = fz_float(in, 0.0f, 4.0f);
         d->descale_v = fz_float(in, 0.0f, 4.0f);
     }
+    if (flags & 128) read_kvcache(in, out);
 }
 
 static void *dup_bytes(const void *p, size_t n) {
@@ -248,6 +320,11 @@ void fz_desc_print(FILE *f, const fz_desc *x) {
     fprintf(f, "    softcap %g alibi %s bias batch %d heads %d\n", (double)d->softcap, d->alibi_slopes ? "on" : "off",
             d->bias_batch, d->bias_heads);
     if (d->bias_batch) print_tensor(f, "bias", &d->bias);
+    if (!d->kv_cache && !d->page_size && !d->num_pages && !d->seqlen_new && !d->rotary_dim) return;
+    fprintf(f, "    kv_cache %d page_size %d num_pages %d seqlen_new %d rotary_dim %d interleaved %d\n", d->kv_cache,
+            d->page_size, d->num_pages, d->seqlen_new, d->rotary_dim, d->rotary_interleaved);
+    print_tensor(f, "k_new", &d->k_new);
+    print_tensor(f, "v_new", &d->v_new);
 }
 
 static void read_text(fz_in *in, char *out, size_t cap) {

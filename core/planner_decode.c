@@ -8,7 +8,8 @@
  * Choices, in order: the fewest predicted bytes (the smallest tile that
  * holds the whole group, within the registers); then the least compute
  * time (less padding); the split count is a function of the tile
- * (fa_decode_split_count); stages as many as let two
+ * (fa_decode_split_count); where the keys are split, one block an SM with
+ * as many stages as fit (blocks_per_sm), else stages as many as let two
  * blocks share an SM (one block's copies run while the other computes or
  * merges), else as many as fit. */
 #include "planner_decode.h"
@@ -29,6 +30,9 @@
 #define FA_DECODE_REGS 160
 #define FA_DECODE_MIN_STAGES 2
 #define FA_DECODE_MAX_STAGES 4
+/* One block an SM (blocks_per_sm): what the kernel takes, 2 * 6 - 2 page
+ * ring slots within 16 rows. */
+#define FA_DECODE_MAX_STAGES_ALONE 6
 /* Keys below this are too few to be worth a kernel of their own: the
  * general forward covers them in a handful of tiles. */
 #define FA_DECODE_MIN_KEYS (4 * FA_DECODE_BC)
@@ -95,13 +99,12 @@ static int64_t key_tiles(const fa_attention_desc *d) {
 
 static int64_t row_tiles(const fa_attention_desc *d, int br) { return ceil_div(packed_rows(d), br); }
 
-int fa_decode_split_count(const fa_device_desc *dev, const fa_attention_desc *desc, int br) {
-    if (!dev || !desc || br <= 0) return 1;
+/* Splits of one wave of blocks_per_sm blocks a compute unit, each split
+ * keeping at least two key tiles, at most FA_DECODE_MAX_SPLITS; 1 where
+ * that leaves fewer than two. */
+static int splits_in_wave(const fa_device_desc *dev, const fa_attention_desc *desc, int br, int blocks_per_sm) {
     const int64_t groups = (int64_t)desc->batch * desc->heads_kv * row_tiles(desc, br);
-    /* Two blocks an SM whether or not their local memory lets them share
-     * one (pick_stages): the split then does not depend on the local
-     * memory, and more of it never predicts more bytes. */
-    const int64_t slots = (int64_t)FA_DECODE_BLOCKS_PER_SM * dev->compute_units;
+    const int64_t slots = (int64_t)blocks_per_sm * dev->compute_units;
     int64_t cap = key_tiles(desc) / 2;
     if (cap > FA_DECODE_MAX_SPLITS) cap = FA_DECODE_MAX_SPLITS;
     /* As many splits as one wave holds: one more would start a second wave
@@ -112,15 +115,37 @@ int fa_decode_split_count(const fa_device_desc *dev, const fa_attention_desc *de
     return s >= 2 ? (int)s : 1;
 }
 
-static int pick_stages(const fa_device_desc *dev, const fa_attention_desc *desc, int br, size_t *mem) {
+/* Blocks an SM: one where the keys are split even so, else two. A split
+ * block has few tiles (a batch-1 step at 16k keys: four in each of 66
+ * splits with two blocks an SM), so what bounds it is how many of them are
+ * in flight at once and the merge after: one block with up to
+ * FA_DECODE_MAX_STAGES_ALONE stages keeps as many bytes in flight as two
+ * of three, each asks for more of its own tiles at once, and half the
+ * splits halve the merge (H200, batch 1: 0.0290 against 0.0323 ms at 16k
+ * keys, 0.0854 against 0.0884 at 128k; batch 8 the same within 1%). Where
+ * the blocks fill the device without splits, two an SM keep their loads
+ * going while the other computes (batch 64: 3.77 against 3.82 ms). */
+static int blocks_per_sm(const fa_device_desc *dev, const fa_attention_desc *desc, int br) {
+    return splits_in_wave(dev, desc, br, 1) >= 2 ? 1 : FA_DECODE_BLOCKS_PER_SM;
+}
+
+int fa_decode_split_count(const fa_device_desc *dev, const fa_attention_desc *desc, int br) {
+    if (!dev || !desc || br <= 0) return 1;
+    /* The split does not depend on the local memory (two blocks an SM
+     * whether or not theirs lets them share one): more of it never
+     * predicts more bytes. */
+    return splits_in_wave(dev, desc, br, blocks_per_sm(dev, desc, br));
+}
+
+static int pick_stages(const fa_device_desc *dev, const fa_attention_desc *desc, int br, int blocks, size_t *mem) {
     const size_t usable = fa_plan_usable_local_mem(dev);
+    const int most = blocks == 1 ? FA_DECODE_MAX_STAGES_ALONE : FA_DECODE_MAX_STAGES;
     for (int pass = 0; pass < 2; pass++)
-        for (int st = FA_DECODE_MAX_STAGES; st >= FA_DECODE_MIN_STAGES; st--) {
+        for (int st = most; st >= FA_DECODE_MIN_STAGES; st--) {
             const size_t m = fa_decode_local_mem(desc, br, st);
             if (m > usable) continue;
-            /* First pass: two blocks an SM. */
-            if (pass == 0 && FA_DECODE_BLOCKS_PER_SM * (m + FA_DECODE_SM_RESERVE) >
-                                 dev->local_mem_bytes + FA_DECODE_SM_RESERVE)
+            /* First pass: that many blocks an SM. */
+            if (pass == 0 && (size_t)blocks * (m + FA_DECODE_SM_RESERVE) > dev->local_mem_bytes + FA_DECODE_SM_RESERVE)
                 continue;
             *mem = m;
             return st;
@@ -136,7 +161,7 @@ fa_status fa_decode_plan(const fa_device_desc *dev, const fa_attention_desc *des
     for (int br = 16; br <= FA_DECODE_MAX_ROWS; br *= 2) {
         if (!regs_ok(desc, br)) break;
         size_t mem = 0;
-        const int stages = pick_stages(dev, desc, br, &mem);
+        const int stages = pick_stages(dev, desc, br, blocks_per_sm(dev, desc, br), &mem);
         if (!stages) continue;
         fa_kernel_plan kp;
         memset(&kp, 0, sizeof kp);

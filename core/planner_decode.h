@@ -30,9 +30,10 @@ size_t fa_decode_local_mem(const fa_attention_desc *desc, int br, int stages);
 int fa_decode_token_rows(const fa_attention_desc *desc, int br);
 int fa_decode_tiles_per_token(const fa_attention_desc *desc, int br);
 
-/* Key splits of a plan with br packed rows: as many as one wave of blocks
- * (two a compute unit) holds, each split keeping at least two key tiles,
- * at most 128; 1 where the blocks without splits fill half a wave or more. */
+/* Key splits of a plan with br packed rows: as many as one wave of one
+ * block a compute unit holds where that is two or more, else of two blocks
+ * a compute unit; each split keeping at least two key tiles, at most 128;
+ * 1 where the blocks without splits fill half a wave or more. */
 int fa_decode_split_count(const fa_device_desc *dev, const fa_attention_desc *desc, int br);
 
 /* A KV-cache step (desc->kv_cache) is decoding whatever its lengths: its

@@ -72,7 +72,7 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
          * in strips of 16 (two rows a strip and thread). */
         CHECK_MSG(pass == FA_PASS_FORWARD && k->br % 16 == 0 && k->br <= 64 && k->bc == 64 &&
                       k->work_group_size == 128 && k->thread_rows == k->br / 8 && k->thread_cols == 4 &&
-                      k->stages >= 2 && k->stages <= 4 && dim % 16 == 0 && (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16),
+                      k->stages >= 2 && k->stages <= 6 && dim % 16 == 0 && (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16),
                   "%s: decode %d x %d/%d, micro-tile %d x %d, %d stages", what, k->br, k->bc, k->work_group_size,
                   k->thread_rows, k->thread_cols, k->stages);
     } else if (k->variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL) {
@@ -856,8 +856,9 @@ FA_TEST(described_devices_table) {
 }
 
 /* Decoding on CUDA's tensor cores: a GQA group's rows share one tile, so
- * K and V are counted once per KV head; the keys split until two blocks an
- * SM are in flight, each split keeping two key tiles or more. */
+ * K and V are counted once per KV head; the keys split until one block an
+ * SM (six stages deep) or, where that leaves no split, two are in flight,
+ * each split keeping two key tiles or more. */
 FA_TEST(decoding_packs_gqa_groups) {
     const fa_device_desc *h100 = device("h100");
     const int batches[] = {1, 8, 64};
@@ -877,17 +878,23 @@ FA_TEST(decoding_packs_gqa_groups) {
                 CHECK_MSG(k->br == (rows <= 16 ? 16 : 32), "rows %d: br %d", rows, k->br);
                 const int key_tiles = (sk + 63) / 64, blocks = batches[bi] * 4 * ((rows + k->br - 1) / k->br);
                 const int cap = key_tiles / 2 < 128 ? key_tiles / 2 : 128;
-                /* As many splits as one wave of two blocks an SM holds. */
-                int want = 2 * h100->compute_units / blocks;
+                /* As many splits as one wave of one block an SM holds where
+                 * that is two or more, else of two blocks an SM. */
+                int alone = h100->compute_units / blocks, want = 2 * h100->compute_units / blocks;
+                if (alone > cap) alone = cap;
                 if (want > cap) want = cap;
+                const int per_sm = alone >= 2 ? 1 : 2;
+                if (per_sm == 1) want = alone;
                 CHECK_MSG(k->split_k == (want >= 2 ? want : 1), "b%d sk %d sq %d: %d splits, expected %d", batches[bi],
                           sk, sq, k->split_k, want);
-                CHECK(blocks * k->split_k <= 2 * h100->compute_units || k->split_k == 1);
+                CHECK(blocks * k->split_k <= per_sm * h100->compute_units || k->split_k == 1);
                 CHECK(k->num_work_groups == blocks * k->split_k);
-                /* Two blocks an SM fit (1 KiB kept a block), and the kernel's
-                 * bytes are the formula's. */
+                /* That many blocks an SM fit (1 KiB kept a block), with the
+                 * most stages that do (one alone: up to six), and the
+                 * kernel's bytes are the formula's. */
                 CHECK(k->local_mem_bytes == fa_plan_local_mem(FA_VARIANT_DECODE, FA_PASS_FORWARD, &d, k->br, 64, k->stages));
-                CHECK(2 * (k->local_mem_bytes + 1024) <= h100->local_mem_bytes + 1024);
+                CHECK(per_sm * (k->local_mem_bytes + 1024) <= h100->local_mem_bytes + 1024);
+                CHECK_MSG(k->stages == (per_sm == 1 ? 6 : 3), "b%d sk %d sq %d: %d stages", batches[bi], sk, sq, k->stages);
                 CHECK(k->local_mem_bytes == 16 * (256 + 16) * (size_t)(k->br / 16) +
                                                 (size_t)k->stages * 2 * 64 * (256 + 16));
                 /* K and V once per KV head: what is read beyond Q (once per
@@ -941,11 +948,17 @@ FA_TEST(decoding_packs_gqa_groups) {
     d.window_right = 0;
     CHECK_OK(fa_plan_for_device(h100, &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_DECODE && p.forward.split_k == (1000 + 4 + 63) / 64 / 2);
-    /* Batch 8 on 4 KV heads: 8 splits make 256 blocks in the 264 slots;
-     * 9 would start a second wave. */
+    /* Batch 8 on 4 KV heads: one block an SM, 4 splits make 128 blocks
+     * in the 132 SMs; 5 would start a second wave. */
     d = shape(8, 1, 65536, 32, 4, 128, FA_DTYPE_BF16);
     CHECK_OK(fa_plan_for_device(h100, &d, &p));
-    CHECK(p.forward.split_k == 8 && p.forward.num_work_groups == 256);
+    CHECK(p.forward.split_k == 4 && p.forward.num_work_groups == 128 && p.forward.stages == 6);
+    /* Batch 64: 256 blocks without splits, two an SM. */
+    d = shape(64, 1, 65536, 32, 4, 128, FA_DTYPE_BF16);
+    CHECK_OK(fa_plan_for_device(h100, &d, &p));
+    CHECK(p.forward.split_k == 1 && p.forward.num_work_groups == 256 && p.forward.stages == 3);
+    d = shape(8, 1, 65536, 32, 4, 128, FA_DTYPE_BF16);
+    CHECK_OK(fa_plan_for_device(h100, &d, &p));
     CHECK(check_kernel_plan("decode window", h100, &d, FA_PASS_FORWARD, &p.forward) == 0);
     /* The plan text names the kernel. */
     char text[2048];

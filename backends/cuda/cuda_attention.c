@@ -384,11 +384,11 @@ static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *k
         return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the decoding kernel has no score options (%s); the planner "
                        "gives such problems to the split-K forward", option);
     if (kp->br % 16 || kp->br <= 0 || kp->br > 64 || kp->bc != FA_DECODE_BC ||
-        kp->work_group_size != FA_DECODE_WARPS * 32 || d->head_dim % 16 || kp->stages < 2 || kp->stages > 4 ||
+        kp->work_group_size != FA_DECODE_WARPS * 32 || d->head_dim % 16 || kp->stages < 2 || kp->stages > 6 ||
         kp->split_k < 1)
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "forward plan: decoding tile %d x %d, %d threads, %d stages, %d splits at head_dim %d is not "
-                       "a shape of the kernel (16 to 64 rows in strips of 16, %d keys, %d threads, 2 to 4 stages, "
+                       "a shape of the kernel (16 to 64 rows in strips of 16, %d keys, %d threads, 2 to 6 stages, "
                        "head_dim a multiple of 16)",
                        kp->br, kp->bc, kp->work_group_size, kp->stages, kp->split_k, d->head_dim, FA_DECODE_BC,
                        FA_DECODE_WARPS * 32);

@@ -37,7 +37,7 @@ if(FA_HIP_NVIDIA)
     # The HIP device tests load the mapping (FLASHATTN_HIP_LIBRARY), also
     # where the backend's own default list does not name it; so do the
     # tests that run every backend and open the HIP runtime themselves.
-    foreach(hip_area hip_attention native_queue dropout_seed ring_device)
+    foreach(hip_area hip_attention native_queue dropout_seed ring_device kvcache)
       if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_${hip_area}.c)
         file(STRINGS ${CMAKE_SOURCE_DIR}/tests/test_${hip_area}.c hip_case_lines REGEX "^FA_TEST\\([A-Za-z0-9_]+\\)")
         foreach(line ${hip_case_lines})

@@ -10,7 +10,8 @@
  *
  * One work-item per head dimension x (threadIdx.x, a block of HEAD_DIM),
  * one work-group per (row t, head, sequence) = (blockIdx.x, .y, .z): rows
- * go along x, whose grid limit is far above any sequence length. */
+ * go along x, whose grid limit is far above any sequence length. Also the
+ * merge of kvcache.hip's split KV-cache step. */
 extern "C" __global__ __launch_bounds__(HEAD_DIM) void
 fa_splitk_merge(const float *__restrict__ part_o, const float *__restrict__ part_l, store_t *__restrict__ o,
                 float *__restrict__ lse, fa_long o_off, fa_long o_sb, fa_long o_ss, fa_long o_sh, int seqlen_q,
@@ -60,5 +61,6 @@ fa_splitk_merge(const float *__restrict__ part_o, const float *__restrict__ part
     }
     const fa_layout lo = {o_off, o_sb, o_ss, o_sh};
     fa_store1(o, fa_row_index(lo, b, start_q, t, h) + x, out);
-    if (x == 0) lse[fa_lse_index(b, h, t, heads_q, seqlen_q, start_q, total_q)] = lse_r;
+    /* A KV-cache step's L is optional (fa_forward_kvcache). */
+    if (x == 0 && lse) lse[fa_lse_index(b, h, t, heads_q, seqlen_q, start_q, total_q)] = lse_r;
 }

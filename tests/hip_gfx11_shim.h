@@ -31,6 +31,9 @@ FA_SHIM_FN float __ocml_fma_f32(float a, float b, float c) { return __builtin_fm
 FA_SHIM_FN float __ocml_exp_f32(float x) { return __builtin_exp2f(x * 1.44269504f); }
 FA_SHIM_FN float __ocml_log1p_f32(float x) { return __builtin_log2f(1.0f + x) * 0.693147181f; }
 FA_SHIM_FN float __ocml_fabs_f32(float x) { return __builtin_fabsf(x); }
+/* The KV-cache step's row maxima and its split merge's L. */
+FA_SHIM_FN float __ocml_fmax_f32(float a, float b) { return __builtin_fmaxf(a, b); }
+FA_SHIM_FN float __ocml_log_f32(float x) { return __builtin_log2f(x) * 0.693147181f; }
 /* __syncthreads: a work-group fence of the order asked for. */
 FA_SHIM_FN void __atomic_work_item_fence(__cl_mem_fence_flags f, __memory_order o, __memory_scope s) {
     (void)f;

@@ -403,31 +403,15 @@ static int kvcache_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, j
     int n = 0;
     for (size_t c = 0; c < FA_ARRAY_SIZE(kv_cases) && n < cap; c++) {
         const kv_case *k = &kv_cases[c];
-        fa_attention_desc d;
-        fa_attention_desc_init(&d);
         const fa_dtype t = k->bf16 ? FA_DTYPE_BF16 : FA_DTYPE_F16;
-        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = t;
-        d.head_dim = k->dim;
-        d.heads_kv = 2;
-        d.heads_q = 2 * k->group;
-        d.seqlen_q = k->seqlen_q;
-        d.seqlen_k = 16384;
         /* Many sequences leave the device no room to split. */
-        d.batch = k->split ? 1 : 512;
-        d.causal = k->causal;
-        if (k->window) {
-            d.window_left = 1000;
-            d.window_right = 0;
-        }
-        d.kv_cache = 1;
-        d.page_size = k->page_size;
-        d.num_pages = k->page_size ? 4096 : 0;
-        d.seqlen_new = k->seqlen_new;
-        if (k->seqlen_new) d.k_new.dtype = d.v_new.dtype = t;
-        d.rotary_dim = k->rotary_dim;
-        d.rotary_interleaved = k->interleaved;
-        d.softcap = k->softcap ? 30.0f : 0.0f;
-        d.alibi_slopes = k->alibi ? kv_slopes : NULL;
+        const fa_test_kv_shape shape = {t,            k->dim,          k->group,   k->seqlen_q, 16384,
+                                        k->split ? 1 : 512, k->page_size, k->seqlen_new, k->rotary_dim,
+                                        k->interleaved, k->softcap,    k->alibi,   k->causal,   k->window};
+        fa_attention_desc d = fa_test_kv_desc(&shape, kv_slopes);
+        /* The decoding sweep's longer window and larger pool. */
+        if (k->window) d.window_left = 1000;
+        if (k->page_size) d.num_pages = 4096;
         job *j = &jobs[n];
         memset(j, 0, sizeof *j);
         fa_status st = fa_plan_for_device(dev, &d, &j->info);
@@ -506,29 +490,10 @@ static void kvcache_simt_sweep(const char *device, int cc_major, int cc_minor) {
         const kv_simt_case *k = &kv_simt_cases[i];
         job *j = &jobs[i];
         memset(j, 0, sizeof *j);
-        fa_attention_desc d;
-        fa_attention_desc_init(&d);
-        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = k->dtype;
-        if (k->seqlen_new) d.k_new.dtype = d.v_new.dtype = k->dtype;
-        d.batch = 2;
-        d.head_dim = k->dim;
-        d.heads_kv = 2;
-        d.heads_q = 2 * k->group;
-        d.seqlen_q = k->seqlen_q;
-        d.seqlen_k = 4096;
-        d.causal = k->causal;
-        if (k->window) {
-            d.window_left = 500;
-            d.window_right = 0;
-        }
-        d.kv_cache = 1;
-        d.page_size = k->page_size;
-        d.num_pages = k->page_size ? 1024 : 0;
-        d.seqlen_new = k->seqlen_new;
-        d.rotary_dim = k->rotary_dim;
-        d.rotary_interleaved = k->interleaved;
-        d.softcap = k->softcap ? 30.0f : 0.0f;
-        d.alibi_slopes = k->alibi ? kv_slopes : NULL;
+        const fa_test_kv_shape shape = {k->dtype,      k->dim,         k->group,       k->seqlen_q, 4096,
+                                        2,             k->page_size,   k->seqlen_new,  k->rotary_dim,
+                                        k->interleaved, k->softcap,    k->alibi,       k->causal,   k->window};
+        const fa_attention_desc d = fa_test_kv_desc(&shape, kv_slopes);
         fa_kernel_plan *f = &j->info.forward;
         f->variant = k->split > 1 ? FA_VARIANT_SPLITK : FA_VARIANT_SIMT;
         f->br = k->br;

@@ -748,10 +748,14 @@ static void compile_set(variant_set *set) {
              * budget, the dQ kernel no more than it. */
             const int exact = strcmp(u->name, "fa_forward") == 0 || strcmp(u->name, "fa_bwd_dkdv") == 0;
             const int bounded = strcmp(u->name, "fa_bwd_dq") == 0;
+            /* The KV-cache attention's tiles are dynamic; its prepare
+             * kernel holds one flag. */
+            const int dynamic = v->mma || strcmp(u->name, "fa_kv_attend") == 0;
+            const int flag = strcmp(u->name, "fa_kv_prepare") == 0;
             if ((exact && (size_t)u->lds != v->local_budget) || (bounded && (size_t)u->lds > v->local_budget) ||
-                (v->mma && u->lds != 0)) {
+                (dynamic && u->lds != 0) || (flag && u->lds > 16)) {
                 lds_wrong++;
-                printf(" [LDS %ld, budget %zu%s]", u->lds, v->local_budget, v->mma ? " dynamic" : "");
+                printf(" [LDS %ld, budget %zu%s]", u->lds, v->local_budget, dynamic ? " dynamic" : "");
             }
             if (u->wave != t->wave) printf(" [wave %ld]", u->wave);
         }
@@ -801,6 +805,21 @@ static fa_device_desc gfx1100_device(void) {
     d.matrix_flops_per_clock_cu = 512.0;
     d.matrix_m = d.matrix_n = d.matrix_k = 16;
     return d;
+}
+
+/* The three AMD generations the matrix-core and KV-cache sweeps compile
+ * for: the MI250X (gfx90a), the MI300X as gfx940 (the CDNA3 name ROCm 5.2
+ * knows; the MI300X is gfx942) and the RX 7900 XTX (gfx1100); 0 where the
+ * described devices are missing. */
+static int amd_matrix_devices(fa_device_desc *cdna2, fa_device_desc *cdna3, fa_device_desc *rdna3) {
+    const fa_described_device *mi250 = fa_described_device_find("mi250x"), *mi300 = fa_described_device_find("mi300x");
+    CHECK(mi250 != NULL && mi300 != NULL);
+    if (!mi250 || !mi300) return 0;
+    *cdna2 = mi250->desc;
+    *cdna3 = mi300->desc;
+    snprintf(cdna3->arch, sizeof cdna3->arch, "gfx940");
+    *rdna3 = gfx1100_device();
+    return 1;
 }
 #endif
 
@@ -869,19 +888,15 @@ FA_TEST(amd_mma_variants) {
     if (!hipcc_works()) FA_SKIP("no HIP compiler (hipcc) runs here");
     static variant_set set;
     memset(&set, 0, sizeof set);
-    const fa_described_device *mi250 = fa_described_device_find("mi250x"), *mi300 = fa_described_device_find("mi300x");
-    CHECK(mi250 != NULL && mi300 != NULL);
-    if (!mi250 || !mi300) return;
-    fa_device_desc cdna3 = mi300->desc;
-    snprintf(cdna3.arch, sizeof cdna3.arch, "gfx940");
-    const fa_device_desc rdna3 = gfx1100_device();
+    fa_device_desc cdna2, cdna3, rdna3;
+    if (!amd_matrix_devices(&cdna2, &cdna3, &rdna3)) return;
     static const fa_dtype both[] = {FA_DTYPE_F16, FA_DTYPE_BF16}, f16[] = {FA_DTYPE_F16}, bf16[] = {FA_DTYPE_BF16};
     const struct {
         const fa_device_desc *dev;
         unsigned mask;
         const fa_dtype *plain; /* dtypes without options */
         int nplain, options;   /* options: bf16 with every option too */
-    } runs[] = {{&mi250->desc, T_GFX90A, f16, 1, 1}, {&cdna3, T_GFX940, bf16, 1, 0}, {&rdna3, T_GFX1100, both, 2, 1}};
+    } runs[] = {{&cdna2, T_GFX90A, f16, 1, 1}, {&cdna3, T_GFX940, bf16, 1, 0}, {&rdna3, T_GFX1100, both, 2, 1}};
     for (size_t i = 0; i < FA_ARRAY_SIZE(runs); i++) {
         mma_amd_sweep w = {&set, runs[i].dev, runs[i].mask};
         const int before = set.count;
@@ -1080,6 +1095,129 @@ FA_TEST(amd_score_options) {
 }
 
 #ifdef FA_WITH_HIP
+/* ------------------------------------------------------------------------ */
+/* KV-cache steps (kernels_hip/kvcache.hip): the planner's packed-row SIMT  */
+/* tiles for decoding shapes with every cache option, and the tiles the     */
+/* device test forces.                                                      */
+
+typedef struct kv_compile_case {
+    const char *label;
+    fa_test_kv_shape shape; /* dtype, dim, group, seqlen_q, seqlen_k, batch, page_size, seqlen_new,
+                               rotary_dim, interleaved, softcap, alibi, causal, window */
+    int br, bc, tr, tc, split; /* br 0: the planner's tile and splits */
+} kv_compile_case;
+
+#define KV_F16 FA_DTYPE_F16
+#define KV_BF16 FA_DTYPE_BF16
+#define KV_F32 FA_DTYPE_F32
+/* Every build option at least twice (PAGED at 16, 48, 64 and 256; APPEND;
+ * ROTARY_DIM half-split and interleaved, partial and whole; SOFTCAP; ALIBI;
+ * CAUSAL; WINDOW; SPLITK and not), each dtype, head dims 32 to 256 and
+ * ones that are not multiples of 16; batch 1 splits the keys, batch 64
+ * does not. The last four are tests/test_kvcache.c's forced tiles. */
+static const kv_compile_case kv_compile_cases[] = {
+    {"kv fp16 d128 g4 paged 64 append", {KV_F16, 128, 4, 1, 8192, 1, 64, 1, 0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0},
+    {"kv bf16 d64 g8 contiguous append rotary 64 causal", {KV_BF16, 64, 8, 1, 8192, 64, 0, 1, 64, 0, 0, 0, 1, 0}, 0, 0,
+     0, 0, 0},
+    {"kv fp32 d128 g1 contiguous", {KV_F32, 128, 1, 1, 8192, 64, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0},
+    {"kv fp16 d256 g8 paged 256 rotary 128 il softcap alibi", {KV_F16, 256, 8, 1, 8192, 1, 256, 0, 128, 1, 1, 1, 0, 0},
+     0, 0, 0, 0, 0},
+    {"kv bf16 d96 g2 sq4 paged 16 append rotary 32 causal window",
+     {KV_BF16, 96, 2, 4, 8192, 1, 16, 4, 32, 0, 0, 0, 1, 1}, 0, 0, 0, 0, 0},
+    {"kv fp16 d40 g4 sq2 paged 16 everything", {KV_F16, 40, 4, 2, 8192, 1, 16, 2, 24, 1, 1, 1, 1, 1}, 0, 0, 0, 0, 0},
+    {"kv fp32 d64 g4 sq2 paged 48 append softcap causal", {KV_F32, 64, 4, 2, 8192, 64, 48, 2, 0, 0, 1, 0, 1, 0}, 0, 0,
+     0, 0, 0},
+    {"kv bf16 d72 g2 contiguous append rotary 72 alibi", {KV_BF16, 72, 2, 1, 8192, 1, 0, 1, 72, 0, 0, 1, 0, 0}, 0, 0,
+     0, 0, 0},
+    {"kv fp16 d64 g8 sq3 forced 8x16/2x2 causal", {KV_F16, 64, 8, 3, 8192, 2, 0, 3, 0, 0, 0, 0, 1, 0}, 8, 16, 2, 2, 1},
+    {"kv bf16 d64 g3 sq5 forced 8x32/4x4 window paged 16 split 3", {KV_BF16, 64, 3, 5, 8192, 2, 16, 2, 0, 0, 0, 0, 0, 1},
+     8, 32, 4, 4, 3},
+    {"kv fp32 d64 g4 forced 32x64/8x8 alibi", {KV_F32, 64, 4, 1, 8192, 2, 0, 1, 0, 0, 0, 1, 0, 0}, 32, 64, 8, 8, 1},
+    {"kv fp16 d40 g8 sq3 forced 16x16/1x1 rotary 40 split 4", {KV_F16, 40, 8, 3, 8192, 1, 0, 3, 40, 0, 0, 0, 1, 0}, 16,
+     16, 1, 1, 4},
+};
+
+static float kv_slopes[64];
+
+static fa_attention_desc kv_compile_desc(const kv_compile_case *k) {
+    for (size_t i = 0; i < FA_ARRAY_SIZE(kv_slopes); i++) kv_slopes[i] = 0.5f / (float)(i + 1);
+    return fa_test_kv_desc(&k->shape, kv_slopes);
+}
+
+/* Case k's forward plan on dev: the planner's (a packed-row SIMT tile:
+ * the HIP backend has no other KV-cache kernel), or the forced tile. */
+static int kv_compile_plan(const fa_device_desc *dev, const kv_compile_case *k, fa_attention_desc *d,
+                           fa_kernel_plan *kp) {
+    *d = kv_compile_desc(k);
+    fa_plan_info info;
+    fa_status st = fa_plan_for_device(dev, d, &info);
+    CHECK_MSG(st == FA_SUCCESS, "%s on %s: planning failed: %s", k->label, dev->arch, fa_last_error());
+    if (st != FA_SUCCESS) return 0;
+    CHECK_MSG(info.kv_cache && (info.forward.variant == FA_VARIANT_SIMT || info.forward.variant == FA_VARIANT_SPLITK),
+              "%s on %s: planned %s", k->label, dev->arch, fa_variant_name(info.forward.variant));
+    *kp = info.forward;
+    if (k->br > 0) {
+        kp->br = k->br;
+        kp->bc = k->bc;
+        kp->thread_rows = k->tr;
+        kp->thread_cols = k->tc;
+        kp->work_group_size = (k->br / k->tr) * (k->bc / k->tc);
+        kp->split_k = k->split;
+        kp->variant = k->split > 1 ? FA_VARIANT_SPLITK : FA_VARIANT_SIMT;
+    }
+    return 1;
+}
+
+/* The KV-cache programs of the cases on a device for targets mask. The
+ * planner's count as main variants (scratch fails); the forced tiles,
+ * which it never gives these devices, as optional ones (scratch is
+ * reported: gfx1100 spills the 4 x 4 and 8 x 8 micro-tiles). */
+static void add_kvcache_programs(variant_set *set, const fa_device_desc *dev, unsigned mask) {
+    for (size_t i = 0; i < FA_ARRAY_SIZE(kv_compile_cases); i++) {
+        const kv_compile_case *k = &kv_compile_cases[i];
+        fa_attention_desc d;
+        fa_kernel_plan kp;
+        if (!kv_compile_plan(dev, k, &d, &kp)) continue;
+        const int before = set->count;
+        add_variant(set, dev, &d, &kp, FA_PASS_FORWARD, dev->simd_width, 1, mask);
+        if (set->count == before) continue;
+        variant *v = &set->v[set->count - 1];
+        if (k->br > 0)
+            v->name = k->label;
+        else
+            v->options = k->label;
+    }
+}
+
+/* The cases' programs on the three AMD generations, compiled. */
+static void compile_kvcache_sweep(void) {
+    static variant_set set;
+    memset(&set, 0, sizeof set);
+    fa_device_desc devs[3];
+    if (!amd_matrix_devices(&devs[0], &devs[1], &devs[2])) return;
+    const unsigned masks[3] = {T_GFX90A, T_GFX940, T_GFX1100};
+    for (int i = 0; i < 3; i++) add_kvcache_programs(&set, &devs[i], masks[i]);
+    compile_set(&set);
+}
+#endif
+
+/* The KV-cache step's kernels (kernels_hip/kvcache.hip, with splitk.hip's
+ * merge) for every cache option, as the planner tiles them for the MI250X
+ * (gfx90a), the MI300X (gfx940, the CDNA3 name ROCm 5.2 knows) and the RX
+ * 7900 XTX (gfx1100, wave32), and the device test's forced tiles: a
+ * compile error, a spill (scratch) in a planned variant, or static local
+ * memory in the attention (its tiles are dynamic, fa_plan_local_mem's
+ * size) fails. */
+FA_TEST(amd_kvcache_variants) {
+#ifndef FA_WITH_HIP
+    FA_SKIP("the HIP backend is not built into this library");
+#else
+    if (!hipcc_works()) FA_SKIP("no HIP compiler (hipcc) runs here");
+    compile_kvcache_sweep();
+#endif
+}
+
+#ifdef FA_WITH_HIP
 static fa_attention_desc small_desc(fa_dtype dt, int dim) {
     fa_attention_desc d;
     fa_attention_desc_init(&d);
@@ -1188,6 +1326,12 @@ FA_TEST(hiprtc_runtime_path) {
     kp = tile(16, 32, 1, 1);
     d.bias.dtype = FA_DTYPE_BF16;
     rtc_sample("gfx90a", &d, &kp, FA_PASS_BACKWARD, 64, 1);
+    /* A KV-cache step with every option and split keys. */
+    fa_attention_desc kd = kv_compile_desc(&kv_compile_cases[5]);
+    kp = tile(16, 16, 1, 1);
+    kp.variant = FA_VARIANT_SPLITK;
+    kp.split_k = 2;
+    rtc_sample("gfx90a", &kd, &kp, FA_PASS_FORWARD, 64, 1);
     /* The ring's element-wise passes: one program for every target. */
     fa_hip_program rows;
     fa_hip_rows_program(&rows);
@@ -1268,6 +1412,14 @@ FA_TEST(nvidia_mapping_compiles) {
     CHECK_MSG(strstr(fa_last_error(), "gfx90a") != NULL, "no reason given: %s", fa_last_error());
 #endif
 }
+
+/* Why the sweeps through the NVIDIA mapping cannot run in this build
+ * (undefined: they can). */
+#if !defined(FA_WITH_HIP) || !defined(FA_HIP_ON_CUDA_LIBRARY)
+#define NVIDIA_MAPPING_MISSING "the HIP-on-CUDA mapping is not built (FA_HIP_NVIDIA=OFF)"
+#elif !defined(FA_WITH_CUDA)
+#define NVIDIA_MAPPING_MISSING "the CUDA backend (its CUBIN reader) is not built into this library"
+#endif
 
 #if defined(FA_WITH_HIP) && defined(FA_HIP_ON_CUDA_LIBRARY) && defined(FA_WITH_CUDA)
 /* An NVIDIA GPU as the HIP backend sees it through the mapping
@@ -1413,6 +1565,24 @@ static int nvrtc_jobs(mma_job *jobs, int count) {
     return 1;
 }
 
+/* The mapping's NVRTC, the kernel cache off so that every program
+ * compiles; the jobs array the sweeps fill, one at a time. */
+static mma_job *mapping_jobs(void) {
+    static mma_job jobs[MAX_MMA_JOBS];
+    setenv("FLASHATTN_HIP_LIBRARY", FA_HIP_ON_CUDA_LIBRARY, 1);
+    setenv("FLASHATTN_CACHE_DIR", "off", 1);
+    memset(jobs, 0, sizeof jobs);
+    return jobs;
+}
+
+/* Compiles a sweep's jobs (nvrtc_jobs), what naming its programs; skips
+ * where no NVRTC runs here. */
+static void compile_nvidia_jobs(mma_job *jobs, int count, const char *what) {
+    CHECK_MSG(count > 0, "no %s program for NVIDIA through the mapping", what);
+    if (count == 0) return;
+    if (!nvrtc_jobs(jobs, count)) FA_SKIP("no NVRTC here");
+}
+
 /* One job for a plan's program, labelled with its score options. */
 static void add_score_job(const fa_device_desc *dev, const fa_attention_desc *d, const fa_kernel_plan *kp,
                           fa_pass pass, const char *label, mma_job *jobs, int *count) {
@@ -1462,6 +1632,20 @@ static void add_nvidia_score_jobs(const fa_device_desc *dev, int mma, mma_job *j
                 add_score_job(dev, &d, &info.backward, FA_PASS_BACKWARD, picks[i].c->label, jobs, count);
         }
 }
+
+/* The KV-cache cases (amd_kvcache_variants') as an H100 (sm_90) and an
+ * A100 (sm_80) seen through HIP get them. */
+static void add_nvidia_kvcache_jobs(mma_job *jobs, int *count) {
+    const fa_device_desc devs[] = {nvidia_through_mapping(90), nvidia_through_mapping(80)};
+    for (size_t v = 0; v < FA_ARRAY_SIZE(devs); v++)
+        for (size_t i = 0; i < FA_ARRAY_SIZE(kv_compile_cases); i++) {
+            const kv_compile_case *k = &kv_compile_cases[i];
+            fa_attention_desc d;
+            fa_kernel_plan kp;
+            if (kv_compile_plan(&devs[v], k, &d, &kp))
+                add_score_job(&devs[v], &d, &kp, FA_PASS_FORWARD, k->label, jobs, count);
+        }
+}
 #endif
 
 /* The NVIDIA layer of the matrix-core kernels, as the GPU machine runs it:
@@ -1473,23 +1657,17 @@ static void add_nvidia_score_jobs(const fa_device_desc *dev, int mma, mma_job *j
  * their conversions only), plain and deterministic; sm_80, whose code is
  * the same PTX, bf16 without options: a budget of minutes on two cores. */
 FA_TEST(nvidia_mma_variants) {
-#if !defined(FA_WITH_HIP) || !defined(FA_HIP_ON_CUDA_LIBRARY)
-    FA_SKIP("the HIP-on-CUDA mapping is not built (FA_HIP_NVIDIA=OFF)");
-#elif !defined(FA_WITH_CUDA)
-    FA_SKIP("the CUDA backend (its CUBIN reader) is not built into this library");
+#ifdef NVIDIA_MAPPING_MISSING
+    FA_SKIP(NVIDIA_MAPPING_MISSING);
 #else
-    setenv("FLASHATTN_HIP_LIBRARY", FA_HIP_ON_CUDA_LIBRARY, 1);
-    setenv("FLASHATTN_CACHE_DIR", "off", 1);
-    static mma_job jobs[MAX_MMA_JOBS];
+    mma_job *jobs = mapping_jobs();
     int count = 0;
     const fa_device_desc devs[] = {nvidia_through_mapping(90), nvidia_through_mapping(80)};
     static const fa_dtype both[] = {FA_DTYPE_F16, FA_DTYPE_BF16}, bf16[] = {FA_DTYPE_BF16};
     enumerate_mma(&devs[0], both, 2, 0, 0, jobs, &count);
     enumerate_mma(&devs[0], bf16, 1, 1, 2, jobs, &count);
     enumerate_mma(&devs[1], bf16, 1, 0, 0, jobs, &count);
-    CHECK_MSG(count > 0, "no matrix-core plan for NVIDIA through the mapping");
-    if (count == 0) return;
-    if (!nvrtc_jobs(jobs, count)) FA_SKIP("no NVRTC here");
+    compile_nvidia_jobs(jobs, count, "matrix-core");
 #endif
 }
 
@@ -1500,23 +1678,32 @@ FA_TEST(nvidia_mma_variants) {
  * cores set aside (forward, backward, split-K forward), compiled by NVRTC
  * for sm_90; a stack frame (spilled registers) fails. */
 FA_TEST(nvidia_score_options) {
-#if !defined(FA_WITH_HIP) || !defined(FA_HIP_ON_CUDA_LIBRARY)
-    FA_SKIP("the HIP-on-CUDA mapping is not built (FA_HIP_NVIDIA=OFF)");
-#elif !defined(FA_WITH_CUDA)
-    FA_SKIP("the CUDA backend (its CUBIN reader) is not built into this library");
+#ifdef NVIDIA_MAPPING_MISSING
+    FA_SKIP(NVIDIA_MAPPING_MISSING);
 #else
-    setenv("FLASHATTN_HIP_LIBRARY", FA_HIP_ON_CUDA_LIBRARY, 1);
-    setenv("FLASHATTN_CACHE_DIR", "off", 1);
-    static mma_job jobs[MAX_MMA_JOBS];
+    mma_job *jobs = mapping_jobs();
     int count = 0;
     const fa_device_desc h100 = nvidia_through_mapping(90);
     fa_device_desc simt = h100;
     simt.matrix_flops_per_clock_cu = 0.0;
     add_nvidia_score_jobs(&h100, 1, jobs, &count);
     add_nvidia_score_jobs(&simt, 0, jobs, &count);
-    CHECK_MSG(count > 0, "no score-option program for NVIDIA through the mapping");
-    if (count == 0) return;
-    if (!nvrtc_jobs(jobs, count)) FA_SKIP("no NVRTC here");
+    compile_nvidia_jobs(jobs, count, "score-option");
+#endif
+}
+
+/* The KV-cache step on NVIDIA through the mapping: amd_kvcache_variants'
+ * cases as the planner tiles them for an H100 (sm_90) and an A100 (sm_80)
+ * seen through HIP, compiled by NVRTC behind the prelude; a stack frame
+ * (spilled registers) fails. */
+FA_TEST(nvidia_kvcache_variants) {
+#ifdef NVIDIA_MAPPING_MISSING
+    FA_SKIP(NVIDIA_MAPPING_MISSING);
+#else
+    mma_job *jobs = mapping_jobs();
+    int count = 0;
+    add_nvidia_kvcache_jobs(jobs, &count);
+    compile_nvidia_jobs(jobs, count, "KV-cache");
 #endif
 }
 
@@ -1553,9 +1740,39 @@ FA_TEST(program_checks) {
     d.head_dim = 260;
     CHECK_STATUS(fa_hip_program_for(&d, &kp, FA_PASS_FORWARD, 64, &prog), FA_ERR_UNSUPPORTED_HEAD_DIM);
     CHECK_STATUS(fa_hip_program_for(NULL, &kp, FA_PASS_FORWARD, 64, &prog), FA_ERR_NULL_POINTER);
+
+    /* A KV-cache step: its kernels and options, forward only, the FP32
+     * pipes only, pages the kernels take. */
+    fa_attention_desc kd = kv_compile_desc(&kv_compile_cases[5]);
+    kp = tile(16, 16, 1, 1);
+    kp.variant = FA_VARIANT_SPLITK;
+    kp.split_k = 2;
+    CHECK_OK(fa_hip_program_for(&kd, &kp, FA_PASS_FORWARD, 64, &prog));
+    CHECK(prog.kernel_count == 3 && strcmp(prog.kernels[0], "fa_kv_prepare") == 0 &&
+          strcmp(prog.kernels[1], "fa_kv_attend") == 0 && strcmp(prog.kernels[2], "fa_splitk_merge") == 0);
+    static const char *const kv_options[] = {"-DKV_CACHE", "-DPAGED=16", "-DAPPEND", "-DROTARY_DIM=24",
+                                             "-DROTARY_INTERLEAVED", "-DSOFTCAP", "-DALIBI", "-DSPLITK"};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(kv_options); i++) {
+        int seen = 0;
+        for (int j = 0; j < prog.define_count; j++) seen += strcmp(prog.defines[j], kv_options[i]) == 0;
+        CHECK_MSG(seen == 1, "%s appears %d times in the KV-cache program's options", kv_options[i], seen);
+    }
+    CHECK_STATUS(fa_hip_program_for(&kd, &kp, FA_PASS_BACKWARD, 64, &prog), FA_ERR_UNSUPPORTED);
+    kp.variant = FA_VARIANT_MMA;
+    const fa_device_desc *mi = &fa_described_device_find("mi250x")->desc;
+    CHECK_STATUS(fa_hip_program_for_device(mi, &kd, &kp, FA_PASS_FORWARD, &prog), FA_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(fa_last_error(), "mma") != NULL, "message: %s", fa_last_error());
+    kp = tile(16, 16, 1, 1);
+    kd.page_size = 8;
+    CHECK_STATUS(fa_hip_program_for(&kd, &kp, FA_PASS_FORWARD, 64, &prog), FA_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(fa_last_error(), "page_size") != NULL, "message: %s", fa_last_error());
+    kd.page_size = 16;
+    kd.k_new.stride_seq = 4 * 40 + 4; /* 8-byte rows */
+    CHECK_STATUS(fa_hip_program_for(&kd, &kp, FA_PASS_FORWARD, 64, &prog), FA_ERR_MISALIGNED);
 #endif
 }
 
 FA_TEST_MAIN(FA_CASE(amd_targets), FA_CASE(rows_amd_targets), FA_CASE(amd_mma_variants), FA_CASE(amd_score_options),
-             FA_CASE(hiprtc_runtime_path), FA_CASE(nvidia_mapping_compiles), FA_CASE(nvidia_mma_variants),
-             FA_CASE(nvidia_score_options), FA_CASE(program_checks))
+             FA_CASE(amd_kvcache_variants), FA_CASE(hiprtc_runtime_path), FA_CASE(nvidia_mapping_compiles),
+             FA_CASE(nvidia_mma_variants), FA_CASE(nvidia_score_options), FA_CASE(nvidia_kvcache_variants),
+             FA_CASE(program_checks))

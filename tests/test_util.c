@@ -231,3 +231,30 @@ double fa_test_fd_error(double *x, const double *grad, int64_t n, const uint8_t 
     }
     return den > 0 ? sqrt(num / den) : INFINITY;
 }
+
+fa_attention_desc fa_test_kv_desc(const fa_test_kv_shape *s, const float *slopes) {
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = s->dtype;
+    if (s->seqlen_new) d.k_new.dtype = d.v_new.dtype = s->dtype;
+    d.batch = s->batch;
+    d.head_dim = s->dim;
+    d.heads_kv = 2;
+    d.heads_q = 2 * s->group;
+    d.seqlen_q = s->seqlen_q;
+    d.seqlen_k = s->seqlen_k;
+    d.causal = s->causal;
+    if (s->window) {
+        d.window_left = 500;
+        d.window_right = 0;
+    }
+    d.kv_cache = 1;
+    d.page_size = s->page_size;
+    d.num_pages = s->page_size ? 1024 : 0;
+    d.seqlen_new = s->seqlen_new;
+    d.rotary_dim = s->rotary_dim;
+    d.rotary_interleaved = s->interleaved;
+    d.softcap = s->softcap ? 30.0f : 0.0f;
+    d.alibi_slopes = s->alibi ? slopes : NULL;
+    return d;
+}

@@ -69,4 +69,17 @@ int fa_test_run_tool(const char *tool, const char *const *args, char *out, size_
 int fa_test_run_program(const char *program, const char *const *args, char *out, size_t out_size,
                         double timeout_s);
 
+/* A KV-cache step's descriptor for the compile tests: heads_kv 2 and
+ * heads_q 2 x group, a window of (500, 0) where window is set, 1024 pages
+ * where page_size is, softcap 30 where softcap is, slopes (heads_q of
+ * them) where alibi is; k_new and v_new in the dtype where tokens are
+ * appended. */
+typedef struct fa_test_kv_shape {
+    fa_dtype dtype;
+    int dim, group, seqlen_q, seqlen_k, batch;
+    int page_size, seqlen_new, rotary_dim, interleaved, softcap, alibi, causal, window;
+} fa_test_kv_shape;
+
+fa_attention_desc fa_test_kv_desc(const fa_test_kv_shape *s, const float *slopes);
+
 #endif

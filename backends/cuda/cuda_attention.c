@@ -25,8 +25,9 @@
  *                                fa_bwd_dq_convert or fa_bwd_dq_simt
  * The kernels take one parameter block (fa_cuda_params, mirrored field for
  * field by struct fa_params in kernels_cuda/common.cuh); the KV-cache
- * step a second one (fa_cuda_kv_params, struct fa_kv_params in
- * kernels_cuda/kvcache.cuh). */
+ * step a second one (core/kvcache_launch.h's fa_kv_params, struct
+ * fa_kv_params in kernels_cuda/kvcache.cuh), whose build options, checks
+ * and grid it shares with the HIP backend there. */
 #define FA_CUDA_DRIVER_TYPES
 #include "cuda_runtime_internal.h"
 #include "cuda_compile.h"
@@ -36,6 +37,7 @@
 #include "build_options.h"
 #include "checked.h"
 #include "fa_internal.h"
+#include "kvcache_launch.h"
 #include "plan_data.h"
 #include "plan.h"
 #include "planner.h"
@@ -110,20 +112,6 @@ typedef struct fa_cuda_params {
 _Static_assert(offsetof(fa_cuda_params, bias) == 17 * 8 + 17 * 8 + 22 * 4, "fa_cuda_params has padding");
 _Static_assert(sizeof(fa_cuda_params) == 17 * 8 + 17 * 8 + 22 * 4 + 6 * 8 + 4 + 4, "fa_cuda_params has padding");
 
-/* The KV-cache step's second block (struct fa_kv_params). */
-typedef struct fa_cuda_kv_params {
-    CUdeviceptr cache_seqlens, block_table, k_new, v_new, rot_cos, rot_sin, alibi, status;
-    int64_t kn_off, kn_sb, kn_ss, kn_sh;
-    int64_t vn_off, vn_sb, vn_ss, vn_sh;
-    float softcap, softcap_inv;
-    int seqlen_new, num_pages, max_pages, reserved;
-} fa_cuda_kv_params;
-
-_Static_assert(sizeof(fa_cuda_kv_params) == 8 * 8 + 8 * 8 + 2 * 4 + 4 * 4, "fa_cuda_kv_params has padding");
-
-/* kvcache_simt.cu PREP_THREADS: fa_kv_prepare's block. */
-#define CU_KV_PREP_THREADS 128
-
 /* ------------------------------------------------------------------------ */
 /* Program specifications: what a pass compiles and launches                 */
 
@@ -171,12 +159,20 @@ static void common_defines(const fa_attention_desc *d, char *out, size_t size) {
              bias_f32 ? " -DBIAS_F32" : "");
 }
 
-static fa_status append_define(cu_program_spec *s, const char *fmt, int a, int b, int c, int e) {
+static fa_status append_text(cu_program_spec *s, const char *text) {
     size_t len = strlen(s->defines);
-    int n = snprintf(s->defines + len, sizeof s->defines - len, fmt, a, b, c, e);
+    int n = snprintf(s->defines + len, sizeof s->defines - len, "%s", text);
     if (n < 0 || (size_t)n >= sizeof s->defines - len)
         return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit in %zu bytes", sizeof s->defines);
     return FA_SUCCESS;
+}
+
+static fa_status append_define(cu_program_spec *s, const char *fmt, int a, int b, int c, int e) {
+    char text[CU_DEFINES_SIZE];
+    int n = snprintf(text, sizeof text, fmt, a, b, c, e);
+    if (n < 0 || (size_t)n >= sizeof text)
+        return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit in %zu bytes", sizeof s->defines);
+    return append_text(s, text);
 }
 
 /* kernels_cuda/bwd_mma.cu fa_bwd_dq_mma: Q and dO, K and V tiles. */
@@ -288,55 +284,21 @@ static fa_status decode_merge_last(int *last) {
     return fa_fail(FA_ERR_INVALID_ARGUMENT, "FLASHATTN_DECODE_MERGE=%s: expected \"last\" or \"kernel\"", env);
 }
 
-/* The KV-cache step's build options (kernels_cuda/kvcache.cuh) and what the
- * kernel needs of the descriptor beyond the decoding shape: a page size
- * the page ring handles (a multiple of 16 up to 256: 64-key tiles span at
- * most four pages, one per 16-row group), 16-byte rows of k_new and v_new
- * (they are copied with cp.async), no bias, no variable-length batch. */
+/* The KV-cache step's build options (core/kvcache_launch.c checks what the
+ * kernels need of the descriptor and names them; softcap and ALiBi come
+ * with common_defines); the decoding kernel's page ring besides: 2 *
+ * stages - 2 slots, one per 16-row group of the Q tile. */
 static fa_status kvcache_defines(const fa_attention_desc *d, const fa_kernel_plan *kp, cu_program_spec *s) {
-    if (d->cu_seqlens_q || d->block_mask || d->dropout_p > 0.0f || d->bias_batch != 0)
-        return fa_fail(FA_ERR_UNSUPPORTED,
-                       "KV-cache step: variable-length batches, block masks, dropout and a bias do not apply");
-    if (d->page_size < 0 || d->page_size > 256 || d->page_size % 16)
-        return fa_fail(FA_ERR_UNSUPPORTED, "KV-cache step: page_size %d (0, or a multiple of 16 up to 256)",
-                       d->page_size);
-    if (d->page_size > 0 && 2 * kp->stages - 2 > kp->br)
+    fa_kv_defines kv;
+    FA_CHECK(fa_kvcache_defines(d, &kv));
+    if (kp->variant == FA_VARIANT_DECODE && d->page_size > 0 && 2 * kp->stages - 2 > kp->br)
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "KV-cache step: %d stages need %d page-ring slots, more than the %d rows of the Q tile",
                        kp->stages, 2 * kp->stages - 2, kp->br);
-    if (d->seqlen_new < 0 || d->seqlen_new > d->seqlen_k)
-        return fa_fail(FA_ERR_UNSUPPORTED, "KV-cache step: seqlen_new %d outside [0, seqlen_k = %d]", d->seqlen_new,
-                       d->seqlen_k);
-    if (d->rotary_dim < 0 || d->rotary_dim > d->head_dim || d->rotary_dim % 2)
-        return fa_fail(FA_ERR_UNSUPPORTED, "KV-cache step: rotary_dim %d (even, up to head_dim %d)", d->rotary_dim,
-                       d->head_dim);
-    if (d->seqlen_new > 0) {
-        const fa_tensor_desc *nt[2] = {&d->k_new, &d->v_new};
-        for (int i = 0; i < 2; i++) {
-            const fa_tensor_desc *t = nt[i];
-            const char *name = i ? "v_new" : "k_new";
-            if (t->dtype != d->q.dtype)
-                return fa_fail(FA_ERR_DTYPE_MISMATCH, "KV-cache step: %s.dtype is %s, q's %s", name,
-                               fa_dtype_name(t->dtype), fa_dtype_name(d->q.dtype));
-            /* 16-byte rows (the kernels copy 16 bytes at a time). */
-            const int64_t per16 = 16 / (int64_t)fa_dtype_size(t->dtype);
-            const int64_t v[4] = {t->offset, t->stride_batch, t->stride_seq, t->stride_head};
-            for (int k = 0; k < 4; k++)
-                if (v[k] % per16 != 0)
-                    return fa_fail(FA_ERR_MISALIGNED,
-                                   "KV-cache step: %s's offset and strides must be multiples of 16 bytes (%lld "
-                                   "elements)",
-                                   name, (long long)v[k]);
-        }
+    for (int i = 0; i < kv.count; i++) {
+        FA_CHECK(append_text(s, " "));
+        FA_CHECK(append_text(s, kv.text[i]));
     }
-    FA_CHECK(append_define(s, " -DKV_CACHE", 0, 0, 0, 0));
-    if (d->page_size > 0) FA_CHECK(append_define(s, " -DPAGED=%d", d->page_size, 0, 0, 0));
-    if (d->seqlen_new > 0) FA_CHECK(append_define(s, " -DAPPEND", 0, 0, 0, 0));
-    if (d->rotary_dim > 0)
-        FA_CHECK(append_define(s, d->rotary_interleaved ? " -DROTARY_DIM=%d -DROTARY_INTERLEAVED" : " -DROTARY_DIM=%d",
-                               d->rotary_dim, 0, 0, 0));
-    if (d->softcap > 0.0f) FA_CHECK(append_define(s, " -DSOFTCAP", 0, 0, 0, 0));
-    if (d->alibi_slopes) FA_CHECK(append_define(s, " -DALIBI", 0, 0, 0, 0));
     return FA_SUCCESS;
 }
 
@@ -344,11 +306,7 @@ static fa_status kvcache_defines(const fa_attention_desc *d, const fa_kernel_pla
  * planner's packed-row SIMT tiles), where the decoding kernel does not run
  * it: the sequences' check and the append, the attention, the merge. */
 static fa_status kvcache_simt_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, cu_program_spec *s) {
-    if (kp->variant != FA_VARIANT_SIMT && kp->variant != FA_VARIANT_SPLITK)
-        return fa_fail(FA_ERR_UNSUPPORTED,
-                       "KV-cache step: CUDA runs it on the decoding kernel or the FP32-pipe step, not on forward "
-                       "variant %s",
-                       fa_variant_name(kp->variant));
+    FA_CHECK(fa_kvcache_check_simt(d, kp, "CUDA (beside its decoding kernel)"));
     FA_CHECK(check_simt(d, kp, FA_PASS_FORWARD));
     s->file = "kernels_cuda/kvcache_simt.cu";
     s->short_name = "kvcache_simt";
@@ -356,7 +314,7 @@ static fa_status kvcache_simt_spec(const fa_attention_desc *d, const fa_kernel_p
                            kp->thread_cols));
     FA_CHECK(kvcache_defines(d, kp, s));
     s->nkernels = 2;
-    s->kernels[0] = (cu_kernel_spec){"fa_kv_prepare", CU_KV_PREP_THREADS, 0};
+    s->kernels[0] = (cu_kernel_spec){"fa_kv_prepare", FA_KV_PREP_THREADS, 0};
     s->kernels[1] = (cu_kernel_spec){"fa_kv_attend", kp->work_group_size,
                                      fa_plan_local_mem(FA_VARIANT_SIMT, FA_PASS_FORWARD, d, kp->br, kp->bc, 1)};
     if (kp->split_k > 1) {
@@ -575,7 +533,7 @@ typedef struct fa_cuda_plan {
     fa_cuda_params base;
     int kv_cache;            /* a KV-cache plan: fa_cuda_forward_kvcache only */
     CUdeviceptr kv_status;   /* kvcache_simt.cu: a verdict per sequence */
-    fa_cuda_kv_params kv_base;
+    fa_kv_params kv_base;
     CUevent ev_start, ev_stop;
     int timed; /* a pass was recorded between the two events */
 } fa_cuda_plan;
@@ -693,63 +651,22 @@ static void set_layout(int64_t *dst, const fa_attention_desc *d, fa_tensor_role 
     dst[3] = l.stride_head;
 }
 
-/* A KV-cache tensor's layout as (offset, stride_batch, stride_seq,
- * stride_head), packed (0) strides resolved as include/flashattn.h lays the
- * tensor out: [rows a "batch" entry, heads_kv, head_dim] per entry, where an
- * entry is a sequence of seqlen_k tokens (contiguous cache), a page of
- * page_size tokens (paged: stride_batch is the page stride) or a
- * sequence's seqlen_new new tokens (k_new, v_new). */
-static fa_status kv_layout(const fa_attention_desc *d, const fa_tensor_desc *t, int rows, const char *name,
-                           int64_t dst[4]) {
-    const int64_t dim = d->head_dim;
-    int64_t seq = 0, entry = 0;
-    if (fa_ckd_mul_i64(&seq, d->heads_kv, dim) || fa_ckd_mul_i64(&entry, seq, rows))
-        return fa_fail(FA_ERR_INVALID_SIZE, "%s: %d x %d x %d elements do not fit int64", name, rows, d->heads_kv,
-                       d->head_dim);
-    dst[0] = t->offset;
-    dst[1] = t->stride_batch ? t->stride_batch : entry;
-    dst[2] = t->stride_seq ? t->stride_seq : seq;
-    dst[3] = t->stride_head ? t->stride_head : dim;
-    return FA_SUCCESS;
-}
-
-/* The KV-cache step's geometry: the cache's layout (pages or sequences),
- * k_new and v_new, the block table's row length, the softcap and the
- * ALiBi slopes on the device. */
+/* The KV-cache step's plan-time parameters (core/kvcache_launch.c; the
+ * caches' layouts are fa_desc_layout's, already in the first block), the
+ * ALiBi slopes on the device, and the FP32-pipe step's verdicts. */
 static fa_status prepare_kvcache(fa_cuda_plan *p, const fa_plan_s *plan) {
     const fa_attention_desc *d = &plan->desc;
-    fa_cuda_params *b = &p->base;
-    fa_cuda_kv_params *kv = &p->kv_base;
-    memset(kv, 0, sizeof *kv);
-    int64_t lay[4] = {0, 0, 0, 0};
-    const int entry_rows = d->page_size > 0 ? d->page_size : d->seqlen_k;
-    FA_CHECK(kv_layout(d, &d->k, entry_rows, "k", lay));
-    b->k_off = lay[0], b->k_sb = lay[1], b->k_ss = lay[2], b->k_sh = lay[3];
-    FA_CHECK(kv_layout(d, &d->v, entry_rows, "v", lay));
-    b->v_off = lay[0], b->v_sb = lay[1], b->v_ss = lay[2], b->v_sh = lay[3];
-    if (d->seqlen_new > 0) {
-        FA_CHECK(kv_layout(d, &d->k_new, d->seqlen_new, "k_new", lay));
-        kv->kn_off = lay[0], kv->kn_sb = lay[1], kv->kn_ss = lay[2], kv->kn_sh = lay[3];
-        FA_CHECK(kv_layout(d, &d->v_new, d->seqlen_new, "v_new", lay));
-        kv->vn_off = lay[0], kv->vn_sb = lay[1], kv->vn_ss = lay[2], kv->vn_sh = lay[3];
-    }
-    kv->seqlen_new = d->seqlen_new;
-    if (d->page_size > 0) {
-        kv->num_pages = d->num_pages;
-        kv->max_pages = (int)fa_tile_count(d->seqlen_k, d->page_size);
-    }
-    if (d->softcap > 0.0f) {
-        kv->softcap = d->softcap;
-        kv->softcap_inv = (float)(1.0 / (double)d->softcap);
-    }
+    fa_kv_params *kv = &p->kv_base;
+    fa_kvcache_params(d, kv);
     if (plan->alibi_slopes) {
         FA_CHECK(device_alloc((size_t)d->heads_q * sizeof(float), plan->alibi_slopes, "the ALiBi slopes", &p->alibi,
                               p->ctx->stream));
         kv->alibi = p->alibi;
     }
     if (plan->info.forward.variant != FA_VARIANT_DECODE) {
-        FA_CHECK(device_alloc((size_t)d->batch * sizeof(int32_t), NULL, "the sequences' verdicts", &p->kv_status,
-                              p->ctx->stream));
+        fa_kv_workspace w;
+        FA_CHECK(fa_kvcache_workspace(plan, 1, &w));
+        FA_CHECK(device_alloc(w.status_bytes, NULL, "the sequences' verdicts", &p->kv_status, p->ctx->stream));
         kv->status = p->kv_status;
     }
     return FA_SUCCESS;
@@ -965,7 +882,7 @@ static fa_status check_aligned(void *buf, const char *name, CUdeviceptr *out) {
 
 /* kv: the KV-cache step's second parameter block, or NULL. */
 static fa_status launch_kernel(fa_cuda_plan *p, const cu_pass *pass, int index, unsigned gx, unsigned gy, unsigned gz,
-                               const fa_cuda_params *params, const fa_cuda_kv_params *kv) {
+                               const fa_cuda_params *params, const fa_kv_params *kv) {
     if (gx == 0 || gy == 0 || gz == 0) return FA_SUCCESS;
     const cu_kernel_spec *k = &pass->spec.kernels[index];
     void *args[] = {(void *)params, (void *)kv};
@@ -1117,24 +1034,6 @@ fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, co
     return st;
 }
 
-/* A buffer the kernels read as int32 or fp32 words (lengths, block table,
- * rotary tables): 4-byte aligned. required 0: NULL gives 0. */
-static fa_status word_buffer(void *buf, const char *name, int required, CUdeviceptr *out) {
-    *out = 0;
-    if (!buf) return required ? fa_fail(FA_ERR_NULL_POINTER, "KV-cache step: %s is NULL", name) : FA_SUCCESS;
-    const fa_cuda_buffer *b = buf;
-    if (b->ptr % 4)
-        return fa_fail(FA_ERR_MISALIGNED, "%s: device address 0x%llx is not 4-byte aligned", name,
-                       (unsigned long long)b->ptr);
-    *out = b->ptr;
-    return FA_SUCCESS;
-}
-
-static fa_status tensor_buffer(void *buf, const char *name, CUdeviceptr *out) {
-    if (!buf) return fa_fail(FA_ERR_NULL_POINTER, "KV-cache step: %s is NULL", name);
-    return check_aligned(buf, name, out);
-}
-
 /* One step: the decoding kernel built with KV_CACHE, in one launch (the
  * append is done by one block of each (sequence, KV head) while every
  * block takes the new rows from k_new and v_new: decode.cu append_new), or
@@ -1142,26 +1041,15 @@ static fa_status tensor_buffer(void *buf, const char *name, CUdeviceptr *out) {
 static fa_status kvcache_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_kvcache_call *a) {
     const fa_attention_desc *d = &plan->desc;
     fa_cuda_params prm = pass_params(p, plan);
-    fa_cuda_kv_params kv = p->kv_base;
-    FA_CHECK(tensor_buffer(a->q, "q", &prm.q));
-    FA_CHECK(tensor_buffer(a->k_cache, "k_cache", &prm.k));
-    FA_CHECK(tensor_buffer(a->v_cache, "v_cache", &prm.v));
-    FA_CHECK(tensor_buffer(a->o, "o", &prm.o));
-    prm.lse = 0;
-    if (a->lse) FA_CHECK(check_aligned(a->lse, "lse", &prm.lse));
-    FA_CHECK(word_buffer(a->cache_seqlens, "cache_seqlens", 1, &kv.cache_seqlens));
-    FA_CHECK(word_buffer(a->block_table, "block_table", d->page_size > 0, &kv.block_table));
-    if (d->seqlen_new > 0) {
-        FA_CHECK(tensor_buffer(a->k_new, "k_new", &kv.k_new));
-        FA_CHECK(tensor_buffer(a->v_new, "v_new", &kv.v_new));
-    }
-    FA_CHECK(word_buffer(a->rotary_cos, "rotary_cos", d->rotary_dim > 0, &kv.rot_cos));
-    FA_CHECK(word_buffer(a->rotary_sin, "rotary_sin", d->rotary_dim > 0, &kv.rot_sin));
+    fa_kv_params kv = p->kv_base;
+    fa_kv_tensors t;
+    FA_CHECK(fa_kvcache_bind(d, a, fa_cuda_buffer_locate, &kv, &t));
+    prm.q = t.q, prm.k = t.k_cache, prm.v = t.v_cache, prm.o = t.o, prm.lse = t.lse;
     const fa_kernel_plan *kp = &plan->info.forward;
-    const int64_t rows = (int64_t)(d->heads_q / d->heads_kv) * d->seqlen_q;
     /* (row tile of the packed group rows, KV head, sequence x split) */
-    const unsigned gx = (unsigned)fa_tile_count(rows, kp->br), gy = (unsigned)d->heads_kv,
-                   gz = (unsigned)(d->batch * p->num_splits);
+    unsigned grid[3];
+    FA_CHECK(fa_kvcache_grid(d, kp, grid));
+    const unsigned gx = grid[0], gy = grid[1], gz = grid[2];
     p->timed = 0;
     CUresult r = cu()->cuEventRecord(p->ev_start, p->ctx->stream);
     if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");

@@ -70,7 +70,7 @@ void fa_cuda_rows_release(fa_cuda_context *ctx) {
     ctx->rows_module = NULL;
 }
 
-static void locate(void *buf, uint64_t *address, size_t *bytes) {
+void fa_cuda_buffer_locate(void *buf, uint64_t *address, size_t *bytes) {
     const fa_cuda_buffer *b = buf;
     *address = (uint64_t)b->ptr;
     *bytes = b->bytes;
@@ -97,13 +97,13 @@ static fa_status launch(fa_cuda_context *ctx, int merge, fa_rows_launch *l) {
 fa_status fa_cuda_rows(void *handle, fa_rows_op op, const fa_rows_shape *shape, const fa_rows_view *dst,
                        const fa_rows_view *src, float value) {
     fa_rows_launch l;
-    FA_CHECK(fa_rows_prepare(op, shape, dst, src, value, locate, &l));
+    FA_CHECK(fa_rows_prepare(op, shape, dst, src, value, fa_cuda_buffer_locate, &l));
     return launch(handle, 0, &l);
 }
 
 fa_status fa_cuda_rows_merge(void *handle, const fa_rows_shape *shape, const fa_rows_view *acc_o,
                              const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l) {
     fa_rows_launch l;
-    FA_CHECK(fa_rows_merge_prepare(shape, acc_o, acc_l, part_o, part_l, locate, &l));
+    FA_CHECK(fa_rows_merge_prepare(shape, acc_o, acc_l, part_o, part_l, fa_cuda_buffer_locate, &l));
     return launch(handle, 1, &l);
 }

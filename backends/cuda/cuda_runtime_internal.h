@@ -273,6 +273,9 @@ fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, con
 fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
 fa_status fa_cuda_forward_kvcache(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_kvcache_call *args);
 fa_status fa_cuda_last_time_ms(void *ctx, void *plan_impl, double *ms);
+/* A buffer handle's device address and size (core's launch modules ask
+ * for them: core/rows_launch.h, core/kvcache_launch.h). */
+void fa_cuda_buffer_locate(void *buf, uint64_t *address, size_t *bytes);
 
 /* The ring's element-wise passes and NCCL transport (cuda_rows.c,
  * cuda_nccl.c), as the ops table takes them; fa_cuda_rows_release unloads

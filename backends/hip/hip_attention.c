@@ -35,6 +35,7 @@
 #include "plan_data.h"
 #include "kcache.h"
 #include "kernel_sources.h"
+#include "kvcache_launch.h"
 #include "plan.h"
 #include "planner.h"
 #include "planner_hip_mma.h"
@@ -171,11 +172,38 @@ static int add_common_defines(fa_hip_program *out, const fa_attention_desc *d, c
     return ok;
 }
 
+/* A KV-cache step (kernels_hip/kvcache.hip, with splitk.hip's merge for a
+ * split plan): the FP32-pipe kernels on the plan's packed-row SIMT tile,
+ * the step's options from core/kvcache_launch.c; forward only. */
+static fa_status kvcache_program(const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass, int wave,
+                                 fa_hip_program *out) {
+    if (pass != FA_PASS_FORWARD) return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache: a KV-cache step has no backward pass");
+    FA_CHECK(fa_kvcache_check_simt(d, kp, "HIP"));
+    fa_kv_defines kv;
+    FA_CHECK(fa_kvcache_defines(d, &kv));
+    const int split = fa_kvcache_splits(kp) > 1;
+    int ok = add_common_defines(out, d, kp, wave);
+    if (ok && split) ok = add_define(out, "-DSPLITK", 0, 0);
+    for (int i = 0; ok && i < kv.count; i++) ok = add_define(out, kv.text[i], 0, 0);
+    if (!ok) return fa_fail(FA_ERR_INTERNAL, "kernel build options do not fit");
+    out->paths[out->path_count++] = "kernels_hip/common.h";
+    out->paths[out->path_count++] = "kernels_hip/kvcache.hip";
+    out->kernels[out->kernel_count++] = "fa_kv_prepare";
+    out->kernels[out->kernel_count++] = "fa_kv_attend";
+    if (split) {
+        out->paths[out->path_count++] = "kernels_hip/splitk.hip";
+        out->kernels[out->kernel_count++] = "fa_splitk_merge";
+    }
+    return FA_SUCCESS;
+}
+
 fa_status fa_hip_program_for(const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass, int wave,
                              fa_hip_program *out) {
     if (!d || !kp || !out) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !d ? "desc" : !kp ? "plan" : "out");
     memset(out, 0, sizeof *out);
     const char *name = pass == FA_PASS_BACKWARD ? "backward" : "forward";
+    if (d->kv_cache && pass == FA_PASS_BACKWARD)
+        return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache: a KV-cache step has no backward pass");
     if (pass == FA_PASS_FORWARD && kp->variant != FA_VARIANT_SIMT && kp->variant != FA_VARIANT_SPLITK)
         return fa_fail(FA_ERR_UNSUPPORTED, "forward variant %s has no HIP kernel (SIMT and SPLITK do)",
                        fa_variant_name(kp->variant));
@@ -201,6 +229,7 @@ fa_status fa_hip_program_for(const fa_attention_desc *d, const fa_kernel_plan *k
         return fa_fail(FA_ERR_INTERNAL, "%s plan: %d x %d accumulators per work-item exceed %d", name,
                        kp->thread_rows, dpt, FA_HIP_MAX_ACCUMULATORS);
 
+    if (d->kv_cache) return kvcache_program(d, kp, pass, wave, out);
     int ok = add_common_defines(out, d, kp, wave);
     const int split = pass == FA_PASS_FORWARD && kp->variant == FA_VARIANT_SPLITK && kp->split_k > 1;
     if (ok && split) ok = add_define(out, "-DSPLITK", 0, 0);
@@ -273,7 +302,9 @@ fa_status fa_hip_program_for_device(const fa_device_desc *dev, const fa_attentio
                                     fa_pass pass, fa_hip_program *out) {
     if (!dev || !d || !kp || !out)
         return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !dev ? "device" : !d ? "desc" : !kp ? "plan" : "out");
-    if (kp->variant != FA_VARIANT_MMA) return fa_hip_program_for(d, kp, pass, dev->simd_width, out);
+    /* A KV-cache step has FP32-pipe kernels only: fa_hip_program_for
+     * refuses a matrix-core plan of one. */
+    if (kp->variant != FA_VARIANT_MMA || d->kv_cache) return fa_hip_program_for(d, kp, pass, dev->simd_width, out);
     memset(out, 0, sizeof *out);
     return mma_program_for(dev, d, kp, pass, out);
 }
@@ -463,6 +494,11 @@ typedef struct fa_hip_plan {
     float cap_in;               /* softcap: scale / softcap; else 0 */
     int64_t bias_sb, bias_sh, bias_ss; /* bias element strides, 0 along broadcast dimensions */
 
+    int kv_cache;               /* a KV-cache plan: fa_hip_forward_kvcache only */
+    void *kv_status;            /* kvcache.hip: a verdict per sequence */
+    fa_kv_params kv_base;       /* the step's parameter block less its per-step addresses */
+    unsigned kv_grid[3];        /* fa_kv_attend's */
+
     hipEvent_t start, stop;
     int timed;                  /* start and stop hold the last pass */
 } fa_hip_plan;
@@ -610,8 +646,8 @@ static void release_plan(fa_hip_plan *p) {
     (void)api->hipStreamSynchronize(p->ctx->stream);
     if (p->fwd.module) (void)api->hipModuleUnload(p->fwd.module);
     if (p->bwd.module) (void)api->hipModuleUnload(p->bwd.module);
-    void *mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles, p->part_o, p->part_l, p->dvec,
-                    p->dq_acc, p->slopes};
+    void *mems[] = {p->cu_q,   p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles, p->part_o,
+                    p->part_l, p->dvec, p->dq_acc,     p->slopes,    p->kv_status};
     for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
         if (mems[i]) (void)api->hipFree(mems[i]);
     if (p->start) (void)api->hipEventDestroy(p->start);
@@ -625,11 +661,77 @@ void fa_hip_plan_release(void *ctx, void *plan_impl) {
     if (plan_impl) release_plan(plan_impl);
 }
 
+static fa_status create_events(fa_hip_plan *p) {
+    const fa_hip_api *api = fa_hip_api_get();
+    hipError_t err = api->hipEventCreate(&p->start);
+    if (err == hipSuccess) err = api->hipEventCreate(&p->stop);
+    return err == hipSuccess ? FA_SUCCESS : fa_hip_error(err, "hipEventCreate");
+}
+
+/* The plan's copy of the ALiBi slopes, one per query head (raw: the
+ * kernels take log2 e where they need it). */
+static fa_status copy_slopes(fa_hip_plan *p, const fa_plan_s *plan) {
+    if (!plan->alibi_slopes) return FA_SUCCESS;
+    size_t bytes;
+    FA_CHECK(fa_workspace_bytes("the ALiBi slopes", (size_t[]){(size_t)plan->desc.heads_q, sizeof(float)}, 2, &bytes));
+    return device_alloc(bytes, plan->alibi_slopes, "the ALiBi slopes", &p->slopes);
+}
+
+/* A KV-cache plan: the FP32-pipe step's program (kernels_hip/kvcache.hip)
+ * on the plan's packed-row tile, its attention's local memory dynamic (so
+ * that, through the mapping on NVIDIA, tiles above 48 KiB opt in like the
+ * matrix-core kernels'), the verdicts and split partials, and the
+ * parameter block's plan-time fields (core/kvcache_launch.c). */
+static fa_status prepare_kvcache(fa_hip_plan *p, const fa_plan_s *plan) {
+    const fa_attention_desc *d = &plan->desc;
+    const fa_kernel_plan *kp = &plan->info.forward;
+    const fa_device_desc *dev = &plan->ctx->info.desc;
+    fa_hip_program prog;
+    FA_CHECK(fa_hip_program_for_device(dev, d, kp, FA_PASS_FORWARD, &prog));
+    if (kp->work_group_size > dev->max_work_group_size)
+        return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache plan: work-group of %d exceeds the device's %d",
+                       kp->work_group_size, dev->max_work_group_size);
+    const size_t local = fa_plan_local_mem(FA_VARIANT_SIMT, FA_PASS_FORWARD, d, kp->br, kp->bc, 1);
+    if (local > p->ctx->lds_bytes)
+        return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache plan: %zu bytes of local memory exceed the device's %zu", local,
+                       p->ctx->lds_bytes);
+    FA_CHECK(fa_kvcache_grid(d, kp, p->kv_grid));
+    p->kv_cache = 1;
+    p->num_splits = fa_kvcache_splits(kp);
+    p->fwd.br = kp->br;
+    p->fwd.bc = kp->bc;
+    p->fwd.tr = kp->thread_rows;
+    p->fwd.tc = kp->thread_cols;
+    p->fwd.wg = kp->work_group_size;
+    memset(p->fwd.shared, 0, sizeof p->fwd.shared);
+    p->fwd.shared[1] = local;
+    p->q = fa_desc_layout(d, FA_TENSOR_Q);
+    p->k = fa_desc_layout(d, FA_TENSOR_K);
+    p->v = fa_desc_layout(d, FA_TENSOR_V);
+    p->o = fa_desc_layout(d, FA_TENSOR_O);
+    p->scale_log2 = (float)((double)plan->scale * 1.4426950408889634);
+    fa_kvcache_params(d, &p->kv_base);
+    FA_CHECK(create_events(p));
+
+    fa_kv_workspace w;
+    FA_CHECK(fa_kvcache_workspace(plan, p->num_splits, &w));
+    FA_CHECK(device_alloc(w.status_bytes, NULL, "the sequences' verdicts", &p->kv_status));
+    p->kv_base.status = (uint64_t)(uintptr_t)p->kv_status;
+    if (p->num_splits > 1) {
+        FA_CHECK(device_alloc(w.part_o_bytes, NULL, "split-K partial outputs", &p->part_o));
+        FA_CHECK(device_alloc(w.part_l_bytes, NULL, "split-K partial log-sum-exps", &p->part_l));
+    }
+    FA_CHECK(copy_slopes(p, plan));
+    p->kv_base.alibi = (uint64_t)(uintptr_t)p->slopes;
+    FA_CHECK(load_pass(p, &prog, &p->fwd));
+    return opt_in_shared(p->ctx, &prog, &p->fwd);
+}
+
 static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
     const fa_attention_desc *d = &plan->desc;
     const fa_plan_info *info = &plan->info;
-    const fa_hip_api *api = fa_hip_api_get();
     fa_hip_context *ctx = p->ctx;
+    if (d->kv_cache) return prepare_kvcache(p, plan);
 
     const fa_device_desc *dev = &plan->ctx->info.desc;
     fa_hip_program fwd_prog, bwd_prog;
@@ -673,9 +775,7 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
         p->bias_sb = d->bias_batch == 1 ? 0 : dims[3].stride;
     }
 
-    hipError_t err = api->hipEventCreate(&p->start);
-    if (err == hipSuccess) err = api->hipEventCreate(&p->stop);
-    if (err != hipSuccess) return fa_hip_error(err, "hipEventCreate");
+    FA_CHECK(create_events(p));
 
     if (plan->cu_seqlens_q) {
         size_t bytes = ((size_t)d->batch + 1) * sizeof(int32_t);
@@ -691,11 +791,7 @@ static fa_status prepare(fa_hip_plan *p, const fa_plan_s *plan) {
     /* Rows of L: heads_q x total_q. */
     const size_t heads = (size_t)d->heads_q, tokens = (size_t)plan->total_q, dim = (size_t)d->head_dim;
     size_t bytes;
-    /* The plan's copy of the ALiBi slopes, one per query head. */
-    if (plan->alibi_slopes) {
-        FA_CHECK(fa_workspace_bytes("the ALiBi slopes", (size_t[]){heads, sizeof(float)}, 2, &bytes));
-        FA_CHECK(device_alloc(bytes, plan->alibi_slopes, "the ALiBi slopes", &p->slopes));
-    }
+    FA_CHECK(copy_slopes(p, plan));
     if (p->num_splits > 1) {
         const size_t splits = (size_t)p->num_splits;
         FA_CHECK(fa_workspace_bytes("split-K partial outputs",
@@ -724,9 +820,6 @@ fa_status fa_hip_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pl
     fa_hip_context *ctx = ctx_handle;
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     if (!plan) return fa_fail(FA_ERR_NULL_POINTER, "plan is NULL");
-    /* No KV-cache kernels yet (the backend has no forward_kvcache, so core
-     * refuses such plans first; said here too for whoever calls this). */
-    if (plan->desc.kv_cache) return fa_fail(FA_ERR_UNSUPPORTED, "kv_cache: the HIP backend has no KV-cache kernels yet");
     const fa_attention_desc *d = &plan->desc;
     /* The fused kernels compute every score option; unfused attention has
      * no HIP kernels at all, and names an option first. */
@@ -810,6 +903,12 @@ static void arg_layout(hip_args *a, const fa_layout *l) {
     arg_i64(a, l->stride_head);
 }
 
+/* A parameter block passed by value (hipModuleLaunchKernel copies what
+ * the pointer points at, the block's size as the kernel declares it). */
+static void arg_block(hip_args *a, void *block) {
+    if (a->count < FA_HIP_MAX_ARGS) a->ptrs[a->count++] = block;
+}
+
 static void *ptr_of(void *buffer) { return ((fa_hip_buffer *)buffer)->ptr; }
 
 /* The arguments fa_forward and the backward kernels share after their
@@ -881,18 +980,40 @@ static fa_status record(fa_hip_plan *p, hipEvent_t ev) {
     return err == hipSuccess ? FA_SUCCESS : fa_hip_error(err, "hipEventRecord");
 }
 
+/* splitk.hip's merge of a split forward (kernel fn of the forward pass)
+ * into o and lse (NULL: a KV-cache step's caller wants no L); nothing
+ * without splits. */
+static fa_status launch_merge(fa_hip_plan *p, const fa_plan_s *plan, int fn, void *o, void *lse) {
+    if (p->num_splits == 1) return FA_SUCCESS;
+    const fa_attention_desc *d = &plan->desc;
+    hip_args m = {0};
+    arg_ptr(&m, p->part_o);
+    arg_ptr(&m, p->part_l);
+    arg_ptr(&m, o);
+    arg_ptr(&m, lse);
+    arg_layout(&m, &p->o);
+    arg_int(&m, d->seqlen_q);
+    arg_int(&m, d->heads_q);
+    arg_i64(&m, plan->total_q);
+    arg_ptr(&m, p->cu_q);
+    arg_int(&m, p->num_splits);
+    return launch(p, p->fwd.fn[fn], "fa_splitk_merge", (size_t)d->seqlen_q, (size_t)d->heads_q, (size_t)d->batch,
+                  (unsigned)d->head_dim, 0, &m);
+}
+
+/* The tensors the forward kernels (fa_forward, fa_forward_mma,
+ * fa_kv_attend) take first, then their layouts. */
+static void tensor_args(hip_args *a, const fa_hip_plan *p, void *q, void *k, void *v, void *o, void *lse) {
+    void *const ptrs[] = {q, k, v, o, lse};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(ptrs); i++) arg_ptr(a, ptrs[i]);
+    const fa_layout *const layouts[] = {&p->q, &p->k, &p->v, &p->o};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(layouts); i++) arg_layout(a, layouts[i]);
+}
+
 static fa_status run_forward(fa_hip_plan *p, const fa_plan_s *plan, const fa_fwd_args *args) {
     const fa_attention_desc *d = &plan->desc;
     hip_args a = {0};
-    arg_ptr(&a, ptr_of(args->q));
-    arg_ptr(&a, ptr_of(args->k));
-    arg_ptr(&a, ptr_of(args->v));
-    arg_ptr(&a, ptr_of(args->o));
-    arg_ptr(&a, ptr_of(args->lse));
-    arg_layout(&a, &p->q);
-    arg_layout(&a, &p->k);
-    arg_layout(&a, &p->v);
-    arg_layout(&a, &p->o);
+    tensor_args(&a, p, ptr_of(args->q), ptr_of(args->k), ptr_of(args->v), ptr_of(args->o), ptr_of(args->lse));
     arg_int(&a, d->seqlen_q);
     arg_int(&a, d->seqlen_k);
     arg_int(&a, d->heads_q);
@@ -907,21 +1028,24 @@ static fa_status run_forward(fa_hip_plan *p, const fa_plan_s *plan, const fa_fwd
     const size_t tiles = ((size_t)d->seqlen_q + (size_t)p->fwd.br - 1) / (size_t)p->fwd.br;
     FA_CHECK(launch(p, p->fwd.fn[0], p->fwd.mma ? "fa_forward_mma" : "fa_forward", tiles, (size_t)d->heads_q,
                     (size_t)d->batch * (size_t)p->num_splits, (unsigned)p->fwd.wg, p->fwd.shared[0], &a));
-    if (p->num_splits == 1) return FA_SUCCESS;
+    return launch_merge(p, plan, 1, ptr_of(args->o), ptr_of(args->lse));
+}
 
-    hip_args m = {0};
-    arg_ptr(&m, p->part_o);
-    arg_ptr(&m, p->part_l);
-    arg_ptr(&m, ptr_of(args->o));
-    arg_ptr(&m, ptr_of(args->lse));
-    arg_layout(&m, &p->o);
-    arg_int(&m, d->seqlen_q);
-    arg_int(&m, d->heads_q);
-    arg_i64(&m, plan->total_q);
-    arg_ptr(&m, p->cu_q);
-    arg_int(&m, p->num_splits);
-    return launch(p, p->fwd.fn[1], "fa_splitk_merge", (size_t)d->seqlen_q, (size_t)d->heads_q, (size_t)d->batch,
-                  (unsigned)d->head_dim, 0, &m);
+/* A timed pass: the context entered and the start event recorded, then
+ * (pass_end) the stop event and the context left. */
+static fa_status pass_begin(fa_hip_plan *p, int *previous) {
+    FA_CHECK(fa_hip_enter(p->ctx, previous));
+    p->timed = 0;
+    const fa_status st = record(p, p->start);
+    if (st != FA_SUCCESS) fa_hip_leave(p->ctx, *previous);
+    return st;
+}
+
+static fa_status pass_end(fa_hip_plan *p, fa_status st, int previous) {
+    if (st == FA_SUCCESS) st = record(p, p->stop);
+    if (st == FA_SUCCESS) p->timed = 1;
+    fa_hip_leave(p->ctx, previous);
+    return st;
 }
 
 fa_status fa_hip_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args) {
@@ -929,15 +1053,11 @@ fa_status fa_hip_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     fa_hip_plan *p = plan_impl;
     if (!p || !plan || !args)
         return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
+    if (p->kv_cache)
+        return fa_fail(FA_ERR_INVALID_ARGUMENT, "the plan's descriptor has kv_cache = 1: use fa_forward_kvcache");
     int previous;
-    FA_CHECK(fa_hip_enter(p->ctx, &previous));
-    p->timed = 0;
-    fa_status st = record(p, p->start);
-    if (st == FA_SUCCESS) st = run_forward(p, plan, args);
-    if (st == FA_SUCCESS) st = record(p, p->stop);
-    if (st == FA_SUCCESS) p->timed = 1;
-    fa_hip_leave(p->ctx, previous);
-    return st;
+    FA_CHECK(pass_begin(p, &previous));
+    return pass_end(p, run_forward(p, plan, args), previous);
 }
 
 /* The backward kernels' shared arguments (FA_BWD_PARAMS in bwd.hip), the
@@ -1059,15 +1179,68 @@ fa_status fa_hip_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, con
     fa_hip_plan *p = plan_impl;
     if (!p || !plan || !args)
         return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
+    if (p->kv_cache) return fa_fail(FA_ERR_INVALID_ARGUMENT, "a KV-cache plan has no backward pass");
     int previous;
-    FA_CHECK(fa_hip_enter(p->ctx, &previous));
-    p->timed = 0;
-    fa_status st = record(p, p->start);
-    if (st == FA_SUCCESS) st = run_backward(p, plan, args);
-    if (st == FA_SUCCESS) st = record(p, p->stop);
-    if (st == FA_SUCCESS) p->timed = 1;
-    fa_hip_leave(p->ctx, previous);
-    return st;
+    FA_CHECK(pass_begin(p, &previous));
+    return pass_end(p, run_backward(p, plan, args), previous);
+}
+
+void fa_hip_buffer_locate(void *buf, uint64_t *address, size_t *bytes) {
+    const fa_hip_buffer *b = buf;
+    *address = (uint64_t)(uintptr_t)b->ptr;
+    *bytes = b->bytes;
+}
+
+static void *device_ptr(uint64_t address) { return (void *)(uintptr_t)address; }
+
+/* One step of kernels_hip/kvcache.hip, in stream order: the verdicts and
+ * the append (one block a sequence), the attention, which reads both, and
+ * the merge of its splits. */
+static fa_status run_kvcache(fa_hip_plan *p, const fa_plan_s *plan, const fa_kv_tensors *t, fa_kv_params *kv) {
+    const fa_attention_desc *d = &plan->desc;
+    hip_args w = {0};
+    arg_ptr(&w, device_ptr(t->k_cache));
+    arg_ptr(&w, device_ptr(t->v_cache));
+    arg_layout(&w, &p->k);
+    arg_layout(&w, &p->v);
+    arg_int(&w, d->seqlen_q);
+    arg_int(&w, d->seqlen_k);
+    arg_int(&w, d->heads_kv);
+    arg_block(&w, kv);
+    FA_CHECK(launch(p, p->fwd.fn[0], "fa_kv_prepare", (size_t)d->batch, 1, 1, FA_KV_PREP_THREADS, 0, &w));
+
+    hip_args a = {0};
+    tensor_args(&a, p, device_ptr(t->q), device_ptr(t->k_cache), device_ptr(t->v_cache), device_ptr(t->o),
+                device_ptr(t->lse));
+    arg_int(&a, d->seqlen_q);
+    arg_int(&a, d->heads_q);
+    arg_int(&a, d->heads_q / d->heads_kv);
+    arg_i64(&a, plan->total_q);
+    arg_float(&a, plan->scale);
+    arg_float(&a, p->scale_log2);
+    arg_int(&a, d->window_left);
+    arg_int(&a, d->window_right);
+    arg_int(&a, p->num_splits);
+    arg_ptr(&a, p->part_o);
+    arg_ptr(&a, p->part_l);
+    arg_block(&a, kv);
+    FA_CHECK(launch(p, p->fwd.fn[1], "fa_kv_attend", p->kv_grid[0], p->kv_grid[1], p->kv_grid[2],
+                    (unsigned)p->fwd.wg, p->fwd.shared[1], &a));
+    return launch_merge(p, plan, 2, device_ptr(t->o), device_ptr(t->lse));
+}
+
+fa_status fa_hip_forward_kvcache(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_kvcache_call *args) {
+    (void)ctx;
+    fa_hip_plan *p = plan_impl;
+    if (!p || !plan || !args)
+        return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : !plan ? "plan" : "args");
+    if (!p->kv_cache) return fa_fail(FA_ERR_INVALID_ARGUMENT, "the plan's descriptor has kv_cache = 0: use fa_forward");
+    fa_kv_params kv = p->kv_base;
+    fa_kv_tensors t;
+    FA_CHECK(fa_kvcache_bind(&plan->desc, args, fa_hip_buffer_locate, &kv, &t));
+    int previous;
+    FA_CHECK(pass_begin(p, &previous));
+    return pass_end(p, run_kvcache(p, plan, &t, &kv), previous);
 }
 
 fa_status fa_hip_last_time_ms(void *ctx, void *plan_impl, double *ms) {

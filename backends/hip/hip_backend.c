@@ -633,6 +633,7 @@ const fa_backend_ops fa_hip_backend = {
     .plan_release = fa_hip_plan_release,
     .forward = fa_hip_forward,
     .backward = fa_hip_backward,
+    .forward_kvcache = fa_hip_forward_kvcache,
     .rows = fa_hip_rows,
     .rows_merge = fa_hip_rows_merge,
     .transport_nccl = fa_hip_transport_nccl,

@@ -110,6 +110,12 @@ void fa_hip_plan_release(void *ctx, void *plan_impl);
 fa_status fa_hip_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args);
 fa_status fa_hip_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);
 fa_status fa_hip_last_time_ms(void *ctx, void *plan_impl, double *ms);
+/* A KV-cache step (kernels_hip/kvcache.hip) on a plan whose descriptor has
+ * kv_cache = 1. */
+fa_status fa_hip_forward_kvcache(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_kvcache_call *args);
+/* A buffer handle's device address and size (core's launch modules ask
+ * for them: core/rows_launch.h, core/kvcache_launch.h). */
+void fa_hip_buffer_locate(void *buf, uint64_t *address, size_t *bytes);
 
 /* What the runtime reports of the largest kernel of a pass of a prepared
  * plan: local memory (static, with the dynamic block it is launched with),

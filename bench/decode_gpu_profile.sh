@@ -51,8 +51,12 @@ if [ -n "${DEC_BASE:-}" ]; then
 fi
 
 stamp "configure and build"
-fa_gpu_build build-gpu "fa-bench fa-info test_kvcache test_cuda_kvcache test_cuda_attention" \
-  -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_OPENCL=ON -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF || exit 1
+# HIP through the mapping where .deps/hip holds Debian's headers: the
+# KV-cache tests then run on its device too.
+fa_hip_nvidia_args
+targets="fa-bench fa-info test_kvcache test_cuda_kvcache test_cuda_attention"
+[ "${hip_args[0]}" = "-DFA_HIP=AUTO" ] && targets="$targets test_hip_compile"
+fa_gpu_build build-gpu "$targets" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_OPENCL=ON "${hip_args[@]}" || exit 1
 # The decoding kernels' tests against the fp64 reference (every device for
 # test_kvcache) first: the tables then time an idle GPU.
 stamp "tests: ${DEC_TESTS:=^kvcache[.]|^cuda_kvcache[.]|^cuda_attention[.](decod.*|score_options_decode_shapes)$}"

@@ -486,11 +486,81 @@ FA_DEV bool arrive_last(const fa_params &p, int b, int hk, u32 bits, u32 *flags)
     return true;
 }
 
+/* Where the merge reads the splits' partial L and O: from L2, or, where
+ * every split's rows fit the block's shared memory beside the merge's own
+ * values, from copies staged there by stage_partials in one burst. A merge
+ * reading L2 a few splits at a time waits one round trip per few splits
+ * (five at batch 1 with 33 splits: 7 of a 22 us step on the H200); the
+ * burst waits for one. */
+struct merge_src {
+    const float *l, *o; /* staged: [split][row] and [split][row][HEAD_DIM]; NULL: L2 */
+    int rows;
+};
+
+FA_DEV float part_l_at(const fa_params &p, const merge_src &ms, int s, int r, i64 row) {
+    return ms.l ? ms.l[s * ms.rows + r] : __ldcg(p.part_l + s * ((i64)p.heads_q * p.total_q) + row);
+}
+
+FA_DEV float4 part_o4_at(const fa_params &p, const merge_src &ms, int s, int r, i64 row, int x) {
+    return ms.o ? *(const float4 *)(ms.o + ((i64)s * ms.rows + r) * HEAD_DIM + x)
+                : __ldcg((const float4 *)(p.part_o + (s * ((i64)p.heads_q * p.total_q) + row) * HEAD_DIM + x));
+}
+
+/* Row r's index in the partials (head-major rows of the packed tile). */
+FA_DEV i64 part_row(const fa_params &p, const fa_seq &seq, int hk, int pr) {
+    int tok, gh;
+    unpack_row(pr, p.group, &tok, &gh);
+    return (i64)(hk * p.group + gh) * p.total_q + seq.start_q + tok;
+}
+
+/* Copies every split's partial O and L of the tile's rows into shared
+ * memory from byte off on, when they fit the block's dynamic shared
+ * memory: O with cp.async through L2 (other blocks wrote it), L through
+ * __ldcg. Returns the staged source, or one that reads L2. */
+FA_DEV merge_src stage_partials(const fa_params &p, const fa_seq &seq, int hk, int pr0, int rows, unsigned char *smem,
+                                u32 off) {
+    merge_src ms;
+    ms.l = ms.o = nullptr;
+    ms.rows = rows;
+#if BR > 32
+    /* Four strips of rows: the staged pass's registers beside the other
+     * one's spilled (sm_80, head_dim 64), and so many rows' partials rarely
+     * fit anyway. */
+    (void)p, (void)seq, (void)hk, (void)pr0, (void)smem, (void)off;
+    return ms;
+#endif
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const int ns = p.num_splits;
+    const u32 o_off = (off + 15u) & ~15u, l_off = o_off + (u32)ns * (u32)rows * HEAD_DIM * 4u;
+    /* ns <= MERGE_WCAP (the weights of every split at once) and rows <=
+     * BR: no overflow. */
+    if (ns > MERGE_WCAP || l_off + (u32)ns * (u32)rows * 4u > dyn) return ms;
+    const int tid = threadIdx.x;
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
+    constexpr int C4 = HEAD_DIM / 4;
+    float *so = (float *)(smem + o_off), *sl = (float *)(smem + l_off);
+    for (int e = tid; e < ns * rows * C4; e += THREADS) {
+        const int sr = e / C4, x = (e - sr * C4) * 4, sp = sr / rows, r = sr - sp * rows;
+        cp_async16(smem_u32(so + (i64)sr * HEAD_DIM + x),
+                   p.part_o + (sp * split_stride + part_row(p, seq, hk, pr0 + r)) * HEAD_DIM + x, 16);
+    }
+    cp_async_commit();
+    for (int e = tid; e < ns * rows; e += THREADS) {
+        const int sp = e / rows, r = e - sp * rows;
+        sl[e] = __ldcg(p.part_l + sp * split_stride + part_row(p, seq, hk, pr0 + r));
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    ms.l = sl;
+    ms.o = so;
+    return ms;
+}
+
 /* The merge, by the last block to arrive (arrive_last). */
 FA_DEV void merge_splits(const fa_params &p, int b, const fa_seq &seq, int hk, int pr0, int rows_total,
                          unsigned char *smem) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, group = p.group, ns = p.num_splits;
-    const i64 split_stride = (i64)p.heads_q * p.total_q;
 
     /* Per row (MERGE_LPR lanes): the max of the L_s, whether any split has
      * mass (L_s > -inf, or NaN), the sum of exp(L_s - max) and the merged
@@ -504,6 +574,8 @@ FA_DEV void merge_splits(const fa_params &p, int b, const fa_seq &seq, int hk, i
     float *wts = (float *)(row_mass + BR);
     const bool one_chunk = ns <= MERGE_WCAP;
     const int rows = min(BR, rows_total - pr0);
+    const merge_src ms =
+        stage_partials(p, seq, hk, pr0, rows, smem, (u32)((unsigned char *)(wts + BR * MERGE_WCAP) - smem));
     const int sub = lane & (MERGE_LPR - 1), gshift = lane & ~(MERGE_LPR - 1);
     constexpr int ROWS_PER_WARP = 32 / MERGE_LPR;
     for (int r0 = warp * ROWS_PER_WARP; r0 < rows; r0 += WARPS * ROWS_PER_WARP) {
@@ -518,7 +590,7 @@ FA_DEV void merge_splits(const fa_params &p, int b, const fa_seq &seq, int hk, i
 #pragma unroll
             for (int i = 0; i < MERGE_PER_LANE; i++) {
                 const int s = s0 + sub + MERGE_LPR * i;
-                l[i] = live && s < ns ? __ldcg(p.part_l + s * split_stride + row) : -FA_INF;
+                l[i] = live && s < ns ? part_l_at(p, ms, s, r, row) : -FA_INF;
             }
             float cm = -FA_INF;
 #pragma unroll
@@ -545,7 +617,7 @@ FA_DEV void merge_splits(const fa_params &p, int b, const fa_seq &seq, int hk, i
         bool nan_o = false;
         if (live && !mass)
             for (int s = sub; s < ns; s += MERGE_LPR)
-                nan_o |= fa_isnan(__ldcg(p.part_o + (s * split_stride + row) * HEAD_DIM));
+                nan_o |= fa_isnan(part_o4_at(p, ms, s, r, row, 0).x);
         nan_o = (__ballot_sync(0xffffffffu, nan_o) >> gshift & group_bits) != 0;
         const float m_use = m == -FA_INF ? 0.0f : m, inv = 1.0f / sum;
         if (live && one_chunk) {
@@ -572,6 +644,29 @@ FA_DEV void merge_splits(const fa_params &p, int b, const fa_seq &seq, int hk, i
      * MERGE_SPLITS splits of each in flight at once. */
     constexpr int D4 = HEAD_DIM / 4;
     const int elems = rows * D4;
+    if (ms.o) {
+        /* Staged: every split in shared memory, one chunk of four
+         * dimensions a thread at a time (the same sum in the same order). */
+        for (int e = tid; e < elems; e += THREADS) {
+            const int r = e / D4, x = (e - r * D4) * 4;
+            int tok, gh;
+            unpack_row(pr0 + r, group, &tok, &gh);
+            const bool mass = row_mass[r] != 0;
+            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int sp = 0; sp < ns; sp++) {
+                const float w = wts[r * MERGE_WCAP + sp];
+                const bool has = !(w < 0.0f); /* a NaN weight spreads */
+                const float4 o4 = part_o4_at(p, ms, sp, r, 0, x);
+                const float o[4] = {o4.x, o4.y, o4.z, o4.w};
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    v[c] = has ? fmaf(w, o[c], v[c]) : !mass && fa_isnan(o[c]) ? FA_NAN : v[c];
+            }
+            store_o4(p, b, seq, tok, hk * group + gh, x, v);
+        }
+        return;
+    }
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
     for (int e_base = 0; e_base < elems; e_base += MERGE_ELEMS * THREADS) {
         i64 row[MERGE_ELEMS];
         int r_of[MERGE_ELEMS], tok[MERGE_ELEMS], h[MERGE_ELEMS], x[MERGE_ELEMS];

@@ -102,6 +102,7 @@ fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info
 /* Copies bytes from src to dst (buffers of one CUDA context) on its
  * stream and returns the copy's device time (cuda_copy.c). */
 fa_status fa_cuda_time_copy(fa_buffer dst, fa_buffer src, size_t bytes, double *ms);
+fa_status fa_cuda_copy_async(fa_buffer dst, fa_buffer src, size_t bytes);
 
 /* The same for the forward pass alone (sweeps over forward-only kernels,
  * such as decoding's, need not compile a backward per shape). */

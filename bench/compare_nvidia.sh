@@ -12,6 +12,14 @@
 # EFFICIENT_ATTENTION in fp32 (the only SDPA backend with fp32 kernels).
 # --quick: d 128 and N 2048, 8192 only.
 #
+# Decoding (issue #19's row): one query token against a KV cache, bf16,
+# d 128, 32 query heads on 4 KV heads, batch 1, 8, 64 and caches of 16k and
+# 64k keys (--quick: batch 1 and 8, 16k): the CUDA backend's fa_forward on a
+# contiguous cache and its KV-cache step on 64-token pages, beside PyTorch
+# SDPA on the same contiguous cache (bench/decode_sdpa.py), into decode.md
+# (bench/decode_table.py: ms, fraction of the copy bandwidth, SDPA / ours).
+# --decode-only runs only that; FA_DECODE=0 leaves it out.
+#
 # Outputs in $OUT (default ./gpu-out): compare.jsonl (every point, fa-bench's
 # and sdpa_peer.py's schema), ratio.md (ours / peer, forward and backward),
 # ratio-full.md (the same with the TFLOP/s of each peer), compare-bench.txt
@@ -30,14 +38,16 @@
 # slower), 3 after 1 for MATH (it materialises N x N and may run out of
 # memory at large N: such points are written with "error": "oom").
 #
-# Usage: bench/compare_nvidia.sh [--quick]
+# Usage: bench/compare_nvidia.sh [--quick] [--decode-only]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 quick=0
+decode_only=0
 for arg in "$@"; do
   case $arg in
     --quick) quick=1 ;;
+    --decode-only) decode_only=1 ;;
     -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $arg (try --help)" >&2; exit 2 ;;
   esac
@@ -112,6 +122,41 @@ sweep() {
     *) echo "  $backend $dtype d$dim causal $causal: fa-bench exit $rc (see compare-bench.txt)"; failed=1 ;;
   esac
 }
+
+# The decoding row: CUDA only (the other backends' steps are FMA kernels,
+# timed by bench/decode_gpu_profile.sh beside it).
+decode_row() {
+  local batches=1,8,64 caches=16384,65536
+  [ "$quick" = 1 ] && { batches=1,8; caches=16384; }
+  local common=(--backend cuda --decode --dtype bf16 --dim 128 --heads 32 --heads-kv 4 --batch "$batches"
+                --cache "$caches")
+  rm -f "$out"/decode-*.csv
+  stamp "decoding: fa-bench --decode (contiguous fa_forward, KV-cache step on 64-token pages)"
+  timeout "$step_timeout" "$build/fa-bench" "${common[@]}" --csv "$out/decode-contiguous.csv" \
+    > "$out/decode-bench.txt" 2>&1 || { echo "  fa-bench --decode failed (decode-bench.txt)"; failed=1; }
+  timeout "$step_timeout" "$build/fa-bench" "${common[@]}" --kvcache --page-size 64 --csv "$out/decode-paged64.csv" \
+    >> "$out/decode-bench.txt" 2>&1 || { echo "  fa-bench --decode --kvcache failed"; failed=1; }
+  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
+    stamp "decoding: PyTorch SDPA on the same contiguous cache"
+    timeout "$step_timeout" python3 bench/decode_sdpa.py --batch "$batches" --cache "$caches" \
+      --csv "$out/decode-sdpa.csv" > "$out/decode-sdpa.txt" 2>&1 || { echo "  decode_sdpa.py failed"; failed=1; }
+  fi
+  {
+    echo "### contiguous cache, fa_forward"
+    python3 bench/decode_table.py "$out/decode-contiguous.csv" "$out/decode-sdpa.csv"
+    echo
+    echo "### 64-token pages, fa_forward_kvcache (SDPA on the contiguous cache)"
+    python3 bench/decode_table.py "$out/decode-paged64.csv" "$out/decode-sdpa.csv"
+  } | tee "$out/decode.md"
+}
+
+if [[ " ${backends[*]} " == *" cuda "* ]] && [ "${FA_DECODE:-1}" != 0 ]; then
+  decode_row
+fi
+if [ "$decode_only" = 1 ]; then
+  stamp "done (--decode-only)"
+  exit "$failed"
+fi
 
 for backend in "${backends[@]}"; do
   stamp "fa-bench --backend $backend"

@@ -540,10 +540,17 @@ FA_DEV merge_src stage_partials(const fa_params &p, const fa_seq &seq, int hk, i
     const i64 split_stride = (i64)p.heads_q * p.total_q;
     constexpr int C4 = HEAD_DIM / 4;
     float *so = (float *)(smem + o_off), *sl = (float *)(smem + l_off);
-    for (int e = tid; e < ns * rows * C4; e += THREADS) {
-        const int sr = e / C4, x = (e - sr * C4) * 4, sp = sr / rows, r = sr - sp * rows;
-        cp_async16(smem_u32(so + (i64)sr * HEAD_DIM + x),
-                   p.part_o + (sp * split_stride + part_row(p, seq, hk, pr0 + r)) * HEAD_DIM + x, 16);
+    /* A thread keeps its chunks of the rows and walks the splits with one
+     * address step each: with the indices worked out per copy, the copies
+     * were issue-bound (5.5 us for 135 KB at batch 1 on the H100). */
+    const i64 o_step = split_stride * HEAD_DIM;
+    const u32 s_step = (u32)rows * HEAD_DIM * 4u;
+    for (int e = tid; e < rows * C4; e += THREADS) {
+        const int r = e / C4, x = (e - r * C4) * 4;
+        const float *src = p.part_o + part_row(p, seq, hk, pr0 + r) * HEAD_DIM + x;
+        u32 dst = smem_u32(so + (i64)r * HEAD_DIM + x);
+#pragma unroll 4
+        for (int sp = 0; sp < ns; sp++, src += o_step, dst += s_step) cp_async16(dst, src, 16);
     }
     cp_async_commit();
     for (int e = tid; e < ns * rows; e += THREADS) {

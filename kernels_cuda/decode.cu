@@ -41,10 +41,12 @@
  * (core/planner_decode.c counts the same bytes):
  *   Qs [BR x HEAD_DIM] (mma.cuh's padded tile; PAGED keeps the page ring
  *   in its rows' padding chunks), then either the stages' Ks, Vs
- *   [STAGES][BC x HEAD_DIM] or, at the end, the warps' partial O
+ *   [STAGES][BC x HEAD_DIM] (swizzled rows, kv_off; the planner counts
+ *   padded ones, a little more) or, at the end, the warps' partial O
  *   [WARPS][BR][HEAD_DIM + 4] and (m, l) [WARPS][BR][2] in fp32; the merge
- *   (SPLIT_MERGE_LAST) reuses it all for per-row values and the splits'
- *   weights. */
+ *   (SPLIT_MERGE_LAST) reuses it all for per-row values, the splits'
+ *   weights and, where they fit, every split's partial rows
+ *   (stage_partials). */
 #include "common.cuh"
 #include "mma.cuh"
 #include "rowwise.cuh"

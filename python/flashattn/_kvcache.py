@@ -3,6 +3,7 @@
 or paged caches (block_table), new keys and values appended in place,
 rotary embedding, causal masks and windows, softcap, ALiBi."""
 import ctypes
+import numbers
 
 import numpy as np
 
@@ -12,11 +13,15 @@ from ._lib import DTYPE_F32, call
 __all__ = ["flash_attn_with_kvcache"]
 
 
+_CACHE_LAYOUT = ("head_dim must be contiguous, the other strides and the first element 16-byte aligned (it is "
+                 "updated in place, so it cannot be copied)")
+_TENSOR_ARGS = ("q", "k_cache", "v_cache", "k", "v", "rotary_cos", "rotary_sin", "cache_seqlens", "block_table",
+                "alibi_slopes")
+
+
 def _host_array(x, name, dtype, ndim):
     """x as a C-contiguous NumPy array of dtype and ndim (a copy where it
     is not one already)."""
-    if hasattr(x, "detach"):  # a torch tensor: read on the host
-        x = x.detach().cpu().numpy()
     a = np.ascontiguousarray(_views.as_numpy(x, name), dtype=dtype)
     if a.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, has shape {a.shape}")
@@ -35,11 +40,54 @@ def _cache_view(x, name):
         raise TypeError(f"{name} must be a NumPy array (it is updated in place), not {type(x).__name__}")
     view = _views.numpy_view(x)
     if not view.is_canonical():
-        raise ValueError(f"{name}: head_dim must be contiguous, the other strides and the first element 16-byte "
-                         f"aligned (it is updated in place, so it cannot be copied)")
+        raise ValueError(f"{name}: {_CACHE_LAYOUT}")
     if not x.flags.writeable:
         raise ValueError(f"{name} is read-only (it is updated in place)")
     return view
+
+
+class _NumpyArgs:
+    """The arguments besides q, k and v as NumPy arrays (host memory)."""
+
+    def __init__(self):
+        self.adapter = _attention.NumpyAdapter()
+
+    cache = staticmethod(_cache_view)
+
+    @staticmethod
+    def int32(x, name, ndim):
+        return _raw_view(_host_array(x, name, np.int32, ndim))
+
+    @staticmethod
+    def full_int32(n, value):
+        return _raw_view(np.full(n, value, np.int32))
+
+    @staticmethod
+    def fp32_table(x, name):
+        return _raw_view(_host_array(x, name, np.float32, 2))
+
+
+def _rows(view, rows):
+    """The first rows rows of a C-contiguous 2-D view (contiguous too)."""
+    return _views.View(view.ptr, (rows,) + view.shape[1:], view.strides, view.dtype, view.itemsize, view.device,
+                       view.device_index, view.obj)
+
+
+def _array_kind(named):
+    """"torch" or "numpy": torch tensors and NumPy arrays (or other
+    DLPack producers) do not mix (cache_seqlens may be an int with either)."""
+    from ._api import _is_torch  # noqa: import cycle at module level
+
+    given = [(n, x) for n, x in named
+             if x is not None and not (n == "cache_seqlens" and isinstance(x, numbers.Integral))]
+    torch_names = [n for n, x in given if _is_torch(x)]
+    if not torch_names:
+        return "numpy"
+    others = [n for n, x in given if not _is_torch(x)]
+    if others:
+        raise TypeError(f"flash_attn_with_kvcache takes torch tensors or NumPy arrays, not both: "
+                        f"{', '.join(torch_names)} torch, {', '.join(others)} not")
+    return "torch"
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -51,8 +99,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 
     k_cache, v_cache: [batch, seqlen_cache, heads_kv, head_dim], or with
     block_table pools of pages [num_pages, page_size, heads_kv, head_dim]
-    (page_size a multiple of 16 up to 256); NumPy arrays, updated in place
-    where k and v are given. k, v: [batch, seqlen_new, heads_kv, head_dim],
+    (page_size a multiple of 16 up to 256); updated in place where k and v
+    are given, so never copied: they must be laid out as the library takes
+    them (head_dim contiguous, the other strides and the first element
+    16-byte aligned). k, v: [batch, seqlen_new, heads_kv, head_dim],
     written into the cache at cache_seqlens[b] and attended to.
     cache_seqlens: int or int32 [batch], tokens in each cache before the
     call (None: the whole capacity; not updated, as in FlashAttention).
@@ -66,18 +116,36 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     break these rules gets NaN and appends nothing. Returns out (as q), or
     (out, softmax_lse [batch, heads_q, seqlen_q]) with return_softmax_lse.
     backend, device: as flash_attn_func (host arrays run on the best
-    device present by default)."""
-    from ._api import _is_torch, select_context  # noqa: import cycle at module level
+    device present by default, CUDA tensors on their GPU).
 
-    if _is_torch(q, k_cache, v_cache, k, v):
-        raise TypeError("flash_attn_with_kvcache takes NumPy arrays (and CPU DLPack producers for q, k, v) for now")
+    The tensors are NumPy arrays (q, k, v may be CPU DLPack producers) or
+    torch tensors, all on one device, not a mix (cache_seqlens may be an
+    int with either); torch tensors give torch tensors back, on q's
+    device. CUDA tensors are used in place and the call runs on PyTorch's
+    current stream, as flash_attn_func's; torch's cache_seqlens and
+    block_table must be int32. Host memory on a device backend (OpenCL) is
+    copied in and back out around the call, the caches included, so they
+    hold the appended tokens when the call returns. Not differentiable
+    (as FlashAttention's): out has no gradient."""
+    from ._api import select_context  # noqa: import cycle at module level
+
+    named = tuple(zip(_TENSOR_ARGS, (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, block_table,
+                                     alibi_slopes)))
+    kind = _array_kind(named)
     if (k is None) != (v is None):
         raise ValueError("k and v go together (the tokens to append)")
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("rotary_cos and rotary_sin go together")
-    adapter = _attention.NumpyAdapter()
+    if kind == "torch":
+        from . import _torch
+        args = _torch.KvcacheArgs(q)
+        if alibi_slopes is not None:
+            args.check_device(alibi_slopes, "alibi_slopes")
+    else:
+        args = _NumpyArgs()
+    adapter = args.adapter
     qv = adapter.view(q, "q")
-    kc, vc = _cache_view(k_cache, "k_cache"), _cache_view(v_cache, "v_cache")
+    kc, vc = args.cache(k_cache, "k_cache"), args.cache(v_cache, "v_cache")
     if len(qv.shape) != 4 or len(kc.shape) != 4 or kc.shape != vc.shape:
         raise ValueError(f"q must be [batch, seqlen_q, heads_q, head_dim] and k_cache, v_cache of one shape "
                          f"[batch or pages, seqlen or page_size, heads_kv, head_dim]; have {qv.shape}, {kc.shape} "
@@ -90,7 +158,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     paged = block_table is not None
     table = None
     if paged:
-        table = _host_array(block_table, "block_table", np.int32, 2)
+        table = args.int32(block_table, "block_table", 2)
         if table.shape[0] != batch:
             raise ValueError(f"block_table must have batch = {batch} rows, has {table.shape[0]}")
         page_size, num_pages = kc.shape[1], kc.shape[0]
@@ -110,24 +178,26 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     seqlen_new = new[0].shape[1] if new else 0
 
     if cache_seqlens is None:
-        lens = np.full(batch, capacity, np.int32)
-    elif np.ndim(cache_seqlens) == 0:
-        lens = np.full(batch, int(cache_seqlens), np.int32)
+        lens = args.full_int32(batch, capacity)
+    elif isinstance(cache_seqlens, numbers.Integral) or (kind == "numpy" and np.ndim(cache_seqlens) == 0):
+        lens = args.full_int32(batch, int(cache_seqlens))
+    elif kind == "torch" and cache_seqlens.dim() == 0:  # one length for all, kept on its device
+        lens = args.int32(cache_seqlens.expand(batch), "cache_seqlens", 1)
     else:
-        lens = _host_array(cache_seqlens, "cache_seqlens", np.int32, 1)
+        lens = args.int32(cache_seqlens, "cache_seqlens", 1)
         if lens.shape[0] != batch:
             raise ValueError(f"cache_seqlens must have batch = {batch} entries, has {lens.shape[0]}")
 
     tables = None
     rotary_dim = 0
     if rotary_cos is not None:
-        cos_t = _host_array(rotary_cos, "rotary_cos", np.float32, 2)
-        sin_t = _host_array(rotary_sin, "rotary_sin", np.float32, 2)
+        cos_t = args.fp32_table(rotary_cos, "rotary_cos")
+        sin_t = args.fp32_table(rotary_sin, "rotary_sin")
         if cos_t.shape != sin_t.shape or cos_t.shape[0] < capacity:
             raise ValueError(f"rotary_cos and rotary_sin must be one shape [seqlen_ro >= {capacity}, rotary_dim / 2], "
                              f"have {cos_t.shape} and {sin_t.shape}")
         rotary_dim = 2 * cos_t.shape[1]
-        tables = (np.ascontiguousarray(cos_t[:capacity]), np.ascontiguousarray(sin_t[:capacity]))
+        tables = (_rows(cos_t, capacity), _rows(sin_t, capacity))
 
     opts = _attention.Options(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                               alibi_slopes=alibi_slopes)
@@ -148,15 +218,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     ctx = select_context([qv, kc, vc], backend, device)
     with ctx.lock:
         plan = ctx.plan(key, make_base)
+        adapter.before(ctx)
         with _attention._Buffers(ctx) as b:
             append = new is not None
-            args = _lib.KvcacheArgs(
+            call_args = _lib.KvcacheArgs(
                 q=b.bind(qv), k_cache=b.bind(kc, inout=append), v_cache=b.bind(vc, inout=append),
-                o=b.bind(out, True), lse=b.bind(lse, True), cache_seqlens=b.bind(_raw_view(lens)),
-                block_table=b.bind(_raw_view(table)) if paged else None,
+                o=b.bind(out, True), lse=b.bind(lse, True), cache_seqlens=b.bind(lens),
+                block_table=b.bind(table) if paged else None,
                 k_new=b.bind(new[0]) if append else None, v_new=b.bind(new[1]) if append else None,
-                rotary_cos=b.bind(_raw_view(tables[0])) if tables else None,
-                rotary_sin=b.bind(_raw_view(tables[1])) if tables else None)
-            call("fa_forward_kvcache", plan, ctypes.byref(args))
+                rotary_cos=b.bind(tables[0]) if tables else None,
+                rotary_sin=b.bind(tables[1]) if tables else None)
+            call("fa_forward_kvcache", plan, ctypes.byref(call_args))
             b.finish()
+            adapter.after(ctx)
     return (out_obj, lse_obj) if return_softmax_lse else out_obj

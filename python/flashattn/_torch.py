@@ -16,7 +16,7 @@ import torch
 from . import _api, _attention, _views
 from ._lib import DTYPE_BF16, DTYPE_F16, DTYPE_F32
 
-__all__ = ["FlashAttnFunction", "RingAttnFunction", "attention", "ring_attention"]
+__all__ = ["FlashAttnFunction", "RingAttnFunction", "KvcacheArgs", "attention", "ring_attention"]
 
 _DTYPES = {torch.float32: DTYPE_F32, torch.float16: DTYPE_F16, torch.bfloat16: DTYPE_BF16}
 # cudaStream_t 0, PyTorch's default stream, is the legacy default stream;
@@ -168,3 +168,64 @@ class RingAttnFunction(torch.autograd.Function):
 
 def ring_attention(q, k, v, opts, group, layout, backend, device, context):
     return RingAttnFunction.apply(q, k, v, opts, group, layout, backend, device, context)
+
+
+def _raw(t):
+    """A View of an int32 or fp32 tensor: only its memory matters."""
+    return _views.View(t.data_ptr(), t.shape, t.stride(), DTYPE_F32, t.element_size(), _backend_of(t.device),
+                       t.device.index or 0, t)
+
+
+class KvcacheArgs:
+    """flash_attn_with_kvcache's arguments besides q, k and v as torch
+    tensors on q's device. The caches are wrapped as they are (appended to
+    in place, never copied: where they lie in host memory and the backend
+    is a device one, the call copies them in and back out around the
+    kernel, as every host tensor is); cache_seqlens, block_table and the
+    rotary tables are made int32 or fp32 and contiguous on that device by
+    torch ops on the current stream, which the call then runs on, so CUDA
+    tensors are never read on the host (alibi_slopes aside: the plan copies
+    them from host memory, as flash_attn_func's)."""
+
+    def __init__(self, q):
+        self.device = q.device
+        self.adapter = TorchAdapter(q.device)
+
+    def check_device(self, t, name):
+        if t.device != self.device:
+            raise ValueError(f"{name} is on {t.device}, the other tensors on {self.device}")
+
+    def _checked(self, t, name, ndim):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor like the other inputs, not {type(t).__name__}")
+        self.check_device(t, name)
+        if t.dim() != ndim:
+            raise ValueError(f"{name} must have {ndim} dimensions, has shape {tuple(t.shape)}")
+        return t.detach()
+
+    def cache(self, t, name):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor like the other inputs, not {type(t).__name__}")
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{name}: dtype {t.dtype} is not supported: float32, float16, bfloat16")
+        self.check_device(t, name)
+        from ._kvcache import _CACHE_LAYOUT
+        view = _view(t.detach())
+        if not view.is_canonical():
+            raise ValueError(f"{name}: {_CACHE_LAYOUT}")
+        return view
+
+    def int32(self, t, name, ndim):
+        t = self._checked(t, name, ndim)
+        if t.dtype != torch.int32:
+            raise TypeError(f"{name} must be int32, not {t.dtype}")
+        return _raw(t.contiguous())
+
+    def full_int32(self, n, value):
+        return _raw(torch.full((n,), value, dtype=torch.int32, device=self.device))
+
+    def fp32_table(self, t, name):
+        t = self._checked(t, name, 2)
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, not {t.dtype}")
+        return _raw(t.to(torch.float32).contiguous())

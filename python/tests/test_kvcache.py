@@ -199,3 +199,143 @@ def test_argument_errors(rng):
         flashattn.flash_attn_with_kvcache(q, pool, pool.copy(), cache_seqlens=3,
                                           block_table=np.zeros((1, 2), np.int32), backend="reference")
     assert e.value.status == flashattn.Status.FA_ERR_INVALID_ARGUMENT and "page_size" in e.value.message
+
+
+# PyTorch tensors: the same steps as torch tensors on the CPU must give what
+# the NumPy path gives (the same backend, the same kernels), append to the
+# caller's cache tensors in place, and return torch tensors.
+try:
+    import torch
+except ImportError:
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+
+
+def _torch_step(backend, q, k_cache, v_cache, k_new, v_new, lens, table, cos, sin, **kw):
+    """(NumPy results, torch results, the NumPy caches, the torch caches) of
+    one step from copies of the same NumPy inputs."""
+    t = lambda x: None if x is None else torch.from_numpy(np.array(x))
+    kc_t, vc_t = t(k_cache), t(v_cache)
+    kc_n, vc_n = k_cache.copy(), v_cache.copy()
+    lens_t = lens if isinstance(lens, int) else t(lens)
+    got_n = flashattn.flash_attn_with_kvcache(q, kc_n, vc_n, k_new, v_new, cos, sin, lens, table,
+                                             return_softmax_lse=True, backend=backend, **kw)
+    got_t = flashattn.flash_attn_with_kvcache(t(q), kc_t, vc_t, t(k_new), t(v_new), t(cos), t(sin), lens_t, t(table),
+                                             return_softmax_lse=True, backend=backend, **kw)
+    return got_n, got_t, (kc_n, vc_n), (kc_t, vc_t)
+
+
+def _assert_same(got_n, got_t, caches_n, caches_t, q_dtype):
+    out_t, lse_t = got_t
+    assert isinstance(out_t, torch.Tensor) and isinstance(lse_t, torch.Tensor)
+    assert out_t.dtype == q_dtype and out_t.device.type == "cpu" and tuple(out_t.shape) == got_n[0].shape
+    assert lse_t.dtype == torch.float32 and tuple(lse_t.shape) == got_n[1].shape
+    np.testing.assert_array_equal(out_t.float().numpy(), got_n[0].astype(np.float32))
+    np.testing.assert_array_equal(lse_t.numpy(), got_n[1])
+    for cache_n, cache_t in zip(caches_n, caches_t):  # appended in place, as the NumPy caches
+        np.testing.assert_array_equal(cache_t.numpy(), cache_n)
+
+
+@needs_torch
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_torch_matches_numpy(backend, rng, case):
+    _, page, sn, sq, causal, window, rd, inter, softcap, alibi = case
+    b, hq, hk, d, capacity = 3, 4, 2, 32, 64
+    if page:
+        k_cache, v_cache, table = paged_cache(rng, b, capacity, page, hk, d, np.float32)
+    else:
+        k_cache, v_cache, table = random(rng, (b, capacity, hk, d)), random(rng, (b, capacity, hk, d)), None
+    q = random(rng, (b, sq, hq, d))
+    k_new = random(rng, (b, sn, hk, d)) if sn else None
+    v_new = random(rng, (b, sn, hk, d)) if sn else None
+    lens = np.array([0, 17, capacity - max(sn, sq)], np.int32)
+    cos, sin = tables(capacity, rd) if rd else (None, None)
+    slopes = (0.5 ** np.arange(1, hq + 1)).astype(np.float32) if alibi else None
+    kw = dict(causal=causal, window_size=window, softcap=softcap, rotary_interleaved=inter)
+    t = lambda x: None if x is None else torch.from_numpy(x)
+    got_n, got_t, caches_n, caches_t = _torch_step(backend, q, k_cache, v_cache, k_new, v_new, lens, table, cos,
+                                                   sin, **kw)
+    if slopes is not None:  # alibi_slopes as each path takes it
+        kc_n, vc_n = k_cache.copy(), v_cache.copy()
+        kc_t, vc_t = t(k_cache.copy()), t(v_cache.copy())
+        got_n = flashattn.flash_attn_with_kvcache(q, kc_n, vc_n, k_new, v_new, cos, sin, lens, table,
+                                                 alibi_slopes=slopes, return_softmax_lse=True, backend=backend, **kw)
+        got_t = flashattn.flash_attn_with_kvcache(t(q), kc_t, vc_t, t(k_new), t(v_new), t(cos), t(sin), t(lens),
+                                                 t(table), alibi_slopes=t(slopes), return_softmax_lse=True,
+                                                 backend=backend, **kw)
+        caches_n, caches_t = (kc_n, vc_n), (kc_t, vc_t)
+    _assert_same(got_n, got_t, caches_n, caches_t, torch.float32)
+    if sn:
+        assert not np.array_equal(caches_t[0].numpy(), k_cache)  # the append did write into the torch cache
+
+
+@needs_torch
+def test_torch_fp16_paged_rotary_append(backend, rng):
+    b, hq, hk, d, capacity, page = 2, 8, 2, 64, 96, 16
+    k_cache, v_cache, table = paged_cache(rng, b, capacity, page, hk, d, np.float16)
+    q = random(rng, (b, 2, hq, d), np.float16)
+    k_new, v_new = random(rng, (b, 2, hk, d), np.float16), random(rng, (b, 2, hk, d), np.float16)
+    cos, sin = tables(capacity, 32)
+    lens = np.array([40, 93], np.int32)
+    got = _torch_step(backend, q, k_cache, v_cache, k_new, v_new, lens, table, cos, sin, causal=True,
+                      rotary_interleaved=False)
+    _assert_same(*got, torch.float16)
+
+
+@needs_torch
+def test_torch_scalar_lengths_and_strided_q(backend, rng):
+    """cache_seqlens as an int, as a 0-d int32 tensor and None (the whole
+    capacity); q a strided view (copied, as flash_attn_func copies it)."""
+    b, hq, hk, d, capacity = 2, 4, 2, 32, 48
+    k_cache, v_cache = random(rng, (b, capacity, hk, d)), random(rng, (b, capacity, hk, d))
+    q = random(rng, (b, 1, hq, d))
+    k_new, v_new = random(rng, (b, 1, hk, d)), random(rng, (b, 1, hk, d))
+    got = _torch_step(backend, q, k_cache, v_cache, k_new, v_new, 20, None, None, None)
+    _assert_same(*got, torch.float32)
+    kc, vc = torch.from_numpy(k_cache.copy()), torch.from_numpy(v_cache.copy())
+    out = flashattn.flash_attn_with_kvcache(torch.from_numpy(q), kc, vc, torch.from_numpy(k_new),
+                                           torch.from_numpy(v_new), cache_seqlens=torch.tensor(20, dtype=torch.int32),
+                                           backend=backend)
+    np.testing.assert_array_equal(out.numpy(), got[1][0].numpy())
+    np.testing.assert_array_equal(kc.numpy(), got[3][0].numpy())
+    full_n = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, backend=backend)
+    wide = torch.from_numpy(np.concatenate([q, q], axis=3))[..., :d]  # not contiguous
+    full_t = flashattn.flash_attn_with_kvcache(wide, torch.from_numpy(k_cache), torch.from_numpy(v_cache),
+                                              backend=backend)
+    np.testing.assert_array_equal(full_t.numpy(), full_n)
+
+
+@needs_torch
+def test_torch_argument_errors(rng):
+    q = torch.randn(1, 1, 2, 32)
+    kc, vc = torch.randn(1, 64, 1, 32), torch.randn(1, 64, 1, 32)
+    one = torch.randn(1, 1, 1, 32)
+    call = lambda *a, **kw: flashattn.flash_attn_with_kvcache(*a, backend="reference", **kw)
+    with pytest.raises(TypeError, match="not both"):
+        call(q, kc.numpy(), vc)
+    with pytest.raises(TypeError, match="not both"):
+        call(q.numpy(), kc.numpy(), vc.numpy(), cache_seqlens=torch.zeros(1, dtype=torch.int32))
+    with pytest.raises(TypeError, match="not both"):
+        call(q, kc, vc, alibi_slopes=np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="k and v"):
+        call(q, kc, vc, k=one)
+    with pytest.raises(ValueError, match="rotary_cos"):
+        call(q, kc, vc, rotary_cos=torch.ones(64, 8))
+    with pytest.raises(TypeError, match="cache_seqlens must be int32"):
+        call(q, kc, vc, cache_seqlens=torch.zeros(1, dtype=torch.int64))
+    with pytest.raises(TypeError, match="block_table must be int32"):
+        call(q, torch.randn(4, 16, 1, 32), torch.randn(4, 16, 1, 32), block_table=torch.zeros(1, 2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="block_table must have 2 dimensions"):
+        call(q, torch.randn(4, 16, 1, 32), torch.randn(4, 16, 1, 32), block_table=torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(TypeError, match="rotary_cos must be a floating-point"):
+        call(q, kc, vc, rotary_cos=torch.ones(64, 8, dtype=torch.int32), rotary_sin=torch.ones(64, 8))
+    with pytest.raises(TypeError, match="k_cache: dtype"):
+        call(q, kc.to(torch.float64), vc)
+    with pytest.raises(ValueError, match="cannot be copied"):  # a cache is never copied: written in place
+        call(q, torch.randn(1, 64, 1, 64)[..., :32], vc)
+    with pytest.raises(ValueError, match="is on meta"):
+        call(q, kc, torch.empty(1, 64, 1, 32, device="meta"))
+    with pytest.raises(ValueError, match="cache_seqlens is on meta"):
+        call(q, kc, vc, cache_seqlens=torch.zeros(1, dtype=torch.int32, device="meta"))
+    with pytest.raises(ValueError, match="cache_seqlens must have batch"):
+        call(q, kc, vc, cache_seqlens=torch.zeros(3, dtype=torch.int32))

@@ -15,7 +15,13 @@ cost of a call from Python against the C call.
    call's on the default stream), and leaves the context on that stream;
    the default stream is CU_STREAM_LEGACY. Training with dropout (a fresh
    seed per call) adds no plan.
-4. Overhead: the median wall time of one flash_attn_func call until its
+4. KV cache: flashattn.flash_attn_with_kvcache on CUDA tensors (fp16, a
+   contiguous cache and a paged one with rotary, both appending) against
+   the same call on NumPy copies of the inputs: out and softmax_lse as
+   torch tensors on the GPU, the caller's cache tensors appended to in
+   place, and no copy of the caches (the call allocates out and
+   softmax_lse alone).
+5. Overhead: the median wall time of one flash_attn_func call until its
    kernel is done (a synchronize after it) beside the kernel's device time
    that fa-bench reports for the same shape (--fa-bench-json), and the
    median time the call itself takes to return.
@@ -124,6 +130,50 @@ def stream_check():
     return row
 
 
+def kvcache_check(paged):
+    """See 4. in the module's description."""
+    import numpy as np
+    g = torch.Generator(device="cuda").manual_seed(1)
+    mk = lambda *shape: torch.randn(*shape, device="cuda", generator=g, dtype=torch.float16)
+    b, hq, hk, d, capacity, page, sn = 4, 16, 4, 128, 1024, 64, 2
+    if paged:
+        pages = b * capacity // page + 3
+        k_cache, v_cache = mk(pages, page, hk, d), mk(pages, page, hk, d)
+        table = torch.randperm(pages, device="cuda", generator=g)[:b * capacity // page].to(torch.int32)
+        table = table.reshape(b, capacity // page)
+        pos = torch.arange(capacity, device="cuda", dtype=torch.float32)[:, None]
+        freq = 1.0 / 10000 ** (torch.arange(0, 64, 2, device="cuda", dtype=torch.float32) / 64)
+        cos, sin = torch.cos(pos * freq), torch.sin(pos * freq)
+    else:
+        k_cache, v_cache = mk(b, capacity, hk, d), mk(b, capacity, hk, d)
+        table = cos = sin = None
+    q, k_new, v_new = mk(b, sn, hq, d), mk(b, sn, hk, d), mk(b, sn, hk, d)
+    lens = torch.tensor([0, 100, 513, capacity - sn], dtype=torch.int32, device="cuda")
+    host = lambda t: None if t is None else t.cpu().numpy()
+    kc_n, vc_n = host(k_cache), host(v_cache)
+    v_before = vc_n.copy()
+    want, want_lse = flashattn.flash_attn_with_kvcache(host(q), kc_n, vc_n, host(k_new), host(v_new), host(cos),
+                                                       host(sin), host(lens), host(table), causal=True,
+                                                       return_softmax_lse=True, backend="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out, lse = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cos, sin, lens, table,
+                                                 causal=True, return_softmax_lse=True)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before
+    expected = out.numel() * out.element_size() + lse.numel() * lse.element_size()
+    row = {"check": "kvcache", "paged": paged, "allocated": extra, "out_plus_lse": expected,
+           "out": rel(out, torch.from_numpy(want).cuda()), "lse": rel(lse, torch.from_numpy(want_lse).cuda()),
+           "k_cache_max_diff": float(np.max(np.abs(k_cache.float().cpu().numpy() - kc_n.astype(np.float32)))),
+           "v_cache_equal": bool(np.array_equal(v_cache.cpu().numpy(), vc_n)),
+           "torch_out": out.is_cuda and out.dtype == torch.float16 and lse.dtype == torch.float32,
+           "appended": not np.array_equal(v_before, vc_n)}
+    row["ok"] = bool(row["out"] <= FLOOR["fp16"] and row["lse"] <= 1e-5 and row["k_cache_max_diff"] <= 4e-3
+                     and row["v_cache_equal"] and row["appended"] and row["torch_out"] and extra <= expected + 4096)
+    return row
+
+
 def overhead(shape, dtype, repeats, fa_bench):
     b, s, h, d = shape
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=DTYPES[dtype]) for _ in range(3))
@@ -176,6 +226,13 @@ def main():
           f"{r['same_result']}, context on the side stream {r['context_on_side_stream']}, default stream is "
           f"CU_STREAM_LEGACY {r['default_is_legacy']}, plans added by 5 dropout seeds "
           f"{r['plans_for_5_dropout_seeds']}: {'ok' if r['ok'] else 'FAIL'}")
+    for paged in (False, True):
+        r = kvcache_check(paged)
+        rows.append(r)
+        print(f"kvcache {'paged' if paged else 'contiguous'} fp16 with append on CUDA tensors against NumPy copies: "
+              f"out {r['out']:.2e}, lse {r['lse']:.2e}, k_cache max diff {r['k_cache_max_diff']:.1e}, v_cache equal "
+              f"{r['v_cache_equal']}, allocated {r['allocated']} bytes (out + lse {r['out_plus_lse']}): "
+              f"{'ok' if r['ok'] else 'FAIL'}")
     fa_bench = {}
     if args.fa_bench_json:
         for line in open(args.fa_bench_json):

@@ -4,7 +4,8 @@
 # source tree with FLASHATTN_LIBRARY pointing at the build, then run
 # bench/python_gpu_check.py (gradients against PyTorch SDPA, no copies, the
 # calls on PyTorch's current stream without host waits, one plan for many
-# dropout seeds, the Python call's overhead against fa-bench's kernel time)
+# dropout seeds, flash_attn_with_kvcache on CUDA tensors against the NumPy
+# path, the Python call's overhead against fa-bench's kernel time)
 # and the package's pytest suite where pytest is installed. Logs to $OUT
 # (default ./gpu-out).
 set -uo pipefail

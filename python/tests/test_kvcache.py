@@ -324,15 +324,20 @@ def test_torch_argument_errors(rng):
     with pytest.raises(TypeError, match="cache_seqlens must be int32"):
         call(q, kc, vc, cache_seqlens=torch.zeros(1, dtype=torch.int64))
     with pytest.raises(TypeError, match="block_table must be int32"):
-        call(q, torch.randn(4, 16, 1, 32), torch.randn(4, 16, 1, 32), block_table=torch.zeros(1, 2, dtype=torch.int64))
+        call(q, torch.randn(4, 16, 1, 32), torch.randn(4, 16, 1, 32),
+             block_table=torch.zeros(1, 2, dtype=torch.int64))
     with pytest.raises(ValueError, match="block_table must have 2 dimensions"):
         call(q, torch.randn(4, 16, 1, 32), torch.randn(4, 16, 1, 32), block_table=torch.zeros(2, dtype=torch.int32))
     with pytest.raises(TypeError, match="rotary_cos must be a floating-point"):
         call(q, kc, vc, rotary_cos=torch.ones(64, 8, dtype=torch.int32), rotary_sin=torch.ones(64, 8))
     with pytest.raises(TypeError, match="k_cache: dtype"):
         call(q, kc.to(torch.float64), vc)
-    with pytest.raises(ValueError, match="cannot be copied"):  # a cache is never copied: written in place
-        call(q, torch.randn(1, 64, 1, 64)[..., :32], vc)
+    # A cache is never copied (it is written in place): misaligned, or
+    # head_dim not contiguous, is refused.
+    with pytest.raises(ValueError, match="k_cache: .*cannot be copied"):
+        call(q, torch.randn(1, 64, 1, 33)[..., 1:], vc)
+    with pytest.raises(ValueError, match="v_cache: .*cannot be copied"):
+        call(q, kc, torch.randn(1, 32, 64, 1).permute(0, 2, 3, 1))
     with pytest.raises(ValueError, match="is on meta"):
         call(q, kc, torch.empty(1, 64, 1, 32, device="meta"))
     with pytest.raises(ValueError, match="cache_seqlens is on meta"):

@@ -58,6 +58,10 @@ static int resolve(const fa_attention_desc *d, fz_role role, layout *l) {
         d->head_dim <= 0)
         return 0;
     if (role == FZ_BIAS) return resolve_bias(d, l);
+    /* A KV-cache step has no backward: no dO, dQ, dK or dV (dK laid out as
+     * a paged pool over the capacity would span what no buffer holds). */
+    const int gradient = role == FZ_DOUT || role == FZ_DQ || role == FZ_DK || role == FZ_DV;
+    if (gradient && d->kv_cache == 1) return 1; /* none: nothing spanned */
     const int appended = role == FZ_K_NEW || role == FZ_V_NEW;
     if (appended && (d->kv_cache != 1 || d->seqlen_new == 0)) return 1; /* none: nothing spanned */
     if (appended && d->seqlen_new < 0) return 0;

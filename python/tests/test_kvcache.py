@@ -116,11 +116,10 @@ CASES = [  # name, page, append, seqlen_q, causal, window, rotary_dim, interleav
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
-def test_step_fp32(backend, rng, case):
-    _, page, sn, sq, causal, window, rd, inter, softcap, alibi = case
-    b, hq, hk, d = 3, 4, 2, 32
-    capacity = 64
+def case_inputs(rng, case, b=3, hq=4, hk=2, d=32, capacity=64):
+    """One CASES entry's fp32 inputs: q, the caches (paged: with their block
+    table), the appended rows, the cache lengths, rotary tables, slopes."""
+    _, page, sn, sq, _, _, rd, _, _, alibi = case
     if page:
         k_cache, v_cache, table = paged_cache(rng, b, capacity, page, hk, d, np.float32)
     else:
@@ -131,13 +130,20 @@ def test_step_fp32(backend, rng, case):
     lens = np.array([0, 17, capacity - max(sn, sq)], np.int32)
     cos, sin = tables(capacity, rd) if rd else (None, None)
     slopes = (0.5 ** np.arange(1, hq + 1)).astype(np.float32) if alibi else None
+    return q, k_cache, v_cache, k_new, v_new, lens, table, cos, sin, slopes
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_step_fp32(backend, rng, case):
+    _, page, sn, sq, causal, window, rd, inter, softcap, alibi = case
+    q, k_cache, v_cache, k_new, v_new, lens, table, cos, sin, slopes = case_inputs(rng, case)
     want = step_fp64(q, k_cache, v_cache, k_new, v_new, lens, table, cos, sin, causal, window, softcap, slopes, inter)
     out, lse = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
                                                  cache_seqlens=lens, block_table=table, causal=causal,
                                                  window_size=window, softcap=softcap, alibi_slopes=slopes,
                                                  rotary_interleaved=inter, return_softmax_lse=True,
                                                  backend=backend)
-    assert out.shape == q.shape and lse.shape == (b, hq, sq)
+    assert out.shape == q.shape and lse.shape == (q.shape[0], q.shape[2], sq)
     assert rel_error(out, want[0]) < 1e-5
     finite = np.isfinite(want[1])
     assert np.array_equal(np.isfinite(lse), finite)
@@ -240,17 +246,7 @@ def _assert_same(got_n, got_t, caches_n, caches_t, q_dtype):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
 def test_torch_matches_numpy(backend, rng, case):
     _, page, sn, sq, causal, window, rd, inter, softcap, alibi = case
-    b, hq, hk, d, capacity = 3, 4, 2, 32, 64
-    if page:
-        k_cache, v_cache, table = paged_cache(rng, b, capacity, page, hk, d, np.float32)
-    else:
-        k_cache, v_cache, table = random(rng, (b, capacity, hk, d)), random(rng, (b, capacity, hk, d)), None
-    q = random(rng, (b, sq, hq, d))
-    k_new = random(rng, (b, sn, hk, d)) if sn else None
-    v_new = random(rng, (b, sn, hk, d)) if sn else None
-    lens = np.array([0, 17, capacity - max(sn, sq)], np.int32)
-    cos, sin = tables(capacity, rd) if rd else (None, None)
-    slopes = (0.5 ** np.arange(1, hq + 1)).astype(np.float32) if alibi else None
+    q, k_cache, v_cache, k_new, v_new, lens, table, cos, sin, slopes = case_inputs(rng, case)
     kw = dict(causal=causal, window_size=window, softcap=softcap, rotary_interleaved=inter)
     t = lambda x: None if x is None else torch.from_numpy(x)
     got_n, got_t, caches_n, caches_t = _torch_step(backend, q, k_cache, v_cache, k_new, v_new, lens, table, cos,

@@ -21,15 +21,17 @@ typedef struct cl_args {
     cl_uint failed_index;
 } cl_args;
 
-static inline void arg_raw(cl_args *a, size_t size, const void *value) {
+static inline void arg_set(cl_args *a, size_t size, const void *value, int is_mem) {
     if (a->err == CL_SUCCESS) {
         a->err = fa_cl.clSetKernelArg(a->kernel, a->index, size, value);
         if (a->err != CL_SUCCESS) a->failed_index = a->index;
+        fa_cl_record_arg(a->kernel, a->index, size, value, is_mem);
     }
     a->index++;
 }
 
-static inline void arg_mem(cl_args *a, cl_mem m) { arg_raw(a, sizeof m, &m); }
+static inline void arg_raw(cl_args *a, size_t size, const void *value) { arg_set(a, size, value, 0); }
+static inline void arg_mem(cl_args *a, cl_mem m) { arg_set(a, sizeof m, &m, 1); }
 static inline void arg_int(cl_args *a, int v) {
     const cl_int x = v;
     arg_raw(a, sizeof x, &x);

@@ -59,6 +59,7 @@
     X(clReleaseProgram, cl_int, (cl_program))                                               \
     X(clCreateKernel, cl_kernel, (cl_program, const char *, cl_int *))                      \
     X(clReleaseKernel, cl_int, (cl_kernel))                                                 \
+    X(clGetKernelInfo, cl_int, (cl_kernel, cl_kernel_info, size_t, void *, size_t *))       \
     X(clSetKernelArg, cl_int, (cl_kernel, cl_uint, size_t, const void *))                   \
     X(clGetKernelWorkGroupInfo, cl_int,                                                     \
       (cl_kernel, cl_device_id, cl_kernel_work_group_info, size_t, void *, size_t *))       \
@@ -123,6 +124,16 @@ fa_status fa_cl_build(fa_cl_context *ctx, const char *const *paths, int path_cou
  * global size launches nothing, succeeds, and leaves *event NULL. */
 fa_status fa_cl_launch(fa_cl_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global,
                        const size_t *local, cl_event *event);
+/* Launch records for profiling through another runtime (cl_record.c):
+ * with FLASHATTN_OPENCL_RECORD naming a folder, the arguments set through
+ * cl_args.h are kept per thread, and fa_cl_launch writes the launch (the
+ * program binary, the sizes, every argument, the buffers' contents before
+ * it) into a folder of its own there, for tools/cl_replay. Without the
+ * variable both do nothing. */
+void fa_cl_record_arg(cl_kernel kernel, cl_uint index, size_t size, const void *value, int is_mem);
+void fa_cl_record_launch(fa_cl_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global,
+                         const size_t *local);
+
 /* Milliseconds between an event's start and end (waits for it); negative
  * when the event cannot be timed. */
 double fa_cl_event_ms(cl_event event);

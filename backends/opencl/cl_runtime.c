@@ -436,6 +436,7 @@ fa_status fa_cl_launch(fa_cl_context *ctx, cl_kernel kernel, cl_uint dims, const
             return fa_fail(FA_ERR_INTERNAL, "global[%u] = %zu is not a multiple of local[%u] = %zu",
                            (unsigned)d, global[d], (unsigned)d, local[d]);
     }
+    fa_cl_record_launch(ctx, kernel, dims, global, local);
     cl_int err = fa_cl.clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, 0, NULL, event);
     if (err != CL_SUCCESS) {
         if (event) *event = NULL;

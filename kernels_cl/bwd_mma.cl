@@ -260,19 +260,22 @@ FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushor
         if (u < DQ_UNITS) {
             /* Within a run (FA_C_RUN) elements e, e + 1 (e even) are
              * neighbouring columns of a row, the first even: 8-byte aligned
-             * in the accumulator. */
-            FA_MMA_UNROLL for (int n = 0; n < DQU; n++)
-                FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e += FA_DQ_PAIR) {
-                    const int r = mq * FA_M + FA_C_ROW(fc.lane, e), x = (j0 + n) * FA_N + FA_C_COL(fc.lane, e);
-                    if (r < seq.len_q - q0 && x < HEAD_DIM) {
-                        volatile __global float *p =
-                            dq_acc + fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q) * HEAD_DIM + x;
-                        if (FA_DQ_PAIR == 2)
-                            fa_atomic_add2(p, acc[n].x[e], acc[n].x[e + 1]);
-                        else
-                            fa_atomic_add(p, acc[n].x[e]);
-                    }
+             * in the accumulator. A row's address is formed once for the
+             * unit's n-tiles (per element it cost NVIDIA about seven integer
+             * instructions and a branch a reduction). */
+            FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e += FA_DQ_PAIR) {
+                const int r = mq * FA_M + FA_C_ROW(fc.lane, e), x0 = j0 * FA_N + FA_C_COL(fc.lane, e);
+                if (r >= seq.len_q - q0) continue;
+                volatile __global float *const row =
+                    dq_acc + fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q) * HEAD_DIM + x0;
+                FA_MMA_UNROLL for (int n = 0; n < DQU; n++) {
+                    if (HEAD_DIM % FA_N != 0 && x0 + n * FA_N >= HEAD_DIM) continue;
+                    if (FA_DQ_PAIR == 2)
+                        fa_atomic_add2(row + n * FA_N, acc[n].x[e], acc[n].x[e + 1]);
+                    else
+                        fa_atomic_add(row + n * FA_N, acc[n].x[e]);
                 }
+            }
         }
     }
 }

@@ -28,11 +28,32 @@
  * zero. The copies land by the caller's fa_copy_wait. */
 FA_FN void fa_fetch_rows(__local ushort *dst, __global const ushort *src, long stride, int rows, int valid,
                          int lid) {
+#if FA_THREADS % D_CHUNKS == 0
+    /* A work-item copies the same 16-byte column of every rstep-th row:
+     * its addresses move by constants, with no division a copy (the
+     * general loop below spent about 20 integer instructions a copy on
+     * NVIDIA, as many as the step's matrix products issue). Not unrolled:
+     * unrolled, the copies' addresses stayed live and the backward spilled
+     * at head_dim 128. */
+    const int rstep = FA_THREADS / D_CHUNKS, c = lid % D_CHUNKS, r0 = lid / D_CHUNKS;
+    const int col_ok = c * 8 < HEAD_DIM;
+    const long src_step = (long)rstep * stride;
+    __global const ushort *s = src + (long)r0 * stride + c * 8;
+    __local ushort *d = dst + r0 * LDS + c * 8;
+    FA_MMA_UNROLL_(unroll 1)
+    for (int r = r0; r < rows; r += rstep) {
+        const int ok = col_ok && r < valid;
+        fa_copy16(d, ok ? s : src, ok);
+        s += src_step;
+        d += rstep * LDS;
+    }
+#else
     for (int e = lid; e < rows * D_CHUNKS; e += FA_THREADS) {
         const int r = e / D_CHUNKS, c = e - r * D_CHUNKS;
         const int ok = r < valid && c * 8 < HEAD_DIM;
         fa_copy16(dst + r * LDS + c * 8, src + (ok ? (long)r * stride + c * 8 : 0), ok);
     }
+#endif
 }
 
 /* N-tiles a kernel's B load takes: two where the layer loads a pair at
@@ -89,17 +110,23 @@ FA_FN void fa_store_rows(__global ushort *dst, long stride, __local const ushort
     }
 }
 
+/* One value rounded to the 16-bit storage type through the layer's
+ * packing (one instruction on NVIDIA, where bf16's rounding in integer
+ * operations raised the bf16 backward at head_dim 64 from 165 to 189
+ * registers, past three work-groups a multiprocessor). */
+FA_FN ushort fa_round16(float f) { return (ushort)(fa_pack2(f, 0.0f) & 0xffffu); }
+
 /* An accumulator of the rows r0.. and columns c0.. of a tile, times
  * `scale`, as 16-bit values into a local tile (row stride ld), or into its
  * transpose (element (r, c) at tile[c * ld + r]). */
 FA_FN void fa_put_c(__local ushort *tile, int ld, int r0, int c0, const fa_c *c, float scale, fa_frag_ctx ctx) {
     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++)
-        tile[(r0 + FA_C_ROW(ctx.lane, e)) * ld + c0 + FA_C_COL(ctx.lane, e)] = fa_f2h(c->x[e] * scale);
+        tile[(r0 + FA_C_ROW(ctx.lane, e)) * ld + c0 + FA_C_COL(ctx.lane, e)] = fa_round16(c->x[e] * scale);
 }
 
 FA_FN void fa_put_c_t(__local ushort *tile, int ld, int r0, int c0, const fa_c *c, fa_frag_ctx ctx) {
     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++)
-        tile[(c0 + FA_C_COL(ctx.lane, e)) * ld + r0 + FA_C_ROW(ctx.lane, e)] = fa_f2h(c->x[e]);
+        tile[(c0 + FA_C_COL(ctx.lane, e)) * ld + r0 + FA_C_ROW(ctx.lane, e)] = fa_round16(c->x[e]);
 }
 
 /* An accumulator's elements set to `hidden` where the masks hide them; its

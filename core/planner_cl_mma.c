@@ -334,12 +334,27 @@ int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *de
 #define FA_CL_MMA_NV_BWD_CHUNKED_ROWS 32
 #define FA_CL_MMA_NV_BWD_TILE_WORDS 176
 
+/* And at head dimensions up to 64 four sub-groups of one strip (64 keys)
+ * and at most 32 queries, where the 16 x 128 tile in eight gave way once
+ * the tile copies lost their per-copy divisions: on an H100 (2026-11-27,
+ * one run, bench/results/h100.md) 32 x 64 ran 198.9 / 188.5 TFLOP/s
+ * (causal no / yes, 165 registers), 64 x 64 187.4 / 182.2 (230-238,
+ * spilling with dropout), 16 x 128 in eight 185.3 / 170.3. A step of 32
+ * queries against 64 keys serves 512 scores a sub-group, twice 16 x 128's,
+ * with half its keys' dQ reductions. */
+#define FA_CL_MMA_NV_BWD_SMALL_D 64
+#define FA_CL_MMA_NV_BWD_SMALL_D_ROWS 32
+#define FA_CL_MMA_NV_BWD_SMALL_D_WARPS 4
+
 int fa_cl_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
                         int tr, int tc) {
     fa_cl_mma_geometry g;
     if (!fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, 1, &g)) return 1;
     if (g.layout != FA_MMA_LAYOUT_NVIDIA) return 1;
     if (pass == FA_PASS_BACKWARD) {
+        if (desc->head_dim <= FA_CL_MMA_NV_BWD_SMALL_D &&
+            (g.warps > FA_CL_MMA_NV_BWD_SMALL_D_WARPS || g.strips != 1 || br > FA_CL_MMA_NV_BWD_SMALL_D_ROWS))
+            return 0;
         if (!g.v_regs)
             return g.q_chunk == br &&
                    bwd_words(fa_mma_layout_get(g.layout), g.strips, g.d_pad, br, 0) <= FA_CL_MMA_NV_BWD_TILE_WORDS;

@@ -1150,8 +1150,9 @@ FA_TEST(hip_nvidia_backward_tiles) {
  * ran fastest on an H200 (bench/results/h200.md, 2026-11-27); the model
  * alone would take 16 x 128 in eight sub-groups with V in registers (half
  * the bytes through the L2), which the preference sets aside. At head_dim
- * 64 the 16 x 128 tile in eight sub-groups with V's tile, not 32 x 128
- * with V in registers. No other layout holds V in registers in one stage. */
+ * 64, 32 x 64 in four sub-groups of one strip with V's tile (H100,
+ * 2026-11-27), not 16 x 128 in eight nor 32 x 128 with V in registers. No
+ * other layout holds V in registers in one stage. */
 FA_TEST(nvidia_opencl_backward_v_in_registers) {
     const fa_device_desc *nv = device("nvidia-opencl");
     static const int seqlens[] = {2048, 16384};
@@ -1175,9 +1176,10 @@ FA_TEST(nvidia_opencl_backward_v_in_registers) {
                     CHECK(b->variant == FA_VARIANT_MMA && fa_cl_mma_geometry_of(nv, &d, FA_PASS_BACKWARD, b->br, b->bc,
                                                                                 b->thread_rows, b->thread_cols,
                                                                                 b->stages, &g));
-                    const int want_br = dim == 128 ? 32 : 16, want_bc = dim == 128 ? 64 : 128;
+                    const int want_br = 32, want_bc = 64, want_chunk = dim == 128 ? 16 : 32;
                     CHECK_MSG(b->br == want_br && b->bc == want_bc && b->stages == 1 && g.warps == want_bc / 16 &&
-                                  g.v_regs == (dim == 128) && g.q_chunk == 16 && b->local_mem_bytes == g.local_mem,
+                                  g.strips == 1 && g.v_regs == (dim == 128) && g.q_chunk == want_chunk &&
+                                  b->local_mem_bytes == g.local_mem,
                               "%s d%d N %d option %d: %d x %d / %d, stages %d, V in registers %d, chunk %d",
                               fa_dtype_name(d.q.dtype), dim, sq, option, b->br, b->bc, b->work_group_size, b->stages,
                               g.v_regs, g.q_chunk);

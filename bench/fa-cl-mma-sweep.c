@@ -48,29 +48,25 @@ typedef struct config {
 
 /* Forward: the planner's pick on NVIDIA (64 x 64 in four sub-groups since
  * 2026-11-27) beside the eight-sub-group tiles it took before (128 x 128
- * at head_dim 64, 128 x 64 at 128). Backward: the planner's (16 x 128 in
- * eight sub-groups at head_dim 64, 16 x 64 in four at 128) beside the
- * tiles V's fragments in registers make room for in one stage (32 queries
- * at 64; 128 keys, or 32 queries in chunks of 16, at 128), the same in two
- * stages, chunks of 16 queries with and without a register cap (two
- * work-groups of 256 a multiprocessor need 128 or fewer), and the query
- * tiles walked from a different start per key tile (FA_BWD_ROTATE). The
- * run of 2026-11-27 (bench/results/h200.md) also timed the next query
- * tile loaded through registers during a step, an option since removed. */
+ * at head_dim 64, 128 x 64 at 128). Backward: the planner's (32 x 64 in
+ * four sub-groups, with V's tile at head_dim 64, with V in registers and
+ * chunks of 16 at 128) beside the tile it took before at head_dim 64
+ * (16 x 128 in eight) and the ones next to its own: 64 x 64 and two stages
+ * at head_dim 64, the 32-query step at head_dim 128 unchunked
+ * (FA_BWD_QC=32). The runs of 2026-11-27 (bench/results/h200.md,
+ * h100.md) timed the rest: rotated walks, 128-key tiles at head_dim 128,
+ * register caps (`-cl-nv-maxrregcount N` fails to build on NVIDIA's
+ * OpenCL; the `=` form had no effect), four-float dQ reductions, fragment
+ * loads a k-step ahead, dQ units of eight n-tiles (spilled). */
 static const config configs[] = {
     {FA_PASS_FORWARD, 0, 0, 0, 0, 1, ""},
     {FA_PASS_FORWARD, 64, 8, 1, 128, 1, ""},
     {FA_PASS_FORWARD, 128, 8, 1, 64, 1, ""},
     {FA_PASS_BACKWARD, 0, 0, 0, 0, 1, ""},
-    {FA_PASS_BACKWARD, 0, 0, 0, 0, 1, "-DFA_BWD_ROTATE"},
-    {FA_PASS_BACKWARD, 64, 8, 1, 32, 1, ""},
-    {FA_PASS_BACKWARD, 64, 8, 1, 32, 1, "-DFA_BWD_QC=16"},
-    {FA_PASS_BACKWARD, 64, 8, 1, 32, 1, "-DFA_BWD_QC=16 -cl-nv-maxrregcount=128"},
-    {FA_PASS_BACKWARD, 64, 8, 1, 32, 2, ""},
-    {FA_PASS_BACKWARD, 128, 8, 1, 16, 1, ""},
-    {FA_PASS_BACKWARD, 128, 8, 1, 16, 1, "-DFA_BWD_ROTATE"},
-    {FA_PASS_BACKWARD, 128, 4, 1, 32, 1, ""},
-    {FA_PASS_BACKWARD, 128, 4, 1, 16, 2, ""},
+    {FA_PASS_BACKWARD, 64, 8, 1, 16, 1, ""},
+    {FA_PASS_BACKWARD, 64, 4, 1, 64, 1, ""},
+    {FA_PASS_BACKWARD, 64, 4, 1, 32, 2, ""},
+    {FA_PASS_BACKWARD, 128, 4, 1, 32, 1, "-DFA_BWD_QC=32"},
 };
 #define N_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
 

@@ -53,7 +53,8 @@ typedef struct config {
  * chunks of 16 at 128) beside the tile it took before at head_dim 64
  * (16 x 128 in eight) and the ones next to its own: 64 x 64 and two stages
  * at head_dim 64, the 32-query step at head_dim 128 unchunked
- * (FA_BWD_QC=32). The runs of 2026-11-27 (bench/results/h200.md,
+ * (FA_BWD_QC=32) and 16 x 128 in eight sub-groups with V in registers
+ * (half the L2 bytes a product, one work-group a multiprocessor). The runs of 2026-11-27 (bench/results/h200.md,
  * h100.md) timed the rest: rotated walks, 128-key tiles at head_dim 128,
  * register caps (`-cl-nv-maxrregcount N` fails to build on NVIDIA's
  * OpenCL; the `=` form had no effect), four-float dQ reductions, fragment
@@ -67,6 +68,7 @@ static const config configs[] = {
     {FA_PASS_BACKWARD, 64, 4, 1, 64, 1, ""},
     {FA_PASS_BACKWARD, 64, 4, 1, 32, 2, ""},
     {FA_PASS_BACKWARD, 128, 4, 1, 32, 1, "-DFA_BWD_QC=32"},
+    {FA_PASS_BACKWARD, 128, 8, 1, 16, 1, ""},
 };
 #define N_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
 

@@ -737,6 +737,87 @@ FA_TEST(launch_and_timing) {
     CHECK_OK(fa_context_destroy(ctx));
 }
 
+/* FLASHATTN_OPENCL_RECORD (cl_record.c): a fused forward's launch lands
+ * in launch-000 with its kernel name, one line an argument (as many as
+ * the kernel has), q's contents as its first buffer and the program's
+ * binary; only the kernel the filter names, only as many as the cap. The
+ * variables are set before this process's first launch, as the record
+ * reads them once. */
+FA_TEST(launch_recorded) {
+    REQUIRE_OPENCL();
+    char dir[] = "/tmp/fa-record-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    setenv("FLASHATTN_OPENCL_RECORD", dir, 1);
+    setenv("FLASHATTN_OPENCL_RECORD_KERNEL", "fa_forward", 1);
+    setenv("FLASHATTN_OPENCL_RECORD_MAX", "1", 1);
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &ctx));
+    if (!ctx) return;
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    d.batch = 1;
+    d.seqlen_q = d.seqlen_k = 64;
+    d.heads_q = d.heads_kv = 2;
+    d.head_dim = 32;
+    const size_t n = 64 * 2 * 32, bytes = n * sizeof(float);
+    fa_rng rng;
+    fa_rng_seed(&rng, 20261127);
+    float *host = fa_test_random_tensor(&rng, FA_DTYPE_F32, (int64_t)n);
+    fa_plan plan = NULL;
+    fa_buffer q = NULL, k = NULL, v = NULL, o = NULL, lse = NULL;
+    CHECK_OK(fa_plan_create(ctx, &d, &plan));
+    CHECK_OK(fa_buffer_alloc(ctx, bytes, &q));
+    CHECK_OK(fa_buffer_alloc(ctx, bytes, &k));
+    CHECK_OK(fa_buffer_alloc(ctx, bytes, &v));
+    CHECK_OK(fa_buffer_alloc(ctx, bytes, &o));
+    CHECK_OK(fa_buffer_alloc(ctx, 64 * 2 * sizeof(float), &lse));
+    if (plan && host && q && k && v && o && lse) {
+        CHECK_OK(fa_buffer_upload(q, 0, host, bytes));
+        CHECK_OK(fa_buffer_upload(k, 0, host, bytes));
+        CHECK_OK(fa_buffer_upload(v, 0, host, bytes));
+        CHECK_OK(fa_forward(plan, q, k, v, o, lse));
+        CHECK_OK(fa_forward(plan, q, k, v, o, lse));
+        CHECK_OK(fa_context_synchronize(ctx));
+        char path[256], line[256], kernel[64] = "";
+        snprintf(path, sizeof path, "%s/launch-000/meta.txt", dir);
+        FILE *meta = fopen(path, "r");
+        CHECK_MSG(meta != NULL, "no %s", path);
+        int nargs = -1, lines = 0, first_mem = -1;
+        while (meta && fgets(line, sizeof line, meta)) {
+            unsigned i, b;
+            if (sscanf(line, "kernel %63s", kernel) == 1) continue;
+            if (sscanf(line, "args %d", &nargs) == 1) continue;
+            if (sscanf(line, "arg %u mem buf%u.bin", &i, &b) == 2 && first_mem < 0) first_mem = (int)b;
+            if (strncmp(line, "arg ", 4) == 0) lines++;
+        }
+        if (meta) fclose(meta);
+        CHECK_MSG(strcmp(kernel, "fa_forward") == 0, "kernel %s", kernel);
+        CHECK_MSG(nargs > 20 && lines == nargs, "%d argument lines for %d arguments", lines, nargs);
+        CHECK_MSG(first_mem == 0, "first buffer argument %d", first_mem);
+        struct stat st;
+        snprintf(path, sizeof path, "%s/launch-000/buf000.bin", dir);
+        CHECK_MSG(stat(path, &st) == 0 && (size_t)st.st_size == bytes, "%s: %lld bytes", path,
+                  (long long)st.st_size);
+        FILE *f = fopen(path, "rb");
+        float first = 0.0f;
+        CHECK(f && fread(&first, sizeof first, 1, f) == 1 && first == host[0]);
+        if (f) fclose(f);
+        snprintf(path, sizeof path, "%s/launch-000/program.bin", dir);
+        CHECK(stat(path, &st) == 0 && st.st_size > 0);
+        snprintf(path, sizeof path, "%s/launch-001", dir);
+        CHECK_MSG(stat(path, &st) != 0, "a second launch was recorded past the cap of 1");
+    }
+    free(host);
+    fa_buffer bufs[5] = {q, k, v, o, lse};
+    for (int i = 0; i < 5; i++)
+        if (bufs[i]) fa_buffer_free(bufs[i]);
+    if (plan) fa_plan_destroy(plan);
+    CHECK_OK(fa_context_destroy(ctx));
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* Needs no device: names and statuses only. */
 FA_TEST(error_codes_named) {
     CHECK_STATUS(fa_cl_error(CL_INVALID_VALUE, "clFoo"), FA_ERR_LAUNCH);
@@ -772,6 +853,7 @@ NOT_BUILT(stream_gpu_flavour_builds)
 NOT_BUILT(build_cache_hit_corrupt_and_stale)
 NOT_BUILT(launch_and_timing)
 NOT_BUILT(error_codes_named)
+NOT_BUILT(launch_recorded)
 
 #endif
 
@@ -779,4 +861,4 @@ FA_TEST_MAIN(FA_CASE(enumerates_every_device), FA_CASE(bandwidth_measured_then_c
              FA_CASE(context_native_and_sync), FA_CASE(buffer_round_trip_unaligned),
              FA_CASE(buffer_bounds_and_sizes), FA_CASE(wrap_native_buffer), FA_CASE(broken_source_reports_log),
              FA_CASE(build_cache_hit_corrupt_and_stale), FA_CASE(launch_and_timing), FA_CASE(error_codes_named),
-             FA_CASE(stream_gpu_flavour_builds))
+             FA_CASE(stream_gpu_flavour_builds), FA_CASE(launch_recorded))

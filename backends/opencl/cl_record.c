@@ -35,14 +35,23 @@ static _Thread_local struct {
 } rec;
 
 static atomic_int rec_count;
+/* Whether FLASHATTN_OPENCL_RECORD is set, looked up once: every argument
+ * of every launch asks, and a scan of the environment each time would add
+ * microseconds to short launches. -1: not looked up yet. */
+static atomic_int rec_on = -1;
 
 static const char *rec_dir(void) {
-    const char *d = getenv("FLASHATTN_OPENCL_RECORD");
-    return d && d[0] ? d : NULL;
+    int on = atomic_load(&rec_on);
+    if (on < 0) {
+        const char *d = getenv("FLASHATTN_OPENCL_RECORD");
+        on = d && d[0];
+        atomic_store(&rec_on, on);
+    }
+    return on ? getenv("FLASHATTN_OPENCL_RECORD") : NULL;
 }
 
 void fa_cl_record_arg(cl_kernel kernel, cl_uint index, size_t size, const void *value, int is_mem) {
-    if (!rec_dir()) return;
+    if (!atomic_load(&rec_on) || !rec_dir()) return;
     if (rec.kernel != kernel) {
         memset(&rec, 0, sizeof rec);
         rec.kernel = kernel;

@@ -269,7 +269,8 @@ FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushor
                 volatile __global float *const row =
                     dq_acc + fa_lse_index(b, h, q0 + r, heads_q, seqlen_q, seq.start_q, total_q) * HEAD_DIM + x0;
                 FA_MMA_UNROLL for (int n = 0; n < DQU; n++) {
-                    if (HEAD_DIM % FA_N != 0 && x0 + n * FA_N >= HEAD_DIM) continue;
+                    /* Columns from HEAD_DIM to D_PAD are padding: not this row's. */
+                    if (D_PAD != HEAD_DIM && x0 + n * FA_N >= HEAD_DIM) continue;
                     if (FA_DQ_PAIR == 2)
                         fa_atomic_add2(row + n * FA_N, acc[n].x[e], acc[n].x[e + 1]);
                     else

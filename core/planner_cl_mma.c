@@ -339,9 +339,10 @@ int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *de
  * the tile copies lost their per-copy divisions: on an H100 (2026-11-27,
  * one run, bench/results/h100.md) 32 x 64 ran 198.9 / 188.5 TFLOP/s
  * (causal no / yes, 165 registers), 64 x 64 187.4 / 182.2 (230-238,
- * spilling with dropout), 16 x 128 in eight 185.3 / 170.3. A step of 32
- * queries against 64 keys serves 512 scores a sub-group, twice 16 x 128's,
- * with half its keys' dQ reductions. */
+ * spilling with dropout), 16 x 128 in eight 185.3 / 170.3. A sub-group
+ * holds 16 keys against 32 queries (512 scores, twice 16 x 128's), so a
+ * fragment it loads from local memory serves twice the products, for
+ * twice the Q and dO reads and dQ reductions a product through the L2. */
 #define FA_CL_MMA_NV_BWD_SMALL_D 64
 #define FA_CL_MMA_NV_BWD_SMALL_D_ROWS 32
 #define FA_CL_MMA_NV_BWD_SMALL_D_WARPS 4

@@ -595,6 +595,47 @@ FA_TEST(described_devices) { SUITE_CASE(described_devices); }
 FA_TEST(rejects_bad_tiles) { SUITE_CASE(rejects_bad_tiles); }
 FA_TEST(long_sequences) { SUITE_CASE(long_sequences); }
 FA_TEST(extreme_windows) { SUITE_CASE(extreme_windows); }
+/* The benchmarks' device copy and read (cuda_copy.c): each takes device
+ * time, the read writes nothing, and bad arguments are refused with a
+ * status, not launched. */
+FA_TEST(bench_copy_and_read) {
+    REQUIRE_CUDA();
+#ifdef FA_WITH_CUDA
+    const size_t bytes = (size_t)3 << 20;
+    fa_buffer a = NULL, b = NULL;
+    CHECK(fa_buffer_alloc(g_ctx, bytes, &a) == FA_SUCCESS);
+    CHECK(fa_buffer_alloc(g_ctx, bytes, &b) == FA_SUCCESS);
+    unsigned char *host = malloc(bytes), *back = malloc(bytes);
+    CHECK(host && back);
+    if (!a || !b || !host || !back) goto done;
+    for (size_t i = 0; i < bytes; i++) host[i] = (unsigned char)(i * 131u + 7u);
+    CHECK(fa_buffer_upload(a, 0, host, bytes) == FA_SUCCESS);
+    CHECK(fa_buffer_upload(b, 0, host, bytes) == FA_SUCCESS);
+    double ms = -1.0;
+    CHECK_MSG(fa_cuda_time_read(a, bytes, b, bytes - 16, &ms) == FA_SUCCESS, "%s", fa_last_error());
+    CHECK_MSG(ms > 0.0, "read time %g ms", ms);
+    CHECK_MSG(fa_cuda_read_async(a, bytes) == FA_SUCCESS, "%s", fa_last_error());
+    CHECK(fa_context_synchronize(g_ctx) == FA_SUCCESS);
+    CHECK(fa_buffer_download(a, 0, back, bytes) == FA_SUCCESS);
+    CHECK_MSG(memcmp(host, back, bytes) == 0, "the read changed its buffer");
+    ms = -1.0;
+    CHECK_MSG(fa_cuda_time_copy(b, a, bytes, &ms) == FA_SUCCESS && ms > 0.0, "copy: %s, %g ms", fa_last_error(), ms);
+    CHECK(fa_buffer_download(b, 0, back, bytes) == FA_SUCCESS);
+    CHECK_MSG(memcmp(host, back, bytes) == 0, "the copy's destination differs from its source");
+    CHECK(fa_cuda_time_read(a, bytes - 8, NULL, 0, &ms) == FA_ERR_INVALID_ARGUMENT);
+    CHECK(fa_cuda_time_read(a, bytes + 16, NULL, 0, &ms) == FA_ERR_INVALID_ARGUMENT);
+    CHECK(fa_cuda_time_read(a, bytes, NULL, 16, &ms) == FA_ERR_NULL_POINTER);
+    CHECK(fa_cuda_time_read(NULL, 0, NULL, 0, &ms) == FA_ERR_NULL_POINTER);
+    CHECK(fa_cuda_time_read(a, bytes, b, bytes, NULL) == FA_ERR_NULL_POINTER);
+    CHECK(fa_cuda_read_async(a, bytes + 16) == FA_ERR_INVALID_ARGUMENT);
+done:
+    free(host);
+    free(back);
+    if (a) fa_buffer_free(a);
+    if (b) fa_buffer_free(b);
+#endif
+}
+
 FA_TEST(destroy_in_any_order) { SUITE_CASE(destroy_in_any_order); }
 FA_TEST(huge_mask_blocks) { SUITE_CASE(huge_mask_blocks); }
 FA_TEST(env_build_options) { SUITE_CASE(env_build_options); }
@@ -1642,7 +1683,7 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
              FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(score_options), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
-             FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
+             FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order), FA_CASE(bench_copy_and_read),
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims),
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),

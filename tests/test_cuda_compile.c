@@ -1018,36 +1018,46 @@ FA_TEST(errors_are_reported) {
 #endif
 }
 
-/* The ring's element-wise passes (kernels_cuda/rows.cu), as a context's
- * first pass compiles them on an A100 and an H100: real code for the
- * architecture, both kernels, no spills. */
-FA_TEST(rows_sm80_sm90) {
+/* The small programs a context compiles on first use: the ring's
+ * element-wise passes (kernels_cuda/rows.cu) and the benchmarks' read
+ * (kernels_cuda/stream_read.cu), as on an A100 and an H100: real code for
+ * the architecture, every kernel, no spills. */
+FA_TEST(small_programs_sm80_sm90) {
     REQUIRE_CUDA_BUILD();
 #ifdef FA_WITH_CUDA
     REQUIRE_NVRTC();
+    typedef fa_status (*program_compile_fn)(int, int, fa_cuda_kernel_report *, int, int *);
     static const int ccs[][2] = {{8, 0}, {9, 0}};
-    static const char *const kernels[] = {"fa_rows", "fa_rows_merge"};
-    for (size_t c = 0; c < FA_ARRAY_SIZE(ccs); c++) {
-        fa_cuda_kernel_report rep[MAX_REPORTS];
-        int n = 0;
-        fa_status st = fa_cuda_rows_compile(ccs[c][0], ccs[c][1], rep, MAX_REPORTS, &n);
-        CHECK_MSG(st == FA_SUCCESS, "sm_%d%d: %s", ccs[c][0], ccs[c][1], fa_last_error());
-        if (st != FA_SUCCESS) continue;
-        CHECK_MSG(n == 2, "sm_%d%d: %d kernels", ccs[c][0], ccs[c][1], n);
-        for (int k = 0; k < n && k < 2; k++) {
-            const fa_cuda_kernel_report *r = &rep[k];
-            printf("%-8s %-14s %5d threads %3d registers %d/%d bytes spilled, %d bytes of stack%s\n", r->arch,
-                   r->kernel, r->threads, r->registers, r->spill_stores, r->spill_loads, r->stack_bytes,
-                   r->from_cache ? " (cached)" : "");
-            CHECK_MSG(strcmp(r->kernel, kernels[k]) == 0, "kernel %d is %s", k, r->kernel);
-            CHECK_MSG(r->real_code, "%s %s: compiled to PTX, not to the architecture's own code", r->arch, r->kernel);
-            CHECK_MSG(r->registers > 0 && r->registers <= 255, "%s %s: %d registers", r->arch, r->kernel,
-                      r->registers);
-            CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
-                      "%s %s spills: %d bytes stored, %d loaded, %d bytes of stack", r->arch, r->kernel,
-                      r->spill_stores, r->spill_loads, r->stack_bytes);
+    static const struct {
+        program_compile_fn compile;
+        int nkernels;
+        const char *kernels[2];
+    } programs[] = {{fa_cuda_rows_compile, 2, {"fa_rows", "fa_rows_merge"}},
+                    {fa_cuda_read_compile, 1, {"fa_stream_read", NULL}}};
+    for (size_t p = 0; p < FA_ARRAY_SIZE(programs); p++)
+        for (size_t c = 0; c < FA_ARRAY_SIZE(ccs); c++) {
+            fa_cuda_kernel_report rep[MAX_REPORTS];
+            int n = 0;
+            fa_status st = programs[p].compile(ccs[c][0], ccs[c][1], rep, MAX_REPORTS, &n);
+            CHECK_MSG(st == FA_SUCCESS, "%s sm_%d%d: %s", programs[p].kernels[0], ccs[c][0], ccs[c][1],
+                      fa_last_error());
+            if (st != FA_SUCCESS) continue;
+            CHECK_MSG(n == programs[p].nkernels, "sm_%d%d: %d kernels", ccs[c][0], ccs[c][1], n);
+            for (int k = 0; k < n && k < programs[p].nkernels; k++) {
+                const fa_cuda_kernel_report *r = &rep[k];
+                printf("%-8s %-14s %5d threads %3d registers %d/%d bytes spilled, %d bytes of stack%s\n", r->arch,
+                       r->kernel, r->threads, r->registers, r->spill_stores, r->spill_loads, r->stack_bytes,
+                       r->from_cache ? " (cached)" : "");
+                CHECK_MSG(strcmp(r->kernel, programs[p].kernels[k]) == 0, "kernel %d is %s", k, r->kernel);
+                CHECK_MSG(r->real_code, "%s %s: compiled to PTX, not to the architecture's own code", r->arch,
+                          r->kernel);
+                CHECK_MSG(r->registers > 0 && r->registers <= 255, "%s %s: %d registers", r->arch, r->kernel,
+                          r->registers);
+                CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
+                          "%s %s spills: %d bytes stored, %d loaded, %d bytes of stack", r->arch, r->kernel,
+                          r->spill_stores, r->spill_loads, r->stack_bytes);
+            }
         }
-    }
 #endif
 }
 
@@ -1057,4 +1067,4 @@ FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h
              FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options),
              FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),
-             FA_CASE(decode_merge_choice), FA_CASE(errors_are_reported), FA_CASE(rows_sm80_sm90))
+             FA_CASE(decode_merge_choice), FA_CASE(errors_are_reported), FA_CASE(small_programs_sm80_sm90))

@@ -426,6 +426,7 @@ static void cuda_context_destroy(void *handle) {
         (void)cuda_api.cuStreamDestroy_v2(ctx->own_stream);
         if (ctx->order_event) (void)cuda_api.cuEventDestroy_v2(ctx->order_event);
         fa_cuda_rows_release(ctx);
+        fa_cuda_read_release(ctx);
         fa_cuda_pop();
     }
     (void)cuda_api.cuDevicePrimaryCtxRelease_v2(ctx->device);

@@ -103,6 +103,12 @@ fa_status fa_cuda_compile_plan(const fa_attention_desc *desc, const fa_plan_info
  * stream and returns the copy's device time (cuda_copy.c). */
 fa_status fa_cuda_time_copy(fa_buffer dst, fa_buffer src, size_t bytes, double *ms);
 fa_status fa_cuda_copy_async(fa_buffer dst, fa_buffer src, size_t bytes);
+/* A read of the first a_bytes of a and b_bytes of b (b NULL with 0; each a
+ * multiple of 16), nothing written: timed, and untimed left in flight. */
+fa_status fa_cuda_time_read(fa_buffer a, size_t a_bytes, fa_buffer b, size_t b_bytes, double *ms);
+fa_status fa_cuda_read_async(fa_buffer src, size_t bytes);
+/* Threads a block of kernels_cuda/stream_read.cu (STREAM_THREADS). */
+#define FA_STREAM_THREADS 512
 
 /* The same for the forward pass alone (sweeps over forward-only kernels,
  * such as decoding's, need not compile a backward per shape). */
@@ -123,6 +129,9 @@ fa_status fa_cuda_standard_compile_kernels(const fa_attention_desc *desc, int cc
  * One report per kernel (fa_rows, fa_rows_merge); *count receives 2. */
 fa_status fa_cuda_rows_compile(int cc_major, int cc_minor, fa_cuda_kernel_report *reports, int max_reports,
                                int *count);
+/* The same for kernels_cuda/stream_read.cu (fa_stream_read; *count 1). */
+fa_status fa_cuda_read_compile(int cc_major, int cc_minor, fa_cuda_kernel_report *reports, int max_reports,
+                                 int *count);
 
 /* The backend's plan_prepare / plan_release, reachable by tests that
  * rebuild a plan's kernels for other tiles. */
@@ -250,6 +259,9 @@ typedef struct fa_cuda_context {
     size_t smem_optin;          /* shared memory per block with opt-in */
     CUmodule rows_module;       /* kernels_cuda/rows.cu, loaded on first use (cuda_rows.c) */
     CUfunction rows_fn, rows_merge_fn;
+    CUmodule read_module;     /* kernels_cuda/stream_read.cu, loaded on first use (cuda_copy.c) */
+    CUfunction read_fn;
+    CUdeviceptr read_sink;    /* the read's one word */
 } fa_cuda_context;
 
 typedef struct fa_cuda_buffer {
@@ -286,6 +298,8 @@ fa_status fa_cuda_rows(void *ctx, fa_rows_op op, const fa_rows_shape *shape, con
 fa_status fa_cuda_rows_merge(void *ctx, const fa_rows_shape *shape, const fa_rows_view *acc_o,
                              const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l);
 void fa_cuda_rows_release(fa_cuda_context *ctx);
+/* The read's module and sink (cuda_copy.c), at context destruction. */
+void fa_cuda_read_release(fa_cuda_context *ctx);
 fa_status fa_cuda_transport_nccl(void *ctx, void *nccl_comm, fa_transport *transport);
 
 #endif /* FA_CUDA_DRIVER_TYPES */

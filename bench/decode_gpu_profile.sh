@@ -13,7 +13,12 @@
 #           --clock-control none
 # With DEC_BASE=DIR (a second source tree carried beside this one), the same
 # table for that tree's build first, so that a change is compared on the
-# same card in the same call.
+# same card in the same call. DEC_FLUSH="copy read" times every table (and
+# SDPA) after each kind of cache flush (fa-bench --flush; a copy leaves the
+# L2 dirty, a read clean); DEC_MODES picks the tables' steps (forward kv
+# paged64 paged256); DEC_TRACE="1:16384 ..." (batch:cache) runs the
+# DECODE_TRACE build there and keeps its per-block timestamps
+# (trace-*.txt, summarised by bench/decode_trace.py).
 # Outputs in $OUT (default ./gpu-out): decode-all.tgz (decode-*.csv, *.txt,
 # ncu-*.txt and the logs).
 set -uo pipefail
@@ -28,18 +33,28 @@ failed=0
 fa_gpu_info
 fa_nvidia_opencl || true
 
-# decode_table TAG BUILD: the table's rows from BUILD's fa-bench.
+flushes=${DEC_FLUSH:-copy}
+modes=${DEC_MODES:-forward kv paged64 paged256}
+
+# decode_table TAG BUILD: the table's rows from BUILD's fa-bench, after
+# each flush of DEC_FLUSH (tags of flushes other than copy end in -FLUSH).
 decode_table() {
-  local tag=$1 bin=$2/fa-bench
-  local common=(--decode --dtype bf16 --dim 128 --heads 32 --heads-kv 4 --batch "$batches" --cache "$caches")
-  stamp "$tag: contiguous fa_forward"
-  timeout 120 "$bin" --backend cuda "${common[@]}" --csv "$out/decode-$tag-forward.csv" > "$out/decode-$tag-forward.txt" 2>&1 || failed=1
-  stamp "$tag: KV-cache step, contiguous"
-  timeout 120 "$bin" --backend cuda "${common[@]}" --kvcache --csv "$out/decode-$tag-kv.csv" > "$out/decode-$tag-kv.txt" 2>&1 || failed=1
-  for page in 64 256; do
-    stamp "$tag: KV-cache step, pages of $page"
-    timeout 120 "$bin" --backend cuda "${common[@]}" --kvcache --page-size "$page" \
-      --csv "$out/decode-$tag-paged$page.csv" > "$out/decode-$tag-paged$page.txt" 2>&1 || failed=1
+  local tag=$1 bin=$2/fa-bench flush mode t extra
+  for flush in $flushes; do
+    t=$tag
+    [ "$flush" = copy ] || t=$tag-$flush
+    for mode in $modes; do
+      case $mode in
+        forward) extra=() ;;
+        kv) extra=(--kvcache) ;;
+        paged*) extra=(--kvcache --page-size "${mode#paged}") ;;
+        *) echo "DEC_MODES: unknown mode $mode"; failed=1; continue ;;
+      esac
+      stamp "$t: $mode"
+      timeout 120 "$bin" --backend cuda --decode --dtype bf16 --dim 128 --heads 32 --heads-kv 4 --batch "$batches" \
+        --cache "$caches" --flush "$flush" "${extra[@]}" --csv "$out/decode-$t-$mode.csv" \
+        > "$out/decode-$t-$mode.txt" 2>&1 || failed=1
+    done
   done
 }
 
@@ -103,10 +118,28 @@ timeout 120 build-gpu/fa-bench --backend opencl --decode --dtype bf16 --dim 128 
   > "$out/decode-opencl-paged64.txt" 2>&1 || echo "OpenCL decode: exit $?"
 
 if python3 -c "import torch" 2> /dev/null; then
-  stamp "PyTorch SDPA"
-  timeout 200 python3 bench/decode_sdpa.py --batch "$batches" --cache "$caches" --csv "$out/decode-sdpa.csv" \
-    > "$out/decode-sdpa.txt" 2>&1 || failed=1
+  for flush in $flushes; do
+    t=sdpa
+    [ "$flush" = copy ] || t=sdpa-$flush
+    stamp "PyTorch SDPA, flush $flush"
+    timeout 200 python3 bench/decode_sdpa.py --batch "$batches" --cache "$caches" \
+      --flush "$([ "$flush" = copy ] && echo fill || echo read)" --csv "$out/decode-$t.csv" \
+      > "$out/decode-$t.txt" 2>&1 || failed=1
+  done
 fi
+
+# Per-block timestamps of the decoding kernel (DECODE_TRACE), after each
+# flush: every launch prints one line a block; the last launch is kept.
+for point in ${DEC_TRACE:-}; do
+  IFS=: read -r b n <<< "$point"
+  for flush in $flushes; do
+    stamp "trace b$b n$n, flush $flush"
+    FLASHATTN_CUDA_OPTIONS="${DEC_TRACE_OPTIONS:-} -DDECODE_TRACE" timeout 120 build-gpu/fa-bench --backend cuda \
+      --decode --dtype bf16 --dim 128 --heads 32 --heads-kv 4 --batch "$b" --cache "$n" --repeats 3 \
+      --flush "$flush" > "$out/trace-b$b-n$n-$flush.txt" 2>&1 || echo "trace: exit $?"
+    python3 bench/decode_trace.py "$out/trace-b$b-n$n-$flush.txt" | tee "$out/decode-trace-b$b-n$n-$flush.txt"
+  done
+done
 
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ -x "$ncu" ] && [ "${DEC_NCU:-1}" = 1 ]; then

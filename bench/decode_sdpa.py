@@ -6,7 +6,8 @@ attention through scaled_dot_product_attention(enable_gqa=True) where the
 installed torch has it, else K and V expanded with repeat_interleave (its
 copy is not timed: the expanded tensors are made once per point). Each
 timed run starts after an untimed write of a buffer larger than the L2
-cache, as fa-bench's do. Median over repeats of the default SDPA dispatch
+cache, as fa-bench's do (with --flush read, a read of it: the cache is left
+clean, as fa-bench --decode --flush read leaves it). Median over repeats of the default SDPA dispatch
 and of each backend that accepts the shape; the fastest is reported.
 Appends CSV rows: batch,cache,seqlen_q,heads_q,heads_kv,d,dtype,gqa,backend,ms."""
 import argparse
@@ -50,13 +51,21 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--dtype", default="bf16", choices=DTYPES)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--flush", default="fill", choices=["fill", "read"])
     ap.add_argument("--csv", required=True)
     a = ap.parse_args()
     dt = DTYPES[a.dtype]
     gqa = sdpa_has_gqa()
     how = "enable_gqa" if gqa else "repeat_interleave"
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, GQA through {how}")
-    flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+    flush = torch.ones(512 << 20, dtype=torch.uint8, device="cuda")
+    flush_words = flush.view(torch.int32)
+
+    def flush_cache():
+        if a.flush == "read":
+            torch.amax(flush_words)
+        else:
+            flush.fill_(1)
     with open(a.csv, "a") as out:
         for b in a.batch:
             for n in a.cache:
@@ -86,7 +95,7 @@ def main():
                             step()
                         times = []
                         for _ in range(a.repeats):
-                            flush.fill_(1)
+                            flush_cache()
                             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                             s.record()
                             step()

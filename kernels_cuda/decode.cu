@@ -742,6 +742,34 @@ FA_DEV void merge_splits(const fa_params &p, int b, const fa_seq &seq, int hk, i
 #define KV_PARAM
 #endif
 
+/* DECODE_TRACE (a diagnostic option, FLASHATTN_CUDA_OPTIONS): thread 0 of
+ * every block prints the global timer (ns) at its start, when its first
+ * tile is in, after its last tile, after its partial rows are stored,
+ * after its arrival and after the merge (0 where it did not get there),
+ * one line a block: where a step's time goes, block by block. */
+#ifdef DECODE_TRACE
+#define TRACE_MARK(i) (trace_t[i] = threadIdx.x == 0 ? global_ns() : 0ull)
+#define TRACE_PRINT()                                                                                              \
+    do {                                                                                                           \
+        if (threadIdx.x == 0)                                                                                      \
+            printf("decode-trace %d %d %d %d %llu %llu %llu %llu %llu %llu\n", blockIdx.x, blockIdx.y, blockIdx.z,   \
+                   sm_id(), trace_t[0], trace_t[1], trace_t[2], trace_t[3], trace_t[4], trace_t[5]);               \
+    } while (0)
+FA_DEV unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+FA_DEV int sm_id() {
+    int id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    return id;
+}
+#else
+#define TRACE_MARK(i) ((void)0)
+#define TRACE_PRINT() ((void)0)
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_params p KV_PARAM) {
     extern __shared__ __align__(128) unsigned char smem[];
     const u32 q_sm = smem_u32(smem);
@@ -751,6 +779,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
     const int hk = blockIdx.y, group = p.group;
+#ifdef DECODE_TRACE
+    unsigned long long trace_t[6] = {0ull, 0ull, 0ull, 0ull, 0ull, 0ull};
+#endif
+    TRACE_MARK(0);
 #ifdef SPLITK
     const int b = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
 #else
@@ -940,6 +972,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     for (int t = t_begin; t < t_end; t++) {
         cp_async_wait<STAGES - 2>();
         __syncthreads(); /* tile t is in; every warp is done with tile t - 1 */
+#ifdef DECODE_TRACE
+        if (t == t_begin) TRACE_MARK(1);
+#endif
         {
             const int tn = t + STAGES - 1;
             const int sn = (stage + STAGES - 1) % STAGES;
@@ -1049,6 +1084,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
         stage = (stage + 1) % STAGES;
     }
     cp_async_wait<0>();
+    TRACE_MARK(2);
     /* The K/V buffers are free for the partial rows. */
 #if defined(KV_CACHE) && defined(PAGED)
     const bool bad_page_block = __syncthreads_or(bad_page) != 0;
@@ -1136,6 +1172,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
      * them appends nothing): without splits the block that checked all of
      * its pages, with splits the last of row tile 0's blocks to arrive,
      * from every split's verdict on its share. */
+    TRACE_MARK(3);
 #ifdef SPLIT_MERGE_LAST
     u32 flags = 0;
 #if defined(KV_CACHE) && defined(PAGED)
@@ -1143,12 +1180,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
 #else
     const u32 my_bits = 0;
 #endif
-    if (!arrive_last(p, b, hk, my_bits, &flags)) return;
+    if (!arrive_last(p, b, hk, my_bits, &flags)) {
+        TRACE_PRINT();
+        return;
+    }
+    TRACE_MARK(4);
 #ifdef APPEND
     if (blockIdx.x == 0 && !kvs.bad && flags == 0) append_new(p, kv, src, hk, tid);
 #endif
     merge_splits(p, b, seq, hk, pr0, rows_total, smem);
+    TRACE_MARK(5);
 #elif defined(APPEND)
     if (blockIdx.x == 0 && !bad) append_new(p, kv, src, hk, tid);
 #endif
+    TRACE_PRINT();
 }

@@ -7,9 +7,15 @@
  * head's keys once), their rate, and that rate as a
  * fraction of the copy bandwidth measured in the same run (a device-to-device
  * copy of the same K and V, bytes read + written over its time, the way
- * the device's copy bandwidth is quoted). Every timed run, copy or
- * attention, starts with the last-level cache flushed by an untimed copy of
- * a buffer larger than it, so small caches are not served from it. */
+ * the device's copy bandwidth is quoted), and beside it the rate of a
+ * kernel that only reads the same K and V (kernels_cuda/stream_read.cu):
+ * what no step can beat on this device, timed the same way. Every timed
+ * run, copy, read or attention, starts with the last-level cache flushed
+ * through a buffer larger than it, so small caches are not served from it:
+ * by a copy (the default, as bench/decode_sdpa.py's fill: the cache is left
+ * full of dirty lines that the timed run writes back as it reads) or, with
+ * --flush read, by a read (the cache is left clean, as after the weight
+ * reads of a model's other layers). */
 #include "bench_decode.h"
 
 #include "cli.h"
@@ -40,6 +46,8 @@ typedef struct dec_opts {
     /* A KV-cache step (fa_forward_kvcache) instead of fa_forward. */
     int kvcache;
     int page_size, append, rotary;
+    /* The flush before each timed run: a read instead of a copy. */
+    int flush_read;
 } dec_opts;
 
 /* "1,8,64" into out; 0 on success. */
@@ -79,11 +87,16 @@ static const char dec_usage[] =
     "  --append N          N tokens appended to each cache in the step (the\n"
     "                      capacity is then the cache length + N)\n"
     "  --rotary D          rotary embedding of the first D dimensions (half-split)\n"
+    "  --flush copy|read   how the last-level cache is flushed before each\n"
+    "                      timed run: a copy (default; leaves it dirty) or a\n"
+    "                      read (leaves it clean)\n"
     "  --csv FILE          append one CSV row per point\n"
     "Columns: ms = median device time of the step; KV GB = bytes of K and V\n"
     "a step must read (each KV head once, appended tokens included); GB/s =\n"
     "KV GB / ms; copy GB/s = a device-to-device copy of the same K and V,\n"
-    "bytes read + written over its time (CUDA only); frac = GB/s / copy GB/s.\n";
+    "bytes read + written over its time (CUDA only); frac = GB/s / copy GB/s;\n"
+    "read GB/s = a kernel that only reads the same K and V (CUDA only);\n"
+    "rfrac = GB/s / read GB/s.\n";
 
 /* A non-negative count option; 0 on success. */
 static int parse_count(const char *name, const char *v, int lo, int hi, int *out) {
@@ -111,6 +124,15 @@ static int parse_decode(dec_opts *o, int argc, char **argv, int *rest_argc, char
         if (strcmp(a, "--decode") == 0) continue;
         if (strcmp(a, "--kvcache") == 0) {
             o->kvcache = 1;
+            continue;
+        }
+        if (strcmp(a, "--flush") == 0) {
+            if (!v || (strcmp(v, "copy") != 0 && strcmp(v, "read") != 0)) {
+                fprintf(stderr, "fa-bench --decode: --flush takes copy or read\n");
+                return -1;
+            }
+            o->flush_read = strcmp(v, "read") == 0;
+            i++;
             continue;
         }
         const int counted = strcmp(a, "--page-size") == 0 || strcmp(a, "--append") == 0 || strcmp(a, "--rotary") == 0;
@@ -176,6 +198,7 @@ static fa_status fill_random(fa_buffer buf, fa_dtype dt, int64_t count, const vo
 
 typedef struct dec_buffers {
     fa_buffer q, k, v, o, lse, scratch, flush_a, flush_b;
+    int flush_read; /* dec_opts.flush_read */
     fa_buffer lens, table, k_new, v_new, cos_t, sin_t; /* a KV-cache step's */
 } dec_buffers;
 
@@ -187,14 +210,15 @@ static void free_buffers(dec_buffers *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* An untimed copy through a buffer larger than the last-level cache (CUDA
- * only: where flush_a is NULL, nothing), left in flight: the timed launch
+/* An untimed copy (or read) through a buffer larger than the last-level
+ * cache (CUDA only: where flush_a is NULL, nothing), left in flight: the timed launch
  * is queued behind it, so its start event is not recorded on an idle
  * device waiting for the host (as PyTorch's timings in
  * bench/decode_sdpa.py are not; a flush that waited for its copy added the
  * host's launch time, 5-8 us, to every step). */
 static fa_status flush_cache(const dec_buffers *b) {
 #ifdef FA_WITH_CUDA
+    if (b->flush_a && b->flush_read) return fa_cuda_read_async(b->flush_a, DEC_FLUSH_BYTES);
     if (b->flush_a) return fa_cuda_copy_async(b->flush_b, b->flush_a, DEC_FLUSH_BYTES);
 #else
     (void)b;
@@ -203,8 +227,8 @@ static fa_status flush_cache(const dec_buffers *b) {
 }
 
 typedef struct dec_point {
-    double ms, copy_ms, kv_bytes;
-    int have_copy;
+    double ms, copy_ms, read_ms, kv_bytes, read_bytes;
+    int have_copy, have_read;
     fa_plan_info info;
 } dec_point;
 
@@ -280,7 +304,7 @@ static fa_status run_step(fa_plan plan, const fa_attention_desc *d, const dec_bu
 /* cache: keys in each cache before the step (d->seqlen_k without
  * kv_cache, d->seqlen_k - d->seqlen_new with it). */
 static fa_status run_decode_point(fa_context ctx, const fa_attention_desc *d, int cache, int repeats,
-                                  const void *chunk, dec_point *res, const char **why) {
+                                  int flush_read, const void *chunk, dec_point *res, const char **why) {
     memset(res, 0, sizeof *res);
     const fa_dtype dt = d->q.dtype;
     const size_t es = fa_dtype_size(dt);
@@ -294,6 +318,7 @@ static fa_status run_decode_point(fa_context ctx, const fa_attention_desc *d, in
                     (double)d->heads_kv * (double)d->head_dim * (double)es;
     dec_buffers b;
     memset(&b, 0, sizeof b);
+    b.flush_read = flush_read;
     fa_plan plan = NULL;
     double *times = calloc((size_t)repeats, sizeof *times);
     fa_status st = times ? FA_SUCCESS : FA_ERR_OUT_OF_MEMORY;
@@ -337,6 +362,19 @@ static fa_status run_decode_point(fa_context ctx, const fa_attention_desc *d, in
             res->copy_ms = median(times, repeats);
             res->have_copy = 1;
         }
+        /* The read: K and V in one launch, after a flush (the whole pool
+         * where paged: every page of it is some sequence's). */
+        for (int i = 0; i < warmup + repeats && st == FA_SUCCESS; i++) {
+            double t = 0.0;
+            st = flush_cache(&b);
+            if (st == FA_SUCCESS) st = fa_cuda_time_read(b.k, (size_t)nk * es, b.v, (size_t)nk * es, &t);
+            if (i >= warmup) times[i - warmup] = t;
+        }
+        if (st == FA_SUCCESS) {
+            res->read_ms = median(times, repeats);
+            res->read_bytes = 2.0 * (double)nk * (double)es;
+            res->have_read = 1;
+        }
     }
 #endif
     if (plan) fa_plan_destroy(plan);
@@ -378,7 +416,8 @@ int fa_bench_decode(int argc, char **argv) {
         if (!csv) bad = fprintf(stderr, "fa-bench --decode: cannot open %s\n", o.csv);
         else if (fseek(csv, 0, SEEK_END) == 0 && ftell(csv) == 0)
             fprintf(csv, "device,dtype,d,batch,cache,seqlen_q,heads_q,heads_kv,variant,br,splits,ms,kv_bytes,"
-                         "pred_read_bytes,gbs,copy_gbs,fraction,api,page_size,append,rotary\n");
+                         "pred_read_bytes,gbs,copy_gbs,fraction,api,page_size,append,rotary,read_gbs,read_fraction,"
+                         "flush\n");
     }
     void *chunk = NULL;
     if (!bad) {
@@ -408,8 +447,9 @@ int fa_bench_decode(int argc, char **argv) {
     if (o.append > 0) printf(", %d tokens appended", o.append);
     if (o.rotary > 0) printf(", rotary %d", o.rotary);
     printf("\n");
-    printf("%5s %7s | %-7s %4s %5s | %9s %8s %9s | %9s %6s\n", "batch", "cache", "kernel", "rows", "split", "ms",
-           "KV GB", "GB/s", "copy GB/s", "frac");
+    printf("flush before each timed run: %s\n", o.flush_read ? "read (clean cache)" : "copy (dirty cache)");
+    printf("%5s %7s | %-7s %4s %5s | %9s %8s %9s | %9s %6s | %9s %6s\n", "batch", "cache", "kernel", "rows", "split",
+           "ms", "KV GB", "GB/s", "copy GB/s", "frac", "read GB/s", "rfrac");
     int failures = 0;
     for (int bi = 0; bi < o.n_batches; bi++)
         for (int ci = 0; ci < o.n_caches; ci++) {
@@ -436,7 +476,7 @@ int fa_bench_decode(int argc, char **argv) {
             fflush(stdout);
             dec_point r;
             const char *why = NULL;
-            fa_status st = run_decode_point(ctx, &d, o.caches[ci], cli.repeats, chunk, &r, &why);
+            fa_status st = run_decode_point(ctx, &d, o.caches[ci], cli.repeats, o.flush_read, chunk, &r, &why);
             if (st != FA_SUCCESS) {
                 failures += st != FA_ERR_OUT_OF_MEMORY;
                 printf(" %s: %s\n", fa_status_string(st), why ? why : fa_last_error());
@@ -447,15 +487,20 @@ int fa_bench_decode(int argc, char **argv) {
             const double copy_gbs = r.have_copy ? 2.0 * r.kv_bytes / (r.copy_ms * 1e-3) * 1e-9 : 0.0;
             printf(" %-7s %4d %5d | %9.4f %8.3f %9.1f |", fa_variant_name(f->variant), f->br, f->split_k, r.ms,
                    r.kv_bytes * 1e-9, gbs);
-            if (r.have_copy) printf(" %9.1f %6.3f\n", copy_gbs, gbs / copy_gbs);
+            const double read_gbs = r.have_read ? r.read_bytes / (r.read_ms * 1e-3) * 1e-9 : 0.0;
+            if (r.have_copy) printf(" %9.1f %6.3f |", copy_gbs, gbs / copy_gbs);
+            else printf(" %9s %6s |", "-", "-");
+            if (r.have_read) printf(" %9.1f %6.3f\n", read_gbs, gbs / read_gbs);
             else printf(" %9s %6s\n", "-", "-");
             fflush(stdout);
             if (csv)
-                fprintf(csv, "\"%s\",%s,%d,%d,%d,%d,%d,%d,%s,%d,%d,%.6f,%.0f,%.0f,%.2f,%.2f,%.4f,%s,%d,%d,%d\n",
+                fprintf(csv,
+                        "\"%s\",%s,%d,%d,%d,%d,%d,%d,%s,%d,%d,%.6f,%.0f,%.0f,%.2f,%.2f,%.4f,%s,%d,%d,%d,%.2f,%.4f,%s\n",
                         info.desc.name, fa_dtype_name(d.q.dtype), d.head_dim, d.batch, o.caches[ci], d.seqlen_q,
                         d.heads_q, d.heads_kv, fa_variant_name(f->variant), f->br, f->split_k, r.ms, r.kv_bytes,
                         f->cost.hbm_read_bytes, gbs, copy_gbs, r.have_copy ? gbs / copy_gbs : 0.0,
-                        o.kvcache ? "kvcache" : "forward", o.page_size, o.append, o.rotary);
+                        o.kvcache ? "kvcache" : "forward", o.page_size, o.append, o.rotary, read_gbs,
+                        r.have_read ? gbs / read_gbs : 0.0, o.flush_read ? "read" : "copy");
         }
     free(chunk);
     if (csv) fclose(csv);

@@ -312,18 +312,6 @@ static fa_status create_scores(fa_cl_std_plan *p, int second, const char *what) 
     return FA_SUCCESS;
 }
 
-static fa_status create_kernel(cl_program program, const char *name, cl_kernel *out) {
-    cl_int err = CL_SUCCESS;
-    *out = fa_cl.clCreateKernel(program, name, &err);
-    if (!*out || err != CL_SUCCESS) {
-        *out = NULL;
-        char what[96];
-        snprintf(what, sizeof what, "clCreateKernel(%s)", name);
-        return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, what);
-    }
-    return FA_SUCCESS;
-}
-
 static const char *dtype_option(fa_dtype t) {
     switch (t) {
     case FA_DTYPE_F16: return "-DDTYPE_F16";
@@ -348,7 +336,7 @@ static fa_status build_program(fa_cl_std_plan *p, const fa_attention_desc *d) {
                                         "std_softmax", "std_rowdot",     "std_probs",       "std_dscores"};
     cl_kernel *slots[] = {&p->k_begin, &p->k_convert_in, &p->k_convert_out, &p->k_zero,
                           &p->k_softmax, &p->k_rowdot, &p->k_probs, &p->k_dscores};
-    for (size_t i = 0; i < FA_ARRAY_SIZE(names); i++) FA_CHECK(create_kernel(p->program, names[i], slots[i]));
+    for (size_t i = 0; i < FA_ARRAY_SIZE(names); i++) FA_CHECK(fa_cl_create_kernel(p->program, names[i], slots[i]));
     return FA_SUCCESS;
 }
 

@@ -10,6 +10,7 @@
 #include "cl_standard.h"
 
 #include "desc.h"
+#include "dtype.h"
 #include "build_options.h"
 #include "fa_internal.h"
 #include "plan_data.h"
@@ -321,14 +322,6 @@ static fa_status prepare_backward(fa_cl_plan *p) {
     return st;
 }
 
-static const char *dtype_option(fa_dtype t) {
-    switch (t) {
-    case FA_DTYPE_F16: return "-DDTYPE_F16";
-    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
-    default: return "-DDTYPE_F32";
-    }
-}
-
 static void release_events(fa_cl_plan *p) {
     for (int i = 0; i < p->event_count; i++)
         if (p->events[i]) fa_cl.clReleaseEvent(p->events[i]);
@@ -442,7 +435,7 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     int gpu = ctx->info.desc.type != FA_DEVICE_CPU &&
               (info->forward.variant == FA_VARIANT_SIMT_STREAM || info->backward.variant == FA_VARIANT_SIMT_STREAM);
     snprintf(p->options, sizeof p->options, "-DHEAD_DIM=%d %s%s%s%s%s%s%s%s%s%s%s", d->head_dim,
-             dtype_option(d->q.dtype), d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "",
+             fa_dtype_build_option(d->q.dtype), d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "",
              blocks ? " -DBLOCK_MASK" : "", dropout ? " -DDROPOUT" : "", varlen ? " -DVARLEN" : "",
              gpu ? " -DFA_GPU" : "", softcap ? " -DSOFTCAP" : "", alibi ? " -DALIBI" : "", bias ? " -DBIAS" : "",
              bias && d->bias.dtype == FA_DTYPE_F32 && d->q.dtype != FA_DTYPE_F32 ? " -DBIAS_F32" : "");

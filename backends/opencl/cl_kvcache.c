@@ -6,6 +6,7 @@
 #include "cl_args.h"
 
 #include "desc.h"
+#include "dtype.h"
 #include "fa_internal.h"
 #include "plan_data.h"
 #include "planner.h"
@@ -95,20 +96,12 @@ static fa_status check_plan(const fa_cl_context *ctx, const fa_attention_desc *d
     return FA_SUCCESS;
 }
 
-static const char *dtype_option(fa_dtype t) {
-    switch (t) {
-    case FA_DTYPE_F16: return "-DDTYPE_F16";
-    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
-    default: return "-DDTYPE_F32";
-    }
-}
-
 static fa_status build(fa_cl_kv_plan *p, const fa_plan_s *plan) {
     static const char *const paths[] = {"kernels_cl/common.h", "kernels_cl/kvcache.cl", "kernels_cl/splitk.cl"};
     const fa_attention_desc *d = &plan->desc;
     char options[512];
     const int n = snprintf(options, sizeof options, "-DHEAD_DIM=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d %s%s%s%s%s%s%s%s%s",
-                           d->head_dim, p->br, p->bc, p->tr, p->tc, dtype_option(d->q.dtype),
+                           d->head_dim, p->br, p->bc, p->tr, p->tc, fa_dtype_build_option(d->q.dtype),
                            d->causal ? " -DCAUSAL" : "",
                            d->window_left >= 0 || d->window_right >= 0 ? " -DWINDOW" : "",
                            d->page_size > 0 ? " -DPAGED" : "", d->rotary_dim > 0 ? " -DROTARY" : "",

@@ -12,6 +12,7 @@
 #define FA_CUDA_DRIVER_TYPES
 #include "cuda_runtime_internal.h"
 
+#include "device_describe.h"
 #include "device_registry.h"
 #include "dynlib.h"
 #include "fa_internal.h"
@@ -137,13 +138,8 @@ static int cuda_describe_device(int index, fa_device_info *info, int cc[2], char
         snprintf(why, why_size, "cuDeviceGet(%d): %s", index, text);
         return 0;
     }
-    memset(info, 0, sizeof *info);
-    info->backend = FA_BACKEND_CUDA;
-    info->index = index;
+    fa_describe_gpu_begin(info, FA_BACKEND_CUDA, index, "NVIDIA");
     fa_device_desc *d = &info->desc;
-    d->backend = FA_BACKEND_CUDA;
-    d->type = FA_DEVICE_GPU;
-    snprintf(d->vendor, sizeof d->vendor, "NVIDIA");
 
     r = cuda_api.cuDeviceGetName(d->name, (int)sizeof d->name, dev);
     if (r != CUDA_SUCCESS) {
@@ -206,10 +202,7 @@ static int cuda_describe_device(int index, fa_device_info *info, int cc[2], char
     d->simd_width = warp;
     d->compute_units = sms;
     d->clock_mhz = clock_khz / 1000;
-    /* Theoretical peak of a double-data-rate interface (memory clock in kHz,
-     * bus in bits): the queried figure, not a measured one. */
-    d->bandwidth_gbs = 2.0 * (double)mem_clock_khz * (double)bus_bits / 8.0 / 1e6;
-    d->bandwidth_measured = 0;
+    fa_describe_queried_bandwidth(d, mem_clock_khz, bus_bits);
     d->global_mem_bytes = total;
     d->l2_cache_bytes = l2 > 0 ? (size_t)l2 : 0;
     d->fp32_flops_per_clock_cu = sm_fp32_flops_per_clock(major, minor);

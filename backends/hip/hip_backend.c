@@ -14,6 +14,7 @@
 #define FA_HIP_RUNTIME_TYPES
 #include "hip_runtime_internal.h"
 
+#include "device_describe.h"
 #include "device_registry.h"
 #include "dynlib.h"
 #include "fa_internal.h"
@@ -155,13 +156,8 @@ static int hip_describe_device(int index, fa_device_info *info, char *why, size_
         snprintf(why, why_size, "hipDeviceGet(%d): %s", index, text);
         return 0;
     }
-    memset(info, 0, sizeof *info);
-    info->backend = FA_BACKEND_HIP;
-    info->index = index;
+    fa_describe_gpu_begin(info, FA_BACKEND_HIP, index, "AMD");
     fa_device_desc *d = &info->desc;
-    d->backend = FA_BACKEND_HIP;
-    d->type = FA_DEVICE_GPU;
-    snprintf(d->vendor, sizeof d->vendor, "AMD");
     err = hip_api.hipDeviceGetName(d->name, (int)sizeof d->name, dev);
     if (err != hipSuccess) {
         hip_describe(err, text, sizeof text);
@@ -217,9 +213,7 @@ static int hip_describe_device(int index, fa_device_info *info, char *why, size_
     d->simd_width = warp;        /* wavefront 64 (CDNA) or 32 (RDNA): as reported */
     d->compute_units = cus;
     d->clock_mhz = clock_khz / 1000;
-    /* Theoretical peak of a double-data-rate interface: queried, not measured. */
-    d->bandwidth_gbs = 2.0 * (double)mem_clock_khz * (double)bus_bits / 8.0 / 1e6;
-    d->bandwidth_measured = 0;
+    fa_describe_queried_bandwidth(d, mem_clock_khz, bus_bits);
     d->global_mem_bytes = total;
     hip_fill_rates(d);
     return 1;

@@ -605,9 +605,8 @@ static fa_status cuda_buffer_upload(void *handle, void *buf_handle, size_t offse
                                     size_t bytes) {
     fa_cuda_context *ctx = handle;
     fa_cuda_buffer *buf = buf_handle;
-    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "upload"));
+    FA_CHECK(fa_span_copy_check(offset, bytes, buf->bytes, "upload", src, "src"));
     if (bytes == 0) return FA_SUCCESS;
-    if (!src) return fa_fail(FA_ERR_NULL_POINTER, "src is NULL");
     FA_CHECK(fa_cuda_push(ctx));
     CUresult r = cuda_api.cuMemcpyHtoDAsync_v2(buf->ptr + offset, src, bytes, ctx->stream);
     const char *what = "cuMemcpyHtoDAsync";
@@ -624,9 +623,8 @@ static fa_status cuda_buffer_download(void *handle, void *buf_handle, size_t off
                                       size_t bytes) {
     fa_cuda_context *ctx = handle;
     fa_cuda_buffer *buf = buf_handle;
-    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "download"));
+    FA_CHECK(fa_span_copy_check(offset, bytes, buf->bytes, "download", dst, "dst"));
     if (bytes == 0) return FA_SUCCESS;
-    if (!dst) return fa_fail(FA_ERR_NULL_POINTER, "dst is NULL");
     FA_CHECK(fa_cuda_push(ctx));
     CUresult r = cuda_api.cuMemcpyDtoHAsync_v2(dst, buf->ptr + offset, bytes, ctx->stream);
     const char *what = "cuMemcpyDtoHAsync";
@@ -728,8 +726,7 @@ fa_status fa_cuda_native_alloc(fa_context ctx, size_t bytes, int foreign, fa_cud
 fa_status fa_cuda_native_write(const fa_cuda_native_mem *mem, size_t offset, const void *src,
                                size_t bytes) {
     if (!mem || !src) return fa_fail(FA_ERR_NULL_POINTER, "mem or src is NULL");
-    if (offset > mem->bytes || bytes > mem->bytes - offset)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "native write past the end of the allocation");
+    FA_CHECK(fa_native_span_check(offset, bytes, mem->bytes, "write"));
     FA_CHECK(native_push(mem));
     CUresult r = cuda_api.cuMemcpyHtoDAsync_v2((CUdeviceptr)(mem->ptr + offset), src, bytes, NULL);
     if (r == CUDA_SUCCESS) r = cuda_api.cuCtxSynchronize();
@@ -740,8 +737,7 @@ fa_status fa_cuda_native_write(const fa_cuda_native_mem *mem, size_t offset, con
 
 fa_status fa_cuda_native_read(const fa_cuda_native_mem *mem, size_t offset, void *dst, size_t bytes) {
     if (!mem || !dst) return fa_fail(FA_ERR_NULL_POINTER, "mem or dst is NULL");
-    if (offset > mem->bytes || bytes > mem->bytes - offset)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "native read past the end of the allocation");
+    FA_CHECK(fa_native_span_check(offset, bytes, mem->bytes, "read"));
     FA_CHECK(native_push(mem));
     CUresult r = cuda_api.cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)(mem->ptr + offset), bytes, NULL);
     if (r == CUDA_SUCCESS) r = cuda_api.cuCtxSynchronize();

@@ -578,18 +578,16 @@ static fa_status hip_copy(fa_hip_context *ctx, void *dst, const void *src, size_
 static fa_status hip_buffer_upload(void *handle, void *buf_handle, size_t offset, const void *src,
                                    size_t bytes) {
     fa_hip_buffer *buf = buf_handle;
-    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "upload"));
+    FA_CHECK(fa_span_copy_check(offset, bytes, buf->bytes, "upload", src, "src"));
     if (bytes == 0) return FA_SUCCESS;
-    if (!src) return fa_fail(FA_ERR_NULL_POINTER, "src is NULL");
     return hip_copy(handle, (char *)buf->ptr + offset, src, bytes, hipMemcpyHostToDevice, "upload");
 }
 
 static fa_status hip_buffer_download(void *handle, void *buf_handle, size_t offset, void *dst,
                                      size_t bytes) {
     fa_hip_buffer *buf = buf_handle;
-    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "download"));
+    FA_CHECK(fa_span_copy_check(offset, bytes, buf->bytes, "download", dst, "dst"));
     if (bytes == 0) return FA_SUCCESS;
-    if (!dst) return fa_fail(FA_ERR_NULL_POINTER, "dst is NULL");
     return hip_copy(handle, dst, (const char *)buf->ptr + offset, bytes, hipMemcpyDeviceToHost,
                     "download");
 }
@@ -671,15 +669,13 @@ static fa_status native_copy(const fa_hip_native_mem *mem, void *dst, const void
 fa_status fa_hip_native_write(const fa_hip_native_mem *mem, size_t offset, const void *src,
                               size_t bytes) {
     if (!mem || !src) return fa_fail(FA_ERR_NULL_POINTER, "mem or src is NULL");
-    if (offset > mem->bytes || bytes > mem->bytes - offset)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "native write past the end of the allocation");
+    FA_CHECK(fa_native_span_check(offset, bytes, mem->bytes, "write"));
     return native_copy(mem, (char *)mem->ptr + offset, src, bytes, hipMemcpyHostToDevice);
 }
 
 fa_status fa_hip_native_read(const fa_hip_native_mem *mem, size_t offset, void *dst, size_t bytes) {
     if (!mem || !dst) return fa_fail(FA_ERR_NULL_POINTER, "mem or dst is NULL");
-    if (offset > mem->bytes || bytes > mem->bytes - offset)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "native read past the end of the allocation");
+    FA_CHECK(fa_native_span_check(offset, bytes, mem->bytes, "read"));
     return native_copy(mem, dst, (const char *)mem->ptr + offset, bytes, hipMemcpyDeviceToHost);
 }
 

@@ -29,6 +29,14 @@ const char *fa_dtype_name(fa_dtype dtype) {
     return "unknown";
 }
 
+const char *fa_dtype_build_option(fa_dtype dtype) {
+    switch (dtype) {
+    case FA_DTYPE_F16: return "-DDTYPE_F16";
+    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
+    default: return "-DDTYPE_F32";
+    }
+}
+
 /* Round x to a binary format with 1 sign bit, exp_bits exponent bits and
  * mant_bits stored significand bits (IEEE layout, subnormals, infinities),
  * to nearest, ties to even. */

@@ -24,4 +24,10 @@ double fa_e4m3_to_f64(uint8_t b);
 double fa_load_elem(const void *base, fa_dtype dtype, int64_t index);
 void fa_store_elem(void *base, fa_dtype dtype, int64_t index, double value);
 
+/* The build option that selects the element type in every backend's kernel
+ * sources ("-DDTYPE_F16", ...): one spelling, so that the OpenCL, CUDA and
+ * HIP builds of a plan cannot name the dtype differently. A dtype without
+ * an option of its own gets fp32's. */
+const char *fa_dtype_build_option(fa_dtype dtype);
+
 #endif

@@ -34,6 +34,7 @@
 #include "cuda_standard.h"
 
 #include "desc.h"
+#include "dtype.h"
 #include "build_options.h"
 #include "checked.h"
 #include "fa_internal.h"
@@ -141,21 +142,13 @@ typedef struct cu_program_spec {
 
 static int cu_mma_ok(const fa_kernel_plan *kp) { return kp->variant == FA_VARIANT_MMA; }
 
-static const char *dtype_define(fa_dtype t) {
-    switch (t) {
-    case FA_DTYPE_F16: return "-DDTYPE_F16";
-    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
-    default: return "-DDTYPE_F32";
-    }
-}
-
 /* The score options are compiled in only where the plan has them (the
  * kernels without them are the same binaries as before). An fp32 bias
  * beside 16-bit data is BIAS_F32; otherwise the bias has q's dtype. */
 static void common_defines(const fa_attention_desc *d, char *out, size_t size) {
     int window = d->window_left >= 0 || d->window_right >= 0;
     const int bias = d->bias_batch > 0, bias_f32 = bias && d->bias.dtype == FA_DTYPE_F32 && d->q.dtype != FA_DTYPE_F32;
-    snprintf(out, size, "-DHEAD_DIM=%d %s%s%s%s%s%s%s%s%s%s", d->head_dim, dtype_define(d->q.dtype),
+    snprintf(out, size, "-DHEAD_DIM=%d %s%s%s%s%s%s%s%s%s%s", d->head_dim, fa_dtype_build_option(d->q.dtype),
              d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "", d->block_mask ? " -DBLOCK_MASK" : "",
              d->dropout_p > 0.0f ? " -DDROPOUT" : "", d->cu_seqlens_q ? " -DVARLEN" : "",
              d->softcap > 0.0f ? " -DSOFTCAP" : "", d->alibi_slopes ? " -DALIBI" : "", bias ? " -DBIAS" : "",

@@ -12,6 +12,7 @@
 #define FA_CUDA_DRIVER_TYPES
 #include "cuda_runtime_internal.h"
 
+#include "device_describe.h"
 #include "device_registry.h"
 #include "dynlib.h"
 #include "fa_internal.h"
@@ -137,13 +138,8 @@ static int cuda_describe_device(int index, fa_device_info *info, int cc[2], char
         snprintf(why, why_size, "cuDeviceGet(%d): %s", index, text);
         return 0;
     }
-    memset(info, 0, sizeof *info);
-    info->backend = FA_BACKEND_CUDA;
-    info->index = index;
+    fa_describe_gpu_begin(info, FA_BACKEND_CUDA, index, "NVIDIA");
     fa_device_desc *d = &info->desc;
-    d->backend = FA_BACKEND_CUDA;
-    d->type = FA_DEVICE_GPU;
-    snprintf(d->vendor, sizeof d->vendor, "NVIDIA");
 
     r = cuda_api.cuDeviceGetName(d->name, (int)sizeof d->name, dev);
     if (r != CUDA_SUCCESS) {
@@ -206,10 +202,7 @@ static int cuda_describe_device(int index, fa_device_info *info, int cc[2], char
     d->simd_width = warp;
     d->compute_units = sms;
     d->clock_mhz = clock_khz / 1000;
-    /* Theoretical peak of a double-data-rate interface (memory clock in kHz,
-     * bus in bits): the queried figure, not a measured one. */
-    d->bandwidth_gbs = 2.0 * (double)mem_clock_khz * (double)bus_bits / 8.0 / 1e6;
-    d->bandwidth_measured = 0;
+    fa_describe_queried_bandwidth(d, mem_clock_khz, bus_bits);
     d->global_mem_bytes = total;
     d->l2_cache_bytes = l2 > 0 ? (size_t)l2 : 0;
     d->fp32_flops_per_clock_cu = sm_fp32_flops_per_clock(major, minor);
@@ -613,9 +606,8 @@ static fa_status cuda_buffer_upload(void *handle, void *buf_handle, size_t offse
                                     size_t bytes) {
     fa_cuda_context *ctx = handle;
     fa_cuda_buffer *buf = buf_handle;
-    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "upload"));
+    FA_CHECK(fa_span_copy_check(offset, bytes, buf->bytes, "upload", src, "src"));
     if (bytes == 0) return FA_SUCCESS;
-    if (!src) return fa_fail(FA_ERR_NULL_POINTER, "src is NULL");
     FA_CHECK(fa_cuda_push(ctx));
     CUresult r = cuda_api.cuMemcpyHtoDAsync_v2(buf->ptr + offset, src, bytes, ctx->stream);
     const char *what = "cuMemcpyHtoDAsync";
@@ -632,9 +624,8 @@ static fa_status cuda_buffer_download(void *handle, void *buf_handle, size_t off
                                       size_t bytes) {
     fa_cuda_context *ctx = handle;
     fa_cuda_buffer *buf = buf_handle;
-    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "download"));
+    FA_CHECK(fa_span_copy_check(offset, bytes, buf->bytes, "download", dst, "dst"));
     if (bytes == 0) return FA_SUCCESS;
-    if (!dst) return fa_fail(FA_ERR_NULL_POINTER, "dst is NULL");
     FA_CHECK(fa_cuda_push(ctx));
     CUresult r = cuda_api.cuMemcpyDtoHAsync_v2(dst, buf->ptr + offset, bytes, ctx->stream);
     const char *what = "cuMemcpyDtoHAsync";
@@ -736,8 +727,7 @@ fa_status fa_cuda_native_alloc(fa_context ctx, size_t bytes, int foreign, fa_cud
 fa_status fa_cuda_native_write(const fa_cuda_native_mem *mem, size_t offset, const void *src,
                                size_t bytes) {
     if (!mem || !src) return fa_fail(FA_ERR_NULL_POINTER, "mem or src is NULL");
-    if (offset > mem->bytes || bytes > mem->bytes - offset)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "native write past the end of the allocation");
+    FA_CHECK(fa_native_span_check(offset, bytes, mem->bytes, "write"));
     FA_CHECK(native_push(mem));
     CUresult r = cuda_api.cuMemcpyHtoDAsync_v2((CUdeviceptr)(mem->ptr + offset), src, bytes, NULL);
     if (r == CUDA_SUCCESS) r = cuda_api.cuCtxSynchronize();
@@ -748,8 +738,7 @@ fa_status fa_cuda_native_write(const fa_cuda_native_mem *mem, size_t offset, con
 
 fa_status fa_cuda_native_read(const fa_cuda_native_mem *mem, size_t offset, void *dst, size_t bytes) {
     if (!mem || !dst) return fa_fail(FA_ERR_NULL_POINTER, "mem or dst is NULL");
-    if (offset > mem->bytes || bytes > mem->bytes - offset)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "native read past the end of the allocation");
+    FA_CHECK(fa_native_span_check(offset, bytes, mem->bytes, "read"));
     FA_CHECK(native_push(mem));
     CUresult r = cuda_api.cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)(mem->ptr + offset), bytes, NULL);
     if (r == CUDA_SUCCESS) r = cuda_api.cuCtxSynchronize();

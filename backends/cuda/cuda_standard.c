@@ -47,6 +47,7 @@
 #include "cuda_standard.h"
 
 #include "desc.h"
+#include "dtype.h"
 #include "dynlib.h"
 #include "plan_data.h"
 #include "fa_internal.h"
@@ -427,19 +428,11 @@ static const char *const std_headers[] = {"kernels_cuda/dtype.cuh", "kernels_cud
 
 _Static_assert(K_COUNT <= FA_CUDA_MAX_KERNELS, "standard.cu has more kernels than a compile reports");
 
-static const char *dtype_define(fa_dtype t) {
-    switch (t) {
-    case FA_DTYPE_F16: return "-DDTYPE_F16";
-    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
-    default: return "-DDTYPE_F32";
-    }
-}
-
 /* The program's options: the dtype and the descriptor's options; nothing
  * depends on the head dimension. */
 static void std_defines(const fa_attention_desc *d, char *out, size_t size) {
     const int window = d->window_left >= 0 || d->window_right >= 0;
-    snprintf(out, size, "%s%s%s%s%s%s", dtype_define(d->q.dtype), d->causal ? " -DCAUSAL" : "",
+    snprintf(out, size, "%s%s%s%s%s%s", fa_dtype_build_option(d->q.dtype), d->causal ? " -DCAUSAL" : "",
              window ? " -DWINDOW" : "", d->block_mask ? " -DBLOCK_MASK" : "", d->dropout_p > 0.0f ? " -DDROPOUT" : "",
              d->cu_seqlens_q ? " -DVARLEN" : "");
 }

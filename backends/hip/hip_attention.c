@@ -30,6 +30,7 @@
 #include <hip/hiprtc.h>
 
 #include "desc.h"
+#include "dtype.h"
 #include "dynlib.h"
 #include "fa_internal.h"
 #include "plan_data.h"
@@ -144,21 +145,13 @@ static int add_define(fa_hip_program *p, const char *fmt, int value, int with_va
     return 1;
 }
 
-static const char *dtype_define(fa_dtype t) {
-    switch (t) {
-    case FA_DTYPE_F16: return "-DDTYPE_F16";
-    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
-    default: return "-DDTYPE_F32";
-    }
-}
-
 /* The defines every program takes: tile, wavefront, dtype, options (masks,
  * dropout, varlen, score options). */
 static int add_common_defines(fa_hip_program *out, const fa_attention_desc *d, const fa_kernel_plan *kp, int wave) {
     int ok = add_define(out, "-DHEAD_DIM=%d", d->head_dim, 1) && add_define(out, "-DBR=%d", kp->br, 1) &&
              add_define(out, "-DBC=%d", kp->bc, 1) && add_define(out, "-DTR=%d", kp->thread_rows, 1) &&
              add_define(out, "-DTC=%d", kp->thread_cols, 1) && add_define(out, "-DWAVE=%d", wave, 1) &&
-             add_define(out, dtype_define(d->q.dtype), 0, 0);
+             add_define(out, fa_dtype_build_option(d->q.dtype), 0, 0);
     if (ok && d->causal) ok = add_define(out, "-DCAUSAL", 0, 0);
     if (ok && (d->window_left >= 0 || d->window_right >= 0)) ok = add_define(out, "-DWINDOW", 0, 0);
     if (ok && d->block_mask) ok = add_define(out, "-DBLOCK_MASK", 0, 0);

@@ -14,6 +14,7 @@
 #define FA_HIP_RUNTIME_TYPES
 #include "hip_runtime_internal.h"
 
+#include "device_describe.h"
 #include "device_registry.h"
 #include "dynlib.h"
 #include "fa_internal.h"
@@ -155,13 +156,8 @@ static int hip_describe_device(int index, fa_device_info *info, char *why, size_
         snprintf(why, why_size, "hipDeviceGet(%d): %s", index, text);
         return 0;
     }
-    memset(info, 0, sizeof *info);
-    info->backend = FA_BACKEND_HIP;
-    info->index = index;
+    fa_describe_gpu_begin(info, FA_BACKEND_HIP, index, "AMD");
     fa_device_desc *d = &info->desc;
-    d->backend = FA_BACKEND_HIP;
-    d->type = FA_DEVICE_GPU;
-    snprintf(d->vendor, sizeof d->vendor, "AMD");
     err = hip_api.hipDeviceGetName(d->name, (int)sizeof d->name, dev);
     if (err != hipSuccess) {
         hip_describe(err, text, sizeof text);
@@ -217,9 +213,7 @@ static int hip_describe_device(int index, fa_device_info *info, char *why, size_
     d->simd_width = warp;        /* wavefront 64 (CDNA) or 32 (RDNA): as reported */
     d->compute_units = cus;
     d->clock_mhz = clock_khz / 1000;
-    /* Theoretical peak of a double-data-rate interface: queried, not measured. */
-    d->bandwidth_gbs = 2.0 * (double)mem_clock_khz * (double)bus_bits / 8.0 / 1e6;
-    d->bandwidth_measured = 0;
+    fa_describe_queried_bandwidth(d, mem_clock_khz, bus_bits);
     d->global_mem_bytes = total;
     hip_fill_rates(d);
     return 1;
@@ -584,18 +578,16 @@ static fa_status hip_copy(fa_hip_context *ctx, void *dst, const void *src, size_
 static fa_status hip_buffer_upload(void *handle, void *buf_handle, size_t offset, const void *src,
                                    size_t bytes) {
     fa_hip_buffer *buf = buf_handle;
-    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "upload"));
+    FA_CHECK(fa_span_copy_check(offset, bytes, buf->bytes, "upload", src, "src"));
     if (bytes == 0) return FA_SUCCESS;
-    if (!src) return fa_fail(FA_ERR_NULL_POINTER, "src is NULL");
     return hip_copy(handle, (char *)buf->ptr + offset, src, bytes, hipMemcpyHostToDevice, "upload");
 }
 
 static fa_status hip_buffer_download(void *handle, void *buf_handle, size_t offset, void *dst,
                                      size_t bytes) {
     fa_hip_buffer *buf = buf_handle;
-    FA_CHECK(fa_span_check(offset, bytes, buf->bytes, "download"));
+    FA_CHECK(fa_span_copy_check(offset, bytes, buf->bytes, "download", dst, "dst"));
     if (bytes == 0) return FA_SUCCESS;
-    if (!dst) return fa_fail(FA_ERR_NULL_POINTER, "dst is NULL");
     return hip_copy(handle, dst, (const char *)buf->ptr + offset, bytes, hipMemcpyDeviceToHost,
                     "download");
 }
@@ -677,15 +669,13 @@ static fa_status native_copy(const fa_hip_native_mem *mem, void *dst, const void
 fa_status fa_hip_native_write(const fa_hip_native_mem *mem, size_t offset, const void *src,
                               size_t bytes) {
     if (!mem || !src) return fa_fail(FA_ERR_NULL_POINTER, "mem or src is NULL");
-    if (offset > mem->bytes || bytes > mem->bytes - offset)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "native write past the end of the allocation");
+    FA_CHECK(fa_native_span_check(offset, bytes, mem->bytes, "write"));
     return native_copy(mem, (char *)mem->ptr + offset, src, bytes, hipMemcpyHostToDevice);
 }
 
 fa_status fa_hip_native_read(const fa_hip_native_mem *mem, size_t offset, void *dst, size_t bytes) {
     if (!mem || !dst) return fa_fail(FA_ERR_NULL_POINTER, "mem or dst is NULL");
-    if (offset > mem->bytes || bytes > mem->bytes - offset)
-        return fa_fail(FA_ERR_OUT_OF_BOUNDS, "native read past the end of the allocation");
+    FA_CHECK(fa_native_span_check(offset, bytes, mem->bytes, "read"));
     return native_copy(mem, dst, (const char *)mem->ptr + offset, bytes, hipMemcpyDeviceToHost);
 }
 

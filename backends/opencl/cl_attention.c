@@ -10,6 +10,7 @@
 #include "cl_standard.h"
 
 #include "desc.h"
+#include "dtype.h"
 #include "build_options.h"
 #include "fa_internal.h"
 #include "plan_data.h"
@@ -135,51 +136,15 @@ static fa_status check_shape(const fa_cl_context *ctx, const fa_attention_desc *
     return FA_SUCCESS;
 }
 
-static fa_status create_buffer(fa_cl_plan *p, size_t bytes, const void *host, const char *what,
-                               cl_mem *out) {
-    cl_int err = CL_SUCCESS;
-    if (bytes == 0) bytes = 16; /* a zero-sized buffer is an error in OpenCL */
-    cl_mem_flags flags = CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0);
-    *out = fa_cl.clCreateBuffer(p->ctx->context, flags, bytes, (void *)host, &err);
-    if (!*out || err != CL_SUCCESS) {
-        *out = NULL;
-        if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
-            err == CL_OUT_OF_HOST_MEMORY || err == CL_INVALID_BUFFER_SIZE)
-            return fa_fail(FA_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of %s on the device", bytes, what);
-        return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_MEM_OBJECT, "clCreateBuffer");
-    }
-    return FA_SUCCESS;
-}
-
 /* The block mask per (br x bc) tile (core/plan_data.h), on the device. */
 static fa_status build_tile_map(fa_cl_plan *p, const fa_plan_s *plan, int br, int bc, cl_mem *out,
                                  int *cols_out) {
     uint8_t *map;
     size_t bytes;
     FA_CHECK(fa_tile_map_build(&plan->desc, plan->block_mask, br, bc, &map, &bytes, cols_out));
-    fa_status st = create_buffer(p, bytes, map, "the block-sparse tile map", out);
+    fa_status st = fa_cl_create_plan_buffer(p->ctx, bytes, map, "the block-sparse tile map", out);
     free(map);
     return st;
-}
-
-static const char *dtype_option(fa_dtype t) {
-    switch (t) {
-    case FA_DTYPE_F16: return "-DDTYPE_F16";
-    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
-    default: return "-DDTYPE_F32";
-    }
-}
-
-static fa_status create_kernel(cl_program program, const char *name, cl_kernel *out) {
-    cl_int err = CL_SUCCESS;
-    *out = fa_cl.clCreateKernel(program, name, &err);
-    if (!*out || err != CL_SUCCESS) {
-        *out = NULL;
-        char what[96];
-        snprintf(what, sizeof what, "clCreateKernel(%s)", name);
-        return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, what);
-    }
-    return FA_SUCCESS;
 }
 
 /* Whether the device names an extension (a whole word of
@@ -268,8 +233,8 @@ static fa_status prepare_forward_mma(fa_cl_plan *p) {
                                            : (p->fwd_shape.g.q_regs ? "-DQREG" : ""),
                          extra, sizeof extra));
     FA_CHECK(build_pass(p, &p->fwd_shape, extra, paths, n, &p->fwd_program));
-    if (p->num_splits > 1) FA_CHECK(create_kernel(p->fwd_program, "fa_splitk_merge", &p->merge_kernel));
-    return create_kernel(p->fwd_program, "fa_forward", &p->fwd_kernel);
+    if (p->num_splits > 1) FA_CHECK(fa_cl_create_kernel(p->fwd_program, "fa_splitk_merge", &p->merge_kernel));
+    return fa_cl_create_kernel(p->fwd_program, "fa_forward", &p->fwd_kernel);
 }
 
 static fa_status prepare_forward(fa_cl_plan *p) {
@@ -278,11 +243,11 @@ static fa_status prepare_forward(fa_cl_plan *p) {
     if (p->fwd_shape.mma) return prepare_forward_mma(p);
     if (p->num_splits > 1) {
         FA_CHECK(build_pass(p, &p->fwd_shape, "-DSPLITK", split, 3, &p->fwd_program));
-        FA_CHECK(create_kernel(p->fwd_program, "fa_splitk_merge", &p->merge_kernel));
+        FA_CHECK(fa_cl_create_kernel(p->fwd_program, "fa_splitk_merge", &p->merge_kernel));
     } else {
         FA_CHECK(build_pass(p, &p->fwd_shape, p->fwd_shape.stream ? "-DFA_STREAM" : "", plain, 2, &p->fwd_program));
     }
-    return create_kernel(p->fwd_program, "fa_forward", &p->fwd_kernel);
+    return fa_cl_create_kernel(p->fwd_program, "fa_forward", &p->fwd_kernel);
 }
 
 /* The matrix-unit backward: the dK/dV program (with fa_bwd_dot, and
@@ -339,11 +304,11 @@ static fa_status prepare_backward(fa_cl_plan *p) {
         st = build_pass(p, &p->bwd_shape, "-DFA_STREAM -DDQ_ATOMIC", paths, 3, &p->bwd_program);
         if (st == FA_SUCCESS) fa_clear_error();
     }
-    if (st == FA_SUCCESS) st = create_kernel(p->bwd_program, "fa_bwd_dot", &p->dot_kernel);
-    if (st == FA_SUCCESS) st = create_kernel(p->bwd_program, "fa_bwd_dkdv", &p->dkdv_kernel);
+    if (st == FA_SUCCESS) st = fa_cl_create_kernel(p->bwd_program, "fa_bwd_dot", &p->dot_kernel);
+    if (st == FA_SUCCESS) st = fa_cl_create_kernel(p->bwd_program, "fa_bwd_dkdv", &p->dkdv_kernel);
     if (st == FA_SUCCESS)
-        st = create_kernel(p->dq_program ? p->dq_program : p->bwd_program,
-                           p->dq_atomic ? "fa_bwd_dq_convert" : "fa_bwd_dq", &p->dq_kernel);
+        st = fa_cl_create_kernel(p->dq_program ? p->dq_program : p->bwd_program,
+                                 p->dq_atomic ? "fa_bwd_dq_convert" : "fa_bwd_dq", &p->dq_kernel);
     if (st != FA_SUCCESS) {
         /* Leave no half-built pass behind: the next call starts over. */
         if (p->dot_kernel) fa_cl.clReleaseKernel(p->dot_kernel);
@@ -470,23 +435,24 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     int gpu = ctx->info.desc.type != FA_DEVICE_CPU &&
               (info->forward.variant == FA_VARIANT_SIMT_STREAM || info->backward.variant == FA_VARIANT_SIMT_STREAM);
     snprintf(p->options, sizeof p->options, "-DHEAD_DIM=%d %s%s%s%s%s%s%s%s%s%s%s", d->head_dim,
-             dtype_option(d->q.dtype), d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "",
+             fa_dtype_build_option(d->q.dtype), d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "",
              blocks ? " -DBLOCK_MASK" : "", dropout ? " -DDROPOUT" : "", varlen ? " -DVARLEN" : "",
              gpu ? " -DFA_GPU" : "", softcap ? " -DSOFTCAP" : "", alibi ? " -DALIBI" : "", bias ? " -DBIAS" : "",
              bias && d->bias.dtype == FA_DTYPE_F32 && d->q.dtype != FA_DTYPE_F32 ? " -DBIAS_F32" : "");
 
     p->nv_options = device_has_extension(ctx, "cl_nv_compiler_options");
-    st = create_buffer(p, 16, NULL, "a placeholder buffer", &p->dummy);
+    st = fa_cl_create_plan_buffer(ctx, 16, NULL, "a placeholder buffer", &p->dummy);
     if (st == FA_SUCCESS && varlen) {
         size_t bytes = ((size_t)d->batch + 1) * sizeof(int32_t);
-        st = create_buffer(p, bytes, plan->cu_seqlens_q, "cu_seqlens_q", &p->cu_q);
-        if (st == FA_SUCCESS) st = create_buffer(p, bytes, plan->cu_seqlens_k, "cu_seqlens_k", &p->cu_k);
+        st = fa_cl_create_plan_buffer(ctx, bytes, plan->cu_seqlens_q, "cu_seqlens_q", &p->cu_q);
+        if (st == FA_SUCCESS) st = fa_cl_create_plan_buffer(ctx, bytes, plan->cu_seqlens_k, "cu_seqlens_k", &p->cu_k);
     }
     if (st == FA_SUCCESS && alibi)
-        st = create_buffer(p, (size_t)d->heads_q * sizeof(float), plan->alibi_slopes, "the ALiBi slopes", &p->slopes);
+        st = fa_cl_create_plan_buffer(ctx, (size_t)d->heads_q * sizeof(float), plan->alibi_slopes,
+                                      "the ALiBi slopes", &p->slopes);
     if (st == FA_SUCCESS && blocks) {
         p->block_cols = fa_block_cols(d);
-        st = create_buffer(p, d->block_mask_bytes, plan->block_mask, "the block mask", &p->block_mask);
+        st = fa_cl_create_plan_buffer(ctx, d->block_mask_bytes, plan->block_mask, "the block mask", &p->block_mask);
         if (st == FA_SUCCESS)
             st = build_tile_map(p, plan, p->fwd_shape.br, p->fwd_shape.bc, &p->fwd_tiles, &p->fwd_tile_cols);
         if (st == FA_SUCCESS)
@@ -498,18 +464,19 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     if (st == FA_SUCCESS && p->num_splits > 1) {
         st = fa_workspace_bytes("split-K partial outputs",
                                 (size_t[]){(size_t)p->num_splits, heads, tokens, dim, sizeof(float)}, 5, &bytes);
-        if (st == FA_SUCCESS) st = create_buffer(p, bytes, NULL, "split-K partial outputs", &p->part_o);
+        if (st == FA_SUCCESS) st = fa_cl_create_plan_buffer(ctx, bytes, NULL, "split-K partial outputs", &p->part_o);
         if (st == FA_SUCCESS)
             st = fa_workspace_bytes("split-K partial log-sum-exps",
                                     (size_t[]){(size_t)p->num_splits, heads, tokens, sizeof(float)}, 4, &bytes);
-        if (st == FA_SUCCESS) st = create_buffer(p, bytes, NULL, "split-K partial log-sum-exps", &p->part_l);
+        if (st == FA_SUCCESS)
+            st = fa_cl_create_plan_buffer(ctx, bytes, NULL, "split-K partial log-sum-exps", &p->part_l);
     }
     if (st == FA_SUCCESS) st = fa_workspace_bytes("the backward row sums",
                                                   (size_t[]){heads, tokens, sizeof(float)}, 3, &bytes);
-    if (st == FA_SUCCESS) st = create_buffer(p, bytes, NULL, "the backward row sums", &p->dvec);
+    if (st == FA_SUCCESS) st = fa_cl_create_plan_buffer(ctx, bytes, NULL, "the backward row sums", &p->dvec);
     if (st == FA_SUCCESS && p->dq_atomic) {
         st = fa_workspace_bytes("the fp32 dQ accumulator", (size_t[]){heads, tokens, dim, sizeof(float)}, 4, &bytes);
-        if (st == FA_SUCCESS) st = create_buffer(p, bytes, NULL, "the fp32 dQ accumulator", &p->dq_acc);
+        if (st == FA_SUCCESS) st = fa_cl_create_plan_buffer(ctx, bytes, NULL, "the fp32 dQ accumulator", &p->dq_acc);
     }
     if (st == FA_SUCCESS) st = prepare_forward(p);
     if (st == FA_SUCCESS) st = prepare_backward(p);

@@ -119,6 +119,14 @@ fa_status fa_cl_error(cl_int err, const char *what);
  * compiler log in the message. */
 fa_status fa_cl_build(fa_cl_context *ctx, const char *const *paths, int path_count,
                       const char *options, cl_program *program);
+/* One kernel of a built program; a failure names the kernel. */
+fa_status fa_cl_create_kernel(cl_program program, const char *name, cl_kernel *out);
+/* A plan's device buffer (read-write; filled from host when that is not
+ * NULL). An allocation the device refuses is FA_ERR_OUT_OF_MEMORY naming
+ * what the buffer holds, so that a plan too large for the device says which
+ * of its buffers did not fit. */
+fa_status fa_cl_create_plan_buffer(fa_cl_context *ctx, size_t bytes, const void *host, const char *what,
+                                   cl_mem *out);
 
 /* Enqueue a kernel; *event (may be NULL) gets a profiling event. A zero
  * global size launches nothing, succeeds, and leaves *event NULL. */

@@ -213,3 +213,13 @@ fa_status fa_cl_build(fa_cl_context *ctx, const char *const *paths, int path_cou
     free(text);
     return st;
 }
+
+fa_status fa_cl_create_kernel(cl_program program, const char *name, cl_kernel *out) {
+    cl_int err = CL_SUCCESS;
+    *out = fa_cl.clCreateKernel(program, name, &err);
+    if (*out && err == CL_SUCCESS) return FA_SUCCESS;
+    *out = NULL;
+    char what[96];
+    snprintf(what, sizeof what, "clCreateKernel(%s)", name);
+    return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, what);
+}

@@ -6,6 +6,7 @@
 #include "cl_args.h"
 
 #include "desc.h"
+#include "dtype.h"
 #include "fa_internal.h"
 #include "plan_data.h"
 #include "planner.h"
@@ -62,45 +63,10 @@ void fa_cl_kvcache_release(void *plan_impl) {
     free(p);
 }
 
-static fa_status create_buffer(fa_cl_kv_plan *p, size_t bytes, const void *host, const char *what, cl_mem *out) {
-    cl_int err = CL_SUCCESS;
-    if (bytes == 0) bytes = 16; /* a zero-sized buffer is an error in OpenCL */
-    const cl_mem_flags flags = CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0);
-    *out = fa_cl.clCreateBuffer(p->ctx->context, flags, bytes, (void *)host, &err);
-    if (!*out || err != CL_SUCCESS) {
-        *out = NULL;
-        if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY ||
-            err == CL_INVALID_BUFFER_SIZE)
-            return fa_fail(FA_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of %s on the device", bytes, what);
-        return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_MEM_OBJECT, "clCreateBuffer");
-    }
-    return FA_SUCCESS;
-}
-
-static fa_status create_kernel(cl_program program, const char *name, cl_kernel *out) {
-    cl_int err = CL_SUCCESS;
-    *out = fa_cl.clCreateKernel(program, name, &err);
-    if (!*out || err != CL_SUCCESS) {
-        *out = NULL;
-        char what[96];
-        snprintf(what, sizeof what, "clCreateKernel(%s)", name);
-        return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, what);
-    }
-    return FA_SUCCESS;
-}
-
 static cl_layout layout_of(const fa_attention_desc *d, fa_tensor_role role) {
     const fa_layout l = fa_desc_layout(d, role);
     const cl_layout c = {l.offset, l.stride_batch, l.stride_seq, l.stride_head};
     return c;
-}
-
-static const char *dtype_option(fa_dtype t) {
-    switch (t) {
-    case FA_DTYPE_F16: return "-DDTYPE_F16";
-    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
-    default: return "-DDTYPE_F32";
-    }
 }
 
 /* The plan's tile as the kernels take it: the planner's packed SIMT tile
@@ -135,7 +101,7 @@ static fa_status build(fa_cl_kv_plan *p, const fa_plan_s *plan) {
     const fa_attention_desc *d = &plan->desc;
     char options[512];
     const int n = snprintf(options, sizeof options, "-DHEAD_DIM=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d %s%s%s%s%s%s%s%s%s",
-                           d->head_dim, p->br, p->bc, p->tr, p->tc, dtype_option(d->q.dtype),
+                           d->head_dim, p->br, p->bc, p->tr, p->tc, fa_dtype_build_option(d->q.dtype),
                            d->causal ? " -DCAUSAL" : "",
                            d->window_left >= 0 || d->window_right >= 0 ? " -DWINDOW" : "",
                            d->page_size > 0 ? " -DPAGED" : "", d->rotary_dim > 0 ? " -DROTARY" : "",
@@ -145,10 +111,10 @@ static fa_status build(fa_cl_kv_plan *p, const fa_plan_s *plan) {
     if (n < 0 || (size_t)n >= sizeof options)
         return fa_fail(FA_ERR_INTERNAL, "KV-cache build options do not fit in %zu bytes", sizeof options);
     FA_CHECK(fa_cl_build(p->ctx, paths, (int)FA_ARRAY_SIZE(paths), options, &p->program));
-    FA_CHECK(create_kernel(p->program, "fa_kv_check", &p->check));
-    FA_CHECK(create_kernel(p->program, "fa_kv_append", &p->append));
-    FA_CHECK(create_kernel(p->program, "fa_kv_attend", &p->attend));
-    return create_kernel(p->program, "fa_splitk_merge", &p->merge);
+    FA_CHECK(fa_cl_create_kernel(p->program, "fa_kv_check", &p->check));
+    FA_CHECK(fa_cl_create_kernel(p->program, "fa_kv_append", &p->append));
+    FA_CHECK(fa_cl_create_kernel(p->program, "fa_kv_attend", &p->attend));
+    return fa_cl_create_kernel(p->program, "fa_splitk_merge", &p->merge);
 }
 
 fa_status fa_cl_kvcache_prepare(fa_cl_context *ctx, const fa_plan_s *plan, void **plan_impl) {
@@ -175,21 +141,25 @@ fa_status fa_cl_kvcache_prepare(fa_cl_context *ctx, const fa_plan_s *plan, void 
 
     const size_t heads = (size_t)d->heads_q, tokens = (size_t)plan->total_q, dim = (size_t)d->head_dim;
     size_t bytes = 0;
-    fa_status st = create_buffer(p, 16, NULL, "a placeholder buffer", &p->dummy);
-    if (st == FA_SUCCESS) st = create_buffer(p, (size_t)d->batch * sizeof(cl_int), NULL, "the KV-cache validity flags", &p->status);
+    fa_status st = fa_cl_create_plan_buffer(ctx, 16, NULL, "a placeholder buffer", &p->dummy);
+    if (st == FA_SUCCESS)
+        st = fa_cl_create_plan_buffer(ctx, (size_t)d->batch * sizeof(cl_int), NULL, "the KV-cache validity flags",
+                                      &p->status);
     if (st == FA_SUCCESS && d->alibi_slopes)
-        st = create_buffer(p, heads * sizeof(float), plan->alibi_slopes, "the ALiBi slopes", &p->alibi);
+        st = fa_cl_create_plan_buffer(ctx, heads * sizeof(float), plan->alibi_slopes, "the ALiBi slopes", &p->alibi);
     if (st == FA_SUCCESS && p->num_splits > 1) {
         st = fa_workspace_bytes("split-K partial outputs",
                                 (size_t[]){(size_t)p->num_splits, heads, tokens, dim, sizeof(float)}, 5, &bytes);
-        if (st == FA_SUCCESS) st = create_buffer(p, bytes, NULL, "split-K partial outputs", &p->part_o);
+        if (st == FA_SUCCESS) st = fa_cl_create_plan_buffer(ctx, bytes, NULL, "split-K partial outputs", &p->part_o);
         if (st == FA_SUCCESS)
             st = fa_workspace_bytes("split-K partial log-sum-exps",
                                     (size_t[]){(size_t)p->num_splits, heads, tokens, sizeof(float)}, 4, &bytes);
-        if (st == FA_SUCCESS) st = create_buffer(p, bytes, NULL, "split-K partial log-sum-exps", &p->part_l);
+        if (st == FA_SUCCESS)
+            st = fa_cl_create_plan_buffer(ctx, bytes, NULL, "split-K partial log-sum-exps", &p->part_l);
         if (st == FA_SUCCESS)
             st = fa_workspace_bytes("the merged log-sum-exps", (size_t[]){heads, tokens, sizeof(float)}, 3, &bytes);
-        if (st == FA_SUCCESS) st = create_buffer(p, bytes, NULL, "the merged log-sum-exps", &p->lse_scratch);
+        if (st == FA_SUCCESS)
+            st = fa_cl_create_plan_buffer(ctx, bytes, NULL, "the merged log-sum-exps", &p->lse_scratch);
     }
     if (st == FA_SUCCESS) st = build(p, plan);
     if (st != FA_SUCCESS) {

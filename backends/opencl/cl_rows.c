@@ -40,16 +40,6 @@ void fa_cl_rows_release(fa_cl_context *ctx) {
     ctx->rows = NULL;
 }
 
-static fa_status create_kernel(cl_program program, const char *name, cl_kernel *out) {
-    cl_int err = CL_SUCCESS;
-    *out = fa_cl.clCreateKernel(program, name, &err);
-    if (*out && err == CL_SUCCESS) return FA_SUCCESS;
-    *out = NULL;
-    char what[96];
-    snprintf(what, sizeof what, "clCreateKernel(%s)", name);
-    return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, what);
-}
-
 /* The context's program, built (or read from the kernel cache) on first
  * use. A failed build is not remembered: the next pass tries again and
  * reports the compiler's log again. */
@@ -60,9 +50,9 @@ static fa_status rows_kernels(fa_cl_context *ctx, struct fa_cl_rows_kernels **ou
         ctx->rows = k;
         static const char *const paths[] = {"kernels_cl/rows.cl"};
         fa_status st = fa_cl_build(ctx, paths, 1, "", &k->program);
-        if (st == FA_SUCCESS) st = create_kernel(k->program, "fa_rows", &k->rows);
-        if (st == FA_SUCCESS) st = create_kernel(k->program, "fa_rows_merge_o", &k->merge_o);
-        if (st == FA_SUCCESS) st = create_kernel(k->program, "fa_rows_merge_l", &k->merge_l);
+        if (st == FA_SUCCESS) st = fa_cl_create_kernel(k->program, "fa_rows", &k->rows);
+        if (st == FA_SUCCESS) st = fa_cl_create_kernel(k->program, "fa_rows_merge_o", &k->merge_o);
+        if (st == FA_SUCCESS) st = fa_cl_create_kernel(k->program, "fa_rows_merge_l", &k->merge_l);
         if (st != FA_SUCCESS) {
             fa_cl_rows_release(ctx);
             return st;

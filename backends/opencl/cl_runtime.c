@@ -306,6 +306,20 @@ static void cl_queue_select(void *handle, void *native) {
 /* ------------------------------------------------------------------------ */
 /* Buffers                                                                  */
 
+fa_status fa_cl_create_plan_buffer(fa_cl_context *ctx, size_t bytes, const void *host, const char *what,
+                                   cl_mem *out) {
+    cl_int err = CL_SUCCESS;
+    if (bytes == 0) bytes = 16; /* a zero-sized buffer is an error in OpenCL */
+    const cl_mem_flags flags = CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0);
+    *out = fa_cl.clCreateBuffer(ctx->context, flags, bytes, (void *)host, &err);
+    if (*out && err == CL_SUCCESS) return FA_SUCCESS;
+    *out = NULL;
+    if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY ||
+        err == CL_INVALID_BUFFER_SIZE)
+        return fa_fail(FA_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of %s on the device", bytes, what);
+    return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_MEM_OBJECT, "clCreateBuffer");
+}
+
 static fa_status cl_buffer_alloc(void *handle, size_t bytes, void **out) {
     fa_cl_context *ctx = handle;
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");

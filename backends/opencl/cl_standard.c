@@ -38,6 +38,7 @@
 #include "cl_standard.h"
 
 #include "desc.h"
+#include "dtype.h"
 #include "dynlib.h"
 #include "fa_internal.h"
 #include "plan_data.h"
@@ -312,33 +313,13 @@ static fa_status create_scores(fa_cl_std_plan *p, int second, const char *what) 
     return FA_SUCCESS;
 }
 
-static fa_status create_kernel(cl_program program, const char *name, cl_kernel *out) {
-    cl_int err = CL_SUCCESS;
-    *out = fa_cl.clCreateKernel(program, name, &err);
-    if (!*out || err != CL_SUCCESS) {
-        *out = NULL;
-        char what[96];
-        snprintf(what, sizeof what, "clCreateKernel(%s)", name);
-        return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, what);
-    }
-    return FA_SUCCESS;
-}
-
-static const char *dtype_option(fa_dtype t) {
-    switch (t) {
-    case FA_DTYPE_F16: return "-DDTYPE_F16";
-    case FA_DTYPE_BF16: return "-DDTYPE_BF16";
-    default: return "-DDTYPE_F32";
-    }
-}
-
 static fa_status build_program(fa_cl_std_plan *p, const fa_attention_desc *d) {
     static const char *const paths[] = {"kernels_cl/common.h", "kernels_cl/standard.cl"};
     int window = d->window_left >= 0 || d->window_right >= 0;
     char options[512];
     /* BR, BC, TR and TC only satisfy common.h: nothing here is tiled. */
     int n = snprintf(options, sizeof options, "-DHEAD_DIM=%d %s -DBR=4 -DBC=4 -DTR=1 -DTC=1 -DSTD_WG=%d%s%s%s%s%s",
-                     d->head_dim, dtype_option(d->q.dtype), p->wg, d->causal ? " -DCAUSAL" : "",
+                     d->head_dim, fa_dtype_build_option(d->q.dtype), p->wg, d->causal ? " -DCAUSAL" : "",
                      window ? " -DWINDOW" : "", d->block_mask ? " -DBLOCK_MASK" : "",
                      d->dropout_p > 0.0f ? " -DDROPOUT" : "", p->varlen ? " -DVARLEN" : "");
     if (n < 0 || (size_t)n >= sizeof options)
@@ -348,7 +329,7 @@ static fa_status build_program(fa_cl_std_plan *p, const fa_attention_desc *d) {
                                         "std_softmax", "std_rowdot",     "std_probs",       "std_dscores"};
     cl_kernel *slots[] = {&p->k_begin, &p->k_convert_in, &p->k_convert_out, &p->k_zero,
                           &p->k_softmax, &p->k_rowdot, &p->k_probs, &p->k_dscores};
-    for (size_t i = 0; i < FA_ARRAY_SIZE(names); i++) FA_CHECK(create_kernel(p->program, names[i], slots[i]));
+    for (size_t i = 0; i < FA_ARRAY_SIZE(names); i++) FA_CHECK(fa_cl_create_kernel(p->program, names[i], slots[i]));
     return FA_SUCCESS;
 }
 

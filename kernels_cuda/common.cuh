@@ -57,6 +57,11 @@ struct fa_params {
     const float *alibi;                      /* ALIBI: heads_q slopes times log2 e */
     i64 bias_off, bias_sb, bias_ss, bias_sh; /* BIAS: elements; 0 where broadcast */
     float softcap_out;                       /* SOFTCAP: softcap log2 e */
+    /* decode.cu SPLIT_MERGE_LAST: 1 where the launch is cooperative (every
+     * block resident at once), so a group's splits meet and merge together
+     * (meet_splits) instead of in the last to arrive. In the 8-byte
+     * block's tail padding: the offsets above stay what they were. */
+    int splits_meet;
 };
 
 /* ------------------------------------------------------------------------ */

@@ -433,6 +433,9 @@ FA_DEV void store_lse(const fa_params &p, i64 index, float value) {
 #define MERGE_PER_LANE 16
 #define MERGE_ELEMS 2
 #define MERGE_SPLITS 16
+#if MERGE_LPR * MERGE_PER_LANE != 128
+#error "decode.cu: merge_share takes 128 splits (cuda_attention.c CU_MEET_MAX_SPLITS)"
+#endif
 
 /* Splits whose weights a row keeps in shared memory at once: what the
  * smallest dynamic shared memory of this build (Q and two stages of K and
@@ -486,6 +489,139 @@ FA_DEV bool arrive_last(const fa_params &p, int b, int hk, u32 bits, u32 *flags)
     *flags = __syncthreads_or(tid == 0 && atomicExch(flag, 0u) != 0u) ? 1u : 0u;
 #endif
     return true;
+}
+
+/* Whether the blocks of this (row tile, KV head, sequence) meet instead
+ * (tiles of up to 32 rows: beside four strips' state, merge_share's loads
+ * spilled on sm_80; cuda_attention.c CU_MEET_MAX_ROWS):
+ * with p.splits_meet the launch is cooperative, every block resident at
+ * once, and each split waits at a barrier of its group until all
+ * num_splits have stored their partials, then merges its own share of the
+ * group's rows (merge_share): the merge is spread over the group's SMs and
+ * costs one L2 round trip, where the last block to arrive reads every
+ * split's rows alone (6-7 us of a 26 us batch-1 step at 16k keys on an
+ * H100, bench/results/h100.md). The barrier: the group's arrival count
+ * (atomicInc wraps it to 0 on the last arrival) and a generation word
+ * after the flag words, which the last arrival advances and the others
+ * wait to see move; generations compare for equality, so their wrap is
+ * harmless. Before arriving a block ORs its bits into the flag word as
+ * arrive_last does; block split 0 of the group reads and clears it. */
+FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, u32 *flags) {
+    const int tid = threadIdx.x, ns = p.num_splits;
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
+    const i64 groups = (i64)(gridDim.z / ns) * gridDim.y * gridDim.x;
+    u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
+#ifdef KV_CACHE
+    u32 *flag = count + groups;
+    u32 *gen = count + 2 * groups;
+    if (tid == 0 && bits) atomicOr(flag, bits);
+#else
+    u32 *gen = count + groups;
+    (void)bits;
+#endif
+    __threadfence(); /* this block's partials (and bits) before its arrival */
+    __syncthreads();
+    if (tid == 0) {
+        u32 g0;
+        /* The generation before this block's arrival: the last arrival
+         * moves it only after this one. */
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(g0) : "l"(gen) : "memory");
+        if (atomicInc(count, (u32)(ns - 1)) == (u32)(ns - 1)) {
+            __threadfence();
+            atomicAdd(gen, 1u);
+        } else {
+            u32 g;
+            do {
+                __nanosleep(64);
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(gen) : "memory");
+            } while (g == g0);
+        }
+    }
+    __syncthreads();
+    __threadfence(); /* the other blocks' partials after the barrier */
+    *flags = 0;
+#ifdef KV_CACHE
+    *flags = __syncthreads_or(split == 0 && tid == 0 && atomicExch(flag, 0u) != 0u) ? 1u : 0u;
+#else
+    (void)split;
+#endif
+}
+
+/* Split `split`'s share of the merge after meet_splits: chunks [c0, c1) of
+ * the tile's rows x HEAD_DIM / 4 four-dimension chunks, MERGE_LPR lanes a
+ * chunk, each lane loading L_s and O_s of its splits (s = sub + MERGE_LPR
+ * i, every load at once: one round trip) and the lanes meeting by shuffles.
+ * The rules are merge_splits': the same maxima, sums and weights, NaN
+ * where a split without mass saw a NaN, L for chunk 0 of each row. */
+FA_DEV void merge_share(const fa_params &p, int b, const fa_seq &seq, int hk, int pr0, int rows_total, int split) {
+    const int tid = threadIdx.x, lane = tid & 31, ns = p.num_splits, group = p.group;
+    const int rows = min(BR, rows_total - pr0);
+    constexpr int D4 = HEAD_DIM / 4, PER_PASS = THREADS / MERGE_LPR;
+    const int chunks = rows * D4, per = (chunks + ns - 1) / ns;
+    const int c0 = min(chunks, split * per), c1 = min(chunks, c0 + per);
+    const int sub = lane & (MERGE_LPR - 1), gshift = lane & ~(MERGE_LPR - 1);
+    const unsigned group_bits = (1u << MERGE_LPR) - 1u;
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
+    /* The loop's bounds are the block's, so every lane takes the shuffles. */
+    for (int base = c0; base < c1; base += PER_PASS) {
+        const int c = base + tid / MERGE_LPR;
+        const bool live = c < c1;
+        const int r = live ? c / D4 : 0, x = live ? (c - r * D4) * 4 : 0;
+        int tok = 0, gh = 0;
+        unpack_row(pr0 + r, group, &tok, &gh);
+        const i64 row = (i64)(hk * group + gh) * p.total_q + seq.start_q + tok;
+        float l[MERGE_PER_LANE];
+        float4 o[MERGE_PER_LANE];
+#pragma unroll
+        for (int i = 0; i < MERGE_PER_LANE; i++) {
+            const int s = sub + MERGE_LPR * i;
+            const bool in = live && s < ns;
+            l[i] = in ? __ldcg(p.part_l + s * split_stride + row) : -FA_INF;
+            o[i] = in ? __ldcg((const float4 *)(p.part_o + (s * split_stride + row) * HEAD_DIM + x))
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        float m = -FA_INF;
+#pragma unroll
+        for (int i = 0; i < MERGE_PER_LANE; i++) m = fmaxf(m, l[i]);
+#pragma unroll
+        for (int off = 1; off < MERGE_LPR; off <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        /* fmaxf skips NaN, as in merge_splits. */
+        const float base_m = m == -FA_INF ? 0.0f : m;
+        float sum = 0.0f;
+        bool mass = false, nan_seen = false;
+#pragma unroll
+        for (int i = 0; i < MERGE_PER_LANE; i++) {
+            sum += expf(l[i] - base_m); /* 0 for -inf, NaN for NaN */
+            mass |= l[i] != -FA_INF;
+            nan_seen |= sub + MERGE_LPR * i < ns && fa_isnan(o[i].x);
+        }
+#pragma unroll
+        for (int off = 1; off < MERGE_LPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        mass = (__ballot_sync(0xffffffffu, mass) >> gshift & group_bits) != 0;
+        /* No split with mass: NaN where one saw keys (its O_s is NaN). */
+        const bool nan_o = !mass && (__ballot_sync(0xffffffffu, nan_seen) >> gshift & group_bits) != 0;
+        const float inv = 1.0f / sum;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < MERGE_PER_LANE; i++) {
+            const bool in = sub + MERGE_LPR * i < ns;
+            const float w = l[i] == -FA_INF ? -1.0f : expf(l[i] - base_m) * inv;
+            const bool has = in && !(w < 0.0f); /* a NaN weight spreads */
+            const float oc[4] = {o[i].x, o[i].y, o[i].z, o[i].w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = has ? fmaf(w, oc[k], v[k]) : in && !mass && fa_isnan(oc[k]) ? FA_NAN : v[k];
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int off = 1; off < MERGE_LPR; off <<= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);
+        if (live && sub == 0) {
+            store_o4(p, b, seq, tok, hk * group + gh, x, v);
+            if (x == 0)
+                store_lse(p, lse_index(p, b, hk * group + gh, tok, seq.start_q),
+                          mass ? base_m + logf(sum) : nan_o ? FA_NAN : -FA_INF);
+        }
+    }
 }
 
 /* Where the merge reads the splits' partial L and O: from L2, or, where
@@ -1179,6 +1315,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     const u32 my_bits = blockIdx.x == 0 && bad_page_block ? 1u : 0u;
 #else
     const u32 my_bits = 0;
+#endif
+#if BR <= 32
+    if (p.splits_meet) {
+        meet_splits(p, b, hk, split, my_bits, &flags);
+        TRACE_MARK(4);
+#ifdef APPEND
+        if (blockIdx.x == 0 && split == 0 && !kvs.bad && flags == 0) append_new(p, kv, src, hk, tid);
+#endif
+        merge_share(p, b, seq, hk, pr0, rows_total, split);
+        TRACE_MARK(5);
+        TRACE_PRINT();
+        return;
+    }
 #endif
     if (!arrive_last(p, b, hk, my_bits, &flags)) {
         TRACE_PRINT();

@@ -1578,8 +1578,10 @@ FA_TEST(decode_varlen) {
         }
 }
 
-/* The two ways a split step merges (decode.cu's last block, or the
- * separate fa_splitk_merge launch through FLASHATTN_DECODE_MERGE=kernel):
+/* The three ways a split step merges (decode.cu's splits together after
+ * they meet, where the grid fits the device at once and there are at most
+ * 128 splits; the last block; the separate fa_splitk_merge launch through
+ * FLASHATTN_DECODE_MERGE=kernel):
  * 2 to 130 splits (more than the 65 key tiles: empty ones), a GQA group's
  * rows in one tile or two, keys with NaN in one split, and
  * repeated steps on one plan (the arrival counts wrap back to zero; the
@@ -1614,6 +1616,8 @@ FA_TEST(decode_split_merges) {
     REQUIRE_MMA();
     const char *saved = getenv("FLASHATTN_DECODE_MERGE");
     char *keep = saved ? strdup(saved) : NULL;
+    CHECK(setenv("FLASHATTN_DECODE_MERGE", "meet", 1) == 0);
+    decode_merge_cases("meet");
     CHECK(setenv("FLASHATTN_DECODE_MERGE", "last", 1) == 0);
     decode_merge_cases("last");
     CHECK(setenv("FLASHATTN_DECODE_MERGE", "kernel", 1) == 0);

@@ -892,8 +892,8 @@ FA_TEST(kernel_cache_roundtrip) {
 #endif
 }
 
-/* A split decoding step merges in its own launch by default (one kernel,
- * SPLIT_MERGE_LAST, no spills), in fa_splitk_merge's with
+/* A split decoding step merges in its own launch by default and with
+ * "meet" or "last" (one kernel, SPLIT_MERGE_LAST, no spills), in fa_splitk_merge's with
  * FLASHATTN_DECODE_MERGE=kernel, and any other value is refused naming the
  * variable. */
 FA_TEST(decode_merge_choice) {
@@ -918,13 +918,13 @@ FA_TEST(decode_merge_choice) {
               fa_variant_name(info.forward.variant), info.forward.split_k);
     fa_cuda_kernel_report rep[MAX_REPORTS];
     int n = 0;
-    const char *values[] = {NULL, "last", "kernel"};
-    for (int i = 0; i < 3; i++) {
+    const char *values[] = {NULL, "meet", "last", "kernel"};
+    for (int i = 0; i < 4; i++) {
         if (values[i])
             CHECK(setenv(var, values[i], 1) == 0);
         else
             CHECK(unsetenv(var) == 0);
-        const int last = i < 2;
+        const int last = i < 3;
         CHECK_OK(fa_cuda_compile_forward(&d, &info, 9, 0, rep, MAX_REPORTS, &n));
         CHECK_MSG(n == (last ? 1 : 2), "%s=%s: %d kernels", var, values[i] ? values[i] : "(unset)", n);
         if (n < 1) continue;

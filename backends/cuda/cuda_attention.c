@@ -108,10 +108,13 @@ typedef struct fa_cuda_params {
     CUdeviceptr bias, alibi;
     int64_t bias_off, bias_sb, bias_ss, bias_sh;
     float softcap_out;
+    int splits_meet; /* decode.cu: the splits merge together (a cooperative launch) */
 } fa_cuda_params;
 
 _Static_assert(offsetof(fa_cuda_params, bias) == 17 * 8 + 17 * 8 + 22 * 4, "fa_cuda_params has padding");
 _Static_assert(sizeof(fa_cuda_params) == 17 * 8 + 17 * 8 + 22 * 4 + 6 * 8 + 4 + 4, "fa_cuda_params has padding");
+_Static_assert(offsetof(fa_cuda_params, splits_meet) == 17 * 8 + 17 * 8 + 22 * 4 + 6 * 8 + 4,
+               "fa_cuda_params: splits_meet is not in the tail");
 
 /* ------------------------------------------------------------------------ */
 /* Program specifications: what a pass compiles and launches                 */
@@ -262,19 +265,24 @@ static int qreg_fits(const fa_attention_desc *d, int strips, int bc) {
     return strips * (d->head_dim / 2 + scores + q_regs) <= CU_QREG_BUDGET;
 }
 
-/* Where a split decoding step merges its splits: in the last block of the
- * splits (SPLIT_MERGE_LAST, one launch a step) unless
- * FLASHATTN_DECODE_MERGE=kernel asks for the separate fa_splitk_merge
- * launch, kept so that one GPU run can time both. Sets *last. */
-static fa_status decode_merge_last(int *last) {
+/* Where a split decoding step merges its splits: in the launch itself
+ * (SPLIT_MERGE_LAST), by the splits of each group together after they
+ * meet where the launch can be cooperative (decode.cu meet_splits), else
+ * by the last of them to arrive; FLASHATTN_DECODE_MERGE=last keeps the
+ * last block's merge and =kernel the separate fa_splitk_merge launch, so
+ * that one GPU run can time all three. */
+typedef enum { DECODE_MERGE_MEET, DECODE_MERGE_LAST, DECODE_MERGE_KERNEL } decode_merge;
+
+static fa_status decode_merge_mode(decode_merge *mode) {
     const char *env = getenv("FLASHATTN_DECODE_MERGE");
-    *last = 1;
-    if (!env || !env[0] || strcmp(env, "last") == 0) return FA_SUCCESS;
-    if (strcmp(env, "kernel") == 0) {
-        *last = 0;
+    *mode = DECODE_MERGE_MEET;
+    if (!env || !env[0] || strcmp(env, "meet") == 0) return FA_SUCCESS;
+    if (strcmp(env, "last") == 0 || strcmp(env, "kernel") == 0) {
+        *mode = env[0] == 'l' ? DECODE_MERGE_LAST : DECODE_MERGE_KERNEL;
         return FA_SUCCESS;
     }
-    return fa_fail(FA_ERR_INVALID_ARGUMENT, "FLASHATTN_DECODE_MERGE=%s: expected \"last\" or \"kernel\"", env);
+    return fa_fail(FA_ERR_INVALID_ARGUMENT, "FLASHATTN_DECODE_MERGE=%s: expected \"meet\", \"last\" or \"kernel\"",
+                   env);
 }
 
 /* The KV-cache step's build options (core/kvcache_launch.c checks what the
@@ -355,8 +363,9 @@ static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *k
     if (kp->split_k > 1) {
         /* A cache step merges in its last block always: fa_splitk_merge
          * takes no second parameter block (and its L is never optional). */
-        int last = 1;
-        if (!d->kv_cache) FA_CHECK(decode_merge_last(&last));
+        decode_merge mode = DECODE_MERGE_MEET;
+        if (!d->kv_cache) FA_CHECK(decode_merge_mode(&mode));
+        const int last = mode != DECODE_MERGE_KERNEL;
         FA_CHECK(append_define(s, last ? " -DSPLITK -DSPLIT_MERGE_LAST" : " -DSPLITK", 0, 0, 0, 0));
         if (!last) s->kernels[s->nkernels++] = (cu_kernel_spec){"fa_splitk_merge", CU_ROWWISE_THREADS, 0};
     }
@@ -702,6 +711,42 @@ static fa_status set_score_options(fa_cuda_plan *p, const fa_plan_s *plan, fa_cu
     return FA_SUCCESS;
 }
 
+/* Splits a meeting's merge takes: decode.cu merge_share's MERGE_LPR lanes
+ * of MERGE_PER_LANE each. */
+#define CU_MEET_MAX_SPLITS 128
+/* Rows of a tile whose splits may meet (decode.cu builds the meeting up
+ * to 32). */
+#define CU_MEET_MAX_ROWS 32
+
+/* The decoding grid: (row tiles of the packed group rows, KV heads,
+ * sequences x splits). */
+static int64_t decode_blocks(const fa_attention_desc *d, const fa_kernel_plan *kp, int splits) {
+    const int64_t rows = (int64_t)(d->heads_q / d->heads_kv) * d->seqlen_q;
+    return (rows + kp->br - 1) / kp->br * d->heads_kv * d->batch * splits;
+}
+
+/* Whether a split decoding step's splits meet (decode.cu meet_splits):
+ * unless FLASHATTN_DECODE_MERGE=last, where the device launches
+ * cooperatively and every block of the grid fits on it at once (the
+ * planner sizes the splits to one wave; a device shared with other work
+ * may hold fewer, and the cooperative launch then waits for room rather
+ * than leave a group's splits waiting on each other). */
+static fa_status choose_splits_meet(fa_cuda_plan *p, const fa_plan_s *plan) {
+    decode_merge mode = DECODE_MERGE_MEET;
+    if (!p->kv_cache) FA_CHECK(decode_merge_mode(&mode));
+    p->base.splits_meet = 0;
+    if (mode != DECODE_MERGE_MEET || p->num_splits > CU_MEET_MAX_SPLITS || plan->info.forward.br > CU_MEET_MAX_ROWS)
+        return FA_SUCCESS;
+    int coop = 0, per_sm = 0;
+    CUresult r = cu()->cuDeviceGetAttribute(&coop, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, p->ctx->device);
+    const cu_kernel_spec *k = &p->fwd.spec.kernels[0];
+    if (r == CUDA_SUCCESS) r = cu()->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->fwd.fn[0], k->threads, k->smem);
+    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuDeviceGetAttribute / cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    const int64_t blocks = decode_blocks(&plan->desc, &plan->info.forward, p->num_splits);
+    p->base.splits_meet = coop && blocks <= (int64_t)per_sm * p->ctx->sm_count;
+    return FA_SUCCESS;
+}
+
 static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     const fa_attention_desc *d = &plan->desc;
     const fa_plan_info *info = &plan->info;
@@ -769,6 +814,7 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
         if (cu_mma_ok(&info->backward) && d->deterministic)
             FA_CHECK(build_tile_map(p, plan, CU_DQ_BR, dq_bc(d), &p->dq_tiles, &p->dq_tile_cols));
     }
+    int counted = 0; /* a decoding step that merges in its own launch */
     if (p->num_splits > 1) {
         const size_t splits = (size_t)p->num_splits;
         FA_CHECK(fa_workspace_bytes("split-K partial outputs",
@@ -777,15 +823,16 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
         FA_CHECK(fa_workspace_bytes("split-K partial log-sum-exps",
                                     (size_t[]){splits, heads, tokens, sizeof(float)}, 4, &bytes));
         /* decode.cu SPLIT_MERGE_LAST: an arrival count per (row tile, KV
-         * head, sequence) after the L's, and for a KV-cache step as many
-         * flag words after those (arrive_last), zero once here; the kernel
-         * wraps each back to zero. */
-        const int counted = p->fwd.spec.nkernels == 1 && fv == FA_VARIANT_DECODE;
+         * head, sequence) after the L's, for a KV-cache step as many flag
+         * words after those (arrive_last), then as many barrier
+         * generations (meet_splits), zero once here; the kernel wraps the
+         * counts and flags back to zero. */
+        counted = p->fwd.spec.nkernels == 1 && fv == FA_VARIANT_DECODE;
         size_t counters = 0;
         if (counted) {
             const size_t row_tiles = (size_t)fa_tile_count((int64_t)(d->heads_q / d->heads_kv) * d->seqlen_q, info->forward.br);
             FA_CHECK(fa_workspace_bytes("split arrival counters",
-                                        (size_t[]){p->kv_cache ? 2u : 1u, (size_t)d->batch, (size_t)d->heads_kv,
+                                        (size_t[]){p->kv_cache ? 3u : 2u, (size_t)d->batch, (size_t)d->heads_kv,
                                                    row_tiles, sizeof(uint32_t)},
                                         5, &counters));
             if (bytes > SIZE_MAX - counters)
@@ -819,6 +866,7 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventCreate");
 
     FA_CHECK(load_pass(p, &p->fwd));
+    if (counted) FA_CHECK(choose_splits_meet(p, plan));
     return p->kv_cache ? FA_SUCCESS : load_pass(p, &p->bwd);
 }
 
@@ -879,8 +927,12 @@ static fa_status launch_kernel(fa_cuda_plan *p, const cu_pass *pass, int index, 
     if (gx == 0 || gy == 0 || gz == 0) return FA_SUCCESS;
     const cu_kernel_spec *k = &pass->spec.kernels[index];
     void *args[] = {(void *)params, (void *)kv};
-    CUresult r = cu()->cuLaunchKernel(pass->fn[index], gx, gy, gz, (unsigned)k->threads, 1, 1, (unsigned)k->smem,
-                                      p->ctx->stream, args, NULL);
+    /* The decoding kernel whose splits meet: every block resident at once. */
+    const int coop = pass == &p->fwd && index == 0 && params->splits_meet;
+    CUresult r = coop ? cu()->cuLaunchCooperativeKernel(pass->fn[index], gx, gy, gz, (unsigned)k->threads, 1, 1,
+                                                        (unsigned)k->smem, p->ctx->stream, args)
+                      : cu()->cuLaunchKernel(pass->fn[index], gx, gy, gz, (unsigned)k->threads, 1, 1,
+                                             (unsigned)k->smem, p->ctx->stream, args, NULL);
     if (r != CUDA_SUCCESS) {
         char what[128];
         snprintf(what, sizeof what, "cuLaunchKernel(%s, grid %u x %u x %u, %d threads, %zu bytes)", k->name, gx, gy,

@@ -190,6 +190,9 @@ fa_status fa_cuda_plan_shared_bytes(void *plan_impl, fa_pass pass, size_t *bytes
     X(cuLaunchKernel, CUresult,                                                               \
       (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,      \
        unsigned int, unsigned int, CUstream, void **, void **))                               \
+    X(cuLaunchCooperativeKernel, CUresult,                                                    \
+      (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,      \
+       unsigned int, unsigned int, CUstream, void **))                                        \
     X(cuEventCreate, CUresult, (CUevent *, unsigned int))                                     \
     X(cuEventRecord, CUresult, (CUevent, CUstream))                                           \
     X(cuEventSynchronize, CUresult, (CUevent))                                                \

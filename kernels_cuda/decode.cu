@@ -598,8 +598,11 @@ FA_DEV void merge_share(const fa_params &p, int b, const fa_seq &seq, int hk, in
 #pragma unroll
         for (int off = 1; off < MERGE_LPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
         mass = (__ballot_sync(0xffffffffu, mass) >> gshift & group_bits) != 0;
-        /* No split with mass: NaN where one saw keys (its O_s is NaN). */
-        const bool nan_o = !mass && (__ballot_sync(0xffffffffu, nan_seen) >> gshift & group_bits) != 0;
+        /* No split with mass: NaN where one saw keys (its O_s is NaN). The
+         * ballot is taken by every lane: behind `!mass &&` only some lanes
+         * took it, and the warp's shuffles paired up wrongly. */
+        const bool any_nan = (__ballot_sync(0xffffffffu, nan_seen) >> gshift & group_bits) != 0;
+        const bool nan_o = !mass && any_nan;
         const float inv = 1.0f / sum;
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll

@@ -1612,6 +1612,55 @@ static void decode_merge_cases(const char *merge) {
             }
 }
 
+/* The splits' meeting, where it applies (16 to 128 splits, a grid that
+ * fits the device at once): batch 1, a GQA group's rows in one tile of 16
+ * or 32 (causal, tokens beyond the keys: rows with and without mass in one
+ * warp of the merge), NaN keys in one split, repeated steps; the plan must
+ * say the splits met, and FLASHATTN_DECODE_MERGE=last that they did not. */
+FA_TEST(decode_splits_meet) {
+    REQUIRE_MMA();
+    const char *saved = getenv("FLASHATTN_DECODE_MERGE");
+    char *keep = saved ? strdup(saved) : NULL;
+    static const int splits[] = {16, 33, 64};
+    for (int m = 0; m < 2; m++) {
+        CHECK(setenv("FLASHATTN_DECODE_MERGE", m == 0 ? "meet" : "last", 1) == 0);
+        for (int w = 0; w < 2; w++)
+            for (size_t si = 0; si < FA_ARRAY_SIZE(splits); si++)
+                for (int sq = 1; sq <= 4; sq += 3) {
+                    fa_attention_desc d = mma_desc(w, 1, sq, 4099, 16, 2, 128);
+                    d.causal = sq > 1;
+                    tiles t = decode_tiles(&d, splits[si]);
+                    t.br = sq == 1 ? 16 : 32;
+                    t.tr = t.br / 8;
+                    fa_plan plan = NULL;
+                    CHECK_OK(fa_plan_create(g_ctx, &d, &plan));
+                    if (!plan) continue;
+                    if (force_tiles(plan, &t, NULL) == FA_SUCCESS)
+                        CHECK_MSG(fa_cuda_plan_splits_meet(plan->impl) == (m == 0), "%s, sq%d split %d: splits_meet %d",
+                                  m == 0 ? "meet" : "last", sq, splits[si], fa_cuda_plan_splits_meet(plan->impl));
+                    fa_plan_destroy(plan);
+                    char name[80];
+                    snprintf(name, sizeof name, "decode %s sq%d split %d", m == 0 ? "meet" : "last", sq, splits[si]);
+                    run_opts opt = {&t, NULL, 0, 0, 0, 0, 0, 3};
+                    run_result res;
+                    run_case(name, &d, &opt, &res);
+                    free(res.o);
+                    snprintf(name, sizeof name, "decode %s sq%d split %d NaN keys", m == 0 ? "meet" : "last", sq,
+                             splits[si]);
+                    opt.nan_k0 = 1000;
+                    opt.nan_k1 = 1003;
+                    opt.fwd_repeats = 1;
+                    run_case(name, &d, &opt, &res);
+                    free(res.o);
+                }
+    }
+    if (keep)
+        CHECK(setenv("FLASHATTN_DECODE_MERGE", keep, 1) == 0);
+    else
+        CHECK(unsetenv("FLASHATTN_DECODE_MERGE") == 0);
+    free(keep);
+}
+
 FA_TEST(decode_split_merges) {
     REQUIRE_MMA();
     const char *saved = getenv("FLASHATTN_DECODE_MERGE");
@@ -1687,7 +1736,8 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(block_sparse_skips_tiles), FA_CASE(dropout), FA_CASE(dropout_mask_bits), FA_CASE(gqa_mqa),
              FA_CASE(varlen), FA_CASE(decoding_splitk), FA_CASE(score_options), FA_CASE(lengths), FA_CASE(strides_offsets),
              FA_CASE(deterministic_backward), FA_CASE(described_devices), FA_CASE(rejects_bad_tiles),
-             FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order), FA_CASE(bench_copy_and_read),
+             FA_CASE(long_sequences), FA_CASE(extreme_windows), FA_CASE(destroy_in_any_order),
+             FA_CASE(bench_copy_and_read), FA_CASE(decode_splits_meet),
              FA_CASE(huge_mask_blocks), FA_CASE(env_build_options), FA_CASE(mma_dtypes), FA_CASE(mma_head_dims),
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),

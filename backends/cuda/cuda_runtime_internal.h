@@ -140,6 +140,9 @@ void fa_cuda_plan_release(void *ctx, void *plan_impl);
 /* Shared memory (static + dynamic, bytes) of the largest kernel of a pass
  * of a prepared plan, as the driver loaded it. */
 fa_status fa_cuda_plan_shared_bytes(void *plan_impl, fa_pass pass, size_t *bytes);
+/* Whether a prepared plan's decoding splits meet (kernels_cuda/decode.cu
+ * meet_splits, a cooperative launch): 1 or 0. */
+int fa_cuda_plan_splits_meet(const void *plan_impl);
 
 #ifdef FA_CUDA_DRIVER_TYPES
 

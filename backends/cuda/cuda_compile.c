@@ -400,3 +400,43 @@ done:
     free(defines);
     return st;
 }
+
+fa_status fa_cuda_program_report(const fa_cuda_program *prog, int cc_major, int cc_minor, int threads,
+                                 fa_cuda_kernel_report *reports, int max_reports, int *count) {
+    if (!count) return fa_fail(FA_ERR_NULL_POINTER, "count is NULL");
+    *count = 0;
+    fa_cuda_binary bin;
+    FA_CHECK(fa_cuda_compile(prog, cc_major, cc_minor, 1, &bin));
+    for (int i = 0; i < bin.nreports && i < max_reports && reports; i++) {
+        reports[i] = bin.reports[i];
+        reports[i].threads = threads;
+    }
+    *count = bin.nreports;
+    fa_cuda_binary_free(&bin);
+    return FA_SUCCESS;
+}
+
+fa_status fa_cuda_program_load(const fa_cuda_program *prog, const fa_cuda_context *ctx, CUmodule *module,
+                               CUfunction *fns) {
+    const fa_cu_api *cu = fa_cuda_api();
+    fa_cuda_binary bin;
+    FA_CHECK(fa_cuda_compile(prog, ctx->cc_major, ctx->cc_minor, 1, &bin));
+    CUmodule m = NULL;
+    CUresult r = cu->cuModuleLoadData(&m, bin.data);
+    fa_cuda_binary_free(&bin);
+    char what[160];
+    if (r != CUDA_SUCCESS) {
+        snprintf(what, sizeof what, "cuModuleLoadData(%s)", prog->source);
+        return fa_cuda_error(r, what);
+    }
+    for (int i = 0; i < prog->nkernels; i++) {
+        r = cu->cuModuleGetFunction(&fns[i], m, prog->kernels[i]);
+        if (r != CUDA_SUCCESS) {
+            (void)cu->cuModuleUnload(m);
+            snprintf(what, sizeof what, "cuModuleGetFunction(%s)", prog->kernels[i]);
+            return fa_cuda_error(r, what);
+        }
+    }
+    *module = m;
+    return FA_SUCCESS;
+}

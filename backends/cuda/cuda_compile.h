@@ -74,6 +74,14 @@ typedef struct fa_cuda_binary {
 fa_status fa_cuda_compile(const fa_cuda_program *prog, int cc_major, int cc_minor, int lookup, fa_cuda_binary *out);
 void fa_cuda_binary_free(fa_cuda_binary *bin);
 
+/* A small program a context compiles on first use (the ring's rows, the
+ * benchmarks' read), compiled as the context would on a device of
+ * compute capability cc_major.cc_minor, no device needed: one report per
+ * kernel into reports (up to max_reports), threads set to the program's
+ * block size; *count receives how many kernels it has. */
+fa_status fa_cuda_program_report(const fa_cuda_program *prog, int cc_major, int cc_minor, int threads,
+                                 fa_cuda_kernel_report *reports, int max_reports, int *count);
+
 /* Registers, stack and spills of one kernel of bin, by the rules above,
  * from bin's binary and bin->log; only those four fields of rep change. */
 void fa_cuda_kernel_resources(const fa_cuda_binary *bin, const char *kernel, fa_cuda_kernel_report *rep);

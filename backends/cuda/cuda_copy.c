@@ -107,45 +107,27 @@ static const char *const stream_kernels[] = {"fa_stream_read"};
  * were, the kernel writes one word of the context's sink, nothing else. */
 #define FA_STREAM_KEY 0x5eedf00du
 
-static fa_status compile_read(int cc_major, int cc_minor, fa_cuda_binary *bin) {
-    const fa_cuda_program prog = {"kernels_cuda/stream_read.cu", stream_headers, (int)FA_ARRAY_SIZE(stream_headers),
-                                  "", stream_kernels, (int)FA_ARRAY_SIZE(stream_kernels), 0};
-    return fa_cuda_compile(&prog, cc_major, cc_minor, 1, bin);
-}
+static const fa_cuda_program read_program = {"kernels_cuda/stream_read.cu", stream_headers,
+                                             (int)FA_ARRAY_SIZE(stream_headers), "", stream_kernels,
+                                             (int)FA_ARRAY_SIZE(stream_kernels), 0};
 
 fa_status fa_cuda_read_compile(int cc_major, int cc_minor, fa_cuda_kernel_report *reports, int max_reports,
-                                 int *count) {
-    if (!count) return fa_fail(FA_ERR_NULL_POINTER, "count is NULL");
-    *count = 0;
-    fa_cuda_binary bin;
-    FA_CHECK(compile_read(cc_major, cc_minor, &bin));
-    for (int i = 0; i < bin.nreports && i < max_reports && reports; i++) {
-        reports[i] = bin.reports[i];
-        reports[i].threads = FA_STREAM_THREADS;
-    }
-    *count = bin.nreports;
-    fa_cuda_binary_free(&bin);
-    return FA_SUCCESS;
+                               int *count) {
+    return fa_cuda_program_report(&read_program, cc_major, cc_minor, FA_STREAM_THREADS, reports, max_reports, count);
 }
 
 /* The read's module and its sink word, made on the context's first read
  * (the context is current). */
 static fa_status load_read(fa_cuda_context *ctx) {
     if (ctx->read_module) return FA_SUCCESS;
-    const fa_cu_api *cu = fa_cuda_api();
-    fa_cuda_binary bin;
-    FA_CHECK(compile_read(ctx->cc_major, ctx->cc_minor, &bin));
     CUmodule module = NULL;
-    CUresult r = cu->cuModuleLoadData(&module, bin.data);
-    fa_cuda_binary_free(&bin);
-    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuModuleLoadData(kernels_cuda/stream_read.cu)");
     CUfunction fn = NULL;
-    r = cu->cuModuleGetFunction(&fn, module, stream_kernels[0]);
+    FA_CHECK(fa_cuda_program_load(&read_program, ctx, &module, &fn));
     CUdeviceptr sink = 0;
-    if (r == CUDA_SUCCESS) r = cu->cuMemAlloc_v2(&sink, sizeof(uint32_t));
+    const CUresult r = fa_cuda_api()->cuMemAlloc_v2(&sink, sizeof(uint32_t));
     if (r != CUDA_SUCCESS) {
-        (void)cu->cuModuleUnload(module);
-        return fa_cuda_error(r, "cuModuleGetFunction(fa_stream_read) or cuMemAlloc(4 bytes)");
+        (void)fa_cuda_api()->cuModuleUnload(module);
+        return fa_cuda_error(r, "cuMemAlloc(4 bytes for the read's sink)");
     }
     ctx->read_module = module;
     ctx->read_fn = fn;

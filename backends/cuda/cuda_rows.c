@@ -16,49 +16,20 @@
 static const char *const rows_headers[] = {"kernels_cuda/dtype.cuh"};
 static const char *const rows_kernels[] = {"fa_rows", "fa_rows_merge"};
 
-static fa_status compile_rows(int cc_major, int cc_minor, fa_cuda_binary *bin) {
-    const fa_cuda_program prog = {"kernels_cuda/rows.cu", rows_headers, (int)FA_ARRAY_SIZE(rows_headers), "",
-                                  rows_kernels, (int)FA_ARRAY_SIZE(rows_kernels), 0};
-    return fa_cuda_compile(&prog, cc_major, cc_minor, 1, bin);
-}
+static const fa_cuda_program rows_program = {"kernels_cuda/rows.cu", rows_headers, (int)FA_ARRAY_SIZE(rows_headers),
+                                             "", rows_kernels, (int)FA_ARRAY_SIZE(rows_kernels), 0};
 
 fa_status fa_cuda_rows_compile(int cc_major, int cc_minor, fa_cuda_kernel_report *reports, int max_reports,
                                int *count) {
-    if (!count) return fa_fail(FA_ERR_NULL_POINTER, "count is NULL");
-    *count = 0;
-    fa_cuda_binary bin;
-    FA_CHECK(compile_rows(cc_major, cc_minor, &bin));
-    for (int i = 0; i < bin.nreports && i < max_reports && reports; i++) {
-        reports[i] = bin.reports[i];
-        reports[i].threads = FA_ROWS_THREADS;
-    }
-    *count = bin.nreports;
-    fa_cuda_binary_free(&bin);
-    return FA_SUCCESS;
+    return fa_cuda_program_report(&rows_program, cc_major, cc_minor, FA_ROWS_THREADS, reports, max_reports, count);
 }
 
 /* The module of the context, loading it on the first pass (the context is
  * current). */
 static fa_status load_rows(fa_cuda_context *ctx) {
     if (ctx->rows_module) return FA_SUCCESS;
-    const fa_cu_api *cu = fa_cuda_api();
-    fa_cuda_binary bin;
-    FA_CHECK(compile_rows(ctx->cc_major, ctx->cc_minor, &bin));
-    CUmodule module = NULL;
-    CUresult r = cu->cuModuleLoadData(&module, bin.data);
-    fa_cuda_binary_free(&bin);
-    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuModuleLoadData(kernels_cuda/rows.cu)");
     CUfunction fn[2];
-    for (int i = 0; i < 2; i++) {
-        r = cu->cuModuleGetFunction(&fn[i], module, rows_kernels[i]);
-        if (r != CUDA_SUCCESS) {
-            (void)cu->cuModuleUnload(module);
-            char what[64];
-            snprintf(what, sizeof what, "cuModuleGetFunction(%s)", rows_kernels[i]);
-            return fa_cuda_error(r, what);
-        }
-    }
-    ctx->rows_module = module;
+    FA_CHECK(fa_cuda_program_load(&rows_program, ctx, &ctx->rows_module, fn));
     ctx->rows_fn = fn[0];
     ctx->rows_merge_fn = fn[1];
     return FA_SUCCESS;

@@ -304,6 +304,12 @@ fa_status fa_cuda_rows(void *ctx, fa_rows_op op, const fa_rows_shape *shape, con
 fa_status fa_cuda_rows_merge(void *ctx, const fa_rows_shape *shape, const fa_rows_view *acc_o,
                              const fa_rows_view *acc_l, const fa_rows_view *part_o, const fa_rows_view *part_l);
 void fa_cuda_rows_release(fa_cuda_context *ctx);
+/* Compiles a small program (cuda_compile.h) for ctx's device, loads it and
+ * looks up each of its kernels into fns (the context is current); on
+ * failure nothing stays loaded. */
+struct fa_cuda_program;
+fa_status fa_cuda_program_load(const struct fa_cuda_program *prog, const fa_cuda_context *ctx, CUmodule *module,
+                               CUfunction *fns);
 /* The read's module and sink (cuda_copy.c), at context destruction. */
 void fa_cuda_read_release(fa_cuda_context *ctx);
 fa_status fa_cuda_transport_nccl(void *ctx, void *nccl_comm, fa_transport *transport);

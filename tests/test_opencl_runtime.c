@@ -203,7 +203,11 @@ FA_TEST(enumerates_every_device) {
         CHECK(d->clock_mhz > 0);
         CHECK(d->global_mem_bytes > 0);
         CHECK(d->fp32_flops_per_clock_cu >= 2.0);
-        CHECK(d->matrix_flops_per_clock_cu == 0.0 && d->matrix_m == 0);
+        /* Matrix units where the vendor layer found them (NVIDIA sm_80 and
+         * later, Intel's and AMD's matrix extensions), described whole;
+         * none on a CPU. */
+        CHECK((d->matrix_flops_per_clock_cu > 0.0) == (d->matrix_m > 0));
+        if (d->type == FA_DEVICE_CPU) CHECK(d->matrix_flops_per_clock_cu == 0.0 && d->matrix_m == 0);
         CHECK(d->bandwidth_gbs > 0.0 && isfinite(d->bandwidth_gbs));
         if (d->type == FA_DEVICE_CPU) CHECK(d->fp32_flops_per_clock_cu == 4.0 * d->simd_width);
 

@@ -939,16 +939,7 @@ static fa_status rebuild_plan(fa_plan plan, const diff_case *c) {
         kp->variant = FA_VARIANT_SIMT_STREAM;
         kp->local_mem_bytes = fa_plan_local_mem(FA_VARIANT_SIMT_STREAM, (fa_pass)pass, &plan->desc, kp->br, kp->bc, 1);
     }
-    fa_status st = plan->ctx->ops->plan_prepare(plan->ctx->impl, plan, &plan->impl);
-    /* The tiles planned for bounds that cannot bind need not fit the
-     * kernels built with them (HIP's matrix cores at head_dim 96 on a
-     * 32-wide wavefront refuse the backward's): plan again for the bounds
-     * as drawn, which the kernels must still take as given. */
-    if (st == FA_ERR_UNSUPPORTED && windows && !c->sk.stream && !split) {
-        st = fa_plan_for_device(&plan->ctx->info.desc, &plan->desc, &plan->info);
-        if (st == FA_SUCCESS) st = plan->ctx->ops->plan_prepare(plan->ctx->impl, plan, &plan->impl);
-    }
-    return st;
+    return plan->ctx->ops->plan_prepare(plan->ctx->impl, plan, &plan->impl);
 }
 
 #define UPLOAD(i) CALL(fa_buffer_upload(t.dev[i], 0, t.host[i], tensor_bytes(&t, c, i)))

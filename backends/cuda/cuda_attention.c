@@ -943,6 +943,16 @@ static fa_status launch_kernel(fa_cuda_plan *p, const cu_pass *pass, int index, 
                                                         (unsigned)k->smem, p->ctx->stream, args)
                       : cu()->cuLaunchKernel(pass->fn[index], gx, gy, gz, (unsigned)k->threads, 1, 1,
                                              (unsigned)k->smem, p->ctx->stream, args, NULL);
+    if (coop && r == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) {
+        /* Fewer SMs than the plan counted (MPS, a partitioned device): the
+         * same kernel, its last block merging (splits_meet is read at run
+         * time). */
+        fa_cuda_params plain = *params;
+        plain.splits_meet = 0;
+        void *plain_args[] = {&plain, (void *)kv};
+        r = cu()->cuLaunchKernel(pass->fn[index], gx, gy, gz, (unsigned)k->threads, 1, 1, (unsigned)k->smem,
+                                 p->ctx->stream, plain_args, NULL);
+    }
     if (r != CUDA_SUCCESS) {
         char what[128];
         snprintf(what, sizeof what, "cuLaunchKernel(%s, grid %u x %u x %u, %d threads, %zu bytes)", k->name, gx, gy,

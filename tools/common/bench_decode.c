@@ -331,7 +331,8 @@ static fa_status run_decode_point(fa_context ctx, const fa_attention_desc *d, in
     fa_device_info info;
     const int cuda = fa_context_get_info(ctx, &info) == FA_SUCCESS && info.backend == FA_BACKEND_CUDA;
     if (st == FA_SUCCESS && cuda) st = fa_buffer_alloc(ctx, DEC_FLUSH_BYTES, &b.flush_a);
-    if (st == FA_SUCCESS && cuda) st = fa_buffer_alloc(ctx, DEC_FLUSH_BYTES, &b.flush_b);
+    /* A copy's destination; a read flush needs none. */
+    if (st == FA_SUCCESS && cuda && !flush_read) st = fa_buffer_alloc(ctx, DEC_FLUSH_BYTES, &b.flush_b);
     if (st == FA_SUCCESS) st = fill_random(b.q, dt, nq, chunk);
     if (st == FA_SUCCESS) st = fill_random(b.k, dt, nk, chunk);
     if (st == FA_SUCCESS) st = fill_random(b.v, dt, nk, chunk);

@@ -10,6 +10,7 @@ const char *fa_variant_name(fa_variant variant) {
     case FA_VARIANT_SIMT: return "simt";
     case FA_VARIANT_MMA: return "mma";
     case FA_VARIANT_WGMMA: return "wgmma";
+    case FA_VARIANT_WGMMA_TMA: return "wgmma_tma";
     case FA_VARIANT_DECODE: return "decode";
     case FA_VARIANT_SPLITK: return "splitk";
     case FA_VARIANT_SIMT_STREAM: return "simt-stream";

@@ -63,6 +63,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define FA_MAX_SPLITS 128
@@ -122,7 +123,8 @@ static int hip_mma(const fa_device_desc *dev, fa_variant variant) {
 }
 
 int fa_variant_on_matrix_units(fa_variant variant) {
-    return variant == FA_VARIANT_MMA || variant == FA_VARIANT_WGMMA || variant == FA_VARIANT_DECODE;
+    return variant == FA_VARIANT_MMA || variant == FA_VARIANT_WGMMA || variant == FA_VARIANT_WGMMA_TMA ||
+           variant == FA_VARIANT_DECODE;
 }
 
 int fa_cl_dq_accumulates(fa_variant variant) {
@@ -243,6 +245,10 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
         /* bwd_mma.cu built with WGMMA: K and V; Q, dO, L and D per stage;
          * dS, all unpadded. */
         return e * (d * (2 * c + st * 2 * r) + c * r) + 4 * 2 * st * r;
+    case FA_VARIANT_WGMMA_TMA:
+        /* kernels_cuda/fwd_tma.cu: Q, K and V per stage as WGMMA's, then a
+         * full and an empty transaction barrier per stage and tile, one for Q. */
+        return pass == FA_PASS_FORWARD ? e * d * (r + st * 2 * c) + 8 * (1 + 4 * st) : 0;
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:
@@ -971,6 +977,87 @@ static int any_tile_layout(const fa_device_desc *dev, const fa_attention_desc *d
     return 0;
 }
 
+/* The warp-specialised forward (kernels_cuda/fwd_tma.cu, FA_VARIANT_WGMMA_TMA)
+ * takes a warpgroup plan's problems where its tensor maps can describe
+ * them: fixed-length sequences (a box must not cross into the next
+ * sequence's tokens), head_dim 64 or 128. Consumer warpgroups of 64 query
+ * rows each against 128-key tiles, in as many stages as the local memory
+ * holds up to FA_TMA_MAX_STAGES (the producer runs that far ahead of the
+ * products): two at head_dim 128 (168 registers a thread: O, the scores
+ * of one tile and the probabilities of the one before, which the
+ * overlapped products need at once), three at
+ * 64 without dropout (128 registers a thread: the launch's, which is what
+ * NVRTC allocates the consumers' code in; half the O). Measured on an H100 (fp16, 16k
+ * tokens, N 2k-16k, bench/fa-tma-tiles.c, bench/results/h100.md): at
+ * head_dim 64, 192 x 128 ran 341-515 TFLOP/s against 336-485 for 128 x
+ * 128; a third stage gained nothing at either head_dim, 64-key tiles lost
+ * 5-25%. FLASHATTN_PLAN_TMA=0 keeps the warpgroup plan (fwd_mma.cu), so
+ * that one run can time both. */
+#define FA_TMA_BC 128
+#define FA_TMA_MAX_STAGES 2
+
+static int tma_rows(const fa_attention_desc *desc) {
+    /* Dropout's Philox rounds do not fit three warpgroups' 128 registers
+     * (96 bytes spilled with windows and a block mask beside it, NVRTC
+     * 13.0): two take it. */
+    return desc->head_dim <= 64 && desc->dropout_p == 0.0f ? 192 : 128;
+}
+static int tma_threads(int br) { return 128 * (br / 64 + 1); }
+
+/* A tensor map's strides: multiples of 16 bytes below 2^40, where the
+ * dimension has more than one index (backends/cuda/cuda_tma.c puts a
+ * valid one where it has one). */
+static int tma_stride_ok(int64_t stride, int64_t count, size_t elem) {
+    return count <= 1 || (stride > 0 && stride < ((int64_t)1 << 40) / (int64_t)elem && stride * (int64_t)elem % 16 == 0);
+}
+
+static int tma_layouts_ok(const fa_attention_desc *desc) {
+    static const fa_tensor_role roles[] = {FA_TENSOR_Q, FA_TENSOR_K, FA_TENSOR_V, FA_TENSOR_O};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(roles); i++) {
+        const fa_layout l = fa_desc_layout(desc, roles[i]);
+        const size_t e = fa_dtype_size(l.dtype);
+        if (l.offset * (int64_t)e % 16 != 0 || !tma_stride_ok(l.stride_seq, l.seqlen, e) ||
+            !tma_stride_ok(l.stride_head, l.heads, e) || !tma_stride_ok(l.stride_batch, desc->batch, e))
+            return 0;
+    }
+    return 1;
+}
+
+static int tma_forward_applies(const fa_device_desc *dev, const fa_attention_desc *desc) {
+    const char *env = getenv("FLASHATTN_PLAN_TMA");
+    if (env && strcmp(env, "0") == 0) return 0;
+    return wgmma_possible(dev, desc, FA_PASS_FORWARD) && !desc->cu_seqlens_q && !desc->kv_cache &&
+           (desc->head_dim == 64 || desc->head_dim == 128) &&
+           dev->max_work_group_size >= tma_threads(tma_rows(desc)) && tma_layouts_ok(desc);
+}
+
+/* Turns a forward warpgroup plan into the warp-specialised one where that
+ * applies and fits; the IO model's figures are those of its tile. */
+static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
+    if (out->variant != FA_VARIANT_WGMMA || !tma_forward_applies(dev, desc)) return;
+    const int br = tma_rows(desc);
+    int stages = FA_TMA_MAX_STAGES;
+    while (stages >= 2 &&
+           fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, desc, br, FA_TMA_BC, stages) > usable_local_mem(dev))
+        stages--;
+    if (stages < 2) return;
+    fa_kernel_plan kp = *out;
+    kp.variant = FA_VARIANT_WGMMA_TMA;
+    kp.br = br;
+    kp.bc = FA_TMA_BC;
+    kp.thread_rows = 2;
+    kp.thread_cols = FA_TMA_BC / 4;
+    kp.work_group_size = tma_threads(br);
+    kp.stages = stages;
+    kp.split_k = 1;
+    const int64_t groups = group_count(desc, FA_PASS_FORWARD, br, FA_TMA_BC, 1);
+    kp.num_work_groups = groups > INT_MAX ? INT_MAX : (int)groups;
+    kp.local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, desc, br, FA_TMA_BC, stages);
+    const fa_tile_visits visits = fa_io_tile_visits(desc, br, FA_TMA_BC);
+    kp.cost = fa_io_fused_visits(dev, desc, FA_PASS_FORWARD, &kp, &visits);
+    *out = kp;
+}
+
 static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                            fa_kernel_plan *out) {
     /* Decoding on CUDA's tensor cores is a problem of its own
@@ -1016,6 +1103,7 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
     out->local_mem_bytes = best.local_mem;
     out->workspace_bytes = workspace_bytes(dev, desc, pass, best.variant, best.split);
     out->cost = best.cost;
+    if (pass == FA_PASS_FORWARD) tma_forward_plan(dev, desc, out);
     return FA_SUCCESS;
 }
 

@@ -514,10 +514,13 @@ typedef enum fa_variant {
                                   memory in head_dim chunks (OpenCL, large d) */
     FA_VARIANT_WGMMA = 5,      /* matrix units driven by whole warpgroups, operands
                                   from local memory (CUDA sm_90, forward) */
-    FA_VARIANT_DECODE = 6      /* decoding on matrix units: the query rows of a
+    FA_VARIANT_DECODE = 6,     /* decoding on matrix units: the query rows of a
                                   GQA group packed into one tile, so each KV head's
                                   keys are read once; keys split, merged through L
                                   (CUDA, forward) */
+    FA_VARIANT_WGMMA_TMA = 7   /* warp-specialised warpgroup MMA: a producer warp's
+                                  tensor-map copies (TMA) feed consumer warpgroups
+                                  through a ring of stages (CUDA sm_90, forward) */
 } fa_variant;
 
 FA_API const char *fa_variant_name(fa_variant variant);

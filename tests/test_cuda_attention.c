@@ -683,10 +683,12 @@ static void run_tiles(const char *name, const fa_attention_desc *desc, const til
     } while (0)
 
 /* The tensor-core forward the planner picks on this device: the warpgroup
- * one on sm_90 for fp16/bf16 at head dims of whole 64-column blocks. */
+ * one on sm_90 for fp16/bf16 at head dims of whole 64-column blocks, the
+ * warp-specialised one among them at head_dim 64 and 128 with fixed
+ * lengths. */
 static fa_variant tensor_core_forward(const fa_attention_desc *d) {
-    return device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 ? FA_VARIANT_WGMMA
-                                                                                    : FA_VARIANT_MMA;
+    if (device_cc() != 90 || d->q.dtype == FA_DTYPE_F32 || d->head_dim % 64 != 0) return FA_VARIANT_MMA;
+    return (d->head_dim == 64 || d->head_dim == 128) && !d->cu_seqlens_q ? FA_VARIANT_WGMMA_TMA : FA_VARIANT_WGMMA;
 }
 
 /* The tensor-core backward the planner picks on this device: the
@@ -1185,6 +1187,92 @@ FA_TEST(wgmma_shapes) {
         }
 }
 
+/* The warp-specialised forward (fwd_tma.cu) in every shape it takes: one,
+ * two and three consumer warpgroups, 64- and 128-key tiles, two to four
+ * stages, head_dim 64 and 128, fp16 and bf16, each product schedule
+ * (FLASHATTN_TMA_SCHEDULE), with lengths that leave partial tiles, GQA,
+ * causal masks and windows, dropout and the score options; and what it
+ * refuses. */
+FA_TEST(tma_shapes) {
+    REQUIRE_WGMMA();
+    const struct {
+        int dim, br, bc, stages;
+        const char *schedule;
+    } shapes[] = {
+        {128, 128, 128, 2, "overlap"}, {128, 128, 128, 2, "both"},   {128, 128, 128, 2, "pingpong"},
+        {128, 128, 128, 2, "plain"},   {128, 128, 64, 3, "overlap"}, {128, 64, 128, 2, "overlap"},
+        {64, 128, 128, 2, "plain"},    {64, 128, 128, 4, "both"},    {64, 192, 128, 2, "overlap"},
+        {64, 192, 64, 3, "plain"},     {64, 64, 64, 2, "overlap"},
+    };
+    for (size_t i = 0; i < FA_ARRAY_SIZE(shapes); i++) {
+        const tiles f = {FA_VARIANT_WGMMA_TMA, shapes[i].br, shapes[i].bc, 128 * (shapes[i].br / 64 + 1), 2,
+                         shapes[i].bc / 4, shapes[i].stages, 1};
+        setenv("FLASHATTN_TMA_SCHEDULE", shapes[i].schedule, 1);
+        for (int w = 0; w < 2; w++) {
+            fa_attention_desc d = mma_desc(w, 2, 333, 301 + 97 * (int)i, 4, 2, shapes[i].dim);
+            d.causal = (int)((i + (size_t)w) % 2);
+            if (i % 3 == 2 && w == 1) {
+                d.window_left = 70;
+                d.window_right = 20;
+            }
+            if (i % 4 == 1 && w == 0) {
+                d.dropout_p = 0.2f;
+                d.dropout_seed = 5 + i;
+            }
+            if (i % 4 == 3) d.softcap = 20.0f;
+            char name[112];
+            snprintf(name, sizeof name, "tma %s d%d %dx%d s%d%s%s%s%s", shapes[i].schedule, shapes[i].dim, f.br, f.bc,
+                     f.stages, w ? " bf16" : " fp16", d.causal ? " causal" : "", d.window_left >= 0 ? " window" : "",
+                     d.dropout_p > 0.0f ? " dropout" : d.softcap > 0.0f ? " softcap" : "");
+            run_tiles(name, &d, &f, NULL, 0);
+        }
+    }
+    unsetenv("FLASHATTN_TMA_SCHEDULE");
+    /* A query tile past the keys, one key, and a sequence shorter than a
+     * consumer warpgroup's rows. */
+    const int lens[][2] = {{1, 1}, {70, 1}, {129, 2000}, {2000, 129}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(lens); i++) {
+        fa_attention_desc d = mma_desc(0, 1, lens[i][0], lens[i][1], 2, 1, 128);
+        d.causal = (int)(i % 2);
+        const tiles f = {FA_VARIANT_WGMMA_TMA, 128, 128, 384, 2, 32, 2, 1};
+        char name[64];
+        snprintf(name, sizeof name, "tma lengths %d x %d%s", lens[i][0], lens[i][1], d.causal ? " causal" : "");
+        run_tiles(name, &d, &f, NULL, 0);
+    }
+
+    fa_attention_desc d = mma_desc(0, 1, 256, 256, 2, 2, 128);
+    fa_plan plan = NULL;
+    CHECK_OK(fa_plan_create(g_ctx, &d, &plan));
+    if (!plan) return;
+    CHECK_MSG(plan->info.forward.variant == FA_VARIANT_WGMMA_TMA, "planned %s", vname(&plan->info.forward));
+    const tiles bad[] = {
+        {FA_VARIANT_WGMMA_TMA, 128, 128, 256, 2, 32, 2, 1}, /* no producer warpgroup */
+        {FA_VARIANT_WGMMA_TMA, 96, 128, 384, 2, 32, 2, 1},  /* not whole warpgroups of 64 rows */
+        {FA_VARIANT_WGMMA_TMA, 128, 32, 384, 2, 8, 2, 1},   /* a key tile it has no products for */
+        {FA_VARIANT_WGMMA_TMA, 128, 128, 384, 2, 32, 1, 1}, /* one stage */
+        {FA_VARIANT_WGMMA_TMA, 256, 64, 640, 2, 16, 2, 1},  /* four consumer warpgroups */
+    };
+    for (size_t i = 0; i < FA_ARRAY_SIZE(bad); i++)
+        CHECK_MSG(force_tiles(plan, &bad[i], NULL) == FA_ERR_UNSUPPORTED, "bad tile %zu accepted", i);
+    fa_plan_destroy(plan);
+    /* Varlen and head_dim 256 are not its problems: forced, refused. */
+    static const int32_t cu[3] = {0, 100, 256};
+    fa_attention_desc v = mma_desc(0, 2, 156, 156, 2, 2, 128);
+    v.cu_seqlens_q = cu;
+    v.cu_seqlens_k = cu;
+    const tiles ok = {FA_VARIANT_WGMMA_TMA, 128, 128, 384, 2, 32, 2, 1};
+    for (int k = 0; k < 2; k++) {
+        fa_attention_desc x = k ? mma_desc(0, 1, 256, 256, 2, 2, 256) : v;
+        plan = NULL;
+        CHECK_OK(fa_plan_create(g_ctx, &x, &plan));
+        if (!plan) continue;
+        CHECK_MSG(plan->info.forward.variant == FA_VARIANT_WGMMA, "%s: planned %s", k ? "d256" : "varlen",
+                  vname(&plan->info.forward));
+        CHECK_MSG(force_tiles(plan, &ok, NULL) == FA_ERR_UNSUPPORTED, "%s: forced tile accepted", k ? "d256" : "varlen");
+        fa_plan_destroy(plan);
+    }
+}
+
 /* The plans the planner makes for training and decoding shapes on the
  * described H100 and on this device, tensor-core tiles run as such, on
  * small problems. */
@@ -1398,9 +1486,14 @@ FA_TEST(score_options_wgmma) {
             score_option_cases(w ? "wgmma bf16 d64" : "wgmma fp16 d64", &d, &f, det ? &b1 : &b2, 0, FA_VARIANT_WGMMA,
                                FA_VARIANT_WGMMA);
         }
+    /* The planner's forward at head_dim 128 and 64 is the warp-specialised
+     * one (three consumer warpgroups at 64, two with dropout). */
     for (int w = 0; w < 2; w++) {
         fa_attention_desc d = mma_desc(w, 2, 200, 230, 4, 2, 128);
-        score_option_cases(w ? "planned bf16 d128" : "planned fp16 d128", &d, NULL, NULL, 0, FA_VARIANT_WGMMA, -1);
+        score_option_cases(w ? "planned bf16 d128" : "planned fp16 d128", &d, NULL, NULL, 0, FA_VARIANT_WGMMA_TMA,
+                           -1);
+        d = mma_desc(w, 2, 333, 250, 4, 2, 64);
+        score_option_cases(w ? "planned bf16 d64" : "planned fp16 d64", &d, NULL, NULL, 1, FA_VARIANT_WGMMA_TMA, -1);
     }
 }
 
@@ -1744,7 +1837,7 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
              FA_CASE(mma_wide_heads_d96), FA_CASE(mma_wide_heads_d192), FA_CASE(mma_wide_heads_d256),
-             FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes),
+             FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes), FA_CASE(tma_shapes),
              FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles), FA_CASE(score_options_simt),
              FA_CASE(score_options_mma), FA_CASE(score_options_wgmma), FA_CASE(score_options_wide_heads),
              FA_CASE(score_options_decode_shapes), FA_CASE(score_options_standard_refused),

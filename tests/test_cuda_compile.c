@@ -259,8 +259,12 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
                           d->seqlen_q > 16;
         if (mma_dtype && d->head_dim % 16 == 0 && d->seqlen_q > 16 && d->head_dim <= 128)
             CHECK_MSG(fa_variant_on_matrix_units(fv), "%s %s: forward %s", device, jobs[i].label, fa_variant_name(fv));
-        CHECK_MSG((fv == FA_VARIANT_WGMMA) == wgmma_shape, "%s %s: forward %s", device, jobs[i].label,
-                  fa_variant_name(fv));
+        /* The warp-specialised one where its tensor maps describe the
+         * problem: fixed-length sequences, head_dim 64 or 128. */
+        const int tma_shape = wgmma_shape && !d->cu_seqlens_q && (d->head_dim == 64 || d->head_dim == 128);
+        CHECK_MSG((fv == FA_VARIANT_WGMMA || fv == FA_VARIANT_WGMMA_TMA) == wgmma_shape &&
+                      (fv == FA_VARIANT_WGMMA_TMA) == tma_shape,
+                  "%s %s: forward %s", device, jobs[i].label, fa_variant_name(fv));
         /* The warpgroup backward up to head_dim 128 (decoding too): at 128
          * not where dropout's Philox state comes with masks or varlen (the
          * all-options set here; dropout_backward_sm90 below has neither). */
@@ -974,7 +978,7 @@ FA_TEST(errors_are_reported) {
      * the kernels do not have. */
     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F16;
     CHECK_OK(fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info));
-    CHECK(info.forward.variant == FA_VARIANT_WGMMA && info.backward.variant == FA_VARIANT_WGMMA);
+    CHECK(info.forward.variant == FA_VARIANT_WGMMA_TMA && info.backward.variant == FA_VARIANT_WGMMA);
     CHECK_STATUS(fa_cuda_compile_plan(&d, &info, 7, 5, NULL, 0, &n), FA_ERR_UNSUPPORTED);
     /* So does the warpgroup backward: beside an sm_80 forward, and in
      * shapes it does not have (128 queries; 4 threads a key). */
@@ -1061,10 +1065,86 @@ FA_TEST(small_programs_sm80_sm90) {
 #endif
 }
 
+/* The warp-specialised forward (fwd_tma.cu) as the planner emits it on an
+ * H100, with every option it takes and each product schedule
+ * (FLASHATTN_TMA_SCHEDULE; the planner's are overlap at head_dim 128 and
+ * plain at 64): sm_90a code, no spills, the options compiled in. */
+FA_TEST(h100_sm90_tma_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    static uint8_t blocks[16 * 16];
+    for (size_t i = 0; i < sizeof blocks; i++) blocks[i] = (uint8_t)((i * 5 + 1) % 3 != 0);
+    static const char *const schedules[] = {NULL, "both", NULL, "plain", "pingpong"};
+    for (int k = 0; k < 10; k++) {
+        const int dim = k % 2 ? 64 : 128, opts = k / 2;
+        fa_attention_desc d;
+        fa_attention_desc_init(&d);
+        d.batch = 2;
+        d.seqlen_q = d.seqlen_k = 2048;
+        d.heads_q = 16;
+        d.heads_kv = opts == 1 ? 4 : 16;
+        d.head_dim = dim;
+        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = k % 4 < 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16;
+        if (opts == 1) d.causal = 1;
+        if (opts == 2) {
+            d.window_left = 300;
+            d.window_right = 10;
+            d.block_mask = blocks;
+            d.block_q = d.block_k = 128;
+            d.block_mask_bytes = sizeof blocks;
+            d.dropout_p = 0.1f;
+        }
+        if (opts == 3) {
+            d.softcap = 30.0f;
+            d.bias_batch = 1;
+            d.bias_heads = 16;
+            d.bias.dtype = FA_DTYPE_F32;
+            d.causal = 1;
+        }
+        if (opts == 4) d.alibi_slopes = g_slopes;
+        if (schedules[opts]) setenv("FLASHATTN_TMA_SCHEDULE", schedules[opts], 1);
+        fa_plan_info info;
+        fa_status st = fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info);
+        CHECK_MSG(st == FA_SUCCESS && info.forward.variant == FA_VARIANT_WGMMA_TMA, "case %d: %s, forward %s", k,
+                  st ? fa_last_error() : "planned", fa_variant_name(info.forward.variant));
+        fa_cuda_kernel_report rep[MAX_REPORTS];
+        int n = 0;
+        if (st == FA_SUCCESS) st = fa_cuda_compile_forward(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
+        unsetenv("FLASHATTN_TMA_SCHEDULE");
+        CHECK_MSG(st == FA_SUCCESS && n == 1, "case %d: %s", k, st ? fa_last_error() : "kernels");
+        if (st != FA_SUCCESS || n != 1) continue;
+        const fa_cuda_kernel_report *r = &rep[0];
+        printf("%-8s d%-4d %s: %d threads %3d registers %d/%d bytes spilled\n", r->arch, dim, r->options + 0,
+               r->threads, r->registers, r->spill_stores, r->spill_loads);
+        const char *sched = schedules[opts] ? schedules[opts] : dim == 128 ? "overlap" : "plain";
+        /* Turns (PINGPONG) are between two consumer warpgroups: head_dim
+         * 128, or 64 with dropout; head_dim 64 runs three. */
+        const int two = dim == 128 || d.dropout_p > 0.0f;
+        const int overlap = strcmp(sched, "both") == 0 || strcmp(sched, "overlap") == 0;
+        const int pingpong = two && (strcmp(sched, "both") == 0 || strcmp(sched, "pingpong") == 0);
+        CHECK_MSG(strcmp(r->kernel, "fa_fwd_tma") == 0 && r->real_code && strcmp(r->arch, "sm_90") == 0 &&
+                      r->threads == (two ? 384 : 512),
+                  "case %d: %s %s, %d threads", k, r->arch, r->kernel, r->threads);
+        CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
+                  "case %d spills: %d bytes stored, %d loaded, %d bytes of stack", k, r->spill_stores,
+                  r->spill_loads, r->stack_bytes);
+        CHECK_MSG(has_define(r->options, "OVERLAP") == overlap && has_define(r->options, "PINGPONG") == pingpong &&
+                      has_define(r->options, "CAUSAL") == (d.causal != 0) &&
+                      has_define(r->options, "DROPOUT") == (d.dropout_p > 0.0f) &&
+                      has_define(r->options, "BLOCK_MASK") == (d.block_mask != NULL) &&
+                      has_define(r->options, "SOFTCAP") == (d.softcap > 0.0f) &&
+                      has_define(r->options, "ALIBI") == (d.alibi_slopes != NULL) &&
+                      has_define(r->options, "BIAS") == (d.bias_batch > 0),
+                  "case %d: options %s", k, r->options);
+    }
+#endif
+}
+
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
              FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
-             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options),
+             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants),
              FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),
              FA_CASE(decode_merge_choice), FA_CASE(errors_are_reported), FA_CASE(small_programs_sm80_sm90))

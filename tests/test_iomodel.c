@@ -374,8 +374,11 @@ FA_TEST(fused_bytes_scale_n2) {
             CHECK(p1.forward.br == p2.forward.br && p1.backward.bc == p2.backward.bc);
             double rf = total_bytes(&p2.forward.cost) / total_bytes(&p1.forward.cost);
             double rb = total_bytes(&p2.backward.cost) / total_bytes(&p1.backward.cost);
-            CHECK_MSG(rf > 3.9 && rf <= 4.0, "%s causal %d: forward bytes grow %.4fx", fa_described_device_get(i)->key,
-                      causal, rf);
+            /* Q, O and L grow 2x, the K/V re-reads 4x: under a causal mask
+             * with the 192-row tiles of sm_90's warp-specialised forward
+             * the re-reads are a smaller share (3.86x at head_dim 64). */
+            CHECK_MSG(rf > (causal ? 3.8 : 3.9) && rf <= 4.0, "%s causal %d: forward bytes grow %.4fx",
+                      fa_described_device_get(i)->key, causal, rf);
             CHECK_MSG(rb > 3.8 && rb <= 4.0, "%s causal %d: backward bytes grow %.4fx",
                       fa_described_device_get(i)->key, causal, rb);
         }

@@ -51,7 +51,9 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
     int before = fa_test_failures;
     const int dim = d->head_dim;
     const fa_dtype t = d->q.dtype;
-    CHECK_MSG(in_set(k->br, tiles, 5) && in_set(k->bc, tiles, 5), "%s: tile %d x %d", what, k->br, k->bc);
+    CHECK_MSG((in_set(k->br, tiles, 5) || (k->variant == FA_VARIANT_WGMMA_TMA && k->br == 192)) &&
+                  in_set(k->bc, tiles, 5),
+              "%s: tile %d x %d", what, k->br, k->bc);
     /* SIMT micro-tiles come from {1, 2, 4, 8}; an MMA plan's is its fragments'
      * shape (two rows per 16-row strip, a quarter of the other side); a
      * WGMMA plan's is one strip's, in whole warpgroups of 64 rows (query
@@ -67,6 +69,22 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
                       strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma %d x %d/%d, micro-tile %d x %d", what, k->br, k->bc, k->work_group_size, k->thread_rows,
                   k->thread_cols);
+    } else if (k->variant == FA_VARIANT_WGMMA_TMA) {
+        /* The warp-specialised forward: a producer warpgroup and one
+         * consumer warpgroup of 64 query rows (one strip a warp, two rows a
+         * strip and thread) per 64 rows, three at head_dim 64 (two with
+         * dropout) and two at 128, 128-key tiles, fixed-length sequences. */
+        const int rows = dim == 64 && d->dropout_p == 0.0f ? 192 : 128;
+        CHECK_MSG(pass == FA_PASS_FORWARD && k->br == rows && k->bc == 128 && k->thread_rows == 2 &&
+                      k->thread_cols == 32 && k->work_group_size == 128 * (rows / 64 + 1) && k->stages >= 2 &&
+                      (dim == 64 || dim == 128) &&
+                      (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) && !d->cu_seqlens_q && strcmp(dev->arch, "sm_90") == 0,
+                  "%s: wgmma_tma %d x %d/%d, micro-tile %d x %d, %d stages", what, k->br, k->bc, k->work_group_size,
+                  k->thread_rows, k->thread_cols, k->stages);
+        if (fa_test_failures != before) return fa_test_failures - before;
+        CHECK(k->local_mem_bytes == fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages) &&
+              k->local_mem_bytes <= dev->local_mem_bytes);
+        return fa_test_failures - before;
     } else if (k->variant == FA_VARIANT_DECODE) {
         /* The packed decoding kernel: four warps of 16 keys, 16 to 64 rows
          * in strips of 16 (two rows a strip and thread). */
@@ -455,7 +473,7 @@ FA_TEST(decoding_splits_keys) {
     CHECK(p.forward.split_k == 1 && p.forward.variant == FA_VARIANT_SIMT);
     d = shape(1, 4096, 4096, 8, 8, 128, FA_DTYPE_F16);
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
-    CHECK(p.forward.split_k == 1 && p.forward.variant == FA_VARIANT_WGMMA);
+    CHECK(p.forward.split_k == 1 && p.forward.variant == FA_VARIANT_WGMMA_TMA);
     d = shape(1, 1, 256, 8, 8, 128, FA_DTYPE_F16);
     CHECK_OK(fa_plan_for_device(device("nvidia-opencl"), &d, &p));
     CHECK(p.forward.split_k == 1);
@@ -469,9 +487,32 @@ FA_TEST(variants_by_backend) {
      * two blocks an SM where the registers of 128 x 64 allow them, in one
      * of 128 x 128 where dropout's take them. */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
-    CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.backward.variant == FA_VARIANT_WGMMA);
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA_TMA && p.backward.variant == FA_VARIANT_WGMMA);
+    CHECK(p.forward.br == 128 && p.forward.bc == 128 && p.forward.stages == 2 && p.forward.work_group_size == 384);
+    /* Where the tensor maps cannot describe the problem (varlen), or when
+     * asked (FLASHATTN_PLAN_TMA=0), the warpgroup forward without them. */
+    setenv("FLASHATTN_PLAN_TMA", "0", 1);
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    unsetenv("FLASHATTN_PLAN_TMA");
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA);
     CHECK(p.forward.br == 128 && p.forward.bc == 64 && p.forward.stages == 2 && p.forward.work_group_size == 256);
     CHECK(fa_wgmma_blocks_per_sm(&d, p.forward.bc) == 2);
+    {
+        static const int32_t cu[3] = {0, 2048, 4096};
+        fa_attention_desc v = d;
+        v.cu_seqlens_q = cu;
+        v.cu_seqlens_k = cu;
+        CHECK_OK(fa_plan_for_device(device("h100"), &v, &p));
+        CHECK(p.forward.variant == FA_VARIANT_WGMMA);
+        /* A stride the maps cannot take (2^40 bytes between sequences). */
+        v = d;
+        v.q.stride_seq = 16 * 128;
+        v.q.stride_head = 128;
+        v.q.stride_batch = (int64_t)1 << 39;
+        CHECK_OK(fa_plan_for_device(device("h100"), &v, &p));
+        CHECK(p.forward.variant == FA_VARIANT_WGMMA);
+    }
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     /* The backward: 128 keys in two warpgroups against 64 queries. */
     CHECK(p.backward.br == 64 && p.backward.bc == 128 && p.backward.stages == 2 &&
           p.backward.work_group_size == 256);
@@ -480,8 +521,7 @@ FA_TEST(variants_by_backend) {
      * with a window or a causal mask beside it, on mma.sync. */
     d.dropout_p = 0.1f;
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
-    CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.forward.br == 128 && p.forward.bc == 128);
-    CHECK(fa_wgmma_blocks_per_sm(&d, p.forward.bc) == 1);
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA_TMA && p.forward.br == 128 && p.forward.bc == 128);
     CHECK(p.backward.variant == FA_VARIANT_WGMMA && p.backward.br == 64 && p.backward.bc == 64 &&
           p.backward.stages == 2 && p.backward.work_group_size == 128);
     d.window_left = 256;
@@ -520,7 +560,7 @@ FA_TEST(variants_by_backend) {
     d.head_dim = 128;
     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_BF16;
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
-    CHECK(p.forward.variant == FA_VARIANT_WGMMA);
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA_TMA);
     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F32;
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_SIMT && p.backward.variant == FA_VARIANT_SIMT);

@@ -11,6 +11,8 @@
  * loop over a tile unrolls:
  *   forward MMA     fwd_mma.cu   fa_fwd_mma
  *   forward WGMMA   fwd_mma.cu   fa_fwd_mma, built with -DWGMMA for sm_90a
+ *   forward WGMMA_TMA fwd_tma.cu fa_fwd_tma (sm_90a; takes the tensor maps
+ *                                of Q, K, V and O after the parameters)
  *   forward SIMT    simt.cu      fa_fwd_simt [, fa_splitk_merge]
  *   forward DECODE  decode.cu    fa_fwd_decode [, fa_splitk_merge]
  *   KV-cache step   decode.cu    fa_fwd_decode built with KV_CACHE (no
@@ -32,6 +34,7 @@
 #include "cuda_runtime_internal.h"
 #include "cuda_compile.h"
 #include "cuda_standard.h"
+#include "cuda_tma.h"
 
 #include "desc.h"
 #include "dtype.h"
@@ -82,8 +85,9 @@ static int dq_bc(const fa_attention_desc *d) {
 static const char *const cu_header_paths[] = {"kernels_cuda/dtype.cuh",   "kernels_cuda/common.cuh",
                                               "kernels_cuda/mma.cuh",     "kernels_cuda/rowwise.cuh",
                                               "kernels_cuda/wgmma.cuh",   "kernels_cuda/wgmma_ops.cuh",
-                                              "kernels_cuda/kvcache.cuh", "kernels_cuda/simt_tiles.cuh"};
-#define CU_HEADER_COUNT 8
+                                              "kernels_cuda/kvcache.cuh", "kernels_cuda/simt_tiles.cuh",
+                                              "kernels_cuda/tma.cuh"};
+#define CU_HEADER_COUNT 9
 
 /* ------------------------------------------------------------------------ */
 /* Kernel parameters                                                         */
@@ -372,10 +376,73 @@ static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *k
     return FA_SUCCESS;
 }
 
+/* How fwd_tma.cu's consumer warpgroups schedule their products. Measured
+ * on an H100 (fp16, 16k tokens, N 2k-16k, bench/tma_gpu.sh,
+ * bench/results/h100.md): at head_dim 128 the softmax overlapped with the
+ * next tile's products (OVERLAP) ran 582-662 TFLOP/s, 8-10% above neither;
+ * adding the warpgroups' turns (PINGPONG) changed nothing, and turns alone
+ * gained nothing. At head_dim 64 (three consumer warpgroups, where turns
+ * do not apply) OVERLAP was 7% faster on long non-causal rows and 5-9%
+ * slower causal, 2% slower over all: the products are half as long there,
+ * and the issue of the softmax, not the tensor cores, binds. FLASHATTN_TMA_SCHEDULE=both, overlap, pingpong or plain replaces
+ * that choice, so that one run can time each. */
+static fa_status tma_schedule(const fa_attention_desc *d, const char **defines) {
+    const char *env = getenv("FLASHATTN_TMA_SCHEDULE");
+    static const char *const names[] = {"both", "overlap", "pingpong", "plain"};
+    static const char *const opts[] = {" -DOVERLAP -DPINGPONG", " -DOVERLAP", " -DPINGPONG", ""};
+    if (!env || !env[0]) env = d->head_dim >= 128 ? names[1] : names[3];
+    for (size_t i = 0; i < FA_ARRAY_SIZE(names); i++)
+        if (strcmp(env, names[i]) == 0) {
+            *defines = opts[i];
+            return FA_SUCCESS;
+        }
+    return fa_fail(FA_ERR_INVALID_ARGUMENT,
+                   "FLASHATTN_TMA_SCHEDULE=%s: expected \"both\", \"overlap\", \"pingpong\" or \"plain\"", env);
+}
+
+/* kernels_cuda/fwd_tma.cu: sm_90a, fp16/bf16, fixed-length sequences; one
+ * producer warpgroup and br / 64 consumer warpgroups; 64- or 128-key
+ * tiles (wgmma_ops.cuh's S products) in 2 to 4 stages. */
+static fa_status tma_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor,
+                          cu_program_spec *s) {
+    if (cc_major != 9 || cc_minor != 0)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the warp-specialised kernel runs on sm_90 only (device: sm_%d%d)",
+                       cc_major, cc_minor);
+    if (d->q.dtype != FA_DTYPE_F16 && d->q.dtype != FA_DTYPE_BF16)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the warp-specialised kernel takes fp16 or bf16, not %s",
+                       fa_dtype_name(d->q.dtype));
+    if (d->cu_seqlens_q || d->kv_cache)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the warp-specialised kernel takes fixed-length sequences "
+                       "(a tensor map's box would cross into the next sequence)");
+    const int cwg = kp->br / 64;
+    if (kp->br % 64 || cwg < 1 || cwg > 3 || kp->work_group_size != 128 * (cwg + 1) || (kp->bc != 64 && kp->bc != 128) ||
+        (d->head_dim != 64 && d->head_dim != 128) || kp->stages < 2 || kp->stages > 4)
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "forward plan: tile %d x %d, %d threads, %d stages at head_dim %d is not a shape of the "
+                       "warp-specialised kernel (64, 128 or 192 query rows with 128 threads more than 2 a row; 64 "
+                       "or 128 keys; 2 to 4 stages; head_dim 64 or 128)",
+                       kp->br, kp->bc, kp->work_group_size, kp->stages, d->head_dim);
+    const char *schedule = "";
+    FA_CHECK(tma_schedule(d, &schedule));
+    if (cwg != 2 && strstr(schedule, "PINGPONG")) schedule = strstr(schedule, "OVERLAP") ? " -DOVERLAP" : "";
+    s->file = "kernels_cuda/fwd_tma.cu";
+    s->short_name = "fwd_tma";
+    s->tensor_cores = 1;
+    s->arch_specific = 1;
+    FA_CHECK(append_define(s, " -DFWD -DBR=%d -DBC=%d -DSTAGES=%d", kp->br, kp->bc, kp->stages, 0));
+    FA_CHECK(append_text(s, schedule));
+    s->nkernels = 1;
+    s->kernels[0] = (cu_kernel_spec){"fa_fwd_tma", kp->work_group_size,
+                                     fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, d, kp->br, kp->bc,
+                                                       kp->stages)};
+    return FA_SUCCESS;
+}
+
 static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor,
                               cu_program_spec *s) {
     memset(s, 0, sizeof *s);
     common_defines(d, s->defines, sizeof s->defines);
+    if (kp->variant == FA_VARIANT_WGMMA_TMA) return tma_spec(d, kp, cc_major, cc_minor, s);
     if (kp->variant == FA_VARIANT_WGMMA) {
         FA_CHECK(check_wgmma(d, kp, FA_PASS_FORWARD, cc_major, cc_minor));
         s->file = "kernels_cuda/fwd_mma.cu";
@@ -969,6 +1036,30 @@ static fa_status launch(fa_cuda_plan *p, const cu_pass *pass, int index, unsigne
 
 static unsigned tiles_of(int n, int t) { return (unsigned)fa_tile_count(n, t); }
 
+/* fwd_tma.cu: the parameters, then the tensor maps of Q (boxes of the
+ * tile's rows), K and V (of its keys) and O (64 rows, a consumer
+ * warpgroup's), encoded for this call's buffers. */
+static fa_status launch_tma(fa_cuda_plan *p, const fa_attention_desc *d, const fa_kernel_plan *kp,
+                            const fa_cuda_params *prm) {
+    CUtensorMap maps[4];
+    FA_CHECK(fa_cuda_tensor_map(&maps[0], prm->q, d, FA_TENSOR_Q, kp->br));
+    FA_CHECK(fa_cuda_tensor_map(&maps[1], prm->k, d, FA_TENSOR_K, kp->bc));
+    FA_CHECK(fa_cuda_tensor_map(&maps[2], prm->v, d, FA_TENSOR_V, kp->bc));
+    FA_CHECK(fa_cuda_tensor_map(&maps[3], prm->o, d, FA_TENSOR_O, 64));
+    const cu_kernel_spec *k = &p->fwd.spec.kernels[0];
+    void *args[] = {(void *)prm, &maps[0], &maps[1], &maps[2], &maps[3]};
+    const unsigned gx = tiles_of(d->seqlen_q, kp->br), gy = (unsigned)d->heads_q, gz = (unsigned)d->batch;
+    const CUresult r = cu()->cuLaunchKernel(p->fwd.fn[0], gx, gy, gz, (unsigned)k->threads, 1, 1, (unsigned)k->smem,
+                                            p->ctx->stream, args, NULL);
+    if (r != CUDA_SUCCESS) {
+        char what[128];
+        snprintf(what, sizeof what, "cuLaunchKernel(%s, grid %u x %u x %u, %d threads, %zu bytes)", k->name, gx, gy,
+                 gz, k->threads, k->smem);
+        return fa_cuda_error(r, what);
+    }
+    return FA_SUCCESS;
+}
+
 /* The pass's bias (NULL exactly when the plan has none, core/backend.h):
  * no alignment is asked of its offset, but its elements must be aligned
  * to their size for the kernels' loads. */
@@ -1012,7 +1103,9 @@ static fa_status forward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_
     CUresult r = cu()->cuEventRecord(p->ev_start, p->ctx->stream);
     if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
     const fa_kernel_plan *kp = &plan->info.forward;
-    if (kp->variant == FA_VARIANT_DECODE) {
+    if (kp->variant == FA_VARIANT_WGMMA_TMA) {
+        FA_CHECK(launch_tma(p, d, kp, &prm));
+    } else if (kp->variant == FA_VARIANT_DECODE) {
         /* (row tile of the packed group rows, KV head, sequence x split) */
         const int64_t rows = (int64_t)(d->heads_q / d->heads_kv) * d->seqlen_q;
         FA_CHECK(launch(p, &p->fwd, 0, (unsigned)((rows + kp->br - 1) / kp->br), (unsigned)d->heads_kv,

@@ -204,12 +204,17 @@ int fa_cuda_plan_splits_meet(const void *plan_impl);
      * name, with the same signature: the loader falls back to it. */         \
     X(cuEventElapsedTime_v2, CUresult, (float *, CUevent, CUevent))
 
-/* Entry points only the interop tests use; NULL when missing. cuCtxCreate_v2
- * is the pre-CUDA-13 signature, which drivers keep exporting for older
- * applications. */
+/* Entry points only the interop tests and the warp-specialised forward
+ * use; NULL when missing. cuCtxCreate_v2 is the pre-CUDA-13 signature,
+ * which drivers keep exporting for older applications. */
 #define FA_CU_OPTIONAL(X)                                                                     \
     X(cuCtxCreate_v2, CUresult, (CUcontext *, unsigned int, CUdevice))                        \
-    X(cuCtxDestroy_v2, CUresult, (CUcontext))
+    X(cuCtxDestroy_v2, CUresult, (CUcontext))                                                 \
+    /* CUDA 12 and later: the warp-specialised forward's tensor maps. */      \
+    X(cuTensorMapEncodeTiled, CUresult,                                                       \
+      (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,            \
+       const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,     \
+       CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))
 
 typedef struct fa_cu_api {
 #define FA_CU_MEMBER(name, ret, args) ret(CUDAAPI *name) args;

@@ -1,0 +1,51 @@
+/* Tensor maps (cuTensorMapEncodeTiled) for the warp-specialised forward. */
+#define FA_CUDA_DRIVER_TYPES
+#include "cuda_tma.h"
+
+#include "fa_internal.h"
+
+#include <stdint.h>
+
+#define TMA_MAX_STRIDE ((int64_t)1 << 40)
+
+fa_status fa_cuda_tensor_map(CUtensorMap *map, CUdeviceptr base, const fa_attention_desc *d, fa_tensor_role role,
+                             int box_rows) {
+    const fa_cu_api *api = fa_cuda_api();
+    if (!api->cuTensorMapEncodeTiled)
+        return fa_fail(FA_ERR_UNSUPPORTED, "the CUDA driver has no cuTensorMapEncodeTiled (CUDA 12 or later)");
+    const fa_layout l = fa_desc_layout(d, role);
+    const int64_t e = (int64_t)fa_dtype_size(l.dtype);
+    const int64_t count[3] = {l.seqlen, l.heads, d->batch};
+    const int64_t stride[3] = {l.stride_seq * e, l.stride_head * e, l.stride_batch * e};
+    /* A dimension of one index never steps: it gets a stride the driver
+     * accepts, one past the bytes the others span. */
+    int64_t span = (int64_t)d->head_dim * e;
+    for (int i = 0; i < 3; i++)
+        if (count[i] > 1) span += (count[i] - 1) * stride[i];
+    span = (span + 15) / 16 * 16;
+    cuuint64_t dims[4] = {(cuuint64_t)d->head_dim, 0, 0, 0}, strides[3];
+    for (int i = 0; i < 3; i++) {
+        dims[i + 1] = (cuuint64_t)count[i];
+        strides[i] = (cuuint64_t)(count[i] > 1 ? stride[i] : span);
+        if ((int64_t)strides[i] >= TMA_MAX_STRIDE || strides[i] % 16)
+            return fa_fail(FA_ERR_UNSUPPORTED, "%s: a stride of %llu bytes does not fit a tensor map (multiples of 16 "
+                           "below 2^40)",
+                           fa_tensor_role_name(role), (unsigned long long)strides[i]);
+    }
+    const cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1}, steps[4] = {1, 1, 1, 1};
+    const CUtensorMapDataType type =
+        l.dtype == FA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    void *addr = (void *)(uintptr_t)(base + (CUdeviceptr)(l.offset * e));
+    const CUresult r =
+        api->cuTensorMapEncodeTiled(map, type, 4, addr, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        const char *name = NULL;
+        if (api->cuGetErrorName) api->cuGetErrorName(r, &name);
+        return fa_fail(FA_ERR_UNSUPPORTED, "cuTensorMapEncodeTiled(%s, %lld x %lld x %lld x %d): %s",
+                       fa_tensor_role_name(role), (long long)d->head_dim, (long long)count[0], (long long)count[1],
+                       d->batch, name ? name : "error");
+    }
+    return FA_SUCCESS;
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# On an H100 or H200, from the repository root: the warp-specialised
+# forward (kernels_cuda/fwd_tma.cu, plan variant wgmma_tma). Steps:
+#   smoke    fa-run against the CPU reference on small shapes, every option
+#            the kernel takes, each under a time limit (a lost barrier
+#            phase hangs rather than fails)
+#   tests    the CUDA attention suite's cases that plan or force it
+#   sanitize compute-sanitizer memcheck and racecheck on small shapes
+#   bench    the forward's TFLOP/s with each product schedule
+#            (FLASHATTN_TMA_SCHEDULE) and with the warpgroup kernel it
+#            replaces (FLASHATTN_PLAN_TMA=0), beside PyTorch SDPA's cuDNN
+#            and FlashAttention-2 backends in the same run
+# Outputs in $OUT (default ./gpu-out). Environment: TMA_STEPS (default
+# "smoke tests bench"), TMA_DIMS (64 128), TMA_SEQLENS (2048,8192,16384),
+# TMA_SCHEDULES (both overlap pingpong plain), TMA_DTYPES (fp16).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=bench/gpu_env.sh
+. bench/gpu_env.sh
+steps=${TMA_STEPS:-smoke tests bench}
+want() { [[ " $steps " == *" $1 "* ]]; }
+read -r -a dims <<< "${TMA_DIMS:-64 128}"
+read -r -a schedules <<< "${TMA_SCHEDULES:-both overlap pingpong plain}"
+read -r -a dtypes <<< "${TMA_DTYPES:-fp16}"
+seqlens=${TMA_SEQLENS:-2048,8192,16384}
+export FLASHATTN_CACHE_DIR=/tmp/fa-kcache
+
+fa_gpu_info
+stamp "configure and build"
+fa_gpu_build build-gpu "test_cuda_attention fa-bench fa-run fa-info" -DCMAKE_BUILD_TYPE=Release \
+  -DFA_CUDA=ON -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DFA_OPENCL=OFF || exit 1
+failed=0
+
+if want smoke; then
+  stamp "smoke: fa-run against the reference (in parallel)"
+  mkdir -p "$out/smoke"
+  n=0
+  run() {
+    n=$((n + 1))
+    ( timeout 120 build-gpu/fa-run --backend cuda --repeats 1 "$@" > "$out/smoke/$n.txt" 2>&1
+      echo "rc $? args $*" >> "$out/smoke/$n.txt" ) &
+    [ $((n % 8)) = 0 ] && wait
+  }
+  for dim in 64 128; do
+    run --dtype fp16 --dim "$dim" --batch 2 --heads 4 --seqlen 512
+    run --dtype bf16 --dim "$dim" --batch 1 --heads 2 --seqlen 1000 --causal
+    run --dtype fp16 --dim "$dim" --batch 2 --heads 8 --heads-kv 2 --seqlen-q 300 --seqlen-k 777
+    run --dtype fp16 --dim "$dim" --batch 1 --heads 4 --seqlen 1024 --window 100,50
+    run --dtype fp16 --dim "$dim" --batch 1 --heads 4 --seqlen 1024 --block-sparse 128,0.5
+    run --dtype fp16 --dim "$dim" --batch 1 --heads 4 --seqlen 640 --dropout 0.2 --seed 7
+    run --dtype bf16 --dim "$dim" --batch 1 --heads 4 --seqlen 700 --softcap 30 --alibi
+    run --dtype bf16 --dim "$dim" --batch 2 --heads 2 --seqlen 333 --bias fp32 --causal
+    run --dtype fp16 --dim "$dim" --batch 1 --heads 2 --seqlen-q 4096 --seqlen-k 64 --causal
+  done
+  for sched in overlap pingpong plain; do
+    FLASHATTN_TMA_SCHEDULE=$sched run --dtype fp16 --dim 128 --batch 1 --heads 2 --seqlen 1000 --causal
+  done
+  wait
+  for f in $(ls "$out/smoke" | sort -n); do
+    f=$out/smoke/$f
+    rc=$(grep -o "^rc [0-9]*" "$f" | cut -d' ' -f2)
+    plan=$(grep -m1 -o "forward: [a-z_]*, tile [0-9]* x [0-9]*" "$f" || true)
+    err=$(grep -m1 "^  O " "$f" | sed "s/ *(limit.*)//" || true)
+    printf "  rc %-3s %-70s %s %s\n" "$rc" "$(grep -o "args .*" "$f" | cut -c6-)" "$plan" "$err"
+    [ "$rc" = 0 ] || failed=1
+  done
+fi
+
+if want tests; then
+  stamp "tests: test_cuda_attention"
+  timeout 420 build-gpu/test_cuda_attention dtypes head_dims causal sliding_window block_sparse \
+    block_sparse_skips_tiles dropout dropout_mask_bits gqa_mqa lengths strides_offsets score_options \
+    extreme_windows destroy_in_any_order mma_dtypes mma_head_dims mma_masks mma_dropout wgmma_shapes \
+    score_options_wgmma > "$out/tests.txt" 2>&1
+  echo "  rc $?: $(tail -1 "$out/tests.txt")"
+  grep -E "FAIL|CHECK failed" "$out/tests.txt" | head -20
+fi
+
+if want sanitize && command -v compute-sanitizer > /dev/null; then
+  for tool in memcheck racecheck; do
+    stamp "compute-sanitizer $tool"
+    timeout 300 compute-sanitizer --tool "$tool" build-gpu/fa-run --backend cuda --repeats 1 --dtype fp16 \
+      --dim 128 --batch 1 --heads 2 --seqlen 300 --causal > "$out/sanitize-$tool.txt" 2>&1
+    echo "  rc $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize-$tool.txt" | head -2)"
+  done
+fi
+
+if want bench; then
+  json=$out/tma.jsonl
+  : > "$json"
+  sweep() {
+    local label=$1 dt=$2 dim=$3 causal=$4 flag=()
+    [ "$causal" = 1 ] && flag=(--causal)
+    timeout 150 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" "${flag[@]}" --seqlens "$seqlens" \
+      --tokens 16384 --hidden 2048 --pass fwd --repeats 10 --warmup 2 --json "$json" --label "$label" \
+      >> "$out/bench.txt" 2>&1 || { echo "  $label $dt d$dim causal $causal failed"; failed=1; }
+  }
+  for dt in "${dtypes[@]}"; do
+    for dim in "${dims[@]}"; do
+      for causal in 0 1; do
+        stamp "bench $dt d$dim causal $causal"
+        FLASHATTN_PLAN_TMA=0 sweep wgmma "$dt" "$dim" "$causal"
+        for sched in "${schedules[@]}"; do FLASHATTN_TMA_SCHEDULE=$sched sweep "tma-$sched" "$dt" "$dim" "$causal"; done
+      done
+    done
+  done
+  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
+    stamp "PyTorch SDPA cudnn, flash"
+    dims_csv=$(IFS=,; echo "${dims[*]}")
+    dtypes_csv=$(IFS=,; echo "${dtypes[*]}")
+    python3 bench/sdpa_peer.py --dtypes "$dtypes_csv" --dims "$dims_csv" --seqlens "$seqlens" --causal 0,1 \
+      --tokens 16384 --hidden 2048 --backends cudnn,flash --repeats 10 --warmup 2 \
+      --json "$json" --label sdpa > "$out/peer.log" 2>&1 || { echo "  sdpa_peer.py failed"; tail -5 "$out/peer.log"; }
+  fi
+  python3 - "$json" <<'PY'
+import json, sys, collections
+rows = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("error"): continue
+    key = (r["dtype"], r["d"], int(r["causal"]), r["n"])
+    name = r["label"] if r["label"] != "sdpa" else r["algo"]
+    t = r.get("fwd_tflops") or r.get("tflops")
+    if t: rows[key][name] = t
+cols = sorted({c for v in rows.values() for c in v})
+print("TFLOP/s forward (x cuDNN)")
+print("| dtype | d | causal | N | " + " | ".join(cols) + " |")
+print("|" + "---|" * (4 + len(cols)))
+for k in sorted(rows):
+    ref = rows[k].get("cudnn")
+    cell = lambda c: "%.1f" % rows[k][c] + (" (%.2f)" % (rows[k][c] / ref) if ref else "")
+    print("| %s | %d | %d | %d | " % k + " | ".join(cell(c) if c in rows[k] else "-" for c in cols) + " |")
+PY
+fi
+stamp "done"
+exit $failed

@@ -4,15 +4,24 @@
 #   smoke    fa-run against the CPU reference on small shapes, every option
 #            the kernel takes, each under a time limit (a lost barrier
 #            phase hangs rather than fails)
-#   tests    the CUDA attention suite's cases that plan or force it
+#   tests    the CUDA attention suite (every case plans it where it applies;
+#            tma_shapes forces each shape it takes)
+#   suite    every target built, then the CUDA device tests beyond the
+#            attention suite that run the forward (differential against the
+#            fp64 reference with NaN, infinities and extreme windows; dropout
+#            seeds; caller streams; KV cache); TMA_SUITE replaces the regex
 #   sanitize compute-sanitizer memcheck and racecheck on small shapes
-#   bench    the forward's TFLOP/s with each product schedule
-#            (FLASHATTN_TMA_SCHEDULE) and with the warpgroup kernel it
-#            replaces (FLASHATTN_PLAN_TMA=0), beside PyTorch SDPA's cuDNN
-#            and FlashAttention-2 backends in the same run
+#   tiles    bench/fa-tma-tiles: forced tile shapes beside the planned one,
+#            with the planned product schedule and with TMA_SCHEDULES'
+#   bench    the forward's TFLOP/s as planned, with each product schedule
+#            of TMA_SCHEDULES (FLASHATTN_TMA_SCHEDULE) and with the
+#            warpgroup kernel it replaces (FLASHATTN_PLAN_TMA=0), beside
+#            PyTorch SDPA's cuDNN and FlashAttention-2 backends in the
+#            same run
 # Outputs in $OUT (default ./gpu-out). Environment: TMA_STEPS (default
 # "smoke tests bench"), TMA_DIMS (64 128), TMA_SEQLENS (2048,8192,16384),
-# TMA_SCHEDULES (both overlap pingpong plain), TMA_DTYPES (fp16).
+# TMA_SCHEDULES (none), TMA_DTYPES (fp16), TMA_TILES (fa-tma-tiles'
+# default).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh
@@ -20,14 +29,14 @@ cd "$(dirname "$0")/.." || exit 1
 steps=${TMA_STEPS:-smoke tests bench}
 want() { [[ " $steps " == *" $1 "* ]]; }
 read -r -a dims <<< "${TMA_DIMS:-64 128}"
-read -r -a schedules <<< "${TMA_SCHEDULES:-both overlap pingpong plain}"
+read -r -a schedules <<< "${TMA_SCHEDULES:-}"
 read -r -a dtypes <<< "${TMA_DTYPES:-fp16}"
 seqlens=${TMA_SEQLENS:-2048,8192,16384}
 export FLASHATTN_CACHE_DIR=/tmp/fa-kcache
 
 fa_gpu_info
 stamp "configure and build"
-fa_gpu_build build-gpu "test_cuda_attention fa-bench fa-run fa-info" -DCMAKE_BUILD_TYPE=Release \
+fa_gpu_build build-gpu "test_cuda_attention fa-bench fa-run fa-info fa-tma-tiles" -DCMAKE_BUILD_TYPE=Release \
   -DFA_CUDA=ON -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DFA_OPENCL=OFF || exit 1
 failed=0
 
@@ -67,13 +76,20 @@ if want smoke; then
 fi
 
 if want tests; then
-  stamp "tests: test_cuda_attention"
-  timeout 420 build-gpu/test_cuda_attention dtypes head_dims causal sliding_window block_sparse \
-    block_sparse_skips_tiles dropout dropout_mask_bits gqa_mqa lengths strides_offsets score_options \
-    extreme_windows destroy_in_any_order mma_dtypes mma_head_dims mma_masks mma_dropout wgmma_shapes \
-    score_options_wgmma > "$out/tests.txt" 2>&1
-  echo "  rc $?: $(tail -1 "$out/tests.txt")"
-  grep -E "FAIL|CHECK failed" "$out/tests.txt" | head -20
+  stamp "tests: the CUDA attention suite (ctest cuda_attention.*)"
+  ctest --test-dir build-gpu -R "^cuda_attention[.]" -j8 --timeout 400 > "$out/tests.txt" 2>&1
+  echo "  rc $?: $(grep -E "tests passed" "$out/tests.txt")"
+  grep -E "Failed|Timeout|\*\*\*" "$out/tests.txt" | head -20
+  for c in tma_shapes dtypes causal; do build-gpu/test_cuda_attention $c >> "$out/tests-tma.txt" 2>&1; done
+fi
+
+if want suite; then
+  stamp "suite: every test and tool built; the CUDA device tests that run the forward"
+  cmake --build build-gpu -j"$(nproc)" > "$out/build-all.log" 2>&1 || { grep -E "error" "$out/build-all.log" | head; }
+  ctest --test-dir build-gpu -R "${TMA_SUITE:-^(differential|differential_mma_nvidia)[.]cuda|^dropout_seed[.].*cuda|^native_queue[.]cuda|^cuda_kvcache|^dist_device[.]cuda|^cuda_attention[.]score_options}" \
+    -j8 --timeout 500 --output-on-failure > "$out/suite.txt" 2>&1
+  echo "  rc $?: $(grep -E "tests passed" "$out/suite.txt")"
+  grep -E "CHECK failed|Failed|Timeout" "$out/suite.txt" | head -20
 fi
 
 if want sanitize && command -v compute-sanitizer > /dev/null; then
@@ -82,6 +98,18 @@ if want sanitize && command -v compute-sanitizer > /dev/null; then
     timeout 300 compute-sanitizer --tool "$tool" build-gpu/fa-run --backend cuda --repeats 1 --dtype fp16 \
       --dim 128 --batch 1 --heads 2 --seqlen 300 --causal > "$out/sanitize-$tool.txt" 2>&1
     echo "  rc $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize-$tool.txt" | head -2)"
+  done
+fi
+
+if want tiles; then
+  for dt in "${dtypes[@]}"; do
+    for sched in planned "${schedules[@]}"; do
+      stamp "tiles $dt, schedule $sched"
+      dims_csv=$(IFS=,; echo "${dims[*]}")
+      ( [ "$sched" = planned ] || export FLASHATTN_TMA_SCHEDULE=$sched
+        timeout 300 build-gpu/fa-tma-tiles --dtype "$dt" --dims "$dims_csv" --seqlens "$seqlens" \
+          ${TMA_TILES:+--tiles "$TMA_TILES"} ) 2>> "$out/tiles.err" | tee -a "$out/tiles.txt"
+    done
   done
 fi
 
@@ -100,6 +128,7 @@ if want bench; then
       for causal in 0 1; do
         stamp "bench $dt d$dim causal $causal"
         FLASHATTN_PLAN_TMA=0 sweep wgmma "$dt" "$dim" "$causal"
+        sweep planned "$dt" "$dim" "$causal"
         for sched in "${schedules[@]}"; do FLASHATTN_TMA_SCHEDULE=$sched sweep "tma-$sched" "$dt" "$dim" "$causal"; done
       done
     done

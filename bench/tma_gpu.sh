@@ -21,7 +21,8 @@
 # Outputs in $OUT (default ./gpu-out). Environment: TMA_STEPS (default
 # "smoke tests bench"), TMA_DIMS (64 128), TMA_SEQLENS (2048,8192,16384),
 # TMA_SCHEDULES (none), TMA_DTYPES (fp16), TMA_TILES (fa-tma-tiles'
-# default).
+# default), TMA_SMOKE_DIMS (64 128), TMA_TESTS (the ctest regex of the
+# tests step, default ^cuda_attention[.]).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh
@@ -50,7 +51,7 @@ if want smoke; then
       echo "rc $? args $*" >> "$out/smoke/$n.txt" ) &
     [ $((n % 8)) = 0 ] && wait
   }
-  for dim in 64 128; do
+  for dim in ${TMA_SMOKE_DIMS:-64 128}; do
     run --dtype fp16 --dim "$dim" --batch 2 --heads 4 --seqlen 512
     run --dtype bf16 --dim "$dim" --batch 1 --heads 2 --seqlen 1000 --causal
     run --dtype fp16 --dim "$dim" --batch 2 --heads 8 --heads-kv 2 --seqlen-q 300 --seqlen-k 777
@@ -73,14 +74,16 @@ if want smoke; then
     printf "  rc %-3s %-70s %s %s\n" "$rc" "$(grep -o "args .*" "$f" | cut -c6-)" "$plan" "$err"
     [ "$rc" = 0 ] || failed=1
   done
+  # One file back instead of one a run.
+  for f in $(ls "$out/smoke" | sort -n); do cat "$out/smoke/$f"; done > "$out/smoke.txt"
+  rm -rf "$out/smoke"
 fi
 
 if want tests; then
   stamp "tests: the CUDA attention suite (ctest cuda_attention.*)"
-  ctest --test-dir build-gpu -R "^cuda_attention[.]" -j8 --timeout 400 > "$out/tests.txt" 2>&1
+  ctest --test-dir build-gpu -R "${TMA_TESTS:-^cuda_attention[.]}" -j8 --timeout 400 --output-on-failure > "$out/tests.txt" 2>&1
   echo "  rc $?: $(grep -E "tests passed" "$out/tests.txt")"
   grep -E "Failed|Timeout|\*\*\*" "$out/tests.txt" | head -20
-  for c in tma_shapes dtypes causal; do build-gpu/test_cuda_attention $c >> "$out/tests-tma.txt" 2>&1; done
 fi
 
 if want suite; then

@@ -980,24 +980,36 @@ static int any_tile_layout(const fa_device_desc *dev, const fa_attention_desc *d
 /* The warp-specialised forward (kernels_cuda/fwd_tma.cu, FA_VARIANT_WGMMA_TMA)
  * takes a warpgroup plan's problems where its tensor maps can describe
  * them: fixed-length sequences (a box must not cross into the next
- * sequence's tokens), head_dim 64 or 128. Consumer warpgroups of 64 query
- * rows each against 128-key tiles, in as many stages as the local memory
- * holds up to FA_TMA_MAX_STAGES (the producer runs that far ahead of the
- * products): two at head_dim 128 (168 registers a thread: O, the scores
- * of one tile and the probabilities of the one before, which the
- * overlapped products need at once), three at
- * 64 without dropout (128 registers a thread: the launch's, which is what
- * NVRTC allocates the consumers' code in; half the O). Measured on an H100 (fp16, 16k
- * tokens, N 2k-16k, bench/fa-tma-tiles.c, bench/results/h100.md): at
- * head_dim 64, 192 x 128 ran 341-515 TFLOP/s against 336-485 for 128 x
- * 128; a third stage gained nothing at either head_dim, 64-key tiles lost
- * 5-25%. FLASHATTN_PLAN_TMA=0 keeps the warpgroup plan (fwd_mma.cu), so
- * that one run can time both. */
-#define FA_TMA_BC 128
+ * sequence's tokens), head_dims of whole 64-column blocks up to 256.
+ * Consumer warpgroups of 64 query rows each against 128-key tiles (64
+ * above head_dim 128: O holds 96 or 128 registers a thread there), in as
+ * many stages as the local memory holds up to FA_TMA_MAX_STAGES (the
+ * producer runs that far ahead of the products). Two consumer warpgroups
+ * (240 registers a thread after the producer's hand-over: O, the scores of
+ * one tile and the probabilities of the one before, which the overlapped
+ * products need at once), three at head_dim 64 without dropout (160).
+ * Measured on an H100 (fp16, 16k tokens, N 2k-16k, bench/fa-tma-tiles.c,
+ * bench/results/h100.md): at head_dim 64, 192 x 128 ran 341-515 TFLOP/s
+ * against 336-485 for 128 x 128; a third stage gained nothing at 64 or
+ * 128, 64-key tiles lost 5-25% there. FLASHATTN_PLAN_TMA=0 keeps the
+ * warpgroup plan (fwd_mma.cu), so that one run can time both. */
 #define FA_TMA_MAX_STAGES 2
 
+/* Above head_dim 128 O takes half a consumer's registers or more: 64-key
+ * tiles (two stages of them fit the local memory at 256). */
+static int tma_keys(const fa_attention_desc *desc) { return desc->head_dim <= 128 ? 128 : 64; }
+
+/* At head_dim 256 the score options, or dropout beside windows or a block
+ * mask, spilled 4-32 bytes (NVRTC 13.0): those keep the warpgroup
+ * forward. */
+static int tma_registers_fit(const fa_attention_desc *desc) {
+    if (desc->head_dim < 256) return 1;
+    const int bounds = desc->window_left >= 0 || desc->window_right >= 0 || desc->block_mask;
+    return !fa_desc_option_in_use(desc) && !(desc->dropout_p > 0.0f && bounds);
+}
+
 static int tma_rows(const fa_attention_desc *desc) {
-    /* Dropout's Philox rounds do not fit three warpgroups' 128 registers
+    /* Dropout's Philox rounds do not fit three warpgroups' 160 registers
      * (96 bytes spilled with windows and a block mask beside it, NVRTC
      * 13.0): two take it. */
     return desc->head_dim <= 64 && desc->dropout_p == 0.0f ? 192 : 128;
@@ -1027,7 +1039,7 @@ static int tma_forward_applies(const fa_device_desc *dev, const fa_attention_des
     const char *env = getenv("FLASHATTN_PLAN_TMA");
     if (env && strcmp(env, "0") == 0) return 0;
     return wgmma_possible(dev, desc, FA_PASS_FORWARD) && !desc->cu_seqlens_q && !desc->kv_cache &&
-           (desc->head_dim == 64 || desc->head_dim == 128) &&
+           desc->head_dim % 64 == 0 && desc->head_dim <= 256 && tma_registers_fit(desc) &&
            dev->max_work_group_size >= tma_threads(tma_rows(desc)) && tma_layouts_ok(desc);
 }
 
@@ -1035,25 +1047,25 @@ static int tma_forward_applies(const fa_device_desc *dev, const fa_attention_des
  * applies and fits; the IO model's figures are those of its tile. */
 static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     if (out->variant != FA_VARIANT_WGMMA || !tma_forward_applies(dev, desc)) return;
-    const int br = tma_rows(desc);
+    const int br = tma_rows(desc), bc = tma_keys(desc);
     int stages = FA_TMA_MAX_STAGES;
     while (stages >= 2 &&
-           fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, desc, br, FA_TMA_BC, stages) > usable_local_mem(dev))
+           fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, desc, br, bc, stages) > usable_local_mem(dev))
         stages--;
     if (stages < 2) return;
     fa_kernel_plan kp = *out;
     kp.variant = FA_VARIANT_WGMMA_TMA;
     kp.br = br;
-    kp.bc = FA_TMA_BC;
+    kp.bc = bc;
     kp.thread_rows = 2;
-    kp.thread_cols = FA_TMA_BC / 4;
+    kp.thread_cols = bc / 4;
     kp.work_group_size = tma_threads(br);
     kp.stages = stages;
     kp.split_k = 1;
-    const int64_t groups = group_count(desc, FA_PASS_FORWARD, br, FA_TMA_BC, 1);
+    const int64_t groups = group_count(desc, FA_PASS_FORWARD, br, bc, 1);
     kp.num_work_groups = groups > INT_MAX ? INT_MAX : (int)groups;
-    kp.local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, desc, br, FA_TMA_BC, stages);
-    const fa_tile_visits visits = fa_io_tile_visits(desc, br, FA_TMA_BC);
+    kp.local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, desc, br, bc, stages);
+    const fa_tile_visits visits = fa_io_tile_visits(desc, br, bc);
     kp.cost = fa_io_fused_visits(dev, desc, FA_PASS_FORWARD, &kp, &visits);
     *out = kp;
 }

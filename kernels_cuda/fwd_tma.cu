@@ -54,9 +54,10 @@
 /* Registers a thread after the hand-over: the producer keeps what one
  * thread's loop of copies needs, the consumers share the rest of the
  * register file (64K a block: 24 x 128 + 240 x 256, 32 x 128 + 160 x 384).
- * NVRTC 13.0 allocates the consumers' code within the launch's own count
- * (168 registers with two consumer warpgroups, 128 with three), which the
- * planner's shapes fit without spilling (tests/test_cuda_compile.c). */
+ * NVRTC 13.0 reports the launch's count (168 registers with two consumer
+ * warpgroups, 128 with three) and allocates the consumers' code within
+ * their budget here: at head_dim 256 O alone takes 128 registers a thread
+ * and the planner's builds do not spill (tests/test_cuda_compile.c). */
 #if CWG == 3
 #define PRODUCER_REGS 32
 #define CONSUMER_REGS 160

@@ -684,11 +684,14 @@ static void run_tiles(const char *name, const fa_attention_desc *desc, const til
 
 /* The tensor-core forward the planner picks on this device: the warpgroup
  * one on sm_90 for fp16/bf16 at head dims of whole 64-column blocks, the
- * warp-specialised one among them at head_dim 64 and 128 with fixed
- * lengths. */
+ * warp-specialised one among them with fixed lengths (at head_dim 256
+ * without score options, and without dropout beside windows or block
+ * masks). */
 static fa_variant tensor_core_forward(const fa_attention_desc *d) {
     if (device_cc() != 90 || d->q.dtype == FA_DTYPE_F32 || d->head_dim % 64 != 0) return FA_VARIANT_MMA;
-    return (d->head_dim == 64 || d->head_dim == 128) && !d->cu_seqlens_q ? FA_VARIANT_WGMMA_TMA : FA_VARIANT_WGMMA;
+    const int bounds = d->window_left >= 0 || d->window_right >= 0 || d->block_mask;
+    const int regs = d->head_dim < 256 || (!fa_desc_option_in_use(d) && !(d->dropout_p > 0.0f && bounds));
+    return !d->cu_seqlens_q && regs ? FA_VARIANT_WGMMA_TMA : FA_VARIANT_WGMMA;
 }
 
 /* The tensor-core backward the planner picks on this device: the
@@ -1189,7 +1192,7 @@ FA_TEST(wgmma_shapes) {
 
 /* The warp-specialised forward (fwd_tma.cu) in every shape it takes: one,
  * two and three consumer warpgroups, 64- and 128-key tiles, two to four
- * stages, head_dim 64 and 128, fp16 and bf16, each product schedule
+ * stages, head_dim 64, 128, 192 and 256, fp16 and bf16, each product schedule
  * (FLASHATTN_TMA_SCHEDULE), with lengths that leave partial tiles, GQA,
  * causal masks and windows, dropout and the score options; and what it
  * refuses. */
@@ -1202,7 +1205,8 @@ FA_TEST(tma_shapes) {
         {128, 128, 128, 2, "overlap"}, {128, 128, 128, 2, "both"},   {128, 128, 128, 2, "pingpong"},
         {128, 128, 128, 2, "plain"},   {128, 128, 64, 3, "overlap"}, {128, 64, 128, 2, "overlap"},
         {64, 128, 128, 2, "plain"},    {64, 128, 128, 4, "both"},    {64, 192, 128, 2, "overlap"},
-        {64, 192, 64, 3, "plain"},     {64, 64, 64, 2, "overlap"},
+        {64, 192, 64, 3, "plain"},     {64, 64, 64, 2, "overlap"},   {256, 128, 64, 2, "overlap"},
+        {192, 128, 64, 2, "plain"},
     };
     for (size_t i = 0; i < FA_ARRAY_SIZE(shapes); i++) {
         const tiles f = {FA_VARIANT_WGMMA_TMA, shapes[i].br, shapes[i].bc, 128 * (shapes[i].br / 64 + 1), 2,
@@ -1255,20 +1259,20 @@ FA_TEST(tma_shapes) {
     for (size_t i = 0; i < FA_ARRAY_SIZE(bad); i++)
         CHECK_MSG(force_tiles(plan, &bad[i], NULL) == FA_ERR_UNSUPPORTED, "bad tile %zu accepted", i);
     fa_plan_destroy(plan);
-    /* Varlen and head_dim 256 are not its problems: forced, refused. */
+    /* Varlen and head_dim 96 are not its problems: forced, refused. */
     static const int32_t cu[3] = {0, 100, 256};
     fa_attention_desc v = mma_desc(0, 2, 156, 156, 2, 2, 128);
     v.cu_seqlens_q = cu;
     v.cu_seqlens_k = cu;
     const tiles ok = {FA_VARIANT_WGMMA_TMA, 128, 128, 384, 2, 32, 2, 1};
     for (int k = 0; k < 2; k++) {
-        fa_attention_desc x = k ? mma_desc(0, 1, 256, 256, 2, 2, 256) : v;
+        fa_attention_desc x = k ? mma_desc(0, 1, 256, 256, 2, 2, 96) : v;
         plan = NULL;
         CHECK_OK(fa_plan_create(g_ctx, &x, &plan));
         if (!plan) continue;
-        CHECK_MSG(plan->info.forward.variant == FA_VARIANT_WGMMA, "%s: planned %s", k ? "d256" : "varlen",
-                  vname(&plan->info.forward));
-        CHECK_MSG(force_tiles(plan, &ok, NULL) == FA_ERR_UNSUPPORTED, "%s: forced tile accepted", k ? "d256" : "varlen");
+        CHECK_MSG(plan->info.forward.variant == (k ? FA_VARIANT_MMA : FA_VARIANT_WGMMA), "%s: planned %s",
+                  k ? "d96" : "varlen", vname(&plan->info.forward));
+        CHECK_MSG(force_tiles(plan, &ok, NULL) == FA_ERR_UNSUPPORTED, "%s: forced tile accepted", k ? "d96" : "varlen");
         fa_plan_destroy(plan);
     }
 }

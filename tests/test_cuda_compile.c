@@ -260,8 +260,12 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
         if (mma_dtype && d->head_dim % 16 == 0 && d->seqlen_q > 16 && d->head_dim <= 128)
             CHECK_MSG(fa_variant_on_matrix_units(fv), "%s %s: forward %s", device, jobs[i].label, fa_variant_name(fv));
         /* The warp-specialised one where its tensor maps describe the
-         * problem: fixed-length sequences, head_dim 64 or 128. */
-        const int tma_shape = wgmma_shape && !d->cu_seqlens_q && (d->head_dim == 64 || d->head_dim == 128);
+         * problem (fixed-length sequences) and, at head_dim 256, without
+         * the options that spilled there. */
+        const int bounds = d->window_left >= 0 || d->window_right >= 0 || d->block_mask;
+        const int tma_regs = d->head_dim < 256 || (!d->softcap && !d->alibi_slopes && !d->bias_batch &&
+                                                   !(d->dropout_p > 0.0f && bounds));
+        const int tma_shape = wgmma_shape && !d->cu_seqlens_q && tma_regs;
         CHECK_MSG((fv == FA_VARIANT_WGMMA || fv == FA_VARIANT_WGMMA_TMA) == wgmma_shape &&
                       (fv == FA_VARIANT_WGMMA_TMA) == tma_shape,
                   "%s %s: forward %s", device, jobs[i].label, fa_variant_name(fv));

@@ -73,11 +73,12 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         /* The warp-specialised forward: a producer warpgroup and one
          * consumer warpgroup of 64 query rows (one strip a warp, two rows a
          * strip and thread) per 64 rows, three at head_dim 64 (two with
-         * dropout) and two at 128, 128-key tiles, fixed-length sequences. */
-        const int rows = dim == 64 && d->dropout_p == 0.0f ? 192 : 128;
-        CHECK_MSG(pass == FA_PASS_FORWARD && k->br == rows && k->bc == 128 && k->thread_rows == 2 &&
-                      k->thread_cols == 32 && k->work_group_size == 128 * (rows / 64 + 1) && k->stages >= 2 &&
-                      (dim == 64 || dim == 128) &&
+         * dropout) and two above, 128-key tiles (64 above head_dim 128),
+         * fixed-length sequences. */
+        const int rows = dim == 64 && d->dropout_p == 0.0f ? 192 : 128, keys = dim <= 128 ? 128 : 64;
+        CHECK_MSG(pass == FA_PASS_FORWARD && k->br == rows && k->bc == keys && k->thread_rows == 2 &&
+                      k->thread_cols == keys / 4 && k->work_group_size == 128 * (rows / 64 + 1) && k->stages >= 2 &&
+                      dim % 64 == 0 && dim <= 256 &&
                       (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) && !d->cu_seqlens_q && strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma_tma %d x %d/%d, micro-tile %d x %d, %d stages", what, k->br, k->bc, k->work_group_size,
                   k->thread_rows, k->thread_cols, k->stages);
@@ -541,7 +542,12 @@ FA_TEST(variants_by_backend) {
     d.dropout_p = 0.0f;
     d.head_dim = 256; /* 128 x 128 would need more registers than a thread has */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA_TMA && p.forward.br == 128 && p.forward.bc == 64);
+    /* Score options spilled in the warp-specialised kernel at 256. */
+    d.softcap = 10.0f;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.forward.br == 128 && p.forward.bc == 64);
+    d.softcap = 0.0f;
     d.head_dim = 96; /* not whole 64-column blocks: mma.sync */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_MMA);

@@ -400,9 +400,10 @@ static fa_status tma_schedule(const fa_attention_desc *d, const char **defines) 
                    "FLASHATTN_TMA_SCHEDULE=%s: expected \"both\", \"overlap\", \"pingpong\" or \"plain\"", env);
 }
 
-/* kernels_cuda/fwd_tma.cu: sm_90a, fp16/bf16, fixed-length sequences; one
- * producer warpgroup and br / 64 consumer warpgroups; 64- or 128-key
- * tiles (wgmma_ops.cuh's S products) in 2 to 4 stages. */
+/* kernels_cuda/fwd_tma.cu: sm_90a, fp16/bf16, fixed-length sequences,
+ * head_dims of whole 64-column blocks up to 256; one producer warpgroup
+ * and br / 64 consumer warpgroups; 64- or 128-key tiles (wgmma_ops.cuh's S
+ * products) in 2 to 4 stages. */
 static fa_status tma_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor,
                           cu_program_spec *s) {
     if (cc_major != 9 || cc_minor != 0)
@@ -416,11 +417,11 @@ static fa_status tma_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, 
                        "(a tensor map's box would cross into the next sequence)");
     const int cwg = kp->br / 64;
     if (kp->br % 64 || cwg < 1 || cwg > 3 || kp->work_group_size != 128 * (cwg + 1) || (kp->bc != 64 && kp->bc != 128) ||
-        (d->head_dim != 64 && d->head_dim != 128) || kp->stages < 2 || kp->stages > 4)
+        (d->head_dim % 64 != 0 || d->head_dim > 256) || kp->stages < 2 || kp->stages > 4)
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "forward plan: tile %d x %d, %d threads, %d stages at head_dim %d is not a shape of the "
                        "warp-specialised kernel (64, 128 or 192 query rows with 128 threads more than 2 a row; 64 "
-                       "or 128 keys; 2 to 4 stages; head_dim 64 or 128)",
+                       "or 128 keys; 2 to 4 stages; head_dim 64, 128, 192 or 256)",
                        kp->br, kp->bc, kp->work_group_size, kp->stages, d->head_dim);
     const char *schedule = "";
     FA_CHECK(tma_schedule(d, &schedule));

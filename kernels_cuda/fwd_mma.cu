@@ -97,12 +97,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
     tile_span(k_lo, k_hi, BC, &t_begin, &t_end);
     const int row_base = warp * MT * 16; /* first row of this warp in the tile */
     const float sl2 = SCORE_SL2(p);
-#ifdef SCORE_OPTIONS
     const fa_score sc = score_of(p, b, h);
-#endif
-#ifdef DROPOUT
-    const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
-#endif
+    const u32 bh = (u32)b * (u32)p.heads_q + (u32)h; /* dropout's stream */
 
     float o_acc[MT][DT][4];
     float m_run[MT][2], l_run[MT][2];
@@ -138,7 +134,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
 #endif
     while (t < t_end) {
         const int tn = next_key_tile(p, tq, t + 1, t_end);
-        const int k0 = t * BC;
 #ifdef BIAS
         /* The next tile's bias into L2 while this one computes. */
         if (tn < t_end) bias_prefetch<BR, BC, THREADS>(p, mask, b, h, q0, tn * BC, tid);
@@ -158,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
         cp_async_wait<0>();
         FENCE_ASYNC_SMEM();
         __syncthreads(); /* K(t) is in; every warp is done with V(t - 1) */
-        LOAD_TILE(BC)(v_sm, vg + (i64)k0 * p.v_ss, p.v_ss, seq.len_k - k0, tid);
+        LOAD_TILE(BC)(v_sm, vg + (i64)t * BC * p.v_ss, p.v_ss, seq.len_k - t * BC, tid);
         cp_async_commit();
 #endif
 #ifdef QREG
@@ -216,31 +211,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
         }
 #endif
 
-#ifdef SCORE_OPTIONS
-        /* The logits, in log2 units (sl2 is 1). */
-        score_rows_by_keys<MT, NT>(s, sc, mask, seq.len_q - q0 - (row_base + g), seq.len_k - k0 - 2 * t4);
-#endif
-
-        /* Masks: whole tiles need no per-element test. */
-        if (!tile_full(p, mask, tq, t, q0, k0, BR, BC, ROWS_STORED)) {
-            /* What is left of the sequences from the thread's first row and key. */
-            const int rows0 = seq.len_q - q0 - (row_base + g), keys0 = seq.len_k - k0 - 2 * t4;
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (!visible_left(mask, rows0 - (mt * 16 + 8 * (e >> 1)), keys0 - (8 * j + (e & 1))))
-                            s[mt][j][e] = -FA_INF;
-        }
-
-        /* Online softmax: new maxima, one rescale of O and l. */
+        /* Probabilities; the one rescale of O and l where a row's maximum
+         * moved (once the maxima settle, most tiles move none of the
+         * warp's rows: alpha is then exactly 1). */
         float alpha_of[MT][2];
-        const bool moved = online_softmax<MT, NT>(s, m_run, l_run, alpha_of, sl2);
-        /* Once the maxima settle, most tiles move none of the warp's rows:
-         * alpha is then exactly 1 and the rescale can be left out. */
-        if (__any_sync(0xffffffffu, moved)) {
+        if (scores_to_probs<MT, NT, BR, BC>(p, mask, sc, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane, bh)) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -248,31 +223,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN_BLOCKS) fa_fwd_mma
 #pragma unroll
                     for (int e = 0; e < 4; e++) o_acc[mt][j][e] *= alpha_of[mt][e >> 1];
         }
-
-#ifdef DROPOUT
-        /* Lanes t and t ^ 1 hold the two halves of one group of four keys:
-         * each computes the Philox words of one of the two rows and hands the
-         * other its half. The row sums above already have P before dropout. */
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            const u32 r_g = (u32)q0 + (u32)(row_base + mt * 16 + g);
-            const int odd = t4 & 1;
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const u32 col4 = ((u32)k0 + (u32)(8 * j + 2 * t4)) & ~3u;
-                const uint4 w = dropout_words(p, bh, r_g + 8u * (u32)odd, col4);
-                const u32 give0 = odd ? w.x : w.z, give1 = odd ? w.y : w.w;
-                const u32 got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
-                const u32 got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-                const u32 lo0 = odd ? got0 : w.x, lo1 = odd ? got1 : w.y; /* row g */
-                const u32 hi0 = odd ? w.z : got0, hi1 = odd ? w.w : got1; /* row g + 8 */
-                if (lo0 < p.drop_threshold) s[mt][j][0] = 0.0f;
-                if (lo1 < p.drop_threshold) s[mt][j][1] = 0.0f;
-                if (hi0 < p.drop_threshold) s[mt][j][2] = 0.0f;
-                if (hi1 < p.drop_threshold) s[mt][j][3] = 0.0f;
-            }
-        }
-#endif
 
         /* P as the next product's A operand now: in fp16/bf16 that halves
          * the registers the scores hold through the P V loop. */

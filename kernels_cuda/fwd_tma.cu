@@ -95,68 +95,6 @@ FA_DEV void turn_end(int cw) {
 #endif
 }
 
-/* A tile's scores to probabilities: score options, masks, the online
- * softmax (m, l and the factor alpha O must take), dropout. Returns whether
- * any row of the warp moved its maximum (alpha != 1). */
-FA_DEV bool tile_probs(const fa_params &p, const fa_mask &mask, float (*s)[NT][4], float (*m_run)[2],
-                       float (*l_run)[2], float (*alpha_of)[2], int tq, int t, int q0, int row_base, int lane
-#ifdef SCORE_OPTIONS
-                       ,
-                       const fa_score &sc
-#endif
-#ifdef DROPOUT
-                       ,
-                       u32 bh
-#endif
-) {
-    const int g = lane >> 2, t4 = lane & 3;
-    const int k0 = t * BC;
-#ifdef SCORE_OPTIONS
-    score_rows_by_keys<1, NT>(s, sc, mask, mask.len_q - q0 - (row_base + g), mask.len_k - k0 - 2 * t4);
-#endif
-    if (!tile_full(p, mask, tq, t, q0, k0, BR, BC, ROWS_STORED)) {
-        const int rows0 = mask.len_q - q0 - (row_base + g), keys0 = mask.len_k - k0 - 2 * t4;
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                if (!visible_left(mask, rows0 - 8 * (e >> 1), keys0 - (8 * j + (e & 1)))) s[0][j][e] = -FA_INF;
-    }
-    const bool moved = online_softmax<1, NT>(s, m_run, l_run, alpha_of, SCORE_SL2(p));
-#ifdef DROPOUT
-    {
-        const u32 r_g = (u32)q0 + (u32)(row_base + g);
-        const int odd = t4 & 1;
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const u32 col4 = ((u32)k0 + (u32)(8 * j + 2 * t4)) & ~3u;
-            const uint4 w = dropout_words(p, bh, r_g + 8u * (u32)odd, col4);
-            const u32 give0 = odd ? w.x : w.z, give1 = odd ? w.y : w.w;
-            const u32 got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
-            const u32 got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-            const u32 lo0 = odd ? got0 : w.x, lo1 = odd ? got1 : w.y;
-            const u32 hi0 = odd ? w.z : got0, hi1 = odd ? w.w : got1;
-            if (lo0 < p.drop_threshold) s[0][j][0] = 0.0f;
-            if (lo1 < p.drop_threshold) s[0][j][1] = 0.0f;
-            if (hi0 < p.drop_threshold) s[0][j][2] = 0.0f;
-            if (hi1 < p.drop_threshold) s[0][j][3] = 0.0f;
-        }
-    }
-#endif
-    return __any_sync(0xffffffffu, moved);
-}
-
-#ifdef SCORE_OPTIONS
-#define SC_ARG , sc
-#else
-#define SC_ARG
-#endif
-#ifdef DROPOUT
-#define BH_ARG , bh
-#else
-#define BH_ARG
-#endif
-
 FA_DEV void rescale(float (*o_acc)[4], const float (*alpha_of)[2]) {
 #pragma unroll
     for (int j = 0; j < DT; j++)
@@ -249,12 +187,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int ctid = tid - 128, cw = ctid >> 7, lane = tid & 31;
     const int row_base = (ctid >> 5) * 16; /* this warp's 16 rows in the tile */
     const int g = lane >> 2, t4 = lane & 3;
-#ifdef SCORE_OPTIONS
     const fa_score sc = score_of(p, b, h);
-#endif
-#ifdef DROPOUT
-    const u32 bh = (u32)b * (u32)p.heads_q + (u32)h;
-#endif
+    const u32 bh = (u32)b * (u32)p.heads_q + (u32)h; /* dropout's stream */
 #ifdef PINGPONG
     /* Warpgroup 0 takes the first turn; the count of turns is the same for
      * both (the tiles are the block's), so this arrival is the one the last
@@ -276,6 +210,48 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     int stage = 0;
     u32 phase = 0;
+    const auto next_stage = [](int &st, u32 &ph) {
+        if (++st == STAGES) {
+            st = 0;
+            ph ^= 1u;
+        }
+    };
+    /* S = Q K^T of the tile in stage st, waited for; the stage's K is
+     * released. */
+    const auto s_product = [&](float (*sv)[NT][4], int st, u32 ph) {
+        mbar_wait(K_FULL(st), ph);
+        turn_begin(cw);
+        wg_fence();
+        wg_rows_by_rows<BC, BR>(sv[0], qd, desc_lo_k_major(k_sm + (u32)st * KV_BYTES));
+        wg_commit();
+        turn_end(cw);
+        wg_wait<0>();
+        wg_hold<NT>(sv[0]);
+        if (lane == 0) mbar_arrive(K_EMPTY(st));
+    };
+    /* O += P V of the tile in stage st, waited for; the stage's V is
+     * released. */
+    const auto pv_product = [&](u32 (*pv)[AREGS], int st, u32 ph) {
+        mbar_wait(V_FULL(st), ph);
+        turn_begin(cw);
+        wg_fence();
+        wg_regs_by_rows<KP>(o_acc, pv, desc_lo_n_major(v_sm + (u32)st * KV_BYTES, BC * 128));
+        wg_commit();
+        turn_end(cw);
+        wg_wait<0>();
+        wg_hold<DT>(o_acc);
+        wg_keep<KP>(pv);
+        if (lane == 0) mbar_arrive(V_EMPTY(st));
+    };
+    /* The bias of the tile after t into L2 while t computes. */
+    const auto bias_next = [&](int tc) {
+#ifdef BIAS
+        const int tn = next_key_tile(p, tq, tc + 1, t_end);
+        if (tn < t_end) bias_prefetch<BR, BC, CTHREADS>(p, mask, b, h, q0, tn * BC, ctid);
+#else
+        (void)tc;
+#endif
+    };
     int t = next_key_tile(p, tq, t_begin, t_end);
 #ifdef BIAS
     if (t < t_end) bias_prefetch<BR, BC, CTHREADS>(p, mask, b, h, q0, t * BC, ctid);
@@ -284,31 +260,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     if (t < t_end) {
         float s[1][NT][4];
         u32 pa[KP][AREGS];
-        mbar_wait(K_FULL(stage), phase);
-        turn_begin(cw);
-        wg_fence();
-        wg_rows_by_rows<BC, BR>(s[0], qd, desc_lo_k_major(k_sm + (u32)stage * KV_BYTES));
-        wg_commit();
-        turn_end(cw);
-        wg_wait<0>();
-        wg_hold<NT>(s[0]);
-        if (lane == 0) mbar_arrive(K_EMPTY(stage));
-        tile_probs(p, mask, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane SC_ARG BH_ARG);
+        s_product(s, stage, phase);
+        scores_to_probs<1, NT, BR, BC>(p, mask, sc, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane, bh);
         probs_to_a(s, pa);
         int prev = stage;
         u32 prev_phase = phase;
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1u;
-        }
+        next_stage(stage, phase);
 #pragma unroll 1
         for (t = next_key_tile(p, tq, t + 1, t_end); t < t_end; t = next_key_tile(p, tq, t + 1, t_end)) {
-#ifdef BIAS
-            {
-                const int tn = next_key_tile(p, tq, t + 1, t_end);
-                if (tn < t_end) bias_prefetch<BR, BC, CTHREADS>(p, mask, b, h, q0, tn * BC, ctid);
-            }
-#endif
+            bias_next(t);
+            /* This tile's S and the previous one's P V, issued together;
+             * the softmax of S runs while P V is on the tensor cores, and O
+             * takes its rescale after. */
             mbar_wait(K_FULL(stage), phase);
             turn_begin(cw);
             wg_fence();
@@ -322,7 +285,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             wg_hold<NT>(s[0]);
             if (lane == 0) mbar_arrive(K_EMPTY(stage));
             const bool moved =
-                tile_probs(p, mask, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane SC_ARG BH_ARG);
+                scores_to_probs<1, NT, BR, BC>(p, mask, sc, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane, bh);
             wg_wait<0>();
             wg_hold<DT>(o_acc);
             wg_keep<KP>(pa);
@@ -331,59 +294,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             probs_to_a(s, pa);
             prev = stage;
             prev_phase = phase;
-            if (++stage == STAGES) {
-                stage = 0;
-                phase ^= 1u;
-            }
+            next_stage(stage, phase);
         }
-        mbar_wait(V_FULL(prev), prev_phase);
-        turn_begin(cw);
-        wg_fence();
-        wg_regs_by_rows<KP>(o_acc, pa, desc_lo_n_major(v_sm + (u32)prev * KV_BYTES, BC * 128));
-        wg_commit();
-        turn_end(cw);
-        wg_wait<0>();
-        wg_hold<DT>(o_acc);
-        wg_keep<KP>(pa);
-        if (lane == 0) mbar_arrive(V_EMPTY(prev));
+        pv_product(pa, prev, prev_phase);
     }
 #else
 #pragma unroll 1
     for (; t < t_end; t = next_key_tile(p, tq, t + 1, t_end)) {
-#ifdef BIAS
-        {
-            const int tn = next_key_tile(p, tq, t + 1, t_end);
-            if (tn < t_end) bias_prefetch<BR, BC, CTHREADS>(p, mask, b, h, q0, tn * BC, ctid);
-        }
-#endif
+        bias_next(t);
         float s[1][NT][4];
-        mbar_wait(K_FULL(stage), phase);
-        turn_begin(cw);
-        wg_fence();
-        wg_rows_by_rows<BC, BR>(s[0], qd, desc_lo_k_major(k_sm + (u32)stage * KV_BYTES));
-        wg_commit();
-        turn_end(cw);
-        wg_wait<0>();
-        wg_hold<NT>(s[0]);
-        if (lane == 0) mbar_arrive(K_EMPTY(stage));
-        if (tile_probs(p, mask, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane SC_ARG BH_ARG))
+        s_product(s, stage, phase);
+        if (scores_to_probs<1, NT, BR, BC>(p, mask, sc, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane, bh))
             rescale(o_acc, alpha_of);
         u32 pa[KP][AREGS];
         probs_to_a(s, pa);
-        mbar_wait(V_FULL(stage), phase);
-        turn_begin(cw);
-        wg_fence();
-        wg_regs_by_rows<KP>(o_acc, pa, desc_lo_n_major(v_sm + (u32)stage * KV_BYTES, BC * 128));
-        wg_commit();
-        turn_end(cw);
-        wg_wait<0>();
-        wg_hold<DT>(o_acc);
-        wg_keep<KP>(pa);
-        if (lane == 0) mbar_arrive(V_EMPTY(stage));
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1u;
-        }
+        pv_product(pa, stage, phase);
+        next_stage(stage, phase);
     }
 #endif
 #ifdef PINGPONG

@@ -322,6 +322,64 @@ FA_DEV bool online_softmax(float (*s)[NT][4], float (*m_run)[2], float (*l_run)[
     return moved;
 }
 
+/* One key tile's scores to probabilities in the forward kernels
+ * (fwd_mma.cu, fwd_tma.cu), over a warp's MT strips of 16 rows from
+ * row_base in a BR x BC tile (query tile tq from q0, key tile t): the score
+ * options turn raw products into logits in log2 units, the masks hide what
+ * the rows may not see (whole tiles test no element), the online softmax
+ * step moves m, l and alpha_of (the factor the rows' accumulators take),
+ * and with DROPOUT the dropped probabilities become 0 after the row sums
+ * took them. Lanes t and t ^ 1 hold the two halves of one group of four
+ * keys: each computes the Philox words of one of the two rows and hands
+ * the other its half. Returns whether any row of the warp moved its
+ * maximum (alpha != 1); while no row's does, the rescale can be left out. */
+template <int MT, int NT, int BR_, int BC_>
+FA_DEV bool scores_to_probs(const fa_params &p, const fa_mask &mask, const fa_score &sc, float (*s)[NT][4],
+                            float (*m_run)[2], float (*l_run)[2], float (*alpha_of)[2], int tq, int t, int q0,
+                            int row_base, int lane, u32 bh) {
+    const int g = lane >> 2, t4 = lane & 3, k0 = t * BC_;
+    (void)sc;
+    (void)bh;
+#ifdef SCORE_OPTIONS
+    score_rows_by_keys<MT, NT>(s, sc, mask, mask.len_q - q0 - (row_base + g), mask.len_k - k0 - 2 * t4);
+#endif
+    if (!tile_full(p, mask, tq, t, q0, k0, BR_, BC_, ROWS_STORED)) {
+        /* What is left of the sequences from the thread's first row and key. */
+        const int rows0 = mask.len_q - q0 - (row_base + g), keys0 = mask.len_k - k0 - 2 * t4;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (!visible_left(mask, rows0 - (mt * 16 + 8 * (e >> 1)), keys0 - (8 * j + (e & 1))))
+                        s[mt][j][e] = -FA_INF;
+    }
+    const bool moved = online_softmax<MT, NT>(s, m_run, l_run, alpha_of, SCORE_SL2(p));
+#ifdef DROPOUT
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const u32 r_g = (u32)q0 + (u32)(row_base + mt * 16 + g);
+        const int odd = t4 & 1;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const u32 col4 = ((u32)k0 + (u32)(8 * j + 2 * t4)) & ~3u;
+            const uint4 w = dropout_words(p, bh, r_g + 8u * (u32)odd, col4);
+            const u32 give0 = odd ? w.x : w.z, give1 = odd ? w.y : w.w;
+            const u32 got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
+            const u32 got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+            const u32 lo0 = odd ? got0 : w.x, lo1 = odd ? got1 : w.y; /* row g */
+            const u32 hi0 = odd ? w.z : got0, hi1 = odd ? w.w : got1; /* row g + 8 */
+            if (lo0 < p.drop_threshold) s[mt][j][0] = 0.0f;
+            if (lo1 < p.drop_threshold) s[mt][j][1] = 0.0f;
+            if (hi0 < p.drop_threshold) s[mt][j][2] = 0.0f;
+            if (hi1 < p.drop_threshold) s[mt][j][3] = 0.0f;
+        }
+    }
+#endif
+    return __any_sync(0xffffffffu, moved);
+}
+
 /* Thread tid's share of a tile's chunks for copies between global memory
  * and a tile of ROWS rows: consecutive threads take consecutive chunks of a
  * row, so eight threads cover one 128-byte line of global memory and eight

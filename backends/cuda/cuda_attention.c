@@ -999,6 +999,15 @@ static fa_status check_aligned(void *buf, const char *name, CUdeviceptr *out) {
     return FA_SUCCESS;
 }
 
+/* A launch's result, naming the kernel and its grid where it failed. */
+static fa_status launch_status(CUresult r, const cu_kernel_spec *k, unsigned gx, unsigned gy, unsigned gz) {
+    if (r == CUDA_SUCCESS) return FA_SUCCESS;
+    char what[128];
+    snprintf(what, sizeof what, "cuLaunchKernel(%s, grid %u x %u x %u, %d threads, %zu bytes)", k->name, gx, gy, gz,
+             k->threads, k->smem);
+    return fa_cuda_error(r, what);
+}
+
 /* kv: the KV-cache step's second parameter block, or NULL. */
 static fa_status launch_kernel(fa_cuda_plan *p, const cu_pass *pass, int index, unsigned gx, unsigned gy, unsigned gz,
                                const fa_cuda_params *params, const fa_kv_params *kv) {
@@ -1021,13 +1030,7 @@ static fa_status launch_kernel(fa_cuda_plan *p, const cu_pass *pass, int index, 
         r = cu()->cuLaunchKernel(pass->fn[index], gx, gy, gz, (unsigned)k->threads, 1, 1, (unsigned)k->smem,
                                  p->ctx->stream, plain_args, NULL);
     }
-    if (r != CUDA_SUCCESS) {
-        char what[128];
-        snprintf(what, sizeof what, "cuLaunchKernel(%s, grid %u x %u x %u, %d threads, %zu bytes)", k->name, gx, gy,
-                 gz, k->threads, k->smem);
-        return fa_cuda_error(r, what);
-    }
-    return FA_SUCCESS;
+    return launch_status(r, k, gx, gy, gz);
 }
 
 static fa_status launch(fa_cuda_plan *p, const cu_pass *pass, int index, unsigned gx, unsigned gy, unsigned gz,
@@ -1052,13 +1055,7 @@ static fa_status launch_tma(fa_cuda_plan *p, const fa_attention_desc *d, const f
     const unsigned gx = tiles_of(d->seqlen_q, kp->br), gy = (unsigned)d->heads_q, gz = (unsigned)d->batch;
     const CUresult r = cu()->cuLaunchKernel(p->fwd.fn[0], gx, gy, gz, (unsigned)k->threads, 1, 1, (unsigned)k->smem,
                                             p->ctx->stream, args, NULL);
-    if (r != CUDA_SUCCESS) {
-        char what[128];
-        snprintf(what, sizeof what, "cuLaunchKernel(%s, grid %u x %u x %u, %d threads, %zu bytes)", k->name, gx, gy,
-                 gz, k->threads, k->smem);
-        return fa_cuda_error(r, what);
-    }
-    return FA_SUCCESS;
+    return launch_status(r, k, gx, gy, gz);
 }
 
 /* The pass's bias (NULL exactly when the plan has none, core/backend.h):

@@ -73,6 +73,10 @@ static void put_pass(text *t, const char *name, const fa_kernel_plan *k, int bac
             k->thread_cols, k->split_k, k->stages, k->num_work_groups);
         put(t, "  local memory %.1f KiB, workspace %.2f MiB\n", (double)k->local_mem_bytes / 1024.0,
             (double)k->workspace_bytes / (1024.0 * 1024.0));
+        if (k->variant == FA_VARIANT_WGMMA_TMA && k->work_group_size > 128)
+            put(t, "  pipeline: a producer warpgroup's tensor-map copies into %d stages, %d consumer warpgroups of 64 "
+                   "rows\n",
+                k->stages, k->work_group_size / 128 - 1);
         const int split = strip_warps(k, backward);
         if (split > 1)
             put(t, "  key strips shared by %d warps, each holding dK and dV for 1/%d of the head dimensions\n", split,

@@ -802,6 +802,12 @@ FA_TEST(format_shows_plan) {
     CHECK(strstr(full, want) != NULL);
     CHECK(strstr(full, "mma") != NULL && strstr(full, "forward") && strstr(full, "backward"));
     CHECK(strstr(full, "standard attention") != NULL && strstr(full, "roofline") != NULL);
+    /* The H100's forward is the warp-specialised one, and says so. */
+    CHECK_MSG(p.forward.variant == FA_VARIANT_WGMMA_TMA &&
+                  strstr(full, "forward: wgmma_tma") != NULL &&
+                  strstr(full, "pipeline: a producer warpgroup's tensor-map copies into 2 stages, 2 consumer "
+                               "warpgroups of 64 rows") != NULL,
+              "no warp-specialised pipeline in:\n%s", full);
 
     /* Truncation: the same length needed, a NUL-terminated prefix written. */
     for (size_t size = 0; size < 64; size += 7) {
@@ -821,6 +827,7 @@ FA_TEST(format_shows_plan) {
     CHECK(strcmp(fa_variant_name(FA_VARIANT_MMA), "mma") == 0);
     CHECK(strcmp(fa_variant_name(FA_VARIANT_SPLITK), "splitk") == 0);
     CHECK(strcmp(fa_variant_name(FA_VARIANT_STANDARD), "standard") == 0);
+    CHECK(strcmp(fa_variant_name(FA_VARIANT_WGMMA_TMA), "wgmma_tma") == 0);
     CHECK(strcmp(fa_variant_name((fa_variant)99), "unknown") == 0);
 }
 

@@ -834,6 +834,10 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     /* A KV-cache plan has no backward. */
     if (!p->kv_cache) FA_CHECK(backward_spec(d, &info->backward, p->ctx->cc_major, p->ctx->cc_minor, &p->bwd.spec));
     const fa_variant fv = info->forward.variant;
+    /* Found at plan time, not at the first forward. */
+    if (fv == FA_VARIANT_WGMMA_TMA && !cu()->cuTensorMapEncodeTiled)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the warp-specialised kernel needs tensor maps "
+                       "(cuTensorMapEncodeTiled, CUDA 12 drivers); FLASHATTN_PLAN_TMA=0 plans the warpgroup forward");
     p->num_splits =
         (fv == FA_VARIANT_SPLITK || fv == FA_VARIANT_DECODE) && info->forward.split_k > 1 ? info->forward.split_k : 1;
     /* The decoding grid's rows: a group's heads times the tokens, an int

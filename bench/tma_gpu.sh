@@ -10,6 +10,9 @@
 #            attention suite that run the forward (differential against the
 #            fp64 reference with NaN, infinities and extreme windows; dropout
 #            seeds; caller streams; KV cache); TMA_SUITE replaces the regex
+#   bwd      the warp-specialised backward (FLASHATTN_PLAN_TMA_BWD=1): a
+#            smoke run, the suite's backward cases, and its TFLOP/s beside
+#            the warpgroup backward and SDPA's cuDNN and FlashAttention-2
 #   sanitize compute-sanitizer memcheck and racecheck on small shapes
 #   tiles    bench/fa-tma-tiles: forced tile shapes beside the planned one,
 #            with the planned product schedule and with TMA_SCHEDULES'
@@ -93,6 +96,58 @@ if want suite; then
     -j8 --timeout 500 --output-on-failure > "$out/suite.txt" 2>&1
   echo "  rc $?: $(grep -E "tests passed" "$out/suite.txt")"
   grep -E "CHECK failed|Failed|Timeout" "$out/suite.txt" | head -20
+fi
+
+if want bwd; then
+  # The warp-specialised backward (bwd_mma.cu built with TMA), planned only
+  # with FLASHATTN_PLAN_TMA_BWD=1: the suite's cases against the reference,
+  # then its time beside the warpgroup backward and SDPA's.
+  stamp "bwd: tests with FLASHATTN_PLAN_TMA_BWD=1"
+  FLASHATTN_PLAN_TMA_BWD=1 timeout 120 build-gpu/fa-run --backend cuda --repeats 3 --dtype bf16 --dim 128 --batch 2 \
+    --heads 8 --seqlen 1000 --causal > "$out/bwd-smoke.txt" 2>&1
+  echo "  smoke rc $?: $(grep -m1 -o "backward: [a-z_]*, tile [0-9]* x [0-9]*" "$out/bwd-smoke.txt") $(grep -E "^  d[QKV] " "$out/bwd-smoke.txt" | tr -s ' ' | cut -c1-60 | tr '\n' ';')"
+  FLASHATTN_PLAN_TMA_BWD=1 ctest --test-dir build-gpu \
+    -R "${TMA_BWD_TESTS:-^cuda_attention[.](dtypes|head_dims|causal|sliding_window|block_sparse|dropout|gqa_mqa|lengths|strides_offsets|deterministic_backward|score_options|mma_dtypes|mma_masks|mma_dropout|score_options_wgmma)$}" \
+    -j8 --timeout 400 --output-on-failure > "$out/bwd-tests.txt" 2>&1
+  echo "  rc $?: $(grep -E "tests passed" "$out/bwd-tests.txt")"
+  grep -E "CHECK failed|Failed|Timeout" "$out/bwd-tests.txt" | head -20
+  json=$out/bwd.jsonl
+  : > "$json"
+  for dt in "${dtypes[@]}"; do
+    for dim in 64 128; do
+      for causal in 0 1; do
+        flag=(); [ "$causal" = 1 ] && flag=(--causal)
+        for tma in 0 1; do
+          FLASHATTN_PLAN_TMA_BWD=$tma timeout 150 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" \
+            "${flag[@]}" --seqlens "$seqlens" --tokens 16384 --hidden 2048 --pass bwd --repeats 10 --warmup 2 \
+            --json "$json" --label "bwd-tma$tma" >> "$out/bwd-bench.txt" 2>&1 || echo "  bench $dt d$dim c$causal tma$tma failed"
+        done
+      done
+    done
+  done
+  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
+    dtypes_csv=$(IFS=,; echo "${dtypes[*]}")
+    python3 bench/sdpa_peer.py --dtypes "$dtypes_csv" --dims 64,128 --seqlens "$seqlens" --causal 0,1 \
+      --tokens 16384 --hidden 2048 --backends cudnn,flash --repeats 10 --warmup 2 \
+      --json "$json" --label sdpa > "$out/bwd-peer.log" 2>&1 || echo "  sdpa_peer.py failed"
+  fi
+  python3 - "$json" <<'PY'
+import json, sys, collections
+rows = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("error") or not r.get("bwd_tflops"): continue
+    name = r["label"] if r["label"] != "sdpa" else r["algo"]
+    rows[(r["dtype"], r["d"], int(r["causal"]), r["n"])][name] = r["bwd_tflops"]
+cols = sorted({c for v in rows.values() for c in v})
+print("TFLOP/s backward (x cuDNN)")
+print("| dtype | d | causal | N | " + " | ".join(cols) + " |")
+print("|" + "---|" * (4 + len(cols)))
+for k in sorted(rows):
+    ref = rows[k].get("cudnn")
+    cell = lambda c: "%.1f" % rows[k][c] + (" (%.2f)" % (rows[k][c] / ref) if ref else "")
+    print("| %s | %d | %d | %d | " % k + " | ".join(cell(c) if c in rows[k] else "-" for c in cols) + " |")
+PY
 fi
 
 if want sanitize && command -v compute-sanitizer > /dev/null; then

@@ -248,7 +248,10 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
     case FA_VARIANT_WGMMA_TMA:
         /* kernels_cuda/fwd_tma.cu: Q, K and V per stage as WGMMA's, then a
          * full and an empty transaction barrier per stage and tile, one for Q. */
-        return pass == FA_PASS_FORWARD ? e * d * (r + st * 2 * c) + 8 * (1 + 4 * st) : 0;
+        if (pass == FA_PASS_FORWARD) return e * d * (r + st * 2 * c) + 8 * (1 + 4 * st);
+        /* bwd_mma.cu built with TMA: WGMMA's tiles with two dS^T, then a
+         * full and an empty barrier per stage, one for K and V. */
+        return e * (d * (2 * c + st * 2 * r) + 2 * c * r) + 4 * 2 * st * r + 8 * (1 + 2 * st);
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:
@@ -1070,6 +1073,22 @@ static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc 
     *out = kp;
 }
 
+/* The warp-specialised backward (bwd_mma.cu built with TMA): the
+ * warpgroup plan's tiles with a producer warpgroup ahead of them, where the
+ * tensor maps describe the problem and the second dS^T tile fits. Not
+ * measured yet: planned only with FLASHATTN_PLAN_TMA_BWD=1. */
+static void tma_backward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
+    const char *env = getenv("FLASHATTN_PLAN_TMA_BWD");
+    if (!env || strcmp(env, "1") != 0 || out->variant != FA_VARIANT_WGMMA || desc->cu_seqlens_q ||
+        desc->kv_cache || !tma_layouts_ok(desc) || out->work_group_size + 128 > dev->max_work_group_size)
+        return;
+    const size_t lm = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, desc, out->br, out->bc, out->stages);
+    if (lm > usable_local_mem(dev)) return;
+    out->variant = FA_VARIANT_WGMMA_TMA;
+    out->work_group_size += 128;
+    out->local_mem_bytes = lm;
+}
+
 static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                            fa_kernel_plan *out) {
     /* Decoding on CUDA's tensor cores is a problem of its own
@@ -1116,6 +1135,7 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
     out->workspace_bytes = workspace_bytes(dev, desc, pass, best.variant, best.split);
     out->cost = best.cost;
     if (pass == FA_PASS_FORWARD) tma_forward_plan(dev, desc, out);
+    if (pass == FA_PASS_BACKWARD) tma_backward_plan(dev, desc, out);
     return FA_SUCCESS;
 }
 

@@ -104,6 +104,39 @@
 #define FENCE_ASYNC_SMEM() ((void)0)
 #endif
 
+/* TMA (sm_90a, with WGMMA): a producer warpgroup ahead of the WARPS
+ * consumer warps (threadIdx.x 0-127; the consumers' tid counts from 0):
+ * one thread loads K and V once and each step's Q and dO by tensor-map
+ * copies, its warp L and D, into a ring of STAGES stages, each with a full
+ * transaction barrier (the copies' bytes and the warp's 32 arrivals after
+ * its L and D) and an empty one (every consumer warp after the step's
+ * products). dS^T alternates between two tiles, so the consumers meet once
+ * a step (before dQ += dS K reads every warp's rows), not three times. */
+#ifdef TMA
+#if !defined(WGMMA) || defined(VARLEN) || DK_SPLIT != 1
+#error "bwd_mma: TMA builds on WGMMA, fixed-length sequences, no DK_SPLIT"
+#endif
+#include "tma.cuh"
+#define PRODUCER_THREADS 128
+#define DS_BUFFERS 2
+#define BLOCK_SYNC() named_sync(1, THREADS)
+#if THREADS == 256
+#define PRODUCER_REGS 24
+#define CONSUMER_REGS 240
+#else
+#define PRODUCER_REGS 56
+#define CONSUMER_REGS 256
+#endif
+#define TMA_PARAMS                                                                                          \
+    , const __grid_constant__ fa_tensor_map tm_k, const __grid_constant__ fa_tensor_map tm_v,               \
+        const __grid_constant__ fa_tensor_map tm_q, const __grid_constant__ fa_tensor_map tm_do
+#else
+#define PRODUCER_THREADS 0
+#define DS_BUFFERS 1
+#define BLOCK_SYNC() __syncthreads()
+#define TMA_PARAMS
+#endif
+
 #if defined(DQ_ATOMIC) && !defined(WGMMA)
 /* n-tiles of dQ per warp and unit: four share each dS fragment where the
  * head dimension allows. */
@@ -316,11 +349,12 @@ FA_DEV void p_and_ds(float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], const f
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const fa_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
+    fa_bwd_dkdv_mma(const fa_params p TMA_PARAMS) {
     extern __shared__ __align__(SMEM_ALIGN) unsigned char smem[];
     constexpr u32 KV_BYTES = KV_TILE_BYTES, QT_BYTES = QT_TILE_BYTES;
     /* The epilogue stages dK and dV in mma.cuh's padded layout. */
-    static_assert(2 * KV_BYTES + 2 * STAGES * QT_BYTES + DS_TILE_BYTES + PT_TILE_BYTES >=
+    static_assert(2 * KV_BYTES + 2 * STAGES * QT_BYTES + DS_BUFFERS * DS_TILE_BYTES + PT_TILE_BYTES >=
                       2 * TILE_BYTES(BC, HEAD_DIM * ELEM_BYTES),
                   "bwd_mma: no room for the dK and dV tiles");
     const u32 k_sm = smem_u32(smem);
@@ -333,12 +367,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
     const u32 q_sm = v_sm + KV_BYTES;
     const u32 do_sm = q_sm + STAGES * QT_BYTES;
     const u32 ds_sm = do_sm + STAGES * QT_BYTES;
-    const u32 pt_sm = ds_sm + DS_TILE_BYTES;
+    const u32 pt_sm = ds_sm + DS_BUFFERS * DS_TILE_BYTES;
     (void)pt_sm;
-    float *Ls = (float *)(smem + 2 * KV_BYTES + 2 * STAGES * QT_BYTES + DS_TILE_BYTES + PT_TILE_BYTES);
+    float *Ls = (float *)(smem + 2 * KV_BYTES + 2 * STAGES * QT_BYTES + DS_BUFFERS * DS_TILE_BYTES + PT_TILE_BYTES);
     float *Ds = Ls + STAGES * BR;
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    /* The consumers' thread index (the producer's is negative). */
+    const int tid = (int)threadIdx.x - PRODUCER_THREADS, lane = (int)threadIdx.x & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
     const int tk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
     const fa_seq seq = seq_of(p, b);
@@ -363,6 +398,72 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
     int hh = 0, tq = next_query_tile(p, tk, t_begin, t_end);
     if (tq >= t_end) hh = p.group;
 
+#ifdef TMA
+    const u32 bars = smem_u32(Ds + STAGES * BR);
+#define KV_FULL bars
+#define FULL(s) (bars + 8u * (1u + (u32)(s)))
+#define EMPTY(s) (bars + 8u * (1u + STAGES + (u32)(s)))
+    if (threadIdx.x == 0) {
+        mbar_init(KV_FULL, 1);
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(FULL(s), 33);
+            mbar_init(EMPTY(s), THREADS / 32);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (tid < 0) {
+        /* The producer: its warp 0 alone. */
+        regs_shrink<PRODUCER_REGS>();
+        if (threadIdx.x >= 32) return;
+        if (lane == 0) {
+            tma_prefetch_map(&tm_q);
+            tma_prefetch_map(&tm_do);
+            mbar_expect_tx(KV_FULL, 2 * KV_BYTES);
+#pragma unroll
+            for (int cb = 0; cb < HEAD_DIM / 64; cb++) {
+                tma_load(k_sm + cb * BC * 128, &tm_k, cb * 64, k0, hk, b, KV_FULL);
+                tma_load(v_sm + cb * BC * 128, &tm_v, cb * 64, k0, hk, b, KV_FULL);
+            }
+        }
+        int s = 0;
+        u32 ph = 0;
+        for (int ph_h = hh, ph_t = tq; ph_h < p.group;) {
+            const int h_ = hk * p.group + ph_h, q0_ = ph_t * BR;
+            mbar_wait(EMPTY(s), ph ^ 1u);
+            if (lane == 0) {
+                mbar_expect_tx(FULL(s), 2 * QT_BYTES);
+#pragma unroll
+                for (int cb = 0; cb < HEAD_DIM / 64; cb++) {
+                    tma_load(q_sm + (u32)s * QT_BYTES + cb * BR * 128, &tm_q, cb * 64, q0_, h_, b, FULL(s));
+                    tma_load(do_sm + (u32)s * QT_BYTES + cb * BR * 128, &tm_do, cb * 64, q0_, h_, b, FULL(s));
+                }
+            }
+            for (int i = lane; i < BR; i += 32) {
+                const bool ok = i < seq.len_q - q0_;
+                const i64 li = ok ? lse_index(p, b, h_, q0_ + i, seq.start_q) : 0;
+                Ls[s * BR + i] = ok ? p.lse[li] : 0.0f;
+                Ds[s * BR + i] = ok ? p.dvec[li] : 0.0f;
+            }
+            mbar_arrive(FULL(s));
+            ph_t = next_query_tile(p, tk, ph_t + 1, t_end);
+            if (ph_t >= t_end) {
+                ph_h++;
+                ph_t = next_query_tile(p, tk, t_begin, t_end);
+            }
+            if (++s == STAGES) {
+                s = 0;
+                ph ^= 1u;
+            }
+        }
+        return;
+    }
+    regs_grow<CONSUMER_REGS>();
+    mbar_wait(KV_FULL, 0);
+    u32 phase = 0;
+    int dsb = 0; /* the dS^T tile of this step */
+#else
     LOAD_TILE(BC)(k_sm, (const elem_t *)p.k + K_ROW(p, b, seq, k0, hk), p.k_ss, seq.len_k - k0, tid);
     LOAD_TILE(BC)(v_sm, (const elem_t *)p.v + V_ROW(p, b, seq, k0, hk), p.v_ss, seq.len_k - k0, tid);
 
@@ -384,6 +485,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 
     if (hh < p.group) LOAD_STEP(hh, tq, 0);
     cp_async_commit();
+    const int dsb = 0;
+#endif
 #ifdef BIAS
     if (hh < p.group) bias_prefetch<BR, BC, THREADS>(p, mask, b, hk * p.group + hh, tq * BR, k0, tid);
 #endif
@@ -410,6 +513,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         /* The next step's bias into L2 while this one computes. */
         if (more) bias_prefetch<BR, BC, THREADS>(p, mask, b, hk * p.group + hh, tq * BR, k0, tid);
 #endif
+#ifdef TMA
+        mbar_wait(FULL(st), phase);
+#else
 #if STAGES == 2
         if (more) LOAD_STEP(hh, tq, st ^ 1);
         cp_async_commit();
@@ -419,6 +525,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #endif
         FENCE_ASYNC_SMEM();
         __syncthreads();
+#endif
+        const u32 dsc = ds_sm + (u32)dsb * DS_TILE_BYTES; /* this step's dS^T */
+        (void)dsc;
         const u32 qb = q_sm + (u32)st * QT_BYTES, ob = do_sm + (u32)st * QT_BYTES;
         const float *Lb = Ls + st * BR, *Db = Ds + st * BR;
 
@@ -519,7 +628,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
 #pragma unroll
             for (int j = 0; j < NQ; j++)
 #ifdef WGMMA
-                store_c_sw<BC>(smem + (ds_sm - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
+                store_c_sw<BC>(smem + (dsc - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
 #else
                 store_c<DS_CHUNKS>(smem + (ds_sm - k_sm), key_base + kt * 16, j, pacc[kt][j], lane);
 #endif
@@ -548,10 +657,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         /* dQ += dS K over the whole key tile: every warp's dS^T is in. The
          * units of 64 queries x DQ_N dimensions go round the warpgroups. */
         FENCE_ASYNC_SMEM();
-        __syncthreads();
+        BLOCK_SYNC();
         for (int u = warp / 4; u < DQ_UNITS; u += WARPS / 4) {
             const int mb = u % (BR / 64), n0 = (u / (BR / 64)) * DQ_N;
-            const u32 sd = desc_lo_n_major(ds_sm + (u32)mb * BC * 128, BC * 128);
+            const u32 sd = desc_lo_n_major(dsc + (u32)mb * BC * 128, BC * 128);
             const u32 kd = desc_lo_n_major(k_sm + (u32)(n0 / 64) * BC * 128, BC * 128);
             float acc[DQ_N / 8][4];
             wg_fence();
@@ -630,6 +739,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         (void)ds_sm;
         (void)h;
 #endif
+#ifdef TMA
+        /* This warp's products have read the stage; dS^T alternates, so
+         * only the meeting before dQ orders its tiles. */
+        if (lane == 0) mbar_arrive(EMPTY(st));
+        if (++st == STAGES) {
+            st = 0;
+            phase ^= 1u;
+        }
+        dsb ^= DS_BUFFERS - 1;
+        (void)more;
+    }
+#else
         __syncthreads(); /* the buffers of this step may be refilled */
 #if STAGES == 2
         st ^= 1;
@@ -638,9 +759,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
         cp_async_commit();
 #endif
     }
-#undef LOAD_STEP
     cp_async_wait<0>();
-    __syncthreads();
+#endif
+#undef LOAD_STEP
+    BLOCK_SYNC();
 
     /* dK (scaled) and dV through padded tiles over K and V, then 16-byte
      * stores. */
@@ -655,7 +777,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_bwd_dkdv_mma(const f
             store_c(k_tile, key_base + kt * 16, j_part + j, sk, lane);
             store_c(v_tile, key_base + kt * 16, j_part + j, dv[kt][j], lane);
         }
-    __syncthreads();
+    BLOCK_SYNC();
     store_tile<BC, THREADS>((elem_t *)p.dk + K_ROW(p, b, seq, k0, hk), p.k_ss, k_tile, seq.len_k - k0, tid);
     store_tile<BC, THREADS>((elem_t *)p.dv + V_ROW(p, b, seq, k0, hk), p.v_ss, v_tile, seq.len_k - k0, tid);
 }

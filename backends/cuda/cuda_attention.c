@@ -499,19 +499,28 @@ static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan 
     common_defines(d, s->defines, sizeof s->defines);
     const int atomic = !d->deterministic;
     s->kernels[0] = (cu_kernel_spec){"fa_bwd_dot", CU_ROWWISE_THREADS, 0};
-    if (cu_mma_ok(kp) || kp->variant == FA_VARIANT_WGMMA) {
-        const int wgmma = kp->variant == FA_VARIANT_WGMMA;
+    if (cu_mma_ok(kp) || kp->variant == FA_VARIANT_WGMMA || kp->variant == FA_VARIANT_WGMMA_TMA) {
+        const int wgmma = kp->variant != FA_VARIANT_MMA, tma = kp->variant == FA_VARIANT_WGMMA_TMA;
+        /* The TMA build: the warpgroup kernel's consumers and a producer
+         * warpgroup of 128 threads ahead of them. */
+        fa_kernel_plan consumers = *kp;
+        if (tma) {
+            if (d->cu_seqlens_q)
+                return fa_fail(FA_ERR_UNSUPPORTED, "backward plan: the warp-specialised kernel takes fixed-length "
+                               "sequences (a tensor map's box would cross into the next sequence)");
+            consumers.work_group_size -= 128;
+        }
         if (wgmma)
-            FA_CHECK(check_wgmma(d, kp, FA_PASS_BACKWARD, cc_major, cc_minor));
+            FA_CHECK(check_wgmma(d, &consumers, FA_PASS_BACKWARD, cc_major, cc_minor));
         else
             FA_CHECK(check_mma(d, kp, FA_PASS_BACKWARD, cc_major));
         s->file = "kernels_cuda/bwd_mma.cu";
-        s->short_name = wgmma ? "bwd_wgmma" : "bwd_mma";
+        s->short_name = tma ? "bwd_tma" : wgmma ? "bwd_wgmma" : "bwd_mma";
         s->tensor_cores = 1;
         s->arch_specific = wgmma;
         FA_CHECK(append_define(s, " -DBWD -DBR=%d -DBC=%d -DWARPS=%d -DSTAGES=%d", kp->br, kp->bc,
-                               kp->work_group_size / 32, kp->stages));
-        if (wgmma) FA_CHECK(append_define(s, " -DWGMMA", 0, 0, 0, 0));
+                               consumers.work_group_size / 32, kp->stages));
+        if (wgmma) FA_CHECK(append_define(s, tma ? " -DWGMMA -DTMA" : " -DWGMMA", 0, 0, 0, 0));
         const int split = wgmma ? 1 : fa_mma_bwd_dk_split(d);
         if (split > 1) {
             s->short_name = "bwd_mma_split";
@@ -1139,6 +1148,24 @@ fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, con
     return st;
 }
 
+/* bwd_mma.cu built with TMA: the key-side kernel takes the tensor maps of
+ * K and V (boxes of the tile's keys), Q and dO (of its queries) after the
+ * parameters. */
+static fa_status launch_bwd_tma(fa_cuda_plan *p, const fa_attention_desc *d, const fa_kernel_plan *kp,
+                                const fa_cuda_params *prm) {
+    CUtensorMap maps[4];
+    FA_CHECK(fa_cuda_tensor_map(&maps[0], prm->k, d, FA_TENSOR_K, kp->bc));
+    FA_CHECK(fa_cuda_tensor_map(&maps[1], prm->v, d, FA_TENSOR_V, kp->bc));
+    FA_CHECK(fa_cuda_tensor_map(&maps[2], prm->q, d, FA_TENSOR_Q, kp->br));
+    FA_CHECK(fa_cuda_tensor_map(&maps[3], prm->dout, d, FA_TENSOR_O, kp->br));
+    const cu_kernel_spec *k = &p->bwd.spec.kernels[1];
+    void *args[] = {(void *)prm, &maps[0], &maps[1], &maps[2], &maps[3]};
+    const unsigned gx = tiles_of(d->seqlen_k, kp->bc), gy = (unsigned)d->heads_kv, gz = (unsigned)d->batch;
+    return launch_status(cu()->cuLaunchKernel(p->bwd.fn[1], gx, gy, gz, (unsigned)k->threads, 1, 1,
+                                              (unsigned)k->smem, p->ctx->stream, args, NULL),
+                         k, gx, gy, gz);
+}
+
 static fa_status backward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_bwd_args *args) {
     const fa_attention_desc *d = &plan->desc;
     fa_cuda_params prm = pass_params(p, plan);
@@ -1165,7 +1192,10 @@ static fa_status backward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa
     FA_CHECK(launch(p, &p->bwd, 0, row_groups, hq, nb, &prm));
     prm.tile_map = p->bwd_tiles;
     prm.tile_cols = p->bwd_tile_cols;
-    FA_CHECK(launch(p, &p->bwd, 1, tiles_of(d->seqlen_k, kp->bc), (unsigned)d->heads_kv, nb, &prm));
+    if (kp->variant == FA_VARIANT_WGMMA_TMA)
+        FA_CHECK(launch_bwd_tma(p, d, kp, &prm));
+    else
+        FA_CHECK(launch(p, &p->bwd, 1, tiles_of(d->seqlen_k, kp->bc), (unsigned)d->heads_kv, nb, &prm));
     if (p->dq_acc) {
         FA_CHECK(launch(p, &p->bwd, 2, row_groups, hq, nb, &prm));
     } else if (cu_mma_ok(kp)) {

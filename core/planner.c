@@ -250,8 +250,12 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
          * full and an empty transaction barrier per stage and tile, one for Q. */
         if (pass == FA_PASS_FORWARD) return e * d * (r + st * 2 * c) + 8 * (1 + 4 * st);
         /* bwd_mma.cu built with TMA: WGMMA's tiles with two dS^T, then a
-         * full and an empty barrier per stage, one for K and V. */
-        return e * (d * (2 * c + st * 2 * r) + 2 * c * r) + 4 * 2 * st * r + 8 * (1 + 2 * st);
+         * full and an empty barrier per stage, one for K and V, four for
+         * dQ's rows; with two consumer warpgroups above head_dim 64, the
+         * dQ tile the bulk reductions read (rows padded by 8 floats,
+         * 16-byte aligned). */
+        return e * (d * (2 * c + st * 2 * r) + 2 * c * r) + 4 * 2 * st * r + 8 * (5 + 2 * st) +
+               (c == 128 && d > 64 ? 16 + 4 * r * (d + 8) : 0);
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:

@@ -111,16 +111,45 @@
  * transaction barrier (the copies' bytes and the warp's 32 arrivals after
  * its L and D) and an empty one (every consumer warp after the step's
  * products). dS^T alternates between two tiles, so the consumers meet once
- * a step (before dQ += dS K reads every warp's rows), not three times. */
+ * a step (before dQ += dS K reads every warp's rows), not three times.
+ * Measured on an H100 (bench/results/h100.md, 2026-11-28 backward): the
+ * split step alone gained nothing; dQ in turns, one warpgroup a step, 5%
+ * (the warpgroups no longer run in lockstep); the bulk reductions of dQ
+ * at head_dim 128 a further 0-6%. */
 #ifdef TMA
 #if !defined(WGMMA) || defined(VARLEN) || DK_SPLIT != 1
 #error "bwd_mma: TMA builds on WGMMA, fixed-length sequences, no DK_SPLIT"
 #endif
 #include "tma.cuh"
 #define PRODUCER_THREADS 128
+/* The split step (probs, dscores) where no score option asks for
+ * p_and_ds's dS, and not with windows above head_dim 64 (the masked
+ * halves spilled there, 8 bytes, NVRTC 13.0); dQ in turns (below) with
+ * two consumer warpgroups. BWD_WHOLE_STEP and BWD_DQ_SHARED turn them
+ * off. */
+#if !defined(SCORE_OPTIONS) && !defined(BWD_WHOLE_STEP) && !(defined(WINDOW) && HEAD_DIM > 64)
+#define BWD_SPLIT
+#endif
+#if WARPS == 8 && !defined(BWD_DQ_SHARED)
+#define BWD_DQ_ALT
+/* Above head_dim 64 the warpgroup in turn leaves its dQ tile in shared
+ * memory and the producer's second warp adds it to the accumulator by bulk
+ * reductions, a row at a time (the consumers issue no atomics). The rows
+ * are padded by 8 floats: the fragments' 8-byte stores then fill whole
+ * wavefronts. BWD_DQ_RED keeps the atomics (the tile stays allocated:
+ * fa_plan_local_mem counts it for every such plan). */
+#if HEAD_DIM > 64
+#define DQ_STRIDE (HEAD_DIM + 8)
+#ifndef BWD_DQ_RED
+#define BWD_DQ_BULK
+#endif
+#endif
+#endif
 #define DS_BUFFERS 2
 #define BLOCK_SYNC() named_sync(1, THREADS)
 #if THREADS == 256
+/* setmaxnreg moves registers within the block's launch allocation
+ * (384 threads of 168): 128 x 24 + 256 x 240 is all of it. */
 #define PRODUCER_REGS 24
 #define CONSUMER_REGS 240
 #else
@@ -135,6 +164,10 @@
 #define DS_BUFFERS 1
 #define BLOCK_SYNC() __syncthreads()
 #define TMA_PARAMS
+#endif
+
+#ifndef BWD_DQ_BULK
+#define DQ_RELEASE() ((void)0)
 #endif
 
 #if defined(DQ_ATOMIC) && !defined(WGMMA)
@@ -349,6 +382,70 @@ FA_DEV void p_and_ds(float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], const f
     }
 }
 
+#ifdef BWD_SPLIT
+/* The split step (TMA builds without score options): p_and_ds in two
+ * halves, so that P comes from S^T while dP^T's product still runs and
+ * dV += (z P)^T dO runs while dS is formed. probs leaves P without the
+ * keep factor in sacc (hidden pairs 0); dscores then takes dS = P (z
+ * keep_scale dP - D) into pacc, testing visibility again rather than
+ * trusting P = 0 (a visible P may underflow to 0 with a NaN dP, which
+ * must give NaN, as p_and_ds gives it). */
+template <bool MASKED, int NJ>
+FA_DEV void probs(float (&sacc)[KT][NJ][4], const float *Lb, const fa_mask &mask, int q0, int k0, int k_w, int g,
+                  int t4, float sl2) {
+    (void)mask;
+    const int rows0 = mask.len_q - q0 - 2 * t4, keys0 = mask.len_k - k0 - (k_w + g);
+    (void)rows0;
+    (void)keys0;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const float2 l2 = *(const float2 *)(Lb + 8 * j + 2 * t4);
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const bool seen = !MASKED || visible_left(mask, rows0 - (8 * j + (e & 1)), keys0 - (kt * 16 + 8 * (e >> 1)));
+                const float lse = e & 1 ? l2.y : l2.x, lq = lse == -FA_INF ? FA_INF : lse * FA_LOG2E;
+                sacc[kt][j][e] = seen ? fa_exp2(fmaf(sacc[kt][j][e], sl2, -lq)) : 0.0f;
+            }
+    }
+}
+
+/* The keep factor z keep_scale of score (n-tile j, element e). */
+FA_DEV float keep_factor(const fa_params &p, u32 keep, int j, int e) {
+    (void)p;
+    (void)keep;
+    (void)j;
+    (void)e;
+#ifdef DROP_BITS
+    return keep >> (4 * j + e) & 1u ? p.drop_scale : 0.0f;
+#else
+    return 1.0f;
+#endif
+}
+
+template <bool MASKED, int NJ>
+FA_DEV void dscores(const float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], const float *Db, const fa_params &p,
+                    const fa_mask &mask, int q0, int k0, int k_w, int g, int t4, u32 keep) {
+    (void)mask;
+    const int rows0 = mask.len_q - q0 - 2 * t4, keys0 = mask.len_k - k0 - (k_w + g);
+    (void)rows0;
+    (void)keys0;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const float2 d2 = *(const float2 *)(Db + 8 * j + 2 * t4);
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const bool seen = !MASKED || visible_left(mask, rows0 - (8 * j + (e & 1)), keys0 - (kt * 16 + 8 * (e >> 1)));
+                const float dq = e & 1 ? d2.y : d2.x;
+                pacc[kt][j][e] = seen ? sacc[kt][j][e] * (pacc[kt][j][e] * keep_factor(p, keep, j, e) - dq) : 0.0f;
+            }
+    }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
     fa_bwd_dkdv_mma(const fa_params p TMA_PARAMS) {
     extern __shared__ __align__(SMEM_ALIGN) unsigned char smem[];
@@ -403,6 +500,17 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
 #define KV_FULL bars
 #define FULL(s) (bars + 8u * (1u + (u32)(s)))
 #define EMPTY(s) (bars + 8u * (1u + STAGES + (u32)(s)))
+/* Per consumer warp's 16 rows of the dQ tile: its reductions have read
+ * them (the other warpgroup's warp of the same rows writes them next). */
+#define DQ_EMPTY(w) (bars + 8u * (1u + 2u * STAGES + (u32)(w)))
+#ifdef DQ_STRIDE
+    /* After the barriers, 16-byte aligned, at an offset fixed at compile
+     * time (the block's window is 1024-byte aligned). */
+    constexpr u32 DQ_TILE = (2 * KV_BYTES + 2 * STAGES * QT_BYTES + DS_BUFFERS * DS_TILE_BYTES + PT_TILE_BYTES +
+                             4 * 2 * STAGES * BR + 8 * (5 + 2 * STAGES) + 15) &
+                            ~15u;
+    const u32 dq_st = k_sm + DQ_TILE;
+#endif
     if (threadIdx.x == 0) {
         mbar_init(KV_FULL, 1);
 #pragma unroll
@@ -410,6 +518,8 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             mbar_init(FULL(s), 33);
             mbar_init(EMPTY(s), THREADS / 32);
         }
+#pragma unroll
+        for (int w = 0; w < 4; w++) mbar_init(DQ_EMPTY(w), 1);
         mbar_init_fence();
     }
     __syncthreads();
@@ -461,8 +571,24 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
     }
     regs_grow<CONSUMER_REGS>();
     mbar_wait(KV_FULL, 0);
-    u32 phase = 0;
+    u32 phase = 0, nstep = 0;
     int dsb = 0; /* the dS^T tile of this step */
+    (void)nstep;
+#ifdef BWD_DQ_BULK
+    bool dq_reading = false; /* this warp's last reductions may still read its rows */
+/* While a step's first products run: the rows this warp left for the
+ * reductions last time are read by now, or soon; the other warpgroup's
+ * warp of the same rows may refill them. */
+#define DQ_RELEASE()                                                                                               \
+    do {                                                                                                           \
+        if (dq_reading) {                                                                                          \
+            tma_store_wait_read();                                                                                 \
+            __syncwarp();                                                                                          \
+            if (lane == 0) mbar_arrive(DQ_EMPTY(warp % 4));                                                        \
+            dq_reading = false;                                                                                    \
+        }                                                                                                          \
+    } while (0)
+#endif
 #else
     LOAD_TILE(BC)(k_sm, (const elem_t *)p.k + K_ROW(p, b, seq, k0, hk), p.k_ss, seq.len_k - k0, tid);
     LOAD_TILE(BC)(v_sm, (const elem_t *)p.v + V_ROW(p, b, seq, k0, hk), p.v_ss, seq.len_k - k0, tid);
@@ -540,7 +666,58 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
         u32 keep = 0;
         /* S^T = K Q^T and dP^T = V dO^T */
         float sacc[KT][NQW][4], pacc[KT][NQW][4];
-#ifdef WGMMA
+#ifdef BWD_SPLIT
+        u32 ap[KT][KQ][AREGS], as[KT][KQ][AREGS];
+        {
+            const u32 wg_rows = (u32)(warp / 4) * 64 * 128;
+            const u32 kd = desc_fresh(desc_lo_k_major(k_sm + wg_rows)), vd = desc_fresh(desc_lo_k_major(v_sm + wg_rows));
+            const u32 qd = desc_lo_k_major(qb), od = desc_lo_k_major(ob);
+            wg_fence();
+            wg_rows_by_rows<BR, BC>(sacc[0], kd, qd);
+            wg_commit();
+            wg_rows_by_rows<BR, BC>(pacc[0], vd, od);
+            wg_commit();
+#ifdef DROP_BITS
+            keep = keep_bits(p, bh, q0, k0, key_base, g, t4);
+#endif
+            DQ_RELEASE();
+            wg_wait<1>();
+            wg_hold<NQ>(sacc[0]);
+        }
+        const bool full = tile_full(p, mask, cur_t, tk, q0, k0, BR, BC, ROWS_FEED_KEYS);
+        if (full)
+            probs<false>(sacc, Lb, mask, q0, k0, key_base, g, t4, sl2);
+        else
+            probs<true>(sacc, Lb, mask, q0, k0, key_base, g, t4, sl2);
+#pragma unroll
+        for (int kq = 0; kq < KQ; kq++) {
+            float z0[4], z1[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                z0[e] = sacc[0][2 * kq][e] * keep_factor(p, keep, 2 * kq, e);
+                z1[e] = sacc[0][2 * kq + 1][e] * keep_factor(p, keep, 2 * kq + 1, e);
+            }
+            c_to_a(z0, z1, ap[0][kq]);
+        }
+        wg_wait<0>();
+        wg_hold<NQ>(pacc[0]);
+        const u32 od_n = desc_lo_n_major(ob, BR * 128), qd_n = desc_lo_n_major(qb, BR * 128);
+        wg_fence();
+        wg_regs_by_rows<KQ>(dv[0], ap[0], od_n); /* dV += (z P)^T dO */
+        wg_commit();
+        if (full)
+            dscores<false>(sacc, pacc, Db, p, mask, q0, k0, key_base, g, t4, keep);
+        else
+            dscores<true>(sacc, pacc, Db, p, mask, q0, k0, key_base, g, t4, keep);
+#pragma unroll
+        for (int j = 0; j < NQ; j++) store_c_sw<BC>(smem + (dsc - k_sm), key_base, j, pacc[0][j], lane);
+#pragma unroll
+        for (int kq = 0; kq < KQ; kq++) c_to_a(pacc[0][2 * kq], pacc[0][2 * kq + 1], as[0][kq]);
+        wg_fence();
+        wg_regs_by_rows<KQ>(dk[0], as[0], qd_n); /* dK += dS^T Q */
+        wg_commit();
+        (void)sc;
+#elif defined(WGMMA)
         {
             /* The warpgroup's 64 keys of K and V against the tile's
              * queries; each first product overwrites. */
@@ -554,6 +731,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
 #ifdef DROP_BITS
             keep = keep_bits(p, bh, q0, k0, key_base, g, t4);
 #endif
+            DQ_RELEASE();
             wg_wait<0>();
             wg_hold<NQ>(sacc[0]);
             wg_hold<NQ>(pacc[0]);
@@ -571,6 +749,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
         keys_by_queries(pacc, v_sm, ob, key_base, q_part, lane); /* dP^T = V dO^T */
 #endif
 
+#ifndef BWD_SPLIT
         /* P and dS, element by element; whole tiles test no element. */
         if (tile_full(p, mask, cur_t, tk, q0, k0, BR, BC, ROWS_FEED_KEYS))
             p_and_ds<false>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, sc, q0 + q_part, k0, key_base, g, t4, sl2,
@@ -578,6 +757,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
         else
             p_and_ds<true>(sacc, pacc, Lb + q_part, Db + q_part, p, mask, sc, q0 + q_part, k0, key_base, g, t4, sl2,
                            bh, keep);
+#endif
 
 #if DK_SPLIT > 1
         /* The warp's queries of (z keep_scale) P^T and dS^T into shared
@@ -620,6 +800,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             }
         }
 #else /* DK_SPLIT == 1 */
+#ifndef BWD_SPLIT
 #ifdef DQ_ATOMIC
         /* dS^T into shared memory for dQ += dS K below, before the floats
          * are packed into operands and die. */
@@ -653,12 +834,42 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             wg_regs_by_rows<KQ>(dk[0], as[0], qd);
             wg_commit();
         }
+#endif
+#endif /* !BWD_SPLIT */
+#ifdef WGMMA
 #ifdef DQ_ATOMIC
         /* dQ += dS K over the whole key tile: every warp's dS^T is in. The
          * units of 64 queries x DQ_N dimensions go round the warpgroups. */
         FENCE_ASYNC_SMEM();
+#ifdef BWD_DQ_ALT
+        /* One warpgroup a step takes all of dQ, the two in turns; the other
+         * only announces its dS^T and goes on to its next step, so the two
+         * drift apart and one's softmax runs beside the other's products.
+         * A barrier of its own a step parity: the warpgroup ahead cannot
+         * complete this step's barrier with its arrival at the next. Its
+         * dS^T tile is the one read two steps back, whose reader has passed
+         * the meeting of the step between. */
+        const bool dq_mine = warp / 4 == dsb;
+        if (dq_mine)
+            named_sync(2 + dsb, THREADS);
+        else
+            named_arrive(2 + dsb, THREADS);
+#ifdef BWD_DQ_BULK
+        /* dV and dK done first: their P and dS operands then die, which
+         * the dQ tile's stores need (spills otherwise, NVRTC 13.0). */
+        if (dq_mine) {
+            wg_wait<0>();
+            wg_hold<DT>(dv[0]);
+            wg_hold<DT>(dk[0]);
+            wg_keep<KQ>(ap[0]);
+            wg_keep<KQ>(as[0]);
+        }
+#endif
+        for (int u = dq_mine ? 0 : DQ_UNITS; u < DQ_UNITS; u++) {
+#else
         BLOCK_SYNC();
         for (int u = warp / 4; u < DQ_UNITS; u += WARPS / 4) {
+#endif
             const int mb = u % (BR / 64), n0 = (u / (BR / 64)) * DQ_N;
             const u32 sd = desc_lo_n_major(dsc + (u32)mb * BC * 128, BC * 128);
             const u32 kd = desc_lo_n_major(k_sm + (u32)(n0 / 64) * BC * 128, BC * 128);
@@ -670,8 +881,36 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             wg_commit();
             wg_wait<0>();
             wg_hold<DQ_N / 8>(acc);
+#ifdef BWD_DQ_BULK
+            /* The rows are free once the last step's reductions read them. */
+            if (u == 0) mbar_wait(DQ_EMPTY(warp % 4), (nstep & 1u) ^ 1u);
+            /* One shared address a thread, the rest immediate offsets:
+             * the consumers have no registers to spare. */
+            const u32 st0 = dq_st + 4u * (u32)((mb * 64 + (warp % 4) * 16 + g) * DQ_STRIDE + n0 + 2 * t4);
+#pragma unroll
+            for (int j = 0; j < DQ_N / 8; j++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++)
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(st0 + 4u * (u32)(8 * hf * DQ_STRIDE + 8 * j)),
+                                 "f"(acc[j][2 * hf]), "f"(acc[j][2 * hf + 1])
+                                 : "memory");
+#else
             add_dq_strip<DQ_N / 8>(p, seq, b, h, q0, mb * 64 + (warp % 4) * 16, n0, 0, acc, g, t4);
+#endif
         }
+#ifdef BWD_DQ_BULK
+        if (dq_mine) {
+            /* The warp's 16 rows, one bulk reduction a lane. */
+            fence_async_smem();
+            __syncwarp();
+            const int r = (warp % 4) * 16 + lane;
+            if (lane < 16 && r < seq.len_q - q0)
+                bulk_reduce_add_f32(p.dq_acc + lse_index(p, b, h, q0 + r, seq.start_q) * HEAD_DIM,
+                                    dq_st + 4u * (u32)(r * DQ_STRIDE), HEAD_DIM * 4);
+            tma_store_commit();
+            dq_reading = true;
+        }
+#endif
 #endif
         wg_wait<0>();
         wg_hold<DT>(dv[0]);
@@ -748,8 +987,13 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             phase ^= 1u;
         }
         dsb ^= DS_BUFFERS - 1;
+        nstep++;
         (void)more;
     }
+#ifdef BWD_DQ_BULK
+    /* The last reductions complete before the block ends. */
+    bulk_wait_all();
+#endif
 #else
         __syncthreads(); /* the buffers of this step may be refilled */
 #if STAGES == 2

@@ -72,6 +72,17 @@ FA_DEV void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::
 /* The stores have read their shared memory (it may be reused or freed). */
 FA_DEV void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 
+/* Adds bytes of fp32 values in shared memory at src to global memory at
+ * dst, element by element (the L2's reduction: no atomics issued by the
+ * thread); both 16-byte aligned, bytes a multiple of 16. */
+FA_DEV void bulk_reduce_add_f32(float *dst, u32 src, u32 bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"((u64)dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
+}
+/* The thread's bulk groups have completed (their writes are done). */
+FA_DEV void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 /* ------------------------------------------------------------------------ */
 /* Warpgroups                                                                */
 

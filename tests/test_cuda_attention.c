@@ -1190,6 +1190,52 @@ FA_TEST(wgmma_shapes) {
         }
 }
 
+/* The warp-specialised backward (bwd_mma.cu built with TMA) in the shapes
+ * it takes: one consumer warpgroup (64 keys) and two (128 keys: the split
+ * step, dQ in turns, at head_dim 128 by bulk reductions), fp16 and bf16,
+ * lengths that leave partial tiles (a last query tile whose rows must not
+ * reach the next head's dQ), GQA, causal masks, windows, block masks,
+ * dropout and the score options. */
+FA_TEST(tma_backward_shapes) {
+    REQUIRE_WGMMA();
+    static uint8_t blocks[16 * 16];
+    for (size_t i = 0; i < sizeof blocks; i++) blocks[i] = (uint8_t)((i * 7 + 3) % 4 != 0);
+    const struct {
+        int dim, bc;
+    } shapes[] = {{128, 128}, {64, 128}, {128, 64}, {64, 64}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(shapes); i++) {
+        const tiles bt = {FA_VARIANT_WGMMA_TMA, 64, shapes[i].bc, 128 + 2 * shapes[i].bc, 16, 2, 2, 1};
+        for (int k = 0; k < 6; k++) {
+            /* As the planner takes them: at head_dim 128 dropout with 64
+             * keys only, and no score options (the registers). */
+            if (shapes[i].dim == 128 && (k == 5 || (k == 4 && shapes[i].bc == 128))) continue;
+            const int w = k % 2;
+            fa_attention_desc d = mma_desc(w, 2, 333 + 64 * k, 301 + 97 * k, 4, k < 2 ? 2 : 4, shapes[i].dim);
+            d.causal = k == 1 || k == 4;
+            if (k == 2) {
+                d.window_left = 70;
+                d.window_right = 20;
+            }
+            if (k == 3) {
+                d.block_mask = blocks;
+                d.block_q = d.block_k = 64;
+                d.block_mask_bytes = (size_t)((d.seqlen_q + 63) / 64) * (size_t)((d.seqlen_k + 63) / 64);
+            }
+            if (k == 4) {
+                d.dropout_p = 0.2f;
+                d.dropout_seed = 11 + i;
+            }
+            if (k == 5) d.softcap = 20.0f;
+            char name[112];
+            snprintf(name, sizeof name, "tma bwd d%d 64x%d%s%s%s%s%s%s", shapes[i].dim, shapes[i].bc,
+                     w ? " bf16" : " fp16", d.causal ? " causal" : "", d.window_left >= 0 ? " window" : "",
+                     d.block_mask ? " blocks" : "", d.dropout_p > 0.0f ? " dropout" : "",
+                     d.softcap > 0.0f ? " softcap" : "");
+            run_tiles(name, &d, NULL, &bt, 1);
+        }
+    }
+}
+
 /* The warp-specialised forward (fwd_tma.cu) in every shape it takes: one,
  * two and three consumer warpgroups, 64- and 128-key tiles, two to four
  * stages, head_dim 64, 128, 192 and 256, fp16 and bf16, each product schedule
@@ -1841,7 +1887,7 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
              FA_CASE(mma_wide_heads_d96), FA_CASE(mma_wide_heads_d192), FA_CASE(mma_wide_heads_d256),
-             FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes), FA_CASE(tma_shapes),
+             FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes), FA_CASE(tma_shapes), FA_CASE(tma_backward_shapes),
              FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles), FA_CASE(score_options_simt),
              FA_CASE(score_options_mma), FA_CASE(score_options_wgmma), FA_CASE(score_options_wide_heads),
              FA_CASE(score_options_decode_shapes), FA_CASE(score_options_standard_refused),

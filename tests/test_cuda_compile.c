@@ -1069,6 +1069,75 @@ FA_TEST(small_programs_sm80_sm90) {
 #endif
 }
 
+/* The warp-specialised backward (bwd_mma.cu built with TMA) as the planner
+ * emits it on an H100, with every option it takes: sm_90a code, no spills,
+ * a producer warpgroup beside the consumers. */
+FA_TEST(h100_sm90_tma_backward_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    static uint8_t blocks[16 * 16];
+    for (size_t i = 0; i < sizeof blocks; i++) blocks[i] = (uint8_t)((i * 5 + 1) % 3 != 0);
+    setenv("FLASHATTN_PLAN_TMA_BWD", "1", 1);
+    for (int k = 0; k < 10; k++) {
+        const int dim = k % 2 ? 64 : 128, opts = k / 2;
+        fa_attention_desc d;
+        fa_attention_desc_init(&d);
+        d.batch = 2;
+        d.seqlen_q = d.seqlen_k = 4096;
+        d.heads_q = 16;
+        d.heads_kv = opts == 1 ? 4 : 16;
+        d.head_dim = dim;
+        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = k % 4 < 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16;
+        if (opts == 1) d.causal = 1;
+        if (opts == 2) {
+            d.window_left = 300;
+            d.window_right = 10;
+            d.block_mask = blocks;
+            d.block_q = d.block_k = 256;
+            d.block_mask_bytes = sizeof blocks;
+        }
+        if (opts == 3) {
+            d.softcap = 30.0f;
+            d.bias_batch = 1;
+            d.bias_heads = 16;
+            d.bias.dtype = FA_DTYPE_F32;
+            d.causal = 1;
+        }
+        if (opts == 4) d.dropout_p = 0.1f;
+        fa_plan_info info;
+        fa_status st = fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info);
+        if (st == FA_SUCCESS && info.backward.variant != FA_VARIANT_WGMMA_TMA) {
+            /* Options whose warpgroup tile has no room for the producer's
+             * second dS^T stay on the warpgroup kernel: say which. */
+            printf("case %d: d%d options %d: backward %s\n", k, dim, opts, fa_variant_name(info.backward.variant));
+            continue;
+        }
+        fa_cuda_kernel_report rep[MAX_REPORTS];
+        int n = 0;
+        if (st == FA_SUCCESS) st = fa_cuda_compile_plan(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
+        CHECK_MSG(st == FA_SUCCESS, "case %d: %s", k, st ? fa_last_error() : "");
+        if (st != FA_SUCCESS) continue;
+        int found = 0;
+        for (int i = 0; i < n; i++) {
+            const fa_cuda_kernel_report *r = &rep[i];
+            if (strcmp(r->kernel, "fa_bwd_dkdv_mma") != 0) continue;
+            found = 1;
+            printf("%-8s d%-4d %s: %d threads %3d registers %d/%d bytes spilled\n", r->arch, dim, r->options + 0,
+                   r->threads, r->registers, r->spill_stores, r->spill_loads);
+            CHECK_MSG(r->real_code && strcmp(r->arch, "sm_90") == 0 && has_define(r->options, "TMA") &&
+                          r->threads == info.backward.work_group_size,
+                      "case %d: %s %s, %d threads", k, r->arch, r->options, r->threads);
+            CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
+                      "case %d spills: %d bytes stored, %d loaded, %d bytes of stack", k, r->spill_stores,
+                      r->spill_loads, r->stack_bytes);
+        }
+        CHECK_MSG(found, "case %d: no key-side kernel among %d", k, n);
+    }
+    unsetenv("FLASHATTN_PLAN_TMA_BWD");
+#endif
+}
+
 /* The warp-specialised forward (fwd_tma.cu) as the planner emits it on an
  * H100, with every option it takes and each product schedule
  * (FLASHATTN_TMA_SCHEDULE; the planner's are overlap at head_dim 128 and
@@ -1148,7 +1217,7 @@ FA_TEST(h100_sm90_tma_variants) {
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
              FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
-             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants),
+             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants),
              FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),
              FA_CASE(decode_merge_choice), FA_CASE(errors_are_reported), FA_CASE(small_programs_sm80_sm90))

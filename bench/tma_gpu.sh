@@ -100,27 +100,51 @@ fi
 
 if want bwd; then
   # The warp-specialised backward (bwd_mma.cu built with TMA), planned only
-  # with FLASHATTN_PLAN_TMA_BWD=1: the suite's cases against the reference,
-  # then its time beside the warpgroup backward and SDPA's.
+  # with FLASHATTN_PLAN_TMA_BWD=1: the suite's cases against the reference
+  # (tma_backward_shapes forces its tiles), the sanitizers on those, then
+  # its time beside the warpgroup backward and SDPA's, with each schedule
+  # of TMA_BWD_VARIANTS (label=plan_tma:NVRTC options; the kernel's
+  # defaults are the split step, dQ in turns, bulk reductions above
+  # head_dim 64).
+  stamp "bwd: forced shapes (a lost barrier phase hangs: a short limit)"
+  FLASHATTN_PLAN_TMA_BWD=1 timeout 90 build-gpu/test_cuda_attention tma_backward_shapes > "$out/bwd-shapes.txt" 2>&1
+  rc=$?
+  echo "  rc $rc: $(tail -1 "$out/bwd-shapes.txt")"
+  grep -E "CHECK failed" "$out/bwd-shapes.txt" | head -5
+  if [ "$rc" != 0 ] && [ "${TMA_BWD_GO_ON:-0}" != 1 ]; then
+    echo "  the forced shapes failed: no timing"
+    steps=${steps/bwd/}
+  fi
+fi
+if want bwd; then
   stamp "bwd: tests with FLASHATTN_PLAN_TMA_BWD=1"
   FLASHATTN_PLAN_TMA_BWD=1 timeout 120 build-gpu/fa-run --backend cuda --repeats 3 --dtype bf16 --dim 128 --batch 2 \
     --heads 8 --seqlen 1000 --causal > "$out/bwd-smoke.txt" 2>&1
   echo "  smoke rc $?: $(grep -m1 -o "backward: [a-z_]*, tile [0-9]* x [0-9]*" "$out/bwd-smoke.txt") $(grep -E "^  d[QKV] " "$out/bwd-smoke.txt" | tr -s ' ' | cut -c1-60 | tr '\n' ';')"
   FLASHATTN_PLAN_TMA_BWD=1 ctest --test-dir build-gpu \
     -R "${TMA_BWD_TESTS:-^cuda_attention[.](dtypes|head_dims|causal|sliding_window|block_sparse|dropout|gqa_mqa|lengths|strides_offsets|deterministic_backward|score_options|mma_dtypes|mma_masks|mma_dropout|score_options_wgmma)$}" \
-    -j8 --timeout 400 --output-on-failure > "$out/bwd-tests.txt" 2>&1
+    -j8 --timeout 200 --output-on-failure > "$out/bwd-tests.txt" 2>&1
   echo "  rc $?: $(grep -E "tests passed" "$out/bwd-tests.txt")"
   grep -E "CHECK failed|Failed|Timeout" "$out/bwd-tests.txt" | head -20
+  if command -v compute-sanitizer > /dev/null && [ "${TMA_BWD_SANITIZE:-1}" = 1 ]; then
+    for tool in memcheck racecheck; do
+      timeout 240 compute-sanitizer --tool "$tool" build-gpu/test_cuda_attention tma_backward_shapes > "$out/bwd-sanitize-$tool.txt" 2>&1
+      echo "  $tool rc $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed" "$out/bwd-sanitize-$tool.txt" | tail -2 | tr '\n' ' ')"
+    done
+  fi
   json=$out/bwd.jsonl
   : > "$json"
+  read -r -a variants <<< "${TMA_BWD_VARIANTS:-wgmma=0: base=1:-DBWD_WHOLE_STEP,-DBWD_DQ_SHARED split=1:-DBWD_DQ_SHARED turns=1:-DBWD_DQ_RED tma=1:}"
   for dt in "${dtypes[@]}"; do
     for dim in 64 128; do
       for causal in 0 1; do
         flag=(); [ "$causal" = 1 ] && flag=(--causal)
-        for tma in 0 1; do
-          FLASHATTN_PLAN_TMA_BWD=$tma timeout 150 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" \
+        for v in "${variants[@]}"; do
+          label=${v%%=*} rest=${v#*=}
+          tma=${rest%%:*} opts=${rest#*:}
+          FLASHATTN_PLAN_TMA_BWD=$tma FLASHATTN_CUDA_OPTIONS="${opts//,/ }" timeout 150 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" \
             "${flag[@]}" --seqlens "$seqlens" --tokens 16384 --hidden 2048 --pass bwd --repeats 10 --warmup 2 \
-            --json "$json" --label "bwd-tma$tma" >> "$out/bwd-bench.txt" 2>&1 || echo "  bench $dt d$dim c$causal tma$tma failed"
+            --json "$json" --label "$label" >> "$out/bwd-bench.txt" 2>&1 || echo "  bench $dt d$dim c$causal $label failed"
         done
       done
     done
@@ -147,6 +171,11 @@ for k in sorted(rows):
     ref = rows[k].get("cudnn")
     cell = lambda c: "%.1f" % rows[k][c] + (" (%.2f)" % (rows[k][c] / ref) if ref else "")
     print("| %s | %d | %d | %d | " % k + " | ".join(cell(c) if c in rows[k] else "-" for c in cols) + " |")
+import math
+def stat(c):
+    r = [rows[k][c] / rows[k]["cudnn"] for k in rows if c in rows[k] and rows[k].get("cudnn")]
+    return "%.3f (min %.2f)" % (math.exp(sum(map(math.log, r)) / len(r)), min(r)) if r else "-"
+print("| geomean x cuDNN | | | | " + " | ".join(stat(c) for c in cols) + " |")
 PY
 fi
 

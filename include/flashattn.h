@@ -572,6 +572,10 @@ typedef struct fa_plan_info {
      * planned over the cache's capacity (seqlen_k), with K and V read once
      * per KV head; backward and the standard costs are empty. */
     int kv_cache;
+    /* 1: a plan of fp8 (e4m3) inputs (desc.q.dtype FA_DTYPE_FP8_E4M3),
+     * which run the forward only: backward is the planner's figure for
+     * the shape, never run (appended). */
+    int fp8;
 } fa_plan_info;
 
 /* The planner alone: plan a problem for a described device (which need not

@@ -168,12 +168,11 @@ FA_DEV u32 e4m3x4(float a, float b, float c, float d) {
     return r;
 }
 
-FA_DEV u32 lds32(u32 addr) {
-    u32 v;
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-    return v;
+FA_DEV void stsm_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
 }
-FA_DEV void sts32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory"); }
 
 /* The 8-bit A fragment of k32 step kp holds, in lane (g, t), byte i of
  * register 0 (row g) and 2 at k = 4 t + i and 16 + 4 t + i (1 and 3: row
@@ -197,38 +196,37 @@ FA_DEV void probs_to_a(const float (*s)[NT][4], u32 (*pa)[AREGS]) {
  * row of 128-byte lines, 16-byte chunk c of row r at c ^ (r & 7)) into its
  * V^T stage (a head dimension a 128-byte line of keys, swizzled the same
  * way), K-major for the P V products, with the keys of each group of 16 in
- * probs_to_a's order: slot s holds key (s & 1) + 2 ((s >> 2) & 3) +
- * 8 ((s >> 1) & 1). A lane moves 4 x 4 bytes a step: the dimensions 4 q ..
- * 4 q + 3 of keys k0, k0 + 1, k0 + 8, k0 + 9 (one 4-byte load each) to the
- * word of slots 4 w .. 4 w + 3 in four lines (one 4-byte store each). The
- * lane's w is fixed (k0 = 16 (w >> 2) + 2 (w & 3)); its q changes each
- * step by an XOR chosen so that the 32 loads of a warp's instruction fall
- * in 32 different banks, and so do its stores. tw: the transposer's warp,
- * 0 to 2, taking every third step. */
+ * probs_to_a's order: the 4-byte word t of the group holds keys 2 t,
+ * 2 t + 1, 8 + 2 t, 9 + 2 t.
+ *
+ * A warp's step moves 16 keys by 32 head dimensions (512 bytes): one
+ * ldmatrix.trans of four 8 x 8 16-bit matrices (keys 0-7 and 8-15 by
+ * dimensions 0-15, then by 16-31), which hands lane (g, t) the bytes of
+ * keys 2 t, 2 t + 1 at dimensions 2 g, 2 g + 1 from each; two byte permutes
+ * a pair of them make the words of dimensions 2 g and 2 g + 1, in exactly
+ * that order of keys; one stmatrix of four matrices stores them, a
+ * matrix's row a dimension's 16 key slots. Lanes 16-31 (g >= 4) swap
+ * their two words between matrices, so that each matrix's eight rows are
+ * dimensions 0, 2, 4, 6, 9, 11, 13, 15 (or the other eight): eight
+ * different chunks under the swizzle, no bank conflict (the loads' eight
+ * keys are eight different chunks already). tw: the transposer's warp, 0
+ * to 2, taking every third step. */
 FA_DEV void transpose_v(u32 src, u32 dst, int tw, int lane) {
-    const int w = BC == 128 ? lane : lane & 15;
-    const int sw = 2 * (w & 3); /* k0 & 7: the swizzle of rows k0 and k0 + 8 (+ 1 for the other two) */
-    const u32 rows = src + (u32)(16 * (w >> 2) + sw) * 128;
-    const u32 out = dst + (u32)(w & 3) * 4;
-    const int wchunk = w >> 2;
+    constexpr int KB = BC / 16, STEPS = KB * HEAD_DIM / 32;
+    /* This lane's row of matrix m: a key of the load, a dimension of the store. */
+    const int m = lane >> 3, r = lane & 7;
+    const u32 key_row = src + (u32)(8 * (m & 1) + r) * 128;
+    const int dim = 16 * (m >> 1) + 2 * r + ((m & 1) ^ (r >> 2));
+    const u32 dim_row = dst + (u32)dim * 128;
+    const u32 even = lane < 16 ? 0x6420u : 0x7531u, odd = even ^ 0x1111u;
 #pragma unroll 1
-    for (int it = tw; it < BC * HEAD_DIM / 512; it += TRANSPOSERS / 32) {
-        const int q = BC == 128 ? ((lane >> 2) ^ (it & 7)) + 8 * (it >> 3)
-                                : (((lane >> 4) & 1) | ((((lane >> 2) & 3) ^ (it & 3)) << 1)) + 8 * (it >> 2);
-        const int ch = (q >> 2) & 7;
-        const u32 a = rows + (u32)(q >> 5) * (BC * 128) + (u32)(q & 3) * 4;
-        const u32 r0 = lds32(a + (u32)((ch ^ sw) << 4)), r1 = lds32(a + 128 + (u32)((ch ^ (sw + 1)) << 4));
-        const u32 r2 = lds32(a + 1024 + (u32)((ch ^ sw) << 4)), r3 = lds32(a + 1152 + (u32)((ch ^ (sw + 1)) << 4));
-        /* byte j of every key: (r0, r1) pairs, then the four */
-        const u32 t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r0, r1, 0x7362);
-        const u32 u0 = __byte_perm(r2, r3, 0x5140), u1 = __byte_perm(r2, r3, 0x7362);
-        const u32 o[4] = {__byte_perm(t0, u0, 0x5410), __byte_perm(t0, u0, 0x7632), __byte_perm(t1, u1, 0x5410),
-                          __byte_perm(t1, u1, 0x7632)};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int n = 4 * q + j;
-            sts32(out + (u32)n * 128 + (u32)((wchunk ^ (n & 7)) << 4), o[j]);
-        }
+    for (u32 step = (u32)tw; step < STEPS; step += TRANSPOSERS / 32) {
+        const u32 kb = step % KB, c2 = step / KB;       /* keys 16 kb .., dimensions 32 c2 .. */
+        const u32 chunk = 2 * c2 + (u32)(m >> 1);       /* the load's 16-byte chunk of dimensions */
+        u32 v0, v1, v2, v3;
+        ldsm_x4_t(key_row + kb * 16 * 128 + (chunk >> 3) * BC * 128 + (((chunk & 7) ^ (u32)r) << 4), v0, v1, v2, v3);
+        stsm_x4(dim_row + c2 * 32 * 128 + ((kb ^ (u32)(dim & 7)) << 4), __byte_perm(v0, v1, even),
+                __byte_perm(v0, v1, odd), __byte_perm(v2, v3, even), __byte_perm(v2, v3, odd));
     }
 }
 #else

@@ -249,11 +249,13 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
         /* kernels_cuda/fwd_tma.cu: Q, K and V per stage as WGMMA's, then a
          * full and an empty transaction barrier per stage and tile, one for Q.
          * Built with FP8: rows of whole 128-byte lines (128 e4m3 head
-         * dimensions), V^T per stage (a line of keys a head dimension), O in
-         * its own tile, a second full and empty barrier for V^T. */
+         * dimensions), V^T per stage (a head dimension a row of whole lines
+         * of keys), O in its own tile, a second full and empty barrier for
+         * V^T. */
         if (pass == FA_PASS_FORWARD && fa_desc_is_fp8(desc)) {
-            const size_t line = (d + 127) / 128 * 128;
-            return r * line + st * (2 * c * line + d * 128) + r * d * fa_dtype_size(desc->o.dtype) + 8 * (1 + 6 * st);
+            const size_t line = (d + 127) / 128 * 128, vt_line = (c + 127) / 128 * 128;
+            return r * line + st * (2 * c * line + d * vt_line) + r * d * fa_dtype_size(desc->o.dtype) +
+                   8 * (1 + 6 * st);
         }
         if (pass == FA_PASS_FORWARD) return e * d * (r + st * 2 * c) + 8 * (1 + 4 * st);
         /* bwd_mma.cu built with TMA: WGMMA's tiles with two dS^T, then a
@@ -1092,10 +1094,15 @@ static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc 
  * them (CUDA, sm_90), where its tensor maps describe the problem and it
  * has the options (no dropout, block mask or score options: the CUDA
  * backend refuses other fp8 plans, naming what it lacks). The 16-bit
- * forward's tiles: 192 x 128 at head_dim 64, 128 x 128 at 128, 128 x 64
- * above (at 256, 128-key stages of K, V and V^T beside the fp16/bf16 O tile
- * pass 227 KiB). FLASHATTN_PLAN_TMA does not apply: there is no other fp8
- * kernel. */
+ * forward's tiles, but 192 keys at head_dim 128: e4m3 products take half
+ * the time of a tile's softmax, whose per-tile work (rescaling O, the
+ * rows' maxima across lanes, the barriers) wider tiles share out; 128 x
+ * 64 above 128 (at 256, 128-key stages of K, V and V^T beside the
+ * fp16/bf16 O tile pass 227 KiB), 192 x 128 at 64 (three warpgroups'
+ * registers hold no wider scores). FLASHATTN_PLAN_TMA does not apply:
+ * there is no other fp8 kernel. */
+static int fp8_keys(const fa_attention_desc *desc) { return desc->head_dim == 128 ? 192 : tma_keys(desc); }
+
 static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     if (!fa_desc_is_fp8(desc) || dev->backend != FA_BACKEND_CUDA || sm_version(dev) != 90 || !has_matrix_units(dev) ||
         desc->cu_seqlens_q || desc->kv_cache || desc->head_dim % 64 || desc->head_dim > 256 ||
@@ -1104,7 +1111,7 @@ static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *
     fa_kernel_plan kp;
     memset(&kp, 0, sizeof kp);
     kp.simd_width = dev->simd_width;
-    if (!tma_tile_plan(dev, desc, tma_rows(desc), tma_keys(desc), &kp)) return 0;
+    if (!tma_tile_plan(dev, desc, tma_rows(desc), fp8_keys(desc), &kp)) return 0;
     *out = kp;
     return 1;
 }

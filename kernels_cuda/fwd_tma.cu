@@ -39,18 +39,18 @@
  *   unscaled, P <= 1 would keep 3 bits of precision only down to 2^-6 and
  *   lose everything below 2^-10; at 2^8 (P <= 256, below e4m3's 448) every
  *   probability from 2^-14 on keeps them. l carries the same factor, and
- *   L takes it out. FlashAttention-3 keeps P unscaled.
+ *   L takes it out.
  * - V. 8-bit products read B K-major only, and V arrives N-major (head
  *   dimensions along the line). The producer warpgroup's warps 1-3
  *   (TRANSPOSERS threads; thread 0 issues the copies) transpose each V
- *   stage into a V^T stage, one 128-byte line of keys a head dimension,
+ *   stage into a V^T stage, the keys of a head dimension along its row,
  *   and arrive on its full barrier; the consumers release V^T as they
  *   released V. A second ring of barriers (V^T full and empty) joins the
  *   two of V, whose empty one the transposers now arrive at.
  * - Shared memory: Q [BR x SW_LINES 128], K and V [STAGES][BC x SW_LINES
- *   128], V^T [STAGES][HEAD_DIM x 128], O [BR x HEAD_DIM] in the storage
- *   dtype (a 16-bit O no longer fits the rows of the Q tile), then
- *   1 + 6 STAGES barriers. */
+ *   128], V^T [STAGES][VT_LINES][HEAD_DIM x 128], O [BR x HEAD_DIM] in
+ *   the storage dtype (a 16-bit O no longer fits the rows of the Q tile),
+ *   then 1 + 6 STAGES barriers. */
 #ifdef FP8
 #define PROB_LOG2 8.0f /* P in e4m3 carries 2^8 (mma.cuh online_softmax) */
 #endif
@@ -74,7 +74,8 @@
 #define Q_BYTES SW_TILE_BYTES(BR)
 #define KV_BYTES SW_TILE_BYTES(BC)
 #ifdef FP8
-#define VT_BYTES (HEAD_DIM * 128) /* a V^T stage: a line of BC keys a head dimension */
+#define VT_LINES ((BC + 127) / 128) /* 128-byte lines of keys a row of V^T */
+#define VT_BYTES (HEAD_DIM * VT_LINES * 128) /* a V^T stage: a head dimension a row */
 #define O_BYTES (BR * HEAD_DIM * ELEM_BYTES)
 #define O_OFFSET (Q_BYTES + STAGES * (2 * KV_BYTES + VT_BYTES))
 #define TRANSPOSERS 96 /* the producer warpgroup's warps 1-3 */
@@ -90,8 +91,8 @@
 #if STAGES < 2
 #error "fwd_tma: at least two stages"
 #endif
-#if defined(FP8) && BC != 64 && BC != 128
-#error "fwd_tma: FP8 takes 64 or 128 keys (a line of V^T a head dimension)"
+#if defined(FP8) && BC != 64 && BC != 128 && BC != 192
+#error "fwd_tma: FP8 takes 64, 128 or 192 keys"
 #endif
 
 /* Registers a thread after the hand-over: the producer keeps what one
@@ -194,8 +195,8 @@ FA_DEV void probs_to_a(const float (*s)[NT][4], u32 (*pa)[AREGS]) {
 
 /* One V stage (BC keys by HEAD_DIM, as the tensor map wrote it: a key a
  * row of 128-byte lines, 16-byte chunk c of row r at c ^ (r & 7)) into its
- * V^T stage (a head dimension a 128-byte line of keys, swizzled the same
- * way), K-major for the P V products, with the keys of each group of 16 in
+ * V^T stage (a head dimension a row, its keys in 128-byte lines of
+ * HEAD_DIM rows each, swizzled the same way), K-major for the P V products, with the keys of each group of 16 in
  * probs_to_a's order: the 4-byte word t of the group holds keys 2 t,
  * 2 t + 1, 8 + 2 t, 9 + 2 t.
  *
@@ -225,8 +226,9 @@ FA_DEV void transpose_v(u32 src, u32 dst, int tw, int lane) {
         const u32 chunk = 2 * c2 + (u32)(m >> 1);       /* the load's 16-byte chunk of dimensions */
         u32 v0, v1, v2, v3;
         ldsm_x4_t(key_row + kb * 16 * 128 + (chunk >> 3) * BC * 128 + (((chunk & 7) ^ (u32)r) << 4), v0, v1, v2, v3);
-        stsm_x4(dim_row + c2 * 32 * 128 + ((kb ^ (u32)(dim & 7)) << 4), __byte_perm(v0, v1, even),
-                __byte_perm(v0, v1, odd), __byte_perm(v2, v3, even), __byte_perm(v2, v3, odd));
+        stsm_x4(dim_row + c2 * 32 * 128 + (kb >> 3) * HEAD_DIM * 128 + (((kb & 7) ^ (u32)(dim & 7)) << 4),
+                __byte_perm(v0, v1, even), __byte_perm(v0, v1, odd), __byte_perm(v2, v3, even),
+                __byte_perm(v2, v3, odd));
     }
 }
 #else

@@ -7,7 +7,7 @@ them instead of hand-copying 64-operand lists.
 Usage: python3 tools/gen_wgmma_ops.py > kernels_cuda/wgmma_ops.cuh
 """
 
-SS_SHAPES = (16, 32, 64, 128)    # S = Q K^T: n = BC
+SS_SHAPES = (16, 32, 64, 128, 192)  # S = Q K^T: n = BC (192: FP8 only)
 RS_SHAPES = (64, 128, 192, 256)  # O += P V: n = HEAD_DIM
 SS_MN_SHAPES = (64,)             # backward dQ = dS K: n = 64 head dimensions (16-bit only)
 

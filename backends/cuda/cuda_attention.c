@@ -450,12 +450,14 @@ static fa_status tma_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, 
         return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the warp-specialised kernel takes fixed-length sequences "
                        "(a tensor map's box would cross into the next sequence)");
     const int cwg = kp->br / 64;
-    if (kp->br % 64 || cwg < 1 || cwg > 3 || kp->work_group_size != 128 * (cwg + 1) || (kp->bc != 64 && kp->bc != 128) ||
+    /* fp8: also 192 keys (wgmma_ops.cuh has the S product, V^T takes two lines). */
+    const int keys_ok = kp->bc == 64 || kp->bc == 128 || (kp->bc == 192 && fa_desc_is_fp8(d));
+    if (kp->br % 64 || cwg < 1 || cwg > 3 || kp->work_group_size != 128 * (cwg + 1) || !keys_ok ||
         (d->head_dim % 64 != 0 || d->head_dim > 256) || kp->stages < 2 || kp->stages > 4)
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "forward plan: tile %d x %d, %d threads, %d stages at head_dim %d is not a shape of the "
                        "warp-specialised kernel (64, 128 or 192 query rows with 128 threads more than 2 a row; 64 "
-                       "or 128 keys; 2 to 4 stages; head_dim 64, 128, 192 or 256)",
+                       "or 128 keys, 192 with fp8 inputs; 2 to 4 stages; head_dim 64, 128, 192 or 256)",
                        kp->br, kp->bc, kp->work_group_size, kp->stages, d->head_dim);
     const char *schedule = "";
     FA_CHECK(tma_schedule(d, &schedule));

@@ -12,7 +12,9 @@
 #   bench    fa-bench's forward TFLOP/s, fp8 beside bf16 in the same run
 #            (16k tokens, hidden 2048), at FP8_DIMS, causal and not, with
 #            the ratio fp8 / bf16; FP8_SCHEDULES adds fp8 sweeps with each
-#            FLASHATTN_TMA_SCHEDULE named (overlap, pingpong, both, plain)
+#            FLASHATTN_TMA_SCHEDULE named (overlap, pingpong, both, plain);
+#            then fa-tma-tiles: the planned fp8 tile beside FP8_TILES
+#            (default 128x128/2,128x64/2) at head_dim 128
 # Outputs in $OUT (default ./gpu-out): gpu.txt, cmake.log, build.log, then
 # one file a step (smoke.txt, tests.txt, bench.txt and fp8.jsonl), a
 # summary on stdout. Environment: FP8_STEPS (default "smoke tests bench"),
@@ -32,7 +34,7 @@ seqlens=${FP8_SEQLENS:-4096,8192,16384}
 
 fa_gpu_info
 stamp "configure and build"
-fa_gpu_build build-gpu "test_cuda_attention test_cuda_compile test_fp8 fa-bench fa-run fa-info" \
+fa_gpu_build build-gpu "test_cuda_attention test_cuda_compile test_fp8 fa-bench fa-run fa-info fa-tma-tiles" \
   -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DFA_OPENCL=OFF || exit 1
 failed=0
 
@@ -69,7 +71,7 @@ if want tests; then
   stamp "tests: ctest (the fp8 cases)"
   ctest --test-dir build-gpu \
     -R "${FP8_TESTS:-^cuda_attention[.](fp8_forward|fp8_refusals|tma_shapes)$|^fp8[.]|^cuda_compile[.](h100_sm90_fp8_variants|fp8_refusals|h100_sm90_tma_variants)$}" \
-    -j4 --timeout 600 --output-on-failure -V > "$out/tests.txt" 2>&1
+    -j4 --timeout "${FP8_TEST_TIMEOUT:-600}" --output-on-failure -V > "$out/tests.txt" 2>&1
   rc=$?
   echo "  rc $rc: $(grep -E "tests passed" "$out/tests.txt")"
   grep -E "CHECK failed|Failed|Timeout|\*\*\*" "$out/tests.txt" | head -20
@@ -117,6 +119,9 @@ if bar_seen:
     print("fp8 at head_dim 128, N >= 4096: %s 1.4x bf16" % ("at least" if bar_ok else "BELOW"))
 sys.exit(0 if bar_ok or not bar_seen else 1)
 PY
+  stamp "fa-tma-tiles fp8 d128: the planned tile beside ${FP8_TILES:-128x128/2,128x64/2}"
+  timeout 200 build-gpu/fa-tma-tiles --dtype fp8 --dims 128 --seqlens "$seqlens" \
+    --tiles "${FP8_TILES:-128x128/2,128x64/2}" 2>&1 | tee -a "$out/bench.txt"
 fi
 stamp "done"
 exit $failed

@@ -1300,17 +1300,23 @@ static void fp8_fill(fa_rng *rng, uint8_t *t, int64_t n, int exact, double densi
     }
 }
 
-/* One fp8 problem on the planned kernel against the fp64 reference (O,
- * with the gaps of its layout untouched, and L), then again after
- * fa_plan_set_descale with each set of factors in later[] (nlater of
- * them: three floats each), on the same plan. tol: O's relative error. */
-static void run_fp8(const char *name, const fa_attention_desc *desc, int exact, double tol, const float (*later)[3],
-                    int nlater) {
+/* One fp8 problem on the planned kernel (or the forced tile f) against the
+ * fp64 reference (O, with the gaps of its layout untouched, and L), then
+ * again after fa_plan_set_descale with each set of factors in later[]
+ * (nlater of them: three floats each), on the same plan. tol: O's
+ * relative error. */
+static void run_fp8(const char *name, const fa_attention_desc *desc, const tiles *f, int exact, double tol,
+                    const float (*later)[3], int nlater) {
     fa_attention_desc d = *desc;
     fa_plan plan = NULL;
     fa_status st = fa_plan_create(g_ctx, &d, &plan);
     CHECK_MSG(st == FA_SUCCESS, "%s: fa_plan_create: %s (%s)", name, fa_status_string(st), fa_last_error());
     if (st != FA_SUCCESS) return;
+    if (f && (st = force_tiles(plan, f, NULL)) != FA_SUCCESS) {
+        CHECK_MSG(0, "%s: forcing tiles: %s (%s)", name, fa_status_string(st), fa_last_error());
+        fa_plan_destroy(plan);
+        return;
+    }
     const fa_kernel_plan *kp = &plan->info.forward;
     CHECK_MSG(kp->variant == FA_VARIANT_WGMMA_TMA && plan->info.fp8, "%s: planned %s", name, vname(kp));
 #ifdef FA_WITH_CUDA
@@ -1348,11 +1354,11 @@ static void run_fp8(const char *name, const fa_attention_desc *desc, int exact, 
     }
     for (int run = 0; ok && run <= nlater; run++) {
         if (run > 0) {
-            const float *f = later[run - 1];
-            CHECK_OK(fa_plan_set_descale(plan, f[0], f[1], f[2]));
-            d.descale_q = f[0];
-            d.descale_k = f[1];
-            d.descale_v = f[2];
+            const float *ds = later[run - 1];
+            CHECK_OK(fa_plan_set_descale(plan, ds[0], ds[1], ds[2]));
+            d.descale_q = ds[0];
+            d.descale_k = ds[1];
+            d.descale_v = ds[2];
         }
         memcpy(o_ref, poison_o, o.bytes);
         CHECK_OK(fa_ref_forward(&d, q.host, k.host, v.host, o_ref, lse_ref));
@@ -1423,7 +1429,7 @@ FA_TEST(fp8_forward) {
         char name[112];
         snprintf(name, sizeof name, "fp8 d%d %dx%d h%d/%d%s%s", shapes[i].dim, shapes[i].sq, shapes[i].sk, shapes[i].hq,
                  shapes[i].hkv, d.causal ? " causal" : "", d.window_left >= 0 ? " window" : "");
-        run_fp8(name, &d, 1, exact_tol, later, i == 0 || i == 4 ? 2 : 0);
+        run_fp8(name, &d, NULL, 1, exact_tol, later, i == 0 || i == 4 ? 2 : 0);
     }
     /* Strided layouts of 1-byte elements: heads apart by more than a row,
      * tokens by more than the heads, offsets of 16-byte multiples. */
@@ -1441,7 +1447,7 @@ FA_TEST(fp8_forward) {
     s.o.offset = 8;
     s.o.stride_seq = 4 * 128 + 8;
     s.o.stride_batch = 300 * (4 * 128 + 8);
-    run_fp8("fp8 d128 strided", &s, 1, exact_tol, NULL, 0);
+    run_fp8("fp8 d128 strided", &s, NULL, 1, exact_tol, NULL, 0);
     /* Each product schedule (the plan compiles with the environment's). */
     static const char *const schedules[] = {"overlap", "pingpong", "both", "plain"};
     for (size_t i = 0; i < FA_ARRAY_SIZE(schedules); i++) {
@@ -1451,10 +1457,26 @@ FA_TEST(fp8_forward) {
             d.causal = (int)(i % 2);
             char name[112];
             snprintf(name, sizeof name, "fp8 d%d %s%s", dim, schedules[i], d.causal ? " causal" : "");
-            run_fp8(name, &d, 1, exact_tol, NULL, 0);
+            run_fp8(name, &d, NULL, 1, exact_tol, NULL, 0);
         }
     }
     unsetenv("FLASHATTN_TMA_SCHEDULE");
+    /* Every tile the kernel takes, forced: key tiles of 64, 128 and 192,
+     * one to three consumer warpgroups, two to four stages. */
+    static const struct {
+        int dim, br, bc, stages;
+    } forced[] = {{128, 128, 128, 2}, {128, 128, 64, 3}, {128, 64, 192, 2}, {128, 128, 192, 2}, {64, 128, 192, 2},
+                  {64, 192, 64, 4},   {256, 128, 64, 2}, {192, 64, 128, 2}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(forced); i++) {
+        const tiles f = {FA_VARIANT_WGMMA_TMA, forced[i].br, forced[i].bc, 128 * (forced[i].br / 64 + 1), 2,
+                         forced[i].bc / 4, forced[i].stages, 1};
+        fa_attention_desc d = fp8_desc(2, 400, 555, 4, 2, forced[i].dim, FA_DTYPE_BF16);
+        d.causal = (int)(i % 2);
+        char name[112];
+        snprintf(name, sizeof name, "fp8 d%d forced %dx%d/%d%s", forced[i].dim, forced[i].br, forced[i].bc,
+                 forced[i].stages, d.causal ? " causal" : "");
+        run_fp8(name, &d, &f, 1, exact_tol, NULL, 0);
+    }
     /* Inputs whose probabilities e4m3 rounds: O to e4m3's precision. */
     for (int i = 0; i < 4; i++) {
         fa_attention_desc d = fp8_desc(2, 1024, 1024, 4, 2, i < 2 ? 128 : 64, FA_DTYPE_BF16);
@@ -1465,7 +1487,7 @@ FA_TEST(fp8_forward) {
         d.descale_v = 4.0f;
         char name[112];
         snprintf(name, sizeof name, "fp8 d%d random%s", d.head_dim, d.causal ? " causal" : "");
-        run_fp8(name, &d, 0, random_tol, later, 1);
+        run_fp8(name, &d, NULL, 0, random_tol, later, 1);
     }
 }
 

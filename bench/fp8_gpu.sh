@@ -14,7 +14,7 @@
 #            the ratio fp8 / bf16; FP8_SCHEDULES adds fp8 sweeps with each
 #            FLASHATTN_TMA_SCHEDULE named (overlap, pingpong, both, plain);
 #            then fa-tma-tiles: the planned fp8 tile beside FP8_TILES
-#            (default 128x128/2,128x64/2) at head_dim 128
+#            (default 128x192/2,128x64/2) at head_dim 128
 # Outputs in $OUT (default ./gpu-out): gpu.txt, cmake.log, build.log, then
 # one file a step (smoke.txt, tests.txt, bench.txt and fp8.jsonl), a
 # summary on stdout. Environment: FP8_STEPS (default "smoke tests bench"),
@@ -119,9 +119,9 @@ if bar_seen:
     print("fp8 at head_dim 128, N >= 4096: %s 1.4x bf16" % ("at least" if bar_ok else "BELOW"))
 sys.exit(0 if bar_ok or not bar_seen else 1)
 PY
-  stamp "fa-tma-tiles fp8 d128: the planned tile beside ${FP8_TILES:-128x128/2,128x64/2}"
+  stamp "fa-tma-tiles fp8 d128: the planned tile beside ${FP8_TILES:-128x192/2,128x64/2}"
   timeout 200 build-gpu/fa-tma-tiles --dtype fp8 --dims 128 --seqlens "$seqlens" \
-    --tiles "${FP8_TILES:-128x128/2,128x64/2}" 2>&1 | tee -a "$out/bench.txt"
+    --tiles "${FP8_TILES:-128x192/2,128x64/2}" 2>&1 | tee -a "$out/bench.txt"
 fi
 stamp "done"
 exit $failed

@@ -1094,14 +1094,15 @@ static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc 
  * them (CUDA, sm_90), where its tensor maps describe the problem and it
  * has the options (no dropout, block mask or score options: the CUDA
  * backend refuses other fp8 plans, naming what it lacks). The 16-bit
- * forward's tiles, but 192 keys at head_dim 128: e4m3 products take half
- * the time of a tile's softmax, whose per-tile work (rescaling O, the
- * rows' maxima across lanes, the barriers) wider tiles share out; 128 x
- * 64 above 128 (at 256, 128-key stages of K, V and V^T beside the
- * fp16/bf16 O tile pass 227 KiB), 192 x 128 at 64 (three warpgroups'
- * registers hold no wider scores). FLASHATTN_PLAN_TMA does not apply:
- * there is no other fp8 kernel. */
-static int fp8_keys(const fa_attention_desc *desc) { return desc->head_dim == 128 ? 192 : tma_keys(desc); }
+ * forward's tiles: 192 x 128 at head_dim 64, 128 x 128 at 128, 128 x 64
+ * above (at 256, 128-key stages of K, V and V^T beside the fp16/bf16 O
+ * tile pass 227 KiB). On an H100 (16k tokens, N 4k-16k) 128 x 128 ran
+ * 1.18-1.22x the bf16 forward at head_dim 128, the tensor cores busy 40%
+ * of the time, the consumers waiting on each tile's chain of products,
+ * softmax and rescale (ncu); the kernel also takes 192-key tiles there,
+ * which share that per-tile work among more keys, not timed yet
+ * (bench/fp8_gpu.sh times them beside the planned one). FLASHATTN_PLAN_TMA
+ * does not apply: there is no other fp8 kernel. */
 
 static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     if (!fa_desc_is_fp8(desc) || dev->backend != FA_BACKEND_CUDA || sm_version(dev) != 90 || !has_matrix_units(dev) ||
@@ -1111,7 +1112,7 @@ static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *
     fa_kernel_plan kp;
     memset(&kp, 0, sizeof kp);
     kp.simd_width = dev->simd_width;
-    if (!tma_tile_plan(dev, desc, tma_rows(desc), fp8_keys(desc), &kp)) return 0;
+    if (!tma_tile_plan(dev, desc, tma_rows(desc), tma_keys(desc), &kp)) return 0;
     *out = kp;
     return 1;
 }

@@ -1148,8 +1148,9 @@ FA_TEST(h100_sm90_tma_variants) {
 /* FP8 (e4m3) inputs: fwd_tma.cu built with FP8, as the planner emits it on
  * an H100 at every head_dim it takes, plain (GQA), causal and with a
  * window, O in bf16 and fp16, with the planned product schedule and at
- * head_dim 128 with each other one (FLASHATTN_TMA_SCHEDULE): sm_90a code,
- * no spills, the planned shared memory. */
+ * head_dim 128 with each other one (FLASHATTN_TMA_SCHEDULE), and its
+ * 192-key tiles forced: sm_90a code, no spills, the planned shared
+ * memory. */
 static fa_attention_desc fp8_problem(int dim, int opts) {
     fa_attention_desc d;
     fa_attention_desc_init(&d);
@@ -1218,6 +1219,33 @@ FA_TEST(h100_sm90_fp8_variants) {
                               has_define(r->options, "WINDOW") == (opts >= 2) && !has_define(r->options, "DTYPE_F32"),
                           "d%d opts %d: options %s", dim, opts, r->options);
             }
+    /* The 192-key tiles the kernel takes beside the planner's (timed by
+     * bench/fp8_gpu.sh): no spills there either. */
+    static const int wide[][3] = {{128, 128, 0}, {128, 128, 1}, {128, 64, 1}, {64, 128, 1}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(wide); i++) {
+        fa_attention_desc d = fp8_problem(wide[i][0], wide[i][2]);
+        fa_plan_info info;
+        CHECK_OK(fa_plan_for_device(h100, &d, &info));
+        fa_kernel_plan *f = &info.forward;
+        f->br = wide[i][1];
+        f->bc = 192;
+        f->work_group_size = 128 * (f->br / 64 + 1);
+        f->thread_cols = f->bc / 4;
+        f->stages = 2;
+        f->local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, &d, f->br, f->bc, 2);
+        fa_cuda_kernel_report rep[MAX_REPORTS];
+        int n = 0;
+        const fa_status st = fa_cuda_compile_forward(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
+        CHECK_MSG(st == FA_SUCCESS && n == 1, "d%d %dx192: %s", wide[i][0], f->br, st ? fa_last_error() : "kernels");
+        if (st != FA_SUCCESS || n != 1) continue;
+        printf("%-8s d%-4d %3dx%-3d s2 %s: %d threads %d/%d bytes spilled, %zu bytes shared\n", rep[0].arch,
+               wide[i][0], f->br, f->bc, rep[0].options, rep[0].threads, rep[0].spill_stores, rep[0].spill_loads,
+               rep[0].shared_bytes);
+        CHECK_MSG(rep[0].spill_stores == 0 && rep[0].spill_loads == 0 && rep[0].stack_bytes == 0 &&
+                      f->local_mem_bytes <= fa_plan_usable_local_mem(h100),
+                  "d%d %dx192: %d bytes spilled, %zu bytes shared", wide[i][0], f->br, rep[0].spill_stores,
+                  f->local_mem_bytes);
+    }
 #endif
 }
 

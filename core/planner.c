@@ -1103,7 +1103,6 @@ static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc 
  * which share that per-tile work among more keys, not timed yet
  * (bench/fp8_gpu.sh times them beside the planned one). FLASHATTN_PLAN_TMA
  * does not apply: there is no other fp8 kernel. */
-
 static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     if (!fa_desc_is_fp8(desc) || dev->backend != FA_BACKEND_CUDA || sm_version(dev) != 90 || !has_matrix_units(dev) ||
         desc->cu_seqlens_q || desc->kv_cache || desc->head_dim % 64 || desc->head_dim > 256 ||

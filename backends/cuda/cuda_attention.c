@@ -437,7 +437,8 @@ static fa_status check_fp8(const fa_attention_desc *d, const fa_kernel_plan *kp,
 /* kernels_cuda/fwd_tma.cu: sm_90a, fp16/bf16 (or fp8 inputs: check_fp8),
  * fixed-length sequences, head_dims of whole 64-column blocks up to 256;
  * one producer warpgroup and br / 64 consumer warpgroups; 64- or 128-key
- * tiles (wgmma_ops.cuh's S products) in 2 to 4 stages. */
+ * tiles (wgmma_ops.cuh's S products; 192 with fp8 inputs) in 2 to 4
+ * stages. */
 static fa_status tma_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor,
                           cu_program_spec *s) {
     if (cc_major != 9 || cc_minor != 0)

@@ -1373,7 +1373,7 @@ static void run_fp8(const char *name, const fa_attention_desc *desc, const tiles
         const double err = compare_tensor(&d, FA_TENSOR_O, o.host, o_ref, poison_o, o.count, what);
         CHECK_MSG(err < tol, "%s: relative error %.3g (limit %.1g)", what, err, tol);
         /* Logits in fp32 sums of exact products. */
-        compare_lse(lse, lse_ref, nl, what, exact ? 1e-5 : 1e-3);
+        compare_lse(lse, lse_ref, nl, what, exact ? 1e-5 : 1e-4);
         fprintf(stderr, "  %-44s %s->%s %3dx%-3d O %.2e\n", what, fa_dtype_name(d.q.dtype), fa_dtype_name(d.o.dtype),
                 kp->br, kp->bc, err);
     }
@@ -1406,11 +1406,13 @@ static fa_attention_desc fp8_desc(int batch, int sq, int sk, int hq, int hkv, in
  * one key, sequences shorter than a warpgroup's rows), strided layouts,
  * O in bf16 and fp16, every product schedule, and descale factors changed
  * on the plan (fa_plan_set_descale). Exact inputs (fp8_fill) check O to
- * its rounding; random ones, whose probabilities e4m3 rounds, to 8%. */
+ * its rounding; random ones, whose probabilities e4m3 rounds, to 5%. */
 FA_TEST(fp8_forward) {
     REQUIRE_WGMMA();
     static const float later[][3] = {{2.0f, 0.5f, 0.25f}, {0.25f, 8.0f, 3.0f}};
-    const double exact_tol = 6e-3, random_tol = 8e-2;
+    /* On an H100: exact inputs 0.7e-3 to 1.4e-3 (bf16 O), random 1.9e-2
+     * to 2.3e-2. */
+    const double exact_tol = 6e-3, random_tol = 5e-2;
     static const struct {
         int dim, batch, sq, sk, hq, hkv, causal, wl, wr;
     } shapes[] = {

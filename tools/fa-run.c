@@ -62,11 +62,11 @@ static int time_pass(fa_plan plan, fa_context ctx, host_tensor *t, pass_fn fn, i
 }
 
 /* O's tolerance for inputs of dtype written in o_dtype. fp8 kernels round
- * the probabilities to e4m3 (3 significant bits: 3.6% rms a probability),
- * and O of random V inherits that relative error; the reference computes
- * with exact probabilities. */
+ * the probabilities to e4m3 (3 significant bits), and O of random V
+ * inherits their relative error, while the reference computes with exact
+ * probabilities: an H100 ran 1.6e-2 to 2.4e-2 on these inputs. */
 static double tolerance(fa_dtype dtype, fa_dtype o_dtype) {
-    if (dtype == FA_DTYPE_FP8_E4M3) return 8e-2;
+    if (dtype == FA_DTYPE_FP8_E4M3) return 5e-2;
     return o_dtype == FA_DTYPE_F32 ? 1e-5 : o_dtype == FA_DTYPE_F16 ? 3e-3 : 2e-2;
 }
 

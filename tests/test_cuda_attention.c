@@ -1499,7 +1499,7 @@ FA_TEST(fp8_refusals) {
     REQUIRE_WGMMA();
     static const int32_t cu[3] = {0, 100, 256};
     static const float slopes[2] = {0.5f, 0.25f};
-    static uint8_t blocks[4 * 4];
+    static uint8_t blocks[2 * 2]; /* 128 tokens in blocks of 64 */
     memset(blocks, 1, sizeof blocks);
     static const char *const needles[] = {"dropout_p", "block_mask", "softcap", "alibi_slopes", "cu_seqlens_q", "head_dim"};
     for (size_t i = 0; i < FA_ARRAY_SIZE(needles); i++) {

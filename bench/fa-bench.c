@@ -408,10 +408,9 @@ static void write_csv(FILE *f, const record *r) {
  * tensors of one point hold different values while the pool is larger than
  * they are. */
 typedef struct data_pool {
-    void *random; /* pool_elems values of the storage dtype */
+    void *random; /* pool_elems values of the inputs' dtype */
     int64_t pool_elems;
-    void *poison; /* UPLOAD_CHUNK_ELEMS NaNs, storage dtype */
-    void *poison_f32;
+    void *poison; /* UPLOAD_CHUNK_ELEMS elements of 4 bytes or fewer, every bit set: NaN in any dtype */
     int64_t next;
     void *bias; /* UPLOAD_CHUNK_ELEMS random values of the bias dtype, repeated over the bias */
 } data_pool;
@@ -419,7 +418,6 @@ typedef struct data_pool {
 static void pool_free(data_pool *p) {
     free(p->random);
     free(p->poison);
-    free(p->poison_f32);
     free(p->bias);
     memset(p, 0, sizeof *p);
 }
@@ -432,14 +430,12 @@ static fa_status pool_reserve(data_pool *p, fa_dtype dt, int64_t random_elems) {
     int64_t want = random_elems < POOL_MAX_ELEMS ? random_elems : POOL_MAX_ELEMS;
     if (want < 1) want = 1;
     if (!p->poison) {
-        p->poison = malloc((size_t)UPLOAD_CHUNK_ELEMS * fa_dtype_size(dt));
-        p->poison_f32 = malloc((size_t)UPLOAD_CHUNK_ELEMS * sizeof(float));
-        if (!p->poison || !p->poison_f32) {
+        p->poison = malloc((size_t)UPLOAD_CHUNK_ELEMS * sizeof(float));
+        if (!p->poison) {
             pool_free(p);
             return FA_ERR_OUT_OF_MEMORY;
         }
-        fa_test_poison(p->poison, dt, UPLOAD_CHUNK_ELEMS);
-        fa_test_poison(p->poison_f32, FA_DTYPE_F32, UPLOAD_CHUNK_ELEMS);
+        memset(p->poison, 0xff, (size_t)UPLOAD_CHUNK_ELEMS * sizeof(float));
     }
     if (p->random && p->pool_elems >= want) return FA_SUCCESS;
     free(p->random);
@@ -464,7 +460,7 @@ static fa_status fill_buffer(data_pool *p, fa_buffer buf, fa_dtype dt, int64_t c
             pos = (pos + n) % p->pool_elems;
         } else {
             if (n > UPLOAD_CHUNK_ELEMS) n = UPLOAD_CHUNK_ELEMS;
-            src = dt == FA_DTYPE_F32 && es == sizeof(float) ? p->poison_f32 : p->poison;
+            src = p->poison;
         }
         fa_status st = fa_buffer_upload(buf, (size_t)done * es, src, (size_t)n * es);
         if (st != FA_SUCCESS) return st;
@@ -510,7 +506,10 @@ static void tensor_counts(const fa_attention_desc *d, int64_t counts[N_TENSORS])
 
 static int tensor_used(int i, int with_backward) { return i < 5 || with_backward; }
 static int tensor_random(int i) { return i < 3 || i == 5; }
-static fa_dtype tensor_dtype(int i, fa_dtype dt) { return i == 4 ? FA_DTYPE_F32 : dt; }
+/* L is fp32; O and dO have o's dtype (fp16 or bf16 beside fp8 inputs). */
+static fa_dtype tensor_dtype(int i, const fa_attention_desc *d) {
+    return i == 4 ? FA_DTYPE_F32 : i == 3 || i == 5 ? d->o.dtype : d->q.dtype;
+}
 
 static void free_set(tensor_set *s) {
     for (int i = 0; i < N_TENSORS; i++)
@@ -553,7 +552,7 @@ static fa_status alloc_set(fa_context ctx, data_pool *pool, const fa_attention_d
     fa_status st = FA_SUCCESS;
     for (int i = 0; i < N_TENSORS && st == FA_SUCCESS; i++) {
         if (!tensor_used(i, with_backward)) continue;
-        const fa_dtype t = tensor_dtype(i, d->q.dtype);
+        const fa_dtype t = tensor_dtype(i, d);
         if (fail_alloc_after >= 0 && allocs_in_point++ >= fail_alloc_after) {
             *msg = "allocation refused by FA_BENCH_FAIL_ALLOC";
             st = FA_ERR_OUT_OF_MEMORY;
@@ -613,7 +612,7 @@ static void run_point(fa_context ctx, const fa_device_info *dev, const fa_attent
     tensor_counts(d, counts);
     for (int i = 0; i < N_TENSORS; i++)
         if (tensor_used(i, with_backward))
-            r->tensor_bytes += (double)counts[i] * (double)fa_dtype_size(tensor_dtype(i, d->q.dtype));
+            r->tensor_bytes += (double)counts[i] * (double)fa_dtype_size(tensor_dtype(i, d));
     r->tensor_bytes += bias_bytes(d);
 
     fa_status st = fa_plan_for_device(&dev->desc, d, &r->info);
@@ -772,10 +771,10 @@ int main(int argc, char **argv) {
     else if (heads_q % heads_kv != 0)
         bad = fprintf(stderr, "fa-bench: --heads-kv %d does not divide the %d query heads\n", heads_kv, heads_q);
     else if (cli.repeats < 1) bad = fprintf(stderr, "fa-bench: --repeats %d must be at least 1\n", cli.repeats);
-    /* Its buffers and data pools hold one storage dtype for every tensor;
-     * fp8's O is another, and no device runs fp8 yet. */
-    else if (cli.desc.q.dtype == FA_DTYPE_FP8_E4M3)
-        bad = fprintf(stderr, "fa-bench: --dtype %s: not benchmarked yet (fa-run runs its forward)\n",
+    /* fp8 inputs run the forward only: --pass both (the default) times it
+     * alone, bwd and fwdbwd are refused. */
+    else if (cli.desc.q.dtype == FA_DTYPE_FP8_E4M3 && (o.fwdbwd || !o.fwd))
+        bad = fprintf(stderr, "fa-bench: --dtype %s runs the forward only (--pass fwd)\n",
                       fa_dtype_name(cli.desc.q.dtype));
     else if (cli.desc.block_mask)
         bad = fprintf(stderr, "fa-bench: --block-sparse is not swept (the mask depends on the sequence length)\n");
@@ -784,6 +783,10 @@ int main(int argc, char **argv) {
         fa_cli_free(&cli);
         free(rest);
         return 2;
+    }
+    if (cli.desc.q.dtype == FA_DTYPE_FP8_E4M3) {
+        o.bwd = 0;
+        o.pass_name = "fwd";
     }
 
     fa_context ctx;

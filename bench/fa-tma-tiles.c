@@ -3,9 +3,9 @@
  * FlashAttention-2 paper's setting (16k tokens, hidden 2048): per point
  * the planned forward and each forced tile's, median device time of the
  * repeats after two warm-ups, as TFLOP/s. The product schedule comes from
- * FLASHATTN_TMA_SCHEDULE as in the library.
+ * FLASHATTN_TMA_SCHEDULE as in the library. fp8: e4m3 inputs, O in bf16.
  *
- * Usage: fa-tma-tiles [--dtype fp16|bf16] [--dims 64,128]
+ * Usage: fa-tma-tiles [--dtype fp16|bf16|fp8] [--dims 64,128]
  *        [--seqlens 2048,8192,16384] [--causal 0,1] [--repeats N]
  *        [--tiles BRxBC/STAGES,...]  (default 128x128/2,128x128/3,
  *        192x128/2,128x64/3,64x128/2) */
@@ -67,13 +67,15 @@ static int point(fa_context ctx, fa_dtype dt, int dim, int n, int causal, const 
     d.head_dim = dim;
     d.causal = causal;
     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dt;
+    if (dt == FA_DTYPE_FP8_E4M3) d.o.dtype = FA_DTYPE_BF16;
     const int64_t elems = (int64_t)d.batch * n * d.heads_q * dim;
     fa_buffer t[5] = {NULL, NULL, NULL, NULL, NULL};
     fa_rng rng;
     fa_rng_seed(&rng, 7);
     int rc = 1;
     for (int i = 0; i < 5; i++) {
-        const size_t bytes = i == 4 ? (size_t)d.batch * d.heads_q * n * 4 : (size_t)elems * fa_dtype_size(dt);
+        const size_t bytes = i == 4 ? (size_t)d.batch * d.heads_q * n * 4
+                                    : (size_t)elems * fa_dtype_size(i == 3 ? d.o.dtype : dt);
         if (fa_buffer_alloc(ctx, bytes, &t[i]) != FA_SUCCESS) goto done;
         if (i < 3) {
             void *h = fa_test_random_tensor(&rng, dt, elems);
@@ -87,7 +89,7 @@ static int point(fa_context ctx, fa_dtype dt, int dim, int n, int causal, const 
     const double flops = fa_attention_flops(&d, FA_PASS_FORWARD);
     const fa_kernel_plan keep = p->info.forward;
     const double planned = time_forward(p, t, repeats);
-    printf("%s d%-3d N%-6d causal %d  planned %s %dx%d/%d: %6.1f TF/s |", dt == FA_DTYPE_BF16 ? "bf16" : "fp16", dim,
+    printf("%s d%-3d N%-6d causal %d  planned %s %dx%d/%d: %6.1f TF/s |", fa_dtype_name(dt), dim,
            n, causal, fa_variant_name(keep.variant), keep.br, keep.bc, keep.stages,
            planned > 0 ? flops / planned * 1e-9 : 0.0);
     for (int i = 0; i < ntiles; i++) {
@@ -132,7 +134,10 @@ int main(int argc, char **argv) {
     int causals[MAX_LIST] = {0, 1}, ncausal = 2, repeats = 10;
     const char *tiles_arg = "128x128/2,128x128/3,192x128/2,128x64/3,64x128/2";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--dtype") == 0) dt = strcmp(argv[i + 1], "bf16") == 0 ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+        if (strcmp(argv[i], "--dtype") == 0)
+            dt = strcmp(argv[i + 1], "bf16") == 0  ? FA_DTYPE_BF16
+                 : strcmp(argv[i + 1], "fp8") == 0 ? FA_DTYPE_FP8_E4M3
+                                                   : FA_DTYPE_F16;
         else if (strcmp(argv[i], "--dims") == 0) ndims = parse_list(argv[i + 1], dims);
         else if (strcmp(argv[i], "--seqlens") == 0) nseq = parse_list(argv[i + 1], seqlens);
         else if (strcmp(argv[i], "--causal") == 0) ncausal = parse_list(argv[i + 1], causals);

@@ -5,7 +5,8 @@
 # Sets: out (from $OUT, default ./gpu-out; created), t_start.
 # Exports: FLASHATTN_CACHE_DIR (default /tmp/fa-kernel-cache).
 # Functions: stamp, fa_gpu_info, fa_nvidia_opencl, fa_hip_nvidia_args,
-# fa_clblast, fa_gpu_build, fa_gpu_build_all.
+# fa_clblast, fa_gpu_build, fa_gpu_build_all, fa_smoke_run,
+# fa_smoke_report, fa_fwd_sweep.
 # shellcheck shell=bash
 
 out=${OUT:-$PWD/gpu-out}
@@ -90,4 +91,50 @@ fa_gpu_build_all() {
   fa_hip_nvidia_args
   stamp "configure and build"
   fa_gpu_build build-gpu "" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_OPENCL=ON "${hip_args[@]}"
+}
+
+# Smoke runs of build-gpu/fa-run (CUDA) against the CPU reference, eight at
+# a time in the background, each under a two-minute limit (a lost barrier
+# phase hangs rather than fails), one file each in $out/smoke:
+# fa_smoke_run FA_RUN_OPTIONS... (variables set before it apply to that
+# run). fa_smoke_report waits for them, prints a line a run (exit status,
+# options, the forward's tile, O's error), gathers the files into
+# $out/smoke.txt and returns 1 when a run failed.
+fa_smoke_n=0
+fa_smoke_run() {
+  fa_smoke_n=$((fa_smoke_n + 1))
+  mkdir -p "$out/smoke"
+  ( timeout 120 build-gpu/fa-run --backend cuda --repeats 1 "$@" > "$out/smoke/$fa_smoke_n.txt" 2>&1
+    echo "rc $? args $*" >> "$out/smoke/$fa_smoke_n.txt" ) &
+  if [ $((fa_smoke_n % 8)) = 0 ]; then wait; fi
+}
+
+fa_smoke_report() {
+  local f rc plan err status=0
+  wait
+  for f in $(ls "$out/smoke" | sort -n); do
+    f=$out/smoke/$f
+    rc=$(grep -o "^rc [0-9]*" "$f" | cut -d' ' -f2)
+    plan=$(grep -m1 -o "forward: [a-z_]*, tile [0-9]* x [0-9]*" "$f" || true)
+    err=$(grep -m1 "^  O " "$f" | sed "s/ *(limit.*)//" || true)
+    printf "  rc %-3s %-70s %s %s\n" "$rc" "$(grep -o "args .*" "$f" | cut -c6-)" "$plan" "$err"
+    [ "$rc" = 0 ] || status=1
+  done
+  # One file back instead of one a run.
+  for f in $(ls "$out/smoke" | sort -n); do cat "$out/smoke/$f"; done > "$out/smoke.txt"
+  rm -rf "$out/smoke"
+  fa_smoke_n=0
+  return $status
+}
+
+# fa_fwd_sweep JSON LABEL DTYPE DIM CAUSAL SEQLENS: one forward sweep of
+# build-gpu/fa-bench (CUDA, 16k tokens, hidden 2048, the median of 10
+# repeats), JSON lines appended to JSON, the table to $out/bench.txt;
+# returns 1, with a line saying which, when it failed.
+fa_fwd_sweep() {
+  local json=$1 label=$2 dt=$3 dim=$4 causal=$5 seqlens=$6 flag=()
+  [ "$causal" = 1 ] && flag=(--causal)
+  timeout 200 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" "${flag[@]}" --seqlens "$seqlens" \
+    --tokens 16384 --hidden 2048 --pass fwd --repeats 10 --warmup 2 --json "$json" --label "$label" \
+    >> "$out/bench.txt" 2>&1 || { echo "  $label $dt d$dim causal $causal failed"; return 1; }
 }

@@ -46,14 +46,7 @@ failed=0
 
 if want smoke; then
   stamp "smoke: fa-run against the reference (in parallel)"
-  mkdir -p "$out/smoke"
-  n=0
-  run() {
-    n=$((n + 1))
-    ( timeout 120 build-gpu/fa-run --backend cuda --repeats 1 "$@" > "$out/smoke/$n.txt" 2>&1
-      echo "rc $? args $*" >> "$out/smoke/$n.txt" ) &
-    [ $((n % 8)) = 0 ] && wait
-  }
+  run() { fa_smoke_run "$@"; }
   for dim in ${TMA_SMOKE_DIMS:-64 128}; do
     run --dtype fp16 --dim "$dim" --batch 2 --heads 4 --seqlen 512
     run --dtype bf16 --dim "$dim" --batch 1 --heads 2 --seqlen 1000 --causal
@@ -68,18 +61,7 @@ if want smoke; then
   for sched in overlap pingpong plain; do
     FLASHATTN_TMA_SCHEDULE=$sched run --dtype fp16 --dim 128 --batch 1 --heads 2 --seqlen 1000 --causal
   done
-  wait
-  for f in $(ls "$out/smoke" | sort -n); do
-    f=$out/smoke/$f
-    rc=$(grep -o "^rc [0-9]*" "$f" | cut -d' ' -f2)
-    plan=$(grep -m1 -o "forward: [a-z_]*, tile [0-9]* x [0-9]*" "$f" || true)
-    err=$(grep -m1 "^  O " "$f" | sed "s/ *(limit.*)//" || true)
-    printf "  rc %-3s %-70s %s %s\n" "$rc" "$(grep -o "args .*" "$f" | cut -c6-)" "$plan" "$err"
-    [ "$rc" = 0 ] || failed=1
-  done
-  # One file back instead of one a run.
-  for f in $(ls "$out/smoke" | sort -n); do cat "$out/smoke/$f"; done > "$out/smoke.txt"
-  rm -rf "$out/smoke"
+  fa_smoke_report || failed=1
 fi
 
 if want tests; then
@@ -203,13 +185,7 @@ fi
 if want bench; then
   json=$out/tma.jsonl
   : > "$json"
-  sweep() {
-    local label=$1 dt=$2 dim=$3 causal=$4 flag=()
-    [ "$causal" = 1 ] && flag=(--causal)
-    timeout 150 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" "${flag[@]}" --seqlens "$seqlens" \
-      --tokens 16384 --hidden 2048 --pass fwd --repeats 10 --warmup 2 --json "$json" --label "$label" \
-      >> "$out/bench.txt" 2>&1 || { echo "  $label $dt d$dim causal $causal failed"; failed=1; }
-  }
+  sweep() { fa_fwd_sweep "$json" "$1" "$2" "$3" "$4" "$seqlens" || failed=1; }
   for dt in "${dtypes[@]}"; do
     for dim in "${dims[@]}"; do
       for causal in 0 1; do

@@ -36,7 +36,7 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-static double dtype_bytes(fa_dtype dtype) { return dtype == FA_DTYPE_F32 ? 4.0 : 2.0; }
+static double dtype_bytes(fa_dtype dtype) { return dtype == FA_DTYPE_F32 ? 4.0 : dtype == FA_DTYPE_FP8_E4M3 ? 1.0 : 2.0; }
 
 static void seq_lengths(const fa_attention_desc *d, int b, int64_t *sq, int64_t *sk) {
     if (d->cu_seqlens_q && d->cu_seqlens_k) {
@@ -184,6 +184,9 @@ double fa_device_peak_flops(const fa_device_desc *dev, fa_dtype dtype, int allow
     if (!(dev->matrix_flops_per_clock_cu > 0.0)) return simt;
     double matrix = (double)dev->compute_units * (double)dev->clock_mhz * 1e6 * dev->matrix_flops_per_clock_cu;
     if (dtype == FA_DTYPE_F16 || dtype == FA_DTYPE_BF16) return matrix > simt ? matrix : simt;
+    /* e4m3 products run at twice the 16-bit rate (Hopper's; the only fp8
+     * kernels are CUDA sm_90's). */
+    if (dtype == FA_DTYPE_FP8_E4M3) return 2.0 * matrix > simt ? 2.0 * matrix : simt;
     /* TF32 runs at half the fp16 matrix rate on the matrix units that have it. */
     if (allow_tf32 && matrix / 2.0 > simt) return matrix / 2.0;
     return simt;
@@ -480,7 +483,7 @@ static void once_traffic(const fa_attention_desc *desc, fa_pass pass, int recomp
     const double hq = (double)desc->heads_q, hkv = (double)desc->heads_kv;
     if (pass == FA_PASS_FORWARD) {
         *rd += hq * sq * dim * e * split + 2.0 * hkv * sk * dim * e;
-        *wr += hq * sq * dim * e + hq * sq * 4.0;
+        *wr += hq * sq * dim * dtype_bytes(desc->o.dtype) + hq * sq * 4.0;
         if (split > 1) {
             *rd += split * hq * sq * (dim + 1.0) * 4.0;
             *wr += split * hq * sq * (dim + 1.0) * 4.0;
@@ -559,7 +562,7 @@ fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *d
          * for dK and dV): re-reads of the same few kilobytes within
          * microseconds, which the cache serves, not HBM. */
         rd += hq * sq * dim * e * split + kv_heads_read * v->key_rows * dim * e * 2.0;
-        wr += hq * sq * dim * e + hq * sq * 4.0;
+        wr += hq * sq * dim * dtype_bytes(desc->o.dtype) + hq * sq * 4.0; /* O in o's dtype (fp16/bf16 beside fp8) */
         if (split > 1) {
             /* fp32 partial O and L of every split, written then merged. */
             double partials = split * hq * sq * (dim + 1.0) * 4.0;

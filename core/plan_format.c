@@ -62,7 +62,7 @@ static int strip_warps(const fa_kernel_plan *k, int backward) {
     return split == 2 || split == 4 ? split : 1;
 }
 
-static void put_pass(text *t, const char *name, const fa_kernel_plan *k, int backward) {
+static void put_pass(text *t, const char *name, const fa_kernel_plan *k, int backward, int fp8) {
     if (k->variant == FA_VARIANT_STANDARD) {
         put(t, "%s: standard (S and P in global memory), workspace %.2f MiB\n", name,
             (double)k->workspace_bytes / (1024.0 * 1024.0));
@@ -77,6 +77,9 @@ static void put_pass(text *t, const char *name, const fa_kernel_plan *k, int bac
             put(t, "  pipeline: a producer warpgroup's tensor-map copies into %d stages, %d consumer warpgroups of 64 "
                    "rows\n",
                 k->stages, k->work_group_size / 128 - 1);
+        if (k->variant == FA_VARIANT_WGMMA_TMA && fp8)
+            put(t, "  fp8: e4m3 Q, K, V and products, P in e4m3 from registers; the producer warpgroup's other "
+                   "warps transpose each V stage into a V^T stage\n");
         const int split = strip_warps(k, backward);
         if (split > 1)
             put(t, "  key strips shared by %d warps, each holding dK and dV for 1/%d of the head dimensions\n", split,
@@ -95,12 +98,15 @@ size_t fa_plan_info_format(const fa_plan_info *info, char *out, size_t out_size)
     if (info->kv_cache) {
         /* One forward over the cache; nothing to compare against. */
         put(&t, "KV-cache step (fa_forward_kvcache): query rows packed per KV head, keys over the capacity\n");
-        put_pass(&t, "forward", &info->forward, 0);
+        put_pass(&t, "forward", &info->forward, 0, 0);
         return t.need;
     }
     put(&t, "algorithm: %s\n", info->algorithm == FA_ALGO_STANDARD ? "standard" : "fused");
-    put_pass(&t, "forward", &info->forward, 0);
-    put_pass(&t, "backward", &info->backward, 1);
+    put_pass(&t, "forward", &info->forward, 0, info->fp8);
+    if (info->fp8)
+        put(&t, "backward: none (fp8 inputs run the forward only)\n");
+    else
+        put_pass(&t, "backward", &info->backward, 1, 0);
     /* The other algorithm's prediction on the same shape. */
     const int fused = info->algorithm != FA_ALGO_STANDARD;
     put(&t, "%s attention, for comparison:\n", fused ? "standard" : "fused");

@@ -247,7 +247,16 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
         return e * (d * (2 * c + st * 2 * r) + c * r) + 4 * 2 * st * r;
     case FA_VARIANT_WGMMA_TMA:
         /* kernels_cuda/fwd_tma.cu: Q, K and V per stage as WGMMA's, then a
-         * full and an empty transaction barrier per stage and tile, one for Q. */
+         * full and an empty transaction barrier per stage and tile, one for Q.
+         * Built with FP8: rows of whole 128-byte lines (128 e4m3 head
+         * dimensions), V^T per stage (a head dimension a row of whole lines
+         * of keys), O in its own tile, a second full and empty barrier for
+         * V^T. */
+        if (pass == FA_PASS_FORWARD && fa_desc_is_fp8(desc)) {
+            const size_t line = (d + 127) / 128 * 128, vt_line = (c + 127) / 128 * 128;
+            return r * line + st * (2 * c * line + d * vt_line) + r * d * fa_dtype_size(desc->o.dtype) +
+                   8 * (1 + 6 * st);
+        }
         if (pass == FA_PASS_FORWARD) return e * d * (r + st * 2 * c) + 8 * (1 + 4 * st);
         /* bwd_mma.cu built with TMA: WGMMA's tiles with two dS^T, then a
          * full and an empty barrier per stage, one for K and V, four for
@@ -1050,31 +1059,65 @@ static int tma_forward_applies(const fa_device_desc *dev, const fa_attention_des
            dev->max_work_group_size >= tma_threads(tma_rows(desc)) && tma_layouts_ok(desc);
 }
 
-/* Turns a forward warpgroup plan into the warp-specialised one where that
- * applies and fits; the IO model's figures are those of its tile. */
-static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
-    if (out->variant != FA_VARIANT_WGMMA || !tma_forward_applies(dev, desc)) return;
-    const int br = tma_rows(desc), bc = tma_keys(desc);
+/* The warp-specialised forward's plan of the tile br x bc into *kp, in as
+ * many stages as the local memory holds up to FA_TMA_MAX_STAGES; 0 (kp
+ * left as it was) where two do not fit. The IO model's figures are those
+ * of its tile. */
+static int tma_tile_plan(const fa_device_desc *dev, const fa_attention_desc *desc, int br, int bc,
+                         fa_kernel_plan *kp) {
     int stages = FA_TMA_MAX_STAGES;
     while (stages >= 2 &&
            fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, desc, br, bc, stages) > usable_local_mem(dev))
         stages--;
-    if (stages < 2) return;
-    fa_kernel_plan kp = *out;
-    kp.variant = FA_VARIANT_WGMMA_TMA;
-    kp.br = br;
-    kp.bc = bc;
-    kp.thread_rows = 2;
-    kp.thread_cols = bc / 4;
-    kp.work_group_size = tma_threads(br);
-    kp.stages = stages;
-    kp.split_k = 1;
+    if (stages < 2 || dev->max_work_group_size < tma_threads(br)) return 0;
+    kp->variant = FA_VARIANT_WGMMA_TMA;
+    kp->br = br;
+    kp->bc = bc;
+    kp->thread_rows = 2;
+    kp->thread_cols = bc / 4;
+    kp->work_group_size = tma_threads(br);
+    kp->stages = stages;
+    kp->split_k = 1;
     const int64_t groups = group_count(desc, FA_PASS_FORWARD, br, bc, 1);
-    kp.num_work_groups = groups > INT_MAX ? INT_MAX : (int)groups;
-    kp.local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, desc, br, bc, stages);
+    kp->num_work_groups = groups > INT_MAX ? INT_MAX : (int)groups;
+    kp->local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, desc, br, bc, stages);
     const fa_tile_visits visits = fa_io_tile_visits(desc, br, bc);
-    kp.cost = fa_io_fused_visits(dev, desc, FA_PASS_FORWARD, &kp, &visits);
+    kp->cost = fa_io_fused_visits(dev, desc, FA_PASS_FORWARD, kp, &visits);
+    return 1;
+}
+
+/* Turns a forward warpgroup plan into the warp-specialised one where that
+ * applies and fits. */
+static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
+    if (out->variant != FA_VARIANT_WGMMA || !tma_forward_applies(dev, desc)) return;
+    fa_kernel_plan kp = *out;
+    if (tma_tile_plan(dev, desc, tma_rows(desc), tma_keys(desc), &kp)) *out = kp;
+}
+
+/* FP8 (e4m3) inputs: fwd_tma.cu built with FP8, the one kernel that takes
+ * them (CUDA, sm_90), where its tensor maps describe the problem and it
+ * has the options (no dropout, block mask or score options: the CUDA
+ * backend refuses other fp8 plans, naming what it lacks). The 16-bit
+ * forward's tiles: 192 x 128 at head_dim 64, 128 x 128 at 128, 128 x 64
+ * above (at 256, 128-key stages of K, V and V^T beside the fp16/bf16 O
+ * tile pass 227 KiB). On an H100 (16k tokens, N 4k-16k) 128 x 128 ran
+ * 1.18-1.22x the bf16 forward at head_dim 128, the tensor cores busy 40%
+ * of the time, the consumers waiting on each tile's chain of products,
+ * softmax and rescale (ncu); the kernel also takes 192-key tiles there,
+ * which share that per-tile work among more keys, not timed yet
+ * (bench/fp8_gpu.sh times them beside the planned one). FLASHATTN_PLAN_TMA
+ * does not apply: there is no other fp8 kernel. */
+static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
+    if (!fa_desc_is_fp8(desc) || dev->backend != FA_BACKEND_CUDA || sm_version(dev) != 90 || !has_matrix_units(dev) ||
+        desc->cu_seqlens_q || desc->kv_cache || desc->head_dim % 64 || desc->head_dim > 256 ||
+        desc->dropout_p > 0.0f || desc->block_mask || fa_desc_option_in_use(desc) || !tma_layouts_ok(desc))
+        return 0;
+    fa_kernel_plan kp;
+    memset(&kp, 0, sizeof kp);
+    kp.simd_width = dev->simd_width;
+    if (!tma_tile_plan(dev, desc, tma_rows(desc), tma_keys(desc), &kp)) return 0;
     *out = kp;
+    return 1;
 }
 
 /* The warp-specialised backward (bwd_mma.cu built with TMA): the
@@ -1095,6 +1138,7 @@ static void tma_backward_plan(const fa_device_desc *dev, const fa_attention_desc
 
 static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                            fa_kernel_plan *out) {
+    if (pass == FA_PASS_FORWARD && fp8_forward_plan(dev, desc, out)) return FA_SUCCESS;
     /* Decoding on CUDA's tensor cores is a problem of its own
      * (planner_decode.c; where none of its tiles fits the local memory, the
      * families below plan it); elsewhere it is planned as SIMT tiles with
@@ -1215,6 +1259,7 @@ fa_status fa_plan_for_device(const fa_device_desc *device, const fa_attention_de
         info->forward = fwd;
         info->backward = bwd;
     }
+    info->fp8 = fa_desc_is_fp8(desc);
     fa_clear_error();
     return FA_SUCCESS;
 }

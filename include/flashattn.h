@@ -458,8 +458,11 @@ typedef struct fa_attention_desc {
      *   kv_cache = 1 or FA_ALGO_STANDARD, nor in a distributed plan
      *   (FA_ERR_UNSUPPORTED at plan creation).
      * - A bias is fp32 or o's dtype.
-     * - Backends: the reference runs it; OpenCL, CUDA and HIP refuse the
-     *   plan (FA_ERR_UNSUPPORTED naming the dtype) until they have fp8
+     * - Backends: the reference runs it, and CUDA on sm_90 (fixed-length
+     *   sequences, head_dim 64, 128, 192 or 256, without dropout, block
+     *   masks or score options: FA_ERR_UNSUPPORTED naming what stands in
+     *   the way otherwise, or the device); OpenCL and HIP refuse the plan
+     *   (FA_ERR_UNSUPPORTED naming the dtype) until they have fp8
      *   kernels.
      * Per-tensor descale factors (FlashAttention-3's q_descale, k_descale,
      * v_descale): the stored e4m3 values times the factor are the real
@@ -572,6 +575,10 @@ typedef struct fa_plan_info {
      * planned over the cache's capacity (seqlen_k), with K and V read once
      * per KV head; backward and the standard costs are empty. */
     int kv_cache;
+    /* 1: a plan of fp8 (e4m3) inputs (desc.q.dtype FA_DTYPE_FP8_E4M3),
+     * which run the forward only: backward is the planner's figure for
+     * the shape, never run (appended). */
+    int fp8;
 } fa_plan_info;
 
 /* The planner alone: plan a problem for a described device (which need not

@@ -24,7 +24,36 @@
  * sequence, whose values (inf or NaN among them) must not reach this one's
  * products. Shared memory, fa_plan_local_mem's TMA forward figure:
  *   Q [BR x HEAD_DIM], K [STAGES][BC x HEAD_DIM], V [STAGES][BC x HEAD_DIM],
- *   then 1 + 4 STAGES transaction barriers. */
+ *   then 1 + 4 STAGES transaction barriers.
+ *
+ * Built with FP8, Q, K and V are e4m3 (one byte, 128 head dimensions a
+ * swizzled line: wgmma.cuh) and the products e4m3 ones, k32 a step, while
+ * O, the storage dtype (DTYPE_F16 or DTYPE_BF16), leaves as above. The
+ * host folds the descale factors into the parameters: descale_q descale_k
+ * into scale_log2 (the logits' factor), descale_v into drop_scale (O's
+ * factor at the normalisation; FP8 plans have no dropout), so that a new
+ * factor needs no new build. What differs:
+ * - P. The probabilities become the A operand of P V in registers,
+ *   converted to e4m3 four at a time (no exchange between lanes: see
+ *   transpose_v for the order of the keys), scaled by 2^PROB_LOG2 first:
+ *   unscaled, P <= 1 would keep 3 bits of precision only down to 2^-6 and
+ *   lose everything below 2^-10; at 2^8 (P <= 256, below e4m3's 448) every
+ *   probability from 2^-14 on keeps them. l carries the same factor, and
+ *   L takes it out.
+ * - V. 8-bit products read B K-major only, and V arrives N-major (head
+ *   dimensions along the line). The producer warpgroup's warps 1-3
+ *   (TRANSPOSERS threads; thread 0 issues the copies) transpose each V
+ *   stage into a V^T stage, the keys of a head dimension along its row,
+ *   and arrive on its full barrier; the consumers release V^T as they
+ *   released V. A second ring of barriers (V^T full and empty) joins the
+ *   two of V, whose empty one the transposers now arrive at.
+ * - Shared memory: Q [BR x SW_LINES 128], K and V [STAGES][BC x SW_LINES
+ *   128], V^T [STAGES][VT_LINES][HEAD_DIM x 128], O [BR x HEAD_DIM] in
+ *   the storage dtype (a 16-bit O no longer fits the rows of the Q tile),
+ *   then 1 + 6 STAGES barriers. */
+#ifdef FP8
+#define PROB_LOG2 8.0f /* P in e4m3 carries 2^8 (mma.cuh online_softmax) */
+#endif
 #include "common.cuh"
 #include "mma.cuh"
 #include "wgmma.cuh"
@@ -39,16 +68,31 @@
 #define THREADS (CTHREADS + 128)
 #define NT (BC / 8)
 #define DT (HEAD_DIM / 8)
-#define KP (BC / 16)
-#define COL_BLOCKS (HEAD_DIM / 64)
+#define KP (BC * IN_BYTES / 32) /* k steps of P V */
+#define BOX_COLS (128 / IN_BYTES) /* elements of a 128-byte line, a box's width */
+#define O_LINES (HEAD_DIM / 64) /* O's 128-byte lines a row (fp16/bf16) */
 #define Q_BYTES SW_TILE_BYTES(BR)
 #define KV_BYTES SW_TILE_BYTES(BC)
+#ifdef FP8
+#define VT_LINES ((BC + 127) / 128) /* 128-byte lines of keys a row of V^T */
+#define VT_BYTES (HEAD_DIM * VT_LINES * 128) /* a V^T stage: a head dimension a row */
+#define O_BYTES (BR * HEAD_DIM * ELEM_BYTES)
+#define O_OFFSET (Q_BYTES + STAGES * (2 * KV_BYTES + VT_BYTES))
+#define TRANSPOSERS 96 /* the producer warpgroup's warps 1-3 */
+#define V_READERS TRANSPOSERS
+#else
+#define O_OFFSET 0 /* O goes into the Q tile */
+#define V_READERS (4 * CWG) /* the consumers' warps */
+#endif
 
 #if BR % 64 != 0 || CWG < 1 || CWG > 3 || BC % 16 != 0 || BC > 256
 #error "fwd_tma: BR 64, 128 or 192 (one consumer warpgroup a 64 rows), BC a multiple of 16"
 #endif
 #if STAGES < 2
 #error "fwd_tma: at least two stages"
+#endif
+#if defined(FP8) && BC != 64 && BC != 128 && BC != 192
+#error "fwd_tma: FP8 takes 64, 128 or 192 keys"
 #endif
 
 /* Registers a thread after the hand-over: the producer keeps what one
@@ -57,8 +101,17 @@
  * NVRTC 13.0 reports the launch's count (168 registers with two consumer
  * warpgroups, 128 with three) and allocates the consumers' code within
  * their budget here: at head_dim 256 O alone takes 128 registers a thread
- * and the planner's builds do not spill (tests/test_cuda_compile.c). */
-#if CWG == 3
+ * and the planner's builds do not spill (tests/test_cuda_compile.c).
+ * With FP8 the producer's transposers take more (their loads, byte
+ * permutes and addresses), and the consumers need less: their P is a
+ * quarter of the scores' registers, not half. */
+#if defined(FP8) && CWG == 3
+#define PRODUCER_REGS 40
+#define CONSUMER_REGS 152
+#elif defined(FP8) && CWG == 2
+#define PRODUCER_REGS 40
+#define CONSUMER_REGS 232
+#elif CWG == 3
 #define PRODUCER_REGS 32
 #define CONSUMER_REGS 160
 #elif CWG == 2
@@ -102,10 +155,88 @@ FA_DEV void rescale(float (*o_acc)[4], const float (*alpha_of)[2]) {
         for (int e = 0; e < 4; e++) o_acc[j][e] *= alpha_of[0][e >> 1];
 }
 
+#ifdef FP8
+/* Four fp32 values as e4m3 bytes, a in the lowest (nearest even,
+ * saturating). */
+FA_DEV u32 e4m3x4(float a, float b, float c, float d) {
+    u32 r;
+    asm("{\n.reg .b16 lo, hi;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+        "mov.b32 %0, {lo, hi};\n}\n"
+        : "=r"(r)
+        : "f"(a), "f"(b), "f"(c), "f"(d));
+    return r;
+}
+
+FA_DEV void stsm_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
+}
+
+/* The 8-bit A fragment of k32 step kp holds, in lane (g, t), byte i of
+ * register 0 (row g) and 2 at k = 4 t + i and 16 + 4 t + i (1 and 3: row
+ * g + 8), where a C fragment holds keys 2 t, 2 t + 1 of each n-tile of 8.
+ * Rather than move bytes between lanes, the lane packs its own: k slot
+ * 4 t + i of the step's first 16 is key 2 t + (i & 1) + 8 (i >> 1) (n-tiles
+ * 4 kp and 4 kp + 1), the second 16 likewise (4 kp + 2, + 3); transpose_v
+ * stores V^T in the same order of keys, and the sum does not care. */
+FA_DEV void probs_to_a(const float (*s)[NT][4], u32 (*pa)[AREGS]) {
+#pragma unroll
+    for (int kp = 0; kp < KP; kp++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float *c0 = s[0][4 * kp + 2 * h], *c1 = s[0][4 * kp + 2 * h + 1];
+            pa[kp][2 * h] = e4m3x4(c0[0], c0[1], c1[0], c1[1]);
+            pa[kp][2 * h + 1] = e4m3x4(c0[2], c0[3], c1[2], c1[3]);
+        }
+}
+
+/* One V stage (BC keys by HEAD_DIM, as the tensor map wrote it: a key a
+ * row of 128-byte lines, 16-byte chunk c of row r at c ^ (r & 7)) into its
+ * V^T stage (a head dimension a row, its keys in 128-byte lines of
+ * HEAD_DIM rows each, swizzled the same way), K-major for the P V products, with the keys of each group of 16 in
+ * probs_to_a's order: the 4-byte word t of the group holds keys 2 t,
+ * 2 t + 1, 8 + 2 t, 9 + 2 t.
+ *
+ * A warp's step moves 16 keys by 32 head dimensions (512 bytes): one
+ * ldmatrix.trans of four 8 x 8 16-bit matrices (keys 0-7 and 8-15 by
+ * dimensions 0-15, then by 16-31), which hands lane (g, t) the bytes of
+ * keys 2 t, 2 t + 1 at dimensions 2 g, 2 g + 1 from each; two byte permutes
+ * a pair of them make the words of dimensions 2 g and 2 g + 1, in exactly
+ * that order of keys; one stmatrix of four matrices stores them, a
+ * matrix's row a dimension's 16 key slots. Lanes 16-31 (g >= 4) swap
+ * their two words between matrices, so that each matrix's eight rows are
+ * dimensions 0, 2, 4, 6, 9, 11, 13, 15 (or the other eight): eight
+ * different chunks under the swizzle, no bank conflict (the loads' eight
+ * keys are eight different chunks already). tw: the transposer's warp, 0
+ * to 2, taking every third step. */
+FA_DEV void transpose_v(u32 src, u32 dst, int tw, int lane) {
+    constexpr int KB = BC / 16, STEPS = KB * HEAD_DIM / 32;
+    /* This lane's row of matrix m: a key of the load, a dimension of the store. */
+    const int m = lane >> 3, r = lane & 7;
+    const u32 key_row = src + (u32)(8 * (m & 1) + r) * 128;
+    const int dim = 16 * (m >> 1) + 2 * r + ((m & 1) ^ (r >> 2));
+    const u32 dim_row = dst + (u32)dim * 128;
+    const u32 even = lane < 16 ? 0x6420u : 0x7531u, odd = even ^ 0x1111u;
+#pragma unroll 1
+    for (u32 step = (u32)tw; step < STEPS; step += TRANSPOSERS / 32) {
+        const u32 kb = step % KB, c2 = step / KB;       /* keys 16 kb .., dimensions 32 c2 .. */
+        const u32 chunk = 2 * c2 + (u32)(m >> 1);       /* the load's 16-byte chunk of dimensions */
+        u32 v0, v1, v2, v3;
+        ldsm_x4_t(key_row + kb * 16 * 128 + (chunk >> 3) * BC * 128 + (((chunk & 7) ^ (u32)r) << 4), v0, v1, v2, v3);
+        stsm_x4(dim_row + c2 * 32 * 128 + (kb >> 3) * HEAD_DIM * 128 + (((kb & 7) ^ (u32)(dim & 7)) << 4),
+                __byte_perm(v0, v1, even), __byte_perm(v0, v1, odd), __byte_perm(v2, v3, even),
+                __byte_perm(v2, v3, odd));
+    }
+}
+#else
 FA_DEV void probs_to_a(const float (*s)[NT][4], u32 (*pa)[AREGS]) {
 #pragma unroll
     for (int kp = 0; kp < KP; kp++) c_to_a(s[0][2 * kp], s[0][2 * kp + 1], pa[kp]);
 }
+#endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     fa_fwd_tma(const fa_params p, const __grid_constant__ fa_tensor_map tm_q, const __grid_constant__ fa_tensor_map tm_k,
@@ -115,12 +246,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     if (q_sm & 1023u) __trap(); /* the swizzle is on address bits */
     const u32 k_sm = q_sm + Q_BYTES;
     const u32 v_sm = k_sm + STAGES * KV_BYTES;
+#ifdef FP8
+    const u32 vt_sm = v_sm + STAGES * KV_BYTES;
+    const u32 bars = q_sm + O_OFFSET + O_BYTES;
+#else
     const u32 bars = v_sm + STAGES * KV_BYTES;
+#endif
     const u32 q_full = bars;
 #define K_FULL(s) (bars + 8u * (1u + (u32)(s)))
 #define K_EMPTY(s) (bars + 8u * (1u + STAGES + (u32)(s)))
 #define V_FULL(s) (bars + 8u * (1u + 2 * STAGES + (u32)(s)))
 #define V_EMPTY(s) (bars + 8u * (1u + 3 * STAGES + (u32)(s)))
+/* The stages the P V products read, and their descriptors. */
+#ifdef FP8
+#define VT_FULL(s) (bars + 8u * (1u + 4 * STAGES + (u32)(s)))
+#define VT_EMPTY(s) (bars + 8u * (1u + 5 * STAGES + (u32)(s)))
+#define PV_FULL(s) VT_FULL(s)
+#define PV_EMPTY(s) VT_EMPTY(s)
+#define PV_DESC(s) desc_lo_k_major(vt_sm + (u32)(s) * VT_BYTES)
+#else
+#define PV_FULL(s) V_FULL(s)
+#define PV_EMPTY(s) V_EMPTY(s)
+#define PV_DESC(s) desc_lo_n_major(v_sm + (u32)(s) * KV_BYTES, BC * 128)
+#endif
 
     const int tid = threadIdx.x;
     int tq = blockIdx.x;
@@ -143,7 +291,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             mbar_init(K_FULL(s), 1);
             mbar_init(V_FULL(s), 1);
             mbar_init(K_EMPTY(s), 4 * CWG);
-            mbar_init(V_EMPTY(s), 4 * CWG);
+            mbar_init(V_EMPTY(s), V_READERS);
+#ifdef FP8
+            mbar_init(VT_FULL(s), TRANSPOSERS);
+            mbar_init(VT_EMPTY(s), 4 * CWG);
+#endif
         }
         mbar_init_fence();
     }
@@ -157,7 +309,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             tma_prefetch_map(&tm_v);
             mbar_expect_tx(q_full, Q_BYTES);
 #pragma unroll
-            for (int cb = 0; cb < COL_BLOCKS; cb++) tma_load(q_sm + cb * BR * 128, &tm_q, cb * 64, q0, h, b, q_full);
+            for (int cb = 0; cb < SW_LINES; cb++)
+                tma_load(q_sm + cb * BR * 128, &tm_q, cb * BOX_COLS, q0, h, b, q_full);
             int stage = 0;
             u32 phase = 0;
 #pragma unroll 1
@@ -166,19 +319,39 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 mbar_wait(K_EMPTY(stage), phase ^ 1u);
                 mbar_expect_tx(K_FULL(stage), KV_BYTES);
 #pragma unroll
-                for (int cb = 0; cb < COL_BLOCKS; cb++)
-                    tma_load(k_sm + off + cb * BC * 128, &tm_k, cb * 64, t * BC, hk, b, K_FULL(stage));
+                for (int cb = 0; cb < SW_LINES; cb++)
+                    tma_load(k_sm + off + cb * BC * 128, &tm_k, cb * BOX_COLS, t * BC, hk, b, K_FULL(stage));
                 mbar_wait(V_EMPTY(stage), phase ^ 1u);
                 mbar_expect_tx(V_FULL(stage), KV_BYTES);
 #pragma unroll
-                for (int cb = 0; cb < COL_BLOCKS; cb++)
-                    tma_load(v_sm + off + cb * BC * 128, &tm_v, cb * 64, t * BC, hk, b, V_FULL(stage));
+                for (int cb = 0; cb < SW_LINES; cb++)
+                    tma_load(v_sm + off + cb * BC * 128, &tm_v, cb * BOX_COLS, t * BC, hk, b, V_FULL(stage));
                 if (++stage == STAGES) {
                     stage = 0;
                     phase ^= 1u;
                 }
             }
         }
+#ifdef FP8
+        else if (tid >= 32) {
+            /* The transposers, through the tiles in the copies' order. */
+            int stage = 0;
+            u32 phase = 0;
+#pragma unroll 1
+            for (int t = next_key_tile(p, tq, t_begin, t_end); t < t_end; t = next_key_tile(p, tq, t + 1, t_end)) {
+                mbar_wait(V_FULL(stage), phase);
+                mbar_wait(VT_EMPTY(stage), phase ^ 1u);
+                transpose_v(v_sm + (u32)stage * KV_BYTES, vt_sm + (u32)stage * VT_BYTES, (tid >> 5) - 1, tid & 31);
+                mbar_arrive(V_EMPTY(stage));
+                fence_async_smem(); /* the stores, before the products read V^T */
+                mbar_arrive(VT_FULL(stage));
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1u;
+                }
+            }
+        }
+#endif
         return;
     }
 
@@ -232,16 +405,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     /* O += P V of the tile in stage st, waited for; the stage's V is
      * released. */
     const auto pv_product = [&](u32 (*pv)[AREGS], int st, u32 ph) {
-        mbar_wait(V_FULL(st), ph);
+        mbar_wait(PV_FULL(st), ph);
         turn_begin(cw);
         wg_fence();
-        wg_regs_by_rows<KP>(o_acc, pv, desc_lo_n_major(v_sm + (u32)st * KV_BYTES, BC * 128));
+        wg_regs_by_rows<KP>(o_acc, pv, PV_DESC(st));
         wg_commit();
         turn_end(cw);
         wg_wait<0>();
         wg_hold<DT>(o_acc);
         wg_keep<KP>(pv);
-        if (lane == 0) mbar_arrive(V_EMPTY(st));
+        if (lane == 0) mbar_arrive(PV_EMPTY(st));
     };
     /* The bias of the tile after t into L2 while t computes. */
     const auto bias_next = [&](int tc) {
@@ -277,8 +450,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             wg_fence();
             wg_rows_by_rows<BC, BR>(s[0], qd, desc_lo_k_major(k_sm + (u32)stage * KV_BYTES));
             wg_commit();
-            mbar_wait(V_FULL(prev), prev_phase);
-            wg_regs_by_rows<KP>(o_acc, pa, desc_lo_n_major(v_sm + (u32)prev * KV_BYTES, BC * 128));
+            mbar_wait(PV_FULL(prev), prev_phase);
+            wg_regs_by_rows<KP>(o_acc, pa, PV_DESC(prev));
             wg_commit();
             turn_end(cw);
             wg_wait<1>();
@@ -289,7 +462,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             wg_wait<0>();
             wg_hold<DT>(o_acc);
             wg_keep<KP>(pa);
-            if (lane == 0) mbar_arrive(V_EMPTY(prev));
+            if (lane == 0) mbar_arrive(PV_EMPTY(prev));
             if (moved) rescale(o_acc, alpha_of);
             probs_to_a(s, pa);
             prev = stage;
@@ -318,7 +491,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     /* Normalise once; a row the masks leave no key gives O = 0 and L = -inf
      * (fwd_mma.cu). O goes into this warpgroup's own rows of the Q tile,
-     * which only its own products read. */
+     * which only its own products read (with FP8 into its rows of the O
+     * tile). */
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         float l = l_run[0][hf];
@@ -334,16 +508,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             o_acc[j][2 * hf + 1] = masked ? 0.0f : o_acc[j][2 * hf + 1] * inv;
         }
         if (t4 == 0 && r < seq.len_q - q0)
+#ifdef PROB_LOG2
+            p.lse[lse_index(p, b, h, q0 + r, seq.start_q)] =
+                masked ? -FA_INF : row_lse(m * SCORE_SL2(p) - PROB_LOG2, l); /* l carries 2^PROB_LOG2 */
+#else
             p.lse[lse_index(p, b, h, q0 + r, seq.start_q)] = masked ? -FA_INF : row_lse(m * SCORE_SL2(p), l);
+#endif
     }
 #pragma unroll
-    for (int j = 0; j < DT; j++) store_c_sw<BR>(smem, row_base, j, o_acc[j], lane);
+    for (int j = 0; j < DT; j++) store_c_sw<BR>(smem + O_OFFSET, row_base, j, o_acc[j], lane);
     fence_async_smem();
     named_sync(BAR_OUT + cw, 128);
     if ((ctid & 127) == 0 && cw * 64 < seq.len_q - q0) {
 #pragma unroll
-        for (int cb = 0; cb < COL_BLOCKS; cb++)
-            tma_store(&tm_o, q_sm + (u32)(cb * BR + cw * 64) * 128, cb * 64, q0 + cw * 64, h, b);
+        for (int cb = 0; cb < O_LINES; cb++)
+            tma_store(&tm_o, q_sm + O_OFFSET + (u32)(cb * BR + cw * 64) * 128, cb * 64, q0 + cw * 64, h, b);
         tma_store_commit();
         tma_store_wait_read();
     }

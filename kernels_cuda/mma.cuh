@@ -288,7 +288,9 @@ FA_DEV void score_rows_by_keys(float (*s)[NT][4], const fa_score &sc, const fa_m
  * share), and alpha_of, the factor the row's accumulators take. A row that
  * has seen no visible key keeps m = -inf and exponentiates against 0
  * instead (no inf - inf). Returns whether any of the lane's rows moved
- * (alpha != 1). */
+ * (alpha != 1). A kernel that defines PROB_LOG2 gets probabilities (and
+ * l) 2^PROB_LOG2 times as large: fwd_tma.cu's FP8 build, whose e4m3 P
+ * would otherwise lose every probability below 2^-9. */
 template <int MT, int NT>
 FA_DEV bool online_softmax(float (*s)[NT][4], float (*m_run)[2], float (*l_run)[2], float (*alpha_of)[2],
                            float sl2) {
@@ -305,12 +307,17 @@ FA_DEV bool online_softmax(float (*s)[NT][4], float (*m_run)[2], float (*l_run)[
             const float m_use = mx == -FA_INF ? 0.0f : mx * sl2;
             const float alpha = fa_exp2(m_run[mt][hf] * sl2 - m_use);
             m_run[mt][hf] = mx;
+#ifdef PROB_LOG2
+            const float m_prob = m_use - PROB_LOG2;
+#else
+            const float m_prob = m_use;
+#endif
             float sum = 0.0f;
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-                    const float pv = fa_exp2(fmaf(s[mt][j][e], sl2, -m_use));
+                    const float pv = fa_exp2(fmaf(s[mt][j][e], sl2, -m_prob));
                     s[mt][j][e] = pv;
                     sum += pv;
                 }

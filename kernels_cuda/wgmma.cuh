@@ -14,7 +14,15 @@
  * bwd_mma.cu's WGMMA build reads its tiles the same ways (Q and dO K-major
  * for S^T and dP^T, N-major for dK and dV; K N-major for dQ) and stores
  * dS^T, BR columns wide, in the same layout for dQ = dS K, whose A operand
- * it is, read MN-major. */
+ * it is, read MN-major.
+ *
+ * Built with FP8 (fwd_tma.cu; Q, K and V e4m3, O in the fp16/bf16 storage
+ * dtype) a 128-byte line holds 128 head dimensions, and a k32 step of the
+ * products is 32 bytes of it, as a 16-bit k16 step is: Q and K tiles have
+ * SW_LINES lines a row, the last half empty at head_dim 64 and 192 (the
+ * tensor maps fill it with zeros, and no step reads it). 8-bit operands
+ * are K-major only, so the B operand of P V is V transposed in shared
+ * memory (fwd_tma.cu), head dimensions down and keys along the line. */
 #ifndef FA_CUDA_WGMMA_CUH
 #define FA_CUDA_WGMMA_CUH
 
@@ -26,8 +34,15 @@
 #error "wgmma.cuh: fp16/bf16 with HEAD_DIM a multiple of 64"
 #endif
 
+#ifdef FP8
+#define IN_BYTES 1 /* bytes of a Q, K or V element */
+#else
+#define IN_BYTES ELEM_BYTES
+#endif
 #define SW_BLOCK_CHUNKS 8 /* 16-byte chunks in a 128-byte line */
-#define SW_TILE_BYTES(ROWS) ((ROWS) * HEAD_DIM * ELEM_BYTES)
+#define SW_LINES ((HEAD_DIM * IN_BYTES + 127) / 128) /* 128-byte lines a row of Q or K */
+#define SW_TILE_BYTES(ROWS) ((ROWS) * SW_LINES * 128)
+#define K_STEPS (HEAD_DIM * IN_BYTES / 32) /* product steps over the head dimensions, 32 bytes each */
 
 /* Byte offset of chunk c (of ROW_CHUNKS) of row r in a tile of ROWS rows. */
 template <int ROWS> FA_DEV u32 sw_off(int r, int c) {
@@ -83,7 +98,7 @@ FA_DEV u32 desc_fresh(u32 lo) {
 }
 FA_DEV u64 sw_desc_at(u32 lo, u32 offset_bytes) { return (u64)SW_DESC_HI << 32 | (lo + (offset_bytes >> 4)); }
 
-/* Tile bytes from its start to k16 step s of a K-major operand. */
+/* Tile bytes from its start to (32-byte) k step s of a K-major operand. */
 template <int ROWS> FA_DEV u32 k_step_off(int s) { return (u32)((s / 4) * ROWS * 128 + (s % 4) * 32); }
 
 /* acc (64 x N) = A B^T over HEAD_DIM, A and B K-major: A the 64 rows at
@@ -91,15 +106,22 @@ template <int ROWS> FA_DEV u32 k_step_off(int s) { return (u32)((s / 4) * ROWS *
  * b_lo (N long). The first step overwrites acc. */
 template <int N, int A_ROWS> FA_DEV void wg_rows_by_rows(float (*acc)[4], u32 a_lo, u32 b_lo) {
 #pragma unroll
-    for (int ks = 0; ks < HEAD_DIM / 16; ks++)
+    for (int ks = 0; ks < K_STEPS; ks++)
         wgmma_ss<N>(acc, sw_desc_at(a_lo, k_step_off<A_ROWS>(ks)), sw_desc_at(b_lo, k_step_off<N>(ks)), ks);
 }
 
-/* acc (64 x HEAD_DIM) += A B over STEPS k16 steps: A from registers (one
- * fragment a step), B N-major at descriptor word b_lo, 16 rows a step. */
+/* acc (64 x HEAD_DIM) += A B over STEPS k steps: A from registers (one
+ * fragment a step), B at descriptor word b_lo: N-major, 16 rows a step;
+ * with FP8 K-major (its rows are B's HEAD_DIM columns), 32 bytes a step. */
 template <int STEPS> FA_DEV void wg_regs_by_rows(float (*acc)[4], u32 (*a)[AREGS], u32 b_lo) {
 #pragma unroll
-    for (int s = 0; s < STEPS; s++) wgmma_rs<HEAD_DIM>(acc, a[s], sw_desc_at(b_lo, (u32)s * 16 * 128));
+    for (int s = 0; s < STEPS; s++) {
+#ifdef FP8
+        wgmma_rs<HEAD_DIM>(acc, a[s], sw_desc_at(b_lo, k_step_off<HEAD_DIM>(s)));
+#else
+        wgmma_rs<HEAD_DIM>(acc, a[s], sw_desc_at(b_lo, (u32)s * 16 * 128));
+#endif
+    }
 }
 
 /* Stores C fragment values (rows r0 + g and + 8, n-tile columns 8 j + 2 t,

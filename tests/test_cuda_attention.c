@@ -200,7 +200,7 @@ static void gather_elem(int64_t index, void *user) {
 static double *gather(const fa_attention_desc *d, fa_tensor_role role, const void *src, int64_t *n) {
     int64_t total = 0;
     for (int b = 0; b < d->batch; b++) total += (int64_t)seq_len(d, role, b) * tensor_heads(d, role) * d->head_dim;
-    gather_state g = {src, d->q.dtype, malloc((size_t)(total + 1) * sizeof(double)), 0};
+    gather_state g = {src, fa_desc_tensor(d, role)->dtype, malloc((size_t)(total + 1) * sizeof(double)), 0};
     if (g.dst) for_each_elem(d, role, gather_elem, &g);
     *n = g.n;
     return g.dst;
@@ -208,7 +208,7 @@ static double *gather(const fa_attention_desc *d, fa_tensor_role role, const voi
 
 static int tensor_init(tensor *t, fa_context ctx, const fa_attention_desc *d, fa_tensor_role role) {
     t->count = tensor_count(d, role);
-    t->bytes = (size_t)t->count * fa_dtype_size(d->q.dtype);
+    t->bytes = (size_t)t->count * fa_dtype_size(fa_desc_tensor(d, role)->dtype);
     t->host = malloc(t->bytes + 16);
     t->dev = NULL;
     if (!t->host) return 0;
@@ -249,7 +249,7 @@ static double compare_tensor(const fa_attention_desc *d, fa_tensor_role role, co
     free(b);
     unsigned char *map = calloc((size_t)count + 1, 1);
     int64_t touched = 0;
-    size_t es = fa_dtype_size(d->q.dtype);
+    size_t es = fa_dtype_size(fa_desc_tensor(d, role)->dtype);
     if (map) {
         for_each_elem(d, role, mark_elem, map);
         for (int64_t i = 0; i < count; i++)
@@ -1326,6 +1326,252 @@ FA_TEST(tma_shapes) {
 /* The plans the planner makes for training and decoding shapes on the
  * described H100 and on this device, tensor-core tiles run as such, on
  * small problems. */
+/* ------------------------------------------------------------------------ */
+/* FP8 (e4m3) inputs: fwd_tma.cu built with FP8 on sm_90                     */
+
+/* e4m3 inputs for one case, over each tensor's whole span. exact: Q and K
+ * of -1, 0 and 1 (non-zero with probability density), so that with
+ * descale_q descale_k softmax_scale log2 e = 1 or 2 every logit in log2
+ * units is an integer, every probability a power of two and the kernel's
+ * e4m3 P exact: O then differs from the fp64 reference by the fp32 sums
+ * and the rounding of O alone. Otherwise N(0, 1) times mag, rounded. */
+static void fp8_fill(fa_rng *rng, uint8_t *t, int64_t n, int exact, double density, double mag) {
+    for (int64_t i = 0; i < n; i++) {
+        double x = mag * fa_rng_normal(rng);
+        if (exact) {
+            const double u = fa_rng_uniform(rng, 0.0, 1.0);
+            x = u < density / 2 ? -1.0 : u < density ? 1.0 : 0.0;
+        }
+        t[i] = fa_f64_to_e4m3(x);
+    }
+}
+
+/* One fp8 problem on the planned kernel (or the forced tile f) against the
+ * fp64 reference (O, with the gaps of its layout untouched, and L), then
+ * again after fa_plan_set_descale with each set of factors in later[]
+ * (nlater of them: three floats each), on the same plan. tol: O's
+ * relative error. */
+static void run_fp8(const char *name, const fa_attention_desc *desc, const tiles *f, int exact, double tol,
+                    const float (*later)[3], int nlater) {
+    fa_attention_desc d = *desc;
+    fa_plan plan = NULL;
+    fa_status st = fa_plan_create(g_ctx, &d, &plan);
+    CHECK_MSG(st == FA_SUCCESS, "%s: fa_plan_create: %s (%s)", name, fa_status_string(st), fa_last_error());
+    if (st != FA_SUCCESS) return;
+    if (f && (st = force_tiles(plan, f, NULL)) != FA_SUCCESS) {
+        CHECK_MSG(0, "%s: forcing tiles: %s (%s)", name, fa_status_string(st), fa_last_error());
+        fa_plan_destroy(plan);
+        return;
+    }
+    const fa_kernel_plan *kp = &plan->info.forward;
+    CHECK_MSG(kp->variant == FA_VARIANT_WGMMA_TMA && plan->info.fp8, "%s: planned %s", name, vname(kp));
+#ifdef FA_WITH_CUDA
+    size_t smem = 0;
+    CHECK_MSG(fa_cuda_plan_shared_bytes(plan->impl, FA_PASS_FORWARD, &smem) == FA_SUCCESS &&
+                  smem == kp->local_mem_bytes,
+              "%s: the kernel uses %zu bytes of shared memory, the plan %zu", name, smem, kp->local_mem_bytes);
+#endif
+    fa_rng rng;
+    fa_rng_seed(&rng, suite_case_seed(name, 0));
+    tensor q, k, v, o;
+    tensor *all[] = {&q, &k, &v, &o};
+    const fa_tensor_role roles[] = {FA_TENSOR_Q, FA_TENSOR_K, FA_TENSOR_V, FA_TENSOR_O};
+    int ok = 1;
+    for (int i = 0; i < 4; i++) ok &= tensor_init(all[i], g_ctx, &d, roles[i]);
+    const int64_t nl = (int64_t)d.heads_q * fa_attention_total_q(&d);
+    const size_t lse_bytes = (size_t)(nl > 0 ? nl : 1) * sizeof(float);
+    float *lse = malloc(lse_bytes), *lse_ref = malloc(lse_bytes), *lse_poison = malloc(lse_bytes);
+    void *o_ref = malloc(o.bytes + 16), *poison_o = malloc(o.bytes + 16);
+    fa_buffer lse_dev = NULL;
+    ok &= lse && lse_ref && lse_poison && o_ref && poison_o && fa_buffer_alloc(g_ctx, lse_bytes, &lse_dev) == FA_SUCCESS;
+    CHECK_MSG(ok, "%s: allocation failed", name);
+    if (ok) {
+        /* Q and K of about 2 non-zero products a dot: logits within a few
+         * units of each other, none of whose probabilities e4m3 loses. */
+        const double density = sqrt(2.0 / d.head_dim);
+        fp8_fill(&rng, q.host, q.count, exact, density, 3.0);
+        fp8_fill(&rng, k.host, k.count, exact, density, 3.0);
+        fp8_fill(&rng, v.host, v.count, 0, 0.0, 1.0);
+        fa_test_poison(poison_o, d.o.dtype, o.count);
+        fa_test_poison(lse_poison, FA_DTYPE_F32, nl);
+        CHECK_OK(fa_buffer_upload(q.dev, 0, q.host, q.bytes));
+        CHECK_OK(fa_buffer_upload(k.dev, 0, k.host, k.bytes));
+        CHECK_OK(fa_buffer_upload(v.dev, 0, v.host, v.bytes));
+    }
+    for (int run = 0; ok && run <= nlater; run++) {
+        if (run > 0) {
+            const float *ds = later[run - 1];
+            CHECK_OK(fa_plan_set_descale(plan, ds[0], ds[1], ds[2]));
+            d.descale_q = ds[0];
+            d.descale_k = ds[1];
+            d.descale_v = ds[2];
+        }
+        memcpy(o_ref, poison_o, o.bytes);
+        CHECK_OK(fa_ref_forward(&d, q.host, k.host, v.host, o_ref, lse_ref));
+        CHECK_OK(fa_buffer_upload(o.dev, 0, poison_o, o.bytes));
+        CHECK_OK(fa_buffer_upload(lse_dev, 0, lse_poison, lse_bytes));
+        CHECK_OK(fa_forward(plan, q.dev, k.dev, v.dev, o.dev, lse_dev));
+        CHECK_OK(fa_buffer_download(o.dev, 0, o.host, o.bytes));
+        CHECK_OK(fa_buffer_download(lse_dev, 0, lse, lse_bytes));
+        char what[200];
+        snprintf(what, sizeof what, "%s (descale %g %g %g) O", name, (double)d.descale_q, (double)d.descale_k,
+                 (double)d.descale_v);
+        const double err = compare_tensor(&d, FA_TENSOR_O, o.host, o_ref, poison_o, o.count, what);
+        CHECK_MSG(err < tol, "%s: relative error %.3g (limit %.1g)", what, err, tol);
+        /* Logits in fp32 sums of exact products. */
+        compare_lse(lse, lse_ref, nl, what, exact ? 1e-5 : 1e-4);
+        fprintf(stderr, "  %-44s %s->%s %3dx%-3d O %.2e\n", what, fa_dtype_name(d.q.dtype), fa_dtype_name(d.o.dtype),
+                kp->br, kp->bc, err);
+    }
+    for (int i = 0; i < 4; i++) tensor_free(all[i]);
+    if (lse_dev) fa_buffer_free(lse_dev);
+    free(lse);
+    free(lse_ref);
+    free(lse_poison);
+    free(o_ref);
+    free(poison_o);
+    fa_plan_destroy(plan);
+}
+
+/* An fp8 descriptor: e4m3 Q, K, V, O in o_dtype, descale_q descale_k
+ * softmax_scale log2 e = 1 (fp8_fill's exact inputs). */
+static fa_attention_desc fp8_desc(int batch, int sq, int sk, int hq, int hkv, int dim, fa_dtype o_dtype) {
+    fa_attention_desc d = suite_desc(FA_DTYPE_BF16, batch, sq, sk, hq, hkv, dim);
+    d.q.dtype = d.k.dtype = d.v.dtype = FA_DTYPE_FP8_E4M3;
+    d.o.dtype = o_dtype;
+    d.softmax_scale = (float)0.69314718055994531; /* log2 e times it: 1 */
+    d.descale_q = 0.5f;
+    d.descale_k = 2.0f;
+    d.descale_v = 0.75f;
+    return d;
+}
+
+/* FP8 (e4m3) inputs on sm_90, each against the fp64 reference: every
+ * head_dim the kernel takes, causal or not, sliding windows, GQA and MQA,
+ * lengths that are no multiple of the tiles (a query tile past the keys,
+ * one key, sequences shorter than a warpgroup's rows), strided layouts,
+ * O in bf16 and fp16, every product schedule, and descale factors changed
+ * on the plan (fa_plan_set_descale). Exact inputs (fp8_fill) check O to
+ * its rounding; random ones, whose probabilities e4m3 rounds, to 5%. */
+FA_TEST(fp8_forward) {
+    REQUIRE_WGMMA();
+    static const float later[][3] = {{2.0f, 0.5f, 0.25f}, {0.25f, 8.0f, 3.0f}};
+    /* On an H100: exact inputs 0.7e-3 to 1.4e-3 (bf16 O), random 1.9e-2
+     * to 2.3e-2. */
+    const double exact_tol = 6e-3, random_tol = 5e-2;
+    static const struct {
+        int dim, batch, sq, sk, hq, hkv, causal, wl, wr;
+    } shapes[] = {
+        {128, 2, 333, 301, 4, 2, 0, -1, -1}, {128, 1, 1000, 1000, 2, 2, 1, -1, -1}, {128, 1, 700, 900, 4, 1, 0, 70, 20},
+        {64, 2, 500, 500, 6, 2, 1, -1, -1},  {64, 1, 333, 1030, 3, 1, 0, -1, -1},   {64, 1, 900, 900, 2, 2, 1, 200, 0},
+        {256, 1, 200, 300, 2, 1, 0, -1, -1}, {256, 1, 400, 400, 2, 2, 1, -1, -1},   {192, 2, 150, 250, 2, 2, 1, -1, -1},
+        {128, 1, 1, 1, 2, 1, 0, -1, -1},     {128, 1, 70, 1, 2, 1, 1, -1, -1},      {128, 1, 129, 2000, 2, 1, 1, -1, -1},
+        {128, 1, 2000, 129, 2, 1, 1, -1, -1}, {64, 1, 40, 40, 1, 1, 0, -1, -1},
+    };
+    for (size_t i = 0; i < FA_ARRAY_SIZE(shapes); i++) {
+        fa_attention_desc d = fp8_desc(shapes[i].batch, shapes[i].sq, shapes[i].sk, shapes[i].hq, shapes[i].hkv,
+                                       shapes[i].dim, i % 3 == 1 ? FA_DTYPE_F16 : FA_DTYPE_BF16);
+        d.causal = shapes[i].causal;
+        d.window_left = shapes[i].wl;
+        d.window_right = shapes[i].wr;
+        char name[112];
+        snprintf(name, sizeof name, "fp8 d%d %dx%d h%d/%d%s%s", shapes[i].dim, shapes[i].sq, shapes[i].sk, shapes[i].hq,
+                 shapes[i].hkv, d.causal ? " causal" : "", d.window_left >= 0 ? " window" : "");
+        run_fp8(name, &d, NULL, 1, exact_tol, later, i == 0 || i == 4 ? 2 : 0);
+    }
+    /* Strided layouts of 1-byte elements: heads apart by more than a row,
+     * tokens by more than the heads, offsets of 16-byte multiples. */
+    fa_attention_desc s = fp8_desc(2, 300, 260, 4, 2, 128, FA_DTYPE_BF16);
+    s.q.offset = 48;
+    s.q.stride_head = 160;
+    s.q.stride_seq = 4 * 160 + 32;
+    s.q.stride_batch = 300 * (4 * 160 + 32) + 16;
+    s.k.stride_seq = 2 * 128 + 64;
+    s.k.stride_batch = 260 * (2 * 128 + 64);
+    s.v.offset = 16;
+    s.v.stride_head = 144;
+    s.v.stride_seq = 2 * 144;
+    s.v.stride_batch = 260 * 2 * 144;
+    s.o.offset = 8;
+    s.o.stride_seq = 4 * 128 + 8;
+    s.o.stride_batch = 300 * (4 * 128 + 8);
+    run_fp8("fp8 d128 strided", &s, NULL, 1, exact_tol, NULL, 0);
+    /* Each product schedule (the plan compiles with the environment's). */
+    static const char *const schedules[] = {"overlap", "pingpong", "both", "plain"};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(schedules); i++) {
+        setenv("FLASHATTN_TMA_SCHEDULE", schedules[i], 1);
+        for (int dim = 64; dim <= 128; dim += 64) {
+            fa_attention_desc d = fp8_desc(1, 777, 777, 4, 2, dim, FA_DTYPE_BF16);
+            d.causal = (int)(i % 2);
+            char name[112];
+            snprintf(name, sizeof name, "fp8 d%d %s%s", dim, schedules[i], d.causal ? " causal" : "");
+            run_fp8(name, &d, NULL, 1, exact_tol, NULL, 0);
+        }
+    }
+    unsetenv("FLASHATTN_TMA_SCHEDULE");
+    /* Every tile the kernel takes, forced: key tiles of 64, 128 and 192,
+     * one to three consumer warpgroups, two to four stages. */
+    static const struct {
+        int dim, br, bc, stages;
+    } forced[] = {{128, 128, 128, 2}, {128, 128, 64, 3}, {128, 64, 192, 2}, {128, 128, 192, 2}, {64, 128, 192, 2},
+                  {64, 192, 64, 4},   {256, 128, 64, 2}, {192, 64, 128, 2}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(forced); i++) {
+        const tiles f = {FA_VARIANT_WGMMA_TMA, forced[i].br, forced[i].bc, 128 * (forced[i].br / 64 + 1), 2,
+                         forced[i].bc / 4, forced[i].stages, 1};
+        fa_attention_desc d = fp8_desc(2, 400, 555, 4, 2, forced[i].dim, FA_DTYPE_BF16);
+        d.causal = (int)(i % 2);
+        char name[112];
+        snprintf(name, sizeof name, "fp8 d%d forced %dx%d/%d%s", forced[i].dim, forced[i].br, forced[i].bc,
+                 forced[i].stages, d.causal ? " causal" : "");
+        run_fp8(name, &d, &f, 1, exact_tol, NULL, 0);
+    }
+    /* Inputs whose probabilities e4m3 rounds: O to e4m3's precision. */
+    for (int i = 0; i < 4; i++) {
+        fa_attention_desc d = fp8_desc(2, 1024, 1024, 4, 2, i < 2 ? 128 : 64, FA_DTYPE_BF16);
+        d.causal = i % 2;
+        d.softmax_scale = 0.0f;
+        d.descale_q = 0.5f;
+        d.descale_k = 0.25f;
+        d.descale_v = 4.0f;
+        char name[112];
+        snprintf(name, sizeof name, "fp8 d%d random%s", d.head_dim, d.causal ? " causal" : "");
+        run_fp8(name, &d, NULL, 0, random_tol, later, 1);
+    }
+}
+
+/* What the fp8 forward does not take is refused at plan creation, naming
+ * it: dropout, block masks, score options, varlen, other head dims. */
+FA_TEST(fp8_refusals) {
+    REQUIRE_WGMMA();
+    static const int32_t cu[3] = {0, 100, 256};
+    static const float slopes[2] = {0.5f, 0.25f};
+    static uint8_t blocks[2 * 2]; /* 128 tokens in blocks of 64 */
+    memset(blocks, 1, sizeof blocks);
+    static const char *const needles[] = {"dropout_p", "block_mask", "softcap", "alibi_slopes", "cu_seqlens_q", "head_dim"};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(needles); i++) {
+        fa_attention_desc d = fp8_desc(2, 128, 128, 2, 2, 128, FA_DTYPE_BF16);
+        if (i == 0) d.dropout_p = 0.1f;
+        if (i == 1) {
+            d.block_mask = blocks;
+            d.block_q = d.block_k = 64;
+            d.block_mask_bytes = sizeof blocks;
+        }
+        if (i == 2) d.softcap = 30.0f;
+        if (i == 3) d.alibi_slopes = slopes;
+        if (i == 4) {
+            d.cu_seqlens_q = d.cu_seqlens_k = cu;
+            d.seqlen_q = d.seqlen_k = 156;
+        }
+        if (i == 5) d.head_dim = 96;
+        fa_plan plan = NULL;
+        const fa_status st = fa_plan_create(g_ctx, &d, &plan);
+        CHECK_MSG(st == (i == 5 ? FA_ERR_UNSUPPORTED_HEAD_DIM : FA_ERR_UNSUPPORTED) && plan == NULL &&
+                      strstr(fa_last_error(), needles[i]) && strstr(fa_last_error(), "fp8_e4m3"),
+                  "%s: %s (%s)", needles[i], fa_status_string(st), fa_last_error());
+        if (plan) fa_plan_destroy(plan);
+    }
+}
+
 FA_TEST(mma_planned_tiles) {
     REQUIRE_MMA();
     fa_device_info here;
@@ -1888,6 +2134,7 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
              FA_CASE(mma_wide_heads_d96), FA_CASE(mma_wide_heads_d192), FA_CASE(mma_wide_heads_d256),
              FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes), FA_CASE(tma_shapes), FA_CASE(tma_backward_shapes),
+             FA_CASE(fp8_forward), FA_CASE(fp8_refusals),
              FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles), FA_CASE(score_options_simt),
              FA_CASE(score_options_mma), FA_CASE(score_options_wgmma), FA_CASE(score_options_wide_heads),
              FA_CASE(score_options_decode_shapes), FA_CASE(score_options_standard_refused),

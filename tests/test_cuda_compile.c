@@ -1214,10 +1214,175 @@ FA_TEST(h100_sm90_tma_variants) {
 #endif
 }
 
+/* FP8 (e4m3) inputs: fwd_tma.cu built with FP8, as the planner emits it on
+ * an H100 at every head_dim it takes, plain (GQA), causal and with a
+ * window, O in bf16 and fp16, with the planned product schedule and at
+ * head_dim 128 with each other one (FLASHATTN_TMA_SCHEDULE), and its
+ * 192-key tiles forced: sm_90a code, no spills, the planned shared
+ * memory. */
+static fa_attention_desc fp8_problem(int dim, int opts) {
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    d.batch = 2;
+    d.seqlen_q = d.seqlen_k = 4096;
+    d.heads_q = 16;
+    d.heads_kv = opts == 0 ? 4 : 16;
+    d.head_dim = dim;
+    d.q.dtype = d.k.dtype = d.v.dtype = FA_DTYPE_FP8_E4M3;
+    d.o.dtype = opts == 1 ? FA_DTYPE_F16 : FA_DTYPE_BF16;
+    d.descale_q = 0.5f;
+    d.descale_v = 2.0f;
+    d.causal = opts == 1 || opts == 3;
+    if (opts >= 2) {
+        d.window_left = 500;
+        d.window_right = opts == 2 ? 30 : 0;
+    }
+    return d;
+}
+
+FA_TEST(h100_sm90_fp8_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    const fa_device_desc *h100 = &fa_described_device_find("h100")->desc;
+    static const int fp8_dims[] = {64, 128, 192, 256};
+    static const char *const schedules[] = {NULL, "both", "pingpong", "plain", "overlap"};
+    for (size_t s = 0; s < FA_ARRAY_SIZE(schedules); s++)
+        for (size_t di = 0; di < FA_ARRAY_SIZE(fp8_dims); di++)
+            for (int opts = 0; opts < 4; opts++) {
+                const int dim = fp8_dims[di];
+                /* Other schedules: at head_dim 128, plain problems. */
+                if (schedules[s] && (dim != 128 || opts != 0)) continue;
+                fa_attention_desc d = fp8_problem(dim, opts);
+                fa_plan_info info;
+                fa_status st = fa_plan_for_device(h100, &d, &info);
+                const fa_kernel_plan *f = &info.forward;
+                CHECK_MSG(st == FA_SUCCESS && f->variant == FA_VARIANT_WGMMA_TMA && info.fp8 == 1,
+                          "d%d opts %d: %s, forward %s", dim, opts, st ? fa_last_error() : "planned",
+                          fa_variant_name(f->variant));
+                if (st != FA_SUCCESS) continue;
+                if (schedules[s]) setenv("FLASHATTN_TMA_SCHEDULE", schedules[s], 1);
+                fa_cuda_kernel_report rep[MAX_REPORTS];
+                int n = 0;
+                st = fa_cuda_compile_forward(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
+                unsetenv("FLASHATTN_TMA_SCHEDULE");
+                CHECK_MSG(st == FA_SUCCESS && n == 1, "d%d opts %d: %s", dim, opts, st ? fa_last_error() : "kernels");
+                if (st != FA_SUCCESS || n != 1) continue;
+                const fa_cuda_kernel_report *r = &rep[0];
+                printf("%-8s d%-4d %3dx%-3d s%d %s: %d threads %3d registers %d/%d bytes spilled, %zu bytes shared\n",
+                       r->arch, dim, f->br, f->bc, f->stages, r->options + 0, r->threads, r->registers,
+                       r->spill_stores, r->spill_loads, r->shared_bytes);
+                CHECK_MSG(strcmp(r->kernel, "fa_fwd_tma") == 0 &&
+                              r->real_code && strcmp(r->arch, "sm_90") == 0 && r->threads == f->work_group_size &&
+                              r->threads == (dim == 64 ? 512 : 384),
+                          "d%d opts %d: %s %s %s, %d threads", dim, opts, r->arch, r->program, r->kernel, r->threads);
+                CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
+                          "d%d opts %d spills: %d bytes stored, %d loaded, %d bytes of stack", dim, opts,
+                          r->spill_stores, r->spill_loads, r->stack_bytes);
+                CHECK_MSG(r->shared_bytes == f->local_mem_bytes && f->local_mem_bytes <= fa_plan_usable_local_mem(h100),
+                          "d%d opts %d: %zu bytes of shared memory, plan %zu", dim, opts, r->shared_bytes,
+                          f->local_mem_bytes);
+                CHECK_MSG(has_define(r->options, "FP8") && has_define(r->options, "DTYPE_F16") == (opts == 1) &&
+                              has_define(r->options, "DTYPE_BF16") == (opts != 1) &&
+                              has_define(r->options, "CAUSAL") == (d.causal != 0) &&
+                              has_define(r->options, "WINDOW") == (opts >= 2) && !has_define(r->options, "DTYPE_F32"),
+                          "d%d opts %d: options %s", dim, opts, r->options);
+            }
+    /* The 192-key tiles the kernel takes beside the planner's (timed by
+     * bench/fp8_gpu.sh): no spills there either. */
+    static const int wide[][3] = {{128, 128, 0}, {128, 128, 1}, {128, 64, 1}, {64, 128, 1}};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(wide); i++) {
+        fa_attention_desc d = fp8_problem(wide[i][0], wide[i][2]);
+        fa_plan_info info;
+        CHECK_OK(fa_plan_for_device(h100, &d, &info));
+        fa_kernel_plan *f = &info.forward;
+        f->br = wide[i][1];
+        f->bc = 192;
+        f->work_group_size = 128 * (f->br / 64 + 1);
+        f->thread_cols = f->bc / 4;
+        f->stages = 2;
+        f->local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, &d, f->br, f->bc, 2);
+        fa_cuda_kernel_report rep[MAX_REPORTS];
+        int n = 0;
+        const fa_status st = fa_cuda_compile_forward(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
+        CHECK_MSG(st == FA_SUCCESS && n == 1, "d%d %dx192: %s", wide[i][0], f->br, st ? fa_last_error() : "kernels");
+        if (st != FA_SUCCESS || n != 1) continue;
+        printf("%-8s d%-4d %3dx%-3d s2 %s: %d threads %d/%d bytes spilled, %zu bytes shared\n", rep[0].arch,
+               wide[i][0], f->br, f->bc, rep[0].options, rep[0].threads, rep[0].spill_stores, rep[0].spill_loads,
+               rep[0].shared_bytes);
+        CHECK_MSG(rep[0].spill_stores == 0 && rep[0].spill_loads == 0 && rep[0].stack_bytes == 0 &&
+                      f->local_mem_bytes <= fa_plan_usable_local_mem(h100),
+                  "d%d %dx192: %d bytes spilled, %zu bytes shared", wide[i][0], f->br, rep[0].spill_stores,
+                  f->local_mem_bytes);
+    }
+#endif
+}
+
+/* What the FP8 forward does not take is refused by name when the plan is
+ * compiled (as at plan creation), never built: options, varlen, head
+ * dimensions, devices other than sm_90. */
+FA_TEST(fp8_refusals) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    const fa_device_desc *h100 = &fa_described_device_find("h100")->desc;
+    static const int32_t cu2[] = {0, 1000, 4096};
+    static const struct {
+        int what;
+        const char *needle;
+        fa_status status;
+    } cases[] = {
+        {0, "dropout_p", FA_ERR_UNSUPPORTED},     {1, "block_mask", FA_ERR_UNSUPPORTED},
+        {2, "softcap", FA_ERR_UNSUPPORTED},       {3, "alibi_slopes", FA_ERR_UNSUPPORTED},
+        {4, "bias", FA_ERR_UNSUPPORTED},          {5, "cu_seqlens_q", FA_ERR_UNSUPPORTED},
+        {6, "head_dim 96", FA_ERR_UNSUPPORTED_HEAD_DIM}, {7, "sm_90 only", FA_ERR_UNSUPPORTED},
+    };
+    for (size_t i = 0; i < FA_ARRAY_SIZE(cases); i++) {
+        fa_attention_desc d = fp8_problem(128, 0);
+        fa_device_desc dev = *h100;
+        int cc_major = 9;
+        switch (cases[i].what) {
+        case 0: d.dropout_p = 0.1f; break;
+        case 1:
+            d.block_mask = g_mask;
+            d.block_q = d.block_k = 128;
+            d.block_mask_bytes = (size_t)32 * 32;
+            break;
+        case 2: d.softcap = 30.0f; break;
+        case 3: d.alibi_slopes = g_slopes; break;
+        case 4:
+            d.bias_batch = 1;
+            d.bias_heads = 1;
+            d.bias.dtype = FA_DTYPE_F32;
+            break;
+        case 5:
+            d.batch = 2;
+            d.cu_seqlens_q = d.cu_seqlens_k = cu2;
+            break;
+        case 6: d.head_dim = 96; break;
+        default:
+            snprintf(dev.arch, sizeof dev.arch, "sm_80");
+            cc_major = 8;
+            break;
+        }
+        fa_plan_info info;
+        CHECK_OK(fa_plan_for_device(&dev, &d, &info));
+        CHECK_MSG(info.forward.variant != FA_VARIANT_WGMMA_TMA && info.fp8 == 1, "case %zu: planned %s", i,
+                  fa_variant_name(info.forward.variant));
+        fa_cuda_kernel_report rep[MAX_REPORTS];
+        int n = 0;
+        CHECK_FAILS(fa_cuda_compile_forward(&d, &info, cc_major, 0, rep, MAX_REPORTS, &n), cases[i].status,
+                    cases[i].needle);
+        CHECK_MSG(strstr(fa_last_error(), "fp8_e4m3") != NULL, "case %zu: \"%s\" does not name the dtype", i,
+                  fa_last_error());
+    }
+#endif
+}
+
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
              FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
              FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants),
+             FA_CASE(h100_sm90_fp8_variants), FA_CASE(fp8_refusals),
              FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),
              FA_CASE(decode_merge_choice), FA_CASE(errors_are_reported), FA_CASE(small_programs_sm80_sm90))

@@ -61,8 +61,13 @@ static int time_pass(fa_plan plan, fa_context ctx, host_tensor *t, pass_fn fn, i
     return 0;
 }
 
-static double tolerance(fa_dtype dtype) {
-    return dtype == FA_DTYPE_F32 ? 1e-5 : dtype == FA_DTYPE_F16 ? 3e-3 : 2e-2;
+/* O's tolerance for inputs of dtype written in o_dtype. fp8 kernels round
+ * the probabilities to e4m3 (3 significant bits), and O of random V
+ * inherits their relative error, while the reference computes with exact
+ * probabilities: an H100 ran 1.6e-2 to 2.4e-2 on these inputs. */
+static double tolerance(fa_dtype dtype, fa_dtype o_dtype) {
+    if (dtype == FA_DTYPE_FP8_E4M3) return 5e-2;
+    return o_dtype == FA_DTYPE_F32 ? 1e-5 : o_dtype == FA_DTYPE_F16 ? 3e-3 : 2e-2;
 }
 
 /* An output against the reference: the relative error, and a pass where
@@ -167,13 +172,15 @@ int main(int argc, char **argv) {
         if (!fwd_only && fa_ref_backward_at(d, origin, t[9].data, t[0].data, t[1].data, t[2].data, got[3], got[4],
                                             t[5].data, ref[6], ref[7], ref[8]) != FA_SUCCESS)
             return fail_at("reference backward");
-        double tol = tolerance(d->o.dtype);
+        double tol = tolerance(dt, d->o.dtype);
         printf("check against the CPU reference (fp64):\n");
         static const char *const names[9] = {"q", "k", "v", "O", "L", "dO", "dQ", "dK", "dV"};
         for (int i = 3; i < last; i++) {
             if (i == 5) continue;
             const fa_dtype tdt = i == 4 ? FA_DTYPE_F32 : i == 3 ? d->o.dtype : dt;
-            ok &= report(names[i], got[i], ref[i], tdt, counts[i], i == 4 ? 1e-5 : tol);
+            /* L: fp8 products may sum in less than fp32 (Hopper's e4m3 wgmma). */
+            const double l_tol = dt == FA_DTYPE_FP8_E4M3 ? 1e-4 : 1e-5;
+            ok &= report(names[i], got[i], ref[i], tdt, counts[i], i == 4 ? l_tol : tol);
             free(got[i]);
             free(ref[i]);
         }

@@ -12,7 +12,9 @@
  *   forward MMA     fwd_mma.cu   fa_fwd_mma
  *   forward WGMMA   fwd_mma.cu   fa_fwd_mma, built with -DWGMMA for sm_90a
  *   forward WGMMA_TMA fwd_tma.cu fa_fwd_tma (sm_90a; takes the tensor maps
- *                                of Q, K, V and O after the parameters)
+ *                                of Q, K, V and O after the parameters);
+ *                                with FP8 inputs built with -DFP8, the
+ *                                storage dtype O's (no backward)
  *   forward SIMT    simt.cu      fa_fwd_simt [, fa_splitk_merge]
  *   forward DECODE  decode.cu    fa_fwd_decode [, fa_splitk_merge]
  *   KV-cache step   decode.cu    fa_fwd_decode built with KV_CACHE (no
@@ -148,11 +150,14 @@ static int cu_mma_ok(const fa_kernel_plan *kp) { return kp->variant == FA_VARIAN
 
 /* The score options are compiled in only where the plan has them (the
  * kernels without them are the same binaries as before). An fp32 bias
- * beside 16-bit data is BIAS_F32; otherwise the bias has q's dtype. */
+ * beside 16-bit data is BIAS_F32; otherwise the bias has q's dtype. FP8
+ * inputs: the storage dtype is O's, and FP8 says Q, K and V are e4m3. */
 static void common_defines(const fa_attention_desc *d, char *out, size_t size) {
     int window = d->window_left >= 0 || d->window_right >= 0;
     const int bias = d->bias_batch > 0, bias_f32 = bias && d->bias.dtype == FA_DTYPE_F32 && d->q.dtype != FA_DTYPE_F32;
-    snprintf(out, size, "-DHEAD_DIM=%d %s%s%s%s%s%s%s%s%s%s", d->head_dim, fa_dtype_build_option(d->q.dtype),
+    const int fp8 = fa_desc_is_fp8(d);
+    snprintf(out, size, "-DHEAD_DIM=%d %s%s%s%s%s%s%s%s%s%s%s", d->head_dim,
+             fa_dtype_build_option(fp8 ? d->o.dtype : d->q.dtype), fp8 ? " -DFP8" : "",
              d->causal ? " -DCAUSAL" : "", window ? " -DWINDOW" : "", d->block_mask ? " -DBLOCK_MASK" : "",
              d->dropout_p > 0.0f ? " -DDROPOUT" : "", d->cu_seqlens_q ? " -DVARLEN" : "",
              d->softcap > 0.0f ? " -DSOFTCAP" : "", d->alibi_slopes ? " -DALIBI" : "", bias ? " -DBIAS" : "",
@@ -400,28 +405,60 @@ static fa_status tma_schedule(const fa_attention_desc *d, const char **defines) 
                    "FLASHATTN_TMA_SCHEDULE=%s: expected \"both\", \"overlap\", \"pingpong\" or \"plain\"", env);
 }
 
-/* kernels_cuda/fwd_tma.cu: sm_90a, fp16/bf16, fixed-length sequences,
- * head_dims of whole 64-column blocks up to 256; one producer warpgroup
- * and br / 64 consumer warpgroups; 64- or 128-key tiles (wgmma_ops.cuh's S
- * products) in 2 to 4 stages. */
+/* FP8 (e4m3) inputs run on fwd_tma.cu's FP8 build alone: sm_90, the
+ * planner's warp-specialised plan, fixed-length sequences, head_dim 64,
+ * 128, 192 or 256, none of the options that build lacks. Each refusal
+ * names what stands in the way. */
+static fa_status check_fp8(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor) {
+    const char *dt = fa_dtype_name(d->q.dtype), *option = fa_desc_option_in_use(d);
+    if (cc_major != 9 || cc_minor != 0)
+        return fa_fail(FA_ERR_UNSUPPORTED, "q.dtype = %s: the CUDA backend runs %s inputs on sm_90 only (device: sm_%d%d)",
+                       dt, dt, cc_major, cc_minor);
+    if (d->dropout_p > 0.0f)
+        return fa_fail(FA_ERR_UNSUPPORTED, "dropout_p = %g: the CUDA forward of %s inputs has no dropout",
+                       (double)d->dropout_p, dt);
+    if (d->block_mask)
+        return fa_fail(FA_ERR_UNSUPPORTED, "block_mask: the CUDA forward of %s inputs has no block-sparse mask", dt);
+    if (option)
+        return fa_fail(FA_ERR_UNSUPPORTED, "%s: the CUDA forward of %s inputs has no score options", option, dt);
+    if (d->cu_seqlens_q)
+        return fa_fail(FA_ERR_UNSUPPORTED, "cu_seqlens_q: the CUDA forward of %s inputs takes fixed-length sequences "
+                       "(a tensor map's box would cross into the next sequence)", dt);
+    if (d->head_dim % 64 || d->head_dim > 256)
+        return fa_fail(FA_ERR_UNSUPPORTED_HEAD_DIM, "head_dim %d: the CUDA forward of %s inputs takes 64, 128, 192 or 256",
+                       d->head_dim, dt);
+    if (kp->variant != FA_VARIANT_WGMMA_TMA)
+        return fa_fail(FA_ERR_UNSUPPORTED, "forward plan %s: the CUDA backend runs %s inputs on the warp-specialised "
+                       "kernel only (wgmma_tma), which the layouts (strides below 2^40 bytes) or the device's limits "
+                       "(shared memory, threads a block) rule out here", fa_variant_name(kp->variant), dt);
+    return FA_SUCCESS;
+}
+
+/* kernels_cuda/fwd_tma.cu: sm_90a, fp16/bf16 (or fp8 inputs: check_fp8),
+ * fixed-length sequences, head_dims of whole 64-column blocks up to 256;
+ * one producer warpgroup and br / 64 consumer warpgroups; 64- or 128-key
+ * tiles (wgmma_ops.cuh's S products; 192 with fp8 inputs) in 2 to 4
+ * stages. */
 static fa_status tma_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor,
                           cu_program_spec *s) {
     if (cc_major != 9 || cc_minor != 0)
         return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the warp-specialised kernel runs on sm_90 only (device: sm_%d%d)",
                        cc_major, cc_minor);
-    if (d->q.dtype != FA_DTYPE_F16 && d->q.dtype != FA_DTYPE_BF16)
+    if (d->q.dtype != FA_DTYPE_F16 && d->q.dtype != FA_DTYPE_BF16 && !fa_desc_is_fp8(d))
         return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the warp-specialised kernel takes fp16 or bf16, not %s",
                        fa_dtype_name(d->q.dtype));
     if (d->cu_seqlens_q || d->kv_cache)
         return fa_fail(FA_ERR_UNSUPPORTED, "forward plan: the warp-specialised kernel takes fixed-length sequences "
                        "(a tensor map's box would cross into the next sequence)");
     const int cwg = kp->br / 64;
-    if (kp->br % 64 || cwg < 1 || cwg > 3 || kp->work_group_size != 128 * (cwg + 1) || (kp->bc != 64 && kp->bc != 128) ||
+    /* fp8: also 192 keys (wgmma_ops.cuh has the S product, V^T takes two lines). */
+    const int keys_ok = kp->bc == 64 || kp->bc == 128 || (kp->bc == 192 && fa_desc_is_fp8(d));
+    if (kp->br % 64 || cwg < 1 || cwg > 3 || kp->work_group_size != 128 * (cwg + 1) || !keys_ok ||
         (d->head_dim % 64 != 0 || d->head_dim > 256) || kp->stages < 2 || kp->stages > 4)
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "forward plan: tile %d x %d, %d threads, %d stages at head_dim %d is not a shape of the "
                        "warp-specialised kernel (64, 128 or 192 query rows with 128 threads more than 2 a row; 64 "
-                       "or 128 keys; 2 to 4 stages; head_dim 64, 128, 192 or 256)",
+                       "or 128 keys, 192 with fp8 inputs; 2 to 4 stages; head_dim 64, 128, 192 or 256)",
                        kp->br, kp->bc, kp->work_group_size, kp->stages, d->head_dim);
     const char *schedule = "";
     FA_CHECK(tma_schedule(d, &schedule));
@@ -443,6 +480,7 @@ static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *
                               cu_program_spec *s) {
     memset(s, 0, sizeof *s);
     common_defines(d, s->defines, sizeof s->defines);
+    if (fa_desc_is_fp8(d)) FA_CHECK(check_fp8(d, kp, cc_major, cc_minor));
     if (kp->variant == FA_VARIANT_WGMMA_TMA) return tma_spec(d, kp, cc_major, cc_minor, s);
     if (kp->variant == FA_VARIANT_WGMMA) {
         FA_CHECK(check_wgmma(d, kp, FA_PASS_FORWARD, cc_major, cc_minor));
@@ -573,7 +611,7 @@ static const char *const cu_plan_macros[] = {
     "HEAD_DIM", "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "CAUSAL", "WINDOW", "BLOCK_MASK", "DROPOUT", "VARLEN",
     "FWD",      "BWD",       "WGMMA",     "BR",         "BC",     "TR",     "TC",         "WARPS",   "STAGES",
     "SPLITK",   "SPLIT_MERGE_LAST", "DQ_ATOMIC", "DQ_BR", "DQ_BC", "DQ_WARPS", "DK_SPLIT", "KV_CACHE", "PAGED",
-    "APPEND",   "ROTARY_DIM", "ROTARY_INTERLEAVED", "SOFTCAP", "ALIBI", "BIAS", "BIAS_F32", NULL};
+    "APPEND",   "ROTARY_DIM", "ROTARY_INTERLEAVED", "SOFTCAP", "ALIBI", "BIAS", "BIAS_F32", "FP8", NULL};
 
 static fa_status compile_program(const cu_program_spec *spec, int major, int minor, fa_cuda_binary *out) {
     const char *names[CU_MAX_KERNELS];
@@ -839,9 +877,10 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
     const fa_plan_info *info = &plan->info;
     CUstream stream = p->ctx->stream;
     p->kv_cache = d->kv_cache != 0;
+    /* A KV-cache plan has no backward, nor has one of fp8 inputs. */
+    const int fwd_only = p->kv_cache || fa_desc_is_fp8(d);
     FA_CHECK(forward_spec(d, &info->forward, p->ctx->cc_major, p->ctx->cc_minor, &p->fwd.spec));
-    /* A KV-cache plan has no backward. */
-    if (!p->kv_cache) FA_CHECK(backward_spec(d, &info->backward, p->ctx->cc_major, p->ctx->cc_minor, &p->bwd.spec));
+    if (!fwd_only) FA_CHECK(backward_spec(d, &info->backward, p->ctx->cc_major, p->ctx->cc_minor, &p->bwd.spec));
     const fa_variant fv = info->forward.variant;
     /* Found at plan time, not at the first forward. */
     if (fv == FA_VARIANT_WGMMA_TMA && !cu()->cuTensorMapEncodeTiled)
@@ -936,11 +975,11 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
             if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuMemsetD32Async (split arrival counters)");
         }
     }
-    if (!p->kv_cache) {
+    if (!fwd_only) {
         FA_CHECK(fa_workspace_bytes("the backward row sums", (size_t[]){heads, tokens, sizeof(float)}, 3, &bytes));
         FA_CHECK(device_alloc(bytes, NULL, "the backward row sums", &p->dvec, stream));
     }
-    if (!d->deterministic && !p->kv_cache) {
+    if (!d->deterministic && !fwd_only) {
         FA_CHECK(fa_workspace_bytes("the dQ accumulator", (size_t[]){heads, tokens, dim, sizeof(float)}, 4, &bytes));
         FA_CHECK(device_alloc(bytes, NULL, "the dQ accumulator", &p->dq_acc, stream));
     }
@@ -958,7 +997,7 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
 
     FA_CHECK(load_pass(p, &p->fwd));
     if (counted) FA_CHECK(choose_splits_meet(p, plan));
-    return p->kv_cache ? FA_SUCCESS : load_pass(p, &p->bwd);
+    return fwd_only ? FA_SUCCESS : load_pass(p, &p->bwd);
 }
 
 fa_status fa_cuda_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **plan_impl) {
@@ -980,8 +1019,9 @@ fa_status fa_cuda_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **p
         return fa_fail(FA_ERR_UNSUPPORTED, "the CUDA attention kernels run only FA_ALGO_FUSED");
     if (d->head_dim % 8 || d->head_dim < 8 || d->head_dim > 256)
         return fa_fail(FA_ERR_UNSUPPORTED_HEAD_DIM, "head_dim %d is not a multiple of 8 in [8, 256]", d->head_dim);
-    if (d->q.dtype != d->k.dtype || d->q.dtype != d->v.dtype || d->q.dtype != d->o.dtype)
-        return fa_fail(FA_ERR_DTYPE_MISMATCH, "the CUDA kernels need q, k, v and o of one dtype");
+    if (d->q.dtype != d->k.dtype || d->q.dtype != d->v.dtype || (d->q.dtype != d->o.dtype && !fa_desc_is_fp8(d)))
+        return fa_fail(FA_ERR_DTYPE_MISMATCH, "the CUDA kernels need q, k, v and o of one dtype (o fp16 or bf16 "
+                       "beside fp8 inputs)");
     fa_cuda_plan *p = calloc(1, sizeof *p);
     if (!p) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for a CUDA plan");
     p->ctx = ctx;
@@ -1088,7 +1128,10 @@ static fa_status bias_arg(const fa_attention_desc *d, void *buf, CUdeviceptr *ou
 }
 
 /* The plan's fixed parameters with the dropout seed and origin of this
- * pass (both may change after the plan is prepared). */
+ * pass (both may change after the plan is prepared), and with fp8 inputs
+ * the descale factors of this pass (fa_plan_set_descale): descale_q
+ * descale_k in the logits' factors, descale_v in the factor O takes at
+ * its normalisation, drop_scale (fp8 plans have no dropout; fwd_tma.cu). */
 static fa_cuda_params pass_params(const fa_cuda_plan *p, const fa_plan_s *plan) {
     fa_cuda_params prm = p->base;
     prm.drop_key0 = plan->dropout_key.key0;
@@ -1096,6 +1139,13 @@ static fa_cuda_params pass_params(const fa_cuda_plan *p, const fa_plan_s *plan) 
     prm.drop_offset_lo = plan->dropout_key.offset_lo;
     prm.drop_row0 = (uint32_t)plan->drop_row0;
     prm.drop_col0 = (uint32_t)plan->drop_col0;
+    if (fa_desc_is_fp8(&plan->desc)) {
+        const fa_attention_desc *d = &plan->desc;
+        const double qk = fa_desc_descale(d->descale_q) * fa_desc_descale(d->descale_k) * (double)plan->scale;
+        prm.scale = finite_float(qk);
+        prm.scale_log2 = finite_float(qk * 1.4426950408889634);
+        prm.drop_scale = finite_float(fa_desc_descale(d->descale_v));
+    }
     return prm;
 }
 
@@ -1320,7 +1370,7 @@ static fa_status compile_passes(const fa_attention_desc *desc, const fa_plan_inf
     if (!desc || !info || !count) return fa_fail(FA_ERR_NULL_POINTER, "desc, info or count is NULL");
     *count = 0;
     cu_program_spec specs[2];
-    if (desc->kv_cache) passes = 1; /* a KV-cache plan has no backward */
+    if (desc->kv_cache || fa_desc_is_fp8(desc)) passes = 1; /* a KV-cache plan has no backward, nor fp8 inputs */
     FA_CHECK(forward_spec(desc, &info->forward, cc_major, cc_minor, &specs[0]));
     if (passes > 1) FA_CHECK(backward_spec(desc, &info->backward, cc_major, cc_minor, &specs[1]));
     for (int s = 0; s < passes; s++) {

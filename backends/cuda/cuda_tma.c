@@ -32,9 +32,13 @@ fa_status fa_cuda_tensor_map(CUtensorMap *map, CUdeviceptr base, const fa_attent
                            "below 2^40)",
                            fa_tensor_role_name(role), (unsigned long long)strides[i]);
     }
-    const cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1}, steps[4] = {1, 1, 1, 1};
-    const CUtensorMapDataType type =
-        l.dtype == FA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    /* A box is one 128-byte line wide: 64 elements of fp16/bf16, 128 of
+     * e4m3 (moved as bytes), past the end of a row of 64 or 192 head
+     * dimensions too: the copy fills the rest with zeros. */
+    const cuuint32_t box[4] = {(cuuint32_t)(128 / e), (cuuint32_t)box_rows, 1, 1}, steps[4] = {1, 1, 1, 1};
+    const CUtensorMapDataType type = l.dtype == FA_DTYPE_BF16        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                     : l.dtype == FA_DTYPE_FP8_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                                                    : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     void *addr = (void *)(uintptr_t)(base + (CUdeviceptr)(l.offset * e));
     const CUresult r =
         api->cuTensorMapEncodeTiled(map, type, 4, addr, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,

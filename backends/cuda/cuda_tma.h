@@ -8,10 +8,11 @@
 
 /* The map of one operand of a pass, {head_dim, tokens, heads, batch}
  * elements from buffer address base (the layout's offset added here),
- * read and written in boxes of 64 head dimensions by box_rows tokens in
- * 128-byte swizzled lines. FA_ERR_UNSUPPORTED where the driver has no
- * tensor maps or refuses the layout (the planner takes only layouts it
- * accepts: core/planner.c tma_layouts_ok). */
+ * read and written in boxes of one 128-byte swizzled line (64 head
+ * dimensions of fp16/bf16, 128 of e4m3) by box_rows tokens.
+ * FA_ERR_UNSUPPORTED where the driver has no tensor maps or refuses the
+ * layout (the planner takes only layouts it accepts: core/planner.c
+ * tma_layouts_ok). */
 fa_status fa_cuda_tensor_map(CUtensorMap *map, CUdeviceptr base, const fa_attention_desc *d, fa_tensor_role role,
                              int box_rows);
 

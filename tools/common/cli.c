@@ -22,6 +22,8 @@ void fa_cli_usage(const char *prog, const char *extra) {
            "  --heads H           query heads (default 4); --heads-kv H (default: heads)\n"
            "  --dim D             head_dim, a multiple of 8 up to 256 (default 64)\n"
            "  --dtype T           fp32, fp16, bf16, fp8_e4m3 or fp8 (forward only, O in bf16) (default fp32)\n"
+           "  --o-dtype T         O's dtype beside fp8 inputs: bf16 (default) or fp16\n"
+           "  --descale Q,K,V     fp8 descale factors, each > 0 (0: 1) (default 0,0,0)\n"
            "  --scale S           softmax scale (default 1/sqrt(dim))\n"
            "  --causal            bottom-right aligned causal mask\n"
            "  --window L,R        sliding window, two integers >= -1 (-1: unlimited side)\n"
@@ -115,6 +117,24 @@ static int parse_window(const char *s, int *left, int *right) {
     char a[32], b[32];
     if (split_pair(s, a, b, sizeof a)) return -1;
     return parse_int_range(a, -1, INT_MAX, left) || parse_int_range(b, -1, INT_MAX, right) ? -1 : 0;
+}
+
+/* "Q,K,V": three factors, each 0 (meaning 1) or finite and > 0. */
+static int parse_descale(const char *s, float out[3]) {
+    char a[32], rest[64], b[32], c[32];
+    const char *comma = strchr(s, ',');
+    if (!comma || (size_t)(comma - s) >= sizeof a || strlen(comma + 1) >= sizeof rest) return -1;
+    memcpy(a, s, (size_t)(comma - s));
+    a[comma - s] = '\0';
+    strcpy(rest, comma + 1);
+    if (split_pair(rest, b, c, sizeof b)) return -1;
+    const char *parts[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        double v;
+        if (parse_double_range(parts[i], 0.0, FLT_MAX, 0, &v)) return -1;
+        out[i] = (float)v;
+    }
+    return 0;
 }
 
 static int parse_block_sparse(const char *s, int *block, double *density) {
@@ -220,7 +240,8 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
     d->seqlen_q = d->seqlen_k = 512;
     d->heads_q = 4;
     d->head_dim = 64;
-    int heads_kv = 0, block = 0, alibi = 0, has_bias = 0;
+    int heads_kv = 0, block = 0, alibi = 0, has_bias = 0, o_dtype_set = 0;
+    fa_dtype o_dtype = FA_DTYPE_BF16;
     double density = 0.0, value = 0.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -251,8 +272,15 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
             fa_dtype t = FA_DTYPE_F32;
             bad = parse_dtype(v, &t);
             d->q.dtype = d->k.dtype = d->v.dtype = d->o.dtype = t;
-            /* fp8 inputs write O in a 16-bit dtype (bf16, as FlashAttention-3's). */
-            if (t == FA_DTYPE_FP8_E4M3) d->o.dtype = FA_DTYPE_BF16;
+        } else if (strcmp(a, "--o-dtype") == 0) {
+            bad = parse_dtype(v, &o_dtype) || (o_dtype != FA_DTYPE_F16 && o_dtype != FA_DTYPE_BF16);
+            o_dtype_set = 1;
+        } else if (strcmp(a, "--descale") == 0) {
+            float f[3] = {0.0f, 0.0f, 0.0f};
+            bad = parse_descale(v, f);
+            d->descale_q = f[0];
+            d->descale_k = f[1];
+            d->descale_v = f[2];
         } else if (strcmp(a, "--scale") == 0) {
             bad = parse_double_range(v, 0.0, FLT_MAX, 0, &value);
             d->softmax_scale = (float)value;
@@ -280,6 +308,13 @@ int fa_cli_parse(fa_cli *cli, int argc, char **argv) {
         if (takes_value) i++;
     }
     d->heads_kv = heads_kv > 0 ? heads_kv : d->heads_q;
+    /* fp8 inputs write O in a 16-bit dtype (bf16 unless --o-dtype, as
+     * FlashAttention-3's); --o-dtype means nothing beside other inputs. */
+    if (d->q.dtype == FA_DTYPE_FP8_E4M3) d->o.dtype = o_dtype;
+    else if (o_dtype_set) {
+        fprintf(stderr, "--o-dtype: only beside --dtype fp8 (O has q's dtype otherwise)\n");
+        return -1;
+    }
     if (has_bias) {
         d->bias_batch = d->batch;
         d->bias_heads = d->heads_q;

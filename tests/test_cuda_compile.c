@@ -1220,6 +1220,7 @@ FA_TEST(h100_sm90_tma_variants) {
  * head_dim 128 with each other one (FLASHATTN_TMA_SCHEDULE), and its
  * 192-key tiles forced: sm_90a code, no spills, the planned shared
  * memory. */
+#ifdef FA_WITH_CUDA
 static fa_attention_desc fp8_problem(int dim, int opts) {
     fa_attention_desc d;
     fa_attention_desc_init(&d);
@@ -1239,6 +1240,7 @@ static fa_attention_desc fp8_problem(int dim, int opts) {
     }
     return d;
 }
+#endif
 
 FA_TEST(h100_sm90_fp8_variants) {
     REQUIRE_CUDA_BUILD();

@@ -1069,6 +1069,42 @@ FA_TEST(small_programs_sm80_sm90) {
 #endif
 }
 
+#ifdef FA_WITH_CUDA
+/* The warp-specialised kernels' problems as the variant sweeps below take
+ * them, case k: head_dim 128 or 64, fp16 or bf16; options k / 2 = 1 causal
+ * GQA, 2 a window and a 16 x 16 block mask, 3 softcap with an fp32 bias
+ * and causal (4: the caller's). */
+static fa_attention_desc tma_problem(int k, int seqlen) {
+    static uint8_t blocks[16 * 16];
+    for (size_t i = 0; i < sizeof blocks; i++) blocks[i] = (uint8_t)((i * 5 + 1) % 3 != 0);
+    const int opts = k / 2;
+    fa_attention_desc d;
+    fa_attention_desc_init(&d);
+    d.batch = 2;
+    d.seqlen_q = d.seqlen_k = seqlen;
+    d.heads_q = 16;
+    d.heads_kv = opts == 1 ? 4 : 16;
+    d.head_dim = k % 2 ? 64 : 128;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = k % 4 < 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16;
+    if (opts == 1) d.causal = 1;
+    if (opts == 2) {
+        d.window_left = 300;
+        d.window_right = 10;
+        d.block_mask = blocks;
+        d.block_q = d.block_k = seqlen / 16;
+        d.block_mask_bytes = sizeof blocks;
+    }
+    if (opts == 3) {
+        d.softcap = 30.0f;
+        d.bias_batch = 1;
+        d.bias_heads = 16;
+        d.bias.dtype = FA_DTYPE_F32;
+        d.causal = 1;
+    }
+    return d;
+}
+#endif
+
 /* The warp-specialised backward (bwd_mma.cu built with TMA) as the planner
  * emits it on an H100, with every option it takes: sm_90a code, no spills,
  * a producer warpgroup beside the consumers. */
@@ -1076,34 +1112,10 @@ FA_TEST(h100_sm90_tma_backward_variants) {
     REQUIRE_CUDA_BUILD();
 #ifdef FA_WITH_CUDA
     REQUIRE_NVRTC();
-    static uint8_t blocks[16 * 16];
-    for (size_t i = 0; i < sizeof blocks; i++) blocks[i] = (uint8_t)((i * 5 + 1) % 3 != 0);
     setenv("FLASHATTN_PLAN_TMA_BWD", "1", 1);
     for (int k = 0; k < 10; k++) {
         const int dim = k % 2 ? 64 : 128, opts = k / 2;
-        fa_attention_desc d;
-        fa_attention_desc_init(&d);
-        d.batch = 2;
-        d.seqlen_q = d.seqlen_k = 4096;
-        d.heads_q = 16;
-        d.heads_kv = opts == 1 ? 4 : 16;
-        d.head_dim = dim;
-        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = k % 4 < 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16;
-        if (opts == 1) d.causal = 1;
-        if (opts == 2) {
-            d.window_left = 300;
-            d.window_right = 10;
-            d.block_mask = blocks;
-            d.block_q = d.block_k = 256;
-            d.block_mask_bytes = sizeof blocks;
-        }
-        if (opts == 3) {
-            d.softcap = 30.0f;
-            d.bias_batch = 1;
-            d.bias_heads = 16;
-            d.bias.dtype = FA_DTYPE_F32;
-            d.causal = 1;
-        }
+        fa_attention_desc d = tma_problem(k, 4096);
         if (opts == 4) d.dropout_p = 0.1f;
         fa_plan_info info;
         fa_status st = fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info);
@@ -1146,35 +1158,11 @@ FA_TEST(h100_sm90_tma_variants) {
     REQUIRE_CUDA_BUILD();
 #ifdef FA_WITH_CUDA
     REQUIRE_NVRTC();
-    static uint8_t blocks[16 * 16];
-    for (size_t i = 0; i < sizeof blocks; i++) blocks[i] = (uint8_t)((i * 5 + 1) % 3 != 0);
     static const char *const schedules[] = {NULL, "both", NULL, "plain", "pingpong"};
     for (int k = 0; k < 10; k++) {
         const int dim = k % 2 ? 64 : 128, opts = k / 2;
-        fa_attention_desc d;
-        fa_attention_desc_init(&d);
-        d.batch = 2;
-        d.seqlen_q = d.seqlen_k = 2048;
-        d.heads_q = 16;
-        d.heads_kv = opts == 1 ? 4 : 16;
-        d.head_dim = dim;
-        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = k % 4 < 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16;
-        if (opts == 1) d.causal = 1;
-        if (opts == 2) {
-            d.window_left = 300;
-            d.window_right = 10;
-            d.block_mask = blocks;
-            d.block_q = d.block_k = 128;
-            d.block_mask_bytes = sizeof blocks;
-            d.dropout_p = 0.1f;
-        }
-        if (opts == 3) {
-            d.softcap = 30.0f;
-            d.bias_batch = 1;
-            d.bias_heads = 16;
-            d.bias.dtype = FA_DTYPE_F32;
-            d.causal = 1;
-        }
+        fa_attention_desc d = tma_problem(k, 2048);
+        if (opts == 2) d.dropout_p = 0.1f;
         if (opts == 4) d.alibi_slopes = g_slopes;
         if (schedules[opts]) setenv("FLASHATTN_TMA_SCHEDULE", schedules[opts], 1);
         fa_plan_info info;

@@ -137,28 +137,7 @@ if want bwd; then
       --tokens 16384 --hidden 2048 --backends cudnn,flash --repeats 10 --warmup 2 \
       --json "$json" --label sdpa > "$out/bwd-peer.log" 2>&1 || echo "  sdpa_peer.py failed"
   fi
-  python3 - "$json" <<'PY'
-import json, sys, collections
-rows = collections.defaultdict(dict)
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r.get("error") or not r.get("bwd_tflops"): continue
-    name = r["label"] if r["label"] != "sdpa" else r["algo"]
-    rows[(r["dtype"], r["d"], int(r["causal"]), r["n"])][name] = r["bwd_tflops"]
-cols = sorted({c for v in rows.values() for c in v})
-print("TFLOP/s backward (x cuDNN)")
-print("| dtype | d | causal | N | " + " | ".join(cols) + " |")
-print("|" + "---|" * (4 + len(cols)))
-for k in sorted(rows):
-    ref = rows[k].get("cudnn")
-    cell = lambda c: "%.1f" % rows[k][c] + (" (%.2f)" % (rows[k][c] / ref) if ref else "")
-    print("| %s | %d | %d | %d | " % k + " | ".join(cell(c) if c in rows[k] else "-" for c in cols) + " |")
-import math
-def stat(c):
-    r = [rows[k][c] / rows[k]["cudnn"] for k in rows if c in rows[k] and rows[k].get("cudnn")]
-    return "%.3f (min %.2f)" % (math.exp(sum(map(math.log, r)) / len(r)), min(r)) if r else "-"
-print("| geomean x cuDNN | | | | " + " | ".join(stat(c) for c in cols) + " |")
-PY
+  python3 bench/label_table.py "$json" --pass bwd
 fi
 
 if want sanitize && command -v compute-sanitizer > /dev/null; then
@@ -204,25 +183,7 @@ if want bench; then
       --tokens 16384 --hidden 2048 --backends cudnn,flash --repeats 10 --warmup 2 \
       --json "$json" --label sdpa > "$out/peer.log" 2>&1 || { echo "  sdpa_peer.py failed"; tail -5 "$out/peer.log"; }
   fi
-  python3 - "$json" <<'PY'
-import json, sys, collections
-rows = collections.defaultdict(dict)
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r.get("error"): continue
-    key = (r["dtype"], r["d"], int(r["causal"]), r["n"])
-    name = r["label"] if r["label"] != "sdpa" else r["algo"]
-    t = r.get("fwd_tflops") or r.get("tflops")
-    if t: rows[key][name] = t
-cols = sorted({c for v in rows.values() for c in v})
-print("TFLOP/s forward (x cuDNN)")
-print("| dtype | d | causal | N | " + " | ".join(cols) + " |")
-print("|" + "---|" * (4 + len(cols)))
-for k in sorted(rows):
-    ref = rows[k].get("cudnn")
-    cell = lambda c: "%.1f" % rows[k][c] + (" (%.2f)" % (rows[k][c] / ref) if ref else "")
-    print("| %s | %d | %d | %d | " % k + " | ".join(cell(c) if c in rows[k] else "-" for c in cols) + " |")
-PY
+  python3 bench/label_table.py "$json" --pass fwd
 fi
 stamp "done"
 exit $failed

@@ -614,9 +614,66 @@ FA_TEST(streaming_compute_time) {
     CHECK(b.compute_ms < bd.compute_ms);
 }
 
+/* The pipelines' compute time, by hand, on the H100's figures (4096
+ * matrix flops and 16 exponentials a clock and multiprocessor: the
+ * exponentials of a head_dim-d score take 4096 / (4 d 16) of its products'
+ * forward time). A warpgroup kernel computes a tile's products, then its
+ * exponentials: both count. The warp-specialised one hides the shorter
+ * behind the longer (two consumer groups, or a group's next products). */
+FA_TEST(pipelines_and_exponentials) {
+    const fa_device_desc *h100 = device("h100");
+    const double peak = 132.0 * 1980e6 * 4096.0, sfu = 132.0 * 1980e6 * 16.0;
+    for (int dim = 64; dim <= 128; dim += 64) {
+        fa_attention_desc d = shape(4, 4096, 4096, 16, 16, dim, FA_DTYPE_BF16);
+        fa_kernel_plan kp;
+        memset(&kp, 0, sizeof kp);
+        kp.variant = FA_VARIANT_WGMMA;
+        kp.br = 128;
+        kp.bc = 128;
+        kp.split_k = 1;
+        kp.stages = 2;
+        kp.num_work_groups = 132 * 8; /* whole waves */
+        const double cells = 4.0 * 4096.0 * 4096.0 * 16.0 * dim;
+        const double mma_f = 4.0 * cells / peak * 1e3, exp_f = cells / dim / sfu * 1e3;
+        CHECK_NEAR(exp_f / mma_f, 4096.0 / (4.0 * dim * 16.0), 1e-12);
+        fa_cost plain = fa_io_fused(h100, &d, FA_PASS_FORWARD, &kp);
+        CHECK_NEAR(plain.compute_ms, mma_f + exp_f, 1e-9 * plain.compute_ms);
+        kp.variant = FA_VARIANT_WGMMA_TMA;
+        fa_cost ws = fa_io_fused(h100, &d, FA_PASS_FORWARD, &kp);
+        CHECK_NEAR(ws.compute_ms, fmax(mma_f, exp_f), 1e-9 * ws.compute_ms);
+        /* The pipeline changes time, not bytes. */
+        CHECK(ws.hbm_read_bytes == plain.hbm_read_bytes && ws.hbm_write_bytes == plain.hbm_write_bytes);
+        /* Backward: ten flops a cell and dimension against one exponential. */
+        kp.bc = 128;
+        kp.br = 64;
+        fa_cost wb = fa_io_fused(h100, &d, FA_PASS_BACKWARD, &kp);
+        kp.variant = FA_VARIANT_WGMMA;
+        fa_cost pb = fa_io_fused(h100, &d, FA_PASS_BACKWARD, &kp);
+        const double mma_b = 10.0 * cells / peak * 1e3;
+        CHECK_NEAR(wb.compute_ms, fmax(mma_b, exp_f), 1e-9 * wb.compute_ms);
+        CHECK_NEAR(pb.compute_ms, mma_b + exp_f, 1e-9 * pb.compute_ms);
+    }
+    /* SIMT kernels count their exponentials among their FMAs' time: their
+     * products alone, slowed by the local-memory reads of 4 x 4 micro-tiles
+     * (half a word an FMA: a factor of 2). */
+    fa_attention_desc d = shape(4, 4096, 4096, 16, 16, 64, FA_DTYPE_F32);
+    fa_kernel_plan kp;
+    memset(&kp, 0, sizeof kp);
+    kp.variant = FA_VARIANT_SIMT;
+    kp.br = 64;
+    kp.bc = 64;
+    kp.thread_rows = 4;
+    kp.thread_cols = 4;
+    kp.split_k = 1;
+    kp.num_work_groups = 132 * 16;
+    fa_cost c = fa_io_fused(h100, &d, FA_PASS_FORWARD, &kp);
+    const double simt = 132.0 * 1980e6 * 256.0;
+    CHECK_NEAR(c.compute_ms, 4.0 * 4.0 * 4096.0 * 4096.0 * 16.0 * 64.0 / simt * 1e3 * 2.0, 1e-9 * c.compute_ms);
+}
+
 FA_TEST_MAIN(FA_CASE(flops_known_shapes), FA_CASE(causal_flops_half), FA_CASE(visible_fraction_brute_force),
              FA_CASE(visible_fraction_long_sequences), FA_CASE(tile_visits_brute_force),
              FA_CASE(tile_counts_match_the_walk),
              FA_CASE(fused_bytes_scale_n2), FA_CASE(fused_bytes_scale_d2_over_m), FA_CASE(fused_below_standard),
              FA_CASE(standard_bytes_grow_n2), FA_CASE(splitk_partials_cost), FA_CASE(peak_rates_and_roofline),
-             FA_CASE(streaming_compute_time))
+             FA_CASE(streaming_compute_time), FA_CASE(pipelines_and_exponentials))

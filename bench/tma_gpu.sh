@@ -109,9 +109,21 @@ if want bwd; then
   echo "  rc $?: $(grep -E "tests passed" "$out/bwd-tests.txt")"
   grep -E "CHECK failed|Failed|Timeout" "$out/bwd-tests.txt" | head -20
   if command -v compute-sanitizer > /dev/null && [ "${TMA_BWD_SANITIZE:-1}" = 1 ]; then
-    for tool in memcheck racecheck; do
-      timeout 240 compute-sanitizer --tool "$tool" build-gpu/test_cuda_attention tma_backward_shapes > "$out/bwd-sanitize-$tool.txt" 2>&1
-      echo "  $tool rc $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed" "$out/bwd-sanitize-$tool.txt" | tail -2 | tr '\n' ' ')"
+    # Whether racecheck orders accesses by an mbarrier's phase at all
+    # (bench/probes/mbarrier_racecheck.cu): "ordered" is correct code.
+    if command -v nvcc > /dev/null && nvcc -arch=sm_90 -o /tmp/mbar-probe bench/probes/mbarrier_racecheck.cu > /dev/null 2>&1; then
+      for mode in ordered racy; do
+        compute-sanitizer --tool racecheck /tmp/mbar-probe "$mode" > "$out/probe-$mode.txt" 2>&1
+        echo "  racecheck probe $mode: $(grep -E "RACECHECK SUMMARY|values" "$out/probe-$mode.txt" | tr '\n' ' ')"
+      done
+    fi
+    for opts in "" "-DBWD_DQ_RED"; do
+      for tool in memcheck racecheck; do
+        f="$out/bwd-sanitize-$tool${opts:+-red}.txt"
+        FLASHATTN_CUDA_OPTIONS="$opts" timeout 240 compute-sanitizer --tool "$tool" build-gpu/test_cuda_attention \
+          tma_backward_shapes > "$f" 2>&1
+        echo "  $tool ${opts:-(default)} rc $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed" "$f" | tail -2 | tr '\n' ' ')"
+      done
     done
   fi
   json=$out/bwd.jsonl

@@ -1,0 +1,51 @@
+// Does compute-sanitizer's racecheck take an mbarrier's phase as ordering
+// shared-memory accesses? One warp writes shared memory and arrives on an
+// mbarrier; another waits for the phase (mbarrier.try_wait.parity, as
+// kernels_cuda/tma.cuh waits) and reads. Correct code: a report on
+// "ordered" is the tool's, not the code's. "racy" reads without waiting,
+// to show the tool finds a race where there is one. Build and run:
+//   nvcc -arch=sm_90 -o /tmp/probe bench/probes/mbarrier_racecheck.cu
+//   compute-sanitizer --tool racecheck /tmp/probe ordered
+//   compute-sanitizer --tool racecheck /tmp/probe racy
+#include <cstdio>
+#include <cstring>
+
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__global__ void probe(int *out, int wait) {
+    __shared__ alignas(8) unsigned long long bar;
+    __shared__ int data[32];
+    const unsigned b = smem_addr(&bar);
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(32) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        data[threadIdx.x] = (int)threadIdx.x + 1;
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(b) : "memory");
+    } else if (threadIdx.x < 64) {
+        if (wait)
+            asm volatile("{\n.reg .pred done;\nW:\n"
+                         "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                         "@!done bra W;\n}\n" ::"r"(b),
+                         "r"(0)
+                         : "memory");
+        out[threadIdx.x - 32] = data[threadIdx.x - 32];
+    }
+}
+
+int main(int argc, char **argv) {
+    const int wait = !(argc > 1 && strcmp(argv[1], "racy") == 0);
+    int *out = nullptr, host[32];
+    cudaMalloc(&out, sizeof host);
+    probe<<<1, 64>>>(out, wait);
+    cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost);
+    int ok = 1;
+    for (int i = 0; i < 32; i++) ok &= host[i] == i + 1 || !wait;
+    printf("%s: %s\n", wait ? "ordered" : "racy", ok ? "values as written" : "wrong values");
+    cudaFree(out);
+    return ok ? 0 : 1;
+}

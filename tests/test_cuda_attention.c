@@ -701,10 +701,13 @@ static fa_variant tensor_core_forward(const fa_attention_desc *d) {
 static fa_variant tensor_core_backward(const fa_attention_desc *d) {
     const int crowded = d->dropout_p > 0.0f && (d->causal || d->window_left >= 0 || d->window_right >= 0 ||
                                                  d->block_mask || d->cu_seqlens_q);
-    return device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
-                   d->head_dim <= (crowded ? 64 : 128)
-               ? FA_VARIANT_WGMMA
-               : FA_VARIANT_MMA;
+    if (!(device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
+          d->head_dim <= (crowded ? 64 : 128)))
+        return FA_VARIANT_MMA;
+    /* The warp-specialised backward where it is asked for
+     * (FLASHATTN_PLAN_TMA_BWD=1), with fixed-length sequences. */
+    const char *tma = getenv("FLASHATTN_PLAN_TMA_BWD");
+    return tma && strcmp(tma, "1") == 0 && !d->cu_seqlens_q ? FA_VARIANT_WGMMA_TMA : FA_VARIANT_WGMMA;
 }
 
 /* The variants the planner picks for desc on this device. */

@@ -69,6 +69,18 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
                       strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma %d x %d/%d, micro-tile %d x %d", what, k->br, k->bc, k->work_group_size, k->thread_rows,
                   k->thread_cols);
+    } else if (k->variant == FA_VARIANT_WGMMA_TMA && pass == FA_PASS_BACKWARD) {
+        /* The warp-specialised backward (FLASHATTN_PLAN_TMA_BWD=1): the
+         * warpgroup backward's tile with a producer warpgroup beside it. */
+        CHECK_MSG(k->br == 64 && (k->bc == 64 || k->bc == 128) && k->thread_rows == 16 && k->thread_cols == 2 &&
+                      k->work_group_size == 2 * k->bc + 128 && k->stages == 2 && dim % 64 == 0 && dim <= 128 &&
+                      (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) && !d->cu_seqlens_q && strcmp(dev->arch, "sm_90") == 0,
+                  "%s: wgmma_tma backward %d x %d/%d, micro-tile %d x %d, %d stages", what, k->br, k->bc,
+                  k->work_group_size, k->thread_rows, k->thread_cols, k->stages);
+        if (fa_test_failures != before) return fa_test_failures - before;
+        CHECK(k->local_mem_bytes == fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages) &&
+              k->local_mem_bytes <= dev->local_mem_bytes);
+        return fa_test_failures - before;
     } else if (k->variant == FA_VARIANT_WGMMA_TMA) {
         /* The warp-specialised forward: a producer warpgroup and one
          * consumer warpgroup of 64 query rows (one strip a warp, two rows a
@@ -480,9 +492,38 @@ FA_TEST(decoding_splits_keys) {
     CHECK(p.forward.split_k == 1);
 }
 
+/* The warp-specialised backward, planned only when asked for: the
+ * warpgroup backward's tile and options with a producer warpgroup more,
+ * its shared memory by fa_plan_local_mem; varlen keeps the warpgroup
+ * kernel. */
+FA_TEST(tma_backward_opt_in) {
+    fa_attention_desc d = shape(2, 2048, 2048, 16, 16, 128, FA_DTYPE_BF16);
+    fa_plan_info off, on;
+    unsetenv("FLASHATTN_PLAN_TMA_BWD");
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &off));
+    setenv("FLASHATTN_PLAN_TMA_BWD", "1", 1);
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &on));
+    CHECK(off.backward.variant == FA_VARIANT_WGMMA && on.backward.variant == FA_VARIANT_WGMMA_TMA);
+    CHECK(on.backward.br == off.backward.br && on.backward.bc == off.backward.bc &&
+          on.backward.work_group_size == off.backward.work_group_size + 128);
+    CHECK(on.backward.local_mem_bytes ==
+          fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, &d, on.backward.br, on.backward.bc, 2));
+    /* 128 keys at head_dim 128: two dS^T tiles, the dQ tile of 64 rows
+     * padded to 136 floats, the barriers. */
+    CHECK(on.backward.bc == 128 && on.backward.local_mem_bytes == 2 * (128 * (2 * 128 + 2 * 2 * 64) + 2 * 128 * 64) +
+                                                                   4 * 2 * 2 * 64 + 8 * 9 + 16 + 4 * 64 * 136);
+    static const int32_t cu[3] = {0, 2048, 4096};
+    fa_attention_desc v = d;
+    v.cu_seqlens_q = v.cu_seqlens_k = cu;
+    CHECK_OK(fa_plan_for_device(device("h100"), &v, &on));
+    CHECK(on.backward.variant == FA_VARIANT_WGMMA);
+    unsetenv("FLASHATTN_PLAN_TMA_BWD");
+}
+
 FA_TEST(variants_by_backend) {
     fa_attention_desc d = shape(2, 2048, 2048, 16, 16, 128, FA_DTYPE_F16);
     fa_plan_info p;
+    unsetenv("FLASHATTN_PLAN_TMA_BWD"); /* the default plans */
     /* CUDA with tensor cores: MMA for fp16, bf16 and fp32 with TF32; on
      * sm_90 the fp16/bf16 forward runs warpgroup MMA, double-buffered: in
      * two blocks an SM where the registers of 128 x 64 allow them, in one
@@ -1279,7 +1320,7 @@ FA_TEST(nvidia_opencl_backward_v_in_registers) {
 
 FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan),
              FA_CASE(local_memory_gives_different_tiles), FA_CASE(more_local_memory_never_more_bytes),
-             FA_CASE(decoding_splits_keys), FA_CASE(decoding_packs_gqa_groups), FA_CASE(variants_by_backend), FA_CASE(invalid_devices_rejected),
+             FA_CASE(decoding_splits_keys), FA_CASE(decoding_packs_gqa_groups), FA_CASE(variants_by_backend), FA_CASE(tma_backward_opt_in), FA_CASE(invalid_devices_rejected),
              FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan),
              FA_CASE(described_devices_table), FA_CASE(wide_heads_share_key_strips),
              FA_CASE(nvidia_opencl_forward_four_sub_groups), FA_CASE(nvidia_opencl_backward_v_in_registers),

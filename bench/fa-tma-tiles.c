@@ -5,10 +5,16 @@
  * repeats after two warm-ups, as TFLOP/s. The product schedule comes from
  * FLASHATTN_TMA_SCHEDULE as in the library. fp8: e4m3 inputs, O in bf16.
  *
+ * With --pass bwd the same for the warp-specialised backward (bwd_mma.cu
+ * built with TMA: set FLASHATTN_PLAN_TMA_BWD=1 for the planned column to
+ * be it too): BR queries a step against BC keys in BC / 64 consumer
+ * warpgroups.
+ *
  * Usage: fa-tma-tiles [--dtype fp16|bf16|fp8] [--dims 64,128]
  *        [--seqlens 2048,8192,16384] [--causal 0,1] [--repeats N]
- *        [--tiles BRxBC/STAGES,...]  (default 128x128/2,128x128/3,
- *        192x128/2,128x64/3,64x128/2) */
+ *        [--pass fwd|bwd] [--tiles BRxBC/STAGES,...]  (default forward
+ *        128x128/2,128x128/3,192x128/2,128x64/3,64x128/2; backward
+ *        64x128/2,128x128/2,64x64/2) */
 #include "fa_internal.h"
 #include "flashattn.h"
 #include "plan.h"
@@ -58,7 +64,43 @@ static double time_forward(fa_plan p, fa_buffer *t, int repeats) {
     return ms[repeats / 2];
 }
 
-static int point(fa_context ctx, fa_dtype dt, int dim, int n, int causal, const tile *tiles, int ntiles, int repeats) {
+/* Median backward time in ms (after one forward for O and L); negative
+ * on failure. */
+static double time_backward(fa_plan p, fa_buffer *t, int repeats) {
+    double ms[64];
+    if (repeats > 62) repeats = 62;
+    if (fa_forward(p, t[0], t[1], t[2], t[3], t[4]) != FA_SUCCESS) return -1.0;
+    for (int i = 0; i < repeats + 2; i++) {
+        if (fa_backward(p, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]) != FA_SUCCESS) return -1.0;
+        double m = 0.0;
+        if (fa_plan_last_time_ms(p, &m) != FA_SUCCESS) return -1.0;
+        if (i >= 2) ms[i - 2] = m;
+    }
+    qsort(ms, (size_t)repeats, sizeof ms[0], cmp_double);
+    return ms[repeats / 2];
+}
+
+/* A forced tile in the plan's pass. */
+static void force(fa_plan p, const fa_attention_desc *d, fa_pass pass, const tile *t) {
+    fa_kernel_plan *kp = pass == FA_PASS_FORWARD ? &p->info.forward : &p->info.backward;
+    kp->variant = FA_VARIANT_WGMMA_TMA;
+    kp->br = t->br;
+    kp->bc = t->bc;
+    kp->stages = t->stages;
+    if (pass == FA_PASS_FORWARD) {
+        kp->work_group_size = 128 * (t->br / 64 + 1);
+        kp->thread_rows = 2;
+        kp->thread_cols = t->bc / 4;
+    } else {
+        kp->work_group_size = 2 * t->bc + 128;
+        kp->thread_rows = t->br / 4;
+        kp->thread_cols = 2;
+    }
+    kp->local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, pass, d, kp->br, kp->bc, kp->stages);
+}
+
+static int point(fa_context ctx, fa_dtype dt, fa_pass pass, int dim, int n, int causal, const tile *tiles, int ntiles,
+                 int repeats) {
     fa_attention_desc d;
     fa_attention_desc_init(&d);
     d.batch = 16384 / n > 0 ? 16384 / n : 1;
@@ -69,15 +111,17 @@ static int point(fa_context ctx, fa_dtype dt, int dim, int n, int causal, const 
     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = dt;
     if (dt == FA_DTYPE_FP8_E4M3) d.o.dtype = FA_DTYPE_BF16;
     const int64_t elems = (int64_t)d.batch * n * d.heads_q * dim;
-    fa_buffer t[5] = {NULL, NULL, NULL, NULL, NULL};
+    /* q, k, v, o, lse, then dO, dQ, dK, dV */
+    fa_buffer t[9] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     fa_rng rng;
     fa_rng_seed(&rng, 7);
     int rc = 1;
-    for (int i = 0; i < 5; i++) {
+    const int nbuf = pass == FA_PASS_FORWARD ? 5 : 9;
+    for (int i = 0; i < nbuf; i++) {
         const size_t bytes = i == 4 ? (size_t)d.batch * d.heads_q * n * 4
                                     : (size_t)elems * fa_dtype_size(i == 3 ? d.o.dtype : dt);
         if (fa_buffer_alloc(ctx, bytes, &t[i]) != FA_SUCCESS) goto done;
-        if (i < 3) {
+        if (i < 3 || i == 5) {
             void *h = fa_test_random_tensor(&rng, dt, elems);
             const fa_status st = h ? fa_buffer_upload(t[i], 0, h, bytes) : FA_ERR_OUT_OF_MEMORY;
             free(h);
@@ -86,33 +130,27 @@ static int point(fa_context ctx, fa_dtype dt, int dim, int n, int causal, const 
     }
     fa_plan p = NULL;
     if (fa_plan_create(ctx, &d, &p) != FA_SUCCESS) goto done;
-    const double flops = fa_attention_flops(&d, FA_PASS_FORWARD);
-    const fa_kernel_plan keep = p->info.forward;
-    const double planned = time_forward(p, t, repeats);
-    printf("%s d%-3d N%-6d causal %d  planned %s %dx%d/%d: %6.1f TF/s |", fa_dtype_name(dt), dim,
-           n, causal, fa_variant_name(keep.variant), keep.br, keep.bc, keep.stages,
+    const double flops = fa_attention_flops(&d, pass);
+    fa_kernel_plan *const kp = pass == FA_PASS_FORWARD ? &p->info.forward : &p->info.backward;
+    const fa_kernel_plan keep = *kp;
+    double (*const timed)(fa_plan, fa_buffer *, int) = pass == FA_PASS_FORWARD ? time_forward : time_backward;
+    const double planned = timed(p, t, repeats);
+    printf("%s %s d%-3d N%-6d causal %d  planned %s %dx%d/%d: %6.1f TF/s |", pass == FA_PASS_FORWARD ? "fwd" : "bwd",
+           fa_dtype_name(dt), dim, n, causal, fa_variant_name(keep.variant), keep.br, keep.bc, keep.stages,
            planned > 0 ? flops / planned * 1e-9 : 0.0);
     for (int i = 0; i < ntiles; i++) {
-        fa_kernel_plan *kp = &p->info.forward;
-        kp->variant = FA_VARIANT_WGMMA_TMA;
-        kp->br = tiles[i].br;
-        kp->bc = tiles[i].bc;
-        kp->stages = tiles[i].stages;
-        kp->work_group_size = 128 * (tiles[i].br / 64 + 1);
-        kp->thread_rows = 2;
-        kp->thread_cols = tiles[i].bc / 4;
-        kp->local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, &d, kp->br, kp->bc, kp->stages);
+        force(p, &d, pass, &tiles[i]);
         fa_cuda_plan_release(ctx->impl, p->impl);
         p->impl = NULL;
         if (fa_cuda_plan_prepare(ctx->impl, p, &p->impl) != FA_SUCCESS) {
             printf(" %dx%d/%d refused |", tiles[i].br, tiles[i].bc, tiles[i].stages);
             fprintf(stderr, "%dx%d/%d: %s\n", tiles[i].br, tiles[i].bc, tiles[i].stages, fa_last_error());
         } else {
-            const double ms = time_forward(p, t, repeats);
+            const double ms = timed(p, t, repeats);
             printf(" %dx%d/%d %6.1f |", tiles[i].br, tiles[i].bc, tiles[i].stages, ms > 0 ? flops / ms * 1e-9 : 0.0);
         }
         fflush(stdout);
-        p->info.forward = keep;
+        *kp = keep;
         fa_cuda_plan_release(ctx->impl, p->impl);
         p->impl = NULL;
         if (fa_cuda_plan_prepare(ctx->impl, p, &p->impl) != FA_SUCCESS) break;
@@ -122,7 +160,7 @@ static int point(fa_context ctx, fa_dtype dt, int dim, int n, int causal, const 
     rc = 0;
 done:
     if (rc) fprintf(stderr, "d%d N%d: %s\n", dim, n, fa_last_error());
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 9; i++)
         if (t[i]) fa_buffer_free(t[i]);
     return rc;
 }
@@ -132,7 +170,8 @@ int main(int argc, char **argv) {
     fa_dtype dt = FA_DTYPE_F16;
     int dims[MAX_LIST] = {64, 128}, ndims = 2, seqlens[MAX_LIST] = {2048, 8192, 16384}, nseq = 3;
     int causals[MAX_LIST] = {0, 1}, ncausal = 2, repeats = 10;
-    const char *tiles_arg = "128x128/2,128x128/3,192x128/2,128x64/3,64x128/2";
+    const char *tiles_arg = NULL;
+    fa_pass pass = FA_PASS_FORWARD;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--dtype") == 0)
             dt = strcmp(argv[i + 1], "bf16") == 0  ? FA_DTYPE_BF16
@@ -143,6 +182,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--causal") == 0) ncausal = parse_list(argv[i + 1], causals);
         else if (strcmp(argv[i], "--repeats") == 0) repeats = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--tiles") == 0) tiles_arg = argv[i + 1];
+        else if (strcmp(argv[i], "--pass") == 0) pass = strcmp(argv[i + 1], "bwd") == 0 ? FA_PASS_BACKWARD : FA_PASS_FORWARD;
         else {
             fprintf(stderr, "fa-tma-tiles: unknown option %s (see the comment at the top of bench/fa-tma-tiles.c)\n",
                     argv[i]);
@@ -150,6 +190,8 @@ int main(int argc, char **argv) {
         }
     }
     if (repeats < 1) repeats = 1;
+    if (!tiles_arg)
+        tiles_arg = pass == FA_PASS_FORWARD ? "128x128/2,128x128/3,192x128/2,128x64/3,64x128/2" : "64x128/2,128x128/2,64x64/2";
 #ifdef FA_WITH_CUDA
     tile tiles[MAX_LIST];
     int ntiles = 0;
@@ -170,7 +212,7 @@ int main(int argc, char **argv) {
     for (int a = 0; a < ndims; a++)
         for (int c = 0; c < ncausal; c++)
             for (int s = 0; s < nseq; s++)
-                rc |= point(ctx, dt, dims[a], seqlens[s], causals[c], tiles, ntiles, repeats);
+                rc |= point(ctx, dt, pass, dims[a], seqlens[s], causals[c], tiles, ntiles, repeats);
     fa_context_destroy(ctx);
     return rc;
 #else
@@ -182,6 +224,7 @@ int main(int argc, char **argv) {
     (void)causals;
     (void)ncausal;
     (void)tiles_arg;
+    (void)pass;
     fprintf(stderr, "fa-tma-tiles: this build has no CUDA backend\n");
     return 1;
 #endif

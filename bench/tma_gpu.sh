@@ -14,6 +14,10 @@
 #            smoke run, the suite's backward cases, and its TFLOP/s beside
 #            the warpgroup backward and SDPA's cuDNN and FlashAttention-2
 #   sanitize compute-sanitizer memcheck and racecheck on small shapes
+#   bwdtiles bench/fa-tma-tiles --pass bwd: the TMA backward's forced tiles
+#            (TMA_BWD_TILES, default 64x128/2,128x128/2,64x64/2) beside
+#            the planned one (FLASHATTN_PLAN_TMA_BWD=1), TMA_DIMS and
+#            TMA_DTYPES
 #   tiles    bench/fa-tma-tiles: forced tile shapes beside the planned one,
 #            with the planned product schedule and with TMA_SCHEDULES'
 #   bench    the forward's TFLOP/s as planned, with each product schedule
@@ -158,6 +162,15 @@ if want sanitize && command -v compute-sanitizer > /dev/null; then
     timeout 300 compute-sanitizer --tool "$tool" build-gpu/fa-run --backend cuda --repeats 1 --dtype fp16 \
       --dim 128 --batch 1 --heads 2 --seqlen 300 --causal > "$out/sanitize-$tool.txt" 2>&1
     echo "  rc $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize-$tool.txt" | head -2)"
+  done
+fi
+
+if want bwdtiles; then
+  dims_csv=$(IFS=,; echo "${dims[*]}")
+  for dt in "${dtypes[@]}"; do
+    stamp "backward tiles $dt"
+    FLASHATTN_PLAN_TMA_BWD=1 timeout 300 build-gpu/fa-tma-tiles --pass bwd --dtype "$dt" --dims "$dims_csv" \
+      --seqlens "$seqlens" ${TMA_BWD_TILES:+--tiles "$TMA_BWD_TILES"} 2>> "$out/bwdtiles.err" | tee -a "$out/bwdtiles.txt"
   done
 fi
 

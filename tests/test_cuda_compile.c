@@ -1150,6 +1150,45 @@ FA_TEST(h100_sm90_tma_backward_variants) {
 #endif
 }
 
+/* Tiles of the TMA backward that bench/fa-tma-tiles --pass bwd forces
+ * beside the planned ones: 128 queries a step at head_dim 64 (the S^T and
+ * dP^T accumulators twice as wide), plain and causal, without spills
+ * (windows, block masks and score options spilled 56-132 bytes there,
+ * NVRTC 13.0: not a tile to plan with them). */
+FA_TEST(h100_sm90_tma_backward_forced) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    setenv("FLASHATTN_PLAN_TMA_BWD", "1", 1);
+    for (int k = 0; k < 2; k++) {
+        fa_attention_desc d = tma_problem(k == 0 ? 1 : 3, 4096);
+        fa_plan_info info;
+        fa_status st = fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info);
+        CHECK_MSG(st == FA_SUCCESS && info.backward.variant == FA_VARIANT_WGMMA_TMA, "case %d: %s", k,
+                  st ? fa_last_error() : fa_variant_name(info.backward.variant));
+        if (st != FA_SUCCESS || info.backward.variant != FA_VARIANT_WGMMA_TMA) continue;
+        fa_kernel_plan *kp = &info.backward;
+        kp->br = 128;
+        kp->thread_rows = 32;
+        kp->local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, &d, kp->br, kp->bc, kp->stages);
+        fa_cuda_kernel_report rep[MAX_REPORTS];
+        int n = 0;
+        st = fa_cuda_compile_plan(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
+        CHECK_MSG(st == FA_SUCCESS, "case %d: %s", k, st ? fa_last_error() : "");
+        for (int i = 0; st == FA_SUCCESS && i < n; i++) {
+            const fa_cuda_kernel_report *r = &rep[i];
+            if (strcmp(r->kernel, "fa_bwd_dkdv_mma") != 0) continue;
+            printf("%-8s d%-4d %s: %d threads %3d registers %d/%d bytes spilled\n", r->arch, d.head_dim,
+                   r->options + 0, r->threads, r->registers, r->spill_stores, r->spill_loads);
+            CHECK_MSG(has_define(r->options, "BR=128") && r->spill_stores == 0 && r->spill_loads == 0 &&
+                          r->stack_bytes == 0,
+                      "case %d: %s, %d bytes spilled", k, r->options, r->spill_stores);
+        }
+    }
+    unsetenv("FLASHATTN_PLAN_TMA_BWD");
+#endif
+}
+
 /* The warp-specialised forward (fwd_tma.cu) as the planner emits it on an
  * H100, with every option it takes and each product schedule
  * (FLASHATTN_TMA_SCHEDULE; the planner's are overlap at head_dim 128 and
@@ -1371,7 +1410,7 @@ FA_TEST(fp8_refusals) {
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
              FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
-             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants),
+             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_forced),
              FA_CASE(h100_sm90_fp8_variants), FA_CASE(fp8_refusals),
              FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),

@@ -25,6 +25,10 @@
 #            warpgroup kernel it replaces (FLASHATTN_PLAN_TMA=0), beside
 #            PyTorch SDPA's cuDNN and FlashAttention-2 backends in the
 #            same run
+# Head dims between whole 64-column blocks in TMA_DIMS (96, 160, 224) time
+# mma.sync as planned beside the padded warp-specialised forward
+# (FLASHATTN_PLAN_TMA_PAD=1), and its test step runs
+# cuda_attention.tma_padded_head_dims.
 # Outputs in $OUT (default ./gpu-out). Environment: TMA_STEPS (default
 # "smoke tests bench"), TMA_DIMS (64 128), TMA_SEQLENS (2048,8192,16384),
 # TMA_SCHEDULES (none), TMA_DTYPES (fp16), TMA_TILES (fa-tma-tiles'
@@ -194,6 +198,13 @@ if want bench; then
     for dim in "${dims[@]}"; do
       for causal in 0 1; do
         stamp "bench $dt d$dim causal $causal"
+        if [ $((dim % 64)) != 0 ]; then
+          # Between whole blocks: mma.sync as planned, and the padded
+          # warp-specialised forward (FLASHATTN_PLAN_TMA_PAD=1).
+          sweep planned "$dt" "$dim" "$causal"
+          FLASHATTN_PLAN_TMA_PAD=1 sweep padded "$dt" "$dim" "$causal"
+          continue
+        fi
         FLASHATTN_PLAN_TMA=0 sweep wgmma "$dt" "$dim" "$causal"
         sweep planned "$dt" "$dim" "$causal"
         for sched in "${schedules[@]}"; do FLASHATTN_TMA_SCHEDULE=$sched sweep "tma-$sched" "$dt" "$dim" "$causal"; done

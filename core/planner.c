@@ -216,6 +216,8 @@ size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes) {
     return rows * (width_bytes + 16);
 }
 
+int fa_tma_head_dim(const fa_attention_desc *desc) { return desc ? (desc->head_dim + 63) / 64 * 64 : 0; }
+
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br, int bc,
                          int stages) {
     if (!desc || br <= 0 || bc <= 0 || desc->head_dim <= 0) return 0;
@@ -257,7 +259,10 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
             return r * line + st * (2 * c * line + d * vt_line) + r * d * fa_dtype_size(desc->o.dtype) +
                    8 * (1 + 6 * st);
         }
-        if (pass == FA_PASS_FORWARD) return e * d * (r + st * 2 * c) + 8 * (1 + 4 * st);
+        if (pass == FA_PASS_FORWARD) {
+            const size_t dp = (size_t)fa_tma_head_dim(desc);
+            return e * dp * (r + st * 2 * c) + 8 * (1 + 4 * st);
+        }
         /* bwd_mma.cu built with TMA: WGMMA's tiles with two dS^T, then a
          * full and an empty barrier per stage, one for K and V, four for
          * dQ's rows; with two consumer warpgroups above head_dim 64, the
@@ -1086,12 +1091,37 @@ static int tma_tile_plan(const fa_device_desc *dev, const fa_attention_desc *des
     return 1;
 }
 
-/* Turns a forward warpgroup plan into the warp-specialised one where that
- * applies and fits. */
+/* Head dims between whole 64-column blocks the warp-specialised forward
+ * runs padded (fa_tma_head_dim), where asked for (FLASHATTN_PLAN_TMA_PAD=1,
+ * until timed against mma.sync): 96, 160 and 224, a quarter or less of
+ * the padded products wasted. */
+static int tma_pad_applies(const fa_attention_desc *desc) {
+    const char *env = getenv("FLASHATTN_PLAN_TMA_PAD");
+    return env && strcmp(env, "1") == 0 && desc->head_dim % 64 != 0 && desc->head_dim % 32 == 0 &&
+           desc->head_dim > 64 && desc->head_dim < 256 && !fa_desc_is_fp8(desc);
+}
+
+/* Turns a forward warpgroup plan (or, at a padded head dim, a tensor-core
+ * one) into the warp-specialised one where that applies and fits. A padded
+ * plan's tiles, local memory and compute time are those of the padded
+ * problem, its bytes those of the problem (the copies fetch no padding). */
 static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
-    if (out->variant != FA_VARIANT_WGMMA || !tma_forward_applies(dev, desc)) return;
     fa_kernel_plan kp = *out;
-    if (tma_tile_plan(dev, desc, tma_rows(desc), tma_keys(desc), &kp)) *out = kp;
+    if (out->variant == FA_VARIANT_WGMMA && tma_forward_applies(dev, desc)) {
+        if (tma_tile_plan(dev, desc, tma_rows(desc), tma_keys(desc), &kp)) *out = kp;
+        return;
+    }
+    if (out->variant != FA_VARIANT_MMA || !tma_pad_applies(desc)) return;
+    fa_attention_desc padded = *desc;
+    padded.head_dim = fa_tma_head_dim(desc);
+    if (!tma_forward_applies(dev, &padded) || !tma_tile_plan(dev, &padded, tma_rows(&padded), tma_keys(&padded), &kp))
+        return;
+    const fa_tile_visits visits = fa_io_tile_visits(desc, kp.br, kp.bc);
+    fa_cost cost = fa_io_fused_visits(dev, desc, FA_PASS_FORWARD, &kp, &visits);
+    cost.compute_ms = kp.cost.compute_ms;
+    cost.roofline_ms = cost.compute_ms > cost.memory_ms ? cost.compute_ms : cost.memory_ms;
+    kp.cost = cost;
+    *out = kp;
 }
 
 /* FP8 (e4m3) inputs: fwd_tma.cu built with FP8, the one kernel that takes

@@ -43,6 +43,14 @@ int fa_mma_bwd_dk_split(const fa_attention_desc *desc);
  * work-group limits, whole SIMD groups and the register budget. */
 int fa_plan_simt_layout_ok(const fa_device_desc *dev, const fa_attention_desc *desc, int br, int bc, int tr, int tc);
 
+/* The head dimensions the warp-specialised forward (kernels_cuda/fwd_tma.cu,
+ * 16-bit inputs) is built for: head_dim rounded up to whole 64-column
+ * blocks. Where they differ, its tensor maps fill the columns past head_dim
+ * with zeros on loads and leave them out of O's store, so the kernel built
+ * for the rounded size computes the problem exactly; the planner, the CUDA
+ * backend and fa_plan_local_mem agree on it. */
+int fa_tma_head_dim(const fa_attention_desc *desc);
+
 /* Local memory (bytes) one work-group of the given variant needs for a tile
  * shape. Kernels declare exactly this much; tests hold them to it. */
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br,

@@ -688,6 +688,14 @@ static void run_tiles(const char *name, const fa_attention_desc *desc, const til
  * without score options, and without dropout beside windows or block
  * masks). */
 static fa_variant tensor_core_forward(const fa_attention_desc *d) {
+    /* Head dims between whole blocks, padded where asked for. */
+    const char *pad = getenv("FLASHATTN_PLAN_TMA_PAD");
+    if (device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && pad && strcmp(pad, "1") == 0 && d->head_dim % 32 == 0 &&
+        d->head_dim % 64 != 0 && d->head_dim > 64 && !d->cu_seqlens_q &&
+        (d->head_dim < 192 || (!fa_desc_option_in_use(d) && !(d->dropout_p > 0.0f && (d->window_left >= 0 ||
+                                                                                      d->window_right >= 0 ||
+                                                                                      d->block_mask)))))
+        return FA_VARIANT_WGMMA_TMA;
     if (device_cc() != 90 || d->q.dtype == FA_DTYPE_F32 || d->head_dim % 64 != 0) return FA_VARIANT_MMA;
     const int bounds = d->window_left >= 0 || d->window_right >= 0 || d->block_mask;
     const int regs = d->head_dim < 256 || (!fa_desc_option_in_use(d) && !(d->dropout_p > 0.0f && bounds));
@@ -1237,6 +1245,39 @@ FA_TEST(tma_backward_shapes) {
             run_tiles(name, &d, NULL, &bt, 1);
         }
     }
+}
+
+/* Head dims between whole 64-column blocks on the warp-specialised forward
+ * built for the next block (FLASHATTN_PLAN_TMA_PAD=1): 96, 160 and 224
+ * against the fp64 reference, the backward as planned beside it, with
+ * partial tiles, GQA, causal masks, windows, dropout and softcap. Rows
+ * are packed (head_dim apart), so a store past head_dim would land in the
+ * next row's O and fail the comparison. */
+FA_TEST(tma_padded_head_dims) {
+    REQUIRE_WGMMA();
+    setenv("FLASHATTN_PLAN_TMA_PAD", "1", 1);
+    static const int dims[] = {96, 160, 224};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
+        for (int k = 0; k < 4; k++) {
+            fa_attention_desc d = mma_desc(k % 2, 2, 333 + 50 * k, 301 + 97 * k, 4, k == 1 ? 2 : 4, dims[i]);
+            d.causal = k == 1 || k == 3;
+            if (k == 2) {
+                d.window_left = 70;
+                d.window_right = 20;
+                d.dropout_p = dims[i] < 192 ? 0.2f : 0.0f;
+                d.dropout_seed = 21 + i;
+            }
+            if (k == 3 && dims[i] < 192) d.softcap = 20.0f;
+            char name[96];
+            snprintf(name, sizeof name, "padded d%d%s%s%s%s%s", dims[i], k % 2 ? " bf16" : " fp16",
+                     d.causal ? " causal" : "", d.window_left >= 0 ? " window" : "",
+                     d.dropout_p > 0.0f ? " dropout" : "", d.softcap > 0.0f ? " softcap" : "");
+            run_result res;
+            run_full(name, &d, NULL, NULL, 1, &res);
+            CHECK_MSG(res.info.forward.variant == FA_VARIANT_WGMMA_TMA, "%s: forward %s", name,
+                      fa_variant_name(res.info.forward.variant));
+        }
+    unsetenv("FLASHATTN_PLAN_TMA_PAD");
 }
 
 /* The warp-specialised forward (fwd_tma.cu) in every shape it takes: one,
@@ -2136,7 +2177,7 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
              FA_CASE(mma_wide_heads_d96), FA_CASE(mma_wide_heads_d192), FA_CASE(mma_wide_heads_d256),
-             FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes), FA_CASE(tma_shapes), FA_CASE(tma_backward_shapes),
+             FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes), FA_CASE(tma_shapes), FA_CASE(tma_backward_shapes), FA_CASE(tma_padded_head_dims),
              FA_CASE(fp8_forward), FA_CASE(fp8_refusals),
              FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles), FA_CASE(score_options_simt),
              FA_CASE(score_options_mma), FA_CASE(score_options_wgmma), FA_CASE(score_options_wide_heads),

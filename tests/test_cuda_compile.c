@@ -1189,6 +1189,52 @@ FA_TEST(h100_sm90_tma_backward_forced) {
 #endif
 }
 
+/* Head dims between whole 64-column blocks on the warp-specialised forward
+ * built for the next block (FLASHATTN_PLAN_TMA_PAD=1): 96, 160 and 224 as
+ * the planner emits them, plain, causal with GQA, a window and block mask
+ * with dropout, softcap with a bias; sm_90a code of the padded head_dim,
+ * no spills. Where the padded build has no room for the options (224 pads
+ * to 256), the plan stays on mma.sync. */
+FA_TEST(h100_sm90_tma_padded_variants) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    setenv("FLASHATTN_PLAN_TMA_PAD", "1", 1);
+    static const int padded_dims[] = {96, 160, 224};
+    for (int k = 0; k < 12; k++) {
+        const int opts = k % 4, dim = padded_dims[k / 4];
+        fa_attention_desc d = tma_problem(2 * opts, 2048);
+        d.head_dim = dim;
+        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = (k / 4 + opts) % 2 ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+        if (opts == 2) d.dropout_p = 0.1f;
+        fa_plan_info info;
+        fa_status st = fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info);
+        CHECK_MSG(st == FA_SUCCESS, "case %d: %s", k, st ? fa_last_error() : "");
+        if (st != FA_SUCCESS) continue;
+        if (info.forward.variant != FA_VARIANT_WGMMA_TMA) {
+            printf("case %d: d%d options %d: forward %s\n", k, dim, opts, fa_variant_name(info.forward.variant));
+            CHECK_MSG(dim == 224 && opts >= 2, "case %d: d%d options %d planned %s", k, dim, opts,
+                      fa_variant_name(info.forward.variant));
+            continue;
+        }
+        fa_cuda_kernel_report rep[MAX_REPORTS];
+        int n = 0;
+        st = fa_cuda_compile_forward(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
+        CHECK_MSG(st == FA_SUCCESS && n == 1, "case %d: %s", k, st ? fa_last_error() : "kernels");
+        if (st != FA_SUCCESS || n != 1) continue;
+        const fa_cuda_kernel_report *r = &rep[0];
+        printf("%-8s d%-4d %s: %d threads %3d registers %d/%d bytes spilled\n", r->arch, dim, r->options + 0,
+               r->threads, r->registers, r->spill_stores, r->spill_loads);
+        char want[32];
+        snprintf(want, sizeof want, "HEAD_DIM=%d", fa_tma_head_dim(&d));
+        CHECK_MSG(strcmp(r->kernel, "fa_fwd_tma") == 0 && strstr(r->options, want) && r->spill_stores == 0 &&
+                      r->spill_loads == 0 && r->stack_bytes == 0,
+                  "case %d: %s, %d bytes spilled", k, r->options, r->spill_stores);
+    }
+    unsetenv("FLASHATTN_PLAN_TMA_PAD");
+#endif
+}
+
 /* The warp-specialised forward (fwd_tma.cu) as the planner emits it on an
  * H100, with every option it takes and each product schedule
  * (FLASHATTN_TMA_SCHEDULE; the planner's are overlap at head_dim 128 and
@@ -1410,7 +1456,7 @@ FA_TEST(fp8_refusals) {
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
              FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
-             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_forced),
+             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_forced), FA_CASE(h100_sm90_tma_padded_variants),
              FA_CASE(h100_sm90_fp8_variants), FA_CASE(fp8_refusals),
              FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),

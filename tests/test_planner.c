@@ -87,10 +87,12 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
          * strip and thread) per 64 rows, three at head_dim 64 (two with
          * dropout) and two above, 128-key tiles (64 above head_dim 128),
          * fixed-length sequences. */
-        const int rows = dim == 64 && d->dropout_p == 0.0f ? 192 : 128, keys = dim <= 128 ? 128 : 64;
+        /* Head dims between whole blocks run padded (FLASHATTN_PLAN_TMA_PAD=1). */
+        const int pdim = fa_tma_head_dim(d);
+        const int rows = pdim == 64 && d->dropout_p == 0.0f ? 192 : 128, keys = pdim <= 128 ? 128 : 64;
         CHECK_MSG(pass == FA_PASS_FORWARD && k->br == rows && k->bc == keys && k->thread_rows == 2 &&
                       k->thread_cols == keys / 4 && k->work_group_size == 128 * (rows / 64 + 1) && k->stages >= 2 &&
-                      dim % 64 == 0 && dim <= 256 &&
+                      (dim % 64 == 0 || getenv("FLASHATTN_PLAN_TMA_PAD")) && pdim <= 256 &&
                       (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) && !d->cu_seqlens_q && strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma_tma %d x %d/%d, micro-tile %d x %d, %d stages", what, k->br, k->bc, k->work_group_size,
                   k->thread_rows, k->thread_cols, k->stages);
@@ -518,6 +520,49 @@ FA_TEST(tma_backward_opt_in) {
     CHECK_OK(fa_plan_for_device(device("h100"), &v, &on));
     CHECK(on.backward.variant == FA_VARIANT_WGMMA);
     unsetenv("FLASHATTN_PLAN_TMA_BWD");
+}
+
+/* Head dims between whole 64-column blocks on the warp-specialised forward
+ * built for the next block, where asked for: its tiles, its local memory
+ * and compute time those of the padded problem, its bytes those of the
+ * problem; without the variable, mma.sync as before. */
+FA_TEST(tma_padded_head_dims) {
+    static const int dims[][3] = {{96, 128, 128}, {160, 192, 64}, {224, 256, 64}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fa_attention_desc d = shape(2, 4096, 4096, 16, 16, dims[i][0], FA_DTYPE_BF16);
+        fa_attention_desc padded = d;
+        padded.head_dim = dims[i][1];
+        CHECK(fa_tma_head_dim(&d) == dims[i][1] && fa_tma_head_dim(&padded) == dims[i][1]);
+        fa_plan_info off, on, ref;
+        unsetenv("FLASHATTN_PLAN_TMA_PAD");
+        CHECK_OK(fa_plan_for_device(device("h100"), &d, &off));
+        CHECK_OK(fa_plan_for_device(device("h100"), &padded, &ref));
+        setenv("FLASHATTN_PLAN_TMA_PAD", "1", 1);
+        CHECK_OK(fa_plan_for_device(device("h100"), &d, &on));
+        unsetenv("FLASHATTN_PLAN_TMA_PAD");
+        CHECK(off.forward.variant == FA_VARIANT_MMA && on.forward.variant == FA_VARIANT_WGMMA_TMA);
+        CHECK(on.forward.br == ref.forward.br && on.forward.bc == dims[i][2] && on.forward.bc == ref.forward.bc &&
+              on.forward.stages == ref.forward.stages && on.forward.local_mem_bytes == ref.forward.local_mem_bytes);
+        CHECK(on.forward.local_mem_bytes == fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, &d,
+                                                              on.forward.br, on.forward.bc, on.forward.stages));
+        const fa_cost mine = fa_io_fused(device("h100"), &d, FA_PASS_FORWARD, &on.forward);
+        CHECK(on.forward.cost.hbm_read_bytes == mine.hbm_read_bytes &&
+              on.forward.cost.hbm_write_bytes == mine.hbm_write_bytes);
+        CHECK_NEAR(on.forward.cost.compute_ms, ref.forward.cost.compute_ms, 0.0);
+        /* The backward is not padded. */
+        CHECK(on.backward.variant == off.backward.variant);
+    }
+    /* Not 64 itself, nor fp32, nor head dims off the 32-column grid. */
+    setenv("FLASHATTN_PLAN_TMA_PAD", "1", 1);
+    fa_attention_desc d = shape(2, 4096, 4096, 16, 16, 80, FA_DTYPE_BF16);
+    fa_plan_info p;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_MMA);
+    d.head_dim = 96;
+    d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F32;
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant != FA_VARIANT_WGMMA_TMA);
+    unsetenv("FLASHATTN_PLAN_TMA_PAD");
 }
 
 FA_TEST(variants_by_backend) {
@@ -1320,7 +1365,7 @@ FA_TEST(nvidia_opencl_backward_v_in_registers) {
 
 FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan),
              FA_CASE(local_memory_gives_different_tiles), FA_CASE(more_local_memory_never_more_bytes),
-             FA_CASE(decoding_splits_keys), FA_CASE(decoding_packs_gqa_groups), FA_CASE(variants_by_backend), FA_CASE(tma_backward_opt_in), FA_CASE(invalid_devices_rejected),
+             FA_CASE(decoding_splits_keys), FA_CASE(decoding_packs_gqa_groups), FA_CASE(variants_by_backend), FA_CASE(tma_backward_opt_in), FA_CASE(tma_padded_head_dims), FA_CASE(invalid_devices_rejected),
              FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan),
              FA_CASE(described_devices_table), FA_CASE(wide_heads_share_key_strips),
              FA_CASE(nvidia_opencl_forward_four_sub_groups), FA_CASE(nvidia_opencl_backward_v_in_registers),

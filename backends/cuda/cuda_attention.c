@@ -457,15 +457,23 @@ static fa_status tma_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, 
     const int cwg = kp->br / 64;
     /* fp8: also 192 keys (wgmma_ops.cuh has the S product, V^T takes two lines). */
     const int keys_ok = kp->bc == 64 || kp->bc == 128 || (kp->bc == 192 && fa_desc_is_fp8(d));
+    /* 16-bit head dims between whole 64-column blocks run the kernel built
+     * for the next block (fa_tma_head_dim): the tensor maps, of the real
+     * head_dim, fill the rest with zeros and store none of it. */
+    const int padded = fa_desc_is_fp8(d) ? d->head_dim : fa_tma_head_dim(d);
     if (kp->br % 64 || cwg < 1 || cwg > 3 || kp->work_group_size != 128 * (cwg + 1) || !keys_ok ||
-        (d->head_dim % 64 != 0 || d->head_dim > 256) || kp->stages < 2 || kp->stages > 4)
+        d->head_dim % 8 != 0 || padded % 64 != 0 || padded > 256 || kp->stages < 2 || kp->stages > 4)
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "forward plan: tile %d x %d, %d threads, %d stages at head_dim %d is not a shape of the "
                        "warp-specialised kernel (64, 128 or 192 query rows with 128 threads more than 2 a row; 64 "
-                       "or 128 keys, 192 with fp8 inputs; 2 to 4 stages; head_dim 64, 128, 192 or 256)",
+                       "or 128 keys, 192 with fp8 inputs; 2 to 4 stages; head_dim a multiple of 8 up to 256, 64, "
+                       "128, 192 or 256 with fp8 inputs)",
                        kp->br, kp->bc, kp->work_group_size, kp->stages, d->head_dim);
+    fa_attention_desc pd = *d;
+    pd.head_dim = padded;
+    if (padded != d->head_dim) common_defines(&pd, s->defines, sizeof s->defines);
     const char *schedule = "";
-    FA_CHECK(tma_schedule(d, &schedule));
+    FA_CHECK(tma_schedule(&pd, &schedule));
     if (cwg != 2 && strstr(schedule, "PINGPONG")) schedule = strstr(schedule, "OVERLAP") ? " -DOVERLAP" : "";
     s->file = "kernels_cuda/fwd_tma.cu";
     s->short_name = "fwd_tma";

@@ -520,27 +520,28 @@ fa_cost fa_io_fused(const fa_device_desc *dev, const fa_attention_desc *desc, fa
     return fa_io_fused_visits(dev, desc, pass, plan, &v);
 }
 
-/* Special-function units (the softmax's exp2): one result per clock for
- * every eight FP32 lanes, NVIDIA's sm_80 and sm_90 ratio (16 a
- * multiprocessor beside 128 lanes), taken for every vendor. Next to the
- * matrix units they are slow: on an H100 a head_dim-128 forward spends
- * half as long on its exponentials as on its products (FlashAttention-3's
- * observation), a head_dim-64 one as long. */
-#define FA_FP32_LANES_PER_EXP 8.0
+/* Special-function units (the softmax's exp2): 16 results a clock and
+ * compute unit, NVIDIA's rate from sm_80 to sm_90 (four per SM
+ * sub-partition) and AMD CDNA's (64 lanes at a quarter rate), taken for
+ * every device. Next to the matrix units they are slow: on an H100 a
+ * head_dim-128 forward spends half as long on its exponentials as on its
+ * products (FlashAttention-3's observation), a head_dim-64 one as long. */
+#define FA_EXP_PER_CLOCK_CU 16.0
 
 static double exp_rate(const fa_device_desc *dev) {
-    return (double)dev->compute_units * (double)dev->clock_mhz * 1e6 * dev->fp32_flops_per_clock_cu / 2.0 /
-           FA_FP32_LANES_PER_EXP;
+    return (double)dev->compute_units * (double)dev->clock_mhz * 1e6 * FA_EXP_PER_CLOCK_CU;
 }
 
 /* How a kernel's pipeline sets its products beside its exponentials. The
- * warp-specialised kernels (FA_VARIANT_WGMMA_TMA) keep two or more consumer
- * groups whose softmax runs while another group's products (or, within a
- * group, the next tile's) occupy the matrix units, so the longer of the two
- * counts; every other kernel computes a tile's scores, then their
- * exponentials, then the next products in the same warps, so both count. */
+ * warp-specialised kernels (FA_VARIANT_WGMMA_TMA) with two or more
+ * consumer warpgroups run one group's softmax while another's products
+ * (or, within a group, the next tile's) occupy the matrix units, so the
+ * longer of the two counts; every other kernel computes a tile's scores,
+ * then their exponentials, then the next products in the same warps, so
+ * both count. */
 static double pipeline_time(const fa_kernel_plan *plan, double products_ms, double exps_ms) {
-    if (plan->variant == FA_VARIANT_WGMMA_TMA) return products_ms > exps_ms ? products_ms : exps_ms;
+    if (plan->variant == FA_VARIANT_WGMMA_TMA && plan->work_group_size >= 384)
+        return products_ms > exps_ms ? products_ms : exps_ms;
     return products_ms + exps_ms;
 }
 
@@ -669,11 +670,12 @@ fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *d
         groups = plan->num_work_groups > 0 ? (double)plan->num_work_groups : backward_groups(desc, plan->bc);
         if (recompute_dq) {
             double dq_groups = (double)desc->batch * hq * (double)ceil_div(desc->seqlen_q, plan->br);
-            c.compute_ms =
-                pipeline_time(plan, wave_time_ms(8.0 * cells, peak_kv, groups, dev->compute_units),
-                              exps ? wave_time_ms(exp_cells, sfu, groups, dev->compute_units) : 0.0) +
-                pipeline_time(plan, wave_time_ms(6.0 * cells, peak_q, dq_groups, dev->compute_units),
-                              exps ? wave_time_ms(exp_cells, sfu, dq_groups, dev->compute_units) : 0.0);
+            /* The dQ kernel is never warp-specialised: its exponentials
+             * follow its products. */
+            c.compute_ms = pipeline_time(plan, wave_time_ms(8.0 * cells, peak_kv, groups, dev->compute_units),
+                                         exps ? wave_time_ms(exp_cells, sfu, groups, dev->compute_units) : 0.0) +
+                           wave_time_ms(6.0 * cells, peak_q, dq_groups, dev->compute_units) +
+                           (exps ? wave_time_ms(exp_cells, sfu, dq_groups, dev->compute_units) : 0.0);
         } else {
             c.compute_ms = pipeline_time(plan, wave_time_ms(10.0 * cells, peak_kv, groups, dev->compute_units),
                                          exps ? wave_time_ms(exp_cells, sfu, groups, dev->compute_units) : 0.0);

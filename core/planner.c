@@ -1164,6 +1164,8 @@ static void tma_backward_plan(const fa_device_desc *dev, const fa_attention_desc
     out->variant = FA_VARIANT_WGMMA_TMA;
     out->work_group_size += 128;
     out->local_mem_bytes = lm;
+    /* The same bytes; the consumer warpgroups' exponentials overlap. */
+    out->cost = fa_io_fused(dev, desc, FA_PASS_BACKWARD, out);
 }
 
 static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,

@@ -133,20 +133,26 @@
 #if WARPS == 8 && !defined(BWD_DQ_SHARED)
 #define BWD_DQ_ALT
 /* Above head_dim 64 the warpgroup in turn leaves its dQ tile in shared
- * memory and the producer's second warp adds it to the accumulator by bulk
- * reductions, a row at a time (the consumers issue no atomics). The rows
- * are padded by 8 floats: the fragments' 8-byte stores then fill whole
- * wavefronts. BWD_DQ_RED keeps the atomics (the tile stays allocated:
- * fa_plan_local_mem counts it for every such plan). */
+ * memory and each of its warps adds its 16 rows to the accumulator by bulk
+ * reductions, a row a lane (no per-element atomics). The rows are padded
+ * by 8 floats: the fragments' 8-byte stores then fill whole wavefronts.
+ * BWD_DQ_RED keeps the atomics (the tile stays allocated: fa_plan_local_mem
+ * counts it for every such plan). */
 #if HEAD_DIM > 64
 #define DQ_STRIDE (HEAD_DIM + 8)
 #ifndef BWD_DQ_RED
 #define BWD_DQ_BULK
 #endif
+#if defined(BWD_DQ_BULK) && BR != 64
+#error "bwd_mma: the bulk reductions of dQ take 64 queries a step (a warp's 16 rows)"
+#endif
 #endif
 #endif
 #define DS_BUFFERS 2
 #define BLOCK_SYNC() named_sync(1, THREADS)
+#if THREADS != 128 && THREADS != 256
+#error "bwd_mma: TMA takes one or two consumer warpgroups (the register hand-over below)"
+#endif
 #if THREADS == 256
 /* setmaxnreg moves registers within the block's launch allocation
  * (384 threads of 168): 128 x 24 + 256 x 240 is all of it. */
@@ -709,8 +715,10 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             dscores<false>(sacc, pacc, Db, p, mask, q0, k0, key_base, g, t4, keep);
         else
             dscores<true>(sacc, pacc, Db, p, mask, q0, k0, key_base, g, t4, keep);
+#ifdef DQ_ATOMIC
 #pragma unroll
         for (int j = 0; j < NQ; j++) store_c_sw<BC>(smem + (dsc - k_sm), key_base, j, pacc[0][j], lane);
+#endif
 #pragma unroll
         for (int kq = 0; kq < KQ; kq++) c_to_a(pacc[0][2 * kq], pacc[0][2 * kq + 1], as[0][kq]);
         wg_fence();

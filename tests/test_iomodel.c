@@ -618,8 +618,8 @@ FA_TEST(streaming_compute_time) {
  * matrix flops and 16 exponentials a clock and multiprocessor: the
  * exponentials of a head_dim-d score take 4096 / (4 d 16) of its products'
  * forward time). A warpgroup kernel computes a tile's products, then its
- * exponentials: both count. The warp-specialised one hides the shorter
- * behind the longer (two consumer groups, or a group's next products). */
+ * exponentials: both count. The warp-specialised one with two consumer
+ * warpgroups hides the shorter behind the longer. */
 FA_TEST(pipelines_and_exponentials) {
     const fa_device_desc *h100 = device("h100");
     const double peak = 132.0 * 1980e6 * 4096.0, sfu = 132.0 * 1980e6 * 16.0;
@@ -639,6 +639,7 @@ FA_TEST(pipelines_and_exponentials) {
         fa_cost plain = fa_io_fused(h100, &d, FA_PASS_FORWARD, &kp);
         CHECK_NEAR(plain.compute_ms, mma_f + exp_f, 1e-9 * plain.compute_ms);
         kp.variant = FA_VARIANT_WGMMA_TMA;
+        kp.work_group_size = 384; /* two consumer warpgroups */
         fa_cost ws = fa_io_fused(h100, &d, FA_PASS_FORWARD, &kp);
         CHECK_NEAR(ws.compute_ms, fmax(mma_f, exp_f), 1e-9 * ws.compute_ms);
         /* The pipeline changes time, not bytes. */
@@ -647,11 +648,15 @@ FA_TEST(pipelines_and_exponentials) {
         kp.bc = 128;
         kp.br = 64;
         fa_cost wb = fa_io_fused(h100, &d, FA_PASS_BACKWARD, &kp);
+        kp.work_group_size = 256;
+        fa_cost one = fa_io_fused(h100, &d, FA_PASS_BACKWARD, &kp);
         kp.variant = FA_VARIANT_WGMMA;
         fa_cost pb = fa_io_fused(h100, &d, FA_PASS_BACKWARD, &kp);
         const double mma_b = 10.0 * cells / peak * 1e3;
         CHECK_NEAR(wb.compute_ms, fmax(mma_b, exp_f), 1e-9 * wb.compute_ms);
         CHECK_NEAR(pb.compute_ms, mma_b + exp_f, 1e-9 * pb.compute_ms);
+        /* One consumer warpgroup has no other to overlap with. */
+        CHECK_NEAR(one.compute_ms, pb.compute_ms, 1e-9 * pb.compute_ms);
     }
     /* SIMT kernels count their exponentials among their FMAs' time: their
      * products alone, slowed by the local-memory reads of 4 x 4 micro-tiles

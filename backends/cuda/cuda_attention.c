@@ -255,14 +255,15 @@ static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *k
                            "or 128 query rows, 2 threads a row; 16, 32, 64 or 128 keys; head_dim 64, 128, 192 or "
                            "256)",
                            br, bc, wgs, d->head_dim);
-    } else if (!(br == 64 || (br == 128 && d->head_dim == 64 && !(d->dropout_p > 0.0f))) || bc % 64 || bc > 128 ||
-               wgs != 2 * bc || d->head_dim % 64 || d->head_dim > 128) {
-        /* 128 queries a step only at head_dim 64 (the registers) and
-         * without dropout (a thread's keep bits are one 32-bit word). */
+    } else if (!(br == 64 || (br == 128 && bc == 128 && d->head_dim == 64 && !(d->dropout_p > 0.0f))) || bc % 64 ||
+               bc > 128 || wgs != 2 * bc || d->head_dim % 64 || d->head_dim > 128) {
+        /* 128 queries a step only against 128 keys at head_dim 64 (the
+         * registers: 64 keys spilled) and without dropout (a thread's keep
+         * bits are one 32-bit word). */
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "backward plan: tile %d x %d with %d threads at head_dim %d is not a warpgroup shape (64 "
-                       "queries, 128 at head_dim 64 without dropout; 64 or 128 keys, 2 threads a key; head_dim 64 "
-                       "or 128)",
+                       "queries, 128 against 128 keys at head_dim 64 without dropout; 64 or 128 keys, 2 threads a "
+                       "key; head_dim 64 or 128)",
                        br, bc, wgs, d->head_dim);
     }
     if (kp->stages != 1 && kp->stages != 2)

@@ -569,6 +569,19 @@ FA_TEST(peak_rates_and_roofline) {
     }
 }
 
+/* A kernel plan of one tile shape for the model alone (no backend). */
+static fa_kernel_plan tile_plan(fa_variant variant, int br, int bc, int tr, int tc) {
+    fa_kernel_plan kp;
+    memset(&kp, 0, sizeof kp);
+    kp.variant = variant;
+    kp.br = br;
+    kp.bc = bc;
+    kp.thread_rows = tr;
+    kp.thread_cols = tc;
+    kp.split_k = 1;
+    return kp;
+}
+
 /* The streaming kernels' compute time, by hand, for NVIDIA's OpenCL's
  * head_dim 128 tiles (128 x 64, micro-tile 8 x 4: 16 x 16 work-items).
  * Forward: the SIMT forward's local-memory reads per FMA. Backward, per
@@ -579,14 +592,7 @@ FA_TEST(peak_rates_and_roofline) {
 FA_TEST(streaming_compute_time) {
     const fa_device_desc *dev = device("nvidia-opencl");
     fa_attention_desc d = shape(4, 4096, 4096, 16, 16, 128, FA_DTYPE_F32);
-    fa_kernel_plan kp;
-    memset(&kp, 0, sizeof kp);
-    kp.variant = FA_VARIANT_SIMT_STREAM;
-    kp.br = 128;
-    kp.bc = 64;
-    kp.thread_rows = 8;
-    kp.thread_cols = 4;
-    kp.split_k = 1;
+    fa_kernel_plan kp = tile_plan(FA_VARIANT_SIMT_STREAM, 128, 64, 8, 4);
     const double peak = 132.0 * 1980e6 * 256.0, n = 4096.0;
     const double cells = 4.0 * n * n * 128.0 * 16.0; /* every tile visited, none padded */
     const double s = 12.0 / 32.0, k = 12.0 / 32.0, q = 16.0 / 64.0;
@@ -625,12 +631,7 @@ FA_TEST(pipelines_and_exponentials) {
     const double peak = 132.0 * 1980e6 * 4096.0, sfu = 132.0 * 1980e6 * 16.0;
     for (int dim = 64; dim <= 128; dim += 64) {
         fa_attention_desc d = shape(4, 4096, 4096, 16, 16, dim, FA_DTYPE_BF16);
-        fa_kernel_plan kp;
-        memset(&kp, 0, sizeof kp);
-        kp.variant = FA_VARIANT_WGMMA;
-        kp.br = 128;
-        kp.bc = 128;
-        kp.split_k = 1;
+        fa_kernel_plan kp = tile_plan(FA_VARIANT_WGMMA, 128, 128, 0, 0);
         kp.stages = 2;
         kp.num_work_groups = 132 * 8; /* whole waves */
         const double cells = 4.0 * 4096.0 * 4096.0 * 16.0 * dim;
@@ -662,14 +663,7 @@ FA_TEST(pipelines_and_exponentials) {
      * products alone, slowed by the local-memory reads of 4 x 4 micro-tiles
      * (half a word an FMA: a factor of 2). */
     fa_attention_desc d = shape(4, 4096, 4096, 16, 16, 64, FA_DTYPE_F32);
-    fa_kernel_plan kp;
-    memset(&kp, 0, sizeof kp);
-    kp.variant = FA_VARIANT_SIMT;
-    kp.br = 64;
-    kp.bc = 64;
-    kp.thread_rows = 4;
-    kp.thread_cols = 4;
-    kp.split_k = 1;
+    fa_kernel_plan kp = tile_plan(FA_VARIANT_SIMT, 64, 64, 4, 4);
     kp.num_work_groups = 132 * 16;
     fa_cost c = fa_io_fused(h100, &d, FA_PASS_FORWARD, &kp);
     const double simt = 132.0 * 1980e6 * 256.0;

@@ -50,30 +50,18 @@ typedef struct tile {
     int br, bc, stages;
 } tile;
 
-/* Median forward time in ms; negative on failure. */
-static double time_forward(fa_plan p, fa_buffer *t, int repeats) {
+/* Median time in ms of the pass (a backward after one forward for O and
+ * L), over the repeats after two warm-ups; negative on failure. */
+static double time_pass(fa_plan p, fa_buffer *t, fa_pass pass, int repeats) {
     double ms[64];
     if (repeats > 62) repeats = 62;
+    if (pass == FA_PASS_BACKWARD && fa_forward(p, t[0], t[1], t[2], t[3], t[4]) != FA_SUCCESS) return -1.0;
     for (int i = 0; i < repeats + 2; i++) {
-        if (fa_forward(p, t[0], t[1], t[2], t[3], t[4]) != FA_SUCCESS) return -1.0;
+        const fa_status st = pass == FA_PASS_FORWARD
+                                 ? fa_forward(p, t[0], t[1], t[2], t[3], t[4])
+                                 : fa_backward(p, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]);
         double m = 0.0;
-        if (fa_plan_last_time_ms(p, &m) != FA_SUCCESS) return -1.0;
-        if (i >= 2) ms[i - 2] = m;
-    }
-    qsort(ms, (size_t)repeats, sizeof ms[0], cmp_double);
-    return ms[repeats / 2];
-}
-
-/* Median backward time in ms (after one forward for O and L); negative
- * on failure. */
-static double time_backward(fa_plan p, fa_buffer *t, int repeats) {
-    double ms[64];
-    if (repeats > 62) repeats = 62;
-    if (fa_forward(p, t[0], t[1], t[2], t[3], t[4]) != FA_SUCCESS) return -1.0;
-    for (int i = 0; i < repeats + 2; i++) {
-        if (fa_backward(p, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]) != FA_SUCCESS) return -1.0;
-        double m = 0.0;
-        if (fa_plan_last_time_ms(p, &m) != FA_SUCCESS) return -1.0;
+        if (st != FA_SUCCESS || fa_plan_last_time_ms(p, &m) != FA_SUCCESS) return -1.0;
         if (i >= 2) ms[i - 2] = m;
     }
     qsort(ms, (size_t)repeats, sizeof ms[0], cmp_double);
@@ -133,8 +121,7 @@ static int point(fa_context ctx, fa_dtype dt, fa_pass pass, int dim, int n, int 
     const double flops = fa_attention_flops(&d, pass);
     fa_kernel_plan *const kp = pass == FA_PASS_FORWARD ? &p->info.forward : &p->info.backward;
     const fa_kernel_plan keep = *kp;
-    double (*const timed)(fa_plan, fa_buffer *, int) = pass == FA_PASS_FORWARD ? time_forward : time_backward;
-    const double planned = timed(p, t, repeats);
+    const double planned = time_pass(p, t, pass, repeats);
     printf("%s %s d%-3d N%-6d causal %d  planned %s %dx%d/%d: %6.1f TF/s |", pass == FA_PASS_FORWARD ? "fwd" : "bwd",
            fa_dtype_name(dt), dim, n, causal, fa_variant_name(keep.variant), keep.br, keep.bc, keep.stages,
            planned > 0 ? flops / planned * 1e-9 : 0.0);
@@ -146,7 +133,7 @@ static int point(fa_context ctx, fa_dtype dt, fa_pass pass, int dim, int n, int 
             printf(" %dx%d/%d refused |", tiles[i].br, tiles[i].bc, tiles[i].stages);
             fprintf(stderr, "%dx%d/%d: %s\n", tiles[i].br, tiles[i].bc, tiles[i].stages, fa_last_error());
         } else {
-            const double ms = timed(p, t, repeats);
+            const double ms = time_pass(p, t, pass, repeats);
             printf(" %dx%d/%d %6.1f |", tiles[i].br, tiles[i].bc, tiles[i].stages, ms > 0 ? flops / ms * 1e-9 : 0.0);
         }
         fflush(stdout);

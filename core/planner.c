@@ -1152,11 +1152,12 @@ static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *
 
 /* The warp-specialised backward (bwd_mma.cu built with TMA): the
  * warpgroup plan's tiles with a producer warpgroup ahead of them, where the
- * tensor maps describe the problem and the second dS^T tile fits. Not
- * measured yet: planned only with FLASHATTN_PLAN_TMA_BWD=1. */
+ * tensor maps describe the problem and the second dS^T tile fits.
+ * FLASHATTN_PLAN_TMA_BWD=0 keeps the warpgroup backward, for comparison.
+ * (TO FILL before merging: the device run that made it the default.) */
 static void tma_backward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     const char *env = getenv("FLASHATTN_PLAN_TMA_BWD");
-    if (!env || strcmp(env, "1") != 0 || out->variant != FA_VARIANT_WGMMA || desc->cu_seqlens_q ||
+    if ((env && strcmp(env, "0") == 0) || out->variant != FA_VARIANT_WGMMA || desc->cu_seqlens_q ||
         desc->kv_cache || !tma_layouts_ok(desc) || out->work_group_size + 128 > dev->max_work_group_size)
         return;
     const size_t lm = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, desc, out->br, out->bc, out->stages);

@@ -712,10 +712,10 @@ static fa_variant tensor_core_backward(const fa_attention_desc *d) {
     if (!(device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
           d->head_dim <= (crowded ? 64 : 128)))
         return FA_VARIANT_MMA;
-    /* The warp-specialised backward where it is asked for
-     * (FLASHATTN_PLAN_TMA_BWD=1), with fixed-length sequences. */
+    /* The warp-specialised backward with fixed-length sequences, unless
+     * turned off (FLASHATTN_PLAN_TMA_BWD=0). */
     const char *tma = getenv("FLASHATTN_PLAN_TMA_BWD");
-    return tma && strcmp(tma, "1") == 0 && !d->cu_seqlens_q ? FA_VARIANT_WGMMA_TMA : FA_VARIANT_WGMMA;
+    return !(tma && strcmp(tma, "0") == 0) && !d->cu_seqlens_q ? FA_VARIANT_WGMMA_TMA : FA_VARIANT_WGMMA;
 }
 
 /* The variants the planner picks for desc on this device. */

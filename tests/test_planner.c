@@ -70,7 +70,7 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
                   "%s: wgmma %d x %d/%d, micro-tile %d x %d", what, k->br, k->bc, k->work_group_size, k->thread_rows,
                   k->thread_cols);
     } else if (k->variant == FA_VARIANT_WGMMA_TMA && pass == FA_PASS_BACKWARD) {
-        /* The warp-specialised backward (FLASHATTN_PLAN_TMA_BWD=1): the
+        /* The warp-specialised backward: the
          * warpgroup backward's tile with a producer warpgroup beside it. */
         CHECK_MSG(k->br == 64 && (k->bc == 64 || k->bc == 128) && k->thread_rows == 16 && k->thread_cols == 2 &&
                       k->work_group_size == 2 * k->bc + 128 && k->stages == 2 && dim % 64 == 0 && dim <= 128 &&
@@ -494,16 +494,16 @@ FA_TEST(decoding_splits_keys) {
     CHECK(p.forward.split_k == 1);
 }
 
-/* The warp-specialised backward, planned only when asked for: the
- * warpgroup backward's tile and options with a producer warpgroup more,
- * its shared memory by fa_plan_local_mem; varlen keeps the warpgroup
- * kernel. */
+/* The warp-specialised backward, planned unless turned off
+ * (FLASHATTN_PLAN_TMA_BWD=0): the warpgroup backward's tile and options
+ * with a producer warpgroup more, its shared memory by fa_plan_local_mem;
+ * varlen keeps the warpgroup kernel. */
 FA_TEST(tma_backward_opt_in) {
     fa_attention_desc d = shape(2, 2048, 2048, 16, 16, 128, FA_DTYPE_BF16);
     fa_plan_info off, on;
-    unsetenv("FLASHATTN_PLAN_TMA_BWD");
+    setenv("FLASHATTN_PLAN_TMA_BWD", "0", 1);
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &off));
-    setenv("FLASHATTN_PLAN_TMA_BWD", "1", 1);
+    unsetenv("FLASHATTN_PLAN_TMA_BWD");
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &on));
     CHECK(off.backward.variant == FA_VARIANT_WGMMA && on.backward.variant == FA_VARIANT_WGMMA_TMA);
     CHECK(on.backward.br == off.backward.br && on.backward.bc == off.backward.bc &&
@@ -568,7 +568,9 @@ FA_TEST(tma_padded_head_dims) {
 FA_TEST(variants_by_backend) {
     fa_attention_desc d = shape(2, 2048, 2048, 16, 16, 128, FA_DTYPE_F16);
     fa_plan_info p;
-    unsetenv("FLASHATTN_PLAN_TMA_BWD"); /* the default plans */
+    /* The warpgroup backward's plans (the warp-specialised one converts
+     * them: tma_backward_opt_in). */
+    setenv("FLASHATTN_PLAN_TMA_BWD", "0", 1);
     /* CUDA with tensor cores: MMA for fp16, bf16 and fp32 with TF32; on
      * sm_90 the fp16/bf16 forward runs warpgroup MMA, double-buffered: in
      * two blocks an SM where the registers of 128 x 64 allow them, in one
@@ -724,6 +726,7 @@ FA_TEST(variants_by_backend) {
     CHECK(p.fused_forward.hbm_read_bytes > 0 && total_bytes(&p.fused_forward) < total_bytes(&p.standard_forward));
     /* S and P, each 2 x 16 x 2048^2 fp16. */
     CHECK(p.forward.workspace_bytes == 2ull * 2 * 16 * 2048 * 2048 * 2);
+    unsetenv("FLASHATTN_PLAN_TMA_BWD");
 }
 
 FA_TEST(invalid_devices_rejected) {

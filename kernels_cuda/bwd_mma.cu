@@ -988,7 +988,10 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
 #endif
 #ifdef TMA
         /* This warp's products have read the stage; dS^T alternates, so
-         * only the meeting before dQ orders its tiles. */
+         * only the meeting before dQ orders its tiles. Every lane read L
+         * and D from it: the warp meets first, so lane 0's arrival
+         * releases their reads too (the producer refills the rows). */
+        __syncwarp();
         if (lane == 0) mbar_arrive(EMPTY(st));
         if (++st == STAGES) {
             st = 0;

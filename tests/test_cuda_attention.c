@@ -688,9 +688,10 @@ static void run_tiles(const char *name, const fa_attention_desc *desc, const til
  * without score options, and without dropout beside windows or block
  * masks). */
 static fa_variant tensor_core_forward(const fa_attention_desc *d) {
-    /* Head dims between whole blocks, padded where asked for. */
+    /* Head dims between whole blocks, padded unless turned off
+     * (FLASHATTN_PLAN_TMA_PAD=0). */
     const char *pad = getenv("FLASHATTN_PLAN_TMA_PAD");
-    if (device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && pad && strcmp(pad, "1") == 0 && d->head_dim % 32 == 0 &&
+    if (device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && !(pad && strcmp(pad, "0") == 0) && d->head_dim % 32 == 0 &&
         d->head_dim % 64 != 0 && d->head_dim > 64 && !d->cu_seqlens_q &&
         (d->head_dim < 192 || (!fa_desc_option_in_use(d) && !(d->dropout_p > 0.0f && (d->window_left >= 0 ||
                                                                                       d->window_right >= 0 ||
@@ -1203,7 +1204,8 @@ FA_TEST(wgmma_shapes) {
 
 /* The warp-specialised backward (bwd_mma.cu built with TMA) in the shapes
  * it takes: one consumer warpgroup (64 keys) and two (128 keys: the split
- * step, dQ in turns, at head_dim 128 by bulk reductions), fp16 and bf16,
+ * step, dQ in turns, at head_dim 128 by bulk reductions), 64 queries a
+ * step and, at head_dim 64 causal or not, 128, fp16 and bf16,
  * lengths that leave partial tiles (a last query tile whose rows must not
  * reach the next head's dQ), GQA, causal masks, windows, block masks,
  * dropout and the score options. */
@@ -1212,14 +1214,17 @@ FA_TEST(tma_backward_shapes) {
     static uint8_t blocks[16 * 16];
     for (size_t i = 0; i < sizeof blocks; i++) blocks[i] = (uint8_t)((i * 7 + 3) % 4 != 0);
     const struct {
-        int dim, bc;
-    } shapes[] = {{128, 128}, {64, 128}, {128, 64}, {64, 64}};
+        int dim, br, bc;
+    } shapes[] = {{128, 64, 128}, {64, 64, 128}, {128, 64, 64}, {64, 64, 64}, {64, 128, 128}};
     for (size_t i = 0; i < FA_ARRAY_SIZE(shapes); i++) {
-        const tiles bt = {FA_VARIANT_WGMMA_TMA, 64, shapes[i].bc, 128 + 2 * shapes[i].bc, 16, 2, 2, 1};
+        const tiles bt = {FA_VARIANT_WGMMA_TMA, shapes[i].br, shapes[i].bc, 128 + 2 * shapes[i].bc, shapes[i].br / 4,
+                          2, 2, 1};
         for (int k = 0; k < 6; k++) {
             /* As the planner takes them: at head_dim 128 dropout with 64
-             * keys only, and no score options (the registers). */
+             * keys only, and no score options (the registers); 128
+             * queries a step at head_dim 64 causal or not. */
             if (shapes[i].dim == 128 && (k == 5 || (k == 4 && shapes[i].bc == 128))) continue;
+            if (shapes[i].br == 128 && k != 0 && k != 1) continue;
             const int w = k % 2;
             fa_attention_desc d = mma_desc(w, 2, 333 + 64 * k, 301 + 97 * k, 4, k < 2 ? 2 : 4, shapes[i].dim);
             d.causal = k == 1 || k == 4;
@@ -1238,7 +1243,7 @@ FA_TEST(tma_backward_shapes) {
             }
             if (k == 5) d.softcap = 20.0f;
             char name[112];
-            snprintf(name, sizeof name, "tma bwd d%d 64x%d%s%s%s%s%s%s", shapes[i].dim, shapes[i].bc,
+            snprintf(name, sizeof name, "tma bwd d%d %dx%d%s%s%s%s%s%s", shapes[i].dim, shapes[i].br, shapes[i].bc,
                      w ? " bf16" : " fp16", d.causal ? " causal" : "", d.window_left >= 0 ? " window" : "",
                      d.block_mask ? " blocks" : "", d.dropout_p > 0.0f ? " dropout" : "",
                      d.softcap > 0.0f ? " softcap" : "");
@@ -1248,14 +1253,13 @@ FA_TEST(tma_backward_shapes) {
 }
 
 /* Head dims between whole 64-column blocks on the warp-specialised forward
- * built for the next block (FLASHATTN_PLAN_TMA_PAD=1): 96, 160 and 224
+ * built for the next block (as planned): 96, 160 and 224
  * against the fp64 reference, the backward as planned beside it, with
  * partial tiles, GQA, causal masks, windows, dropout and softcap. Rows
  * are packed (head_dim apart), so a store past head_dim would land in the
  * next row's O and fail the comparison. */
 FA_TEST(tma_padded_head_dims) {
     REQUIRE_WGMMA();
-    setenv("FLASHATTN_PLAN_TMA_PAD", "1", 1);
     static const int dims[] = {96, 160, 224};
     for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
         for (int k = 0; k < 4; k++) {
@@ -1277,7 +1281,6 @@ FA_TEST(tma_padded_head_dims) {
             CHECK_MSG(res.info.forward.variant == FA_VARIANT_WGMMA_TMA, "%s: forward %s", name,
                       fa_variant_name(res.info.forward.variant));
         }
-    unsetenv("FLASHATTN_PLAN_TMA_PAD");
 }
 
 /* The warp-specialised forward (fwd_tma.cu) in every shape it takes: one,
@@ -1349,20 +1352,22 @@ FA_TEST(tma_shapes) {
     for (size_t i = 0; i < FA_ARRAY_SIZE(bad); i++)
         CHECK_MSG(force_tiles(plan, &bad[i], NULL) == FA_ERR_UNSUPPORTED, "bad tile %zu accepted", i);
     fa_plan_destroy(plan);
-    /* Varlen and head_dim 96 are not its problems: forced, refused. */
+    /* Varlen and fp32 are not its problems: forced, refused. (Head dims
+     * between whole blocks are, padded: tma_padded_head_dims.) */
     static const int32_t cu[3] = {0, 100, 256};
     fa_attention_desc v = mma_desc(0, 2, 156, 156, 2, 2, 128);
     v.cu_seqlens_q = cu;
     v.cu_seqlens_k = cu;
+    const fa_attention_desc f32 = mma_desc(2, 1, 256, 256, 2, 2, 128);
     const tiles ok = {FA_VARIANT_WGMMA_TMA, 128, 128, 384, 2, 32, 2, 1};
     for (int k = 0; k < 2; k++) {
-        fa_attention_desc x = k ? mma_desc(0, 1, 256, 256, 2, 2, 96) : v;
+        fa_attention_desc x = k ? f32 : v;
         plan = NULL;
         CHECK_OK(fa_plan_create(g_ctx, &x, &plan));
         if (!plan) continue;
         CHECK_MSG(plan->info.forward.variant == (k ? FA_VARIANT_MMA : FA_VARIANT_WGMMA), "%s: planned %s",
-                  k ? "d96" : "varlen", vname(&plan->info.forward));
-        CHECK_MSG(force_tiles(plan, &ok, NULL) == FA_ERR_UNSUPPORTED, "%s: forced tile accepted", k ? "d96" : "varlen");
+                  k ? "fp32" : "varlen", vname(&plan->info.forward));
+        CHECK_MSG(force_tiles(plan, &ok, NULL) == FA_ERR_UNSUPPORTED, "%s: forced tile accepted", k ? "fp32" : "varlen");
         fa_plan_destroy(plan);
     }
 }
@@ -1462,8 +1467,11 @@ static void run_fp8(const char *name, const fa_attention_desc *desc, const tiles
                  (double)d.descale_v);
         const double err = compare_tensor(&d, FA_TENSOR_O, o.host, o_ref, poison_o, o.count, what);
         CHECK_MSG(err < tol, "%s: relative error %.3g (limit %.1g)", what, err, tol);
-        /* Logits in fp32 sums of exact products. */
-        compare_lse(lse, lse_ref, nl, what, exact ? 1e-5 : 1e-4);
+        /* Exact inputs: logits in sums of exact products. Random ones:
+         * 8-bit products accumulate with fewer bits than fp32, so L's
+         * error grows with the logits (on an H100 1.1e-4 where
+         * descale_q descale_k is 1). */
+        compare_lse(lse, lse_ref, nl, what, exact ? 1e-5 : 1e-3);
         fprintf(stderr, "  %-44s %s->%s %3dx%-3d O %.2e\n", what, fa_dtype_name(d.q.dtype), fa_dtype_name(d.o.dtype),
                 kp->br, kp->bc, err);
     }

@@ -6,9 +6,8 @@
  * FLASHATTN_TMA_SCHEDULE as in the library. fp8: e4m3 inputs, O in bf16.
  *
  * With --pass bwd the same for the warp-specialised backward (bwd_mma.cu
- * built with TMA: set FLASHATTN_PLAN_TMA_BWD=1 for the planned column to
- * be it too): BR queries a step against BC keys in BC / 64 consumer
- * warpgroups.
+ * built with TMA, as planned on sm_90 unless FLASHATTN_PLAN_TMA_BWD=0): BR
+ * queries a step against BC keys in BC / 64 consumer warpgroups.
  *
  * Usage: fa-tma-tiles [--dtype fp16|bf16|fp8] [--dims 64,128]
  *        [--seqlens 2048,8192,16384] [--causal 0,1] [--repeats N]

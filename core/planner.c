@@ -1092,12 +1092,14 @@ static int tma_tile_plan(const fa_device_desc *dev, const fa_attention_desc *des
 }
 
 /* Head dims between whole 64-column blocks the warp-specialised forward
- * runs padded (fa_tma_head_dim), where asked for (FLASHATTN_PLAN_TMA_PAD=1,
- * until timed against mma.sync): 96, 160 and 224, a quarter or less of
- * the padded products wasted. */
+ * runs padded (fa_tma_head_dim): 96, 160 and 224, a quarter or less of
+ * the padded products wasted. On an H100 (bf16, N 4k and 16k, causal and
+ * not) it ran 1.05x cuDNN at the three as a geometric mean (0.96-1.12)
+ * where mma.sync ran 0.47x. FLASHATTN_PLAN_TMA_PAD=0 keeps mma.sync, for
+ * comparison. */
 static int tma_pad_applies(const fa_attention_desc *desc) {
     const char *env = getenv("FLASHATTN_PLAN_TMA_PAD");
-    return env && strcmp(env, "1") == 0 && desc->head_dim % 64 != 0 && desc->head_dim % 32 == 0 &&
+    return !(env && strcmp(env, "0") == 0) && desc->head_dim % 64 != 0 && desc->head_dim % 32 == 0 &&
            desc->head_dim > 64 && desc->head_dim < 256 && !fa_desc_is_fp8(desc);
 }
 
@@ -1150,18 +1152,38 @@ static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *
     return 1;
 }
 
+/* At head_dim 64 the warp-specialised backward takes 128 queries a step
+ * (S^T and dP^T twice as wide a consumer): on an H100 (bf16, N 4k and 16k)
+ * 5-8% above 64, causal or not. Not with the options whose masks, dropout
+ * or score work spill that tile (cuda_compile.h100_sm90_tma_backward_forced
+ * compiles the ones it takes). */
+static int tma_backward_wide_rows(const fa_attention_desc *desc, const fa_kernel_plan *kp) {
+    return desc->head_dim == 64 && kp->br == 64 && kp->bc == 128 && desc->dropout_p <= 0.0f && !desc->block_mask &&
+           desc->window_left < 0 && desc->window_right < 0 && !fa_desc_option_in_use(desc);
+}
+
 /* The warp-specialised backward (bwd_mma.cu built with TMA): the
  * warpgroup plan's tiles with a producer warpgroup ahead of them, where the
- * tensor maps describe the problem and the second dS^T tile fits.
- * FLASHATTN_PLAN_TMA_BWD=0 keeps the warpgroup backward, for comparison.
- * (TO FILL before merging: the device run that made it the default.) */
+ * tensor maps describe the problem and the second dS^T tile fits. On an
+ * H100 (fp16 and bf16, d64 and d128, causal and not, N 2k-16k, PyTorch
+ * SDPA timed in the same run) it ran 0.94x cuDNN as a geometric mean where
+ * the warpgroup backward ran 0.74x. FLASHATTN_PLAN_TMA_BWD=0 keeps the
+ * warpgroup backward, for comparison. */
 static void tma_backward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     const char *env = getenv("FLASHATTN_PLAN_TMA_BWD");
     if ((env && strcmp(env, "0") == 0) || out->variant != FA_VARIANT_WGMMA || desc->cu_seqlens_q ||
         desc->kv_cache || !tma_layouts_ok(desc) || out->work_group_size + 128 > dev->max_work_group_size)
         return;
-    const size_t lm = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, desc, out->br, out->bc, out->stages);
+    size_t lm = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, desc, out->br, out->bc, out->stages);
     if (lm > usable_local_mem(dev)) return;
+    if (tma_backward_wide_rows(desc, out)) {
+        const size_t wide = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, desc, 128, out->bc, out->stages);
+        if (wide <= usable_local_mem(dev)) {
+            out->br = 128;
+            out->thread_rows = 32;
+            lm = wide;
+        }
+    }
     out->variant = FA_VARIANT_WGMMA_TMA;
     out->work_group_size += 128;
     out->local_mem_bytes = lm;

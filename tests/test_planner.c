@@ -2,6 +2,7 @@
  * different tiles for different local memories, monotone bytes in local
  * memory, key splits for decoding, rejected device descriptions and the
  * printed plan. */
+#include "desc.h"
 #include "harness.h"
 #include "planner.h"
 #include "planner_cl_mma.h"
@@ -71,8 +72,13 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
                   k->thread_cols);
     } else if (k->variant == FA_VARIANT_WGMMA_TMA && pass == FA_PASS_BACKWARD) {
         /* The warp-specialised backward: the
-         * warpgroup backward's tile with a producer warpgroup beside it. */
-        CHECK_MSG(k->br == 64 && (k->bc == 64 || k->bc == 128) && k->thread_rows == 16 && k->thread_cols == 2 &&
+         * warpgroup backward's tile with a producer warpgroup beside it,
+         * 128 queries a step at head_dim 64 without masks beyond causal,
+         * dropout or score options. */
+        const int wide = dim == 64 && k->bc == 128 && d->dropout_p <= 0.0f && !d->block_mask && d->window_left < 0 &&
+                         d->window_right < 0 && !fa_desc_option_in_use(d);
+        CHECK_MSG(k->br == (wide ? 128 : 64) && (k->bc == 64 || k->bc == 128) && k->thread_rows == k->br / 4 &&
+                      k->thread_cols == 2 &&
                       k->work_group_size == 2 * k->bc + 128 && k->stages == 2 && dim % 64 == 0 && dim <= 128 &&
                       (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) && !d->cu_seqlens_q && strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma_tma backward %d x %d/%d, micro-tile %d x %d, %d stages", what, k->br, k->bc,
@@ -87,12 +93,13 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
          * strip and thread) per 64 rows, three at head_dim 64 (two with
          * dropout) and two above, 128-key tiles (64 above head_dim 128),
          * fixed-length sequences. */
-        /* Head dims between whole blocks run padded (FLASHATTN_PLAN_TMA_PAD=1). */
+        /* Head dims between whole blocks run padded (unless
+         * FLASHATTN_PLAN_TMA_PAD=0). */
         const int pdim = fa_tma_head_dim(d);
         const int rows = pdim == 64 && d->dropout_p == 0.0f ? 192 : 128, keys = pdim <= 128 ? 128 : 64;
         CHECK_MSG(pass == FA_PASS_FORWARD && k->br == rows && k->bc == keys && k->thread_rows == 2 &&
                       k->thread_cols == keys / 4 && k->work_group_size == 128 * (rows / 64 + 1) && k->stages >= 2 &&
-                      (dim % 64 == 0 || getenv("FLASHATTN_PLAN_TMA_PAD")) && pdim <= 256 &&
+                      dim % 32 == 0 && pdim <= 256 &&
                       (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) && !d->cu_seqlens_q && strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma_tma %d x %d/%d, micro-tile %d x %d, %d stages", what, k->br, k->bc, k->work_group_size,
                   k->thread_rows, k->thread_cols, k->stages);
@@ -519,13 +526,29 @@ FA_TEST(tma_backward_opt_in) {
     v.cu_seqlens_q = v.cu_seqlens_k = cu;
     CHECK_OK(fa_plan_for_device(device("h100"), &v, &on));
     CHECK(on.backward.variant == FA_VARIANT_WGMMA);
+    /* head_dim 64: 128 queries a step, causal or not; 64 with a window,
+     * dropout or softcap (that tile spills with them). */
+    for (int k = 0; k < 5; k++) {
+        fa_attention_desc s = shape(2, 4096, 4096, 16, 16, 64, FA_DTYPE_F16);
+        s.causal = k == 1;
+        if (k == 2) s.window_left = 100;
+        if (k == 3) s.dropout_p = 0.1f;
+        if (k == 4) s.softcap = 30.0f;
+        CHECK_OK(fa_plan_for_device(device("h100"), &s, &on));
+        const int br = k < 2 ? 128 : 64;
+        CHECK_MSG(on.backward.variant == FA_VARIANT_WGMMA_TMA && on.backward.br == br && on.backward.bc == 128 &&
+                      on.backward.thread_rows == br / 4 && on.backward.work_group_size == 384 &&
+                      on.backward.local_mem_bytes ==
+                          fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, &s, br, 128, on.backward.stages),
+                  "d64 case %d: %s %d x %d", k, fa_variant_name(on.backward.variant), on.backward.br, on.backward.bc);
+    }
     unsetenv("FLASHATTN_PLAN_TMA_BWD");
 }
 
 /* Head dims between whole 64-column blocks on the warp-specialised forward
- * built for the next block, where asked for: its tiles, its local memory
- * and compute time those of the padded problem, its bytes those of the
- * problem; without the variable, mma.sync as before. */
+ * built for the next block: its tiles, its local memory and compute time
+ * those of the padded problem, its bytes those of the problem; with
+ * FLASHATTN_PLAN_TMA_PAD=0, mma.sync as before. */
 FA_TEST(tma_padded_head_dims) {
     static const int dims[][3] = {{96, 128, 128}, {160, 192, 64}, {224, 256, 64}};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
@@ -534,12 +557,11 @@ FA_TEST(tma_padded_head_dims) {
         padded.head_dim = dims[i][1];
         CHECK(fa_tma_head_dim(&d) == dims[i][1] && fa_tma_head_dim(&padded) == dims[i][1]);
         fa_plan_info off, on, ref;
-        unsetenv("FLASHATTN_PLAN_TMA_PAD");
+        setenv("FLASHATTN_PLAN_TMA_PAD", "0", 1);
         CHECK_OK(fa_plan_for_device(device("h100"), &d, &off));
-        CHECK_OK(fa_plan_for_device(device("h100"), &padded, &ref));
-        setenv("FLASHATTN_PLAN_TMA_PAD", "1", 1);
-        CHECK_OK(fa_plan_for_device(device("h100"), &d, &on));
         unsetenv("FLASHATTN_PLAN_TMA_PAD");
+        CHECK_OK(fa_plan_for_device(device("h100"), &padded, &ref));
+        CHECK_OK(fa_plan_for_device(device("h100"), &d, &on));
         CHECK(off.forward.variant == FA_VARIANT_MMA && on.forward.variant == FA_VARIANT_WGMMA_TMA);
         CHECK(on.forward.br == ref.forward.br && on.forward.bc == dims[i][2] && on.forward.bc == ref.forward.bc &&
               on.forward.stages == ref.forward.stages && on.forward.local_mem_bytes == ref.forward.local_mem_bytes);
@@ -553,7 +575,6 @@ FA_TEST(tma_padded_head_dims) {
         CHECK(on.backward.variant == off.backward.variant);
     }
     /* Not 64 itself, nor fp32, nor head dims off the 32-column grid. */
-    setenv("FLASHATTN_PLAN_TMA_PAD", "1", 1);
     fa_attention_desc d = shape(2, 4096, 4096, 16, 16, 80, FA_DTYPE_BF16);
     fa_plan_info p;
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
@@ -636,8 +657,12 @@ FA_TEST(variants_by_backend) {
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_WGMMA && p.forward.br == 128 && p.forward.bc == 64);
     d.softcap = 0.0f;
-    d.head_dim = 96; /* not whole 64-column blocks: mma.sync */
+    d.head_dim = 96; /* not whole 64-column blocks: padded to 128 */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA_TMA && p.forward.br == 128 && p.forward.bc == 128);
+    setenv("FLASHATTN_PLAN_TMA_PAD", "0", 1); /* or mma.sync */
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
+    unsetenv("FLASHATTN_PLAN_TMA_PAD");
     CHECK(p.forward.variant == FA_VARIANT_MMA);
     /* sm_80 has no warpgroup MMA. 227 KiB would hold double-buffered K and
      * V, but the 128 x 64 tile's accumulators leave no registers for the

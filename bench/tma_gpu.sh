@@ -10,9 +10,10 @@
 #            attention suite that run the forward (differential against the
 #            fp64 reference with NaN, infinities and extreme windows; dropout
 #            seeds; caller streams; KV cache); TMA_SUITE replaces the regex
-#   bwd      the warp-specialised backward (FLASHATTN_PLAN_TMA_BWD=1): a
+#   bwd      the warp-specialised backward (as planned on sm_90): a
 #            smoke run, the suite's backward cases, and its TFLOP/s beside
 #            the warpgroup backward and SDPA's cuDNN and FlashAttention-2
+#   bwdtime  that step's timing alone
 #   sanitize compute-sanitizer memcheck and racecheck on small shapes
 #   bwdtiles bench/fa-tma-tiles --pass bwd: the TMA backward's forced tiles
 #            (TMA_BWD_TILES, default 64x128/2,128x128/2,64x64/2) beside
@@ -26,9 +27,8 @@
 #            PyTorch SDPA's cuDNN and FlashAttention-2 backends in the
 #            same run
 # Head dims between whole 64-column blocks in TMA_DIMS (96, 160, 224) time
-# mma.sync as planned beside the padded warp-specialised forward
-# (FLASHATTN_PLAN_TMA_PAD=1), and its test step runs
-# cuda_attention.tma_padded_head_dims.
+# the padded warp-specialised forward as planned beside mma.sync
+# (FLASHATTN_PLAN_TMA_PAD=0).
 # Outputs in $OUT (default ./gpu-out). Environment: TMA_STEPS (default
 # "smoke tests bench"), TMA_DIMS (64 128), TMA_SEQLENS (2048,8192,16384),
 # TMA_SCHEDULES (none), TMA_DTYPES (fp16), TMA_TILES (fa-tma-tiles'
@@ -47,9 +47,13 @@ seqlens=${TMA_SEQLENS:-2048,8192,16384}
 export FLASHATTN_CACHE_DIR=/tmp/fa-kcache
 
 fa_gpu_info
-stamp "configure and build"
-fa_gpu_build build-gpu "test_cuda_attention fa-bench fa-run fa-info fa-tma-tiles" -DCMAKE_BUILD_TYPE=Release \
-  -DFA_CUDA=ON -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DFA_OPENCL=OFF || exit 1
+# TMA_NO_BUILD=1: build-gpu as a run of this script built it (two runs at
+# once, one building first).
+if [ "${TMA_NO_BUILD:-0}" != 1 ]; then
+  stamp "configure and build"
+  fa_gpu_build build-gpu "test_cuda_attention fa-bench fa-run fa-info fa-tma-tiles" -DCMAKE_BUILD_TYPE=Release \
+    -DFA_CUDA=ON -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DFA_OPENCL=OFF || exit 1
+fi
 failed=0
 
 if want smoke; then
@@ -116,7 +120,10 @@ if want bwd; then
     -j8 --timeout 200 --output-on-failure > "$out/bwd-tests.txt" 2>&1
   echo "  rc $?: $(grep -E "tests passed" "$out/bwd-tests.txt")"
   grep -E "CHECK failed|Failed|Timeout" "$out/bwd-tests.txt" | head -20
-  if command -v compute-sanitizer > /dev/null && [ "${TMA_BWD_SANITIZE:-1}" = 1 ]; then
+  # TMA_BWD_SANITIZE: 1 (default) the probe and both tools on the forced
+  # shapes, probe the probe alone (seconds, where the tools take minutes), 0 none.
+  sanitize=${TMA_BWD_SANITIZE:-1}
+  if command -v compute-sanitizer > /dev/null && [ "$sanitize" != 0 ]; then
     # Whether racecheck orders accesses by an mbarrier's phase at all
     # (bench/probes/mbarrier_racecheck.cu): "ordered" is correct code.
     if command -v nvcc > /dev/null && nvcc -arch=sm_90 -o /tmp/mbar-probe bench/probes/mbarrier_racecheck.cu > /dev/null 2>&1; then
@@ -125,7 +132,7 @@ if want bwd; then
         echo "  racecheck probe $mode: $(grep -E "RACECHECK SUMMARY|values" "$out/probe-$mode.txt" | tr '\n' ' ')"
       done
     fi
-    for opts in "" "-DBWD_DQ_RED"; do
+    [ "$sanitize" = probe ] || for opts in "" "-DBWD_DQ_RED"; do
       for tool in memcheck racecheck; do
         f="$out/bwd-sanitize-$tool${opts:+-red}.txt"
         FLASHATTN_CUDA_OPTIONS="$opts" timeout 240 compute-sanitizer --tool "$tool" build-gpu/test_cuda_attention \
@@ -134,6 +141,8 @@ if want bwd; then
       done
     done
   fi
+fi
+if want bwd || want bwdtime; then
   json=$out/bwd.jsonl
   : > "$json"
   read -r -a variants <<< "${TMA_BWD_VARIANTS:-wgmma=0: base=1:-DBWD_WHOLE_STEP,-DBWD_DQ_SHARED split=1:-DBWD_DQ_SHARED turns=1:-DBWD_DQ_RED tma=1:}"
@@ -160,12 +169,19 @@ if want bwd; then
   python3 bench/label_table.py "$json" --pass bwd
 fi
 
+# TMA_SANITIZE_DIMS (default 128) and TMA_SANITIZE_ARGS (fa-run's problem,
+# default a small causal one: 64-key backward tiles; --batch 1 --heads 16
+# --seqlen 1536 plans the 128-key ones) choose what the tools run.
 if want sanitize && command -v compute-sanitizer > /dev/null; then
-  for tool in memcheck racecheck; do
-    stamp "compute-sanitizer $tool"
-    timeout 300 compute-sanitizer --tool "$tool" build-gpu/fa-run --backend cuda --repeats 1 --dtype fp16 \
-      --dim 128 --batch 1 --heads 2 --seqlen 300 --causal > "$out/sanitize-$tool.txt" 2>&1
-    echo "  rc $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize-$tool.txt" | head -2)"
+  read -r -a sanitize_args <<< "${TMA_SANITIZE_ARGS:---batch 1 --heads 2 --seqlen 300 --causal}"
+  for dim in ${TMA_SANITIZE_DIMS:-128}; do
+    for tool in ${TMA_SANITIZE_TOOLS:-memcheck racecheck}; do
+      stamp "compute-sanitizer $tool d$dim"
+      timeout 300 compute-sanitizer --tool "$tool" build-gpu/fa-run --backend cuda --repeats 1 --dtype fp16 \
+        --dim "$dim" "${sanitize_args[@]}" > "$out/sanitize-$tool-d$dim.txt" 2>&1
+      echo "  rc $?: $(grep -m1 -o "backward: [a-z_]*, tile [0-9]* x [0-9]*" "$out/sanitize-$tool-d$dim.txt"):" \
+        "$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize-$tool-d$dim.txt" | head -2)"
+    done
   done
 fi
 
@@ -199,10 +215,10 @@ if want bench; then
       for causal in 0 1; do
         stamp "bench $dt d$dim causal $causal"
         if [ $((dim % 64)) != 0 ]; then
-          # Between whole blocks: mma.sync as planned, and the padded
-          # warp-specialised forward (FLASHATTN_PLAN_TMA_PAD=1).
+          # Between whole blocks: the padded warp-specialised forward as
+          # planned, and mma.sync (FLASHATTN_PLAN_TMA_PAD=0).
           sweep planned "$dt" "$dim" "$causal"
-          FLASHATTN_PLAN_TMA_PAD=1 sweep padded "$dt" "$dim" "$causal"
+          FLASHATTN_PLAN_TMA_PAD=0 sweep mma "$dt" "$dim" "$causal"
           continue
         fi
         FLASHATTN_PLAN_TMA=0 sweep wgmma "$dt" "$dim" "$causal"

@@ -149,6 +149,15 @@
 #endif
 #endif
 #define DS_BUFFERS 2
+/* A stage's empty barrier counts one arrival a consumer warp (lane 0's,
+ * after the warp meets); BWD_RELEASE_BY_THREAD has every consumer thread
+ * arrive instead, as CUTLASS's pipelines do, to compare time and what
+ * racecheck reports (bench/results/h100.md, 2026-11-28 third session). */
+#ifdef BWD_RELEASE_BY_THREAD
+#define STAGE_RELEASES THREADS
+#else
+#define STAGE_RELEASES (THREADS / 32)
+#endif
 #define BLOCK_SYNC() named_sync(1, THREADS)
 #if THREADS != 128 && THREADS != 256
 #error "bwd_mma: TMA takes one or two consumer warpgroups (the register hand-over below)"
@@ -522,7 +531,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init(FULL(s), 33);
-            mbar_init(EMPTY(s), THREADS / 32);
+            mbar_init(EMPTY(s), STAGE_RELEASES);
         }
 #pragma unroll
         for (int w = 0; w < 4; w++) mbar_init(DQ_EMPTY(w), 1);
@@ -991,8 +1000,12 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
          * only the meeting before dQ orders its tiles. Every lane read L
          * and D from it: the warp meets first, so lane 0's arrival
          * releases their reads too (the producer refills the rows). */
+#ifdef BWD_RELEASE_BY_THREAD
+        mbar_arrive(EMPTY(st));
+#else
         __syncwarp();
         if (lane == 0) mbar_arrive(EMPTY(st));
+#endif
         if (++st == STAGES) {
             st = 0;
             phase ^= 1u;

@@ -2,11 +2,15 @@
 // shared-memory accesses? One warp writes shared memory and arrives on an
 // mbarrier; another waits for the phase (mbarrier.try_wait.parity, as
 // kernels_cuda/tma.cuh waits) and reads. Correct code: a report on
-// "ordered" is the tool's, not the code's. "racy" reads without waiting,
-// to show the tool finds a race where there is one. Build and run:
+// "ordered" is the tool's, not the code's. "warp" has the writers meet
+// (__syncwarp) and lane 0 alone arrive for them, as the backward's
+// consumers release a stage: also correct by PTX's memory model (the warp
+// barrier orders each lane's write before lane 0's release), so a report
+// there says the tool does not carry ordering through a warp barrier.
+// "racy" reads without waiting, to show the tool finds a race where there
+// is one. Build and run:
 //   nvcc -arch=sm_90 -o /tmp/probe bench/probes/mbarrier_racecheck.cu
-//   compute-sanitizer --tool racecheck /tmp/probe ordered
-//   compute-sanitizer --tool racecheck /tmp/probe racy
+//   compute-sanitizer --tool racecheck /tmp/probe ordered   (warp, racy)
 #include <cstdio>
 #include <cstring>
 
@@ -14,18 +18,20 @@ __device__ __forceinline__ unsigned smem_addr(const void *p) {
     return (unsigned)__cvta_generic_to_shared(p);
 }
 
-__global__ void probe(int *out, int wait) {
+__global__ void probe(int *out, int wait, int by_lane0) {
     __shared__ alignas(8) unsigned long long bar;
     __shared__ int data[32];
     const unsigned b = smem_addr(&bar);
     if (threadIdx.x == 0) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(32) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(by_lane0 ? 1 : 32) : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
     if (threadIdx.x < 32) {
         data[threadIdx.x] = (int)threadIdx.x + 1;
-        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(b) : "memory");
+        if (by_lane0) __syncwarp();
+        if (!by_lane0 || threadIdx.x == 0)
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(b) : "memory");
     } else if (threadIdx.x < 64) {
         if (wait)
             asm volatile("{\n.reg .pred done;\nW:\n"
@@ -39,13 +45,14 @@ __global__ void probe(int *out, int wait) {
 
 int main(int argc, char **argv) {
     const int wait = !(argc > 1 && strcmp(argv[1], "racy") == 0);
+    const int by_lane0 = argc > 1 && strcmp(argv[1], "warp") == 0;
     int *out = nullptr, host[32];
     cudaMalloc(&out, sizeof host);
-    probe<<<1, 64>>>(out, wait);
+    probe<<<1, 64>>>(out, wait, by_lane0);
     cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost);
     int ok = 1;
     for (int i = 0; i < 32; i++) ok &= host[i] == i + 1 || !wait;
-    printf("%s: %s\n", wait ? "ordered" : "racy", ok ? "values as written" : "wrong values");
+    printf("%s: %s\n", argc > 1 ? argv[1] : "ordered", ok ? "values as written" : "wrong values");
     cudaFree(out);
     return ok ? 0 : 1;
 }

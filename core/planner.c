@@ -1155,11 +1155,12 @@ static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *
 /* At head_dim 64 the warp-specialised backward takes 128 queries a step
  * (S^T and dP^T twice as wide a consumer): on an H100 (bf16, N 4k and 16k)
  * 5-8% above 64, causal or not. Not with the options whose masks, dropout
- * or score work spill that tile (cuda_compile.h100_sm90_tma_backward_forced
+ * or score work spill that tile, nor deterministic (dQ's own reduction
+ * spilled 20 bytes there; cuda_compile.h100_sm90_tma_backward_forced
  * compiles the ones it takes). */
 static int tma_backward_wide_rows(const fa_attention_desc *desc, const fa_kernel_plan *kp) {
     return desc->head_dim == 64 && kp->br == 64 && kp->bc == 128 && desc->dropout_p <= 0.0f && !desc->block_mask &&
-           desc->window_left < 0 && desc->window_right < 0 && !fa_desc_option_in_use(desc);
+           desc->window_left < 0 && desc->window_right < 0 && !desc->deterministic && !fa_desc_option_in_use(desc);
 }
 
 /* The warp-specialised backward (bwd_mma.cu built with TMA): the
@@ -1167,12 +1168,15 @@ static int tma_backward_wide_rows(const fa_attention_desc *desc, const fa_kernel
  * tensor maps describe the problem and the second dS^T tile fits. On an
  * H100 (fp16 and bf16, d64 and d128, causal and not, N 2k-16k, PyTorch
  * SDPA timed in the same run) it ran 0.94x cuDNN as a geometric mean where
- * the warpgroup backward ran 0.74x. FLASHATTN_PLAN_TMA_BWD=0 keeps the
+ * the warpgroup backward ran 0.74x. Above head_dim 64 not with score
+ * options: softcap with ALiBi spilled there (12 bytes, NVRTC 13.0), where
+ * the warpgroup backward does not. FLASHATTN_PLAN_TMA_BWD=0 keeps the
  * warpgroup backward, for comparison. */
 static void tma_backward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     const char *env = getenv("FLASHATTN_PLAN_TMA_BWD");
     if ((env && strcmp(env, "0") == 0) || out->variant != FA_VARIANT_WGMMA || desc->cu_seqlens_q ||
-        desc->kv_cache || !tma_layouts_ok(desc) || out->work_group_size + 128 > dev->max_work_group_size)
+        desc->kv_cache || !tma_layouts_ok(desc) || out->work_group_size + 128 > dev->max_work_group_size ||
+        (desc->head_dim > 64 && fa_desc_option_in_use(desc)))
         return;
     size_t lm = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, desc, out->br, out->bc, out->stages);
     if (lm > usable_local_mem(dev)) return;

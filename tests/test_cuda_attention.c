@@ -713,10 +713,13 @@ static fa_variant tensor_core_backward(const fa_attention_desc *d) {
     if (!(device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
           d->head_dim <= (crowded ? 64 : 128)))
         return FA_VARIANT_MMA;
-    /* The warp-specialised backward with fixed-length sequences, unless
-     * turned off (FLASHATTN_PLAN_TMA_BWD=0). */
+    /* The warp-specialised backward with fixed-length sequences (above
+     * head_dim 64 without score options), unless turned off
+     * (FLASHATTN_PLAN_TMA_BWD=0). */
     const char *tma = getenv("FLASHATTN_PLAN_TMA_BWD");
-    return !(tma && strcmp(tma, "0") == 0) && !d->cu_seqlens_q ? FA_VARIANT_WGMMA_TMA : FA_VARIANT_WGMMA;
+    return !(tma && strcmp(tma, "0") == 0) && !d->cu_seqlens_q && !(d->head_dim > 64 && fa_desc_option_in_use(d))
+               ? FA_VARIANT_WGMMA_TMA
+               : FA_VARIANT_WGMMA;
 }
 
 /* The variants the planner picks for desc on this device. */
@@ -1352,22 +1355,22 @@ FA_TEST(tma_shapes) {
     for (size_t i = 0; i < FA_ARRAY_SIZE(bad); i++)
         CHECK_MSG(force_tiles(plan, &bad[i], NULL) == FA_ERR_UNSUPPORTED, "bad tile %zu accepted", i);
     fa_plan_destroy(plan);
-    /* Varlen and fp32 are not its problems: forced, refused. (Head dims
+    /* Varlen and TF32 are not its problems: forced, refused. (Head dims
      * between whole blocks are, padded: tma_padded_head_dims.) */
     static const int32_t cu[3] = {0, 100, 256};
     fa_attention_desc v = mma_desc(0, 2, 156, 156, 2, 2, 128);
     v.cu_seqlens_q = cu;
     v.cu_seqlens_k = cu;
-    const fa_attention_desc f32 = mma_desc(2, 1, 256, 256, 2, 2, 128);
+    const fa_attention_desc tf32 = mma_desc(2, 1, 256, 256, 2, 2, 128);
     const tiles ok = {FA_VARIANT_WGMMA_TMA, 128, 128, 384, 2, 32, 2, 1};
     for (int k = 0; k < 2; k++) {
-        fa_attention_desc x = k ? f32 : v;
+        fa_attention_desc x = k ? tf32 : v;
         plan = NULL;
         CHECK_OK(fa_plan_create(g_ctx, &x, &plan));
         if (!plan) continue;
         CHECK_MSG(plan->info.forward.variant == (k ? FA_VARIANT_MMA : FA_VARIANT_WGMMA), "%s: planned %s",
-                  k ? "fp32" : "varlen", vname(&plan->info.forward));
-        CHECK_MSG(force_tiles(plan, &ok, NULL) == FA_ERR_UNSUPPORTED, "%s: forced tile accepted", k ? "fp32" : "varlen");
+                  k ? "tf32" : "varlen", vname(&plan->info.forward));
+        CHECK_MSG(force_tiles(plan, &ok, NULL) == FA_ERR_UNSUPPORTED, "%s: forced tile accepted", k ? "tf32" : "varlen");
         fa_plan_destroy(plan);
     }
 }

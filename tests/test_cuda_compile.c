@@ -262,21 +262,28 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
         /* The warp-specialised one where its tensor maps describe the
          * problem (fixed-length sequences) and, at head_dim 256, without
          * the options that spilled there. */
+        /* Head dims between whole 64-column blocks (96 here) run it
+         * built for the next block, with fixed lengths. */
+        const int padded = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 != 0 &&
+                           d->head_dim % 32 == 0 && d->head_dim > 64 && d->head_dim < 256 && d->seqlen_q > 16 &&
+                           !d->cu_seqlens_q;
         const int bounds = d->window_left >= 0 || d->window_right >= 0 || d->block_mask;
-        const int tma_regs = d->head_dim < 256 || (!d->softcap && !d->alibi_slopes && !d->bias_batch &&
-                                                   !(d->dropout_p > 0.0f && bounds));
-        const int tma_shape = wgmma_shape && !d->cu_seqlens_q && tma_regs;
-        CHECK_MSG((fv == FA_VARIANT_WGMMA || fv == FA_VARIANT_WGMMA_TMA) == wgmma_shape &&
+        const int tma_regs = d->head_dim <= 192 || (!d->softcap && !d->alibi_slopes && !d->bias_batch &&
+                                                    !(d->dropout_p > 0.0f && bounds));
+        const int tma_shape = (wgmma_shape || padded) && !d->cu_seqlens_q && tma_regs;
+        CHECK_MSG((fv == FA_VARIANT_WGMMA || fv == FA_VARIANT_WGMMA_TMA) == (wgmma_shape || tma_shape) &&
                       (fv == FA_VARIANT_WGMMA_TMA) == tma_shape,
                   "%s %s: forward %s", device, jobs[i].label, fa_variant_name(fv));
         /* The warpgroup backward up to head_dim 128 (decoding too): at 128
          * not where dropout's Philox state comes with masks or varlen (the
-         * all-options set here; dropout_backward_sm90 below has neither). */
+         * all-options set here; dropout_backward_sm90 below has neither);
+         * the warp-specialised one among them with fixed lengths. */
         const int crowded = d->dropout_p > 0.0f && d->cu_seqlens_q;
         const int wgmma_bwd = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
                               d->head_dim % 64 == 0 && d->head_dim <= (crowded ? 64 : 128);
-        CHECK_MSG((bv == FA_VARIANT_WGMMA) == wgmma_bwd, "%s %s: backward %s", device, jobs[i].label,
-                  fa_variant_name(bv));
+        CHECK_MSG((bv == FA_VARIANT_WGMMA || bv == FA_VARIANT_WGMMA_TMA) == wgmma_bwd &&
+                      (bv == FA_VARIANT_WGMMA_TMA) == (wgmma_bwd && !d->cu_seqlens_q),
+                  "%s %s: backward %s", device, jobs[i].label, fa_variant_name(bv));
         /* fp16/bf16 backward on tensor cores at every head_dim the
          * m16n8k16 shape divides, above 128 with warps sharing key strips
          * (bwd_mma.cu DK_SPLIT), which the plan's text names. */
@@ -804,10 +811,11 @@ FA_TEST(kvcache_refusals) {
 #endif
 }
 
-/* The warpgroup backward with dropout alone (bwd_mma.cu keep_bits), which
- * the sweep's option sets do not reach: at head_dim 64 and 128, fp16 and
- * bf16, dQ by atomics and deterministic, on a described H100 it is planned
- * (64 x 64, two stages, at 128) and its backward kernels do not spill. */
+/* The warp-specialised backward with dropout alone (bwd_mma.cu keep_bits),
+ * which the sweep's option sets do not reach: at head_dim 64 and 128, fp16
+ * and bf16, dQ by atomics and deterministic, on a described H100 it is
+ * planned (64 x 64, two stages, at 128) and its backward kernels do not
+ * spill. */
 FA_TEST(dropout_backward_sm90) {
     REQUIRE_CUDA_BUILD();
 #ifdef FA_WITH_CUDA
@@ -834,7 +842,7 @@ FA_TEST(dropout_backward_sm90) {
         const job *j = &jobs[i];
         const fa_kernel_plan *b = &j->info.backward;
         CHECK_MSG(j->status == FA_SUCCESS, "%s: %s (%s)", j->label, fa_status_string(j->status), j->error);
-        CHECK_MSG(b->variant == FA_VARIANT_WGMMA && (j->desc.head_dim < 128 || (b->bc == 64 && b->stages == 2)),
+        CHECK_MSG(b->variant == FA_VARIANT_WGMMA_TMA && (j->desc.head_dim < 128 || (b->bc == 64 && b->stages == 2)),
                   "%s: backward %s %d x %d s%d", j->label, fa_variant_name(b->variant), b->br, b->bc, b->stages);
         for (int k = 0; k < j->count && k < MAX_REPORTS; k++) {
             const fa_cuda_kernel_report *r = &j->reports[k];
@@ -981,7 +989,9 @@ FA_TEST(errors_are_reported) {
     /* Tensor-core plans: before sm_80, with a warp count, tile or head_dim
      * the kernels do not have. */
     d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = FA_DTYPE_F16;
+    setenv("FLASHATTN_PLAN_TMA_BWD", "0", 1); /* the warpgroup backward's refusals */
     CHECK_OK(fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info));
+    unsetenv("FLASHATTN_PLAN_TMA_BWD");
     CHECK(info.forward.variant == FA_VARIANT_WGMMA_TMA && info.backward.variant == FA_VARIANT_WGMMA);
     CHECK_STATUS(fa_cuda_compile_plan(&d, &info, 7, 5, NULL, 0, &n), FA_ERR_UNSUPPORTED);
     /* So does the warpgroup backward: beside an sm_80 forward, and in
@@ -1150,27 +1160,26 @@ FA_TEST(h100_sm90_tma_backward_variants) {
 #endif
 }
 
-/* Tiles of the TMA backward that bench/fa-tma-tiles --pass bwd forces
- * beside the planned ones: 128 queries a step at head_dim 64 (the S^T and
- * dP^T accumulators twice as wide), plain and causal, without spills
- * (windows, block masks and score options spilled 56-132 bytes there,
- * NVRTC 13.0: not a tile to plan with them). */
+/* The TMA backward's 128 queries a step at head_dim 64 (the S^T and dP^T
+ * accumulators twice as wide), as planned there: plain and causal, without
+ * spills, and 64 where deterministic (windows, block masks and score options spilled 56-132 bytes
+ * there, deterministic 20, NVRTC 13.0: not a tile to plan with them). */
 FA_TEST(h100_sm90_tma_backward_forced) {
     REQUIRE_CUDA_BUILD();
 #ifdef FA_WITH_CUDA
     REQUIRE_NVRTC();
-    setenv("FLASHATTN_PLAN_TMA_BWD", "1", 1);
-    for (int k = 0; k < 2; k++) {
-        fa_attention_desc d = tma_problem(k == 0 ? 1 : 3, 4096);
+    /* Plain and causal with GQA: 128 queries; deterministic: 64. */
+    for (int k = 0; k < 3; k++) {
+        fa_attention_desc d = tma_problem(k == 1 ? 3 : 1, 4096);
+        d.deterministic = k == 2;
+        const int rows = k == 2 ? 64 : 128;
         fa_plan_info info;
         fa_status st = fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info);
-        CHECK_MSG(st == FA_SUCCESS && info.backward.variant == FA_VARIANT_WGMMA_TMA, "case %d: %s", k,
-                  st ? fa_last_error() : fa_variant_name(info.backward.variant));
+        CHECK_MSG(st == FA_SUCCESS && info.backward.variant == FA_VARIANT_WGMMA_TMA && info.backward.br == rows &&
+                      info.backward.bc == 128,
+                  "case %d: %s %d x %d", k, st ? fa_last_error() : fa_variant_name(info.backward.variant),
+                  info.backward.br, info.backward.bc);
         if (st != FA_SUCCESS || info.backward.variant != FA_VARIANT_WGMMA_TMA) continue;
-        fa_kernel_plan *kp = &info.backward;
-        kp->br = 128;
-        kp->thread_rows = 32;
-        kp->local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, &d, kp->br, kp->bc, kp->stages);
         fa_cuda_kernel_report rep[MAX_REPORTS];
         int n = 0;
         st = fa_cuda_compile_plan(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
@@ -1180,12 +1189,11 @@ FA_TEST(h100_sm90_tma_backward_forced) {
             if (strcmp(r->kernel, "fa_bwd_dkdv_mma") != 0) continue;
             printf("%-8s d%-4d %s: %d threads %3d registers %d/%d bytes spilled\n", r->arch, d.head_dim,
                    r->options + 0, r->threads, r->registers, r->spill_stores, r->spill_loads);
-            CHECK_MSG(has_define(r->options, "BR=128") && r->spill_stores == 0 && r->spill_loads == 0 &&
-                          r->stack_bytes == 0,
+            CHECK_MSG(has_define(r->options, k == 2 ? "BR=64" : "BR=128") && r->spill_stores == 0 &&
+                          r->spill_loads == 0 && r->stack_bytes == 0,
                       "case %d: %s, %d bytes spilled", k, r->options, r->spill_stores);
         }
     }
-    unsetenv("FLASHATTN_PLAN_TMA_BWD");
 #endif
 }
 

@@ -76,10 +76,11 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
          * 128 queries a step at head_dim 64 without masks beyond causal,
          * dropout or score options. */
         const int wide = dim == 64 && k->bc == 128 && d->dropout_p <= 0.0f && !d->block_mask && d->window_left < 0 &&
-                         d->window_right < 0 && !fa_desc_option_in_use(d);
+                         d->window_right < 0 && !d->deterministic && !fa_desc_option_in_use(d);
         CHECK_MSG(k->br == (wide ? 128 : 64) && (k->bc == 64 || k->bc == 128) && k->thread_rows == k->br / 4 &&
                       k->thread_cols == 2 &&
                       k->work_group_size == 2 * k->bc + 128 && k->stages == 2 && dim % 64 == 0 && dim <= 128 &&
+                      !(dim > 64 && fa_desc_option_in_use(d)) &&
                       (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) && !d->cu_seqlens_q && strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma_tma backward %d x %d/%d, micro-tile %d x %d, %d stages", what, k->br, k->bc,
                   k->work_group_size, k->thread_rows, k->thread_cols, k->stages);
@@ -526,14 +527,21 @@ FA_TEST(tma_backward_opt_in) {
     v.cu_seqlens_q = v.cu_seqlens_k = cu;
     CHECK_OK(fa_plan_for_device(device("h100"), &v, &on));
     CHECK(on.backward.variant == FA_VARIANT_WGMMA);
+    /* Score options above head_dim 64 keep the warpgroup backward (they
+     * spilled in the warp-specialised one). */
+    fa_attention_desc c = d;
+    c.softcap = 30.0f;
+    CHECK_OK(fa_plan_for_device(device("h100"), &c, &on));
+    CHECK(on.backward.variant == FA_VARIANT_WGMMA);
     /* head_dim 64: 128 queries a step, causal or not; 64 with a window,
-     * dropout or softcap (that tile spills with them). */
-    for (int k = 0; k < 5; k++) {
+     * dropout, softcap or deterministic (that tile spills with them). */
+    for (int k = 0; k < 6; k++) {
         fa_attention_desc s = shape(2, 4096, 4096, 16, 16, 64, FA_DTYPE_F16);
         s.causal = k == 1;
         if (k == 2) s.window_left = 100;
         if (k == 3) s.dropout_p = 0.1f;
         if (k == 4) s.softcap = 30.0f;
+        s.deterministic = k == 5;
         CHECK_OK(fa_plan_for_device(device("h100"), &s, &on));
         const int br = k < 2 ? 128 : 64;
         CHECK_MSG(on.backward.variant == FA_VARIANT_WGMMA_TMA && on.backward.br == br && on.backward.bc == 128 &&

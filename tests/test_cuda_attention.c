@@ -1505,7 +1505,8 @@ static fa_attention_desc fp8_desc(int batch, int sq, int sk, int hq, int hkv, in
  * head_dim the kernel takes, causal or not, sliding windows, GQA and MQA,
  * lengths that are no multiple of the tiles (a query tile past the keys,
  * one key, sequences shorter than a warpgroup's rows), strided layouts,
- * O in bf16 and fp16, every product schedule, and descale factors changed
+ * O in bf16 and fp16, every product schedule (plain, causal, windowed),
+ * and descale factors changed
  * on the plan (fa_plan_set_descale). Exact inputs (fp8_fill) check O to
  * its rounding; random ones, whose probabilities e4m3 rounds, to 5%. */
 FA_TEST(fp8_forward) {
@@ -1555,11 +1556,18 @@ FA_TEST(fp8_forward) {
     static const char *const schedules[] = {"overlap", "pingpong", "both", "plain"};
     for (size_t i = 0; i < FA_ARRAY_SIZE(schedules); i++) {
         setenv("FLASHATTN_TMA_SCHEDULE", schedules[i], 1);
-        for (int dim = 64; dim <= 128; dim += 64) {
+        for (int k = 0; k < 6; k++) {
+            /* Plain, causal and a window, at head_dim 64 and 128. */
+            const int dim = k % 2 ? 128 : 64;
             fa_attention_desc d = fp8_desc(1, 777, 777, 4, 2, dim, FA_DTYPE_BF16);
-            d.causal = (int)(i % 2);
+            d.causal = k / 2 == 1;
+            if (k / 2 == 2) {
+                d.window_left = 150;
+                d.window_right = 30;
+            }
             char name[112];
-            snprintf(name, sizeof name, "fp8 d%d %s%s", dim, schedules[i], d.causal ? " causal" : "");
+            snprintf(name, sizeof name, "fp8 d%d %s%s%s", dim, schedules[i], d.causal ? " causal" : "",
+                     d.window_left >= 0 ? " window" : "");
             run_fp8(name, &d, NULL, 1, exact_tol, NULL, 0);
         }
     }

@@ -1156,7 +1156,7 @@ static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *
  * (S^T and dP^T twice as wide a consumer): on an H100 (bf16, N 4k and 16k)
  * 5-8% above 64, causal or not. Not with the options whose masks, dropout
  * or score work spill that tile, nor deterministic (dQ's own reduction
- * spilled 20 bytes there; cuda_compile.h100_sm90_tma_backward_forced
+ * spilled 20 bytes there; cuda_compile.h100_sm90_tma_backward_wide_rows
  * compiles the ones it takes). */
 static int tma_backward_wide_rows(const fa_attention_desc *desc, const fa_kernel_plan *kp) {
     return desc->head_dim == 64 && kp->br == 64 && kp->bc == 128 && desc->dropout_p <= 0.0f && !desc->block_mask &&

@@ -1161,10 +1161,11 @@ FA_TEST(h100_sm90_tma_backward_variants) {
 }
 
 /* The TMA backward's 128 queries a step at head_dim 64 (the S^T and dP^T
- * accumulators twice as wide), as planned there: plain and causal, without
- * spills, and 64 where deterministic (windows, block masks and score options spilled 56-132 bytes
- * there, deterministic 20, NVRTC 13.0: not a tile to plan with them). */
-FA_TEST(h100_sm90_tma_backward_forced) {
+ * accumulators twice as wide), as planned there: plain and causal without
+ * spills, 64 where deterministic. Windows, block masks and score options
+ * spilled 56-132 bytes at 128 queries, the deterministic dQ 20 (NVRTC
+ * 13.0): not a tile to plan with them. */
+FA_TEST(h100_sm90_tma_backward_wide_rows) {
     REQUIRE_CUDA_BUILD();
 #ifdef FA_WITH_CUDA
     REQUIRE_NVRTC();
@@ -1464,7 +1465,7 @@ FA_TEST(fp8_refusals) {
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
              FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
-             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_forced), FA_CASE(h100_sm90_tma_padded_variants),
+             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_wide_rows), FA_CASE(h100_sm90_tma_padded_variants),
              FA_CASE(h100_sm90_fp8_variants), FA_CASE(fp8_refusals),
              FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),

@@ -128,7 +128,7 @@ if want bwd && [ "${bwd_failed:-0}" = 0 ]; then
     # Whether racecheck orders accesses by an mbarrier's phase at all
     # (bench/probes/mbarrier_racecheck.cu): "ordered" is correct code.
     if command -v nvcc > /dev/null && nvcc -arch=sm_90 -o /tmp/mbar-probe bench/probes/mbarrier_racecheck.cu > /dev/null 2>&1; then
-      for mode in ordered warp racy; do
+      for mode in ordered warp named arrive racy; do
         compute-sanitizer --tool racecheck /tmp/mbar-probe "$mode" > "$out/probe-$mode.txt" 2>&1
         echo "  racecheck probe $mode: $(grep -E "RACECHECK SUMMARY|values" "$out/probe-$mode.txt" | tr '\n' ' ')"
       done

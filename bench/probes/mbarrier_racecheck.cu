@@ -8,14 +8,34 @@
 // barrier orders each lane's write before lane 0's release), so a report
 // there says the tool does not carry ordering through a warp barrier.
 // "racy" reads without waiting, to show the tool finds a race where there
-// is one. Build and run:
+// is one. "named" orders by a named barrier of two warps while a third
+// (a producer's) stays out of it, as the backward's consumers meet before
+// their epilogue (bar.sync 1, 64): a report there is the tool's. "arrive"
+// has the writers only arrive (bar.arrive) where the readers wait
+// (bar.sync), as a warpgroup hands its dS^T to the one whose dQ turn it
+// is: correct too. Build and run:
 //   nvcc -arch=sm_90 -o /tmp/probe bench/probes/mbarrier_racecheck.cu
-//   compute-sanitizer --tool racecheck /tmp/probe ordered   (warp, racy)
+//   compute-sanitizer --tool racecheck /tmp/probe ordered   (warp, named, arrive, racy)
 #include <cstdio>
 #include <cstring>
 
 __device__ __forceinline__ unsigned smem_addr(const void *p) {
     return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__global__ void probe_named(int *out, int writers_arrive) {
+    __shared__ int data[32];
+    if (threadIdx.x < 32) return; /* the warp that stays out */
+    if (threadIdx.x < 64) {
+        data[threadIdx.x - 32] = (int)threadIdx.x - 31;
+        if (writers_arrive)
+            asm volatile("bar.arrive 1, 64;" ::: "memory");
+        else
+            asm volatile("bar.sync 1, 64;" ::: "memory");
+        return;
+    }
+    asm volatile("bar.sync 1, 64;" ::: "memory");
+    out[threadIdx.x - 64] = data[95 - threadIdx.x];
 }
 
 __global__ void probe(int *out, int wait, int by_lane0) {
@@ -48,10 +68,15 @@ int main(int argc, char **argv) {
     const int by_lane0 = argc > 1 && strcmp(argv[1], "warp") == 0;
     int *out = nullptr, host[32];
     cudaMalloc(&out, sizeof host);
-    probe<<<1, 64>>>(out, wait, by_lane0);
+    const int arrive = argc > 1 && strcmp(argv[1], "arrive") == 0;
+    const int named = arrive || (argc > 1 && strcmp(argv[1], "named") == 0);
+    if (named)
+        probe_named<<<1, 96>>>(out, arrive);
+    else
+        probe<<<1, 64>>>(out, wait, by_lane0);
     cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost);
     int ok = 1;
-    for (int i = 0; i < 32; i++) ok &= host[i] == i + 1 || !wait;
+    for (int i = 0; i < 32; i++) ok &= host[i] == (named ? 32 - i : i + 1) || !wait;
     printf("%s: %s\n", argc > 1 ? argv[1] : "ordered", ok ? "values as written" : "wrong values");
     cudaFree(out);
     return ok ? 0 : 1;

@@ -149,15 +149,13 @@
 #endif
 #endif
 #define DS_BUFFERS 2
-/* A stage's empty barrier counts one arrival a consumer warp (lane 0's,
- * after the warp meets); BWD_RELEASE_BY_THREAD has every consumer thread
- * arrive instead, as CUTLASS's pipelines do, to compare time and what
- * racecheck reports (bench/results/h100.md, 2026-11-28 third session). */
-#ifdef BWD_RELEASE_BY_THREAD
+/* The stage's empty barrier and the dQ rows' count one arrival a consumer
+ * thread, each after its own reads. One lane's arrival for its warp after
+ * __syncwarp was as fast (H200, bench/results/h100.md) and as correct, but
+ * compute-sanitizer's racecheck follows a thread's own arrival only
+ * (bench/probes/mbarrier_racecheck.cu, "warp") and reported every refill
+ * as a race. */
 #define STAGE_RELEASES THREADS
-#else
-#define STAGE_RELEASES (THREADS / 32)
-#endif
 #define BLOCK_SYNC() named_sync(1, THREADS)
 #if THREADS != 128 && THREADS != 256
 #error "bwd_mma: TMA takes one or two consumer warpgroups (the register hand-over below)"
@@ -515,8 +513,9 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
 #define KV_FULL bars
 #define FULL(s) (bars + 8u * (1u + (u32)(s)))
 #define EMPTY(s) (bars + 8u * (1u + STAGES + (u32)(s)))
-/* Per consumer warp's 16 rows of the dQ tile: its reductions have read
- * them (the other warpgroup's warp of the same rows writes them next). */
+/* Per consumer warp's 16 rows of the dQ tile: each of its lanes has seen
+ * its reductions read them (the other warpgroup's warp of the same rows
+ * writes them next). */
 #define DQ_EMPTY(w) (bars + 8u * (1u + 2u * STAGES + (u32)(w)))
 #ifdef DQ_STRIDE
     /* After the barriers, 16-byte aligned, at an offset fixed at compile
@@ -534,7 +533,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             mbar_init(EMPTY(s), STAGE_RELEASES);
         }
 #pragma unroll
-        for (int w = 0; w < 4; w++) mbar_init(DQ_EMPTY(w), 1);
+        for (int w = 0; w < 4; w++) mbar_init(DQ_EMPTY(w), 32);
         mbar_init_fence();
     }
     __syncthreads();
@@ -598,8 +597,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
     do {                                                                                                           \
         if (dq_reading) {                                                                                          \
             tma_store_wait_read();                                                                                 \
-            __syncwarp();                                                                                          \
-            if (lane == 0) mbar_arrive(DQ_EMPTY(warp % 4));                                                        \
+            mbar_arrive(DQ_EMPTY(warp % 4));                                                                       \
             dq_reading = false;                                                                                    \
         }                                                                                                          \
     } while (0)
@@ -996,16 +994,10 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
         (void)h;
 #endif
 #ifdef TMA
-        /* This warp's products have read the stage; dS^T alternates, so
-         * only the meeting before dQ orders its tiles. Every lane read L
-         * and D from it: the warp meets first, so lane 0's arrival
-         * releases their reads too (the producer refills the rows). */
-#ifdef BWD_RELEASE_BY_THREAD
+        /* This thread's products and its reads of L and D are done with
+         * the stage (the producer refills the rows); dS^T alternates, so
+         * only the meeting before dQ orders its tiles. */
         mbar_arrive(EMPTY(st));
-#else
-        __syncwarp();
-        if (lane == 0) mbar_arrive(EMPTY(st));
-#endif
         if (++st == STAGES) {
             st = 0;
             phase ^= 1u;

@@ -1298,8 +1298,9 @@ FA_TEST(h100_sm90_tma_variants) {
 
 /* FP8 (e4m3) inputs: fwd_tma.cu built with FP8, as the planner emits it on
  * an H100 at every head_dim it takes, plain (GQA), causal and with a
- * window, O in bf16 and fp16, with the planned product schedule and at
- * head_dim 128 with each other one (FLASHATTN_TMA_SCHEDULE), and its
+ * window, O in bf16 and fp16, with the planned product schedule (both at
+ * head_dim 128) and at head_dim 128 with each other one
+ * (FLASHATTN_TMA_SCHEDULE), and its
  * 192-key tiles forced: sm_90a code, no spills, the planned shared
  * memory. */
 #ifdef FA_WITH_CUDA
@@ -1371,6 +1372,11 @@ FA_TEST(h100_sm90_fp8_variants) {
                               has_define(r->options, "CAUSAL") == (d.causal != 0) &&
                               has_define(r->options, "WINDOW") == (opts >= 2) && !has_define(r->options, "DTYPE_F32"),
                           "d%d opts %d: options %s", dim, opts, r->options);
+                /* As planned: both schedules at head_dim 128, the overlap
+                 * alone above, neither at 64. */
+                CHECK_MSG(schedules[s] || (has_define(r->options, "OVERLAP") == (dim >= 128) &&
+                                           has_define(r->options, "PINGPONG") == (dim == 128)),
+                          "d%d opts %d: planned schedule %s", dim, opts, r->options);
             }
     /* The 192-key tiles the kernel takes beside the planner's (timed by
      * bench/fp8_gpu.sh): no spills there either. */

@@ -394,13 +394,17 @@ static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *k
  * gained nothing. At head_dim 64 (three consumer warpgroups, where turns
  * do not apply) OVERLAP was 7% faster on long non-causal rows and 5-9%
  * slower causal, 2% slower over all: the products are half as long there,
- * and the issue of the softmax, not the tensor cores, binds. FLASHATTN_TMA_SCHEDULE=both, overlap, pingpong or plain replaces
- * that choice, so that one run can time each. */
+ * and the issue of the softmax, not the tensor cores, binds. FP8 at head_dim
+ * 128 takes both (its products take half as long, so the turns hide the
+ * softmax the overlap leaves exposed): 1.22-1.23x the bf16 forward where
+ * the overlap alone gave 1.18-1.20x (H100, bench/fp8_gpu.sh).
+ * FLASHATTN_TMA_SCHEDULE=both, overlap, pingpong or plain replaces that
+ * choice, so that one run can time each. */
 static fa_status tma_schedule(const fa_attention_desc *d, const char **defines) {
     const char *env = getenv("FLASHATTN_TMA_SCHEDULE");
     static const char *const names[] = {"both", "overlap", "pingpong", "plain"};
     static const char *const opts[] = {" -DOVERLAP -DPINGPONG", " -DOVERLAP", " -DPINGPONG", ""};
-    if (!env || !env[0]) env = d->head_dim >= 128 ? names[1] : names[3];
+    if (!env || !env[0]) env = fa_desc_is_fp8(d) && d->head_dim == 128 ? names[0] : d->head_dim >= 128 ? names[1] : names[3];
     for (size_t i = 0; i < FA_ARRAY_SIZE(names); i++)
         if (strcmp(env, names[i]) == 0) {
             *defines = opts[i];

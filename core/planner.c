@@ -218,6 +218,15 @@ size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes) {
 
 int fa_tma_head_dim(const fa_attention_desc *desc) { return desc ? (desc->head_dim + 63) / 64 * 64 : 0; }
 
+/* Measured on an H200 (bench/results/h200.md, 2026-11-28 fourth session):
+ * 1.037x cuDNN over fp16 and bf16, d128 non-causal, N 2k-16k, where adding
+ * each step's own dQ ran 0.915x; the warpgroup in turn had waited for the
+ * other's dS^T of the same step. */
+int fa_tma_bwd_dq_lag(const fa_attention_desc *desc, int bc) {
+    return desc && bc == 128 && desc->head_dim > 64 && !desc->deterministic && !desc->causal &&
+           desc->window_left < 0 && desc->window_right < 0;
+}
+
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br, int bc,
                          int stages) {
     if (!desc || br <= 0 || bc <= 0 || desc->head_dim <= 0) return 0;
@@ -263,13 +272,13 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
             const size_t dp = (size_t)fa_tma_head_dim(desc);
             return e * dp * (r + st * 2 * c) + 8 * (1 + 4 * st);
         }
-        /* bwd_mma.cu built with TMA: WGMMA's tiles with two dS^T, then a
-         * full and an empty barrier per stage, one for K and V, four for
-         * dQ's rows; with two consumer warpgroups above head_dim 64, the
-         * dQ tile the bulk reductions read (rows padded by 8 floats,
-         * 16-byte aligned). */
-        return e * (d * (2 * c + st * 2 * r) + 2 * c * r) + 4 * 2 * st * r + 8 * (5 + 2 * st) +
-               (c == 128 && d > 64 ? 16 + 4 * r * (d + 8) : 0);
+        /* bwd_mma.cu built with TMA: WGMMA's tiles with two dS^T (three
+         * where each step's dQ is added during the next), then a full and
+         * an empty barrier per stage, one for K and V, four for dQ's rows;
+         * with two consumer warpgroups above head_dim 64, the dQ tile the
+         * bulk reductions read (rows padded by 8 floats, 16-byte aligned). */
+        return e * (d * (2 * c + st * 2 * r) + (fa_tma_bwd_dq_lag(desc, bc) ? 3 : 2) * c * r) + 4 * 2 * st * r +
+               8 * (5 + 2 * st) + (c == 128 && d > 64 ? 16 + 4 * r * (d + 8) : 0);
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:

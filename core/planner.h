@@ -51,6 +51,13 @@ int fa_plan_simt_layout_ok(const fa_device_desc *dev, const fa_attention_desc *d
  * backend and fa_plan_local_mem agree on it. */
 int fa_tma_head_dim(const fa_attention_desc *desc);
 
+/* Whether the warp-specialised backward (kernels_cuda/bwd_mma.cu with TMA)
+ * adds each step's dQ during the next step (BWD_DQ_LAG), in a third dS^T
+ * tile: where two consumer warpgroups take dQ in turns by bulk reductions
+ * (bc 128, head_dim above 64, dQ by atomics), without a causal mask or a
+ * window. The CUDA backend and fa_plan_local_mem agree on it. */
+int fa_tma_bwd_dq_lag(const fa_attention_desc *desc, int bc);
+
 /* Local memory (bytes) one work-group of the given variant needs for a tile
  * shape. Kernels declare exactly this much; tests hold them to it. */
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br,

@@ -148,7 +148,24 @@
 #endif
 #endif
 #endif
+/* BWD_DQ_LAG (with dQ in turns and bulk reductions): the warpgroup in turn
+ * adds the previous step's dQ, not this step's, so it waits for the other
+ * warpgroup's dS^T of a step that one finished a step ago, where it waited
+ * for the dS^T the other was computing beside it (the profile's largest
+ * stall: bench/results/h100.md, 2026-11-28 third session; 0.915 -> 1.037x
+ * cuDNN at d128 non-causal on an H200). A third dS^T tile: a step's is
+ * read during the next and written again two steps later. The planner
+ * asks for the build and counts the tile (fa_tma_bwd_dq_lag). Not under a
+ * causal mask or a window: the two step registers it keeps spilled there
+ * (8-12 bytes, NVRTC 13.0), where the walks start apart anyway. */
+#if defined(BWD_DQ_LAG) && (!(defined(BWD_DQ_BULK) && defined(DQ_ATOMIC)) || defined(CAUSAL) || defined(WINDOW))
+#undef BWD_DQ_LAG
+#endif
+#ifdef BWD_DQ_LAG
+#define DS_BUFFERS 3
+#else
 #define DS_BUFFERS 2
+#endif
 /* The stage's empty barrier and the dQ rows' count one arrival a consumer
  * thread, each after its own reads. One lane's arrival for its warp after
  * __syncwarp was as fast (H200, bench/results/h100.md) and as correct, but
@@ -459,6 +476,52 @@ FA_DEV void dscores(const float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], co
 }
 #endif
 
+#ifdef BWD_DQ_BULK
+/* dQ = dS K over the whole key tile, its units of 64 queries x DQ_N
+ * dimensions into the dQ tile dq_st (dS^T from tile dst): the warp's rows
+ * once their barrier dq_empty has completed phase parity (the other
+ * warpgroup's reductions have read them). */
+FA_DEV void dq_units_to_tile(u32 dst, u32 k_sm, int warp, int g, int t4, u32 dq_st, u32 dq_empty, u32 parity) {
+    for (int u = 0; u < DQ_UNITS; u++) {
+        const int mb = u % (BR / 64), n0 = (u / (BR / 64)) * DQ_N;
+        const u32 sd = desc_lo_n_major(dst + (u32)mb * BC * 128, BC * 128);
+        const u32 kd = desc_lo_n_major(k_sm + (u32)(n0 / 64) * BC * 128, BC * 128);
+        float acc[DQ_N / 8][4];
+        wg_fence();
+#pragma unroll
+        for (int kb = 0; kb < BC / 16; kb++)
+            wgmma_ss_mn<DQ_N>(acc, sw_desc_at(sd, (u32)kb * 16 * 128), sw_desc_at(kd, (u32)kb * 16 * 128), kb);
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<DQ_N / 8>(acc);
+        if (u == 0) mbar_wait(dq_empty, parity);
+        /* One shared address a thread, the rest immediate offsets: the
+         * consumers have no registers to spare. */
+        const u32 st0 = dq_st + 4u * (u32)((mb * 64 + (warp % 4) * 16 + g) * DQ_STRIDE + n0 + 2 * t4);
+#pragma unroll
+        for (int j = 0; j < DQ_N / 8; j++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++)
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(st0 + 4u * (u32)(8 * hf * DQ_STRIDE + 8 * j)),
+                             "f"(acc[j][2 * hf]), "f"(acc[j][2 * hf + 1])
+                             : "memory");
+    }
+}
+
+/* The warp's 16 rows of the dQ tile dq_st (queries from q0q of head hq),
+ * one bulk reduction a lane into the accumulator. */
+FA_DEV void reduce_dq_rows(const fa_params &p, const fa_seq &seq, int b, int hq, int q0q, int warp, int lane,
+                           u32 dq_st) {
+    fence_async_smem();
+    __syncwarp();
+    const int r = (warp % 4) * 16 + lane;
+    if (lane < 16 && r < seq.len_q - q0q)
+        bulk_reduce_add_f32(p.dq_acc + lse_index(p, b, hq, q0q + r, seq.start_q) * HEAD_DIM,
+                            dq_st + 4u * (u32)(r * DQ_STRIDE), HEAD_DIM * 4);
+    tma_store_commit();
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
     fa_bwd_dkdv_mma(const fa_params p TMA_PARAMS) {
     extern __shared__ __align__(SMEM_ALIGN) unsigned char smem[];
@@ -588,6 +651,12 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
     u32 phase = 0, nstep = 0;
     int dsb = 0; /* the dS^T tile of this step */
     (void)nstep;
+#ifdef BWD_DQ_LAG
+    /* The last step's head and first query: its dQ is added during this
+     * step, from the dS^T tile before this step's. */
+    int lag_h = 0, lag_q0 = 0;
+#define LAG_DSC (ds_sm + (u32)(dsb == 0 ? DS_BUFFERS - 1 : dsb - 1) * DS_TILE_BYTES)
+#endif
 #ifdef BWD_DQ_BULK
     bool dq_reading = false; /* this warp's last reductions may still read its rows */
 /* While a step's first products run: the rows this warp left for the
@@ -863,28 +932,51 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
          * A barrier of its own a step parity: the warpgroup ahead cannot
          * complete this step's barrier with its arrival at the next. Its
          * dS^T tile is the one read two steps back, whose reader has passed
-         * the meeting of the step between. */
-        const bool dq_mine = warp / 4 == dsb;
+         * the meeting of the step between. With BWD_DQ_LAG the warpgroup in
+         * turn waits for the other's announcement of the last step, adds
+         * that step's dQ, then announces its own dS^T (and that it has read
+         * the last step's tile, which the other writes again next). */
+#ifdef BWD_DQ_LAG
+        const bool dq_mine = warp / 4 == (int)(nstep & 1u), dq_now = dq_mine && nstep > 0;
+        if (dq_now) named_sync(2 + (int)((nstep - 1u) & 1u), THREADS);
+#else
+        const bool dq_mine = warp / 4 == dsb, dq_now = dq_mine;
         if (dq_mine)
             named_sync(2 + dsb, THREADS);
         else
             named_arrive(2 + dsb, THREADS);
+#endif
 #ifdef BWD_DQ_BULK
-        /* dV and dK done first: their P and dS operands then die, which
-         * the dQ tile's stores need (spills otherwise, NVRTC 13.0). */
-        if (dq_mine) {
+        if (dq_now) {
+            /* dV and dK done first: their P and dS operands then die, which
+             * the dQ tile's stores need (spills otherwise, NVRTC 13.0). */
             wg_wait<0>();
             wg_hold<DT>(dv[0]);
             wg_hold<DT>(dk[0]);
             wg_keep<KQ>(ap[0]);
             wg_keep<KQ>(as[0]);
-        }
+#ifdef BWD_DQ_LAG
+            dq_units_to_tile(LAG_DSC, k_sm, warp, g, t4, dq_st, DQ_EMPTY(warp % 4), nstep & 1u);
+            reduce_dq_rows(p, seq, b, lag_h, lag_q0, warp, lane, dq_st);
+#else
+            dq_units_to_tile(dsc, k_sm, warp, g, t4, dq_st, DQ_EMPTY(warp % 4), (nstep & 1u) ^ 1u);
+            reduce_dq_rows(p, seq, b, h, q0, warp, lane, dq_st);
 #endif
-        for (int u = dq_mine ? 0 : DQ_UNITS; u < DQ_UNITS; u++) {
+            dq_reading = true;
+        }
+#ifdef BWD_DQ_LAG
+        if (dq_mine) named_arrive(2 + (int)(nstep & 1u), THREADS);
+        lag_h = h;
+        lag_q0 = q0;
+#endif
+#else
+        for (int u = dq_now ? 0 : DQ_UNITS; u < DQ_UNITS; u++) {
+#endif
 #else
         BLOCK_SYNC();
         for (int u = warp / 4; u < DQ_UNITS; u += WARPS / 4) {
 #endif
+#ifndef BWD_DQ_BULK
             const int mb = u % (BR / 64), n0 = (u / (BR / 64)) * DQ_N;
             const u32 sd = desc_lo_n_major(dsc + (u32)mb * BC * 128, BC * 128);
             const u32 kd = desc_lo_n_major(k_sm + (u32)(n0 / 64) * BC * 128, BC * 128);
@@ -896,34 +988,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             wg_commit();
             wg_wait<0>();
             wg_hold<DQ_N / 8>(acc);
-#ifdef BWD_DQ_BULK
-            /* The rows are free once the last step's reductions read them. */
-            if (u == 0) mbar_wait(DQ_EMPTY(warp % 4), (nstep & 1u) ^ 1u);
-            /* One shared address a thread, the rest immediate offsets:
-             * the consumers have no registers to spare. */
-            const u32 st0 = dq_st + 4u * (u32)((mb * 64 + (warp % 4) * 16 + g) * DQ_STRIDE + n0 + 2 * t4);
-#pragma unroll
-            for (int j = 0; j < DQ_N / 8; j++)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++)
-                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(st0 + 4u * (u32)(8 * hf * DQ_STRIDE + 8 * j)),
-                                 "f"(acc[j][2 * hf]), "f"(acc[j][2 * hf + 1])
-                                 : "memory");
-#else
             add_dq_strip<DQ_N / 8>(p, seq, b, h, q0, mb * 64 + (warp % 4) * 16, n0, 0, acc, g, t4);
-#endif
-        }
-#ifdef BWD_DQ_BULK
-        if (dq_mine) {
-            /* The warp's 16 rows, one bulk reduction a lane. */
-            fence_async_smem();
-            __syncwarp();
-            const int r = (warp % 4) * 16 + lane;
-            if (lane < 16 && r < seq.len_q - q0)
-                bulk_reduce_add_f32(p.dq_acc + lse_index(p, b, h, q0 + r, seq.start_q) * HEAD_DIM,
-                                    dq_st + 4u * (u32)(r * DQ_STRIDE), HEAD_DIM * 4);
-            tma_store_commit();
-            dq_reading = true;
         }
 #endif
 #endif
@@ -1002,10 +1067,24 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             st = 0;
             phase ^= 1u;
         }
+#if DS_BUFFERS == 3
+        dsb = dsb == 2 ? 0 : dsb + 1;
+#else
         dsb ^= DS_BUFFERS - 1;
+#endif
         nstep++;
         (void)more;
     }
+#ifdef BWD_DQ_LAG
+    /* The last step's dQ, by the warpgroup whose turn the next step would
+     * be, once the other has released the dQ tile's rows. */
+    DQ_RELEASE();
+    if (nstep > 0 && warp / 4 == (int)(nstep & 1u)) {
+        named_sync(2 + (int)((nstep - 1u) & 1u), THREADS);
+        dq_units_to_tile(LAG_DSC, k_sm, warp, g, t4, dq_st, DQ_EMPTY(warp % 4), nstep & 1u);
+        reduce_dq_rows(p, seq, b, lag_h, lag_q0, warp, lane, dq_st);
+    }
+#endif
 #ifdef BWD_DQ_BULK
     /* The last reductions complete before the block ends. */
     bulk_wait_all();

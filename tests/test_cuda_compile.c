@@ -1147,8 +1147,13 @@ FA_TEST(h100_sm90_tma_backward_variants) {
             found = 1;
             printf("%-8s d%-4d %s: %d threads %3d registers %d/%d bytes spilled\n", r->arch, dim, r->options + 0,
                    r->threads, r->registers, r->spill_stores, r->spill_loads);
+            /* Each step's dQ added during the next where the planner says
+             * (two consumer warpgroups, bulk reductions, no causal mask or
+             * window: case 0). */
             CHECK_MSG(r->real_code && strcmp(r->arch, "sm_90") == 0 && has_define(r->options, "TMA") &&
-                          r->threads == info.backward.work_group_size,
+                          r->threads == info.backward.work_group_size &&
+                          has_define(r->options, "BWD_DQ_LAG") == fa_tma_bwd_dq_lag(&d, info.backward.bc) &&
+                          has_define(r->options, "BWD_DQ_LAG") == (k == 0),
                       "case %d: %s %s, %d threads", k, r->arch, r->options, r->threads);
             CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
                       "case %d spills: %d bytes stored, %d loaded, %d bytes of stack", k, r->spill_stores,

@@ -518,10 +518,25 @@ FA_TEST(tma_backward_opt_in) {
           on.backward.work_group_size == off.backward.work_group_size + 128);
     CHECK(on.backward.local_mem_bytes ==
           fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, &d, on.backward.br, on.backward.bc, 2));
-    /* 128 keys at head_dim 128: two dS^T tiles, the dQ tile of 64 rows
-     * padded to 136 floats, the barriers. */
-    CHECK(on.backward.bc == 128 && on.backward.local_mem_bytes == 2 * (128 * (2 * 128 + 2 * 2 * 64) + 2 * 128 * 64) +
+    /* 128 keys at head_dim 128, not causal: three dS^T tiles (each step's
+     * dQ is added during the next), the dQ tile of 64 rows padded to 136
+     * floats, the barriers; two dS^T tiles under a causal mask, a window
+     * or deterministic (each step's dQ in its own step). */
+    CHECK(fa_tma_bwd_dq_lag(&d, on.backward.bc));
+    CHECK(on.backward.bc == 128 && on.backward.local_mem_bytes == 2 * (128 * (2 * 128 + 2 * 2 * 64) + 3 * 128 * 64) +
                                                                    4 * 2 * 2 * 64 + 8 * 9 + 16 + 4 * 64 * 136);
+    for (int k = 0; k < 3; k++) {
+        fa_attention_desc n = d;
+        n.causal = k == 0;
+        n.window_right = k == 1 ? 200 : -1;
+        n.deterministic = k == 2;
+        CHECK_OK(fa_plan_for_device(device("h100"), &n, &on));
+        CHECK_MSG(!fa_tma_bwd_dq_lag(&n, on.backward.bc) && on.backward.bc == 128 &&
+                      on.backward.local_mem_bytes == 2 * (128 * (2 * 128 + 2 * 2 * 64) + 2 * 128 * 64) +
+                                                         4 * 2 * 2 * 64 + 8 * 9 + 16 + 4 * 64 * 136,
+                  "case %d: %zu bytes", k, on.backward.local_mem_bytes);
+    }
+    CHECK_OK(fa_plan_for_device(device("h100"), &d, &on));
     static const int32_t cu[3] = {0, 2048, 4096};
     fa_attention_desc v = d;
     v.cu_seqlens_q = v.cu_seqlens_k = cu;

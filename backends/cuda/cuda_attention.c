@@ -584,6 +584,7 @@ static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan 
         s->kernels[1] = (cu_kernel_spec){"fa_bwd_dkdv_mma", kp->work_group_size,
                                          fa_plan_local_mem(kp->variant, FA_PASS_BACKWARD, d, kp->br, kp->bc,
                                                            kp->stages)};
+        if (tma && fa_tma_bwd_dq_lag(d, kp->bc)) FA_CHECK(append_define(s, " -DBWD_DQ_LAG", 0, 0, 0, 0));
         if (atomic) {
             FA_CHECK(append_define(s, " -DDQ_ATOMIC", 0, 0, 0, 0));
             s->kernels[2] = (cu_kernel_spec){"fa_bwd_dq_convert", CU_ROWWISE_THREADS, 0};
@@ -628,7 +629,7 @@ static const char *const cu_plan_macros[] = {
     "HEAD_DIM", "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "CAUSAL", "WINDOW", "BLOCK_MASK", "DROPOUT", "VARLEN",
     "FWD",      "BWD",       "WGMMA",     "BR",         "BC",     "TR",     "TC",         "WARPS",   "STAGES",
     "SPLITK",   "SPLIT_MERGE_LAST", "DQ_ATOMIC", "DQ_BR", "DQ_BC", "DQ_WARPS", "DK_SPLIT", "KV_CACHE", "PAGED",
-    "APPEND",   "ROTARY_DIM", "ROTARY_INTERLEAVED", "SOFTCAP", "ALIBI", "BIAS", "BIAS_F32", "FP8", NULL};
+    "APPEND",   "ROTARY_DIM", "ROTARY_INTERLEAVED", "SOFTCAP", "ALIBI", "BIAS", "BIAS_F32", "FP8", "BWD_DQ_LAG", NULL};
 
 static fa_status compile_program(const cu_program_spec *spec, int major, int minor, fa_cuda_binary *out) {
     const char *names[CU_MAX_KERNELS];

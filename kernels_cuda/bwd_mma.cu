@@ -476,6 +476,24 @@ FA_DEV void dscores(const float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], co
 }
 #endif
 
+#if defined(WGMMA) && defined(DQ_ATOMIC)
+/* acc = dS K over the whole key tile for dQ unit u (64 queries x DQ_N head
+ * dimensions; its rows at mb * 64, columns at n0): dS^T from tile dst. */
+FA_DEV void dq_unit(float (*acc)[4], u32 dst, u32 k_sm, int u, int *mb, int *n0) {
+    *mb = u % (BR / 64);
+    *n0 = (u / (BR / 64)) * DQ_N;
+    const u32 sd = desc_lo_n_major(dst + (u32)*mb * BC * 128, BC * 128);
+    const u32 kd = desc_lo_n_major(k_sm + (u32)(*n0 / 64) * BC * 128, BC * 128);
+    wg_fence();
+#pragma unroll
+    for (int kb = 0; kb < BC / 16; kb++)
+        wgmma_ss_mn<DQ_N>(acc, sw_desc_at(sd, (u32)kb * 16 * 128), sw_desc_at(kd, (u32)kb * 16 * 128), kb);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<DQ_N / 8>(acc);
+}
+#endif
+
 #ifdef BWD_DQ_BULK
 /* dQ = dS K over the whole key tile, its units of 64 queries x DQ_N
  * dimensions into the dQ tile dq_st (dS^T from tile dst): the warp's rows
@@ -483,17 +501,9 @@ FA_DEV void dscores(const float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], co
  * warpgroup's reductions have read them). */
 FA_DEV void dq_units_to_tile(u32 dst, u32 k_sm, int warp, int g, int t4, u32 dq_st, u32 dq_empty, u32 parity) {
     for (int u = 0; u < DQ_UNITS; u++) {
-        const int mb = u % (BR / 64), n0 = (u / (BR / 64)) * DQ_N;
-        const u32 sd = desc_lo_n_major(dst + (u32)mb * BC * 128, BC * 128);
-        const u32 kd = desc_lo_n_major(k_sm + (u32)(n0 / 64) * BC * 128, BC * 128);
         float acc[DQ_N / 8][4];
-        wg_fence();
-#pragma unroll
-        for (int kb = 0; kb < BC / 16; kb++)
-            wgmma_ss_mn<DQ_N>(acc, sw_desc_at(sd, (u32)kb * 16 * 128), sw_desc_at(kd, (u32)kb * 16 * 128), kb);
-        wg_commit();
-        wg_wait<0>();
-        wg_hold<DQ_N / 8>(acc);
+        int mb, n0;
+        dq_unit(acc, dst, k_sm, u, &mb, &n0);
         if (u == 0) mbar_wait(dq_empty, parity);
         /* One shared address a thread, the rest immediate offsets: the
          * consumers have no registers to spare. */
@@ -977,17 +987,9 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
         for (int u = warp / 4; u < DQ_UNITS; u += WARPS / 4) {
 #endif
 #ifndef BWD_DQ_BULK
-            const int mb = u % (BR / 64), n0 = (u / (BR / 64)) * DQ_N;
-            const u32 sd = desc_lo_n_major(dsc + (u32)mb * BC * 128, BC * 128);
-            const u32 kd = desc_lo_n_major(k_sm + (u32)(n0 / 64) * BC * 128, BC * 128);
             float acc[DQ_N / 8][4];
-            wg_fence();
-#pragma unroll
-            for (int kb = 0; kb < BC / 16; kb++)
-                wgmma_ss_mn<DQ_N>(acc, sw_desc_at(sd, (u32)kb * 16 * 128), sw_desc_at(kd, (u32)kb * 16 * 128), kb);
-            wg_commit();
-            wg_wait<0>();
-            wg_hold<DQ_N / 8>(acc);
+            int mb, n0;
+            dq_unit(acc, dsc, k_sm, u, &mb, &n0);
             add_dq_strip<DQ_N / 8>(p, seq, b, h, q0, mb * 64 + (warp % 4) * 16, n0, 0, acc, g, t4);
         }
 #endif

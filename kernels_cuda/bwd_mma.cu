@@ -109,9 +109,10 @@
  * one thread loads K and V once and each step's Q and dO by tensor-map
  * copies, its warp L and D, into a ring of STAGES stages, each with a full
  * transaction barrier (the copies' bytes and the warp's 32 arrivals after
- * its L and D) and an empty one (every consumer warp after the step's
- * products). dS^T alternates between two tiles, so the consumers meet once
- * a step (before dQ += dS K reads every warp's rows), not three times.
+ * its L and D) and an empty one (every consumer thread after the step's
+ * products). dS^T alternates between two tiles (three with BWD_DQ_LAG), so
+ * the consumers meet once a step (before dQ += dS K reads every warp's
+ * rows), not three times.
  * Measured on an H100 (bench/results/h100.md, 2026-11-28 backward): the
  * split step alone gained nothing; dQ in turns, one warpgroup a step, 5%
  * (the warpgroups no longer run in lockstep); the bulk reductions of dQ
@@ -494,7 +495,7 @@ FA_DEV void dq_unit(float (*acc)[4], u32 dst, u32 k_sm, int u, int *mb, int *n0)
 }
 #endif
 
-#ifdef BWD_DQ_BULK
+#if defined(BWD_DQ_BULK) && defined(DQ_ATOMIC)
 /* dQ = dS K over the whole key tile, its units of 64 queries x DQ_N
  * dimensions into the dQ tile dq_st (dS^T from tile dst): the warp's rows
  * once their barrier dq_empty has completed phase parity (the other
@@ -1062,8 +1063,8 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
 #endif
 #ifdef TMA
         /* This thread's products and its reads of L and D are done with
-         * the stage (the producer refills the rows); dS^T alternates, so
-         * only the meeting before dQ orders its tiles. */
+         * the stage (the producer refills the rows); the dS^T tiles take
+         * turns, so only the meetings around dQ order them. */
         mbar_arrive(EMPTY(st));
         if (++st == STAGES) {
             st = 0;

@@ -1116,17 +1116,18 @@ static fa_attention_desc tma_problem(int k, int seqlen) {
 #endif
 
 /* The warp-specialised backward (bwd_mma.cu built with TMA) as the planner
- * emits it on an H100, with every option it takes: sm_90a code, no spills,
- * a producer warpgroup beside the consumers. */
+ * emits it on an H100, with every option it takes and deterministic: sm_90a
+ * code, no spills, a producer warpgroup beside the consumers. */
 FA_TEST(h100_sm90_tma_backward_variants) {
     REQUIRE_CUDA_BUILD();
 #ifdef FA_WITH_CUDA
     REQUIRE_NVRTC();
     setenv("FLASHATTN_PLAN_TMA_BWD", "1", 1);
-    for (int k = 0; k < 10; k++) {
+    for (int k = 0; k < 12; k++) {
         const int dim = k % 2 ? 64 : 128, opts = k / 2;
         fa_attention_desc d = tma_problem(k, 4096);
         if (opts == 4) d.dropout_p = 0.1f;
+        d.deterministic = opts == 5;
         fa_plan_info info;
         fa_status st = fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info);
         if (st == FA_SUCCESS && info.backward.variant != FA_VARIANT_WGMMA_TMA) {

@@ -79,7 +79,7 @@ fa_status fa_cp_check(const fa_attention_desc *desc, fa_cp_layout layout, int wo
     if (option) return fa_fail(FA_ERR_UNSUPPORTED, "%s: the ring runs without the score options", option);
     fa_attention_desc normalized = *desc;
     fa_desc_normalize_windows(&normalized);
-    if (normalized.window_left >= 0 || normalized.window_right >= 0)
+    if (fa_desc_has_window(&normalized))
         return fa_fail(FA_ERR_UNSUPPORTED, "window (%d, %d): the ring model follows no window, only the causal mask",
                        desc->window_left, desc->window_right);
     if (desc->block_mask)

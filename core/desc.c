@@ -168,6 +168,8 @@ static int dtype_valid(fa_dtype d) {
 
 int fa_desc_is_fp8(const fa_attention_desc *desc) { return desc->q.dtype == FA_DTYPE_FP8_E4M3; }
 
+int fa_desc_has_window(const fa_attention_desc *desc) { return desc->window_left >= 0 || desc->window_right >= 0; }
+
 double fa_desc_descale(float factor) { return factor == 0.0f ? 1.0 : (double)factor; }
 
 fa_status fa_check_descale(float factor, const char *name) {

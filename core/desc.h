@@ -66,6 +66,9 @@ fa_status fa_desc_check_options(const fa_attention_desc *desc);
 /* Whether the descriptor's inputs are fp8 (q.dtype e4m3; k and v follow
  * once the descriptor is checked). */
 int fa_desc_is_fp8(const fa_attention_desc *desc);
+
+/* Whether either side of the sliding window is bounded (-1: unlimited). */
+int fa_desc_has_window(const fa_attention_desc *desc);
 /* A descale factor as it multiplies: 0 means 1. */
 double fa_desc_descale(float factor);
 /* FA_ERR_BAD_SCALE naming the factor unless it is finite and >= 0. */

@@ -140,5 +140,5 @@ int64_t fa_desc_rotary_table_bytes(const fa_attention_desc *d) {
 int fa_desc_rotary_query_offsets(const fa_attention_desc *d) {
     fa_attention_desc n = *d;
     fa_desc_normalize_windows(&n);
-    return n.causal || n.window_left >= 0 || n.window_right >= 0;
+    return n.causal || fa_desc_has_window(&n);
 }

@@ -229,7 +229,7 @@ static fa_status unsupported_options(const fa_attention_desc *d) {
     const char *option = fa_desc_option_in_use(d);
     if (option) return fa_fail(FA_ERR_UNSUPPORTED, "distributed plan: %s is not supported", option);
     if (d->cu_seqlens_q) {
-        if (d->window_left >= 0 || d->window_right >= 0)
+        if (fa_desc_has_window(d))
             return fa_fail(FA_ERR_UNSUPPORTED, "distributed plan: sliding windows with variable-length batches are "
                                                "not supported yet");
         if (d->block_mask)
@@ -690,7 +690,7 @@ size_t fa_dist_plan_format(fa_dist_plan p, char *out, size_t out_size) {
             APPEND("    rows [%lld, %lld) x keys [%lld, %lld)%s%s", (long long)pc->row0, (long long)(pc->row0 + pc->nrows),
                    (long long)pc->key0, (long long)(pc->key0 + pc->nkeys), d->causal ? " causal" : "",
                    d->block_mask ? " block-mask" : "");
-            if (d->window_left >= 0 || d->window_right >= 0) APPEND(" window (%d, %d)", d->window_left, d->window_right);
+            if (fa_desc_has_window(d)) APPEND(" window (%d, %d)", d->window_left, d->window_right);
             if (d->cu_seqlens_q) APPEND(" varlen");
             if (d->dropout_p > 0.0f)
                 APPEND(" dropout from (%lld, %lld)", (long long)pc->drop_row0, (long long)pc->drop_col0);

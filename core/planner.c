@@ -224,7 +224,7 @@ int fa_tma_head_dim(const fa_attention_desc *desc) { return desc ? (desc->head_d
  * other's dS^T of the same step. */
 int fa_tma_bwd_dq_lag(const fa_attention_desc *desc, int bc) {
     return desc && bc == 128 && desc->head_dim > 64 && !desc->deterministic && !desc->causal &&
-           desc->window_left < 0 && desc->window_right < 0;
+           !fa_desc_has_window(desc);
 }
 
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br, int bc,
@@ -425,9 +425,8 @@ static int sm_version(const fa_device_desc *dev) {
  * lines: FA_MMA_BWD_REGS_16_SM90 and FA_WGMMA_TWO_BLOCK_ACC hold for these
  * only. Softcap and ALiBi (a few factors a head) leave them lean. */
 static int lean_16bit(const fa_attention_desc *desc) {
-    return desc->q.dtype != FA_DTYPE_F32 && desc->dropout_p == 0.0f && desc->window_left < 0 &&
-           desc->window_right < 0 && !desc->block_mask && !desc->cu_seqlens_q && desc->bias_batch == 0 &&
-           desc->head_dim * 2 % 128 == 0;
+    return desc->q.dtype != FA_DTYPE_F32 && desc->dropout_p == 0.0f && !fa_desc_has_window(desc) &&
+           !desc->block_mask && !desc->cu_seqlens_q && desc->bias_batch == 0 && desc->head_dim * 2 % 128 == 0;
 }
 
 static int bwd_lean_sm90(const fa_device_desc *dev, const fa_attention_desc *desc) {
@@ -579,7 +578,7 @@ static int mma_layout_ok(const fa_device_desc *dev, const fa_attention_desc *des
 
 /* Dropout beside no mask and no varlen (their bounds take registers). */
 static int dropout_alone(const fa_attention_desc *desc) {
-    return !desc->causal && desc->window_left < 0 && desc->window_right < 0 && !desc->block_mask &&
+    return !desc->causal && !fa_desc_has_window(desc) && !desc->block_mask &&
            !desc->cu_seqlens_q;
 }
 
@@ -605,7 +604,7 @@ int fa_wgmma_blocks_per_sm(const fa_attention_desc *desc, int bc) {
  * accumulators (FA_WGMMA_BWD_ACC_OPTIONS). */
 static int wgmma_bwd_options_fit(const fa_attention_desc *desc, int acc) {
     if (!fa_desc_option_in_use(desc) || acc <= FA_WGMMA_BWD_ACC_OPTIONS) return 1;
-    const int bounds = desc->window_left >= 0 || desc->window_right >= 0 || desc->block_mask || desc->cu_seqlens_q;
+    const int bounds = fa_desc_has_window(desc) || desc->block_mask || desc->cu_seqlens_q;
     return desc->bias_batch == 0 && !bounds;
 }
 
@@ -1034,7 +1033,7 @@ static int tma_keys(const fa_attention_desc *desc) { return desc->head_dim <= 12
  * forward. */
 static int tma_registers_fit(const fa_attention_desc *desc) {
     if (desc->head_dim < 256) return 1;
-    const int bounds = desc->window_left >= 0 || desc->window_right >= 0 || desc->block_mask;
+    const int bounds = fa_desc_has_window(desc) || desc->block_mask;
     return !fa_desc_option_in_use(desc) && !(desc->dropout_p > 0.0f && bounds);
 }
 
@@ -1169,7 +1168,7 @@ static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *
  * compiles the ones it takes). */
 static int tma_backward_wide_rows(const fa_attention_desc *desc, const fa_kernel_plan *kp) {
     return desc->head_dim == 64 && kp->br == 64 && kp->bc == 128 && desc->dropout_p <= 0.0f && !desc->block_mask &&
-           desc->window_left < 0 && desc->window_right < 0 && !desc->deterministic && !fa_desc_option_in_use(desc);
+           !fa_desc_has_window(desc) && !desc->deterministic && !fa_desc_option_in_use(desc);
 }
 
 /* The warp-specialised backward (bwd_mma.cu built with TMA): the

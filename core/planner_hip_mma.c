@@ -90,7 +90,7 @@ int fa_hip_mma_layers(const fa_device_desc *dev, fa_dtype dtype, fa_hip_mma_laye
 }
 
 int fa_hip_mma_lean(const fa_attention_desc *desc) {
-    return desc && desc->dropout_p == 0.0f && desc->window_left < 0 && desc->window_right < 0 && !desc->block_mask &&
+    return desc && desc->dropout_p == 0.0f && !fa_desc_has_window(desc) && !desc->block_mask &&
            !desc->cu_seqlens_q && !fa_desc_option_in_use(desc);
 }
 

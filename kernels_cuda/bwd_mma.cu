@@ -167,13 +167,6 @@
 #else
 #define DS_BUFFERS 2
 #endif
-/* The stage's empty barrier and the dQ rows' count one arrival a consumer
- * thread, each after its own reads. One lane's arrival for its warp after
- * __syncwarp was as fast (H200, bench/results/h100.md) and as correct, but
- * compute-sanitizer's racecheck follows a thread's own arrival only
- * (bench/probes/mbarrier_racecheck.cu, "warp") and reported every refill
- * as a race. */
-#define STAGE_RELEASES THREADS
 #define BLOCK_SYNC() named_sync(1, THREADS)
 #if THREADS != 128 && THREADS != 256
 #error "bwd_mma: TMA takes one or two consumer warpgroups (the register hand-over below)"
@@ -604,7 +597,14 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init(FULL(s), 33);
-            mbar_init(EMPTY(s), STAGE_RELEASES);
+            /* The stage's empty barrier and (below) the dQ rows' count one
+             * arrival a consumer thread, each after its own reads. One
+             * lane's arrival for its warp after __syncwarp was as fast (H200,
+             * bench/results/h200.md) and as correct, but compute-sanitizer's
+             * racecheck follows a thread's own arrival only
+             * (bench/probes/mbarrier_racecheck.cu, "warp") and reported
+             * every refill as a race. */
+            mbar_init(EMPTY(s), THREADS);
         }
 #pragma unroll
         for (int w = 0; w < 4; w++) mbar_init(DQ_EMPTY(w), 32);

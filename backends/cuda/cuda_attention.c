@@ -153,7 +153,7 @@ static int cu_mma_ok(const fa_kernel_plan *kp) { return kp->variant == FA_VARIAN
  * beside 16-bit data is BIAS_F32; otherwise the bias has q's dtype. FP8
  * inputs: the storage dtype is O's, and FP8 says Q, K and V are e4m3. */
 static void common_defines(const fa_attention_desc *d, char *out, size_t size) {
-    int window = d->window_left >= 0 || d->window_right >= 0;
+    int window = fa_desc_has_window(d);
     const int bias = d->bias_batch > 0, bias_f32 = bias && d->bias.dtype == FA_DTYPE_F32 && d->q.dtype != FA_DTYPE_F32;
     const int fp8 = fa_desc_is_fp8(d);
     snprintf(out, size, "-DHEAD_DIM=%d %s%s%s%s%s%s%s%s%s%s%s", d->head_dim,

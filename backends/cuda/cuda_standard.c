@@ -431,7 +431,7 @@ _Static_assert(K_COUNT <= FA_CUDA_MAX_KERNELS, "standard.cu has more kernels tha
 /* The program's options: the dtype and the descriptor's options; nothing
  * depends on the head dimension. */
 static void std_defines(const fa_attention_desc *d, char *out, size_t size) {
-    const int window = d->window_left >= 0 || d->window_right >= 0;
+    const int window = fa_desc_has_window(d);
     snprintf(out, size, "%s%s%s%s%s%s", fa_dtype_build_option(d->q.dtype), d->causal ? " -DCAUSAL" : "",
              window ? " -DWINDOW" : "", d->block_mask ? " -DBLOCK_MASK" : "", d->dropout_p > 0.0f ? " -DDROPOUT" : "",
              d->cu_seqlens_q ? " -DVARLEN" : "");

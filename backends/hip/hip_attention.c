@@ -153,7 +153,7 @@ static int add_common_defines(fa_hip_program *out, const fa_attention_desc *d, c
              add_define(out, "-DTC=%d", kp->thread_cols, 1) && add_define(out, "-DWAVE=%d", wave, 1) &&
              add_define(out, fa_dtype_build_option(d->q.dtype), 0, 0);
     if (ok && d->causal) ok = add_define(out, "-DCAUSAL", 0, 0);
-    if (ok && (d->window_left >= 0 || d->window_right >= 0)) ok = add_define(out, "-DWINDOW", 0, 0);
+    if (ok && fa_desc_has_window(d)) ok = add_define(out, "-DWINDOW", 0, 0);
     if (ok && d->block_mask) ok = add_define(out, "-DBLOCK_MASK", 0, 0);
     if (ok && d->dropout_p > 0.0f) ok = add_define(out, "-DDROPOUT", 0, 0);
     if (ok && d->cu_seqlens_q) ok = add_define(out, "-DVARLEN", 0, 0);

@@ -427,7 +427,7 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     }
     int dropout = d->dropout_p > 0.0f;
     p->drop_scale = dropout ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
-    int window = d->window_left >= 0 || d->window_right >= 0;
+    int window = fa_desc_has_window(d);
     int varlen = plan->cu_seqlens_q != NULL;
     int blocks = plan->block_mask != NULL;
     /* The streaming kernels' loop unrolling and load order for GPUs

@@ -103,7 +103,7 @@ static fa_status build(fa_cl_kv_plan *p, const fa_plan_s *plan) {
     const int n = snprintf(options, sizeof options, "-DHEAD_DIM=%d -DBR=%d -DBC=%d -DTR=%d -DTC=%d %s%s%s%s%s%s%s%s%s",
                            d->head_dim, p->br, p->bc, p->tr, p->tc, fa_dtype_build_option(d->q.dtype),
                            d->causal ? " -DCAUSAL" : "",
-                           d->window_left >= 0 || d->window_right >= 0 ? " -DWINDOW" : "",
+                           fa_desc_has_window(d) ? " -DWINDOW" : "",
                            d->page_size > 0 ? " -DPAGED" : "", d->rotary_dim > 0 ? " -DROTARY" : "",
                            d->rotary_dim > 0 && d->rotary_interleaved ? " -DROTARY_INTERLEAVED" : "",
                            d->softcap > 0.0f ? " -DSOFTCAP" : "", d->alibi_slopes ? " -DALIBI" : "",

@@ -315,7 +315,7 @@ static fa_status create_scores(fa_cl_std_plan *p, int second, const char *what) 
 
 static fa_status build_program(fa_cl_std_plan *p, const fa_attention_desc *d) {
     static const char *const paths[] = {"kernels_cl/common.h", "kernels_cl/standard.cl"};
-    int window = d->window_left >= 0 || d->window_right >= 0;
+    int window = fa_desc_has_window(d);
     char options[512];
     /* BR, BC, TR and TC only satisfy common.h: nothing here is tiled. */
     int n = snprintf(options, sizeof options, "-DHEAD_DIM=%d %s -DBR=4 -DBC=4 -DTR=1 -DTC=1 -DSTD_WG=%d%s%s%s%s%s",

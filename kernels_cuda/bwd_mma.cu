@@ -895,17 +895,9 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             wg_commit();
 #ifdef DQ_ATOMIC
             for (int u = part; u < DQ_UNITS; u += DK_SPLIT) {
-                const int mb = u % (BR / 64), n0 = (u / (BR / 64)) * DQ_N;
-                const u32 dd = desc_lo_n_major(dsc + (u32)mb * BC * 128, BC * 128);
-                const u32 kd = desc_lo_n_major(k_sm + (u32)(n0 / 64) * BC * 128, BC * 128);
                 float acc[DQ_N / 8][4];
-                wg_fence();
-#pragma unroll
-                for (int kb = 0; kb < BC / 16; kb++)
-                    wgmma_ss_mn<DQ_N>(acc, sw_desc_at(dd, (u32)kb * 16 * 128), sw_desc_at(kd, (u32)kb * 16 * 128), kb);
-                wg_commit();
-                wg_wait<0>();
-                wg_hold<DQ_N / 8>(acc);
+                int mb, n0;
+                dq_unit(acc, dsc, k_sm, u, &mb, &n0);
                 add_dq_strip<DQ_N / 8>(p, seq, b, h, q0, mb * 64 + (warp % 4) * 16, n0, 0, acc, g, t4);
             }
 #endif

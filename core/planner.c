@@ -279,7 +279,7 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
          * bulk reductions read (rows padded by 8 floats, 16-byte aligned). */
         return e * (d * (2 * c + st * 2 * r) + (fa_tma_bwd_dq_lag(desc, bc) ? 3 : 2) * c * r) + 4 * 2 * st * r +
                8 * (5 + 2 * st) + (c == 128 && d > 64 ? 16 + 4 * r * (d + 8) : 0) +
-               (d > 128 ? 2 * e * c * r : 0); /* above 128: two P^T tiles beside the dS^T ones */
+               (d == 256 ? 2 * e * c * r : 0); /* 256: two P^T tiles (DK_SPLIT 2, as the host builds it) */
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:

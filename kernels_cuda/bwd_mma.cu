@@ -28,7 +28,8 @@
  * the cap's derivative 1 - tanh^2 (score_dcap), in every kernel here.
  *
  * Options: BWD, BR BC WARPS STAGES (query tiles in flight), DQ_ATOMIC; the
- * dQ kernel DQ_BR DQ_BC DQ_WARPS; DK_SPLIT (fp16/bf16, not with WGMMA):
+ * dQ kernel DQ_BR DQ_BC DQ_WARPS; DK_SPLIT (fp16/bf16; with WGMMA only the
+ * TMA build at head_dim 256, below):
  * DK_SPLIT warps share each key strip, so that dK and dV fit the registers
  * at head dimensions above 128. Each computes S^T and dP^T for its
  * 1 / DK_SPLIT of the tile's queries and stores (z keep_scale) P^T and dS^T

@@ -255,7 +255,8 @@ static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *k
                            "or 128 query rows, 2 threads a row; 16, 32, 64 or 128 keys; head_dim 64, 128, 192 or "
                            "256)",
                            br, bc, wgs, d->head_dim);
-    } else if (!(br == 64 && bc == 64 && wgs == 256 && d->head_dim == 256 && !(d->dropout_p > 0.0f)) &&
+    } else if (!(kp->variant == FA_VARIANT_WGMMA_TMA && br == 64 && bc == 64 && wgs == 256 && d->head_dim == 256 &&
+                 !(d->dropout_p > 0.0f)) &&
                (!(br == 64 || (br == 128 && bc == 128 && d->head_dim == 64 && !(d->dropout_p > 0.0f))) || bc % 64 ||
                 bc > 128 || wgs != 2 * bc || d->head_dim % 64 || d->head_dim > 128)) {
         /* At head_dim 256 two warpgroups share 64 keys (the warp-specialised

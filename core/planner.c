@@ -278,7 +278,8 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
          * with two consumer warpgroups above head_dim 64, the dQ tile the
          * bulk reductions read (rows padded by 8 floats, 16-byte aligned). */
         return e * (d * (2 * c + st * 2 * r) + (fa_tma_bwd_dq_lag(desc, bc) ? 3 : 2) * c * r) + 4 * 2 * st * r +
-               8 * (5 + 2 * st) + (c == 128 && d > 64 ? 16 + 4 * r * (d + 8) : 0);
+               8 * (5 + 2 * st) + (c == 128 && d > 64 ? 16 + 4 * r * (d + 8) : 0) +
+               (d == 256 ? 2 * e * c * r : 0); /* 256: two P^T tiles (DK_SPLIT 2, as the host builds it) */
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:
@@ -1180,7 +1181,38 @@ static int tma_backward_wide_rows(const fa_attention_desc *desc, const fa_kernel
  * options: softcap with ALiBi spilled there (12 bytes, NVRTC 13.0), where
  * the warpgroup backward does not. FLASHATTN_PLAN_TMA_BWD=0 keeps the
  * warpgroup backward, for comparison. */
+/* Head_dim 256 (FLASHATTN_PLAN_TMA_BWD256=1, not yet measured): the
+ * warp-specialised backward with its two consumer warpgroups sharing 64
+ * keys (bwd_mma.cu, WGMMA with DK_SPLIT 2: each computes the scores of
+ * half the queries and holds dK and dV for half the head dimensions) in
+ * place of the tensor-core one; fp16/bf16, fixed lengths, no dropout or
+ * score options. */
+static void tma_backward_plan_256(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
+    const char *env = getenv("FLASHATTN_PLAN_TMA_BWD256");
+    if (!(env && strcmp(env, "1") == 0) || out->variant != FA_VARIANT_MMA || desc->head_dim != 256 ||
+        !tma_forward_applies(dev, desc) || desc->dropout_p > 0.0f || fa_desc_option_in_use(desc) ||
+        dev->max_work_group_size < 384)
+        return;
+    const size_t lm = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, desc, 64, 64, 2);
+    if (lm > usable_local_mem(dev)) return;
+    fa_kernel_plan kp = *out;
+    kp.variant = FA_VARIANT_WGMMA_TMA;
+    kp.br = 64;
+    kp.bc = 64;
+    kp.work_group_size = 384;
+    kp.thread_rows = 16;
+    kp.thread_cols = 2;
+    kp.stages = 2;
+    kp.split_k = 1;
+    const int64_t groups = group_count(desc, FA_PASS_BACKWARD, 64, 64, 1);
+    kp.num_work_groups = groups > INT_MAX ? INT_MAX : (int)groups;
+    kp.local_mem_bytes = lm;
+    kp.cost = fa_io_fused(dev, desc, FA_PASS_BACKWARD, &kp);
+    *out = kp;
+}
+
 static void tma_backward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
+    tma_backward_plan_256(dev, desc, out);
     const char *env = getenv("FLASHATTN_PLAN_TMA_BWD");
     if ((env && strcmp(env, "0") == 0) || out->variant != FA_VARIANT_WGMMA || desc->cu_seqlens_q ||
         desc->kv_cache || !tma_layouts_ok(desc) || out->work_group_size + 128 > dev->max_work_group_size ||

@@ -28,7 +28,8 @@
  * the cap's derivative 1 - tanh^2 (score_dcap), in every kernel here.
  *
  * Options: BWD, BR BC WARPS STAGES (query tiles in flight), DQ_ATOMIC; the
- * dQ kernel DQ_BR DQ_BC DQ_WARPS; DK_SPLIT (fp16/bf16, not with WGMMA):
+ * dQ kernel DQ_BR DQ_BC DQ_WARPS; DK_SPLIT (fp16/bf16; with WGMMA only the
+ * TMA build at head_dim 256, below):
  * DK_SPLIT warps share each key strip, so that dK and dV fit the registers
  * at head dimensions above 128. Each computes S^T and dP^T for its
  * 1 / DK_SPLIT of the tile's queries and stores (z keep_scale) P^T and dS^T
@@ -72,8 +73,18 @@
 #if DK_SPLIT != 1 && DK_SPLIT != 2 && DK_SPLIT != 4
 #error "bwd_mma: DK_SPLIT must be 1, 2 or 4"
 #endif
-#if DK_SPLIT > 1 && (defined(WGMMA) || ELEM_BYTES != 2 || WARPS % DK_SPLIT != 0 || NQW % 2 != 0 || DTW % 2 != 0)
-#error "bwd_mma: DK_SPLIT > 1 takes fp16/bf16 without WGMMA, WARPS a multiple of it, BR and HEAD_DIM of 16 DK_SPLIT"
+#if DK_SPLIT > 1 && (ELEM_BYTES != 2 || WARPS % DK_SPLIT != 0 || NQW % 2 != 0 || DTW % 2 != 0)
+#error "bwd_mma: DK_SPLIT > 1 takes fp16/bf16, WARPS a multiple of it, BR and HEAD_DIM of 16 DK_SPLIT"
+#endif
+/* With WGMMA (and TMA) the two consumer warpgroups share the 64 keys: each
+ * computes S^T and dP^T for half the queries, both meet over P^T and dS^T
+ * in shared memory, and each holds dK and dV for its half of the head
+ * dimensions (whole 128-column pairs of swizzled blocks) and adds dQ for
+ * its units. Head_dim 256: the registers of dK and dV for 64 keys x 256
+ * dimensions would not fit one warpgroup. */
+#if DK_SPLIT > 1 && defined(WGMMA) && \
+    (!defined(TMA) || DK_SPLIT != 2 || WARPS != 8 || BC != 64 || BR != 64 || HEAD_DIM != 256 || defined(DROPOUT))
+#error "bwd_mma: WGMMA with DK_SPLIT takes TMA, DK_SPLIT 2, 8 warps, 64 x 64 tiles at head_dim 256, no dropout"
 #endif
 #if BC % (16 * KEY_WARPS) != 0 || BR % 16 != 0 || HEAD_DIM % 16 != 0
 #error "bwd_mma: BC must be a multiple of 16 * WARPS / DK_SPLIT, BR and HEAD_DIM of 16"
@@ -87,7 +98,7 @@
 #define KV_TILE_BYTES SW_TILE_BYTES(BC)
 #define QT_TILE_BYTES SW_TILE_BYTES(BR)
 #define DS_TILE_BYTES (BC * BR * ELEM_BYTES)
-#define PT_TILE_BYTES 0
+#define PT_TILE_BYTES (DK_SPLIT > 1 ? DS_BUFFERS * DS_TILE_BYTES : 0) /* P^T beside each dS^T */
 #define LOAD_TILE(ROWS) load_tile_sw<ROWS, THREADS>
 #define FENCE_ASYNC_SMEM() fence_async_smem()
 /* dQ = dS K in units of 64 queries x DQ_N head dimensions, shared out over
@@ -118,8 +129,8 @@
  * (the warpgroups no longer run in lockstep); the bulk reductions of dQ
  * at head_dim 128 a further 0-6%. */
 #ifdef TMA
-#if !defined(WGMMA) || defined(VARLEN) || DK_SPLIT != 1
-#error "bwd_mma: TMA builds on WGMMA, fixed-length sequences, no DK_SPLIT"
+#if !defined(WGMMA) || defined(VARLEN)
+#error "bwd_mma: TMA builds on WGMMA, fixed-length sequences"
 #endif
 #include "tma.cuh"
 #define PRODUCER_THREADS 128
@@ -128,10 +139,10 @@
  * halves spilled there, 8 bytes, NVRTC 13.0); dQ in turns (below) with
  * two consumer warpgroups. BWD_WHOLE_STEP and BWD_DQ_SHARED turn them
  * off. */
-#if !defined(SCORE_OPTIONS) && !defined(BWD_WHOLE_STEP) && !(defined(WINDOW) && HEAD_DIM > 64)
+#if !defined(SCORE_OPTIONS) && !defined(BWD_WHOLE_STEP) && !(defined(WINDOW) && HEAD_DIM > 64) && DK_SPLIT == 1
 #define BWD_SPLIT
 #endif
-#if WARPS == 8 && !defined(BWD_DQ_SHARED)
+#if WARPS == 8 && !defined(BWD_DQ_SHARED) && DK_SPLIT == 1
 #define BWD_DQ_ALT
 /* Above head_dim 64 the warpgroup in turn leaves its dQ tile in shared
  * memory and each of its warps adds its 16 rows to the accumulator by bulk
@@ -815,21 +826,22 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
 #elif defined(WGMMA)
         {
             /* The warpgroup's 64 keys of K and V against the tile's
-             * queries; each first product overwrites. */
-            const u32 wg_rows = (u32)(warp / 4) * 64 * 128;
+             * queries (with DK_SPLIT: all 64 keys against its share of the
+             * queries); each first product overwrites. */
+            const u32 wg_rows = DK_SPLIT > 1 ? 0u : (u32)(warp / 4) * 64 * 128;
             const u32 kd = desc_fresh(desc_lo_k_major(k_sm + wg_rows)), vd = desc_fresh(desc_lo_k_major(v_sm + wg_rows));
-            const u32 qd = desc_lo_k_major(qb), od = desc_lo_k_major(ob);
+            const u32 qd = desc_lo_k_major(qb + (u32)q_part * 128), od = desc_lo_k_major(ob + (u32)q_part * 128);
             wg_fence();
-            wg_rows_by_rows<BR, BC>(sacc[0], kd, qd);
-            wg_rows_by_rows<BR, BC>(pacc[0], vd, od);
+            wg_rows_by_rows<NQW * 8, BC, BR>(sacc[0], kd, qd);
+            wg_rows_by_rows<NQW * 8, BC, BR>(pacc[0], vd, od);
             wg_commit();
 #ifdef DROP_BITS
             keep = keep_bits(p, bh, q0, k0, key_base, g, t4);
 #endif
             DQ_RELEASE();
             wg_wait<0>();
-            wg_hold<NQ>(sacc[0]);
-            wg_hold<NQ>(pacc[0]);
+            wg_hold<NQW>(sacc[0]);
+            wg_hold<NQW>(pacc[0]);
         }
 #else
 #pragma unroll
@@ -854,7 +866,49 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
                            bh, keep);
 #endif
 
-#if DK_SPLIT > 1
+#if DK_SPLIT > 1 && defined(WGMMA)
+        {
+            /* The warpgroup's queries of P^T and dS^T into this step's
+             * swizzled tiles (each alternates, as dS^T does, so one meeting
+             * a step orders them), then each warpgroup's half of the head
+             * dimensions: dV += P^T dO and dK += dS^T Q over all the
+             * step's queries, from shared memory; dQ += dS K over its
+             * units. */
+            const u32 ptc = pt_sm + (u32)dsb * DS_TILE_BYTES;
+#pragma unroll
+            for (int j = 0; j < NQW; j++) {
+                store_c_sw<BC>(smem + (ptc - k_sm), key_base, q_part / 8 + j, sacc[0][j], lane);
+                store_c_sw<BC>(smem + (dsc - k_sm), key_base, q_part / 8 + j, pacc[0][j], lane);
+            }
+            FENCE_ASYNC_SMEM();
+            BLOCK_SYNC();
+            const u32 cols = (u32)part * (HEAD_DIM / DK_SPLIT / 64) * BR * 128;
+            const u32 pd = desc_lo_k_major(ptc), sd = desc_lo_k_major(dsc);
+            const u32 od_n = desc_lo_n_major(ob + cols, BR * 128), qd_n = desc_lo_n_major(qb + cols, BR * 128);
+            wg_fence();
+#pragma unroll
+            for (int kq = 0; kq < KQ; kq++) {
+                wgmma_ss_kn<HEAD_DIM / DK_SPLIT>(dv[0], sw_desc_at(pd, k_step_off<BC>(kq)),
+                                                 sw_desc_at(od_n, (u32)kq * 16 * 128), 1);
+                wgmma_ss_kn<HEAD_DIM / DK_SPLIT>(dk[0], sw_desc_at(sd, k_step_off<BC>(kq)),
+                                                 sw_desc_at(qd_n, (u32)kq * 16 * 128), 1);
+            }
+            wg_commit();
+#ifdef DQ_ATOMIC
+            for (int u = part; u < DQ_UNITS; u += DK_SPLIT) {
+                float acc[DQ_N / 8][4];
+                int mb, n0;
+                dq_unit(acc, dsc, k_sm, u, &mb, &n0);
+                add_dq_strip<DQ_N / 8>(p, seq, b, h, q0, mb * 64 + (warp % 4) * 16, n0, 0, acc, g, t4);
+            }
+#endif
+            wg_wait<0>();
+            wg_hold<DTW>(dv[0]);
+            wg_hold<DTW>(dk[0]);
+            (void)sc;
+            (void)h;
+        }
+#elif DK_SPLIT > 1
         /* The warp's queries of (z keep_scale) P^T and dS^T into shared
          * memory, rounded as c_to_a rounds them: the products below (and
          * dQ += dS K) read whole strips, every part of them. */

@@ -102,12 +102,13 @@ FA_DEV u64 sw_desc_at(u32 lo, u32 offset_bytes) { return (u64)SW_DESC_HI << 32 |
 template <int ROWS> FA_DEV u32 k_step_off(int s) { return (u32)((s / 4) * ROWS * 128 + (s % 4) * 32); }
 
 /* acc (64 x N) = A B^T over HEAD_DIM, A and B K-major: A the 64 rows at
- * descriptor word a_lo of a tile A_ROWS long, B the N rows of a tile at
- * b_lo (N long). The first step overwrites acc. */
-template <int N, int A_ROWS> FA_DEV void wg_rows_by_rows(float (*acc)[4], u32 a_lo, u32 b_lo) {
+ * descriptor word a_lo of a tile A_ROWS long, B the N rows at b_lo of a
+ * tile B_ROWS long (N unless B is part of its tile). The first step
+ * overwrites acc. */
+template <int N, int A_ROWS, int B_ROWS = N> FA_DEV void wg_rows_by_rows(float (*acc)[4], u32 a_lo, u32 b_lo) {
 #pragma unroll
     for (int ks = 0; ks < K_STEPS; ks++)
-        wgmma_ss<N>(acc, sw_desc_at(a_lo, k_step_off<A_ROWS>(ks)), sw_desc_at(b_lo, k_step_off<N>(ks)), ks);
+        wgmma_ss<N>(acc, sw_desc_at(a_lo, k_step_off<A_ROWS>(ks)), sw_desc_at(b_lo, k_step_off<B_ROWS>(ks)), ks);
 }
 
 /* acc (64 x HEAD_DIM) += A B over STEPS k steps: A from registers (one

@@ -7,6 +7,7 @@
  *                accumulate is not 0
  *   wgmma_ss_mn<N>: the same with A and B MN-major (A stored as its
  *                transpose, 16 x 64; B as 16 x N, N-major); 16-bit only
+ *   wgmma_ss_kn<N>: A K-major, B N-major (16 x N); 16-bit only
  *   wgmma_rs<N>: d (64 x N) += A (64 x k in registers, the m16n8k16 A
  *                fragment of the thread's warp; with FP8 the m16n8k32 one)
  *                * B (k x N in shared memory, db: N-major for 16-bit
@@ -39,6 +40,7 @@
 
 template <int N> FA_DEV void wgmma_ss(float (*d)[4], u64 da, u64 db, int accumulate);
 template <int N> FA_DEV void wgmma_ss_mn(float (*d)[4], u64 da, u64 db, int accumulate);
+template <int N> FA_DEV void wgmma_ss_kn(float (*d)[4], u64 da, u64 db, int accumulate);
 template <int N> FA_DEV void wgmma_rs(float (*d)[4], const u32 *a, u64 db);
 
 template <> __device__ __forceinline__ void wgmma_ss<16>(float (*d)[4], u64 da, u64 db, int accumulate) {
@@ -143,6 +145,29 @@ template <> __device__ __forceinline__ void wgmma_ss_mn<64>(float (*d)[4], u64 d
           "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
           "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
           "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+template <> __device__ __forceinline__ void wgmma_ss_kn<128>(float (*d)[4], u64 da, u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k" WG_K ".f32." WG_AB "." WG_AB " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
         : "l"(da), "l"(db), "r"(accumulate));
 }
 

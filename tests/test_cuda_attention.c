@@ -1255,6 +1255,41 @@ FA_TEST(tma_backward_shapes) {
     }
 }
 
+/* Head_dim 256 on the warp-specialised backward (FLASHATTN_PLAN_TMA_BWD256=1:
+ * two consumer warpgroups sharing 64 keys) against the fp64 reference:
+ * partial tiles, GQA, causal, a window with a block mask, deterministic.
+ * Rows are packed (head_dim apart), so a store past a warpgroup's half of
+ * the head dimensions would land in the next row. */
+FA_TEST(tma_backward_256) {
+    REQUIRE_WGMMA();
+    static uint8_t blocks[16 * 16];
+    for (size_t i = 0; i < sizeof blocks; i++) blocks[i] = (uint8_t)((i * 7 + 3) % 4 != 0);
+    setenv("FLASHATTN_PLAN_TMA_BWD256", "1", 1);
+    for (int k = 0; k < 5; k++) {
+        fa_attention_desc d = mma_desc(k % 2, 2, 333 + 64 * k, 301 + 97 * k, 4, k == 1 ? 2 : 4, 256);
+        d.causal = k == 1;
+        if (k == 2 || k == 4) {
+            d.window_left = 70;
+            d.window_right = 20;
+        }
+        if (k == 3) {
+            d.block_mask = blocks;
+            d.block_q = d.block_k = 64;
+            d.block_mask_bytes = (size_t)((d.seqlen_q + 63) / 64) * (size_t)((d.seqlen_k + 63) / 64);
+        }
+        d.deterministic = k == 4;
+        char name[96];
+        snprintf(name, sizeof name, "tma bwd d256%s%s%s%s%s", k % 2 ? " bf16" : " fp16", d.causal ? " causal" : "",
+                 d.window_left >= 0 ? " window" : "", d.block_mask ? " blocks" : "",
+                 d.deterministic ? " deterministic" : "");
+        run_result res;
+        run_full(name, &d, NULL, NULL, 1, &res);
+        CHECK_MSG(res.info.backward.variant == FA_VARIANT_WGMMA_TMA && res.info.backward.bc == 64, "%s: backward %s",
+                  name, fa_variant_name(res.info.backward.variant));
+    }
+    unsetenv("FLASHATTN_PLAN_TMA_BWD256");
+}
+
 /* Head dims between whole 64-column blocks on the warp-specialised forward
  * built for the next block (as planned): 96, 160 and 224
  * against the fp64 reference, the backward as planned beside it, with
@@ -2196,7 +2231,7 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
              FA_CASE(mma_wide_heads_d96), FA_CASE(mma_wide_heads_d192), FA_CASE(mma_wide_heads_d256),
-             FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes), FA_CASE(tma_shapes), FA_CASE(tma_backward_shapes), FA_CASE(tma_padded_head_dims),
+             FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes), FA_CASE(tma_shapes), FA_CASE(tma_backward_shapes), FA_CASE(tma_backward_256), FA_CASE(tma_padded_head_dims),
              FA_CASE(fp8_forward), FA_CASE(fp8_refusals),
              FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles), FA_CASE(score_options_simt),
              FA_CASE(score_options_mma), FA_CASE(score_options_wgmma), FA_CASE(score_options_wide_heads),

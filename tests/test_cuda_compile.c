@@ -1204,6 +1204,47 @@ FA_TEST(h100_sm90_tma_backward_wide_rows) {
 #endif
 }
 
+/* Head_dim 256 on the warp-specialised backward (FLASHATTN_PLAN_TMA_BWD256=1):
+ * two consumer warpgroups sharing 64 keys (DK_SPLIT 2), plain with GQA,
+ * causal, a window with a block mask, deterministic; fp16 and bf16, sm_90a
+ * code without spills. */
+FA_TEST(h100_sm90_tma_backward_256) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    setenv("FLASHATTN_PLAN_TMA_BWD256", "1", 1);
+    for (int k = 0; k < 8; k++) {
+        fa_attention_desc d = tma_problem(k % 4 == 3 ? 4 : k % 4 == 1 ? 3 : k % 4 == 2 ? 5 : 0, 4096);
+        d.head_dim = 256;
+        d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = k < 4 ? FA_DTYPE_F16 : FA_DTYPE_BF16;
+        d.deterministic = k % 4 == 3;
+        fa_plan_info info;
+        fa_status st = fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info);
+        CHECK_MSG(st == FA_SUCCESS && info.backward.variant == FA_VARIANT_WGMMA_TMA && info.backward.br == 64 &&
+                      info.backward.bc == 64 && info.backward.work_group_size == 384,
+                  "case %d: %s %d x %d", k, st ? fa_last_error() : fa_variant_name(info.backward.variant),
+                  info.backward.br, info.backward.bc);
+        if (st != FA_SUCCESS || info.backward.variant != FA_VARIANT_WGMMA_TMA) continue;
+        fa_cuda_kernel_report rep[MAX_REPORTS];
+        int n = 0;
+        st = fa_cuda_compile_plan(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
+        CHECK_MSG(st == FA_SUCCESS, "case %d: %s", k, st ? fa_last_error() : "");
+        for (int i = 0; st == FA_SUCCESS && i < n; i++) {
+            const fa_cuda_kernel_report *r = &rep[i];
+            if (strcmp(r->kernel, "fa_bwd_dkdv_mma") != 0) continue;
+            printf("%-8s d%-4d %s: %d threads %3d registers %d/%d bytes spilled, %zu bytes shared\n", r->arch,
+                   d.head_dim, r->options + 0, r->threads, r->registers, r->spill_stores, r->spill_loads,
+                   r->shared_bytes);
+            CHECK_MSG(has_define(r->options, "DK_SPLIT=2") && has_define(r->options, "TMA") && r->threads == 384 &&
+                          r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0 &&
+                          r->shared_bytes == info.backward.local_mem_bytes,
+                      "case %d: %s, %d bytes spilled", k, r->options, r->spill_stores);
+        }
+    }
+    unsetenv("FLASHATTN_PLAN_TMA_BWD256");
+#endif
+}
+
 /* Head dims between whole 64-column blocks on the warp-specialised forward
  * built for the next block (FLASHATTN_PLAN_TMA_PAD=1): 96, 160 and 224 as
  * the planner emits them, plain, causal with GQA, a window and block mask
@@ -1477,7 +1518,7 @@ FA_TEST(fp8_refusals) {
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
              FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
-             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_wide_rows), FA_CASE(h100_sm90_tma_padded_variants),
+             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_wide_rows), FA_CASE(h100_sm90_tma_backward_256), FA_CASE(h100_sm90_tma_padded_variants),
              FA_CASE(h100_sm90_fp8_variants), FA_CASE(fp8_refusals),
              FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),

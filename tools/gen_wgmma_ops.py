@@ -10,6 +10,7 @@ Usage: python3 tools/gen_wgmma_ops.py > kernels_cuda/wgmma_ops.cuh
 SS_SHAPES = (16, 32, 64, 128, 192)  # S = Q K^T: n = BC (192: FP8 only)
 RS_SHAPES = (64, 128, 192, 256)  # O += P V: n = HEAD_DIM
 SS_MN_SHAPES = (64,)             # backward dQ = dS K: n = 64 head dimensions (16-bit only)
+SS_KN_SHAPES = (128,)            # backward dV += P^T dO from shared memory: n = a warpgroup's 128 head dimensions
 
 
 def acc_list(n):
@@ -55,6 +56,7 @@ def main():
  *                accumulate is not 0
  *   wgmma_ss_mn<N>: the same with A and B MN-major (A stored as its
  *                transpose, 16 x 64; B as 16 x N, N-major); 16-bit only
+ *   wgmma_ss_kn<N>: A K-major, B N-major (16 x N); 16-bit only
  *   wgmma_rs<N>: d (64 x N) += A (64 x k in registers, the m16n8k16 A
  *                fragment of the thread's warp; with FP8 the m16n8k32 one)
  *                * B (k x N in shared memory, db: N-major for 16-bit
@@ -87,6 +89,7 @@ def main():
 
 template <int N> FA_DEV void wgmma_ss(float (*d)[4], u64 da, u64 db, int accumulate);
 template <int N> FA_DEV void wgmma_ss_mn(float (*d)[4], u64 da, u64 db, int accumulate);
+template <int N> FA_DEV void wgmma_ss_kn(float (*d)[4], u64 da, u64 db, int accumulate);
 template <int N> FA_DEV void wgmma_rs(float (*d)[4], const u32 *a, u64 db);
 """)
     for n in SS_SHAPES:
@@ -94,6 +97,8 @@ template <int N> FA_DEV void wgmma_rs(float (*d)[4], const u32 *a, u64 db);
     print("#ifndef FP8")
     for n in SS_MN_SHAPES:
         print(ss(n, "wgmma_ss_mn", ", 1, 1"))
+    for n in SS_KN_SHAPES:
+        print(ss(n, "wgmma_ss_kn", ", 0, 1"))
     print("#endif\n")
     for n in RS_SHAPES:
         print(rs(n))

@@ -14,6 +14,10 @@
 #            smoke run, the suite's backward cases, and its TFLOP/s beside
 #            the warpgroup backward and SDPA's cuDNN and FlashAttention-2
 #   bwdtime  that step's timing alone
+#   gates    the backward's TFLOP/s at TMA_DIMS under each planner switch of
+#            TMA_GATES ("label=VAR=value ...", "label=" for none), causal
+#            and not, SDPA's cuDNN and FlashAttention-2 beside (a switch
+#            that plans an experimental kernel times it against the default)
 #   sanitize compute-sanitizer memcheck and racecheck on small shapes
 #   bwdtiles bench/fa-tma-tiles --pass bwd: the TMA backward's forced tiles
 #            (TMA_BWD_TILES, default 64x128/2,128x128/2,64x64/2) beside
@@ -78,7 +82,7 @@ fi
 
 if want tests; then
   stamp "tests: the CUDA attention suite (ctest cuda_attention.*)"
-  ctest --test-dir build-gpu -R "${TMA_TESTS:-^cuda_attention[.]}" -j8 --timeout 400 --output-on-failure > "$out/tests.txt" 2>&1
+  ctest --test-dir build-gpu -R "${TMA_TESTS:-^cuda_attention[.]}" -j8 --timeout "${TMA_TEST_TIMEOUT:-400}" --output-on-failure > "$out/tests.txt" 2>&1
   echo "  rc $?: $(grep -E "tests passed" "$out/tests.txt")"
   grep -E "Failed|Timeout|\*\*\*" "$out/tests.txt" | head -20
 fi
@@ -166,6 +170,34 @@ if { want bwd || want bwdtime; } && [ "${bwd_failed:-0}" = 0 ]; then
     python3 bench/sdpa_peer.py --dtypes "$dtypes_csv" --dims 64,128 --seqlens "$seqlens" --causal 0,1 \
       --tokens 16384 --hidden 2048 --backends cudnn,flash --repeats 10 --warmup 2 \
       --json "$json" --label sdpa > "$out/bwd-peer.log" 2>&1 || echo "  sdpa_peer.py failed"
+  fi
+  python3 bench/label_table.py "$json" --pass bwd
+fi
+
+if want gates; then
+  json=$out/gates.jsonl
+  : > "$json"
+  read -r -a gates <<< "${TMA_GATES:-planned=}"
+  for dt in "${dtypes[@]}"; do
+    for dim in "${dims[@]}"; do
+      for causal in 0 1; do
+        flag=(); [ "$causal" = 1 ] && flag=(--causal)
+        for g in "${gates[@]}"; do
+          label=${g%%=*} assign=${g#*=}
+          stamp "gates $label $dt d$dim causal $causal"
+          env ${assign:+"$assign"} timeout 150 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" \
+            "${flag[@]}" --seqlens "$seqlens" --tokens 16384 --hidden 2048 --pass bwd --repeats 10 --warmup 2 \
+            --json "$json" --label "$label" >> "$out/gates-bench.txt" 2>&1 || echo "  bench $label $dt d$dim c$causal failed"
+        done
+      done
+    done
+  done
+  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
+    dims_csv=$(IFS=,; echo "${dims[*]}")
+    dtypes_csv=$(IFS=,; echo "${dtypes[*]}")
+    python3 bench/sdpa_peer.py --dtypes "$dtypes_csv" --dims "$dims_csv" --seqlens "$seqlens" --causal 0,1 \
+      --tokens 16384 --hidden 2048 --backends cudnn,flash --repeats 10 --warmup 2 \
+      --json "$json" --label sdpa > "$out/gates-peer.log" 2>&1 || echo "  sdpa_peer.py failed"
   fi
   python3 bench/label_table.py "$json" --pass bwd
 fi

@@ -368,7 +368,12 @@ FA_DEV bool tile_full(const fa_params &p, const fa_mask &m, int tq, int tk, int 
     (void)r1;
 #endif
 #ifdef CAUSAL
-    if (c1 > q0 + off) return false;
+    /* c1 > q0 + off, in ints: k0 + bc <= len_k above, so each partial sum
+     * lies within [len_q - len_k, len_k] (one 64-bit pair less kept across
+     * the backward's steps, which spilled). */
+    (void)c1;
+    (void)off;
+    if (k0 + bc - 1 - m.len_k + m.len_q > q0) return false;
 #endif
 #ifdef WINDOW
     if (m.window_right >= 0 && c1 > q0 + off + m.window_right) return false;

@@ -218,13 +218,17 @@ size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes) {
 
 int fa_tma_head_dim(const fa_attention_desc *desc) { return desc ? (desc->head_dim + 63) / 64 * 64 : 0; }
 
-/* Measured on an H200 (bench/results/h200.md, 2026-11-28 fourth session):
- * 1.037x cuDNN over fp16 and bf16, d128 non-causal, N 2k-16k, where adding
- * each step's own dQ ran 0.915x; the warpgroup in turn had waited for the
- * other's dS^T of the same step. */
+/* Measured on an H200 (bench/results/h200.md, 2026-11-28 fourth and fifth
+ * sessions): 1.037x cuDNN over fp16 and bf16, d128 non-causal, N 2k-16k,
+ * where adding each step's own dQ ran 0.915x (the warpgroup in turn had
+ * waited for the other's dS^T of the same step); causal 0.94 -> 1.06x at
+ * N 4k and 16k. Not with a window (spills). */
 int fa_tma_bwd_dq_lag(const fa_attention_desc *desc, int bc) {
-    return desc && bc == 128 && desc->head_dim > 64 && !desc->deterministic && !desc->causal &&
-           !fa_desc_has_window(desc);
+    /* The kernel keeps the last step as (head in the group) * (query
+     * tiles) + tile in an int. */
+    const int64_t tiles = desc ? ((int64_t)desc->seqlen_q + 63) / 64 : 0;
+    return desc && bc == 128 && desc->head_dim > 64 && !desc->deterministic && !fa_desc_has_window(desc) &&
+           desc->heads_kv > 0 && (int64_t)(desc->heads_q / desc->heads_kv) * tiles <= INT_MAX;
 }
 
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br, int bc,
@@ -1181,15 +1185,17 @@ static int tma_backward_wide_rows(const fa_attention_desc *desc, const fa_kernel
  * options: softcap with ALiBi spilled there (12 bytes, NVRTC 13.0), where
  * the warpgroup backward does not. FLASHATTN_PLAN_TMA_BWD=0 keeps the
  * warpgroup backward, for comparison. */
-/* Head_dim 256 (FLASHATTN_PLAN_TMA_BWD256=1, not yet measured): the
- * warp-specialised backward with its two consumer warpgroups sharing 64
- * keys (bwd_mma.cu, WGMMA with DK_SPLIT 2: each computes the scores of
- * half the queries and holds dK and dV for half the head dimensions) in
- * place of the tensor-core one; fp16/bf16, fixed lengths, no dropout or
- * score options. */
+/* Head_dim 256: the warp-specialised backward with its two consumer
+ * warpgroups sharing 64 keys (bwd_mma.cu, WGMMA with DK_SPLIT 2: each
+ * computes the scores of half the queries and holds dK and dV for half the
+ * head dimensions) in place of the tensor-core one; fp16/bf16, fixed
+ * lengths, no dropout or score options. On an H200 (2026-11-28 fifth
+ * session) 280-318 TFLOP/s where mma.sync ran 165-179 and
+ * FlashAttention-2 195-253 (1.24-1.45x). FLASHATTN_PLAN_TMA_BWD=0 keeps
+ * mma.sync, as it keeps the warpgroup backward elsewhere. */
 static void tma_backward_plan_256(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
-    const char *env = getenv("FLASHATTN_PLAN_TMA_BWD256");
-    if (!(env && strcmp(env, "1") == 0) || out->variant != FA_VARIANT_MMA || desc->head_dim != 256 ||
+    const char *env = getenv("FLASHATTN_PLAN_TMA_BWD");
+    if ((env && strcmp(env, "0") == 0) || out->variant != FA_VARIANT_MMA || desc->head_dim != 256 ||
         !tma_forward_applies(dev, desc) || desc->dropout_p > 0.0f || fa_desc_option_in_use(desc) ||
         dev->max_work_group_size < 384)
         return;

@@ -167,10 +167,10 @@
  * stall: bench/results/h100.md, 2026-11-28 third session; 0.915 -> 1.037x
  * cuDNN at d128 non-causal on an H200). A third dS^T tile: a step's is
  * read during the next and written again two steps later. The planner
- * asks for the build and counts the tile (fa_tma_bwd_dq_lag). Not under a
- * causal mask or a window: the two step registers it keeps spilled there
- * (8-12 bytes, NVRTC 13.0), where the walks start apart anyway. */
-#if defined(BWD_DQ_LAG) && (!(defined(BWD_DQ_BULK) && defined(DQ_ATOMIC)) || defined(CAUSAL) || defined(WINDOW))
+ * asks for the build and counts the tile (fa_tma_bwd_dq_lag). Under a
+ * causal mask too (0.94 -> 1.06x cuDNN at d128, H200, 2026-11-28 fifth
+ * session), not a window. */
+#if defined(BWD_DQ_LAG) && (!(defined(BWD_DQ_BULK) && defined(DQ_ATOMIC)) || defined(WINDOW))
 #undef BWD_DQ_LAG
 #endif
 #ifdef BWD_DQ_LAG
@@ -481,6 +481,7 @@ FA_DEV void dscores(const float (&sacc)[KT][NJ][4], float (&pacc)[KT][NJ][4], co
 }
 #endif
 
+
 #if defined(WGMMA) && defined(DQ_ATOMIC)
 /* acc = dS K over the whole key tile for dQ unit u (64 queries x DQ_N head
  * dimensions; its rows at mb * 64, columns at n0): dS^T from tile dst. */
@@ -674,9 +675,14 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
     int dsb = 0; /* the dS^T tile of this step */
     (void)nstep;
 #ifdef BWD_DQ_LAG
-    /* The last step's head and first query: its dQ is added during this
-     * step, from the dS^T tile before this step's. */
-    int lag_h = 0, lag_q0 = 0;
+    /* The last step, as (head in the group) * t_end + query tile: its dQ is
+     * added during this step, from the dS^T tile before this step's. One
+     * register where two spilled under a causal mask (NVRTC 13.0); the
+     * planner takes the lag only where the product fits an int
+     * (fa_tma_bwd_dq_lag). */
+    int lag_step = 0;
+#define LAG_H (hk * p.group + lag_step / t_end)
+#define LAG_Q0 (lag_step % t_end * BR)
 #define LAG_DSC (ds_sm + (u32)(dsb == 0 ? DS_BUFFERS - 1 : dsb - 1) * DS_TILE_BYTES)
 #endif
 #ifdef BWD_DQ_BULK
@@ -1022,7 +1028,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             wg_keep<KQ>(as[0]);
 #ifdef BWD_DQ_LAG
             dq_units_to_tile(LAG_DSC, k_sm, warp, g, t4, dq_st, DQ_EMPTY(warp % 4), nstep & 1u);
-            reduce_dq_rows(p, seq, b, lag_h, lag_q0, warp, lane, dq_st);
+            reduce_dq_rows(p, seq, b, LAG_H, LAG_Q0, warp, lane, dq_st);
 #else
             dq_units_to_tile(dsc, k_sm, warp, g, t4, dq_st, DQ_EMPTY(warp % 4), (nstep & 1u) ^ 1u);
             reduce_dq_rows(p, seq, b, h, q0, warp, lane, dq_st);
@@ -1031,8 +1037,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
         }
 #ifdef BWD_DQ_LAG
         if (dq_mine) named_arrive(2 + (int)(nstep & 1u), THREADS);
-        lag_h = h;
-        lag_q0 = q0;
+        lag_step = (h - hk * p.group) * t_end + cur_t;
 #endif
 #else
         for (int u = dq_now ? 0 : DQ_UNITS; u < DQ_UNITS; u++) {
@@ -1139,7 +1144,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
     if (nstep > 0 && warp / 4 == (int)(nstep & 1u)) {
         named_sync(2 + (int)((nstep - 1u) & 1u), THREADS);
         dq_units_to_tile(LAG_DSC, k_sm, warp, g, t4, dq_st, DQ_EMPTY(warp % 4), nstep & 1u);
-        reduce_dq_rows(p, seq, b, lag_h, lag_q0, warp, lane, dq_st);
+        reduce_dq_rows(p, seq, b, LAG_H, LAG_Q0, warp, lane, dq_st);
     }
 #endif
 #ifdef BWD_DQ_BULK

@@ -1255,8 +1255,8 @@ FA_TEST(tma_backward_shapes) {
     }
 }
 
-/* Head_dim 256 on the warp-specialised backward (FLASHATTN_PLAN_TMA_BWD256=1:
- * two consumer warpgroups sharing 64 keys) against the fp64 reference:
+/* Head_dim 256 on the warp-specialised backward (as planned on sm_90: two
+ * consumer warpgroups sharing 64 keys) against the fp64 reference:
  * partial tiles, GQA, causal, a window with a block mask, deterministic.
  * Rows are packed (head_dim apart), so a store past a warpgroup's half of
  * the head dimensions would land in the next row. */
@@ -1264,7 +1264,6 @@ FA_TEST(tma_backward_256) {
     REQUIRE_WGMMA();
     static uint8_t blocks[16 * 16];
     for (size_t i = 0; i < sizeof blocks; i++) blocks[i] = (uint8_t)((i * 7 + 3) % 4 != 0);
-    setenv("FLASHATTN_PLAN_TMA_BWD256", "1", 1);
     for (int k = 0; k < 5; k++) {
         fa_attention_desc d = mma_desc(k % 2, 2, 333 + 64 * k, 301 + 97 * k, 4, k == 1 ? 2 : 4, 256);
         d.causal = k == 1;
@@ -1287,7 +1286,6 @@ FA_TEST(tma_backward_256) {
         CHECK_MSG(res.info.backward.variant == FA_VARIANT_WGMMA_TMA && res.info.backward.bc == 64, "%s: backward %s",
                   name, fa_variant_name(res.info.backward.variant));
     }
-    unsetenv("FLASHATTN_PLAN_TMA_BWD256");
 }
 
 /* Head dims between whole 64-column blocks on the warp-specialised forward

@@ -74,12 +74,15 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         /* The warp-specialised backward: the
          * warpgroup backward's tile with a producer warpgroup beside it,
          * 128 queries a step at head_dim 64 without masks beyond causal,
-         * dropout or score options. */
+         * dropout or score options; at head_dim 256 two consumer
+         * warpgroups sharing 64 keys, without dropout. */
         const int wide = dim == 64 && k->bc == 128 && d->dropout_p <= 0.0f && !d->block_mask && d->window_left < 0 &&
                          d->window_right < 0 && !d->deterministic && !fa_desc_option_in_use(d);
-        CHECK_MSG(k->br == (wide ? 128 : 64) && (k->bc == 64 || k->bc == 128) && k->thread_rows == k->br / 4 &&
-                      k->thread_cols == 2 &&
-                      k->work_group_size == 2 * k->bc + 128 && k->stages == 2 && dim % 64 == 0 && dim <= 128 &&
+        const int d256 = dim == 256 && k->br == 64 && k->bc == 64 && k->work_group_size == 384 &&
+                         d->dropout_p <= 0.0f;
+        CHECK_MSG((d256 || (k->br == (wide ? 128 : 64) && (k->bc == 64 || k->bc == 128) &&
+                            k->work_group_size == 2 * k->bc + 128 && dim <= 128)) &&
+                      k->thread_rows == 16 * (k->br / 64) && k->thread_cols == 2 && k->stages == 2 && dim % 64 == 0 &&
                       !(dim > 64 && fa_desc_option_in_use(d)) &&
                       (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) && !d->cu_seqlens_q && strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma_tma backward %d x %d/%d, micro-tile %d x %d, %d stages", what, k->br, k->bc,
@@ -518,17 +521,23 @@ FA_TEST(tma_backward_opt_in) {
           on.backward.work_group_size == off.backward.work_group_size + 128);
     CHECK(on.backward.local_mem_bytes ==
           fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, &d, on.backward.br, on.backward.bc, 2));
-    /* 128 keys at head_dim 128, not causal: three dS^T tiles (each step's
-     * dQ is added during the next), the dQ tile of 64 rows padded to 136
-     * floats, the barriers; two dS^T tiles under a causal mask, a window
-     * or deterministic (each step's dQ in its own step). */
-    CHECK(fa_tma_bwd_dq_lag(&d, on.backward.bc));
-    CHECK(on.backward.bc == 128 && on.backward.local_mem_bytes == 2 * (128 * (2 * 128 + 2 * 2 * 64) + 3 * 128 * 64) +
-                                                                   4 * 2 * 2 * 64 + 8 * 9 + 16 + 4 * 64 * 136);
+    /* 128 keys at head_dim 128, causal or not: three dS^T tiles (each
+     * step's dQ is added during the next), the dQ tile of 64 rows padded to
+     * 136 floats, the barriers; two dS^T tiles with a window or
+     * deterministic (each step's dQ in its own step). */
+    for (int causal = 0; causal < 2; causal++) {
+        fa_attention_desc c = d;
+        c.causal = causal;
+        CHECK_OK(fa_plan_for_device(device("h100"), &c, &on));
+        CHECK(fa_tma_bwd_dq_lag(&c, on.backward.bc));
+        CHECK(on.backward.bc == 128 &&
+              on.backward.local_mem_bytes == 2 * (128 * (2 * 128 + 2 * 2 * 64) + 3 * 128 * 64) + 4 * 2 * 2 * 64 +
+                                                 8 * 9 + 16 + 4 * 64 * 136);
+    }
     for (int k = 0; k < 3; k++) {
         fa_attention_desc n = d;
         n.causal = k == 0;
-        n.window_right = k == 1 ? 200 : -1;
+        n.window_right = k != 2 ? 200 : -1;
         n.deterministic = k == 2;
         CHECK_OK(fa_plan_for_device(device("h100"), &n, &on));
         CHECK_MSG(!fa_tma_bwd_dq_lag(&n, on.backward.bc) && on.backward.bc == 128 &&
@@ -969,7 +978,8 @@ FA_TEST(format_shows_plan) {
 }
 
 /* Above head_dim 128 the fp16/bf16 backward stays on tensor cores with
- * warps sharing key strips (bwd_mma.cu DK_SPLIT): 8 warps of 64 keys, the
+ * warps sharing key strips (bwd_mma.cu DK_SPLIT; at 256 on sm_90 without
+ * dropout, warpgroups on the warp-specialised one): 8 warps of 64 keys, the
  * micro-tile a thread's share of the queries, the P^T tile beside dS^T in
  * the local-memory figure, and the plan's text saying so. TF32 and the
  * head dimensions up to 128 keep one warp a strip. */
@@ -990,6 +1000,20 @@ FA_TEST(wide_heads_share_key_strips) {
                 fa_plan_info p;
                 CHECK_OK(fa_plan_for_device(devs[v], &d, &p));
                 const fa_kernel_plan *b = &p.backward;
+                /* sm_90 at 256 without dropout: the warp-specialised
+                 * backward, two consumer warpgroups sharing 64 keys. */
+                if (v == 0 && dims[i] == 256 && opt < 2) {
+                    CHECK_MSG(b->variant == FA_VARIANT_WGMMA_TMA && b->work_group_size == 384 && b->br == 64 &&
+                                  b->bc == 64 &&
+                                  b->local_mem_bytes == fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, &d,
+                                                                          64, 64, 2),
+                              "d256 opt %d: backward %s %d x %d / %d", opt, fa_variant_name(b->variant), b->br, b->bc,
+                              b->work_group_size);
+                    char text[4096];
+                    fa_plan_info_format(&p, text, sizeof text);
+                    CHECK_MSG(strstr(text, "key strips shared by 2 warpgroups") != NULL, "%s", text);
+                    continue;
+                }
                 CHECK_MSG(b->variant == FA_VARIANT_MMA && b->work_group_size == 256 && b->bc == 64 &&
                               b->thread_rows * 8 == b->br && b->thread_cols == 2,
                           "%s d%d opt %d: backward %s %d x %d / %d, micro-tile %d x %d", devs[v]->arch, dims[i], opt,

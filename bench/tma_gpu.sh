@@ -15,7 +15,7 @@
 #            the warpgroup backward and SDPA's cuDNN and FlashAttention-2
 #   bwdtime  that step's timing alone
 #   gates    the backward's TFLOP/s at TMA_DIMS under each planner switch of
-#            TMA_GATES ("label=VAR=value ...", "label=" for none), causal
+#            TMA_GATES ("label=VAR=value,VAR=value ...", "label=" for none), causal
 #            and not, SDPA's cuDNN and FlashAttention-2 beside (a switch
 #            that plans an experimental kernel times it against the default)
 #   sanitize compute-sanitizer memcheck and racecheck on small shapes
@@ -185,7 +185,8 @@ if want gates; then
         for g in "${gates[@]}"; do
           label=${g%%=*} assign=${g#*=}
           stamp "gates $label $dt d$dim causal $causal"
-          env ${assign:+"$assign"} timeout 150 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" \
+          # shellcheck disable=SC2086 # one word a VAR=value
+          env ${assign//,/ } timeout 150 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" \
             "${flag[@]}" --seqlens "$seqlens" --tokens 16384 --hidden 2048 --pass bwd --repeats 10 --warmup 2 \
             --json "$json" --label "$label" >> "$out/gates-bench.txt" 2>&1 || echo "  bench $label $dt d$dim c$causal failed"
         done

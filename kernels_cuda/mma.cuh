@@ -305,7 +305,10 @@ FA_DEV bool online_softmax(float (*s)[NT][4], float (*m_run)[2], float (*l_run)[
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float m_use = mx == -FA_INF ? 0.0f : mx * sl2;
-            const float alpha = fa_exp2(m_run[mt][hf] * sl2 - m_use);
+            /* 1 exactly where the maximum stayed: computed, m sl2 - m_use
+             * contracts to an FMA whose unrounded product leaves alpha a
+             * rounding away from 1, and every tile then rescaled O. */
+            const float alpha = mx == m_run[mt][hf] ? 1.0f : fa_exp2(m_run[mt][hf] * sl2 - m_use);
             m_run[mt][hf] = mx;
 #ifdef PROB_LOG2
             const float m_prob = m_use - PROB_LOG2;

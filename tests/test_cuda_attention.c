@@ -708,6 +708,14 @@ static fa_variant tensor_core_forward(const fa_attention_desc *d) {
  * dropout comes with a mask or varlen (their registers and Philox's do
  * not fit together). */
 static fa_variant tensor_core_backward(const fa_attention_desc *d) {
+    const char *tma = getenv("FLASHATTN_PLAN_TMA_BWD");
+    const int tma_off = tma && strcmp(tma, "0") == 0;
+    /* Head_dim 256 on sm_90: the warp-specialised backward with two
+     * consumer warpgroups sharing the keys, fixed lengths without dropout
+     * or score options. */
+    if (device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim == 256 && !tma_off && d->dropout_p <= 0.0f &&
+        !d->cu_seqlens_q && !fa_desc_option_in_use(d))
+        return FA_VARIANT_WGMMA_TMA;
     const int crowded = d->dropout_p > 0.0f && (d->causal || d->window_left >= 0 || d->window_right >= 0 ||
                                                  d->block_mask || d->cu_seqlens_q);
     if (!(device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 64 == 0 &&
@@ -716,8 +724,7 @@ static fa_variant tensor_core_backward(const fa_attention_desc *d) {
     /* The warp-specialised backward with fixed-length sequences (above
      * head_dim 64 without score options), unless turned off
      * (FLASHATTN_PLAN_TMA_BWD=0). */
-    const char *tma = getenv("FLASHATTN_PLAN_TMA_BWD");
-    return !(tma && strcmp(tma, "0") == 0) && !d->cu_seqlens_q && !(d->head_dim > 64 && fa_desc_option_in_use(d))
+    return !tma_off && !d->cu_seqlens_q && !(d->head_dim > 64 && fa_desc_option_in_use(d))
                ? FA_VARIANT_WGMMA_TMA
                : FA_VARIANT_WGMMA;
 }

@@ -218,7 +218,10 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
              * exponentiates against 0 instead (no inf - inf). */
             FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) {
                 m_use[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * scale_log2;
-                alpha[mt][r] = fa_exp2(m_run[mt][r] * scale_log2 - m_use[r]);
+                /* 1 exactly where the maximum stayed: computed, the product
+                 * may contract into an FMA that leaves alpha a rounding from
+                 * 1, and O would be rescaled on every tile. */
+                alpha[mt][r] = mx[r] == m_run[mt][r] ? 1.0f : fa_exp2(m_run[mt][r] * scale_log2 - m_use[r]);
                 moved |= alpha[mt][r] != 1.0f;
                 m_run[mt][r] = mx[r];
             }

@@ -60,6 +60,29 @@ if [ "${TMA_NO_BUILD:-0}" != 1 ]; then
 fi
 failed=0
 
+# bwd_sweep JSON LABEL DTYPE DIM CAUSAL LOG [VAR=value ...]: one backward
+# sweep of fa-bench over $seqlens (16k tokens, hidden 2048) with the
+# variables set, JSON lines appended to JSON, its output to LOG.
+bwd_sweep() {
+  local json=$1 label=$2 dt=$3 dim=$4 causal=$5 log=$6 flag=()
+  shift 6
+  [ "$causal" = 1 ] && flag=(--causal)
+  env "$@" timeout 150 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" "${flag[@]}" --seqlens "$seqlens" \
+    --tokens 16384 --hidden 2048 --pass bwd --repeats 10 --warmup 2 --json "$json" --label "$label" >> "$log" 2>&1 ||
+    echo "  bench $label $dt d$dim c$causal failed"
+}
+
+# bwd_peer JSON DIMS_CSV LOG: PyTorch SDPA's cuDNN and FlashAttention-2
+# backward on the same shapes, where PyTorch sees the GPU.
+bwd_peer() {
+  python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1 || return 0
+  local dtypes_csv
+  dtypes_csv=$(IFS=,; echo "${dtypes[*]}")
+  python3 bench/sdpa_peer.py --dtypes "$dtypes_csv" --dims "$2" --seqlens "$seqlens" --causal 0,1 \
+    --tokens 16384 --hidden 2048 --backends cudnn,flash --repeats 10 --warmup 2 \
+    --json "$1" --label sdpa > "$3" 2>&1 || echo "  sdpa_peer.py failed"
+}
+
 if want smoke; then
   stamp "smoke: fa-run against the reference (in parallel)"
   run() { fa_smoke_run "$@"; }
@@ -154,23 +177,16 @@ if { want bwd || want bwdtime; } && [ "${bwd_failed:-0}" = 0 ]; then
   for dt in "${dtypes[@]}"; do
     for dim in 64 128; do
       for causal in 0 1; do
-        flag=(); [ "$causal" = 1 ] && flag=(--causal)
         for v in "${variants[@]}"; do
           label=${v%%=*} rest=${v#*=}
           tma=${rest%%:*} opts=${rest#*:}
-          FLASHATTN_PLAN_TMA_BWD=$tma FLASHATTN_CUDA_OPTIONS="${opts//,/ }" timeout 150 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" \
-            "${flag[@]}" --seqlens "$seqlens" --tokens 16384 --hidden 2048 --pass bwd --repeats 10 --warmup 2 \
-            --json "$json" --label "$label" >> "$out/bwd-bench.txt" 2>&1 || echo "  bench $dt d$dim c$causal $label failed"
+          bwd_sweep "$json" "$label" "$dt" "$dim" "$causal" "$out/bwd-bench.txt" FLASHATTN_PLAN_TMA_BWD="$tma" \
+            FLASHATTN_CUDA_OPTIONS="${opts//,/ }"
         done
       done
     done
   done
-  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
-    dtypes_csv=$(IFS=,; echo "${dtypes[*]}")
-    python3 bench/sdpa_peer.py --dtypes "$dtypes_csv" --dims 64,128 --seqlens "$seqlens" --causal 0,1 \
-      --tokens 16384 --hidden 2048 --backends cudnn,flash --repeats 10 --warmup 2 \
-      --json "$json" --label sdpa > "$out/bwd-peer.log" 2>&1 || echo "  sdpa_peer.py failed"
-  fi
+  bwd_peer "$json" 64,128 "$out/bwd-peer.log"
   python3 bench/label_table.py "$json" --pass bwd
 fi
 
@@ -181,25 +197,16 @@ if want gates; then
   for dt in "${dtypes[@]}"; do
     for dim in "${dims[@]}"; do
       for causal in 0 1; do
-        flag=(); [ "$causal" = 1 ] && flag=(--causal)
         for g in "${gates[@]}"; do
           label=${g%%=*} assign=${g#*=}
           stamp "gates $label $dt d$dim causal $causal"
           # shellcheck disable=SC2086 # one word a VAR=value
-          env ${assign//,/ } timeout 150 build-gpu/fa-bench --backend cuda --dtype "$dt" --dim "$dim" \
-            "${flag[@]}" --seqlens "$seqlens" --tokens 16384 --hidden 2048 --pass bwd --repeats 10 --warmup 2 \
-            --json "$json" --label "$label" >> "$out/gates-bench.txt" 2>&1 || echo "  bench $label $dt d$dim c$causal failed"
+          bwd_sweep "$json" "$label" "$dt" "$dim" "$causal" "$out/gates-bench.txt" ${assign//,/ }
         done
       done
     done
   done
-  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
-    dims_csv=$(IFS=,; echo "${dims[*]}")
-    dtypes_csv=$(IFS=,; echo "${dtypes[*]}")
-    python3 bench/sdpa_peer.py --dtypes "$dtypes_csv" --dims "$dims_csv" --seqlens "$seqlens" --causal 0,1 \
-      --tokens 16384 --hidden 2048 --backends cudnn,flash --repeats 10 --warmup 2 \
-      --json "$json" --label sdpa > "$out/gates-peer.log" 2>&1 || echo "  sdpa_peer.py failed"
-  fi
+  bwd_peer "$json" "$(IFS=,; echo "${dims[*]}")" "$out/gates-peer.log"
   python3 bench/label_table.py "$json" --pass bwd
 fi
 

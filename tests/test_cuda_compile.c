@@ -1113,6 +1113,31 @@ static fa_attention_desc tma_problem(int k, int seqlen) {
     }
     return d;
 }
+
+/* The key-side kernel (fa_bwd_dkdv_mma) of info's backward compiled for
+ * sm_90 into *out: the compile succeeds, the kernel is there, the line
+ * printed, no spills. Returns whether *out holds it (case k in messages). */
+static int key_side_compiled(const fa_attention_desc *d, const fa_plan_info *info, int k,
+                             fa_cuda_kernel_report *out) {
+    fa_cuda_kernel_report rep[MAX_REPORTS];
+    int n = 0;
+    const fa_status st = fa_cuda_compile_plan(d, info, 9, 0, rep, MAX_REPORTS, &n);
+    CHECK_MSG(st == FA_SUCCESS, "case %d: %s", k, st ? fa_last_error() : "");
+    for (int i = 0; st == FA_SUCCESS && i < n; i++) {
+        const fa_cuda_kernel_report *r = &rep[i];
+        if (strcmp(r->kernel, "fa_bwd_dkdv_mma") != 0) continue;
+        printf("%-8s d%-4d %s: %d threads %3d registers %d/%d bytes spilled, %zu bytes shared\n", r->arch,
+               d->head_dim, r->options + 0, r->threads, r->registers, r->spill_stores, r->spill_loads,
+               r->shared_bytes);
+        CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
+                  "case %d spills: %d bytes stored, %d loaded, %d bytes of stack", k, r->spill_stores, r->spill_loads,
+                  r->stack_bytes);
+        *out = *r;
+        return 1;
+    }
+    CHECK_MSG(st != FA_SUCCESS, "case %d: no key-side kernel among %d", k, n);
+    return 0;
+}
 #endif
 
 /* The warp-specialised backward (bwd_mma.cu built with TMA) as the planner
@@ -1136,31 +1161,19 @@ FA_TEST(h100_sm90_tma_backward_variants) {
             printf("case %d: d%d options %d: backward %s\n", k, dim, opts, fa_variant_name(info.backward.variant));
             continue;
         }
-        fa_cuda_kernel_report rep[MAX_REPORTS];
-        int n = 0;
-        if (st == FA_SUCCESS) st = fa_cuda_compile_plan(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
-        CHECK_MSG(st == FA_SUCCESS, "case %d: %s", k, st ? fa_last_error() : "");
-        if (st != FA_SUCCESS) continue;
-        int found = 0;
-        for (int i = 0; i < n; i++) {
-            const fa_cuda_kernel_report *r = &rep[i];
-            if (strcmp(r->kernel, "fa_bwd_dkdv_mma") != 0) continue;
-            found = 1;
-            printf("%-8s d%-4d %s: %d threads %3d registers %d/%d bytes spilled\n", r->arch, dim, r->options + 0,
-                   r->threads, r->registers, r->spill_stores, r->spill_loads);
-            /* Each step's dQ added during the next where the planner says
-             * (two consumer warpgroups, bulk reductions, no window, not
-             * deterministic: d128 plain and causal, cases 0 and 2). */
-            CHECK_MSG(r->real_code && strcmp(r->arch, "sm_90") == 0 && has_define(r->options, "TMA") &&
-                          r->threads == info.backward.work_group_size &&
-                          has_define(r->options, "BWD_DQ_LAG") == fa_tma_bwd_dq_lag(&d, info.backward.bc) &&
-                          has_define(r->options, "BWD_DQ_LAG") == (k == 0 || k == 2),
-                      "case %d: %s %s, %d threads", k, r->arch, r->options, r->threads);
-            CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
-                      "case %d spills: %d bytes stored, %d loaded, %d bytes of stack", k, r->spill_stores,
-                      r->spill_loads, r->stack_bytes);
+        fa_cuda_kernel_report r;
+        if (st != FA_SUCCESS || !key_side_compiled(&d, &info, k, &r)) {
+            CHECK_MSG(st == FA_SUCCESS, "case %d: %s", k, fa_last_error());
+            continue;
         }
-        CHECK_MSG(found, "case %d: no key-side kernel among %d", k, n);
+        /* Each step's dQ added during the next where the planner says
+         * (two consumer warpgroups, bulk reductions, no window, not
+         * deterministic: d128 plain and causal, cases 0 and 2). */
+        CHECK_MSG(r.real_code && strcmp(r.arch, "sm_90") == 0 && has_define(r.options, "TMA") &&
+                      r.threads == info.backward.work_group_size &&
+                      has_define(r.options, "BWD_DQ_LAG") == fa_tma_bwd_dq_lag(&d, info.backward.bc) &&
+                      has_define(r.options, "BWD_DQ_LAG") == (k == 0 || k == 2),
+                  "case %d: %s %s, %d threads", k, r.arch, r.options, r.threads);
     }
     unsetenv("FLASHATTN_PLAN_TMA_BWD");
 #endif
@@ -1187,19 +1200,9 @@ FA_TEST(h100_sm90_tma_backward_wide_rows) {
                   "case %d: %s %d x %d", k, st ? fa_last_error() : fa_variant_name(info.backward.variant),
                   info.backward.br, info.backward.bc);
         if (st != FA_SUCCESS || info.backward.variant != FA_VARIANT_WGMMA_TMA) continue;
-        fa_cuda_kernel_report rep[MAX_REPORTS];
-        int n = 0;
-        st = fa_cuda_compile_plan(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
-        CHECK_MSG(st == FA_SUCCESS, "case %d: %s", k, st ? fa_last_error() : "");
-        for (int i = 0; st == FA_SUCCESS && i < n; i++) {
-            const fa_cuda_kernel_report *r = &rep[i];
-            if (strcmp(r->kernel, "fa_bwd_dkdv_mma") != 0) continue;
-            printf("%-8s d%-4d %s: %d threads %3d registers %d/%d bytes spilled\n", r->arch, d.head_dim,
-                   r->options + 0, r->threads, r->registers, r->spill_stores, r->spill_loads);
-            CHECK_MSG(has_define(r->options, k == 2 ? "BR=64" : "BR=128") && r->spill_stores == 0 &&
-                          r->spill_loads == 0 && r->stack_bytes == 0,
-                      "case %d: %s, %d bytes spilled", k, r->options, r->spill_stores);
-        }
+        fa_cuda_kernel_report r;
+        if (key_side_compiled(&d, &info, k, &r))
+            CHECK_MSG(has_define(r.options, k == 2 ? "BR=64" : "BR=128"), "case %d: %s", k, r.options);
     }
 #endif
 }
@@ -1224,21 +1227,11 @@ FA_TEST(h100_sm90_tma_backward_256) {
                   "case %d: %s %d x %d", k, st ? fa_last_error() : fa_variant_name(info.backward.variant),
                   info.backward.br, info.backward.bc);
         if (st != FA_SUCCESS || info.backward.variant != FA_VARIANT_WGMMA_TMA) continue;
-        fa_cuda_kernel_report rep[MAX_REPORTS];
-        int n = 0;
-        st = fa_cuda_compile_plan(&d, &info, 9, 0, rep, MAX_REPORTS, &n);
-        CHECK_MSG(st == FA_SUCCESS, "case %d: %s", k, st ? fa_last_error() : "");
-        for (int i = 0; st == FA_SUCCESS && i < n; i++) {
-            const fa_cuda_kernel_report *r = &rep[i];
-            if (strcmp(r->kernel, "fa_bwd_dkdv_mma") != 0) continue;
-            printf("%-8s d%-4d %s: %d threads %3d registers %d/%d bytes spilled, %zu bytes shared\n", r->arch,
-                   d.head_dim, r->options + 0, r->threads, r->registers, r->spill_stores, r->spill_loads,
-                   r->shared_bytes);
-            CHECK_MSG(has_define(r->options, "DK_SPLIT=2") && has_define(r->options, "TMA") && r->threads == 384 &&
-                          r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0 &&
-                          r->shared_bytes == info.backward.local_mem_bytes,
-                      "case %d: %s, %d bytes spilled", k, r->options, r->spill_stores);
-        }
+        fa_cuda_kernel_report r;
+        if (key_side_compiled(&d, &info, k, &r))
+            CHECK_MSG(has_define(r.options, "DK_SPLIT=2") && has_define(r.options, "TMA") && r.threads == 384 &&
+                          r.shared_bytes == info.backward.local_mem_bytes,
+                      "case %d: %s, %zu bytes shared", k, r.options, r.shared_bytes);
     }
 #endif
 }

@@ -1212,6 +1212,20 @@ FA_TEST(wgmma_shapes) {
         }
 }
 
+/* The TMA backward cases' masks: a window of 70 left and 20 right, a block
+ * mask of 64 x 64 blocks. */
+static void tma_case_masks(fa_attention_desc *d, int window, const uint8_t *blocks) {
+    if (window) {
+        d->window_left = 70;
+        d->window_right = 20;
+    }
+    if (blocks) {
+        d->block_mask = blocks;
+        d->block_q = d->block_k = 64;
+        d->block_mask_bytes = (size_t)((d->seqlen_q + 63) / 64) * (size_t)((d->seqlen_k + 63) / 64);
+    }
+}
+
 /* The warp-specialised backward (bwd_mma.cu built with TMA) in the shapes
  * it takes: one consumer warpgroup (64 keys) and two (128 keys: the split
  * step, dQ in turns, at head_dim 128 by bulk reductions), 64 queries a
@@ -1238,15 +1252,7 @@ FA_TEST(tma_backward_shapes) {
             const int w = k % 2;
             fa_attention_desc d = mma_desc(w, 2, 333 + 64 * k, 301 + 97 * k, 4, k < 2 ? 2 : 4, shapes[i].dim);
             d.causal = k == 1 || k == 4;
-            if (k == 2) {
-                d.window_left = 70;
-                d.window_right = 20;
-            }
-            if (k == 3) {
-                d.block_mask = blocks;
-                d.block_q = d.block_k = 64;
-                d.block_mask_bytes = (size_t)((d.seqlen_q + 63) / 64) * (size_t)((d.seqlen_k + 63) / 64);
-            }
+            tma_case_masks(&d, k == 2, k == 3 ? blocks : NULL);
             if (k == 4) {
                 d.dropout_p = 0.2f;
                 d.dropout_seed = 11 + i;
@@ -1274,15 +1280,7 @@ FA_TEST(tma_backward_256) {
     for (int k = 0; k < 5; k++) {
         fa_attention_desc d = mma_desc(k % 2, 2, 333 + 64 * k, 301 + 97 * k, 4, k == 1 ? 2 : 4, 256);
         d.causal = k == 1;
-        if (k == 2 || k == 4) {
-            d.window_left = 70;
-            d.window_right = 20;
-        }
-        if (k == 3) {
-            d.block_mask = blocks;
-            d.block_q = d.block_k = 64;
-            d.block_mask_bytes = (size_t)((d.seqlen_q + 63) / 64) * (size_t)((d.seqlen_k + 63) / 64);
-        }
+        tma_case_masks(&d, k == 2 || k == 4, k == 3 ? blocks : NULL);
         d.deterministic = k == 4;
         char name[96];
         snprintf(name, sizeof name, "tma bwd d256%s%s%s%s%s", k % 2 ? " bf16" : " fp16", d.causal ? " causal" : "",

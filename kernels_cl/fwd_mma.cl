@@ -218,11 +218,12 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
              * exponentiates against 0 instead (no inf - inf). */
             FA_MMA_UNROLL for (int r = 0; r < FA_C_ROWS; r++) {
                 m_use[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * scale_log2;
-                /* 1 exactly where the maximum stayed: computed, the product
-                 * may contract into an FMA that leaves alpha a rounding from
-                 * 1, and O would be rescaled on every tile. */
-                alpha[mt][r] = mx[r] == m_run[mt][r] ? 1.0f : fa_exp2(m_run[mt][r] * scale_log2 - m_use[r]);
-                moved |= alpha[mt][r] != 1.0f;
+                alpha[mt][r] = fa_exp2(m_run[mt][r] * scale_log2 - m_use[r]);
+                /* Whether the maximum moved, from the maxima: where it stayed
+                 * the product may contract into an FMA that leaves alpha a
+                 * rounding from 1, and tested for 1 every tile would rescale
+                 * O (which may leave out a factor within a rounding of 1). */
+                moved |= mx[r] != m_run[mt][r];
                 m_run[mt][r] = mx[r];
             }
             FA_MMA_UNROLL for (int j = 0; j < NT; j++)

@@ -305,10 +305,13 @@ FA_DEV bool online_softmax(float (*s)[NT][4], float (*m_run)[2], float (*l_run)[
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float m_use = mx == -FA_INF ? 0.0f : mx * sl2;
-            /* 1 exactly where the maximum stayed: computed, m sl2 - m_use
-             * contracts to an FMA whose unrounded product leaves alpha a
-             * rounding away from 1, and every tile then rescaled O. */
-            const float alpha = mx == m_run[mt][hf] ? 1.0f : fa_exp2(m_run[mt][hf] * sl2 - m_use);
+            const float alpha = fa_exp2(m_run[mt][hf] * sl2 - m_use);
+            /* Whether the maximum moved, from the maxima themselves: alpha
+             * is not exactly 1 where it stayed (m sl2 - m_use contracts to
+             * an FMA of the unrounded product), and tested for 1 it had
+             * every tile rescale O. Where it stayed alpha is within a
+             * rounding of 1, which l takes and O may leave out. */
+            moved |= mx != m_run[mt][hf];
             m_run[mt][hf] = mx;
 #ifdef PROB_LOG2
             const float m_prob = m_use - PROB_LOG2;
@@ -326,7 +329,6 @@ FA_DEV bool online_softmax(float (*s)[NT][4], float (*m_run)[2], float (*l_run)[
                 }
             l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
             alpha_of[mt][hf] = alpha;
-            moved |= alpha != 1.0f;
         }
     }
     return moved;

@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "test_util.h"
 
+#include "desc.h"
 #include "fa_internal.h"
 #include "flashattn.h"
 #include "planner.h"
@@ -281,8 +282,12 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
         const int crowded = d->dropout_p > 0.0f && d->cu_seqlens_q;
         const int wgmma_bwd = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
                               d->head_dim % 64 == 0 && d->head_dim <= (crowded ? 64 : 128);
-        CHECK_MSG((bv == FA_VARIANT_WGMMA || bv == FA_VARIANT_WGMMA_TMA) == wgmma_bwd &&
-                      (bv == FA_VARIANT_WGMMA_TMA) == (wgmma_bwd && !d->cu_seqlens_q),
+        /* At 256 the warp-specialised one with fixed lengths, without
+         * dropout or score options (two warpgroups sharing the keys). */
+        const int tma_256 = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 && d->head_dim == 256 &&
+                            !d->cu_seqlens_q && d->dropout_p <= 0.0f && !fa_desc_option_in_use(d);
+        CHECK_MSG((bv == FA_VARIANT_WGMMA || bv == FA_VARIANT_WGMMA_TMA) == (wgmma_bwd || tma_256) &&
+                      (bv == FA_VARIANT_WGMMA_TMA) == ((wgmma_bwd && !d->cu_seqlens_q) || tma_256),
                   "%s %s: backward %s", device, jobs[i].label, fa_variant_name(bv));
         /* fp16/bf16 backward on tensor cores at every head_dim the
          * m16n8k16 shape divides, above 128 with warps sharing key strips

@@ -368,9 +368,9 @@ FA_DEV bool tile_full(const fa_params &p, const fa_mask &m, int tq, int tk, int 
     (void)r1;
 #endif
 #ifdef CAUSAL
-    /* c1 > q0 + off, in ints: k0 + bc <= len_k above, so each partial sum
-     * lies within [len_q - len_k, len_k] (one 64-bit pair less kept across
-     * the backward's steps, which spilled). */
+    /* c1 > q0 + off, in ints: k0 + bc <= len_k above, so the partial sums
+     * lie in [1, len_k], [-len_k, -1] and [len_q - len_k, len_q - 1] (one
+     * 64-bit pair less kept across the backward's steps, which spilled). */
     (void)c1;
     (void)off;
     if (k0 + bc - 1 - m.len_k + m.len_q > q0) return false;

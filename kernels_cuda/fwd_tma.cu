@@ -79,6 +79,9 @@
 #define O_BYTES (BR * HEAD_DIM * ELEM_BYTES)
 #define O_OFFSET (Q_BYTES + STAGES * (2 * KV_BYTES + VT_BYTES))
 #define TRANSPOSERS 96 /* the producer warpgroup's warps 1-3 */
+#ifndef TRANSPOSE_BURST
+#define TRANSPOSE_BURST 3
+#endif
 #define V_READERS TRANSPOSERS
 #else
 #define O_OFFSET 0 /* O goes into the Q tile */
@@ -147,6 +150,37 @@ FA_DEV void turn_end(int cw) {
     (void)cw;
 #endif
 }
+
+/* FWD_TRACE (a diagnostic option, FLASHATTN_CUDA_OPTIONS): in block
+ * (0, 0, 0), lane 0 of each consumer warpgroup's first warp and of the
+ * first transposer warp keep the SM's clock at each phase of their first
+ * TRACE_TILES key tiles and print them at the end, one line a tile: where
+ * a tile's time goes, warpgroup by warpgroup. */
+#ifdef FWD_TRACE
+#define TRACE_TILES 48
+#define TRACE_PHASES 9
+#define TRACE_DECL long long trace_c[TRACE_TILES][TRACE_PHASES]; int trace_i = 0
+#define TRACE_AT(k) (trace_i < TRACE_TILES ? (void)(trace_c[trace_i][k] = clock64()) : (void)0)
+#define TRACE_FROM(k0)                                                                                     \
+    do {                                                                                                   \
+        for (int k_ = (k0); k_ < TRACE_PHASES; k_++) TRACE_AT(k_);                                         \
+    } while (0)
+#define TRACE_NEXT() (trace_i++)
+#define TRACE_PRINT(who, on)                                                                               \
+    do {                                                                                                   \
+        if ((on) && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)                                 \
+            for (int i_ = 0; i_ < trace_i && i_ < TRACE_TILES; i_++)                                       \
+                printf("fwd-trace %d %d %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", (who), i_,         \
+                       trace_c[i_][0], trace_c[i_][1], trace_c[i_][2], trace_c[i_][3], trace_c[i_][4],       \
+                       trace_c[i_][5], trace_c[i_][6], trace_c[i_][7], trace_c[i_][8]);                     \
+    } while (0)
+#else
+#define TRACE_DECL
+#define TRACE_AT(k) ((void)0)
+#define TRACE_FROM(k0) ((void)0)
+#define TRACE_NEXT() ((void)0)
+#define TRACE_PRINT(who, on) ((void)0)
+#endif
 
 FA_DEV void rescale(float (*o_acc)[4], const float (*alpha_of)[2]) {
 #pragma unroll
@@ -220,15 +254,33 @@ FA_DEV void transpose_v(u32 src, u32 dst, int tw, int lane) {
     const int dim = 16 * (m >> 1) + 2 * r + ((m & 1) ^ (r >> 2));
     const u32 dim_row = dst + (u32)dim * 128;
     const u32 even = lane < 16 ? 0x6420u : 0x7531u, odd = even ^ 0x1111u;
+    /* TRANSPOSE_BURST steps' loads in flight at once, then their stores:
+     * one step at a time a warp's share of a 128 x 128 stage took 1600
+     * clocks (FWD_TRACE, an H200), and the forward ran 1-6% slower
+     * (bench/results/h200.md). Three keep the transposers' registers
+     * within PRODUCER_REGS; four spilled. */
+    constexpr u32 WSTEP = TRANSPOSERS / 32;
 #pragma unroll 1
-    for (u32 step = (u32)tw; step < STEPS; step += TRANSPOSERS / 32) {
-        const u32 kb = step % KB, c2 = step / KB;       /* keys 16 kb .., dimensions 32 c2 .. */
-        const u32 chunk = 2 * c2 + (u32)(m >> 1);       /* the load's 16-byte chunk of dimensions */
-        u32 v0, v1, v2, v3;
-        ldsm_x4_t(key_row + kb * 16 * 128 + (chunk >> 3) * BC * 128 + (((chunk & 7) ^ (u32)r) << 4), v0, v1, v2, v3);
-        stsm_x4(dim_row + c2 * 32 * 128 + (kb >> 3) * HEAD_DIM * 128 + (((kb & 7) ^ (u32)(dim & 7)) << 4),
-                __byte_perm(v0, v1, even), __byte_perm(v0, v1, odd), __byte_perm(v2, v3, even),
-                __byte_perm(v2, v3, odd));
+    for (u32 step0 = (u32)tw; step0 < STEPS; step0 += WSTEP * TRANSPOSE_BURST) {
+        u32 v[TRANSPOSE_BURST][4];
+#pragma unroll
+        for (int i = 0; i < TRANSPOSE_BURST; i++) {
+            const u32 step = step0 + (u32)i * WSTEP;
+            const u32 kb = step % KB, c2 = step / KB; /* keys 16 kb .., dimensions 32 c2 .. */
+            const u32 chunk = 2 * c2 + (u32)(m >> 1); /* the load's 16-byte chunk of dimensions */
+            if (step < STEPS)
+                ldsm_x4_t(key_row + kb * 16 * 128 + (chunk >> 3) * BC * 128 + (((chunk & 7) ^ (u32)r) << 4), v[i][0],
+                          v[i][1], v[i][2], v[i][3]);
+        }
+#pragma unroll
+        for (int i = 0; i < TRANSPOSE_BURST; i++) {
+            const u32 step = step0 + (u32)i * WSTEP;
+            const u32 kb = step % KB, c2 = step / KB;
+            if (step < STEPS)
+                stsm_x4(dim_row + c2 * 32 * 128 + (kb >> 3) * HEAD_DIM * 128 + (((kb & 7) ^ (u32)(dim & 7)) << 4),
+                        __byte_perm(v[i][0], v[i][1], even), __byte_perm(v[i][0], v[i][1], odd),
+                        __byte_perm(v[i][2], v[i][3], even), __byte_perm(v[i][2], v[i][3], odd));
+        }
     }
 }
 #else
@@ -337,19 +389,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             /* The transposers, through the tiles in the copies' order. */
             int stage = 0;
             u32 phase = 0;
+            TRACE_DECL;
 #pragma unroll 1
             for (int t = next_key_tile(p, tq, t_begin, t_end); t < t_end; t = next_key_tile(p, tq, t + 1, t_end)) {
+                TRACE_AT(0);
                 mbar_wait(V_FULL(stage), phase);
+                TRACE_AT(1);
                 mbar_wait(VT_EMPTY(stage), phase ^ 1u);
+                TRACE_AT(2);
                 transpose_v(v_sm + (u32)stage * KV_BYTES, vt_sm + (u32)stage * VT_BYTES, (tid >> 5) - 1, tid & 31);
                 mbar_arrive(V_EMPTY(stage));
                 fence_async_smem(); /* the stores, before the products read V^T */
                 mbar_arrive(VT_FULL(stage));
+                TRACE_FROM(3);
+                TRACE_NEXT();
                 if (++stage == STAGES) {
                     stage = 0;
                     phase ^= 1u;
                 }
             }
+            TRACE_PRINT(9, tid == 32);
         }
 #endif
         return;
@@ -439,37 +498,49 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         int prev = stage;
         u32 prev_phase = phase;
         next_stage(stage, phase);
+        TRACE_DECL;
 #pragma unroll 1
         for (t = next_key_tile(p, tq, t + 1, t_end); t < t_end; t = next_key_tile(p, tq, t + 1, t_end)) {
             bias_next(t);
             /* This tile's S and the previous one's P V, issued together;
              * the softmax of S runs while P V is on the tensor cores, and O
              * takes its rescale after. */
+            TRACE_AT(0);
             mbar_wait(K_FULL(stage), phase);
+            TRACE_AT(1);
             turn_begin(cw);
+            TRACE_AT(2);
             wg_fence();
             wg_rows_by_rows<BC, BR>(s[0], qd, desc_lo_k_major(k_sm + (u32)stage * KV_BYTES));
             wg_commit();
             mbar_wait(PV_FULL(prev), prev_phase);
+            TRACE_AT(3);
             wg_regs_by_rows<KP>(o_acc, pa, PV_DESC(prev));
             wg_commit();
             turn_end(cw);
+            TRACE_AT(4);
             wg_wait<1>();
             wg_hold<NT>(s[0]);
+            TRACE_AT(5);
             if (lane == 0) mbar_arrive(K_EMPTY(stage));
             const bool moved =
                 scores_to_probs<1, NT, BR, BC>(p, mask, sc, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane, bh);
+            TRACE_AT(6);
             wg_wait<0>();
             wg_hold<DT>(o_acc);
             wg_keep<KP>(pa);
+            TRACE_AT(7);
             if (lane == 0) mbar_arrive(PV_EMPTY(prev));
             if (moved) rescale(o_acc, alpha_of);
             probs_to_a(s, pa);
+            TRACE_AT(8);
+            TRACE_NEXT();
             prev = stage;
             prev_phase = phase;
             next_stage(stage, phase);
         }
         pv_product(pa, prev, prev_phase);
+        TRACE_PRINT(cw, (ctid & 127) == 0);
     }
 #else
 #pragma unroll 1

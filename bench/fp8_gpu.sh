@@ -20,8 +20,15 @@
 # summary on stdout. Environment: FP8_STEPS (default "smoke tests bench"),
 # FP8_DIMS (default "128 64"), FP8_SEQLENS (default 4096,8192,16384),
 # FP8_SCHEDULES (default none), FP8_TESTS (the ctest regex of the tests
-# step). Exit status 1 when a step failed; the bench step also prints
-# whether fp8 reached 1.4x bf16 at head_dim 128 from N = 4096.
+# step), FP8_OPTIONS (default none): kernel build options to try, as
+# "label=-DA,-DB label2=..." in FLASHATTN_CUDA_OPTIONS: the bench step
+# sweeps "fp8-label" and "bf16-label" beside the plain builds (their
+# kernels compiled in parallel first, so that no timed run waits on NVRTC);
+# FP8_SMOKE_OPTIONS (default FP8_OPTIONS) those whose fp8 and bf16 shapes
+# the smoke step runs against the reference, FP8_TILE_OPTIONS (default
+# none) those fa-tma-tiles runs with. Exit status 1 when a step failed; the bench
+# step also prints whether fp8 reached 1.4x bf16 at head_dim 128 from
+# N = 4096.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh
@@ -31,6 +38,11 @@ want() { [[ " $steps " == *" $1 "* ]]; }
 read -r -a dims <<< "${FP8_DIMS:-128 64}"
 read -r -a schedules <<< "${FP8_SCHEDULES:-}"
 seqlens=${FP8_SEQLENS:-4096,8192,16384}
+read -r -a options <<< "${FP8_OPTIONS:-}"
+read -r -a smoke_options <<< "${FP8_SMOKE_OPTIONS-${FP8_OPTIONS:-}}"
+read -r -a tile_options <<< "${FP8_TILE_OPTIONS:-}"
+# The NVRTC options of FP8_OPTIONS entry $1 ("label=-DA,-DB").
+opt_flags() { local v=${1#*=}; echo "${v//,/ }"; }
 
 fa_gpu_info
 stamp "configure and build"
@@ -51,6 +63,17 @@ if want smoke; then
   run --dim 192 --batch 1 --heads 4 --heads-kv 1 --seqlen 640 --causal
   for sched in overlap pingpong both plain; do
     FLASHATTN_TMA_SCHEDULE=$sched run --dim 128 --batch 1 --heads 2 --seqlen 1000 --causal
+  done
+  for o in "${smoke_options[@]}"; do
+    for dim in 64 128 256; do
+      for dt in fp8 bf16; do
+        FLASHATTN_CUDA_OPTIONS=$(opt_flags "$o") fa_smoke_run --dtype "$dt" --dim "$dim" --batch 2 --heads 4 --seqlen 700
+        FLASHATTN_CUDA_OPTIONS=$(opt_flags "$o") fa_smoke_run --dtype "$dt" --dim "$dim" --batch 1 --heads 4 \
+          --heads-kv 2 --seqlen 1000 --causal
+        FLASHATTN_CUDA_OPTIONS=$(opt_flags "$o") fa_smoke_run --dtype "$dt" --dim "$dim" --batch 1 --heads 2 \
+          --seqlen 1024 --window 100,50
+      done
+    done
   done
   fa_smoke_report || failed=1
   # What the kernel does not take: refused at plan creation, by name.
@@ -85,12 +108,32 @@ if want bench; then
   json=$out/fp8.jsonl
   : > "$json"
   sweep() { fa_fwd_sweep "$json" "$1" "$2" "$3" "$4" "$seqlens" || failed=1; }
+  if ((${#options[@]})); then
+    stamp "compile the option builds (in parallel)"
+    for o in "" "${options[@]}"; do
+      for dim in "${dims[@]}"; do
+        for causal in "" --causal; do
+          for dt in bf16 fp8; do
+            # shellcheck disable=SC2086  # $causal: no flag or one
+            FLASHATTN_CUDA_OPTIONS=$(opt_flags "$o") timeout 300 build-gpu/fa-bench --backend cuda --dtype "$dt" \
+              --dim "$dim" $causal --seqlens 1024 --tokens 4096 --hidden 2048 --pass fwd --repeats 1 --warmup 0 \
+              > /dev/null 2>&1 &
+          done
+        done
+      done
+    done
+    wait
+  fi
   for dim in "${dims[@]}"; do
     for causal in 0 1; do
       stamp "bench d$dim causal $causal: bf16, fp8"
       sweep bf16 bf16 "$dim" "$causal"
       sweep fp8 fp8 "$dim" "$causal"
       for sched in "${schedules[@]}"; do FLASHATTN_TMA_SCHEDULE=$sched sweep "fp8-$sched" fp8 "$dim" "$causal"; done
+      for o in "${options[@]}"; do
+        FLASHATTN_CUDA_OPTIONS=$(opt_flags "$o") sweep "bf16-${o%%=*}" bf16 "$dim" "$causal"
+        FLASHATTN_CUDA_OPTIONS=$(opt_flags "$o") sweep "fp8-${o%%=*}" fp8 "$dim" "$causal"
+      done
     done
   done
   python3 - "$json" <<'PY' || failed=1
@@ -122,6 +165,11 @@ PY
   stamp "fa-tma-tiles fp8 d128: the planned tile beside ${FP8_TILES:-128x192/2,128x64/2}"
   timeout 200 build-gpu/fa-tma-tiles --dtype fp8 --dims 128 --seqlens "$seqlens" \
     --tiles "${FP8_TILES:-128x192/2,128x64/2}" 2>&1 | tee -a "$out/bench.txt"
+  for o in "${tile_options[@]}"; do
+    stamp "fa-tma-tiles fp8 d128 with ${o%%=*} ($(opt_flags "$o"))"
+    FLASHATTN_CUDA_OPTIONS=$(opt_flags "$o") timeout 200 build-gpu/fa-tma-tiles --dtype fp8 --dims 128 \
+      --seqlens "$seqlens" --tiles "${FP8_TILES:-128x192/2,128x64/2}" 2>&1 | tee -a "$out/bench.txt"
+  done
 fi
 stamp "done"
 exit $failed

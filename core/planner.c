@@ -1148,10 +1148,11 @@ static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc 
  * tile pass 227 KiB). On an H100 (16k tokens, N 4k-16k) 128 x 128 ran
  * 1.18-1.22x the bf16 forward at head_dim 128, the tensor cores busy 40%
  * of the time, the consumers waiting on each tile's chain of products,
- * softmax and rescale (ncu); the kernel also takes 192-key tiles there,
- * which share that per-tile work among more keys, not timed yet
- * (bench/fp8_gpu.sh times them beside the planned one). FLASHATTN_PLAN_TMA
- * does not apply: there is no other fp8 kernel. */
+ * softmax and rescale (ncu); on an H200 (2026-11-28, with the transposers'
+ * loads in bursts) 1.21-1.25x. Timed beside it there (bench/fp8_gpu.sh,
+ * fa-tma-tiles): 128 x 192 level at N 16384 and 3-4% behind at 4096, a
+ * third stage within 2%, 192 x 64 on three warpgroups 2-8% behind.
+ * FLASHATTN_PLAN_TMA does not apply: there is no other fp8 kernel. */
 static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     if (!fa_desc_is_fp8(desc) || dev->backend != FA_BACKEND_CUDA || sm_version(dev) != 90 || !has_matrix_units(dev) ||
         desc->cu_seqlens_q || desc->kv_cache || desc->head_dim % 64 || desc->head_dim > 256 ||

@@ -44,10 +44,8 @@ read -r -a tile_options <<< "${FP8_TILE_OPTIONS:-}"
 # The NVRTC options of FP8_OPTIONS entry $1 ("label=-DA,-DB").
 opt_flags() { local v=${1#*=}; echo "${v//,/ }"; }
 
-fa_gpu_info
 stamp "configure and build"
-fa_gpu_build build-gpu "test_cuda_attention test_cuda_compile test_fp8 fa-bench fa-run fa-info fa-tma-tiles" \
-  -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DFA_OPENCL=OFF || exit 1
+fa_gpu_build_cuda "test_cuda_attention test_cuda_compile test_fp8 fa-bench fa-run fa-info fa-tma-tiles" || exit 1
 failed=0
 
 if want smoke; then

@@ -11,9 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh
 . bench/gpu_env.sh
-fa_gpu_info
-fa_gpu_build build-gpu "fa-run" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF \
-  -DFA_OPENCL=OFF || exit 1
+fa_gpu_build_cuda "fa-run" || exit 1
 failed=0
 for dt in ${TRACE_DTYPES:-fp8 bf16}; do
   # shellcheck disable=SC2086  # TRACE_OPTIONS: more NVRTC options, split

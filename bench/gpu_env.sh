@@ -5,7 +5,7 @@
 # Sets: out (from $OUT, default ./gpu-out; created), t_start.
 # Exports: FLASHATTN_CACHE_DIR (default /tmp/fa-kernel-cache).
 # Functions: stamp, fa_gpu_info, fa_nvidia_opencl, fa_hip_nvidia_args,
-# fa_clblast, fa_gpu_build, fa_gpu_build_all, fa_smoke_run,
+# fa_clblast, fa_gpu_build, fa_gpu_build_cuda, fa_gpu_build_all, fa_smoke_run,
 # fa_smoke_report, fa_fwd_sweep.
 # shellcheck shell=bash
 
@@ -78,6 +78,13 @@ fa_gpu_build() {
   cmake -S . -B "$dir" -DFA_WERROR=ON "$@" > "$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; return 1; }
   cmake --build "$dir" -j"$(nproc)" "${target_args[@]}" > "$out/build.log" 2>&1 ||
     { grep -E "error|warning" "$out/build.log" | head -40; tail -5 "$out/build.log"; return 1; }
+}
+
+# fa_gpu_build_cuda TARGETS: the CUDA backend alone (Release) built into
+# build-gpu, after the GPU's details; returns 1 when the build fails.
+fa_gpu_build_cuda() {
+  fa_gpu_info
+  fa_gpu_build build-gpu "$1" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DFA_OPENCL=OFF
 }
 
 # Every backend the machine can run (CUDA, NVIDIA's OpenCL with CLBlast

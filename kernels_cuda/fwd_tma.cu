@@ -154,8 +154,9 @@ FA_DEV void turn_end(int cw) {
 /* FWD_TRACE (a diagnostic option, FLASHATTN_CUDA_OPTIONS): in block
  * (0, 0, 0), lane 0 of each consumer warpgroup's first warp and of the
  * first transposer warp keep the SM's clock at each phase of their first
- * TRACE_TILES key tiles and print them at the end, one line a tile: where
- * a tile's time goes, warpgroup by warpgroup. */
+ * TRACE_TILES key tiles (the consumers in the OVERLAP schedule's loop) and
+ * print them at the end, one line a tile: where a tile's time goes,
+ * warpgroup by warpgroup (bench/fwd_trace.sh). */
 #ifdef FWD_TRACE
 #define TRACE_TILES 48
 #define TRACE_PHASES 9

@@ -22,27 +22,26 @@ for line in open(sys.argv[1]):
     rows.setdefault(who, {})[tile] = [int(x) for x in f[3:]]
 if not rows:
     sys.exit("no fwd-trace lines")
-names = ["K wait", "turn wait", "S issued, V^T wait", "P V issued, turn end", "S wait", "softmax",
-         "P V wait", "rescale + convert", "to next top"]
+CONSUMER_PHASES = ["K wait", "turn wait", "S issued, V^T wait", "P V issued, turn end", "S wait", "softmax",
+                   "P V wait", "rescale + convert"]
+TRANSPOSER_PHASES = ["V wait", "V^T stage wait", "transpose"]
 t0 = min(v[0] for r in rows.values() for v in r.values())
 for who in sorted(rows):
-    tiles = sorted(rows[who])
+    r = rows[who]
+    tiles = sorted(r)
     steady = tiles[2:-2] if len(tiles) > 6 else tiles
-    label = "transposer" if who == 9 else "consumer warpgroup %d" % who
+    consumer = who != 9
     print("%s: %d tiles, first top at %d, last at %d clocks" %
-          (label, len(tiles), rows[who][tiles[0]][0] - t0, rows[who][tiles[-1]][0] - t0))
-    per = [rows[who][t][1] - rows[who][t][0] for t in steady]
-    nxt = [rows[who][steady[i + 1]][0] - rows[who][steady[i]][0] for i in range(len(steady) - 1)]
+          ("consumer warpgroup %d" % who if consumer else "transposer", len(tiles), r[tiles[0]][0] - t0,
+           r[tiles[-1]][0] - t0))
+    pairs = list(zip(steady, steady[1:]))
+    nxt = [r[b][0] - r[a][0] for a, b in pairs]
     print("  period (top to top) median %d, min %d, max %d" % (statistics.median(nxt), min(nxt), max(nxt)))
-    phases = 4 if who == 9 else 9
-    for k in range(1, phases):
-        d = [rows[who][t][k] - rows[who][t][k - 1] for t in steady]
-        print("  %-22s median %6d  min %6d  max %6d" % (names[k - 1] if who != 9 else
-              ["V wait", "V^T stage wait", "transpose"][k - 1], statistics.median(d), min(d), max(d)))
-    if who != 9:
-        d = [rows[who][steady[i + 1]][0] - rows[who][steady[i]][8] for i in range(len(steady) - 1)]
-        print("  %-22s median %6d" % (names[8], statistics.median(d)))
-    del per
+    for k, name in enumerate(CONSUMER_PHASES if consumer else TRANSPOSER_PHASES, 1):
+        d = [r[t][k] - r[t][k - 1] for t in steady]
+        print("  %-22s median %6d  min %6d  max %6d" % (name, statistics.median(d), min(d), max(d)))
+    if consumer:
+        print("  %-22s median %6d" % ("to next top", statistics.median([r[b][0] - r[a][8] for a, b in pairs])))
 if 0 in rows and 1 in rows:
     common = sorted(set(rows[0]) & set(rows[1]))[2:-2]
     d = [rows[1][t][4] - rows[0][t][4] for t in common]

@@ -4,7 +4,7 @@
 # (16k tokens): the tensor pipe's active share, the XU pipe (exponentials
 # and conversions), the shared-memory pipe and its bank conflicts, issue
 # activity. One launch each, after fa-bench's warm-ups. Outputs in $OUT
-# (default ./gpu-out): ncu-DTYPE.txt; the metrics on stdout.
+# (default ./gpu-out): ncu-LABEL.txt; the metrics on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh
@@ -12,7 +12,13 @@ cd "$(dirname "$0")/.." || exit 1
 fa_gpu_build_cuda "fa-bench" || exit 1
 ncu=/usr/local/cuda/bin/ncu
 command -v ncu > /dev/null && ncu=$(command -v ncu)
-metrics=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed
+# The tensor pipe's busy share under the names this ncu (2025.x) lists
+# (sm__pipe_tensor_op_gmma_cycles_active is not among them), its warpgroup
+# instructions and their shared-memory wavefronts and bank conflicts.
+metrics=sm__pipe_tensor_cycles_active_realtime.avg.pct_of_peak_sustained_elapsed
+metrics+=,sm__pipe_tensor_op_hmma_cycles_active_realtime.avg.pct_of_peak_sustained_elapsed
+metrics+=,sm__inst_executed_pipe_tensor_op_gmma.sum
+metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_gmma.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_gmma.sum
 metrics+=,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,smsp__inst_executed_pipe_xu.sum
 metrics+=,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
 metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed
@@ -20,11 +26,15 @@ metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_
 metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
 metrics+=,gpu__time_duration.sum
 failed=0
-for dt in ${PROFILE_DTYPES:-fp8 bf16}; do
-  timeout 240 "$ncu" --clock-control none --kernel-name fa_fwd_tma --launch-skip 3 --launch-count 1 --metrics "$metrics" \
+# PROFILE_RUNS: "label:dtype:options" (options: FLASHATTN_CUDA_OPTIONS,
+# commas for spaces); default the plain fp8 and bf16 builds.
+for run in ${PROFILE_RUNS:-fp8:fp8: bf16:bf16:}; do
+  IFS=: read -r label dt opts <<< "$run"
+  FLASHATTN_CUDA_OPTIONS="${opts//,/ }" timeout 240 "$ncu" --clock-control none --kernel-name fa_fwd_tma \
+    --launch-skip 3 --launch-count 1 --metrics "$metrics" \
     build-gpu/fa-bench --backend cuda --dtype "$dt" --dim 128 --seqlens 8192 --tokens 16384 --hidden 2048 \
-    --pass fwd --repeats 2 --warmup 2 > "$out/ncu-$dt.txt" 2>&1 || failed=1
-  echo "== $dt"
-  grep -E "^ +(sm|smsp|l1tex|gpu)__" "$out/ncu-$dt.txt"
+    --pass fwd --repeats 2 --warmup 2 > "$out/ncu-$label.txt" 2>&1 || failed=1
+  echo "== $label ($dt${opts:+, $opts})"
+  grep -E "^ +(sm|smsp|l1tex|gpu)__" "$out/ncu-$label.txt"
 done
 exit $failed

@@ -157,6 +157,11 @@ FA_DEV void turn_end(int cw) {
  * TRACE_TILES key tiles (the consumers in the OVERLAP schedule's loop) and
  * print them at the end, one line a tile: where a tile's time goes,
  * warpgroup by warpgroup (bench/fwd_trace.sh). */
+/* FWD_SKIP_SOFTMAX and FWD_SKIP_TRANSPOSE (diagnostic options, wrong
+ * results: timing only): the OVERLAP loop's consumers skip the softmax and
+ * the e4m3 conversion, and the transposers the transpose, each keeping
+ * every barrier and every product; what the rest of the pipeline costs
+ * alone (bench/results/h200.md, seventh session). */
 #ifdef FWD_TRACE
 #define TRACE_TILES 48
 #define TRACE_PHASES 9
@@ -398,7 +403,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 TRACE_AT(1);
                 mbar_wait(VT_EMPTY(stage), phase ^ 1u);
                 TRACE_AT(2);
+#ifndef FWD_SKIP_TRANSPOSE
                 transpose_v(v_sm + (u32)stage * KV_BYTES, vt_sm + (u32)stage * VT_BYTES, (tid >> 5) - 1, tid & 31);
+#endif
                 mbar_arrive(V_EMPTY(stage));
                 fence_async_smem(); /* the stores, before the products read V^T */
                 mbar_arrive(VT_FULL(stage));
@@ -524,8 +531,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             wg_hold<NT>(s[0]);
             TRACE_AT(5);
             if (lane == 0) mbar_arrive(K_EMPTY(stage));
+#ifdef FWD_SKIP_SOFTMAX
+            /* One use of the last S register keeps ptxas from dropping the
+             * chain of S products whose results nothing else reads. */
+            o_acc[0][0] += s[0][NT - 1][3] * 0.0f;
+            const bool moved = false;
+#else
             const bool moved =
                 scores_to_probs<1, NT, BR, BC>(p, mask, sc, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane, bh);
+#endif
             TRACE_AT(6);
             wg_wait<0>();
             wg_hold<DT>(o_acc);
@@ -533,7 +547,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             TRACE_AT(7);
             if (lane == 0) mbar_arrive(PV_EMPTY(prev));
             if (moved) rescale(o_acc, alpha_of);
+#ifndef FWD_SKIP_SOFTMAX
             probs_to_a(s, pa);
+#endif
             TRACE_AT(8);
             TRACE_NEXT();
             prev = stage;

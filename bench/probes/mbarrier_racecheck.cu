@@ -15,7 +15,7 @@
 // (bar.sync), as a warpgroup hands its dS^T to the one whose dQ turn it
 // is: correct too. Build and run:
 //   nvcc -arch=sm_90 -o /tmp/probe bench/probes/mbarrier_racecheck.cu
-//   compute-sanitizer --tool racecheck /tmp/probe ordered   (warp, named, arrive, racy)
+//   compute-sanitizer --tool racecheck /tmp/probe ordered   (warp, named, arrive, alternate, racy)
 #include <cstdio>
 #include <cstring>
 
@@ -36,6 +36,28 @@ __global__ void probe_named(int *out, int writers_arrive) {
     }
     asm volatile("bar.sync 1, 64;" ::: "memory");
     out[threadIdx.x - 64] = data[95 - threadIdx.x];
+}
+
+/* "alternate": the backward's dQ turns, then its epilogue. A producer
+ * warpgroup leaves at once; of two consumer warpgroups, in each of four
+ * steps the one in turn waits at named barrier 2 + step % 2 (bar.sync,
+ * 256) where the other only arrives (bar.arrive); then every consumer
+ * thread writes its word, both meet at barrier 1 (bar.sync 1, 256) and
+ * each reads a word the other warpgroup wrote. Correct: a report is the
+ * tool's. */
+__global__ void probe_alternate(int *out) {
+    __shared__ int data[256];
+    if (threadIdx.x < 128) return;
+    const int c = (int)threadIdx.x - 128, wg = c / 128;
+    for (int step = 0; step < 4; step++) {
+        if (wg == step % 2)
+            asm volatile("bar.sync %0, 256;" ::"r"(2 + step % 2) : "memory");
+        else
+            asm volatile("bar.arrive %0, 256;" ::"r"(2 + step % 2) : "memory");
+    }
+    data[c] = c + 1;
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    if (c < 32) out[c] = data[255 - c];
 }
 
 __global__ void probe(int *out, int wait, int by_lane0) {
@@ -70,13 +92,16 @@ int main(int argc, char **argv) {
     cudaMalloc(&out, sizeof host);
     const int arrive = argc > 1 && strcmp(argv[1], "arrive") == 0;
     const int named = arrive || (argc > 1 && strcmp(argv[1], "named") == 0);
-    if (named)
+    const int alternate = argc > 1 && strcmp(argv[1], "alternate") == 0;
+    if (alternate)
+        probe_alternate<<<1, 384>>>(out);
+    else if (named)
         probe_named<<<1, 96>>>(out, arrive);
     else
         probe<<<1, 64>>>(out, wait, by_lane0);
     cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost);
     int ok = 1;
-    for (int i = 0; i < 32; i++) ok &= host[i] == (named ? 32 - i : i + 1) || !wait;
+    for (int i = 0; i < 32; i++) ok &= host[i] == (alternate ? 256 - i : named ? 32 - i : i + 1) || !wait;
     printf("%s: %s\n", argc > 1 ? argv[1] : "ordered", ok ? "values as written" : "wrong values");
     cudaFree(out);
     return ok ? 0 : 1;

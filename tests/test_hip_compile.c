@@ -562,6 +562,18 @@ static void job_paths(const work *w, int j, char *src, char *obj, char *log, siz
     snprintf(log, size, "%s/j%d.log", w->dir, j);
 }
 
+/* The start of every hipcc command line for target t (argv room for 5;
+ * arch holds the offload option): device code only, unbundled, -O3. */
+static int hipcc_head(const target *t, char *arch, size_t arch_size, char **argv) {
+    snprintf(arch, arch_size, "--offload-arch=%s", t->arch);
+    argv[0] = (char *)hipcc_path();
+    argv[1] = (char *)"--cuda-device-only";
+    argv[2] = (char *)"--no-gpu-bundle-output";
+    argv[3] = arch;
+    argv[4] = (char *)"-O3";
+    return 5;
+}
+
 /* What a target adds to its compiles (argv room for 3), the shim after
  * the runtime header; the count. */
 static int target_options(const target *t, int shim, char **argv) {
@@ -592,16 +604,10 @@ static void precompile_runtime_header(work *w) {
     for (size_t t = 0; t < FA_ARRAY_SIZE(targets); t++) {
         if (!(used & (1u << t))) continue;
         char arch[64], out[320], log[320];
-        snprintf(arch, sizeof arch, "--offload-arch=%s", targets[t].arch);
         snprintf(out, sizeof out, "%s/runtime-%s.pch", w->dir, targets[t].arch);
         snprintf(log, sizeof log, "%s/runtime-%s.log", w->dir, targets[t].arch);
         char *argv[24];
-        int n = 0;
-        argv[n++] = (char *)hipcc_path();
-        argv[n++] = (char *)"--cuda-device-only";
-        argv[n++] = (char *)"--no-gpu-bundle-output";
-        argv[n++] = arch;
-        argv[n++] = (char *)"-O3";
+        int n = hipcc_head(&targets[t], arch, sizeof arch, argv);
         n += target_options(&targets[t], 0, argv + n);
         argv[n++] = (char *)"-x";
         argv[n++] = (char *)"hip";
@@ -628,14 +634,8 @@ static pid_t start_job(const work *w, int j) {
     const target *t = &targets[jb->target];
     char src[320], obj[320], log[320], arch[64];
     job_paths(w, j, src, obj, log, sizeof src);
-    snprintf(arch, sizeof arch, "--offload-arch=%s", t->arch);
     char *argv[48];
-    int n = 0;
-    argv[n++] = (char *)hipcc_path();
-    argv[n++] = (char *)"--cuda-device-only";
-    argv[n++] = (char *)"--no-gpu-bundle-output";
-    argv[n++] = arch;
-    argv[n++] = (char *)"-O3";
+    int n = hipcc_head(t, arch, sizeof arch, argv);
     /* hiprtc's implicit header, so that hipcc sees what hiprtc sees. */
     const char *pch = w->pch[jb->target];
     if (pch[0]) {

@@ -182,6 +182,13 @@ static int make_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job 
     return n;
 }
 
+/* ptxas did not make the kernel's warpgroup MMAs wait for one another
+ * (its C7510 note: about half the tensor pipe's rate where it does). */
+static void check_not_serialized(const fa_cuda_kernel_report *r, const char *what) {
+    CHECK_MSG(r->wgmma_serialized != 1, "%s %s %s: ptxas serialised its warpgroup MMAs (options %s)", r->arch, what,
+              r->kernel, r->options);
+}
+
 /* Prints the table of a device's jobs and checks every kernel; returns how
  * many plans run tensor-core kernels. */
 static int print_and_check_jobs(const char *device, job *jobs, int n) {
@@ -209,6 +216,7 @@ static int print_and_check_jobs(const char *device, job *jobs, int n) {
                       j->label, r->kernel);
             CHECK_MSG(r->registers > 0 && r->registers <= 255, "%s %s %s: ptxas reported %d registers", r->arch,
                       j->label, r->kernel, r->registers);
+            check_not_serialized(r, j->label);
             /* The planner's local-memory budget is what the kernels ask for. */
             if (strstr(r->kernel, "fwd_mma") || strstr(r->kernel, "fwd_simt") || strstr(r->kernel, "fwd_decode") ||
                 strstr(r->kernel, "kv_attend"))
@@ -853,6 +861,7 @@ FA_TEST(dropout_backward_sm90) {
             const fa_cuda_kernel_report *r = &j->reports[k];
             printf("%-8s %-28s %-18s %5d %5d %6d %6d\n", r->arch, j->label, r->kernel, r->threads, r->registers,
                    r->spill_stores, r->spill_loads);
+            check_not_serialized(r, j->label);
             if (r->pass == FA_PASS_BACKWARD && r->tensor_cores && strstr(r->kernel, "_mma"))
                 CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
                           "%s %s spills: %d bytes stored, %d loaded (options %s)", j->label, r->kernel,
@@ -1137,6 +1146,7 @@ static int key_side_compiled(const fa_attention_desc *d, const fa_plan_info *inf
         CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
                   "case %d spills: %d bytes stored, %d loaded, %d bytes of stack", k, r->spill_stores, r->spill_loads,
                   r->stack_bytes);
+        check_not_serialized(r, "key-side case");
         *out = *r;
         return 1;
     }
@@ -1282,6 +1292,7 @@ FA_TEST(h100_sm90_tma_padded_variants) {
         CHECK_MSG(strcmp(r->kernel, "fa_fwd_tma") == 0 && strstr(r->options, want) && r->spill_stores == 0 &&
                       r->spill_loads == 0 && r->stack_bytes == 0,
                   "case %d: %s, %d bytes spilled", k, r->options, r->spill_stores);
+        check_not_serialized(r, "padded case");
     }
     unsetenv("FLASHATTN_PLAN_TMA_PAD");
 #endif
@@ -1327,6 +1338,7 @@ FA_TEST(h100_sm90_tma_variants) {
         CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
                   "case %d spills: %d bytes stored, %d loaded, %d bytes of stack", k, r->spill_stores,
                   r->spill_loads, r->stack_bytes);
+        check_not_serialized(r, "schedule case");
         CHECK_MSG(has_define(r->options, "OVERLAP") == overlap && has_define(r->options, "PINGPONG") == pingpong &&
                       has_define(r->options, "CAUSAL") == (d.causal != 0) &&
                       has_define(r->options, "DROPOUT") == (d.dropout_p > 0.0f) &&
@@ -1407,6 +1419,7 @@ FA_TEST(h100_sm90_fp8_variants) {
                 CHECK_MSG(r->spill_stores == 0 && r->spill_loads == 0 && r->stack_bytes == 0,
                           "d%d opts %d spills: %d bytes stored, %d loaded, %d bytes of stack", dim, opts,
                           r->spill_stores, r->spill_loads, r->stack_bytes);
+                check_not_serialized(r, "fp8 case");
                 CHECK_MSG(r->shared_bytes == f->local_mem_bytes && f->local_mem_bytes <= fa_plan_usable_local_mem(h100),
                           "d%d opts %d: %zu bytes of shared memory, plan %zu", dim, opts, r->shared_bytes,
                           f->local_mem_bytes);

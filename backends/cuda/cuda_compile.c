@@ -135,10 +135,28 @@ static int binary_names(const fa_cuda_binary *b, const char *name) {
     return 0;
 }
 
+/* Whether ptxas' log says it serialised the kernel's warpgroup MMAs: each
+ * then waits for the one before, at about half the tensor pipe's rate (a
+ * function call in the pipeline did it to fwd_tma's FWD_TRACE build,
+ * bench/results/h200.md). The note names the function last:
+ * "... are serialized due to <reason> in the function '<kernel>'". */
+static int log_serializes_wgmma(const char *log, const char *kernel) {
+    char needle[96];
+    snprintf(needle, sizeof needle, "in the function '%s'", kernel);
+    for (const char *at = strstr(log, "wgmma.mma_async instructions are serialized"); at;
+         at = strstr(at + 1, "wgmma.mma_async instructions are serialized")) {
+        const char *eol = strchr(at, '\n');
+        const char *name = strstr(at, needle);
+        if (name && (!eol || name < eol)) return 1;
+    }
+    return 0;
+}
+
 /* ptxas' report of one kernel in a compile log. */
 static void parse_log_report(const char *log, const char *kernel, fa_cuda_kernel_report *rep) {
-    rep->registers = rep->spill_stores = rep->spill_loads = rep->stack_bytes = -1;
+    rep->registers = rep->spill_stores = rep->spill_loads = rep->stack_bytes = rep->wgmma_serialized = -1;
     if (!log) return;
+    rep->wgmma_serialized = log_serializes_wgmma(log, kernel);
     char needle[96];
     snprintf(needle, sizeof needle, "Compiling entry function '%s'", kernel);
     const char *at = strstr(log, needle);

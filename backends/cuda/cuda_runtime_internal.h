@@ -84,6 +84,8 @@ typedef struct fa_cuda_kernel_report {
     size_t shared_bytes;        /* dynamic shared memory per block */
     int tensor_cores;           /* 1: an mma.sync program */
     int registers, spill_stores, spill_loads, stack_bytes;
+    int wgmma_serialized;       /* 1: ptxas made each warpgroup MMA wait for the last
+                                   (its C7510 note), 0: it did not, -1: no log */
     int from_cache;             /* 1: the binary came from the kernel cache */
     int real_code;              /* 1: CUBIN (SASS) for arch; 0: PTX */
     size_t binary_bytes;

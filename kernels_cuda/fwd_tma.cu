@@ -156,9 +156,10 @@ FA_DEV void turn_end(int cw) {
  * first transposer warp keep the SM's clock at each phase of their first
  * TRACE_TILES key tiles (the consumers in the OVERLAP schedule's loop) and
  * print them at the end, one line a tile: where a tile's time goes,
- * warpgroup by warpgroup (bench/fwd_trace.sh). Its clock stores make
- * ptxas wait for each product before the next (16 waits where the plain
- * FP8 build has 4): the product phases it shows are that build's. */
+ * warpgroup by warpgroup (bench/fwd_trace.sh). Its printf, a function
+ * call, makes ptxas wait for each product before the next (its C7510
+ * note; 16 waits where the plain FP8 build has 4): the product phases it
+ * shows are that build's, and the compile checks refuse it. */
 /* FWD_SKIP_SOFTMAX and FWD_SKIP_TRANSPOSE (diagnostic options, wrong
  * results: timing only): the OVERLAP loop's consumers skip the softmax and
  * the e4m3 conversion, and the transposers the transpose, each keeping

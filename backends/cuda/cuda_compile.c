@@ -141,10 +141,10 @@ static int binary_names(const fa_cuda_binary *b, const char *name) {
  * bench/results/h200.md). The note names the function last:
  * "... are serialized due to <reason> in the function '<kernel>'". */
 static int log_serializes_wgmma(const char *log, const char *kernel) {
+    static const char note[] = "wgmma.mma_async instructions are serialized";
     char needle[96];
     snprintf(needle, sizeof needle, "in the function '%s'", kernel);
-    for (const char *at = strstr(log, "wgmma.mma_async instructions are serialized"); at;
-         at = strstr(at + 1, "wgmma.mma_async instructions are serialized")) {
+    for (const char *at = strstr(log, note); at; at = strstr(at + 1, note)) {
         const char *eol = strchr(at, '\n');
         const char *name = strstr(at, needle);
         if (name && (!eol || name < eol)) return 1;

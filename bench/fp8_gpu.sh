@@ -24,6 +24,9 @@
 # "label=-DA,-DB label2=..." in FLASHATTN_CUDA_OPTIONS: the bench step
 # sweeps "fp8-label" and "bf16-label" beside the plain builds (their
 # kernels compiled in parallel first, so that no timed run waits on NVRTC);
+# FP8_TRANSPOSERS=1 adds the in-kernel V transposers beside the planned
+# V^T pre-pass (FLASHATTN_FP8_VT=transposers): smoke runs at head_dim 64
+# and 128 and a bench sweep "fp8-transposers";
 # FP8_SMOKE_OPTIONS (default FP8_OPTIONS) those whose fp8 and bf16 shapes
 # the smoke step runs against the reference, FP8_TILE_OPTIONS (default
 # none) those fa-tma-tiles runs with. Exit status 1 when a step failed; the bench
@@ -62,6 +65,12 @@ if want smoke; then
   for sched in overlap pingpong both plain; do
     FLASHATTN_TMA_SCHEDULE=$sched run --dim 128 --batch 1 --heads 2 --seqlen 1000 --causal
   done
+  if [ "${FP8_TRANSPOSERS:-0}" = 1 ]; then
+    for dim in 64 128; do
+      FLASHATTN_FP8_VT=transposers run --dim "$dim" --batch 2 --heads 8 --heads-kv 2 --seqlen-q 300 --seqlen-k 777
+      FLASHATTN_FP8_VT=transposers run --dim "$dim" --batch 1 --heads 2 --seqlen 1000 --causal --descale 0.5,2,0.75
+    done
+  fi
   for o in "${smoke_options[@]}"; do
     for dim in 64 128 256; do
       for dt in fp8 bf16; do
@@ -128,6 +137,7 @@ if want bench; then
       sweep bf16 bf16 "$dim" "$causal"
       sweep fp8 fp8 "$dim" "$causal"
       for sched in "${schedules[@]}"; do FLASHATTN_TMA_SCHEDULE=$sched sweep "fp8-$sched" fp8 "$dim" "$causal"; done
+      if [ "${FP8_TRANSPOSERS:-0}" = 1 ]; then FLASHATTN_FP8_VT=transposers sweep fp8-transposers fp8 "$dim" "$causal"; fi
       for o in "${options[@]}"; do
         FLASHATTN_CUDA_OPTIONS=$(opt_flags "$o") sweep "bf16-${o%%=*}" bf16 "$dim" "$causal"
         FLASHATTN_CUDA_OPTIONS=$(opt_flags "$o") sweep "fp8-${o%%=*}" fp8 "$dim" "$causal"

@@ -588,6 +588,13 @@ fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *d
          * microseconds, which the cache serves, not HBM. */
         rd += hq * sq * dim * e * split + kv_heads_read * v->key_rows * dim * e * 2.0;
         wr += hq * sq * dim * dtype_bytes(desc->o.dtype) + hq * sq * 4.0; /* O in o's dtype (fp16/bf16 beside fp8) */
+        if (fa_fp8_vt_global(desc, plan->bc)) {
+            /* The pre-pass reads V and writes V^T once (keys padded to 128);
+             * the tiles then read V^T where they read V. */
+            const double vt = hkv * (double)desc->batch * ceil((double)desc->seqlen_k / 128.0) * 128.0 * dim * e;
+            rd += vt;
+            wr += vt;
+        }
         if (split > 1) {
             /* fp32 partial O and L of every split, written then merged. */
             double partials = split * hq * sq * (dim + 1.0) * 4.0;

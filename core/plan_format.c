@@ -77,9 +77,11 @@ static void put_pass(text *t, const char *name, const fa_kernel_plan *k, int bac
             put(t, "  pipeline: a producer warpgroup's tensor-map copies into %d stages, %d consumer warpgroups of 64 "
                    "rows\n",
                 k->stages, k->work_group_size / 128 - 1);
+        /* An fp8 forward's workspace is V^T (fa_fp8_vt_global), where it has one. */
         if (k->variant == FA_VARIANT_WGMMA_TMA && fp8)
-            put(t, "  fp8: e4m3 Q, K, V and products, P in e4m3 from registers; the producer warpgroup's other "
-                   "warps transpose each V stage into a V^T stage\n");
+            put(t, "  fp8: e4m3 Q, K, V and products, P in e4m3 from registers; %s\n",
+                k->workspace_bytes ? "V^T written to the workspace by a pre-pass, copied in stages as K"
+                                   : "the producer warpgroup's other warps transpose each V stage into a V^T stage");
         const int split = strip_warps(k, backward);
         if (split > 1)
             put(t, "  key strips shared by %d warps, each holding dK and dV for 1/%d of the head dimensions\n", split,

@@ -56,6 +56,7 @@
 #include "checked.h"
 #include "desc.h"
 #include "fa_internal.h"
+#include "plan_data.h"
 #include "planner_cl_mma.h"
 #include "planner_decode.h"
 #include "planner_hip_mma.h"
@@ -218,6 +219,26 @@ size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes) {
 
 int fa_tma_head_dim(const fa_attention_desc *desc) { return desc ? (desc->head_dim + 63) / 64 * 64 : 0; }
 
+int fa_fp8_vt_global(const fa_attention_desc *desc, int bc) {
+    if (!desc || !fa_desc_is_fp8(desc) || bc != 128) return 0;
+    const char *env = getenv("FLASHATTN_FP8_VT");
+    return !(env && strcmp(env, "transposers") == 0);
+}
+
+fa_status fa_fp8_vt_size(const fa_attention_desc *desc, int64_t *keys_pad, size_t *bytes) {
+    *keys_pad = ((int64_t)desc->seqlen_k + 127) / 128 * 128;
+    FA_CHECK(fa_workspace_bytes("V^T of fp8 inputs",
+                                (size_t[]){(size_t)desc->batch, (size_t)desc->heads_kv, (size_t)desc->head_dim,
+                                           (size_t)*keys_pad},
+                                4, bytes));
+    /* The tensor map steps over (KV head, sequence) with strides below 2^40. */
+    if ((double)desc->heads_kv * desc->head_dim * (double)*keys_pad >= 1099511627776.0)
+        return fa_fail(FA_ERR_UNSUPPORTED, "fp8 inputs: V^T of %d KV heads x %d x %lld keys exceeds a tensor map's "
+                       "strides (2^40 bytes a sequence)",
+                       desc->heads_kv, desc->head_dim, (long long)*keys_pad);
+    return FA_SUCCESS;
+}
+
 /* Measured on an H200 (bench/results/h200.md, 2026-11-28 fourth and fifth
  * sessions): 1.037x cuDNN over fp16 and bf16, d128 non-causal, N 2k-16k,
  * where adding each step's own dQ ran 0.915x (the warpgroup in turn had
@@ -269,8 +290,10 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
          * V^T. */
         if (pass == FA_PASS_FORWARD && fa_desc_is_fp8(desc)) {
             const size_t line = (d + 127) / 128 * 128, vt_line = (c + 127) / 128 * 128;
-            return r * line + st * (2 * c * line + d * vt_line) + r * d * fa_dtype_size(desc->o.dtype) +
-                   8 * (1 + 6 * st);
+            const size_t o_tile = r * d * fa_dtype_size(desc->o.dtype);
+            /* VT_GLOBAL: V^T stages in place of V's, no V^T barriers. */
+            if (fa_fp8_vt_global(desc, bc)) return r * line + st * (c * line + d * vt_line) + o_tile + 8 * (1 + 4 * st);
+            return r * line + st * (2 * c * line + d * vt_line) + o_tile + 8 * (1 + 6 * st);
         }
         if (pass == FA_PASS_FORWARD) {
             const size_t dp = (size_t)fa_tma_head_dim(desc);
@@ -1162,6 +1185,12 @@ static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *
     memset(&kp, 0, sizeof kp);
     kp.simd_width = dev->simd_width;
     if (!tma_tile_plan(dev, desc, tma_rows(desc), tma_keys(desc), &kp)) return 0;
+    if (fa_fp8_vt_global(desc, kp.bc)) {
+        /* A size no tensor map takes saturates: the backend refuses it. */
+        int64_t keys_pad;
+        size_t bytes;
+        kp.workspace_bytes = fa_fp8_vt_size(desc, &keys_pad, &bytes) == FA_SUCCESS ? bytes : SIZE_MAX;
+    }
     *out = kp;
     return 1;
 }

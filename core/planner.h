@@ -58,6 +58,20 @@ int fa_tma_head_dim(const fa_attention_desc *desc);
  * window. The CUDA backend and fa_plan_local_mem agree on it. */
 int fa_tma_bwd_dq_lag(const fa_attention_desc *desc, int bc);
 
+/* Whether the FP8 forward (kernels_cuda/fwd_tma.cu VT_GLOBAL) reads V^T
+ * written once to global memory by a pre-pass instead of transposing each
+ * V stage in shared memory: fp8 inputs with 128-key tiles (a row of V^T
+ * one 128-byte line). FLASHATTN_FP8_VT=transposers keeps the in-kernel
+ * transposers, for comparison. The planner, the CUDA backend and
+ * fa_plan_local_mem agree on it. */
+int fa_fp8_vt_global(const fa_attention_desc *desc, int bc);
+
+/* The pre-pass's V^T: keys_pad (seqlen_k rounded up to 128) bytes a row,
+ * head_dim rows a (sequence, KV head); *bytes the whole buffer.
+ * FA_ERR_UNSUPPORTED where it exceeds SIZE_MAX or a tensor map's strides
+ * (below 2^40 bytes). */
+fa_status fa_fp8_vt_size(const fa_attention_desc *desc, int64_t *keys_pad, size_t *bytes);
+
 /* Local memory (bytes) one work-group of the given variant needs for a tile
  * shape. Kernels declare exactly this much; tests hold them to it. */
 size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_desc *desc, int br,

@@ -50,7 +50,15 @@
  * - Shared memory: Q [BR x SW_LINES 128], K and V [STAGES][BC x SW_LINES
  *   128], V^T [STAGES][VT_LINES][HEAD_DIM x 128], O [BR x HEAD_DIM] in
  *   the storage dtype (a 16-bit O no longer fits the rows of the Q tile),
- *   then 1 + 6 STAGES barriers. */
+ *   then 1 + 6 STAGES barriers.
+ * - VT_GLOBAL (128-key tiles, one line of keys a row of V^T): the host
+ *   runs fa_fp8_vt first, which writes V^T once to global memory in the
+ *   stage's order of keys, and passes its tensor map in place of V's; the
+ *   producer copies V^T stages as it copies K, and there are no
+ *   transposers, no V stages and no V^T barriers (1 + 4 STAGES). The
+ *   transposers' shared-memory traffic cost the forward a third of its
+ *   rate without the softmax (bench/results/h200.md, seventh session);
+ *   the pre-pass reads and writes V once more in global memory. */
 #ifdef FP8
 #define PROB_LOG2 8.0f /* P in e4m3 carries 2^8 (mma.cuh online_softmax) */
 #endif
@@ -77,12 +85,17 @@
 #define VT_LINES ((BC + 127) / 128) /* 128-byte lines of keys a row of V^T */
 #define VT_BYTES (HEAD_DIM * VT_LINES * 128) /* a V^T stage: a head dimension a row */
 #define O_BYTES (BR * HEAD_DIM * ELEM_BYTES)
+#ifdef VT_GLOBAL
+#define O_OFFSET (Q_BYTES + STAGES * (KV_BYTES + VT_BYTES))
+#define V_READERS (4 * CWG) /* the consumers' warps, as V's */
+#else
 #define O_OFFSET (Q_BYTES + STAGES * (2 * KV_BYTES + VT_BYTES))
 #define TRANSPOSERS 96 /* the producer warpgroup's warps 1-3 */
 #ifndef TRANSPOSE_BURST
 #define TRANSPOSE_BURST 3
 #endif
 #define V_READERS TRANSPOSERS
+#endif
 #else
 #define O_OFFSET 0 /* O goes into the Q tile */
 #define V_READERS (4 * CWG) /* the consumers' warps */
@@ -97,6 +110,9 @@
 #if defined(FP8) && BC != 64 && BC != 128 && BC != 192
 #error "fwd_tma: FP8 takes 64, 128 or 192 keys"
 #endif
+#if defined(VT_GLOBAL) && (!defined(FP8) || BC != 128)
+#error "fwd_tma: VT_GLOBAL takes FP8 and 128 keys (a row of V^T one 128-byte line)"
+#endif
 
 /* Registers a thread after the hand-over: the producer keeps what one
  * thread's loop of copies needs, the consumers share the rest of the
@@ -107,11 +123,12 @@
  * and the planner's builds do not spill (tests/test_cuda_compile.c).
  * With FP8 the producer's transposers take more (their loads, byte
  * permutes and addresses), and the consumers need less: their P is a
- * quarter of the scores' registers, not half. */
-#if defined(FP8) && CWG == 3
+ * quarter of the scores' registers, not half. With VT_GLOBAL the producer
+ * is one copying thread again. */
+#if defined(FP8) && !defined(VT_GLOBAL) && CWG == 3
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS 152
-#elif defined(FP8) && CWG == 2
+#elif defined(FP8) && !defined(VT_GLOBAL) && CWG == 2
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS 232
 #elif CWG == 3
@@ -212,12 +229,6 @@ FA_DEV u32 e4m3x4(float a, float b, float c, float d) {
     return r;
 }
 
-FA_DEV void stsm_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
-                 "r"(r2), "r"(r3)
-                 : "memory");
-}
-
 /* The 8-bit A fragment of k32 step kp holds, in lane (g, t), byte i of
  * register 0 (row g) and 2 at k = 4 t + i and 16 + 4 t + i (1 and 3: row
  * g + 8), where a C fragment holds keys 2 t, 2 t + 1 of each n-tile of 8.
@@ -234,6 +245,13 @@ FA_DEV void probs_to_a(const float (*s)[NT][4], u32 (*pa)[AREGS]) {
             pa[kp][2 * h] = e4m3x4(c0[0], c0[1], c1[0], c1[1]);
             pa[kp][2 * h + 1] = e4m3x4(c0[2], c0[3], c1[2], c1[3]);
         }
+}
+
+#ifndef VT_GLOBAL
+FA_DEV void stsm_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
 }
 
 /* One V stage (BC keys by HEAD_DIM, as the tensor map wrote it: a key a
@@ -293,6 +311,47 @@ FA_DEV void transpose_v(u32 src, u32 dst, int tw, int lane) {
     }
 }
 #else
+/* V^T for the P V products, once in global memory before the forward
+ * (launched first, one block a 128-key tile, grid (tiles, KV heads,
+ * sequences)): for each (sequence, KV head) HEAD_DIM rows of keys_pad
+ * bytes, row c holding head dimension c of every key, each group of 16
+ * keys in probs_to_a's order (word t: keys 2 t, 2 t + 1, 8 + 2 t, 9 + 2 t),
+ * keys past the sequence zero as the tensor map's fill was. A box of BC
+ * keys by HEAD_DIM rows then lands, under the 128-byte swizzle, exactly
+ * where transpose_v put it. The V tile goes through shared memory so
+ * that both the loads (a key's row) and the stores (a dimension's row)
+ * are whole 16-byte chunks. */
+#define VT_THREADS 256
+#define VT_ROW (HEAD_DIM + 16) /* bytes a key in shared memory, padded against bank conflicts */
+extern "C" __global__ void __launch_bounds__(VT_THREADS) fa_fp8_vt(const fa_params p, u8 *vt, i64 keys_pad) {
+    __shared__ __align__(16) u8 tile[BC * VT_ROW];
+    const int k0 = blockIdx.x * BC, hk = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+    const fa_seq seq = seq_of(p, b);
+    const u8 *vg = (const u8 *)p.v + V_ROW(p, b, seq, k0, hk);
+    constexpr int KEY_CHUNKS = HEAD_DIM / 16, KEY_GROUPS = BC / 16; /* 16-byte chunks a key, groups of 16 keys */
+#pragma unroll 4
+    for (int i = tid; i < BC * KEY_CHUNKS; i += VT_THREADS) {
+        const int r = i / KEY_CHUNKS, c = i % KEY_CHUNKS;
+        uint4 w = make_uint4(0u, 0u, 0u, 0u);
+        if (r < seq.len_k - k0) w = *(const uint4 *)(vg + (i64)r * p.v_ss + c * 16);
+        *(uint4 *)(tile + r * VT_ROW + c * 16) = w;
+    }
+    __syncthreads();
+    u8 *out = vt + ((i64)b * gridDim.y + hk) * HEAD_DIM * keys_pad + k0;
+#pragma unroll 2
+    for (int i = tid; i < HEAD_DIM * KEY_GROUPS; i += VT_THREADS) {
+        const int c = i / KEY_GROUPS, kb = i % KEY_GROUPS; /* neighbouring threads: neighbouring chunks of a row */
+        const u8 *col = tile + 16 * kb * VT_ROW + c;
+        u32 w[4];
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+            w[t] = (u32)col[2 * t * VT_ROW] | (u32)col[(2 * t + 1) * VT_ROW] << 8 | (u32)col[(2 * t + 8) * VT_ROW] << 16 |
+                   (u32)col[(2 * t + 9) * VT_ROW] << 24;
+        *(uint4 *)(out + (i64)c * keys_pad + 16 * kb) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+#endif
+#else
 FA_DEV void probs_to_a(const float (*s)[NT][4], u32 (*pa)[AREGS]) {
 #pragma unroll
     for (int kp = 0; kp < KP; kp++) c_to_a(s[0][2 * kp], s[0][2 * kp + 1], pa[kp]);
@@ -307,7 +366,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     if (q_sm & 1023u) __trap(); /* the swizzle is on address bits */
     const u32 k_sm = q_sm + Q_BYTES;
     const u32 v_sm = k_sm + STAGES * KV_BYTES;
-#ifdef FP8
+#if defined(FP8) && defined(VT_GLOBAL)
+    const u32 vt_sm = v_sm; /* V^T stages in place of V's */
+    const u32 bars = q_sm + O_OFFSET + O_BYTES;
+#elif defined(FP8)
     const u32 vt_sm = v_sm + STAGES * KV_BYTES;
     const u32 bars = q_sm + O_OFFSET + O_BYTES;
 #else
@@ -319,7 +381,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #define V_FULL(s) (bars + 8u * (1u + 2 * STAGES + (u32)(s)))
 #define V_EMPTY(s) (bars + 8u * (1u + 3 * STAGES + (u32)(s)))
 /* The stages the P V products read, and their descriptors. */
-#ifdef FP8
+#if defined(FP8) && defined(VT_GLOBAL)
+#define PV_FULL(s) V_FULL(s)
+#define PV_EMPTY(s) V_EMPTY(s)
+#define PV_DESC(s) desc_lo_k_major(vt_sm + (u32)(s) * VT_BYTES)
+#elif defined(FP8)
 #define VT_FULL(s) (bars + 8u * (1u + 4 * STAGES + (u32)(s)))
 #define VT_EMPTY(s) (bars + 8u * (1u + 5 * STAGES + (u32)(s)))
 #define PV_FULL(s) VT_FULL(s)
@@ -353,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             mbar_init(V_FULL(s), 1);
             mbar_init(K_EMPTY(s), 4 * CWG);
             mbar_init(V_EMPTY(s), V_READERS);
-#ifdef FP8
+#if defined(FP8) && !defined(VT_GLOBAL)
             mbar_init(VT_FULL(s), TRANSPOSERS);
             mbar_init(VT_EMPTY(s), 4 * CWG);
 #endif
@@ -383,17 +449,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int cb = 0; cb < SW_LINES; cb++)
                     tma_load(k_sm + off + cb * BC * 128, &tm_k, cb * BOX_COLS, t * BC, hk, b, K_FULL(stage));
                 mbar_wait(V_EMPTY(stage), phase ^ 1u);
+#ifdef VT_GLOBAL
+                /* (keys, head dimension 0, KV head, sequence): one box */
+                mbar_expect_tx(V_FULL(stage), VT_BYTES);
+                tma_load(vt_sm + (u32)stage * VT_BYTES, &tm_v, t * BC, 0, hk, b, V_FULL(stage));
+#else
                 mbar_expect_tx(V_FULL(stage), KV_BYTES);
 #pragma unroll
                 for (int cb = 0; cb < SW_LINES; cb++)
                     tma_load(v_sm + off + cb * BC * 128, &tm_v, cb * BOX_COLS, t * BC, hk, b, V_FULL(stage));
+#endif
                 if (++stage == STAGES) {
                     stage = 0;
                     phase ^= 1u;
                 }
             }
         }
-#ifdef FP8
+#if defined(FP8) && !defined(VT_GLOBAL)
         else if (tid >= 32) {
             /* The transposers, through the tiles in the copies' order. */
             int stage = 0;

@@ -61,6 +61,7 @@
 #define CU_DEFINES_SIZE 512
 #define CU_ROWWISE_THREADS 256 /* ROWWISE_THREADS in kernels_cuda/rowwise.cuh */
 #define CU_ROWWISE_ROWS 32     /* ROWWISE_ROWS */
+#define CU_FP8_VT_THREADS 256  /* VT_THREADS in kernels_cuda/fwd_tma.cu */
 #define CU_MAX_THREADS 1024
 /* The deterministic dQ kernel's tile (bwd_mma.cu DQ_*): 64 query rows in
  * four warps of 16, 64 keys per step (32 on TF32, whose operands take
@@ -494,6 +495,11 @@ static fa_status tma_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, 
     s->kernels[0] = (cu_kernel_spec){"fa_fwd_tma", kp->work_group_size,
                                      fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_FORWARD, d, kp->br, kp->bc,
                                                        kp->stages)};
+    if (fa_fp8_vt_global(d, kp->bc)) {
+        /* fa_fp8_vt writes V^T before each forward (launch_tma). */
+        FA_CHECK(append_text(s, " -DVT_GLOBAL"));
+        s->kernels[s->nkernels++] = (cu_kernel_spec){"fa_fp8_vt", CU_FP8_VT_THREADS, 0};
+    }
     return FA_SUCCESS;
 }
 
@@ -672,6 +678,8 @@ typedef struct fa_cuda_plan {
     fa_cuda_params base;
     int kv_cache;            /* a KV-cache plan: fa_cuda_forward_kvcache only */
     CUdeviceptr kv_status;   /* kvcache_simt.cu: a verdict per sequence */
+    CUdeviceptr vt;          /* fwd_tma.cu VT_GLOBAL: V^T of fp8 inputs, vt_keys bytes a row */
+    int64_t vt_keys;
     fa_kv_params kv_base;
     CUevent ev_start, ev_stop;
     int timed; /* a pass was recorded between the two events */
@@ -772,7 +780,8 @@ void fa_cuda_plan_release(void *ctx_handle, void *plan_impl) {
         if (p->fwd.module) (void)cu()->cuModuleUnload(p->fwd.module);
         if (p->bwd.module) (void)cu()->cuModuleUnload(p->bwd.module);
         CUdeviceptr mems[] = {p->cu_q,   p->cu_k,   p->block_mask, p->fwd_tiles, p->bwd_tiles,   p->dq_tiles,
-                              p->part_o, p->part_l, p->dvec,       p->dq_acc,    p->alibi,       p->kv_status};
+                              p->part_o, p->part_l, p->dvec,       p->dq_acc,    p->alibi,       p->kv_status,
+                              p->vt};
         for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
             if (mems[i]) (void)cu()->cuMemFree_v2(mems[i]);
         if (p->ev_start) (void)cu()->cuEventDestroy_v2(p->ev_start);
@@ -997,6 +1006,10 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
             if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuMemsetD32Async (split arrival counters)");
         }
     }
+    if (fv == FA_VARIANT_WGMMA_TMA && fa_fp8_vt_global(d, info->forward.bc)) {
+        FA_CHECK(fa_fp8_vt_size(d, &p->vt_keys, &bytes));
+        FA_CHECK(device_alloc(bytes, NULL, "V^T of fp8 inputs", &p->vt, stream));
+    }
     if (!fwd_only) {
         FA_CHECK(fa_workspace_bytes("the backward row sums", (size_t[]){heads, tokens, sizeof(float)}, 3, &bytes));
         FA_CHECK(device_alloc(bytes, NULL, "the backward row sums", &p->dvec, stream));
@@ -1123,7 +1136,19 @@ static fa_status launch_tma(fa_cuda_plan *p, const fa_attention_desc *d, const f
     CUtensorMap maps[4];
     FA_CHECK(fa_cuda_tensor_map(&maps[0], prm->q, d, FA_TENSOR_Q, kp->br));
     FA_CHECK(fa_cuda_tensor_map(&maps[1], prm->k, d, FA_TENSOR_K, kp->bc));
-    FA_CHECK(fa_cuda_tensor_map(&maps[2], prm->v, d, FA_TENSOR_V, kp->bc));
+    if (p->vt) {
+        /* VT_GLOBAL: V^T of this call's V first (a 128-key tile a block),
+         * its map in place of V's. */
+        FA_CHECK(fa_cuda_vt_map(&maps[2], p->vt, d, p->vt_keys));
+        const cu_kernel_spec *t = &p->fwd.spec.kernels[1];
+        void *vt_args[] = {(void *)prm, &p->vt, &p->vt_keys};
+        const unsigned tx = (unsigned)(p->vt_keys / 128), ty = (unsigned)d->heads_kv, tz = (unsigned)d->batch;
+        FA_CHECK(launch_status(cu()->cuLaunchKernel(p->fwd.fn[1], tx, ty, tz, (unsigned)t->threads, 1, 1, 0,
+                                                    p->ctx->stream, vt_args, NULL),
+                               t, tx, ty, tz));
+    } else {
+        FA_CHECK(fa_cuda_tensor_map(&maps[2], prm->v, d, FA_TENSOR_V, kp->bc));
+    }
     FA_CHECK(fa_cuda_tensor_map(&maps[3], prm->o, d, FA_TENSOR_O, 64));
     const cu_kernel_spec *k = &p->fwd.spec.kernels[0];
     void *args[] = {(void *)prm, &maps[0], &maps[1], &maps[2], &maps[3]};

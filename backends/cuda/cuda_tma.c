@@ -53,3 +53,26 @@ fa_status fa_cuda_tensor_map(CUtensorMap *map, CUdeviceptr base, const fa_attent
     }
     return FA_SUCCESS;
 }
+
+fa_status fa_cuda_vt_map(CUtensorMap *map, CUdeviceptr vt, const fa_attention_desc *d, int64_t keys_pad) {
+    const fa_cu_api *api = fa_cuda_api();
+    if (!api->cuTensorMapEncodeTiled)
+        return fa_fail(FA_ERR_UNSUPPORTED, "the CUDA driver has no cuTensorMapEncodeTiled (CUDA 12 or later)");
+    /* fa_fp8_vt_size held the (KV head, sequence) strides below 2^40. */
+    const cuuint64_t row = (cuuint64_t)keys_pad, head = row * (cuuint64_t)d->head_dim,
+                     seq = head * (cuuint64_t)d->heads_kv;
+    cuuint64_t dims[4] = {row, (cuuint64_t)d->head_dim, (cuuint64_t)d->heads_kv, (cuuint64_t)d->batch};
+    cuuint64_t strides[3] = {row, head, seq};
+    const cuuint32_t box[4] = {128, (cuuint32_t)d->head_dim, 1, 1}, steps[4] = {1, 1, 1, 1};
+    const CUresult r = api->cuTensorMapEncodeTiled(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, (void *)(uintptr_t)vt, dims,
+                                                   strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        const char *name = NULL;
+        if (api->cuGetErrorName) api->cuGetErrorName(r, &name);
+        return fa_fail(FA_ERR_UNSUPPORTED, "cuTensorMapEncodeTiled(V^T, %lld x %d x %d x %d): %s", (long long)keys_pad,
+                       d->head_dim, d->heads_kv, d->batch, name ? name : "error");
+    }
+    return FA_SUCCESS;
+}

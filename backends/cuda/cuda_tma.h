@@ -16,4 +16,9 @@
 fa_status fa_cuda_tensor_map(CUtensorMap *map, CUdeviceptr base, const fa_attention_desc *d, fa_tensor_role role,
                              int box_rows);
 
+/* The map of fwd_tma.cu VT_GLOBAL's V^T (fa_fp8_vt writes it at vt):
+ * {keys_pad, head_dim, heads_kv, batch} bytes, keys innermost, read in
+ * boxes of 128 keys by every head dimension under the 128-byte swizzle. */
+fa_status fa_cuda_vt_map(CUtensorMap *map, CUdeviceptr vt, const fa_attention_desc *d, int64_t keys_pad);
+
 #endif

@@ -1166,9 +1166,10 @@ static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc 
  * them (CUDA, sm_90), where its tensor maps describe the problem and it
  * has the options (no dropout, block mask or score options: the CUDA
  * backend refuses other fp8 plans, naming what it lacks). The 16-bit
- * forward's tiles: 192 x 128 at head_dim 64, 128 x 128 at 128, 128 x 64
- * above (at 256, 128-key stages of K, V and V^T beside the fp16/bf16 O
- * tile pass 227 KiB). On an H100 (16k tokens, N 4k-16k) 128 x 128 ran
+ * forward's tiles (but 192 rows at 128 without a mask: fp8_rows): 192 x
+ * 128 at head_dim 64, 128 x 128 at 128, 128 x 64 above (at 256, 128-key
+ * stages of K, V and V^T beside the fp16/bf16 O tile pass 227 KiB). With
+ * the in-kernel transposers, on an H100 (16k tokens, N 4k-16k) 128 x 128 ran
  * 1.18-1.22x the bf16 forward at head_dim 128, the tensor cores busy 40%
  * of the time, the consumers waiting on each tile's chain of products,
  * softmax and rescale (ncu); on an H200 (2026-11-28, with the transposers'
@@ -1176,6 +1177,19 @@ static void tma_forward_plan(const fa_device_desc *dev, const fa_attention_desc 
  * fa-tma-tiles): 128 x 192 level at N 16384 and 3-4% behind at 4096, a
  * third stage within 2%, 192 x 64 on three warpgroups 2-8% behind.
  * FLASHATTN_PLAN_TMA does not apply: there is no other fp8 kernel. */
+/* FP8 at head_dim 128 without a causal mask or window: three consumer
+ * warpgroups (192 rows, the products in no overlap: with it the scores of
+ * two tiles spill 160 registers), the XU pipe's exponentials of one group
+ * under the others' products. On an H200 (2026-11-28, eighth session, V^T
+ * by the pre-pass, 16k tokens) 869 / 958 / 1002 TFLOP/s at N 4k / 8k /
+ * 16k against 818 / 898 / 941 for 128 x 128 with both schedules; causal
+ * 642 / 792 / 893 against 660 / 787 / 909, so causal keeps 128 rows. The
+ * CUDA backend plans the schedule to match (cuda_attention.c
+ * tma_schedule). */
+static int fp8_rows(const fa_attention_desc *desc) {
+    return desc->head_dim == 128 && !desc->causal && !fa_desc_has_window(desc) ? 192 : tma_rows(desc);
+}
+
 static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     if (!fa_desc_is_fp8(desc) || dev->backend != FA_BACKEND_CUDA || sm_version(dev) != 90 || !has_matrix_units(dev) ||
         desc->cu_seqlens_q || desc->kv_cache || desc->head_dim % 64 || desc->head_dim > 256 ||
@@ -1184,7 +1198,7 @@ static int fp8_forward_plan(const fa_device_desc *dev, const fa_attention_desc *
     fa_kernel_plan kp;
     memset(&kp, 0, sizeof kp);
     kp.simd_width = dev->simd_width;
-    if (!tma_tile_plan(dev, desc, tma_rows(desc), tma_keys(desc), &kp)) return 0;
+    if (!tma_tile_plan(dev, desc, fp8_rows(desc), tma_keys(desc), &kp)) return 0;
     if (fa_fp8_vt_global(desc, kp.bc)) {
         /* A size no tensor map takes saturates: the backend refuses it. */
         int64_t keys_pad;

@@ -1065,11 +1065,22 @@ static int tma_registers_fit(const fa_attention_desc *desc) {
     return !fa_desc_option_in_use(desc) && !(desc->dropout_p > 0.0f && bounds);
 }
 
+/* Three consumer warpgroups (192 rows) where their 160 registers a thread
+ * hold the kernel: at head_dim 64 without dropout (its Philox rounds
+ * spilled 96 bytes with windows and a block mask beside it, NVRTC 13.0),
+ * and at 128 (16-bit) without dropout, a block mask, score options or a
+ * window, with neither product schedule (the overlap's two tiles of scores
+ * spilled 324 bytes; the block mask 16, softcap with ALiBi 28). On an H200
+ * (bf16, 16k tokens, 2026-11-28 eighth session) 192 x 128 ran 701 / 726 /
+ * 733 TFLOP/s at N 4k / 8k / 16k against 652 / 684 / 700 for 128 x 128
+ * with the overlap, causal 566 / 653 / 702 against 562 / 627 / 695: one
+ * group's softmax under the two others' products beats the overlap within
+ * a group. The windowed problems were not timed and keep 128 rows. */
 static int tma_rows(const fa_attention_desc *desc) {
-    /* Dropout's Philox rounds do not fit three warpgroups' 160 registers
-     * (96 bytes spilled with windows and a block mask beside it, NVRTC
-     * 13.0): two take it. */
-    return desc->head_dim <= 64 && desc->dropout_p == 0.0f ? 192 : 128;
+    if (desc->head_dim <= 64) return desc->dropout_p == 0.0f ? 192 : 128;
+    const int wide = desc->head_dim == 128 && !fa_desc_is_fp8(desc) && desc->dropout_p == 0.0f && !desc->block_mask &&
+                     !fa_desc_option_in_use(desc) && !fa_desc_has_window(desc);
+    return wide ? 192 : 128;
 }
 static int tma_threads(int br) { return 128 * (br / 64 + 1); }
 

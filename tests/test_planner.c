@@ -95,12 +95,19 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         /* The warp-specialised forward: a producer warpgroup and one
          * consumer warpgroup of 64 query rows (one strip a warp, two rows a
          * strip and thread) per 64 rows, three at head_dim 64 (two with
-         * dropout) and two above, 128-key tiles (64 above head_dim 128),
+         * dropout) and at 128 without dropout, block mask, window or score
+         * options, two otherwise, 128-key tiles (64 above head_dim 128),
          * fixed-length sequences. */
         /* Head dims between whole blocks run padded (unless
          * FLASHATTN_PLAN_TMA_PAD=0). */
         const int pdim = fa_tma_head_dim(d);
-        const int rows = pdim == 64 && d->dropout_p == 0.0f ? 192 : 128, keys = pdim <= 128 ? 128 : 64;
+        /* Three consumer warpgroups at 64 without dropout, and at 128
+         * (padded too) without dropout, a block mask, a window or score
+         * options. */
+        const int three = d->dropout_p == 0.0f &&
+                          (pdim == 64 || (pdim == 128 && !d->block_mask && !fa_desc_has_window(d) &&
+                                          !fa_desc_option_in_use(d)));
+        const int rows = three ? 192 : 128, keys = pdim <= 128 ? 128 : 64;
         CHECK_MSG(pass == FA_PASS_FORWARD && k->br == rows && k->bc == keys && k->thread_rows == 2 &&
                       k->thread_cols == keys / 4 && k->work_group_size == 128 * (rows / 64 + 1) && k->stages >= 2 &&
                       dim % 32 == 0 && pdim <= 256 &&
@@ -630,7 +637,7 @@ FA_TEST(variants_by_backend) {
      * of 128 x 128 where dropout's take them. */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     CHECK(p.forward.variant == FA_VARIANT_WGMMA_TMA && p.backward.variant == FA_VARIANT_WGMMA);
-    CHECK(p.forward.br == 128 && p.forward.bc == 128 && p.forward.stages == 2 && p.forward.work_group_size == 384);
+    CHECK(p.forward.br == 192 && p.forward.bc == 128 && p.forward.stages == 2 && p.forward.work_group_size == 512);
     /* Where the tensor maps cannot describe the problem (varlen), or when
      * asked (FLASHATTN_PLAN_TMA=0), the warpgroup forward without them. */
     setenv("FLASHATTN_PLAN_TMA", "0", 1);
@@ -691,7 +698,7 @@ FA_TEST(variants_by_backend) {
     d.softcap = 0.0f;
     d.head_dim = 96; /* not whole 64-column blocks: padded to 128 */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
-    CHECK(p.forward.variant == FA_VARIANT_WGMMA_TMA && p.forward.br == 128 && p.forward.bc == 128);
+    CHECK(p.forward.variant == FA_VARIANT_WGMMA_TMA && p.forward.br == 192 && p.forward.bc == 128);
     setenv("FLASHATTN_PLAN_TMA_PAD", "0", 1); /* or mma.sync */
     CHECK_OK(fa_plan_for_device(device("h100"), &d, &p));
     unsetenv("FLASHATTN_PLAN_TMA_PAD");

@@ -405,13 +405,11 @@ static fa_status decode_spec(const fa_attention_desc *d, const fa_kernel_plan *k
  * the overlap alone gave 1.18-1.20x (H100, bench/fp8_gpu.sh).
  * FLASHATTN_TMA_SCHEDULE=both, overlap, pingpong or plain replaces that
  * choice, so that one run can time each. */
-static fa_status tma_schedule(const fa_attention_desc *d, int cwg, const char **defines) {
+static fa_status tma_schedule(const fa_attention_desc *d, const char **defines) {
     const char *env = getenv("FLASHATTN_TMA_SCHEDULE");
     static const char *const names[] = {"both", "overlap", "pingpong", "plain"};
     static const char *const opts[] = {" -DOVERLAP -DPINGPONG", " -DOVERLAP", " -DPINGPONG", ""};
-    /* FP8's three warpgroups at 128 (planner.c fp8_rows): neither. */
-    if (!env || !env[0])
-        env = fa_desc_is_fp8(d) && d->head_dim == 128 ? names[cwg == 2 ? 0 : 3] : d->head_dim >= 128 ? names[1] : names[3];
+    if (!env || !env[0]) env = fa_desc_is_fp8(d) && d->head_dim == 128 ? names[0] : d->head_dim >= 128 ? names[1] : names[3];
     for (size_t i = 0; i < FA_ARRAY_SIZE(names); i++)
         if (strcmp(env, names[i]) == 0) {
             *defines = opts[i];
@@ -485,8 +483,13 @@ static fa_status tma_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, 
     pd.head_dim = padded;
     if (padded != d->head_dim) common_defines(&pd, s->defines, sizeof s->defines);
     const char *schedule = "";
-    FA_CHECK(tma_schedule(&pd, cwg, &schedule));
+    FA_CHECK(tma_schedule(&pd, &schedule));
+    /* Turns are between two consumer warpgroups; the overlap holds two
+     * tiles' scores, which three groups' 160 registers hold only at
+     * head_dim 64 (planner.c tma_rows, fp8_rows: three groups at 128 run
+     * neither). */
     if (cwg != 2 && strstr(schedule, "PINGPONG")) schedule = strstr(schedule, "OVERLAP") ? " -DOVERLAP" : "";
+    if (cwg == 3 && padded >= 128) schedule = "";
     s->file = "kernels_cuda/fwd_tma.cu";
     s->short_name = "fwd_tma";
     s->tensor_cores = 1;

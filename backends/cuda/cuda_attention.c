@@ -1201,6 +1201,20 @@ static fa_cuda_params pass_params(const fa_cuda_plan *p, const fa_plan_s *plan) 
     return prm;
 }
 
+/* A pass's launches between the plan's two events (fa_cuda_last_time_ms
+ * reads them); timed again only once the stop event is recorded. */
+static fa_status timing_begin(fa_cuda_plan *p) {
+    p->timed = 0;
+    const CUresult r = cu()->cuEventRecord(p->ev_start, p->ctx->stream);
+    return r == CUDA_SUCCESS ? FA_SUCCESS : fa_cuda_error(r, "cuEventRecord");
+}
+static fa_status timing_end(fa_cuda_plan *p) {
+    const CUresult r = cu()->cuEventRecord(p->ev_stop, p->ctx->stream);
+    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
+    p->timed = 1;
+    return FA_SUCCESS;
+}
+
 static fa_status forward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_fwd_args *args) {
     const fa_attention_desc *d = &plan->desc;
     fa_cuda_params prm = pass_params(p, plan);
@@ -1212,9 +1226,7 @@ static fa_status forward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_
     FA_CHECK(bias_arg(d, args->bias, &prm.bias));
     prm.tile_map = p->fwd_tiles;
     prm.tile_cols = p->fwd_tile_cols;
-    p->timed = 0;
-    CUresult r = cu()->cuEventRecord(p->ev_start, p->ctx->stream);
-    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
+    FA_CHECK(timing_begin(p));
     const fa_kernel_plan *kp = &plan->info.forward;
     if (kp->variant == FA_VARIANT_WGMMA_TMA) {
         FA_CHECK(launch_tma(p, d, kp, &prm));
@@ -1230,10 +1242,7 @@ static fa_status forward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_
     if (p->num_splits > 1 && p->fwd.spec.nkernels > 1)
         FA_CHECK(launch(p, &p->fwd, 1, tiles_of(d->seqlen_q, CU_ROWWISE_ROWS), (unsigned)d->heads_q, (unsigned)d->batch,
                         &prm));
-    r = cu()->cuEventRecord(p->ev_stop, p->ctx->stream);
-    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
-    p->timed = 1;
-    return FA_SUCCESS;
+    return timing_end(p);
 }
 
 fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args) {
@@ -1283,12 +1292,10 @@ static fa_status backward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa
     FA_CHECK(bias_arg(d, args->bias, &prm.bias));
     const fa_kernel_plan *kp = &plan->info.backward;
     const unsigned row_groups = tiles_of(d->seqlen_q, CU_ROWWISE_ROWS), hq = (unsigned)d->heads_q, nb = (unsigned)d->batch;
-    p->timed = 0;
-    CUresult r = cu()->cuEventRecord(p->ev_start, p->ctx->stream);
-    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
+    FA_CHECK(timing_begin(p));
     if (p->dq_acc) {
         size_t words = (size_t)d->heads_q * (size_t)plan->total_q * (size_t)d->head_dim;
-        r = cu()->cuMemsetD32Async(p->dq_acc, 0u, words, p->ctx->stream);
+        const CUresult r = cu()->cuMemsetD32Async(p->dq_acc, 0u, words, p->ctx->stream);
         if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuMemsetD32Async (dQ accumulator)");
     }
     FA_CHECK(launch(p, &p->bwd, 0, row_groups, hq, nb, &prm));
@@ -1307,10 +1314,7 @@ static fa_status backward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa
     } else {
         FA_CHECK(launch(p, &p->bwd, 2, tiles_of(d->seqlen_q, kp->br), hq, nb, &prm));
     }
-    r = cu()->cuEventRecord(p->ev_stop, p->ctx->stream);
-    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
-    p->timed = 1;
-    return FA_SUCCESS;
+    return timing_end(p);
 }
 
 fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args) {
@@ -1342,9 +1346,7 @@ static fa_status kvcache_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_
     unsigned grid[3];
     FA_CHECK(fa_kvcache_grid(d, kp, grid));
     const unsigned gx = grid[0], gy = grid[1], gz = grid[2];
-    p->timed = 0;
-    CUresult r = cu()->cuEventRecord(p->ev_start, p->ctx->stream);
-    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
+    FA_CHECK(timing_begin(p));
     if (kp->variant == FA_VARIANT_DECODE) {
         FA_CHECK(launch_kernel(p, &p->fwd, 0, gx, gy, gz, &prm, &kv));
     } else {
@@ -1356,10 +1358,7 @@ static fa_status kvcache_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa_
             FA_CHECK(launch(p, &p->fwd, 2, tiles_of(d->seqlen_q, CU_ROWWISE_ROWS), (unsigned)d->heads_q,
                             (unsigned)d->batch, &prm));
     }
-    r = cu()->cuEventRecord(p->ev_stop, p->ctx->stream);
-    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventRecord");
-    p->timed = 1;
-    return FA_SUCCESS;
+    return timing_end(p);
 }
 
 fa_status fa_cuda_forward_kvcache(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_kvcache_call *args) {

@@ -96,10 +96,6 @@ static void *worker(void *arg) {
         j->status = (j->forward_only ? fa_cuda_compile_forward : fa_cuda_compile_plan)(
             &j->desc, &j->info, j->cc_major, j->cc_minor, j->reports, MAX_REPORTS, &j->count);
         if (j->status != FA_SUCCESS) snprintf(j->error, sizeof j->error, "%s", fa_last_error());
-        if (getenv("DBG_JOBS"))
-            for (int k = 0; k < j->count && k < MAX_REPORTS; k++)
-                fprintf(stderr, "DBG\t%d\t%s\t%s\t%s\t%d\t%.2f\t%s\n", i, j->label, j->reports[k].program, j->reports[k].kernel,
-                        j->reports[k].from_cache, j->reports[k].compile_seconds, j->reports[k].options);
     }
 }
 

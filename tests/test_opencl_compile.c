@@ -38,13 +38,21 @@
 #include "backends/opencl/cl_mma.h"
 #endif
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef FA_WITH_OPENCL
+
+extern char **environ;
 
 #define MAX_PROGRAMS 256
 #define OUT_BYTES (1u << 20)
@@ -275,6 +283,78 @@ static void label(const program *p, char *out, size_t size) {
     snprintf(out, size, "%s %s", fa_mma_layout_get(p->layout)->name, p->options);
 }
 
+/* One clang run of an AMD sweep: its command line (args point into the
+ * buffers), its output file and log, and how it ended. */
+typedef struct amd_job {
+    const program *p;
+    int target;
+    char src[300], asm_path[300], log[300], mcpu[32], isa[512], opts[512];
+    const char *args[96];
+    pid_t pid;
+    double started;
+    int rc; /* clang's exit status; -1 could not run, was killed or timed out */
+} amd_job;
+
+#define AMD_COMPILE_TIMEOUT_S 600.0
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static pid_t start_clang(const char *clang, amd_job *j) {
+    const char *argv[98];
+    argv[0] = clang;
+    int n = 1;
+    for (const char *const *a = j->args; *a; a++) argv[n++] = *a;
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    if (posix_spawn_file_actions_init(&fa) != 0) return -1;
+    posix_spawn_file_actions_addopen(&fa, 1, j->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid = -1;
+    const int rc = posix_spawnp(&pid, clang, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    return rc == 0 ? pid : -1;
+}
+
+/* Runs every job, as many clangs at a time as there are cores (the sweep
+ * is a chain of single-threaded compiles that otherwise leaves CI's
+ * second core idle), each killed after AMD_COMPILE_TIMEOUT_S. */
+static void run_amd_jobs(const char *clang, amd_job *jobs, int count) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int parallel = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores;
+    int next = 0, running = 0;
+    while (next < count || running > 0) {
+        while (running < parallel && next < count) {
+            amd_job *j = &jobs[next++];
+            j->pid = start_clang(clang, j);
+            j->started = now_s();
+            if (j->pid > 0) running++;
+        }
+        if (running == 0) break;
+        int status = 0;
+        const pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid < 0 && errno != EINTR) break;
+        if (pid <= 0) {
+            const double t = now_s();
+            for (int i = 0; i < next; i++)
+                if (jobs[i].pid > 0 && t - jobs[i].started > AMD_COMPILE_TIMEOUT_S) kill(jobs[i].pid, SIGKILL);
+            struct timespec nap = {0, 20 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+            continue;
+        }
+        for (int i = 0; i < next; i++)
+            if (jobs[i].pid == pid) {
+                const int timed_out = now_s() - jobs[i].started > AMD_COMPILE_TIMEOUT_S;
+                jobs[i].rc = !timed_out && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+                jobs[i].pid = 0;
+                running--;
+            }
+    }
+}
+
 /* Compiles the described device's programs for each gfx target. */
 static void amd_sweep(const char *key, const char *const *targets, int ntargets, int wave64) {
     const char *clang = env_or("FA_CLANG_AMDGCN", "clang-16");
@@ -296,18 +376,39 @@ static void amd_sweep(const char *key, const char *const *targets, int ntargets,
     static char out[OUT_BYTES];
     printf("%s (%s): %d programs of %d plans on matrix units\n", key, dev.name, set.count, plans);
     printf("  target  kernel            vgpr agpr sgpr s-spill scratch  program\n");
-    int failed = 0;
-    for (int t = 0; t < ntargets; t++)
-        for (int i = 0; i < set.count; i++) {
-            const program *p = &set.p[i];
-            char src[300], asm_path[300], mcpu[32], isa[512], opts[512], name[640];
-            snprintf(src, sizeof src, "%s/p%d.cl", dir, i);
-            snprintf(asm_path, sizeof asm_path, "%s/p%d_%s.s", dir, i, targets[t]);
-            snprintf(mcpu, sizeof mcpu, "-mcpu=%s", targets[t]);
-            const int written = write_source(p, src);
-            CHECK(written);
-            if (!written) continue;
-            const char *args[96];
+    /* The device library: OpenCL's built-ins, the math library and the
+     * wavefront size's control bitcode. */
+    static const char *const libs[] = {"opencl", "ocml", "ockl", "oclc_finite_only_off",
+                                       "oclc_unsafe_math_off", "oclc_daz_opt_off",
+                                       "oclc_correctly_rounded_sqrt_on", "oclc_abi_version_400"};
+    char lib_paths[FA_ARRAY_SIZE(libs) + 1][512];
+    for (size_t l = 0; l <= FA_ARRAY_SIZE(libs); l++) {
+        if (l < FA_ARRAY_SIZE(libs))
+            snprintf(lib_paths[l], sizeof lib_paths[l], "%s/%s.bc", bitcode, libs[l]);
+        else
+            snprintf(lib_paths[l], sizeof lib_paths[l], "%s/oclc_wavefrontsize64_%s.bc", bitcode,
+                     wave64 ? "on" : "off");
+    }
+    amd_job *jobs = calloc((size_t)(ntargets * set.count), sizeof *jobs);
+    CHECK(jobs != NULL);
+    if (!jobs) return;
+    int count = 0;
+    for (int i = 0; i < set.count; i++) {
+        char src[300];
+        snprintf(src, sizeof src, "%s/p%d.cl", dir, i);
+        const int written = write_source(&set.p[i], src);
+        CHECK(written);
+        if (!written) continue;
+        for (int t = 0; t < ntargets; t++) {
+            amd_job *j = &jobs[count];
+            j->p = &set.p[i];
+            j->target = t;
+            j->rc = -1;
+            snprintf(j->src, sizeof j->src, "%s", src);
+            snprintf(j->asm_path, sizeof j->asm_path, "%s/p%d_%s.s", dir, i, targets[t]);
+            snprintf(j->log, sizeof j->log, "%s/p%d_%s.log", dir, i, targets[t]);
+            snprintf(j->mcpu, sizeof j->mcpu, "-mcpu=%s", targets[t]);
+            const char **args = j->args;
             int n = 0;
             args[n++] = "-x";
             args[n++] = "cl";
@@ -316,70 +417,78 @@ static void amd_sweep(const char *key, const char *const *targets, int ntargets,
             args[n++] = "-finclude-default-header";
             args[n++] = "-target";
             args[n++] = "amdgcn-amd-amdhsa";
-            args[n++] = mcpu;
+            args[n++] = j->mcpu;
             args[n++] = "-nogpulib";
             args[n++] = "-O3";
             args[n++] = "-S";
             args[n++] = "-o";
-            args[n++] = asm_path;
-            /* The device library: OpenCL's built-ins, the math library and
-             * the wavefront size's control bitcode. */
-            static const char *const libs[] = {"opencl", "ocml", "ockl", "oclc_finite_only_off",
-                                               "oclc_unsafe_math_off", "oclc_daz_opt_off",
-                                               "oclc_correctly_rounded_sqrt_on", "oclc_abi_version_400"};
-            char lib_paths[FA_ARRAY_SIZE(libs) + 1][512];
+            args[n++] = j->asm_path;
             for (size_t l = 0; l <= FA_ARRAY_SIZE(libs); l++) {
-                if (l < FA_ARRAY_SIZE(libs))
-                    snprintf(lib_paths[l], sizeof lib_paths[l], "%s/%s.bc", bitcode, libs[l]);
-                else
-                    snprintf(lib_paths[l], sizeof lib_paths[l], "%s/oclc_wavefrontsize64_%s.bc", bitcode,
-                             wave64 ? "on" : "off");
                 args[n++] = "-Xclang";
                 args[n++] = "-mlink-builtin-bitcode";
                 args[n++] = "-Xclang";
                 args[n++] = lib_paths[l];
             }
-            snprintf(isa, sizeof isa, "%s/oclc_isa_version_%s.bc", bitcode, targets[t] + 3);
-            if (access(isa, R_OK) == 0) {
+            snprintf(j->isa, sizeof j->isa, "%s/oclc_isa_version_%s.bc", bitcode, targets[t] + 3);
+            if (access(j->isa, R_OK) == 0) {
                 args[n++] = "-Xclang";
                 args[n++] = "-mlink-builtin-bitcode";
                 args[n++] = "-Xclang";
-                args[n++] = isa;
+                args[n++] = j->isa;
             }
-            snprintf(opts, sizeof opts, "%s", p->options);
-            n = split_args(opts, args, n, (int)FA_ARRAY_SIZE(args) - 2);
-            CHECK_MSG(n > 0, "%s: the options do not fit the command line", p->options);
+            snprintf(j->opts, sizeof j->opts, "%s", j->p->options);
+            n = split_args(j->opts, args, n, (int)FA_ARRAY_SIZE(j->args) - 2);
+            CHECK_MSG(n > 0, "%s: the options do not fit the command line", j->p->options);
             if (n <= 0) continue;
-            args[n++] = src;
+            args[n++] = j->src;
             args[n] = NULL;
-            label(p, name, sizeof name);
-            const int rc = fa_test_run_program(clang, args, out, sizeof out, 600.0);
-            if (rc != 0) {
-                failed++;
-                CHECK_MSG(0, "%s %s: clang failed (%d):\n%.2000s", targets[t], name, rc, out);
-                continue;
-            }
-            char *text = read_file(asm_path);
-            CHECK_MSG(text, "%s: no output", asm_path);
-            if (!text) continue;
-            const char *instr = strcmp(targets[t], "gfx1100") == 0 ? "v_wmma_f32_16x16x16" : "v_mfma_f32_";
-            CHECK_MSG(strstr(text, instr) != NULL, "%s %s: no %s in the code", targets[t], name, instr);
-            amd_usage k[8];
-            const int nk = amd_kernels(text, k, 8);
-            CHECK_MSG(nk > 0, "%s %s: no kernel metadata", targets[t], name);
-            for (int j = 0; j < nk; j++) {
-                printf("  %-7s %-17s %4ld %4ld %4ld %7ld %7ld  %s\n", targets[t], k[j].name, k[j].vgpr,
-                       k[j].agpr, k[j].sgpr, k[j].sgpr_spill, k[j].scratch, name);
-                /* SGPRs spill into VGPR lanes, not memory: shown, not failed. */
-                const int clean = k[j].scratch == 0 && k[j].vgpr_spill == 0;
-                CHECK_MSG(clean, "%s %s %s: %ld bytes of scratch, %ld VGPRs spilled", targets[t], k[j].name, name,
-                          k[j].scratch, k[j].vgpr_spill);
-                failed += !clean;
-            }
-            free(text);
-            remove(asm_path);
-            remove(src);
+            count++;
         }
+    }
+    run_amd_jobs(clang, jobs, count);
+
+    int failed = 0;
+    for (int c = 0; c < count; c++) {
+        const amd_job *j = &jobs[c];
+        const char *target = targets[j->target];
+        char name[640];
+        label(j->p, name, sizeof name);
+        if (j->rc != 0) {
+            failed++;
+            char *log = read_file(j->log);
+            snprintf(out, sizeof out, "%s", log ? log : "");
+            free(log);
+            CHECK_MSG(0, "%s %s: clang failed (%d):\n%.2000s", target, name, j->rc, out);
+            remove(j->log);
+            continue;
+        }
+        remove(j->log);
+        char *text = read_file(j->asm_path);
+        CHECK_MSG(text, "%s: no output", j->asm_path);
+        if (!text) continue;
+        const char *instr = strcmp(target, "gfx1100") == 0 ? "v_wmma_f32_16x16x16" : "v_mfma_f32_";
+        CHECK_MSG(strstr(text, instr) != NULL, "%s %s: no %s in the code", target, name, instr);
+        amd_usage k[8];
+        const int nk = amd_kernels(text, k, 8);
+        CHECK_MSG(nk > 0, "%s %s: no kernel metadata", target, name);
+        for (int i = 0; i < nk; i++) {
+            printf("  %-7s %-17s %4ld %4ld %4ld %7ld %7ld  %s\n", target, k[i].name, k[i].vgpr, k[i].agpr,
+                   k[i].sgpr, k[i].sgpr_spill, k[i].scratch, name);
+            /* SGPRs spill into VGPR lanes, not memory: shown, not failed. */
+            const int clean = k[i].scratch == 0 && k[i].vgpr_spill == 0;
+            CHECK_MSG(clean, "%s %s %s: %ld bytes of scratch, %ld VGPRs spilled", target, k[i].name, name,
+                      k[i].scratch, k[i].vgpr_spill);
+            failed += !clean;
+        }
+        free(text);
+        remove(j->asm_path);
+    }
+    for (int i = 0; i < set.count; i++) {
+        char src[300];
+        snprintf(src, sizeof src, "%s/p%d.cl", dir, i);
+        remove(src);
+    }
+    free(jobs);
     rmdir(dir);
     printf("%s: %d programs x %d targets, %d failed\n", key, set.count, ntargets, failed);
 }

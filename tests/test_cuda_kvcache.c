@@ -23,6 +23,7 @@
 #include "dtype.h"
 #include "fa_internal.h"
 #include "flashattn.h"
+#include "plan.h"
 #include "reference.h"
 
 #ifdef FA_WITH_CUDA
@@ -96,6 +97,8 @@ typedef struct kv_case {
     int bad_entry[MAX_BATCH]; /* a block-table entry of the sequence's pages set outside the pool; NO_BAD none */
     int no_lse;
     int steps;               /* steps on one plan, each after the last one's append */
+    int min_splits;          /* the plan's key splits at least this many (0: any) */
+    int meet;                /* CUDA: 1 the splits must meet (decode.cu meet_splits), 0 either */
 } kv_case;
 
 /* A case with every sequence's bad_entry NO_BAD and the given lengths
@@ -429,6 +432,12 @@ static void run_kv_case(const kv_case *c) {
               c->name, fa_variant_name(info.forward.variant));
     printf("%-44s %s, %d x %d tile, %d stages, %d splits\n", c->name, fa_variant_name(info.forward.variant),
            info.forward.br, info.forward.bc, info.forward.stages, info.forward.split_k);
+    CHECK_MSG(info.forward.split_k >= c->min_splits, "%s: %d splits, expected at least %d", c->name,
+              info.forward.split_k, c->min_splits);
+#ifdef FA_WITH_CUDA
+    if (c->meet)
+        CHECK_MSG(fa_cuda_plan_splits_meet(plan->impl) == 1, "%s: the splits do not meet", c->name);
+#endif
 
     ok = fa_buffer_alloc(ctx, qb, &bq) == FA_SUCCESS && fa_buffer_alloc(ctx, pb, &bk) == FA_SUCCESS &&
          fa_buffer_alloc(ctx, pb, &bv) == FA_SUCCESS && fa_buffer_alloc(ctx, qb, &bo) == FA_SUCCESS &&
@@ -724,6 +733,28 @@ FA_TEST(repeated_steps) {
     run_kv_case(&c);
 }
 
+/* Batch 1 on a long cache, 32 splits that meet (decode.cu meet_splits:
+ * split 0 of the group reads the flag word and appends): two steps of a
+ * valid sequence on one plan (the counts and generations back where the
+ * next step needs them), then one with a page outside the pool in the
+ * middle of its pages. */
+FA_TEST(splits_meet) {
+    REQUIRE_DEVICE();
+    static const int lens[] = {4000};
+    kv_case c = base_case("meet paged 64 rotary", FA_DTYPE_BF16, 1, 1, 4100, 32, 4, 128, lens, 1);
+    c.page_size = 64;
+    c.seqlen_new = 1;
+    c.rotary_dim = 128;
+    c.steps = 2;
+    c.min_splits = 16;
+    c.meet = 1;
+    run_kv_case(&c);
+    c.name = "meet paged 64 bad page";
+    c.steps = 1;
+    c.bad_entry[0] = 31; /* negative */
+    run_kv_case(&c);
+}
+
 /* The FP32-pipe step: fp32 and head dims the tensor-core step does not
  * take, contiguous and paged, every option, invalid sequences, two
  * steps. */
@@ -762,4 +793,5 @@ FA_TEST(fp32_pipes) {
 }
 
 FA_TEST_MAIN(FA_CASE(contiguous), FA_CASE(paged_sizes), FA_CASE(rotary), FA_CASE(score_options),
-             FA_CASE(invalid_data), FA_CASE(row_tiles), FA_CASE(repeated_steps), FA_CASE(fp32_pipes))
+             FA_CASE(invalid_data), FA_CASE(row_tiles), FA_CASE(repeated_steps), FA_CASE(fp32_pipes),
+             FA_CASE(splits_meet))

@@ -15,7 +15,7 @@
 // (bar.sync), as a warpgroup hands its dS^T to the one whose dQ turn it
 // is: correct too. Build and run:
 //   nvcc -arch=sm_90 -o /tmp/probe bench/probes/mbarrier_racecheck.cu
-//   compute-sanitizer --tool racecheck /tmp/probe ordered   (warp, named, arrive, alternate, racy)
+//   compute-sanitizer --tool racecheck /tmp/probe ordered   (warp, named, arrive, alternate, alternate-odd, racy)
 #include <cstdio>
 #include <cstring>
 
@@ -44,20 +44,27 @@ __global__ void probe_named(int *out, int writers_arrive) {
  * 256) where the other only arrives (bar.arrive); then every consumer
  * thread writes its word, both meet at barrier 1 (bar.sync 1, 256) and
  * each reads a word the other warpgroup wrote. Correct: a report is the
- * tool's. */
-__global__ void probe_alternate(int *out) {
+ * tool's. "alternate-odd" takes three steps, so that one warpgroup's last
+ * barrier before the epilogue is an arrival, as in a backward block whose
+ * walk has an odd number of query tiles (the causal mask's last key
+ * tiles): correct too. */
+__global__ void probe_alternate(int *out, int steps) {
     __shared__ int data[256];
     if (threadIdx.x < 128) return;
     const int c = (int)threadIdx.x - 128, wg = c / 128;
-    for (int step = 0; step < 4; step++) {
+    for (int step = 0; step < steps; step++) {
         if (wg == step % 2)
             asm volatile("bar.sync %0, 256;" ::"r"(2 + step % 2) : "memory");
         else
             asm volatile("bar.arrive %0, 256;" ::"r"(2 + step % 2) : "memory");
     }
     data[c] = c + 1;
-    asm volatile("bar.sync 1, 256;" ::: "memory");
-    if (c < 32) out[c] = data[255 - c];
+    asm volatile("bar.sync %0, %1;" ::"r"(1), "r"(256) : "memory");
+    const int v = data[255 - c];
+    asm volatile("bar.sync %0, %1;" ::"r"(1), "r"(256) : "memory");
+    data[c] = v; /* written again after both read: the epilogue's second meeting */
+    asm volatile("bar.sync %0, %1;" ::"r"(1), "r"(256) : "memory");
+    if (c < 32) out[c] = data[c];
 }
 
 __global__ void probe(int *out, int wait, int by_lane0) {
@@ -92,9 +99,11 @@ int main(int argc, char **argv) {
     cudaMalloc(&out, sizeof host);
     const int arrive = argc > 1 && strcmp(argv[1], "arrive") == 0;
     const int named = arrive || (argc > 1 && strcmp(argv[1], "named") == 0);
-    const int alternate = argc > 1 && strcmp(argv[1], "alternate") == 0;
+    const int odd = argc > 1 && strcmp(argv[1], "alternate-odd") == 0;
+    const int one = argc > 1 && strcmp(argv[1], "alternate-1") == 0;
+    const int alternate = odd || one || (argc > 1 && strcmp(argv[1], "alternate") == 0);
     if (alternate)
-        probe_alternate<<<1, 384>>>(out);
+        probe_alternate<<<1, 384>>>(out, one ? 1 : odd ? 3 : 4);
     else if (named)
         probe_named<<<1, 96>>>(out, arrive);
     else

@@ -231,8 +231,8 @@ fa_status fa_fp8_vt_size(const fa_attention_desc *desc, int64_t *keys_pad, size_
                                 (size_t[]){(size_t)desc->batch, (size_t)desc->heads_kv, (size_t)desc->head_dim,
                                            (size_t)*keys_pad},
                                 4, bytes));
-    /* The tensor map steps over (KV head, sequence) with strides below 2^40. */
-    if ((double)desc->heads_kv * desc->head_dim * (double)*keys_pad >= 1099511627776.0)
+    /* The tensor map steps over (KV head, sequence): its largest stride. */
+    if ((double)desc->heads_kv * desc->head_dim * (double)*keys_pad >= (double)FA_TMA_MAX_STRIDE)
         return fa_fail(FA_ERR_UNSUPPORTED, "fp8 inputs: V^T of %d KV heads x %d x %lld keys exceeds a tensor map's "
                        "strides (2^40 bytes a sequence)",
                        desc->heads_kv, desc->head_dim, (long long)*keys_pad);

@@ -71,6 +71,9 @@ int fa_fp8_vt_global(const fa_attention_desc *desc, int bc);
  * FA_ERR_UNSUPPORTED where it exceeds SIZE_MAX or a tensor map's strides
  * (below 2^40 bytes). */
 fa_status fa_fp8_vt_size(const fa_attention_desc *desc, int64_t *keys_pad, size_t *bytes);
+/* A tensor map's strides (cuTensorMapEncodeTiled): multiples of 16 bytes
+ * below this. */
+#define FA_TMA_MAX_STRIDE ((int64_t)1 << 40)
 
 /* Local memory (bytes) one work-group of the given variant needs for a tile
  * shape. Kernels declare exactly this much; tests hold them to it. */

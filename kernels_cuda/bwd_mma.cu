@@ -128,6 +128,13 @@
  * split step alone gained nothing; dQ in turns, one warpgroup a step, 5%
  * (the warpgroups no longer run in lockstep); the bulk reductions of dQ
  * at head_dim 128 a further 0-6%. */
+/* A padded build (IO_DIM below HEAD_DIM, cuda_attention.c backward_spec)
+ * is the warp-specialised one adding dQ into the accumulator: the tensor
+ * maps' copies fill the padding with zeros, store_tile and the rowwise
+ * kernels keep to IO_DIM columns, and no other load reads the tensors. */
+#if IO_DIM != HEAD_DIM && !(defined(TMA) && defined(DQ_ATOMIC))
+#error "bwd_mma: a padded build (IO_DIM) is the warp-specialised one with dQ by accumulator"
+#endif
 #ifdef TMA
 #if !defined(WGMMA) || defined(VARLEN)
 #error "bwd_mma: TMA builds on WGMMA, fixed-length sequences"

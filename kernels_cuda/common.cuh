@@ -6,6 +6,10 @@
  * Compile-time options (backends/cuda/cuda_attention.c sets them from the
  * plan):
  *   HEAD_DIM                              head dimension
+ *   IO_DIM                                the tensors' head dimension where
+ *                                         it is less (a padded build: the
+ *                                         warp-specialised backward); else
+ *                                         HEAD_DIM
  *   DTYPE_F32 | DTYPE_F16 | DTYPE_BF16    storage dtype of Q, K, V, O, grads
  *   CAUSAL WINDOW BLOCK_MASK DROPOUT VARLEN   options present in the plan
  *   SOFTCAP ALIBI BIAS [BIAS_F32]         score options present (BIAS_F32:
@@ -15,6 +19,13 @@
 #define FA_CUDA_COMMON_CUH
 
 #include "dtype.cuh"
+
+#ifndef IO_DIM
+#define IO_DIM HEAD_DIM
+#endif
+#if IO_DIM > HEAD_DIM || IO_DIM % 8 != 0
+#error "common.cuh: IO_DIM is a multiple of 8 up to HEAD_DIM"
+#endif
 
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.69314718055994531f
@@ -32,7 +43,7 @@ struct fa_params {
     const void *dout;
     void *dq, *dk, *dv;
     float *dvec;     /* backward: D = rowsum(dO * O), laid out as L */
-    float *dq_acc;   /* backward: fp32 dQ accumulator [heads_q][total_q][HEAD_DIM] */
+    float *dq_acc;   /* backward: fp32 dQ accumulator [heads_q][total_q][HEAD_DIM] (padded rows) */
     const int *cu_q, *cu_k;
     const u8 *block_mask;
     const u8 *tile_map; /* per (query tile, key tile) of this kernel's shape */

@@ -444,13 +444,14 @@ FA_DEV void load_tile_async(u32 dst, const elem_t *src, i64 stride, int valid, i
 }
 
 /* Writes the first `valid` rows of a tile to global memory, 16 bytes per
- * thread and access, chunks shared out as load_tile_async does. */
+ * thread and access, chunks shared out as load_tile_async does; of a
+ * padded build's rows (IO_DIM < HEAD_DIM) the tensors' columns only. */
 template <int ROWS, int NTHREADS>
 FA_DEV void store_tile(elem_t *dst, i64 stride, const unsigned char *tile, int valid, int tid) {
 #pragma unroll 4
     for (int e = tid; e < ROWS * ROW_CHUNKS; e += NTHREADS) {
         const int r = e / ROW_CHUNKS, c = e % ROW_CHUNKS;
-        if (r < valid)
+        if (r < valid && c < IO_DIM / CHUNK_ELEMS)
             *(uint4 *)(dst + (i64)r * stride + c * CHUNK_ELEMS) = *(const uint4 *)(tile + chunk_off(r, c));
     }
 }

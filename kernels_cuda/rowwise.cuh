@@ -22,13 +22,13 @@
     const int r = (int)r_
 
 #ifdef BWD
-/* D = rowsum(dO * O) of the values as stored, in fp32. */
+/* D = rowsum(dO * O) of the values as stored, in fp32 (IO_DIM of them). */
 extern "C" __global__ void __launch_bounds__(ROWWISE_THREADS) fa_bwd_dot(const fa_params p) {
     ROWWISE_SETUP();
     const i64 row = O_ROW(p, b, seq, r, h);
     const elem_t *o = (const elem_t *)p.o + row, *g = (const elem_t *)p.dout + row;
     float acc = 0.0f;
-    for (int x0 = lane8 * 8; x0 < HEAD_DIM; x0 += 64) {
+    for (int x0 = lane8 * 8; x0 < IO_DIM; x0 += 64) {
         float a[8], c[8];
         load8(o + x0, a);
         load8(g + x0, c);
@@ -43,12 +43,13 @@ extern "C" __global__ void __launch_bounds__(ROWWISE_THREADS) fa_bwd_dot(const f
     if (lane8 == 0) p.dvec[lse_index(p, b, h, r, seq.start_q)] = acc;
 }
 
-/* dQ = scale * accumulator, rounded once to the storage dtype. */
+/* dQ = scale * accumulator, rounded once to the storage dtype (the first
+ * IO_DIM of each accumulator row of HEAD_DIM). */
 extern "C" __global__ void __launch_bounds__(ROWWISE_THREADS) fa_bwd_dq_convert(const fa_params p) {
     ROWWISE_SETUP();
     const float *acc = p.dq_acc + lse_index(p, b, h, r, seq.start_q) * HEAD_DIM;
     elem_t *dq = (elem_t *)p.dq + Q_ROW(p, b, seq, r, h);
-    for (int x0 = lane8 * 8; x0 < HEAD_DIM; x0 += 64) {
+    for (int x0 = lane8 * 8; x0 < IO_DIM; x0 += 64) {
         float v[8];
         const float4 a = *(const float4 *)(acc + x0), c = *(const float4 *)(acc + x0 + 4);
         v[0] = a.x * p.scale;

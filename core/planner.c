@@ -219,6 +219,10 @@ size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes) {
 
 int fa_tma_head_dim(const fa_attention_desc *desc) { return desc ? (desc->head_dim + 63) / 64 * 64 : 0; }
 
+int fa_tma_bwd_head_dim(const fa_attention_desc *desc) {
+    return !desc ? 0 : desc->head_dim <= 64 ? 64 : desc->head_dim <= 128 ? 128 : 256;
+}
+
 int fa_fp8_vt_global(const fa_attention_desc *desc, int bc) {
     if (!desc || !fa_desc_is_fp8(desc) || bc != 128) return 0;
     const char *env = getenv("FLASHATTN_FP8_VT");
@@ -299,14 +303,20 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
             const size_t dp = (size_t)fa_tma_head_dim(desc);
             return e * dp * (r + st * 2 * c) + 8 * (1 + 4 * st);
         }
-        /* bwd_mma.cu built with TMA: WGMMA's tiles with two dS^T (three
+        /* bwd_mma.cu built with TMA, for the padded head_dim where it runs
+         * padded (fa_tma_bwd_head_dim): WGMMA's tiles with two dS^T (three
          * where each step's dQ is added during the next), then a full and
          * an empty barrier per stage, one for K and V, four for dQ's rows;
          * with two consumer warpgroups above head_dim 64, the dQ tile the
          * bulk reductions read (rows padded by 8 floats, 16-byte aligned). */
-        return e * (d * (2 * c + st * 2 * r) + (fa_tma_bwd_dq_lag(desc, bc) ? 3 : 2) * c * r) + 4 * 2 * st * r +
-               8 * (5 + 2 * st) + (c == 128 && d > 64 ? 16 + 4 * r * (d + 8) : 0) +
-               (d == 256 ? 2 * e * c * r : 0); /* 256: two P^T tiles (DK_SPLIT 2, as the host builds it) */
+        {
+            fa_attention_desc padded = *desc;
+            padded.head_dim = fa_tma_bwd_head_dim(desc);
+            const size_t dp = (size_t)padded.head_dim;
+            return e * (dp * (2 * c + st * 2 * r) + (fa_tma_bwd_dq_lag(&padded, bc) ? 3 : 2) * c * r) +
+                   4 * 2 * st * r + 8 * (5 + 2 * st) + (c == 128 && dp > 64 ? 16 + 4 * r * (dp + 8) : 0) +
+                   (dp == 256 ? 2 * e * c * r : 0); /* 256: two P^T tiles (DK_SPLIT 2, as the host builds it) */
+        }
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
     default:
@@ -1088,7 +1098,7 @@ static int tma_threads(int br) { return 128 * (br / 64 + 1); }
  * dimension has more than one index (backends/cuda/cuda_tma.c puts a
  * valid one where it has one). */
 static int tma_stride_ok(int64_t stride, int64_t count, size_t elem) {
-    return count <= 1 || (stride > 0 && stride < ((int64_t)1 << 40) / (int64_t)elem && stride * (int64_t)elem % 16 == 0);
+    return count <= 1 || (stride > 0 && stride < FA_TMA_MAX_STRIDE / (int64_t)elem && stride * (int64_t)elem % 16 == 0);
 }
 
 static int tma_layouts_ok(const fa_attention_desc *desc) {
@@ -1272,6 +1282,39 @@ static void tma_backward_plan_256(const fa_device_desc *dev, const fa_attention_
     *out = kp;
 }
 
+static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
+                           fa_kernel_plan *out);
+
+/* Head dims between the warp-specialised backward's (96 below 128; 160,
+ * 192 and 224 below 256) run it padded (fa_tma_bwd_head_dim) where it is
+ * what the padded problem plans, in place of mma.sync: the padded
+ * problem's tiles, local memory, compute time and dQ accumulator, the
+ * problem's bytes. Not in deterministic mode (its dQ kernel reads the
+ * tensors' rows itself), nor for fp8 (no backward). Measured on an H200
+ * (bench/results/h200.md, 2026-11-28 ninth session): mma.sync ran
+ * 0.64-0.85x FlashAttention-2 at 96 and 192. FLASHATTN_PLAN_TMA_PAD=0
+ * keeps mma.sync, as it does for the forward. */
+static void tma_backward_plan_padded(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
+    const char *env = getenv("FLASHATTN_PLAN_TMA_PAD");
+    const int pd = fa_tma_bwd_head_dim(desc);
+    if ((env && strcmp(env, "0") == 0) || out->variant != FA_VARIANT_MMA || desc->head_dim % 32 != 0 ||
+        desc->head_dim <= 64 || pd == desc->head_dim || desc->deterministic || fa_desc_is_fp8(desc))
+        return;
+    fa_attention_desc padded = *desc;
+    padded.head_dim = pd;
+    fa_kernel_plan kp;
+    memset(&kp, 0, sizeof kp);
+    if (plan_pass(dev, &padded, FA_PASS_BACKWARD, &kp) != FA_SUCCESS || kp.variant != FA_VARIANT_WGMMA_TMA) {
+        fa_clear_error();
+        return;
+    }
+    fa_cost cost = fa_io_fused(dev, desc, FA_PASS_BACKWARD, &kp);
+    cost.compute_ms = kp.cost.compute_ms;
+    cost.roofline_ms = cost.compute_ms > cost.memory_ms ? cost.compute_ms : cost.memory_ms;
+    kp.cost = cost;
+    *out = kp;
+}
+
 static void tma_backward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     tma_backward_plan_256(dev, desc, out);
     const char *env = getenv("FLASHATTN_PLAN_TMA_BWD");
@@ -1343,7 +1386,10 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
     out->workspace_bytes = workspace_bytes(dev, desc, pass, best.variant, best.split);
     out->cost = best.cost;
     if (pass == FA_PASS_FORWARD) tma_forward_plan(dev, desc, out);
-    if (pass == FA_PASS_BACKWARD) tma_backward_plan(dev, desc, out);
+    if (pass == FA_PASS_BACKWARD) {
+        tma_backward_plan(dev, desc, out);
+        tma_backward_plan_padded(dev, desc, out);
+    }
     return FA_SUCCESS;
 }
 

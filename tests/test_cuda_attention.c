@@ -708,8 +708,17 @@ static fa_variant tensor_core_forward(const fa_attention_desc *d) {
  * dropout comes with a mask or varlen (their registers and Philox's do
  * not fit together). */
 static fa_variant tensor_core_backward(const fa_attention_desc *d) {
-    const char *tma = getenv("FLASHATTN_PLAN_TMA_BWD");
+    const char *tma = getenv("FLASHATTN_PLAN_TMA_BWD"), *pad = getenv("FLASHATTN_PLAN_TMA_PAD");
     const int tma_off = tma && strcmp(tma, "0") == 0;
+    /* Head dims between the warp-specialised backward's (96; 160 to 224)
+     * run it padded to 128 or 256 where the padded problem plans it, not
+     * in deterministic mode (FLASHATTN_PLAN_TMA_PAD=0: mma.sync). */
+    if (device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim > 64 && d->head_dim % 32 == 0 &&
+        d->head_dim != fa_tma_bwd_head_dim(d) && !d->deterministic && !(pad && strcmp(pad, "0") == 0)) {
+        fa_attention_desc padded = *d;
+        padded.head_dim = fa_tma_bwd_head_dim(d);
+        return tensor_core_backward(&padded) == FA_VARIANT_WGMMA_TMA ? FA_VARIANT_WGMMA_TMA : FA_VARIANT_MMA;
+    }
     /* Head_dim 256 on sm_90: the warp-specialised backward with two
      * consumer warpgroups sharing the keys, fixed lengths without dropout
      * or score options. */
@@ -1294,14 +1303,15 @@ FA_TEST(tma_backward_256) {
 }
 
 /* Head dims between whole 64-column blocks on the warp-specialised forward
- * built for the next block (as planned): 96, 160 and 224
- * against the fp64 reference, the backward as planned beside it, with
+ * built for the next block (as planned): 96, 160 and 224 (192 native)
+ * against the fp64 reference, the backward as planned beside it (padded
+ * to 128 or 256 on the warp-specialised one where it applies), with
  * partial tiles, GQA, causal masks, windows, dropout and softcap. Rows
  * are packed (head_dim apart), so a store past head_dim would land in the
- * next row's O and fail the comparison. */
+ * next row's O (or dQ, dK, dV) and fail the comparison. */
 FA_TEST(tma_padded_head_dims) {
     REQUIRE_WGMMA();
-    static const int dims[] = {96, 160, 224};
+    static const int dims[] = {96, 160, 192, 224};
     for (size_t i = 0; i < FA_ARRAY_SIZE(dims); i++)
         for (int k = 0; k < 4; k++) {
             fa_attention_desc d = mma_desc(k % 2, 2, 333 + 50 * k, 301 + 97 * k, 4, k == 1 ? 2 : 4, dims[i]);
@@ -1321,6 +1331,8 @@ FA_TEST(tma_padded_head_dims) {
             run_full(name, &d, NULL, NULL, 1, &res);
             CHECK_MSG(res.info.forward.variant == FA_VARIANT_WGMMA_TMA, "%s: forward %s", name,
                       fa_variant_name(res.info.forward.variant));
+            CHECK_MSG(res.info.backward.variant == tensor_core_backward(&d), "%s: backward %s", name,
+                      fa_variant_name(res.info.backward.variant));
         }
 }
 

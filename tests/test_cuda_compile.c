@@ -1194,6 +1194,38 @@ FA_TEST(h100_sm90_tma_backward_variants) {
 #endif
 }
 
+/* The warp-specialised backward at head dims between its own, as planned
+ * on an H100: built for the padded one (96 as 128; 160, 192, 224 as 256)
+ * with IO_DIM the tensors', plain, causal with GQA, and (96) windowed with
+ * a block mask and with dropout; no spills, and the rowwise kernels of the
+ * same program (fa_bwd_dot, fa_bwd_dq_convert) built with it. */
+FA_TEST(h100_sm90_tma_backward_padded) {
+    REQUIRE_CUDA_BUILD();
+#ifdef FA_WITH_CUDA
+    REQUIRE_NVRTC();
+    static const int pad_dims[] = {96, 160, 192, 224};
+    for (size_t i = 0; i < FA_ARRAY_SIZE(pad_dims); i++)
+        for (int opts = 0; opts < (pad_dims[i] == 96 ? 4 : 2); opts++) {
+            fa_attention_desc d = tma_problem(opts == 1 ? 2 : opts == 2 ? 4 : 0, 4096);
+            d.head_dim = pad_dims[i];
+            d.dropout_p = opts == 3 ? 0.1f : 0.0f;
+            fa_plan_info info;
+            CHECK_OK(fa_plan_for_device(&fa_described_device_find("h100")->desc, &d, &info));
+            CHECK_MSG(info.backward.variant == FA_VARIANT_WGMMA_TMA, "d%d options %d: backward %s", pad_dims[i], opts,
+                      fa_variant_name(info.backward.variant));
+            if (info.backward.variant != FA_VARIANT_WGMMA_TMA) continue;
+            fa_cuda_kernel_report r;
+            if (!key_side_compiled(&d, &info, (int)i * 4 + opts, &r)) continue;
+            char io[24], hd[24];
+            snprintf(io, sizeof io, "IO_DIM=%d", pad_dims[i]);
+            snprintf(hd, sizeof hd, "HEAD_DIM=%d", fa_tma_bwd_head_dim(&d));
+            CHECK_MSG(has_define(r.options, "TMA") && has_define(r.options, io) && has_define(r.options, hd) &&
+                          has_define(r.options, "DK_SPLIT=2") == (pad_dims[i] > 128),
+                      "d%d options %d: %s", pad_dims[i], opts, r.options);
+        }
+#endif
+}
+
 /* The TMA backward's 128 queries a step at head_dim 64 (the S^T and dP^T
  * accumulators twice as wide), as planned there: plain and causal without
  * spills, 64 where deterministic. Windows, block masks and score options
@@ -1549,7 +1581,7 @@ FA_TEST(fp8_refusals) {
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
              FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
-             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_wide_rows), FA_CASE(h100_sm90_tma_backward_256), FA_CASE(h100_sm90_tma_padded_variants),
+             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_wide_rows), FA_CASE(h100_sm90_tma_backward_padded), FA_CASE(h100_sm90_tma_backward_256), FA_CASE(h100_sm90_tma_padded_variants),
              FA_CASE(h100_sm90_fp8_variants), FA_CASE(fp8_refusals),
              FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),

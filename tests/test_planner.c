@@ -76,19 +76,25 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
          * 128 queries a step at head_dim 64 without masks beyond causal,
          * dropout or score options; at head_dim 256 two consumer
          * warpgroups sharing 64 keys, without dropout. */
+        /* Head dims between 64, 128 and 256 run padded to the next of them
+         * (not deterministic: the dQ kernel would read the padding). */
+        const int pdim = fa_tma_bwd_head_dim(d);
         const int wide = dim == 64 && k->bc == 128 && d->dropout_p <= 0.0f && !d->block_mask && d->window_left < 0 &&
                          d->window_right < 0 && !d->deterministic && !fa_desc_option_in_use(d);
-        const int d256 = dim == 256 && k->br == 64 && k->bc == 64 && k->work_group_size == 384 &&
+        const int d256 = pdim == 256 && k->br == 64 && k->bc == 64 && k->work_group_size == 384 &&
                          d->dropout_p <= 0.0f;
         CHECK_MSG((d256 || (k->br == (wide ? 128 : 64) && (k->bc == 64 || k->bc == 128) &&
-                            k->work_group_size == 2 * k->bc + 128 && dim <= 128)) &&
-                      k->thread_rows == 16 * (k->br / 64) && k->thread_cols == 2 && k->stages == 2 && dim % 64 == 0 &&
+                            k->work_group_size == 2 * k->bc + 128 && pdim <= 128)) &&
+                      k->thread_rows == 16 * (k->br / 64) && k->thread_cols == 2 && k->stages == 2 &&
+                      (dim % 64 == 0 || (dim % 32 == 0 && !d->deterministic)) &&
                       !(dim > 64 && fa_desc_option_in_use(d)) &&
                       (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) && !d->cu_seqlens_q && strcmp(dev->arch, "sm_90") == 0,
                   "%s: wgmma_tma backward %d x %d/%d, micro-tile %d x %d, %d stages", what, k->br, k->bc,
                   k->work_group_size, k->thread_rows, k->thread_cols, k->stages);
         if (fa_test_failures != before) return fa_test_failures - before;
-        CHECK(k->local_mem_bytes == fa_plan_local_mem(k->variant, pass, d, k->br, k->bc, k->stages) &&
+        fa_attention_desc padded = *d;
+        padded.head_dim = pdim;
+        CHECK(k->local_mem_bytes == fa_plan_local_mem(k->variant, pass, &padded, k->br, k->bc, k->stages) &&
               k->local_mem_bytes <= dev->local_mem_bytes);
         return fa_test_failures - before;
     } else if (k->variant == FA_VARIANT_WGMMA_TMA) {
@@ -610,8 +616,28 @@ FA_TEST(tma_padded_head_dims) {
         CHECK(on.forward.cost.hbm_read_bytes == mine.hbm_read_bytes &&
               on.forward.cost.hbm_write_bytes == mine.hbm_write_bytes);
         CHECK_NEAR(on.forward.cost.compute_ms, ref.forward.cost.compute_ms, 0.0);
-        /* The backward is not padded. */
-        CHECK(on.backward.variant == off.backward.variant);
+        /* The backward runs padded too, to 128 or 256 (fa_tma_bwd_head_dim):
+         * the padded problem's plan, the problem's bytes; mma.sync with the
+         * padding switched off. */
+        fa_attention_desc bpad = d;
+        bpad.head_dim = fa_tma_bwd_head_dim(&d);
+        fa_plan_info bref;
+        CHECK(bpad.head_dim == (dims[i][0] < 128 ? 128 : 256));
+        CHECK_OK(fa_plan_for_device(device("h100"), &bpad, &bref));
+        CHECK(off.backward.variant == FA_VARIANT_MMA && on.backward.variant == FA_VARIANT_WGMMA_TMA &&
+              bref.backward.variant == FA_VARIANT_WGMMA_TMA);
+        CHECK(on.backward.br == bref.backward.br && on.backward.bc == bref.backward.bc &&
+              on.backward.local_mem_bytes == bref.backward.local_mem_bytes &&
+              on.backward.workspace_bytes == bref.backward.workspace_bytes);
+        const fa_cost bmine = fa_io_fused(device("h100"), &d, FA_PASS_BACKWARD, &on.backward);
+        CHECK(on.backward.cost.hbm_read_bytes == bmine.hbm_read_bytes &&
+              on.backward.cost.hbm_write_bytes == bmine.hbm_write_bytes);
+        CHECK_NEAR(on.backward.cost.compute_ms, bref.backward.cost.compute_ms, 0.0);
+        /* Deterministic mode keeps mma.sync (its dQ kernel reads rows). */
+        d.deterministic = 1;
+        fa_plan_info det;
+        CHECK_OK(fa_plan_for_device(device("h100"), &d, &det));
+        CHECK(det.backward.variant == FA_VARIANT_MMA);
     }
     /* Not 64 itself, nor fp32, nor head dims off the 32-column grid. */
     fa_attention_desc d = shape(2, 4096, 4096, 16, 16, 80, FA_DTYPE_BF16);
@@ -986,7 +1012,8 @@ FA_TEST(format_shows_plan) {
 
 /* Above head_dim 128 the fp16/bf16 backward stays on tensor cores with
  * warps sharing key strips (bwd_mma.cu DK_SPLIT; at 256 on sm_90 without
- * dropout, warpgroups on the warp-specialised one): 8 warps of 64 keys, the
+ * dropout, warpgroups on the warp-specialised one, which 160 to 224 run
+ * padded to 256 but in deterministic mode): 8 warps of 64 keys, the
  * micro-tile a thread's share of the queries, the P^T tile beside dS^T in
  * the local-memory figure, and the plan's text saying so. TF32 and the
  * head dimensions up to 128 keep one warp a strip. */
@@ -1009,6 +1036,18 @@ FA_TEST(wide_heads_share_key_strips) {
                 const fa_kernel_plan *b = &p.backward;
                 /* sm_90 at 256 without dropout: the warp-specialised
                  * backward, two consumer warpgroups sharing 64 keys. */
+                /* 160 to 224 padded to it, not deterministic (opt 1). */
+                if (v == 0 && opt == 0 && dims[i] < 256) {
+                    fa_attention_desc padded = d;
+                    padded.head_dim = 256;
+                    CHECK_MSG(b->variant == FA_VARIANT_WGMMA_TMA && b->work_group_size == 384 && b->br == 64 &&
+                                  b->bc == 64 &&
+                                  b->local_mem_bytes ==
+                                      fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, &padded, 64, 64, 2),
+                              "d%d padded: backward %s %d x %d / %d", dims[i], fa_variant_name(b->variant), b->br,
+                              b->bc, b->work_group_size);
+                    continue;
+                }
                 if (v == 0 && dims[i] == 256 && opt < 2) {
                     CHECK_MSG(b->variant == FA_VARIANT_WGMMA_TMA && b->work_group_size == 384 && b->br == 64 &&
                                   b->bc == 64 &&

@@ -563,10 +563,24 @@ static fa_status forward_spec(const fa_attention_desc *d, const fa_kernel_plan *
     return FA_SUCCESS;
 }
 
+/* Floats a row of the fp32 dQ accumulator: the padded head_dim where the
+ * warp-specialised backward runs padded (its reductions write whole rows). */
+static int dq_acc_dim(const fa_attention_desc *d, const fa_kernel_plan *kp) {
+    return kp->variant == FA_VARIANT_WGMMA_TMA ? fa_tma_bwd_head_dim(d) : d->head_dim;
+}
+
 static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan *kp, int cc_major, int cc_minor,
                                cu_program_spec *s) {
     memset(s, 0, sizeof *s);
-    common_defines(d, s->defines, sizeof s->defines);
+    /* The warp-specialised kernel at a head_dim between its own runs padded
+     * (planner.c tma_backward_plan_padded): built for the padded one, with
+     * IO_DIM the tensors' (fa_bwd_dot, the conversion of dQ and the dK, dV
+     * stores read and write that many columns). */
+    fa_attention_desc pd = *d;
+    if (kp->variant == FA_VARIANT_WGMMA_TMA) pd.head_dim = fa_tma_bwd_head_dim(d);
+    common_defines(&pd, s->defines, sizeof s->defines);
+    if (pd.head_dim != d->head_dim) FA_CHECK(append_define(s, " -DIO_DIM=%d", d->head_dim, 0, 0, 0));
+    d = &pd;
     const int atomic = !d->deterministic;
     s->kernels[0] = (cu_kernel_spec){"fa_bwd_dot", CU_ROWWISE_THREADS, 0};
     if (cu_mma_ok(kp) || kp->variant == FA_VARIANT_WGMMA || kp->variant == FA_VARIANT_WGMMA_TMA) {
@@ -967,6 +981,7 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
 
     /* Rows of L: heads_q x total_q. */
     const size_t heads = (size_t)d->heads_q, tokens = (size_t)plan->total_q, dim = (size_t)d->head_dim;
+    const size_t dq_dim = (size_t)dq_acc_dim(d, &info->backward);
     size_t bytes;
     if (plan->cu_seqlens_q) {
         bytes = ((size_t)d->batch + 1) * sizeof(int32_t);
@@ -1020,7 +1035,7 @@ static fa_status prepare_inner(fa_cuda_plan *p, const fa_plan_s *plan) {
         FA_CHECK(device_alloc(bytes, NULL, "the backward row sums", &p->dvec, stream));
     }
     if (!d->deterministic && !fwd_only) {
-        FA_CHECK(fa_workspace_bytes("the dQ accumulator", (size_t[]){heads, tokens, dim, sizeof(float)}, 4, &bytes));
+        FA_CHECK(fa_workspace_bytes("the dQ accumulator", (size_t[]){heads, tokens, dq_dim, sizeof(float)}, 4, &bytes));
         FA_CHECK(device_alloc(bytes, NULL, "the dQ accumulator", &p->dq_acc, stream));
     }
     b->cu_q = p->cu_q;
@@ -1294,7 +1309,7 @@ static fa_status backward_inner(fa_cuda_plan *p, const fa_plan_s *plan, const fa
     const unsigned row_groups = tiles_of(d->seqlen_q, CU_ROWWISE_ROWS), hq = (unsigned)d->heads_q, nb = (unsigned)d->batch;
     FA_CHECK(timing_begin(p));
     if (p->dq_acc) {
-        size_t words = (size_t)d->heads_q * (size_t)plan->total_q * (size_t)d->head_dim;
+        size_t words = (size_t)d->heads_q * (size_t)plan->total_q * (size_t)dq_acc_dim(d, kp);
         const CUresult r = cu()->cuMemsetD32Async(p->dq_acc, 0u, words, p->ctx->stream);
         if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuMemsetD32Async (dQ accumulator)");
     }

@@ -1298,8 +1298,11 @@ static void tma_backward_plan_padded(const fa_device_desc *dev, const fa_attenti
     const char *env = getenv("FLASHATTN_PLAN_TMA_PAD");
     const int pd = fa_tma_bwd_head_dim(desc);
     if ((env && strcmp(env, "0") == 0) || out->variant != FA_VARIANT_MMA || desc->head_dim % 32 != 0 ||
-        desc->head_dim <= 64 || pd == desc->head_dim || desc->deterministic || fa_desc_is_fp8(desc))
+        desc->head_dim <= 64 || pd == desc->head_dim || desc->deterministic || fa_desc_is_fp8(desc) ||
+        !tma_layouts_ok(desc))
         return;
+    /* The tensor maps describe the problem's own layout (checked above),
+     * not the padded one's. */
     fa_attention_desc padded = *desc;
     padded.head_dim = pd;
     fa_kernel_plan kp;

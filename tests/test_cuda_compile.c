@@ -294,8 +294,15 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
          * dropout or score options (two warpgroups sharing the keys). */
         const int tma_256 = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 && d->head_dim == 256 &&
                             !d->cu_seqlens_q && d->dropout_p <= 0.0f && !fa_desc_option_in_use(d);
-        CHECK_MSG((bv == FA_VARIANT_WGMMA || bv == FA_VARIANT_WGMMA_TMA) == (wgmma_bwd || tma_256) &&
-                      (bv == FA_VARIANT_WGMMA_TMA) == ((wgmma_bwd && !d->cu_seqlens_q) || tma_256),
+        /* At 96 and 160-224 the warp-specialised one built for 128 or 256
+         * where the padded problem plans it: fixed lengths, not
+         * deterministic, no score options, at 256 no dropout. */
+        const int tma_pad = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 32 == 0 &&
+                            d->head_dim > 64 && d->head_dim != fa_tma_bwd_head_dim(d) && !d->cu_seqlens_q &&
+                            !d->deterministic && !fa_desc_option_in_use(d) &&
+                            (d->head_dim < 128 || d->dropout_p <= 0.0f);
+        CHECK_MSG((bv == FA_VARIANT_WGMMA || bv == FA_VARIANT_WGMMA_TMA) == (wgmma_bwd || tma_256 || tma_pad) &&
+                      (bv == FA_VARIANT_WGMMA_TMA) == ((wgmma_bwd && !d->cu_seqlens_q) || tma_256 || tma_pad),
                   "%s %s: backward %s", device, jobs[i].label, fa_variant_name(bv));
         /* fp16/bf16 backward on tensor cores at every head_dim the
          * m16n8k16 shape divides, above 128 with warps sharing key strips

@@ -103,7 +103,7 @@ hidden=${FA_HIDDEN:-2048}
 dims_csv=$(IFS=,; echo "${dims[*]}")
 json="$out/compare.jsonl"
 : > "$json"
-commit=${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+commit=$(fa_commit_label)
 step_timeout=${FA_STEP_TIMEOUT:-150}
 failed=0
 

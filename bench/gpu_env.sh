@@ -4,7 +4,7 @@
 #
 # Sets: out (from $OUT, default ./gpu-out; created), t_start.
 # Exports: FLASHATTN_CACHE_DIR (default /tmp/fa-kernel-cache).
-# Functions: stamp, fa_gpu_info, fa_nvidia_opencl, fa_hip_nvidia_args,
+# Functions: stamp, fa_commit_label, fa_gpu_info, fa_nvidia_opencl, fa_hip_nvidia_args,
 # fa_clblast, fa_gpu_build, fa_gpu_build_cuda, fa_gpu_build_all, fa_smoke_run,
 # fa_smoke_report, fa_fwd_sweep.
 # shellcheck shell=bash
@@ -13,6 +13,11 @@ out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 export FLASHATTN_CACHE_DIR=${FLASHATTN_CACHE_DIR:-/tmp/fa-kernel-cache}
 t_start=$(date +%s)
+
+# The label of this tree's JSON lines: FA_COMMIT, else the checkout's
+# commit with "-dirty" where tracked files differ from it (the GPU machine's
+# copy of the history can stand behind the tree it runs).
+fa_commit_label() { echo "${FA_COMMIT:-$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)}"; }
 
 # Prints a line prefixed with the seconds since the script started.
 stamp() { echo "[$(( $(date +%s) - t_start )) s] $*"; }

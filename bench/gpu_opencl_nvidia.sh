@@ -28,7 +28,7 @@ fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then
   json="$out/bench.jsonl"
-  commit=${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+  commit=$(fa_commit_label)
   for dtype in fp32 fp16 bf16; do
     for dim in 64 128; do
       build-gpu/fa-bench --backend opencl --dtype "$dtype" --dim "$dim" --seqlens 1024,2048,4096,8192,16384 \

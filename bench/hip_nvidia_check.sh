@@ -50,7 +50,7 @@ fa_gpu_build "$build" "$targets" "${hip_opts[@]}" -DFA_CUDA=AUTO || exit 1
 # named explicitly for the tools (the HIP tests get it from CMake).
 mapping=$PWD/$build/libfa_hip_on_cuda.so
 FLASHATTN_HIP_LIBRARY=$mapping "$build"/fa-info --backend hip --seqlen 4096 --dim 128 --dtype fp16 2>&1 | tee "$out/fa-info.txt"
-commit=${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+commit=$(fa_commit_label)
 status=0
 
 # The HIP ctest cases matching $1, with sequences up to 16k, each within

@@ -32,7 +32,7 @@ stamp "configure and build $build (the mapping, the HIP tests)"
 fa_gpu_build "$build" "fa_hip_on_cuda test_hip_attention test_hip_mma_layouts" -DFA_HIP_NVIDIA=ON \
   -DFA_HIP_INCLUDE="$hip_include" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=AUTO || exit 1
 mapping=$PWD/$build/libfa_hip_on_cuda.so
-commit=${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+commit=$(fa_commit_label)
 echo "commit $commit" | tee "$out/commit.txt"
 
 # Each case within $limit seconds; the whole script stays under six minutes.

@@ -86,12 +86,13 @@ static void put_pass(text *t, const char *name, const fa_kernel_plan *k, int bac
         if (split > 1)
             put(t, "  key strips shared by %d warps, each holding dK and dV for 1/%d of the head dimensions\n", split,
                 split);
-        /* The warp-specialised backward at head_dim 256: its consumer
-         * warpgroups (64 keys each otherwise) share the tile's keys. */
+        /* The warp-specialised backward at head_dim 192 and 256: its
+         * consumer warpgroups (64 keys each otherwise) share the tile's
+         * keys, 128 + 64 or 128 + 128 head dimensions. */
         const int consumers = k->work_group_size / 128 - 1;
         if (backward && k->variant == FA_VARIANT_WGMMA_TMA && k->bc > 0 && consumers * 64 > k->bc)
-            put(t, "  key strips shared by %d warpgroups, each holding dK and dV for 1/%d of the head dimensions\n",
-                consumers * 64 / k->bc, consumers * 64 / k->bc);
+            put(t, "  key strips shared by %d warpgroups, each holding dK and dV for up to 128 of the head dimensions\n",
+                consumers * 64 / k->bc);
     }
     put_cost(t, "  ", &k->cost);
 }

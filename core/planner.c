@@ -220,7 +220,11 @@ size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes) {
 int fa_tma_head_dim(const fa_attention_desc *desc) { return desc ? (desc->head_dim + 63) / 64 * 64 : 0; }
 
 int fa_tma_bwd_head_dim(const fa_attention_desc *desc) {
-    return !desc ? 0 : desc->head_dim <= 64 ? 64 : desc->head_dim <= 128 ? 128 : 256;
+    return !desc                    ? 0
+           : desc->head_dim <= 64   ? 64
+           : desc->head_dim <= 128  ? 128
+           : desc->head_dim == 192  ? 192
+                                    : 256;
 }
 
 int fa_fp8_vt_global(const fa_attention_desc *desc, int bc) {
@@ -315,7 +319,7 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
             const size_t dp = (size_t)padded.head_dim;
             return e * (dp * (2 * c + st * 2 * r) + (fa_tma_bwd_dq_lag(&padded, bc) ? 3 : 2) * c * r) +
                    4 * 2 * st * r + 8 * (5 + 2 * st) + (c == 128 && dp > 64 ? 16 + 4 * r * (dp + 8) : 0) +
-                   (dp == 256 ? 2 * e * c * r : 0); /* 256: two P^T tiles (DK_SPLIT 2, as the host builds it) */
+                   (dp > 128 ? 2 * e * c * r : 0); /* 192, 256: two P^T tiles (DK_SPLIT 2, as the host builds it) */
         }
     case FA_VARIANT_SIMT:
     case FA_VARIANT_SPLITK:
@@ -1250,17 +1254,19 @@ static int tma_backward_wide_rows(const fa_attention_desc *desc, const fa_kernel
  * options: softcap with ALiBi spilled there (12 bytes, NVRTC 13.0), where
  * the warpgroup backward does not. FLASHATTN_PLAN_TMA_BWD=0 keeps the
  * warpgroup backward, for comparison. */
-/* Head_dim 256: the warp-specialised backward with its two consumer
- * warpgroups sharing 64 keys (bwd_mma.cu, WGMMA with DK_SPLIT 2: each
- * computes the scores of half the queries and holds dK and dV for half the
- * head dimensions) in place of the tensor-core one; fp16/bf16, fixed
- * lengths, no dropout or score options. On an H200 (2026-11-28 fifth
- * session) 280-318 TFLOP/s where mma.sync ran 165-179 and
- * FlashAttention-2 195-253 (1.24-1.45x). FLASHATTN_PLAN_TMA_BWD=0 keeps
- * mma.sync, as it keeps the warpgroup backward elsewhere. */
-static void tma_backward_plan_256(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
+/* Head_dim 256 and 192: the warp-specialised backward with its two
+ * consumer warpgroups sharing 64 keys (bwd_mma.cu, WGMMA with DK_SPLIT 2:
+ * each computes the scores of half the queries and holds dK and dV for
+ * its share of the head dimensions, 128 + 128 or 128 + 64) in place of the
+ * tensor-core one; fp16/bf16, fixed lengths, no dropout or score options.
+ * On an H200 (2026-11-28 fifth session) 280-318 TFLOP/s at 256 where
+ * mma.sync ran 165-179 and FlashAttention-2 195-253 (1.24-1.45x); 192 ran
+ * padded to 256 before (ninth session, 215-237). FLASHATTN_PLAN_TMA_BWD=0
+ * keeps mma.sync, as it keeps the warpgroup backward elsewhere. */
+static void tma_backward_plan_split(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     const char *env = getenv("FLASHATTN_PLAN_TMA_BWD");
-    if ((env && strcmp(env, "0") == 0) || out->variant != FA_VARIANT_MMA || desc->head_dim != 256 ||
+    if ((env && strcmp(env, "0") == 0) || out->variant != FA_VARIANT_MMA ||
+        (desc->head_dim != 256 && desc->head_dim != 192) ||
         !tma_forward_applies(dev, desc) || desc->dropout_p > 0.0f || fa_desc_option_in_use(desc) ||
         dev->max_work_group_size < 384)
         return;
@@ -1285,8 +1291,8 @@ static void tma_backward_plan_256(const fa_device_desc *dev, const fa_attention_
 static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                            fa_kernel_plan *out);
 
-/* Head dims between the warp-specialised backward's (96 below 128; 160,
- * 192 and 224 below 256) run it padded (fa_tma_bwd_head_dim) where it is
+/* Head dims between the warp-specialised backward's (96 below 128; 160
+ * and 224 below 256) run it padded (fa_tma_bwd_head_dim) where it is
  * what the padded problem plans, in place of mma.sync: the padded
  * problem's tiles, local memory, compute time and dQ accumulator, the
  * problem's bytes. Not in deterministic mode (its dQ kernel reads the
@@ -1319,7 +1325,7 @@ static void tma_backward_plan_padded(const fa_device_desc *dev, const fa_attenti
 }
 
 static void tma_backward_plan(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
-    tma_backward_plan_256(dev, desc, out);
+    tma_backward_plan_split(dev, desc, out);
     const char *env = getenv("FLASHATTN_PLAN_TMA_BWD");
     if ((env && strcmp(env, "0") == 0) || out->variant != FA_VARIANT_WGMMA || desc->cu_seqlens_q ||
         desc->kv_cache || !tma_layouts_ok(desc) || out->work_group_size + 128 > dev->max_work_group_size ||

@@ -29,7 +29,7 @@
  *
  * Options: BWD, BR BC WARPS STAGES (query tiles in flight), DQ_ATOMIC; the
  * dQ kernel DQ_BR DQ_BC DQ_WARPS; DK_SPLIT (fp16/bf16; with WGMMA only the
- * TMA build at head_dim 256, below):
+ * TMA build at head_dim 192 and 256, below):
  * DK_SPLIT warps share each key strip, so that dK and dV fit the registers
  * at head dimensions above 128. Each computes S^T and dP^T for its
  * 1 / DK_SPLIT of the tile's queries and stores (z keep_scale) P^T and dS^T
@@ -66,7 +66,18 @@
 #define NQW (NQ / DK_SPLIT) /* n-tiles of S^T and dP^T a warp computes */
 #define KQ (BR / 16)
 #define DT (HEAD_DIM / 8)
+#if DK_SPLIT > 1 && defined(WGMMA) && HEAD_DIM == 192
+/* Head_dim 192: the warpgroups split the products, not the head
+ * dimensions (a split into 128 + 64 needs two product shapes, which ptxas
+ * serialises behind a branch on the warpgroup): the first holds dV, the
+ * second dK, each for all 192 dimensions, in one accumulator. At 256 the
+ * same split ran level with the halves (H200, bench/results/h200.md,
+ * 2026-11-29): 256 keeps them. */
+#define BWD_SPLIT_BY_PRODUCT
+#define DTW DT
+#else
 #define DTW (DT / DK_SPLIT) /* n-tiles of dK and dV a warp holds */
+#endif
 #define KS (HEAD_DIM / 16)
 #define DS_CHUNKS (BR * ELEM_BYTES / 16) /* width of the dS^T tile */
 
@@ -80,11 +91,13 @@
  * computes S^T and dP^T for half the queries, both meet over P^T and dS^T
  * in shared memory, and each holds dK and dV for its half of the head
  * dimensions (whole 128-column pairs of swizzled blocks) and adds dQ for
- * its units. Head_dim 256: the registers of dK and dV for 64 keys x 256
- * dimensions would not fit one warpgroup. */
+ * its units (at head_dim 192 each holds one of dK and dV whole:
+ * BWD_SPLIT_BY_PRODUCT). Head_dim 256: the registers of dK and dV for 64
+ * keys x 256 dimensions would not fit one warpgroup. */
 #if DK_SPLIT > 1 && defined(WGMMA) && \
-    (!defined(TMA) || DK_SPLIT != 2 || WARPS != 8 || BC != 64 || BR != 64 || HEAD_DIM != 256 || defined(DROPOUT))
-#error "bwd_mma: WGMMA with DK_SPLIT takes TMA, DK_SPLIT 2, 8 warps, 64 x 64 tiles at head_dim 256, no dropout"
+    (!defined(TMA) || DK_SPLIT != 2 || WARPS != 8 || BC != 64 || BR != 64 || (HEAD_DIM != 256 && HEAD_DIM != 192) || \
+     defined(DROPOUT))
+#error "bwd_mma: WGMMA with DK_SPLIT takes TMA, DK_SPLIT 2, 8 warps, 64 x 64 tiles at head_dim 192 or 256, no dropout"
 #endif
 #if BC % (16 * KEY_WARPS) != 0 || BR % 16 != 0 || HEAD_DIM % 16 != 0
 #error "bwd_mma: BC must be a multiple of 16 * WARPS / DK_SPLIT, BR and HEAD_DIM of 16"
@@ -582,7 +595,11 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
     const int key_base = (DK_SPLIT > 1 ? warp % KEY_WARPS : warp) * KT * 16;
     /* 0 at compile time where warps do not share strips: the unsplit
      * kernels keep the registers they had. */
+#ifdef BWD_SPLIT_BY_PRODUCT
+    const int part = warp / KEY_WARPS, q_part = part * NQW * 8, j_part = 0;
+#else
     const int part = DK_SPLIT > 1 ? warp / KEY_WARPS : 0, q_part = part * NQW * 8, j_part = part * DTW;
+#endif
     (void)q_part;
 
     int r_lo, r_hi, t_begin, t_end;
@@ -895,6 +912,18 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             }
             FENCE_ASYNC_SMEM();
             BLOCK_SYNC();
+#ifdef BWD_SPLIT_BY_PRODUCT
+            /* dV += P^T dO in the first warpgroup, dK += dS^T Q in the
+             * second, into dv: the operands chosen by data, one product
+             * shape, no branch. */
+            const u32 ad = desc_lo_k_major(part ? dsc : ptc), bd = desc_lo_n_major(part ? qb : ob, BR * 128);
+            wg_fence();
+#pragma unroll
+            for (int kq = 0; kq < KQ; kq++)
+                wgmma_ss_kn<HEAD_DIM>(dv[0], sw_desc_at(ad, k_step_off<BC>(kq)), sw_desc_at(bd, (u32)kq * 16 * 128),
+                                      1);
+            wg_commit();
+#else
             const u32 cols = (u32)part * (HEAD_DIM / DK_SPLIT / 64) * BR * 128;
             const u32 pd = desc_lo_k_major(ptc), sd = desc_lo_k_major(dsc);
             const u32 od_n = desc_lo_n_major(ob + cols, BR * 128), qd_n = desc_lo_n_major(qb + cols, BR * 128);
@@ -907,6 +936,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
                                                  sw_desc_at(qd_n, (u32)kq * 16 * 128), 1);
             }
             wg_commit();
+#endif
 #ifdef DQ_ATOMIC
             for (int u = part; u < DQ_UNITS; u += DK_SPLIT) {
                 float acc[DQ_N / 8][4];
@@ -917,7 +947,9 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
 #endif
             wg_wait<0>();
             wg_hold<DTW>(dv[0]);
+#ifndef BWD_SPLIT_BY_PRODUCT
             wg_hold<DTW>(dk[0]);
+#endif
             (void)sc;
             (void)h;
         }
@@ -1179,11 +1211,20 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
     for (int kt = 0; kt < KT; kt++)
 #pragma unroll
         for (int j = 0; j < DTW; j++) {
+#ifdef BWD_SPLIT_BY_PRODUCT
+            /* dv holds the first warpgroup's dV, the second's dK. */
+            float sv[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) sv[e] = part ? dv[kt][j][e] * p.scale : dv[kt][j][e];
+            store_c(part ? k_tile : v_tile, key_base + kt * 16, j, sv, lane);
+            (void)dk;
+#else
             float sk[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) sk[e] = dk[kt][j][e] * p.scale;
             store_c(k_tile, key_base + kt * 16, j_part + j, sk, lane);
             store_c(v_tile, key_base + kt * 16, j_part + j, dv[kt][j], lane);
+#endif
         }
     BLOCK_SYNC();
     store_tile<BC, THREADS>((elem_t *)p.dk + K_ROW(p, b, seq, k0, hk), p.k_ss, k_tile, seq.len_k - k0, tid);

@@ -710,7 +710,7 @@ static fa_variant tensor_core_forward(const fa_attention_desc *d) {
 static fa_variant tensor_core_backward(const fa_attention_desc *d) {
     const char *tma = getenv("FLASHATTN_PLAN_TMA_BWD"), *pad = getenv("FLASHATTN_PLAN_TMA_PAD");
     const int tma_off = tma && strcmp(tma, "0") == 0;
-    /* Head dims between the warp-specialised backward's (96; 160 to 224)
+    /* Head dims between the warp-specialised backward's (96; 160, 224)
      * run it padded to 128 or 256 where the padded problem plans it, not
      * in deterministic mode (FLASHATTN_PLAN_TMA_PAD=0: mma.sync). */
     if (device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim > 64 && d->head_dim % 32 == 0 &&
@@ -719,10 +719,11 @@ static fa_variant tensor_core_backward(const fa_attention_desc *d) {
         padded.head_dim = fa_tma_bwd_head_dim(d);
         return tensor_core_backward(&padded) == FA_VARIANT_WGMMA_TMA ? FA_VARIANT_WGMMA_TMA : FA_VARIANT_MMA;
     }
-    /* Head_dim 256 on sm_90: the warp-specialised backward with two
-     * consumer warpgroups sharing the keys, fixed lengths without dropout
-     * or score options. */
-    if (device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim == 256 && !tma_off && d->dropout_p <= 0.0f &&
+    /* Head_dim 192 and 256 on sm_90: the warp-specialised backward with
+     * two consumer warpgroups sharing the keys, fixed lengths without
+     * dropout or score options. */
+    if (device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && (d->head_dim == 256 || d->head_dim == 192) && !tma_off &&
+        d->dropout_p <= 0.0f &&
         !d->cu_seqlens_q && !fa_desc_option_in_use(d))
         return FA_VARIANT_WGMMA_TMA;
     const int crowded = d->dropout_p > 0.0f && (d->causal || d->window_left >= 0 || d->window_right >= 0 ||
@@ -1277,22 +1278,24 @@ FA_TEST(tma_backward_shapes) {
     }
 }
 
-/* Head_dim 256 on the warp-specialised backward (as planned on sm_90: two
- * consumer warpgroups sharing 64 keys) against the fp64 reference:
- * partial tiles, GQA, causal, a window with a block mask, deterministic.
- * Rows are packed (head_dim apart), so a store past a warpgroup's half of
- * the head dimensions would land in the next row. */
-FA_TEST(tma_backward_256) {
+/* Head_dim 256 and 192 on the warp-specialised backward (as planned on
+ * sm_90: two consumer warpgroups sharing 64 keys, 128 + 128 or 128 + 64
+ * head dimensions each) against the fp64 reference: partial tiles, GQA,
+ * causal, a window with a block mask, deterministic. Rows are packed
+ * (head_dim apart), so a store past a warpgroup's share of the head
+ * dimensions would land in the next row. */
+FA_TEST(tma_backward_split) {
     REQUIRE_WGMMA();
     static uint8_t blocks[16 * 16];
     for (size_t i = 0; i < sizeof blocks; i++) blocks[i] = (uint8_t)((i * 7 + 3) % 4 != 0);
-    for (int k = 0; k < 5; k++) {
-        fa_attention_desc d = mma_desc(k % 2, 2, 333 + 64 * k, 301 + 97 * k, 4, k == 1 ? 2 : 4, 256);
-        d.causal = k == 1;
-        tma_case_masks(&d, k == 2 || k == 4, k == 3 ? blocks : NULL);
-        d.deterministic = k == 4;
+    for (int k = 0; k < 10; k++) {
+        const int dim = k < 5 ? 256 : 192, c = k % 5;
+        fa_attention_desc d = mma_desc(k % 2, 2, 333 + 64 * c, 301 + 97 * c, 4, c == 1 ? 2 : 4, dim);
+        d.causal = c == 1;
+        tma_case_masks(&d, c == 2 || c == 4, c == 3 ? blocks : NULL);
+        d.deterministic = c == 4;
         char name[96];
-        snprintf(name, sizeof name, "tma bwd d256%s%s%s%s%s", k % 2 ? " bf16" : " fp16", d.causal ? " causal" : "",
+        snprintf(name, sizeof name, "tma bwd d%d%s%s%s%s%s", dim, k % 2 ? " bf16" : " fp16", d.causal ? " causal" : "",
                  d.window_left >= 0 ? " window" : "", d.block_mask ? " blocks" : "",
                  d.deterministic ? " deterministic" : "");
         run_result res;
@@ -1305,7 +1308,8 @@ FA_TEST(tma_backward_256) {
 /* Head dims between whole 64-column blocks on the warp-specialised forward
  * built for the next block (as planned): 96, 160 and 224 (192 native)
  * against the fp64 reference, the backward as planned beside it (padded
- * to 128 or 256 on the warp-specialised one where it applies), with
+ * to 128 or 256 on the warp-specialised one where it applies; 192 there
+ * natively), with
  * partial tiles, GQA, causal masks, windows, dropout and softcap. Rows
  * are packed (head_dim apart), so a store past head_dim would land in the
  * next row's O (or dQ, dK, dV) and fail the comparison. */
@@ -2246,7 +2250,7 @@ FA_TEST_MAIN(FA_CASE(dtypes), FA_CASE(head_dims), FA_CASE(causal), FA_CASE(slidi
              FA_CASE(mma_masks), FA_CASE(mma_dropout), FA_CASE(mma_dropout_mask_bits),
              FA_CASE(mma_block_sparse_skips_tiles), FA_CASE(mma_deterministic_backward), FA_CASE(mma_shapes),
              FA_CASE(mma_wide_heads_d96), FA_CASE(mma_wide_heads_d192), FA_CASE(mma_wide_heads_d256),
-             FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes), FA_CASE(tma_shapes), FA_CASE(tma_backward_shapes), FA_CASE(tma_backward_256), FA_CASE(tma_padded_head_dims),
+             FA_CASE(mma_wide_heads_shapes), FA_CASE(dropout_d128_backward), FA_CASE(wgmma_shapes), FA_CASE(tma_shapes), FA_CASE(tma_backward_shapes), FA_CASE(tma_backward_split), FA_CASE(tma_padded_head_dims),
              FA_CASE(fp8_forward), FA_CASE(fp8_refusals),
              FA_CASE(mma_planned_tiles), FA_CASE(mma_rejects_bad_tiles), FA_CASE(score_options_simt),
              FA_CASE(score_options_mma), FA_CASE(score_options_wgmma), FA_CASE(score_options_wide_heads),

@@ -290,11 +290,13 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
         const int crowded = d->dropout_p > 0.0f && d->cu_seqlens_q;
         const int wgmma_bwd = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
                               d->head_dim % 64 == 0 && d->head_dim <= (crowded ? 64 : 128);
-        /* At 256 the warp-specialised one with fixed lengths, without
-         * dropout or score options (two warpgroups sharing the keys). */
-        const int tma_256 = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 && d->head_dim == 256 &&
-                            !d->cu_seqlens_q && d->dropout_p <= 0.0f && !fa_desc_option_in_use(d);
-        /* At 96 and 160-224 the warp-specialised one built for 128 or 256
+        /* At 192 and 256 the warp-specialised one with fixed lengths,
+         * without dropout or score options (two warpgroups sharing the
+         * keys). */
+        const int tma_256 = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
+                            (d->head_dim == 256 || d->head_dim == 192) && !d->cu_seqlens_q && d->dropout_p <= 0.0f &&
+                            !fa_desc_option_in_use(d);
+        /* At 96, 160 and 224 the warp-specialised one built for 128 or 256
          * where the padded problem plans it: fixed lengths, not
          * deterministic, no score options, at 256 no dropout. */
         const int tma_pad = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 32 == 0 &&
@@ -1202,7 +1204,7 @@ FA_TEST(h100_sm90_tma_backward_variants) {
 }
 
 /* The warp-specialised backward at head dims between its own, as planned
- * on an H100: built for the padded one (96 as 128; 160, 192, 224 as 256)
+ * on an H100: built for the padded one (96 as 128; 160 and 224 as 256)
  * with IO_DIM the tensors', plain, causal with GQA, and (96) windowed with
  * a block mask and with dropout; no spills, and the rowwise kernels of the
  * same program (fa_bwd_dot, fa_bwd_dq_convert) built with it. */
@@ -1210,7 +1212,7 @@ FA_TEST(h100_sm90_tma_backward_padded) {
     REQUIRE_CUDA_BUILD();
 #ifdef FA_WITH_CUDA
     REQUIRE_NVRTC();
-    static const int pad_dims[] = {96, 160, 192, 224};
+    static const int pad_dims[] = {96, 160, 224};
     for (size_t i = 0; i < FA_ARRAY_SIZE(pad_dims); i++)
         for (int opts = 0; opts < (pad_dims[i] == 96 ? 4 : 2); opts++) {
             fa_attention_desc d = tma_problem(opts == 1 ? 2 : opts == 2 ? 4 : 0, 4096);
@@ -1261,17 +1263,18 @@ FA_TEST(h100_sm90_tma_backward_wide_rows) {
 #endif
 }
 
-/* Head_dim 256 on the warp-specialised backward (as planned on sm_90):
- * two consumer warpgroups sharing 64 keys (DK_SPLIT 2), plain with GQA,
- * causal, a window with a block mask, deterministic; fp16 and bf16, sm_90a
+/* Head_dim 256 and 192 on the warp-specialised backward (as planned on
+ * sm_90): two consumer warpgroups sharing 64 keys (DK_SPLIT 2; 128 + 128
+ * or 128 + 64 head dimensions), plain with GQA, causal, a window with a
+ * block mask, deterministic; fp16 and bf16 at 256, bf16 at 192, sm_90a
  * code without spills. */
-FA_TEST(h100_sm90_tma_backward_256) {
+FA_TEST(h100_sm90_tma_backward_split) {
     REQUIRE_CUDA_BUILD();
 #ifdef FA_WITH_CUDA
     REQUIRE_NVRTC();
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < 12; k++) {
         fa_attention_desc d = tma_problem(k % 4 == 3 ? 4 : k % 4 == 1 ? 3 : k % 4 == 2 ? 5 : 0, 4096);
-        d.head_dim = 256;
+        d.head_dim = k < 8 ? 256 : 192;
         d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = k < 4 ? FA_DTYPE_F16 : FA_DTYPE_BF16;
         d.deterministic = k % 4 == 3;
         fa_plan_info info;
@@ -1284,6 +1287,7 @@ FA_TEST(h100_sm90_tma_backward_256) {
         fa_cuda_kernel_report r;
         if (key_side_compiled(&d, &info, k, &r))
             CHECK_MSG(has_define(r.options, "DK_SPLIT=2") && has_define(r.options, "TMA") && r.threads == 384 &&
+                          has_define(r.options, k < 8 ? "HEAD_DIM=256" : "HEAD_DIM=192") &&
                           r.shared_bytes == info.backward.local_mem_bytes,
                       "case %d: %s, %zu bytes shared", k, r.options, r.shared_bytes);
     }
@@ -1588,7 +1592,7 @@ FA_TEST(fp8_refusals) {
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
              FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
              FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
-             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_wide_rows), FA_CASE(h100_sm90_tma_backward_padded), FA_CASE(h100_sm90_tma_backward_256), FA_CASE(h100_sm90_tma_padded_variants),
+             FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_wide_rows), FA_CASE(h100_sm90_tma_backward_padded), FA_CASE(h100_sm90_tma_backward_split), FA_CASE(h100_sm90_tma_padded_variants),
              FA_CASE(h100_sm90_fp8_variants), FA_CASE(fp8_refusals),
              FA_CASE(dropout_backward_sm90),
              FA_CASE(kernel_cache_roundtrip),

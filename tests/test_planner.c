@@ -74,14 +74,14 @@ static int check_kernel_plan(const char *what, const fa_device_desc *dev, const 
         /* The warp-specialised backward: the
          * warpgroup backward's tile with a producer warpgroup beside it,
          * 128 queries a step at head_dim 64 without masks beyond causal,
-         * dropout or score options; at head_dim 256 two consumer
+         * dropout or score options; at head_dim 192 and 256 two consumer
          * warpgroups sharing 64 keys, without dropout. */
-        /* Head dims between 64, 128 and 256 run padded to the next of them
-         * (not deterministic: the dQ kernel would read the padding). */
+        /* Other head dims between 64, 128 and 256 run padded to the next of
+         * them (not deterministic: the dQ kernel would read the padding). */
         const int pdim = fa_tma_bwd_head_dim(d);
         const int wide = dim == 64 && k->bc == 128 && d->dropout_p <= 0.0f && !d->block_mask && d->window_left < 0 &&
                          d->window_right < 0 && !d->deterministic && !fa_desc_option_in_use(d);
-        const int d256 = pdim == 256 && k->br == 64 && k->bc == 64 && k->work_group_size == 384 &&
+        const int d256 = pdim > 128 && k->br == 64 && k->bc == 64 && k->work_group_size == 384 &&
                          d->dropout_p <= 0.0f;
         CHECK_MSG((d256 || (k->br == (wide ? 128 : 64) && (k->bc == 64 || k->bc == 128) &&
                             k->work_group_size == 2 * k->bc + 128 && pdim <= 128)) &&
@@ -1011,9 +1011,9 @@ FA_TEST(format_shows_plan) {
 }
 
 /* Above head_dim 128 the fp16/bf16 backward stays on tensor cores with
- * warps sharing key strips (bwd_mma.cu DK_SPLIT; at 256 on sm_90 without
- * dropout, warpgroups on the warp-specialised one, which 160 to 224 run
- * padded to 256 but in deterministic mode): 8 warps of 64 keys, the
+ * warps sharing key strips (bwd_mma.cu DK_SPLIT; at 192 and 256 on sm_90
+ * without dropout, warpgroups on the warp-specialised one, which 160 and
+ * 224 run padded to 256 but in deterministic mode): 8 warps of 64 keys, the
  * micro-tile a thread's share of the queries, the P^T tile beside dS^T in
  * the local-memory figure, and the plan's text saying so. TF32 and the
  * head dimensions up to 128 keep one warp a strip. */
@@ -1034,10 +1034,11 @@ FA_TEST(wide_heads_share_key_strips) {
                 fa_plan_info p;
                 CHECK_OK(fa_plan_for_device(devs[v], &d, &p));
                 const fa_kernel_plan *b = &p.backward;
-                /* sm_90 at 256 without dropout: the warp-specialised
-                 * backward, two consumer warpgroups sharing 64 keys. */
-                /* 160 to 224 padded to it, not deterministic (opt 1). */
-                if (v == 0 && opt == 0 && dims[i] < 256) {
+                /* sm_90 at 192 and 256 without dropout: the
+                 * warp-specialised backward, two consumer warpgroups
+                 * sharing 64 keys. */
+                /* 160 and 224 padded to 256, not deterministic (opt 1). */
+                if (v == 0 && opt == 0 && (dims[i] == 160 || dims[i] == 224)) {
                     fa_attention_desc padded = d;
                     padded.head_dim = 256;
                     CHECK_MSG(b->variant == FA_VARIANT_WGMMA_TMA && b->work_group_size == 384 && b->br == 64 &&
@@ -1048,13 +1049,13 @@ FA_TEST(wide_heads_share_key_strips) {
                               b->bc, b->work_group_size);
                     continue;
                 }
-                if (v == 0 && dims[i] == 256 && opt < 2) {
+                if (v == 0 && (dims[i] == 192 || dims[i] == 256) && opt < 2) {
                     CHECK_MSG(b->variant == FA_VARIANT_WGMMA_TMA && b->work_group_size == 384 && b->br == 64 &&
                                   b->bc == 64 &&
                                   b->local_mem_bytes == fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, &d,
                                                                           64, 64, 2),
-                              "d256 opt %d: backward %s %d x %d / %d", opt, fa_variant_name(b->variant), b->br, b->bc,
-                              b->work_group_size);
+                              "d%d opt %d: backward %s %d x %d / %d", dims[i], opt, fa_variant_name(b->variant), b->br,
+                              b->bc, b->work_group_size);
                     char text[4096];
                     fa_plan_info_format(&p, text, sizeof text);
                     CHECK_MSG(strstr(text, "key strips shared by 2 warpgroups") != NULL, "%s", text);

@@ -256,19 +256,19 @@ static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *k
                            "or 128 query rows, 2 threads a row; 16, 32, 64 or 128 keys; head_dim 64, 128, 192 or "
                            "256)",
                            br, bc, wgs, d->head_dim);
-    } else if (!(kp->variant == FA_VARIANT_WGMMA_TMA && br == 64 && bc == 64 && wgs == 256 && d->head_dim == 256 &&
-                 !(d->dropout_p > 0.0f)) &&
+    } else if (!(kp->variant == FA_VARIANT_WGMMA_TMA && br == 64 && bc == 64 && wgs == 256 &&
+                 (d->head_dim == 256 || d->head_dim == 192) && !(d->dropout_p > 0.0f)) &&
                (!(br == 64 || (br == 128 && bc == 128 && d->head_dim == 64 && !(d->dropout_p > 0.0f))) || bc % 64 ||
                 bc > 128 || wgs != 2 * bc || d->head_dim % 64 || d->head_dim > 128)) {
-        /* At head_dim 256 two warpgroups share 64 keys (the warp-specialised
-         * backward, DK_SPLIT 2). */
+        /* At head_dim 192 and 256 two warpgroups share 64 keys (the
+         * warp-specialised backward, DK_SPLIT 2). */
         /* 128 queries a step only against 128 keys at head_dim 64 (the
          * registers: 64 keys spilled) and without dropout (a thread's keep
          * bits are one 32-bit word). */
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "backward plan: tile %d x %d with %d threads at head_dim %d is not a warpgroup shape (64 "
                        "queries, 128 against 128 keys at head_dim 64 without dropout; 64 or 128 keys, 2 threads a "
-                       "key; head_dim 64 or 128)",
+                       "key; head_dim 64 or 128; 64 x 64 with two warpgroups a key strip at head_dim 192 or 256 without dropout)",
                        br, bc, wgs, d->head_dim);
     }
     if (kp->stages != 1 && kp->stages != 2)
@@ -605,7 +605,7 @@ static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan 
         FA_CHECK(append_define(s, " -DBWD -DBR=%d -DBC=%d -DWARPS=%d -DSTAGES=%d", kp->br, kp->bc,
                                consumers.work_group_size / 32, kp->stages));
         if (wgmma) FA_CHECK(append_define(s, tma ? " -DWGMMA -DTMA" : " -DWGMMA", 0, 0, 0, 0));
-        const int split = wgmma ? (tma && d->head_dim == 256 ? 2 : 1) : fa_mma_bwd_dk_split(d);
+        const int split = wgmma ? (tma && d->head_dim > 128 ? 2 : 1) : fa_mma_bwd_dk_split(d);
         if (split > 1) {
             s->short_name = tma ? "bwd_tma_split" : "bwd_mma_split";
             FA_CHECK(append_define(s, " -DDK_SPLIT=%d", split, 0, 0, 0));

@@ -220,11 +220,7 @@ size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes) {
 int fa_tma_head_dim(const fa_attention_desc *desc) { return desc ? (desc->head_dim + 63) / 64 * 64 : 0; }
 
 int fa_tma_bwd_head_dim(const fa_attention_desc *desc) {
-    return !desc                    ? 0
-           : desc->head_dim <= 64   ? 64
-           : desc->head_dim <= 128  ? 128
-           : desc->head_dim == 192  ? 192
-                                    : 256;
+    return !desc ? 0 : desc->head_dim <= 64 ? 64 : desc->head_dim <= 128 ? 128 : desc->head_dim <= 192 ? 192 : 256;
 }
 
 int fa_fp8_vt_global(const fa_attention_desc *desc, int bc) {
@@ -1291,8 +1287,8 @@ static void tma_backward_plan_split(const fa_device_desc *dev, const fa_attentio
 static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                            fa_kernel_plan *out);
 
-/* Head dims between the warp-specialised backward's (96 below 128; 160
- * and 224 below 256) run it padded (fa_tma_bwd_head_dim) where it is
+/* Head dims between the warp-specialised backward's (96 below 128, 160
+ * below 192, 224 below 256) run it padded (fa_tma_bwd_head_dim) where it is
  * what the padded problem plans, in place of mma.sync: the padded
  * problem's tiles, local memory, compute time and dQ accumulator, the
  * problem's bytes. Not in deterministic mode (its dQ kernel reads the

@@ -711,7 +711,7 @@ static fa_variant tensor_core_backward(const fa_attention_desc *d) {
     const char *tma = getenv("FLASHATTN_PLAN_TMA_BWD"), *pad = getenv("FLASHATTN_PLAN_TMA_PAD");
     const int tma_off = tma && strcmp(tma, "0") == 0;
     /* Head dims between the warp-specialised backward's (96; 160, 224)
-     * run it padded to 128 or 256 where the padded problem plans it, not
+     * run it padded to 128, 192 or 256 where the padded problem plans it, not
      * in deterministic mode (FLASHATTN_PLAN_TMA_PAD=0: mma.sync). */
     if (device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim > 64 && d->head_dim % 32 == 0 &&
         d->head_dim != fa_tma_bwd_head_dim(d) && !d->deterministic && !(pad && strcmp(pad, "0") == 0)) {
@@ -1308,9 +1308,9 @@ FA_TEST(tma_backward_split) {
 /* Head dims between whole 64-column blocks on the warp-specialised forward
  * built for the next block (as planned): 96, 160 and 224 (192 native)
  * against the fp64 reference, the backward as planned beside it (padded
- * to 128 or 256 on the warp-specialised one where it applies; 192 there
- * natively), with
- * partial tiles, GQA, causal masks, windows, dropout and softcap. Rows
+ * to 128, 192 or 256 on the warp-specialised one where it applies; 192
+ * there natively), with partial tiles, GQA, causal masks, windows, dropout
+ * and softcap. Rows
  * are packed (head_dim apart), so a store past head_dim would land in the
  * next row's O (or dQ, dK, dV) and fail the comparison. */
 FA_TEST(tma_padded_head_dims) {

@@ -296,9 +296,9 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
         const int tma_256 = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
                             (d->head_dim == 256 || d->head_dim == 192) && !d->cu_seqlens_q && d->dropout_p <= 0.0f &&
                             !fa_desc_option_in_use(d);
-        /* At 96, 160 and 224 the warp-specialised one built for 128 or 256
+        /* At 96, 160 and 224 the warp-specialised one built for 128, 192 or 256
          * where the padded problem plans it: fixed lengths, not
-         * deterministic, no score options, at 256 no dropout. */
+         * deterministic, no score options, at 192 and 256 no dropout. */
         const int tma_pad = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 32 == 0 &&
                             d->head_dim > 64 && d->head_dim != fa_tma_bwd_head_dim(d) && !d->cu_seqlens_q &&
                             !d->deterministic && !fa_desc_option_in_use(d) &&
@@ -1204,7 +1204,7 @@ FA_TEST(h100_sm90_tma_backward_variants) {
 }
 
 /* The warp-specialised backward at head dims between its own, as planned
- * on an H100: built for the padded one (96 as 128; 160 and 224 as 256)
+ * on an H100: built for the padded one (96 as 128, 160 as 192, 224 as 256)
  * with IO_DIM the tensors', plain, causal with GQA, and (96) windowed with
  * a block mask and with dropout; no spills, and the rowwise kernels of the
  * same program (fa_bwd_dot, fa_bwd_dq_convert) built with it. */

@@ -616,13 +616,13 @@ FA_TEST(tma_padded_head_dims) {
         CHECK(on.forward.cost.hbm_read_bytes == mine.hbm_read_bytes &&
               on.forward.cost.hbm_write_bytes == mine.hbm_write_bytes);
         CHECK_NEAR(on.forward.cost.compute_ms, ref.forward.cost.compute_ms, 0.0);
-        /* The backward runs padded too, to 128 or 256 (fa_tma_bwd_head_dim):
+        /* The backward runs padded too, to 128, 192 or 256 (fa_tma_bwd_head_dim):
          * the padded problem's plan, the problem's bytes; mma.sync with the
          * padding switched off. */
         fa_attention_desc bpad = d;
         bpad.head_dim = fa_tma_bwd_head_dim(&d);
         fa_plan_info bref;
-        CHECK(bpad.head_dim == (dims[i][0] < 128 ? 128 : 256));
+        CHECK(bpad.head_dim == (dims[i][0] < 128 ? 128 : dims[i][0] < 192 ? 192 : 256));
         CHECK_OK(fa_plan_for_device(device("h100"), &bpad, &bref));
         CHECK(off.backward.variant == FA_VARIANT_MMA && on.backward.variant == FA_VARIANT_WGMMA_TMA &&
               bref.backward.variant == FA_VARIANT_WGMMA_TMA);
@@ -1013,7 +1013,8 @@ FA_TEST(format_shows_plan) {
 /* Above head_dim 128 the fp16/bf16 backward stays on tensor cores with
  * warps sharing key strips (bwd_mma.cu DK_SPLIT; at 192 and 256 on sm_90
  * without dropout, warpgroups on the warp-specialised one, which 160 and
- * 224 run padded to 256 but in deterministic mode): 8 warps of 64 keys, the
+ * 224 run padded to 192 and 256 but in deterministic mode): 8 warps of 64
+ * keys, the
  * micro-tile a thread's share of the queries, the P^T tile beside dS^T in
  * the local-memory figure, and the plan's text saying so. TF32 and the
  * head dimensions up to 128 keep one warp a strip. */
@@ -1037,10 +1038,10 @@ FA_TEST(wide_heads_share_key_strips) {
                 /* sm_90 at 192 and 256 without dropout: the
                  * warp-specialised backward, two consumer warpgroups
                  * sharing 64 keys. */
-                /* 160 and 224 padded to 256, not deterministic (opt 1). */
+                /* 160 and 224 padded to 192 and 256, not deterministic (opt 1). */
                 if (v == 0 && opt == 0 && (dims[i] == 160 || dims[i] == 224)) {
                     fa_attention_desc padded = d;
-                    padded.head_dim = 256;
+                    padded.head_dim = dims[i] == 160 ? 192 : 256;
                     CHECK_MSG(b->variant == FA_VARIANT_WGMMA_TMA && b->work_group_size == 384 && b->br == 64 &&
                                   b->bc == 64 &&
                                   b->local_mem_bytes ==

@@ -220,7 +220,9 @@ size_t fa_mma_tile_bytes(size_t rows, size_t width_bytes) {
 int fa_tma_head_dim(const fa_attention_desc *desc) { return desc ? (desc->head_dim + 63) / 64 * 64 : 0; }
 
 int fa_tma_bwd_head_dim(const fa_attention_desc *desc) {
-    return !desc ? 0 : desc->head_dim <= 64 ? 64 : desc->head_dim <= 128 ? 128 : desc->head_dim <= 192 ? 192 : 256;
+    if (!desc) return 0;
+    const int d = desc->head_dim;
+    return d <= 64 ? 64 : d == 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : 256;
 }
 
 int fa_fp8_vt_global(const fa_attention_desc *desc, int bc) {
@@ -312,8 +314,9 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
         {
             fa_attention_desc padded = *desc;
             padded.head_dim = fa_tma_bwd_head_dim(desc);
-            const size_t dp = (size_t)padded.head_dim;
-            return e * (dp * (2 * c + st * 2 * r) + (fa_tma_bwd_dq_lag(&padded, bc) ? 3 : 2) * c * r) +
+            /* 96: tiles of two 128-byte lines a row, like 128's */
+            const size_t dp = (size_t)padded.head_dim, dl = (dp + 63) / 64 * 64;
+            return e * (dl * (2 * c + st * 2 * r) + (fa_tma_bwd_dq_lag(&padded, bc) ? 3 : 2) * c * r) +
                    4 * 2 * st * r + 8 * (5 + 2 * st) + (c == 128 && dp > 64 ? 16 + 4 * r * (dp + 8) : 0) +
                    (dp > 128 ? 2 * e * c * r : 0); /* 192, 256: two P^T tiles (DK_SPLIT 2, as the host builds it) */
         }
@@ -1287,35 +1290,40 @@ static void tma_backward_plan_split(const fa_device_desc *dev, const fa_attentio
 static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                            fa_kernel_plan *out);
 
-/* Head dims between the warp-specialised backward's (96 below 128, 160
- * below 192, 224 below 256) run it padded (fa_tma_bwd_head_dim) where it is
- * what the padded problem plans, in place of mma.sync: the padded
- * problem's tiles, local memory, compute time and dQ accumulator, the
- * problem's bytes. Not in deterministic mode (its dQ kernel reads the
+/* Head dims between the warp-specialised backward's (160 below 192, 224
+ * below 256) run it padded (fa_tma_bwd_head_dim) where it is what the
+ * padded problem plans, in place of mma.sync: the padded problem's tiles,
+ * local memory, compute time and dQ accumulator, the problem's bytes.
+ * Head_dim 96 runs it built for 96 (its products leave out the zero half
+ * of each tile's second line) where 128 plans it: 128's tiles, its own
+ * local memory, compute time and dQ accumulator. Not in deterministic mode (its dQ kernel reads the
  * tensors' rows itself), nor for fp8 (no backward). Measured on an H200
  * (bench/results/h200.md, 2026-11-28 ninth session): mma.sync ran
  * 0.64-0.85x FlashAttention-2 at 96 and 192. FLASHATTN_PLAN_TMA_PAD=0
  * keeps mma.sync, as it does for the forward. */
 static void tma_backward_plan_padded(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     const char *env = getenv("FLASHATTN_PLAN_TMA_PAD");
-    const int pd = fa_tma_bwd_head_dim(desc);
+    const int pd = fa_tma_bwd_head_dim(desc), plan_dim = (pd + 63) / 64 * 64;
     if ((env && strcmp(env, "0") == 0) || out->variant != FA_VARIANT_MMA || desc->head_dim % 32 != 0 ||
-        desc->head_dim <= 64 || pd == desc->head_dim || desc->deterministic || fa_desc_is_fp8(desc) ||
+        desc->head_dim <= 64 || plan_dim == desc->head_dim || desc->deterministic || fa_desc_is_fp8(desc) ||
         !tma_layouts_ok(desc))
         return;
     /* The tensor maps describe the problem's own layout (checked above),
      * not the padded one's. */
     fa_attention_desc padded = *desc;
-    padded.head_dim = pd;
+    padded.head_dim = plan_dim;
     fa_kernel_plan kp;
     memset(&kp, 0, sizeof kp);
     if (plan_pass(dev, &padded, FA_PASS_BACKWARD, &kp) != FA_SUCCESS || kp.variant != FA_VARIANT_WGMMA_TMA) {
         fa_clear_error();
         return;
     }
+    kp.local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, desc, kp.br, kp.bc, kp.stages);
     fa_cost cost = fa_io_fused(dev, desc, FA_PASS_BACKWARD, &kp);
-    cost.compute_ms = kp.cost.compute_ms;
-    cost.roofline_ms = cost.compute_ms > cost.memory_ms ? cost.compute_ms : cost.memory_ms;
+    if (pd != desc->head_dim) {
+        cost.compute_ms = kp.cost.compute_ms;
+        cost.roofline_ms = cost.compute_ms > cost.memory_ms ? cost.compute_ms : cost.memory_ms;
+    }
     kp.cost = cost;
     *out = kp;
 }

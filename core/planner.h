@@ -67,8 +67,8 @@ int fa_tma_bwd_dq_lag(const fa_attention_desc *desc, int bc);
 int fa_fp8_vt_global(const fa_attention_desc *desc, int bc);
 
 /* The head_dim the warp-specialised backward (bwd_mma.cu built with TMA)
- * runs a problem at: 64, 128, 192 or 256, the next of them from head_dim.
- * At 96, 160 and 224 the planner takes it padded (the tensor maps fill the
+ * runs a problem at: 64, 96, 128, 192 or 256, the next of them from
+ * head_dim (96 only itself). At 160 and 224 the planner takes it padded (the tensor maps fill the
  * rest of each row with zeros, the stores leave it out, the fp32 dQ
  * accumulator keeps rows of the padded width). */
 int fa_tma_bwd_head_dim(const fa_attention_desc *desc);

@@ -116,7 +116,11 @@
 #define FENCE_ASYNC_SMEM() fence_async_smem()
 /* dQ = dS K in units of 64 queries x DQ_N head dimensions, shared out over
  * the warpgroups. */
+#if HEAD_DIM == 96
+#define DQ_N 96
+#else
 #define DQ_N 64
+#endif
 #define DQ_UNITS ((BR / 64) * (HEAD_DIM / DQ_N))
 #else
 #define SMEM_ALIGN 128
@@ -656,7 +660,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             tma_prefetch_map(&tm_do);
             mbar_expect_tx(KV_FULL, 2 * KV_BYTES);
 #pragma unroll
-            for (int cb = 0; cb < HEAD_DIM / 64; cb++) {
+            for (int cb = 0; cb < SW_LINES; cb++) {
                 tma_load(k_sm + cb * BC * 128, &tm_k, cb * 64, k0, hk, b, KV_FULL);
                 tma_load(v_sm + cb * BC * 128, &tm_v, cb * 64, k0, hk, b, KV_FULL);
             }
@@ -669,7 +673,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
             if (lane == 0) {
                 mbar_expect_tx(FULL(s), 2 * QT_BYTES);
 #pragma unroll
-                for (int cb = 0; cb < HEAD_DIM / 64; cb++) {
+                for (int cb = 0; cb < SW_LINES; cb++) {
                     tma_load(q_sm + (u32)s * QT_BYTES + cb * BR * 128, &tm_q, cb * 64, q0_, h_, b, FULL(s));
                     tma_load(do_sm + (u32)s * QT_BYTES + cb * BR * 128, &tm_do, cb * 64, q0_, h_, b, FULL(s));
                 }

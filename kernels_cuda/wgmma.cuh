@@ -30,8 +30,11 @@
 #include "mma.cuh"
 #include "wgmma_ops.cuh"
 
-#if ELEM_BYTES != 2 || HEAD_DIM % 64 != 0
-#error "wgmma.cuh: fp16/bf16 with HEAD_DIM a multiple of 64"
+/* Head_dim 96 (the warp-specialised backward alone): tiles of two 128-byte
+ * lines a row, the second half filled with zeros by the tensor maps and
+ * left out of the products (K_STEPS; N of 96). */
+#if ELEM_BYTES != 2 || (HEAD_DIM % 64 != 0 && !(defined(BWD) && defined(TMA) && HEAD_DIM == 96))
+#error "wgmma.cuh: fp16/bf16 with HEAD_DIM a multiple of 64 (96 in the warp-specialised backward)"
 #endif
 
 #ifdef FP8

@@ -710,13 +710,14 @@ static fa_variant tensor_core_forward(const fa_attention_desc *d) {
 static fa_variant tensor_core_backward(const fa_attention_desc *d) {
     const char *tma = getenv("FLASHATTN_PLAN_TMA_BWD"), *pad = getenv("FLASHATTN_PLAN_TMA_PAD");
     const int tma_off = tma && strcmp(tma, "0") == 0;
-    /* Head dims between the warp-specialised backward's (96; 160, 224)
-     * run it padded to 128, 192 or 256 where the padded problem plans it, not
-     * in deterministic mode (FLASHATTN_PLAN_TMA_PAD=0: mma.sync). */
+    /* Head dims between whole 64-column blocks (96; 160, 224) run the
+     * warp-specialised backward (built for 96, padded to 192 or 256) where
+     * the next block's problem plans it, not in deterministic mode
+     * (FLASHATTN_PLAN_TMA_PAD=0: mma.sync). */
     if (device_cc() == 90 && d->q.dtype != FA_DTYPE_F32 && d->head_dim > 64 && d->head_dim % 32 == 0 &&
-        d->head_dim != fa_tma_bwd_head_dim(d) && !d->deterministic && !(pad && strcmp(pad, "0") == 0)) {
+        d->head_dim % 64 != 0 && !d->deterministic && !(pad && strcmp(pad, "0") == 0)) {
         fa_attention_desc padded = *d;
-        padded.head_dim = fa_tma_bwd_head_dim(d);
+        padded.head_dim = (d->head_dim + 63) / 64 * 64;
         return tensor_core_backward(&padded) == FA_VARIANT_WGMMA_TMA ? FA_VARIANT_WGMMA_TMA : FA_VARIANT_MMA;
     }
     /* Head_dim 192 and 256 on sm_90: the warp-specialised backward with
@@ -1307,10 +1308,10 @@ FA_TEST(tma_backward_split) {
 
 /* Head dims between whole 64-column blocks on the warp-specialised forward
  * built for the next block (as planned): 96, 160 and 224 (192 native)
- * against the fp64 reference, the backward as planned beside it (padded
- * to 128, 192 or 256 on the warp-specialised one where it applies; 192
- * there natively), with partial tiles, GQA, causal masks, windows, dropout
- * and softcap. Rows
+ * against the fp64 reference, the backward as planned beside it (on the
+ * warp-specialised one where it applies: 96 and 192 built for themselves,
+ * 160 and 224 padded to 192 and 256), with partial tiles, GQA, causal
+ * masks, windows, dropout and softcap. Rows
  * are packed (head_dim apart), so a store past head_dim would land in the
  * next row's O (or dQ, dK, dV) and fail the comparison. */
 FA_TEST(tma_padded_head_dims) {

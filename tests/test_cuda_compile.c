@@ -296,11 +296,12 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
         const int tma_256 = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
                             (d->head_dim == 256 || d->head_dim == 192) && !d->cu_seqlens_q && d->dropout_p <= 0.0f &&
                             !fa_desc_option_in_use(d);
-        /* At 96, 160 and 224 the warp-specialised one built for 128, 192 or 256
-         * where the padded problem plans it: fixed lengths, not
-         * deterministic, no score options, at 192 and 256 no dropout. */
+        /* At 96 (built for 96), 160 and 224 (for 192 and 256) the
+         * warp-specialised one where the next whole block plans it: fixed
+         * lengths, not deterministic, no score options, at 192 and 256 no
+         * dropout. */
         const int tma_pad = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 && d->head_dim % 32 == 0 &&
-                            d->head_dim > 64 && d->head_dim != fa_tma_bwd_head_dim(d) && !d->cu_seqlens_q &&
+                            d->head_dim > 64 && d->head_dim % 64 != 0 && !d->cu_seqlens_q &&
                             !d->deterministic && !fa_desc_option_in_use(d) &&
                             (d->head_dim < 128 || d->dropout_p <= 0.0f);
         CHECK_MSG((bv == FA_VARIANT_WGMMA || bv == FA_VARIANT_WGMMA_TMA) == (wgmma_bwd || tma_256 || tma_pad) &&
@@ -1203,11 +1204,12 @@ FA_TEST(h100_sm90_tma_backward_variants) {
 #endif
 }
 
-/* The warp-specialised backward at head dims between its own, as planned
- * on an H100: built for the padded one (96 as 128, 160 as 192, 224 as 256)
- * with IO_DIM the tensors', plain, causal with GQA, and (96) windowed with
- * a block mask and with dropout; no spills, and the rowwise kernels of the
- * same program (fa_bwd_dot, fa_bwd_dq_convert) built with it. */
+/* The warp-specialised backward at head dims between whole 64-column
+ * blocks, as planned on an H100: 96 built for itself, 160 and 224 for the
+ * padded 192 and 256 with IO_DIM the tensors'; plain, causal with GQA, and
+ * (96) windowed with a block mask and with dropout; no spills, and the
+ * rowwise kernels of the same program (fa_bwd_dot, fa_bwd_dq_convert)
+ * built with it. */
 FA_TEST(h100_sm90_tma_backward_padded) {
     REQUIRE_CUDA_BUILD();
 #ifdef FA_WITH_CUDA
@@ -1228,7 +1230,9 @@ FA_TEST(h100_sm90_tma_backward_padded) {
             char io[24], hd[24];
             snprintf(io, sizeof io, "IO_DIM=%d", pad_dims[i]);
             snprintf(hd, sizeof hd, "HEAD_DIM=%d", fa_tma_bwd_head_dim(&d));
-            CHECK_MSG(has_define(r.options, "TMA") && has_define(r.options, io) && has_define(r.options, hd) &&
+            const int padded = fa_tma_bwd_head_dim(&d) != pad_dims[i];
+            CHECK_MSG(has_define(r.options, "TMA") && has_define(r.options, io) == padded &&
+                          has_define(r.options, hd) &&
                           has_define(r.options, "DK_SPLIT=2") == (pad_dims[i] > 128),
                       "d%d options %d: %s", pad_dims[i], opts, r.options);
         }

@@ -259,7 +259,8 @@ static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *k
     } else if (!(kp->variant == FA_VARIANT_WGMMA_TMA && br == 64 && bc == 64 && wgs == 256 &&
                  (d->head_dim == 256 || d->head_dim == 192) && !(d->dropout_p > 0.0f)) &&
                (!(br == 64 || (br == 128 && bc == 128 && d->head_dim == 64 && !(d->dropout_p > 0.0f))) || bc % 64 ||
-                bc > 128 || wgs != 2 * bc || d->head_dim % 64 || d->head_dim > 128)) {
+                bc > 128 || wgs != 2 * bc || d->head_dim > 128 ||
+                (d->head_dim % 64 && !(kp->variant == FA_VARIANT_WGMMA_TMA && d->head_dim == 96)))) {
         /* At head_dim 192 and 256 two warpgroups share 64 keys (the
          * warp-specialised backward, DK_SPLIT 2). */
         /* 128 queries a step only against 128 keys at head_dim 64 (the
@@ -268,7 +269,8 @@ static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *k
         return fa_fail(FA_ERR_UNSUPPORTED,
                        "backward plan: tile %d x %d with %d threads at head_dim %d is not a warpgroup shape (64 "
                        "queries, 128 against 128 keys at head_dim 64 without dropout; 64 or 128 keys, 2 threads a "
-                       "key; head_dim 64 or 128; 64 x 64 with two warpgroups a key strip at head_dim 192 or 256 without dropout)",
+                       "key; head_dim 64 or 128, 96 on the warp-specialised kernel; 64 x 64 with two warpgroups a "
+                       "key strip at head_dim 192 or 256 without dropout)",
                        br, bc, wgs, d->head_dim);
     }
     if (kp->stages != 1 && kp->stages != 2)

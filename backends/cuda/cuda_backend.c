@@ -366,6 +366,17 @@ void fa_cuda_pop(void) {
     (void)cuda_api.cuCtxPopCurrent_v2(&previous);
 }
 
+fa_status fa_cuda_events_ms(const fa_cuda_context *ctx, CUevent start, CUevent stop, double *ms) {
+    FA_CHECK(fa_cuda_push(ctx));
+    float t = 0.0f;
+    CUresult r = cuda_api.cuEventSynchronize(stop);
+    if (r == CUDA_SUCCESS) r = cuda_api.cuEventElapsedTime_v2(&t, start, stop);
+    fa_cuda_pop();
+    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventElapsedTime");
+    *ms = (double)t;
+    return FA_SUCCESS;
+}
+
 static fa_status cuda_context_create(int index, void **out) {
     if (!out) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
     *out = NULL;

@@ -294,6 +294,11 @@ fa_status fa_cuda_error(CUresult result, const char *what);
 fa_status fa_cuda_push(const fa_cuda_context *ctx);
 void fa_cuda_pop(void);
 
+/* The milliseconds between two recorded events on ctx, once stop has
+ * completed (waited for): a plan's last pass, as fa_last_time_ms reports
+ * it. */
+fa_status fa_cuda_events_ms(const fa_cuda_context *ctx, CUevent start, CUevent stop, double *ms);
+
 /* The attention passes (cuda_attention.c), as the ops table takes them. */
 fa_status fa_cuda_forward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_fwd_args *args);
 fa_status fa_cuda_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args);

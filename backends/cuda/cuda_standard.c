@@ -1253,12 +1253,5 @@ fa_status fa_cuda_standard_last_time_ms(void *plan_impl, double *ms) {
     if (!p || !ms) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "ms");
     *ms = 0.0;
     if (!p->timed) return fa_fail(FA_ERR_UNSUPPORTED, "no standard-attention pass has run on this plan");
-    FA_CHECK(fa_cuda_push(p->ctx));
-    float t = 0.0f;
-    CUresult r = cu()->cuEventSynchronize(p->ev_stop);
-    if (r == CUDA_SUCCESS) r = cu()->cuEventElapsedTime_v2(&t, p->ev_start, p->ev_stop);
-    fa_cuda_pop();
-    if (r != CUDA_SUCCESS) return fa_cuda_error(r, "cuEventElapsedTime");
-    *ms = (double)t;
-    return FA_SUCCESS;
+    return fa_cuda_events_ms(p->ctx, p->ev_start, p->ev_stop, ms);
 }

@@ -115,7 +115,8 @@
 #define LOAD_TILE(ROWS) load_tile_sw<ROWS, THREADS>
 #define FENCE_ASYNC_SMEM() fence_async_smem()
 /* dQ = dS K in units of 64 queries x DQ_N head dimensions, shared out over
- * the warpgroups. */
+ * the warpgroups (at head_dim 96 one unit of all 96: 64 would leave a half
+ * unit). */
 #if HEAD_DIM == 96
 #define DQ_N 96
 #else

@@ -88,11 +88,10 @@ static void put_pass(text *t, const char *name, const fa_kernel_plan *k, int bac
                 split);
         /* The warp-specialised backward at head_dim 192 and 256: its
          * consumer warpgroups (64 keys each otherwise) share the tile's
-         * keys, 128 + 64 or 128 + 128 head dimensions. */
+         * keys, each holding half of dK and dV (256) or one of them (192). */
         const int consumers = k->work_group_size / 128 - 1;
         if (backward && k->variant == FA_VARIANT_WGMMA_TMA && k->bc > 0 && consumers * 64 > k->bc)
-            put(t, "  key strips shared by %d warpgroups, each holding dK and dV for up to 128 of the head dimensions\n",
-                consumers * 64 / k->bc);
+            put(t, "  key strips shared by %d warpgroups, each holding a share of dK and dV\n", consumers * 64 / k->bc);
     }
     put_cost(t, "  ", &k->cost);
 }

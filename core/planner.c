@@ -1255,9 +1255,9 @@ static int tma_backward_wide_rows(const fa_attention_desc *desc, const fa_kernel
  * warpgroup backward, for comparison. */
 /* Head_dim 256 and 192: the warp-specialised backward with its two
  * consumer warpgroups sharing 64 keys (bwd_mma.cu, WGMMA with DK_SPLIT 2:
- * each computes the scores of half the queries and holds dK and dV for
- * its share of the head dimensions, 128 + 128 or 128 + 64) in place of the
- * tensor-core one; fp16/bf16, fixed lengths, no dropout or score options.
+ * each computes the scores of half the queries and holds, at 256, dK and
+ * dV for half the head dimensions, at 192 one of dK and dV whole) in place
+ * of the tensor-core one; fp16/bf16, fixed lengths, no dropout or score options.
  * On an H200 (2026-11-28 fifth session) 280-318 TFLOP/s at 256 where
  * mma.sync ran 165-179 and FlashAttention-2 195-253 (1.24-1.45x); 192 ran
  * padded to 256 before (ninth session, 215-237). FLASHATTN_PLAN_TMA_BWD=0
@@ -1296,11 +1296,12 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
  * local memory, compute time and dQ accumulator, the problem's bytes.
  * Head_dim 96 runs it built for 96 (its products leave out the zero half
  * of each tile's second line) where 128 plans it: 128's tiles, its own
- * local memory, compute time and dQ accumulator. Not in deterministic mode (its dQ kernel reads the
- * tensors' rows itself), nor for fp8 (no backward). Measured on an H200
+ * local memory, compute time and dQ accumulator. Not in deterministic mode
+ * (a padded build's dQ kernel would read the padding; 96 alike, untried
+ * there), nor for fp8 (no backward). Measured on an H200
  * (bench/results/h200.md, 2026-11-28 ninth session): mma.sync ran
- * 0.64-0.85x FlashAttention-2 at 96 and 192. FLASHATTN_PLAN_TMA_PAD=0
- * keeps mma.sync, as it does for the forward. */
+ * 0.64-0.85x FlashAttention-2 at 96 and 192 (then padded).
+ * FLASHATTN_PLAN_TMA_PAD=0 keeps mma.sync, as it does for the forward. */
 static void tma_backward_plan_padded(const fa_device_desc *dev, const fa_attention_desc *desc, fa_kernel_plan *out) {
     const char *env = getenv("FLASHATTN_PLAN_TMA_PAD");
     const int pd = fa_tma_bwd_head_dim(desc), plan_dim = (pd + 63) / 64 * 64;
@@ -1319,6 +1320,9 @@ static void tma_backward_plan_padded(const fa_device_desc *dev, const fa_attenti
         return;
     }
     kp.local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, desc, kp.br, kp.bc, kp.stages);
+    fa_attention_desc built = *desc; /* the dQ accumulator's rows: the built head_dim's */
+    built.head_dim = pd;
+    kp.workspace_bytes = workspace_bytes(dev, &built, FA_PASS_BACKWARD, kp.variant, kp.split_k);
     fa_cost cost = fa_io_fused(dev, desc, FA_PASS_BACKWARD, &kp);
     if (pd != desc->head_dim) {
         cost.compute_ms = kp.cost.compute_ms;

@@ -602,6 +602,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + PRODUCER_THREADS, 1)
      * kernels keep the registers they had. */
 #ifdef BWD_SPLIT_BY_PRODUCT
     const int part = warp / KEY_WARPS, q_part = part * NQW * 8, j_part = 0;
+    (void)j_part;
 #else
     const int part = DK_SPLIT > 1 ? warp / KEY_WARPS : 0, q_part = part * NQW * 8, j_part = part * DTW;
 #endif

@@ -2,9 +2,10 @@
  * the shared-memory tile layout the instructions read, its loader, the
  * operand descriptors and the ordering the asynchronous products need.
  *
- * Tiles (fp16/bf16, HEAD_DIM a multiple of 64) are stored the way the
- * 128-byte swizzle mode reads them: the HEAD_DIM columns split into blocks
- * of 64 (one 128-byte line per row), each block all ROWS rows long; in a
+ * Tiles (fp16/bf16, HEAD_DIM a multiple of 64, or 96 with a half-used
+ * second line) are stored the way the 128-byte swizzle mode reads them:
+ * the HEAD_DIM columns split into blocks of 64 (one 128-byte line per
+ * row), each block all ROWS rows long; in a
  * block, row r is the 128 bytes at r * 128, and its 16-byte chunk c sits at
  * chunk c ^ (r & 7). Blocks start on 1024-byte boundaries, so the hardware's
  * swizzle (address bits 4-6 XOR bits 7-9) finds the same place. K-major

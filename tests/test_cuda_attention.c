@@ -1280,8 +1280,8 @@ FA_TEST(tma_backward_shapes) {
 }
 
 /* Head_dim 256 and 192 on the warp-specialised backward (as planned on
- * sm_90: two consumer warpgroups sharing 64 keys, 128 + 128 or 128 + 64
- * head dimensions each) against the fp64 reference: partial tiles, GQA,
+ * sm_90: two consumer warpgroups sharing 64 keys, each holding half of dK
+ * and dV at 256, one of them at 192) against the fp64 reference: partial tiles, GQA,
  * causal, a window with a block mask, deterministic. Rows are packed
  * (head_dim apart), so a store past a warpgroup's share of the head
  * dimensions would land in the next row. */

@@ -293,7 +293,7 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
         /* At 192 and 256 the warp-specialised one with fixed lengths,
          * without dropout or score options (two warpgroups sharing the
          * keys). */
-        const int tma_256 = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
+        const int tma_split = cc_major == 9 && cc_minor == 0 && d->q.dtype != FA_DTYPE_F32 &&
                             (d->head_dim == 256 || d->head_dim == 192) && !d->cu_seqlens_q && d->dropout_p <= 0.0f &&
                             !fa_desc_option_in_use(d);
         /* At 96 (built for 96), 160 and 224 (for 192 and 256) the
@@ -304,8 +304,8 @@ static void sweep(const char *device, const fa_device_desc *dev, int cc_major, i
                             d->head_dim > 64 && d->head_dim % 64 != 0 && !d->cu_seqlens_q &&
                             !d->deterministic && !fa_desc_option_in_use(d) &&
                             (d->head_dim < 128 || d->dropout_p <= 0.0f);
-        CHECK_MSG((bv == FA_VARIANT_WGMMA || bv == FA_VARIANT_WGMMA_TMA) == (wgmma_bwd || tma_256 || tma_pad) &&
-                      (bv == FA_VARIANT_WGMMA_TMA) == ((wgmma_bwd && !d->cu_seqlens_q) || tma_256 || tma_pad),
+        CHECK_MSG((bv == FA_VARIANT_WGMMA || bv == FA_VARIANT_WGMMA_TMA) == (wgmma_bwd || tma_split || tma_pad) &&
+                      (bv == FA_VARIANT_WGMMA_TMA) == ((wgmma_bwd && !d->cu_seqlens_q) || tma_split || tma_pad),
                   "%s %s: backward %s", device, jobs[i].label, fa_variant_name(bv));
         /* fp16/bf16 backward on tensor cores at every head_dim the
          * m16n8k16 shape divides, above 128 with warps sharing key strips
@@ -1268,8 +1268,8 @@ FA_TEST(h100_sm90_tma_backward_wide_rows) {
 }
 
 /* Head_dim 256 and 192 on the warp-specialised backward (as planned on
- * sm_90): two consumer warpgroups sharing 64 keys (DK_SPLIT 2; 128 + 128
- * or 128 + 64 head dimensions), plain with GQA, causal, a window with a
+ * sm_90): two consumer warpgroups sharing 64 keys (DK_SPLIT 2; half of dK
+ * and dV each at 256, one of them each at 192), plain with GQA, causal, a window with a
  * block mask, deterministic; fp16 and bf16 at 256, bf16 at 192, sm_90a
  * code without spills. */
 FA_TEST(h100_sm90_tma_backward_split) {

@@ -10,7 +10,7 @@ Usage: python3 tools/gen_wgmma_ops.py > kernels_cuda/wgmma_ops.cuh
 SS_SHAPES = (16, 32, 64, 128, 192)  # S = Q K^T: n = BC (192: FP8 only)
 RS_SHAPES = (64, 96, 128, 192, 256)  # O += P V, backward dV and dK: n = HEAD_DIM (96: backward only)
 SS_MN_SHAPES = (64, 96)          # backward dQ = dS K: n = 64 head dimensions, or 96 at head_dim 96 (16-bit only)
-SS_KN_SHAPES = (128, 192)        # backward dV += P^T dO, dK += dS^T Q from shared memory: n = a warpgroup's head dimensions
+SS_KN_SHAPES = (128, 192)        # backward dV += P^T dO, dK += dS^T Q from shared memory: a warpgroup's n
 
 
 def acc_list(n):

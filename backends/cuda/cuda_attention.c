@@ -236,7 +236,8 @@ static fa_status check_simt(const fa_attention_desc *d, const fa_kernel_plan *kp
 
 /* The warpgroup builds of fwd_mma.cu and bwd_mma.cu: sm_90a, fp16/bf16,
  * whole warpgroups of one 16-row strip a warp (query rows forward, keys
- * backward), 64-column blocks of head dimensions. */
+ * backward), 64-column blocks of head dimensions (the warp-specialised
+ * backward also 96, in two blocks, the second half used). */
 static fa_status check_wgmma(const fa_attention_desc *d, const fa_kernel_plan *kp, fa_pass pass, int cc_major,
                              int cc_minor) {
     const char *what = pass == FA_PASS_FORWARD ? "forward" : "backward";

@@ -266,6 +266,27 @@ FA_TEST(check_tolerance) {
     CHECK(fa_test_compare(got, ref, FA_DTYPE_F32, 4).mismatched == 1);
 }
 
+/* fa-info says which head_dim the warp-specialised kernels are built for
+ * where the plan's text cannot (it carries no head_dim): 160 padded to 192
+ * both ways, 96's backward in 128's tiles, nothing at 128. */
+FA_TEST(info_names_built_head_dims) {
+    setenv("FLASHATTN_NO_BANDWIDTH_PROBE", "1", 1);
+    static const char *const dims[] = {"160", "96", "128"};
+    for (int i = 0; i < 3; i++) {
+        const int rc = fa_test_run_tool("fa-info",
+                                        (const char *const[]){"--describe", "h100", "--dtype", "bf16", "--dim", dims[i],
+                                                              "--seqlen", "4096", "--batch", "2", NULL},
+                                        output, sizeof output, 120.0);
+        const int built = count_of(output, "built for head_dim");
+        CHECK_MSG(rc == 0 && (i == 0   ? strstr(output, "forward built for head_dim 192, padded") &&
+                                           strstr(output, "backward built for head_dim 192, padded")
+                              : i == 1 ? strstr(output, "backward built for head_dim 96 in tiles of 128 columns") &&
+                                             built == 2
+                                       : built == 0),
+                  "--dim %s: exit %d:\n%s", dims[i], rc, output);
+    }
+}
+
 FA_TEST_MAIN(FA_CASE(bad_options_exit_2), FA_CASE(ring_options_refused), FA_CASE(ring_options_run),
              FA_CASE(bench_decode_options), FA_CASE(good_options_run),
-             FA_CASE(largest_problem_answers_at_once), FA_CASE(check_tolerance))
+             FA_CASE(largest_problem_answers_at_once), FA_CASE(check_tolerance), FA_CASE(info_names_built_head_dims))

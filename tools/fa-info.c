@@ -84,6 +84,21 @@ static void print_ring(const fa_device_desc *dev, const fa_attention_desc *desc,
     for (int i = 0; i < fa_cp_named_link_count(); i++) print_ring_on(dev, desc, o, fa_cp_named_link(i));
 }
 
+/* What the plan's text cannot say (fa_plan_info carries no head_dim): the
+ * head_dim the warp-specialised kernels are built for where the problem's
+ * lies between theirs. */
+static void print_built_head_dims(const fa_attention_desc *desc, const fa_plan_info *info) {
+    const int fwd = fa_tma_head_dim(desc), bwd = fa_tma_bwd_head_dim(desc);
+    if (info->forward.variant == FA_VARIANT_WGMMA_TMA && !info->fp8 && fwd != desc->head_dim)
+        printf("forward built for head_dim %d, padded (the tensor maps fill the rest of each row with zeros)\n", fwd);
+    if (info->kv_cache || info->fp8 || info->backward.variant != FA_VARIANT_WGMMA_TMA) return;
+    if (bwd != desc->head_dim)
+        printf("backward built for head_dim %d, padded (the tensor maps fill the rest of each row with zeros)\n", bwd);
+    else if (bwd % 64)
+        printf("backward built for head_dim %d in tiles of %d columns (the rest zeros, left out of the products)\n",
+               bwd, (bwd + 63) / 64 * 64);
+}
+
 static void print_plan(const fa_device_desc *dev, const fa_attention_desc *desc) {
     fa_plan_info info;
     memset(&info, 0, sizeof info);
@@ -93,7 +108,9 @@ static void print_plan(const fa_device_desc *dev, const fa_attention_desc *desc)
     }
     char text[4096];
     fa_plan_info_format(&info, text, sizeof text);
-    printf("%s\n", text);
+    printf("%s", text);
+    print_built_head_dims(desc, &info);
+    printf("\n");
 }
 
 static const char extra_usage[] =

@@ -54,7 +54,11 @@ typedef struct config {
  * (16 x 128 in eight) and the ones next to its own: 64 x 64 and two stages
  * at head_dim 64, the 32-query step at head_dim 128 unchunked
  * (FA_BWD_QC=32) and 16 x 128 in eight sub-groups with V in registers
- * (half the L2 bytes a product, one work-group a multiprocessor). The runs of 2026-11-27 (bench/results/h200.md,
+ * (half the L2 bytes a product, one work-group a multiprocessor). Then
+ * the tiles whose K and V only fit packed in the workspace (planner_cl_mma.c,
+ * bwd_k_packed; not planned until measured): 64 queries a step at head_dim
+ * 128 in chunks of 16 and of 32, 32 queries in two stages, and 64 x 128
+ * in eight sub-groups at head_dim 64. The runs of 2026-11-27 (bench/results/h200.md,
  * h100.md) timed the rest: rotated walks, 128-key tiles at head_dim 128,
  * register caps (`-cl-nv-maxrregcount N` fails to build on NVIDIA's
  * OpenCL; the `=` form had no effect), four-float dQ reductions, fragment
@@ -69,6 +73,10 @@ static const config configs[] = {
     {FA_PASS_BACKWARD, 64, 4, 1, 32, 2, ""},
     {FA_PASS_BACKWARD, 128, 4, 1, 32, 1, "-DFA_BWD_QC=32"},
     {FA_PASS_BACKWARD, 128, 8, 1, 16, 1, ""},
+    {FA_PASS_BACKWARD, 128, 4, 1, 64, 1, ""},
+    {FA_PASS_BACKWARD, 128, 4, 1, 64, 1, "-DFA_BWD_QC=32"},
+    {FA_PASS_BACKWARD, 128, 4, 1, 32, 2, ""},
+    {FA_PASS_BACKWARD, 64, 8, 1, 64, 1, ""},
 };
 #define N_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
 
@@ -292,7 +300,8 @@ static void registers(const char *dir, fa_pass pass, char *out, size_t size) {
 }
 
 /* The tile, work-group, stages, and for the backward whether V's
- * fragments are in registers and the queries computed in chunks. */
+ * fragments are in registers or K and V packed in the workspace, and the
+ * queries computed in chunks. */
 static void describe(fa_plan plan, const fa_kernel_plan *kp, const config *c, char *out, size_t size) {
     fa_cl_mma_geometry g;
     const int mma = kp->variant == FA_VARIANT_MMA &&
@@ -300,9 +309,9 @@ static void describe(fa_plan plan, const fa_kernel_plan *kp, const config *c, ch
                                           kp->thread_rows, kp->thread_cols, kp->stages, &g);
     char chunk[16] = "";
     if (mma && c->pass == FA_PASS_BACKWARD && g.q_chunk < kp->br) snprintf(chunk, sizeof chunk, " qc%d", g.q_chunk);
-    snprintf(out, size, "%s%dx%d/%d%s%s%s%s%s", c->warps ? "" : "planner ", kp->br, kp->bc, kp->work_group_size,
-             kp->stages > 1 ? " 2-stage" : "", mma && g.v_regs ? " vreg" : "", chunk, c->options[0] ? " " : "",
-             c->options);
+    snprintf(out, size, "%s%dx%d/%d%s%s%s%s%s%s", c->warps ? "" : "planner ", kp->br, kp->bc, kp->work_group_size,
+             kp->stages > 1 ? " 2-stage" : "", mma && g.v_regs ? " vreg" : "", mma && g.k_packed ? " kvpack" : "",
+             chunk, c->options[0] ? " " : "", c->options);
 }
 
 int main(int argc, char **argv) {

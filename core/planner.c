@@ -910,6 +910,23 @@ static size_t workspace_bytes(const fa_device_desc *dev, const fa_attention_desc
     return bytes;
 }
 
+/* An OpenCL matrix-unit backward's workspace: workspace_bytes's, and K
+ * packed in fragment order where the tile's geometry reads K from there
+ * (planner_cl_mma.c). */
+static size_t cl_mma_backward_workspace(const fa_device_desc *dev, const fa_attention_desc *desc,
+                                        const fa_kernel_plan *kp) {
+    size_t bytes = workspace_bytes(dev, desc, FA_PASS_BACKWARD, kp->variant, kp->split_k), packed = 0;
+    fa_cl_mma_geometry g;
+    if (!fa_cl_mma_geometry_of(dev, desc, FA_PASS_BACKWARD, kp->br, kp->bc, kp->thread_rows, kp->thread_cols,
+                               kp->stages, &g))
+        return bytes;
+    if (fa_cl_mma_packed_k_bytes(&g, desc, kp->bc, fa_attention_total_k(desc), &packed) != FA_SUCCESS) {
+        fa_clear_error();
+        return SIZE_MAX;
+    }
+    return fa_ckd_add_size(&bytes, bytes, packed) ? SIZE_MAX : bytes;
+}
+
 /* Best candidate of a family; 0 when none fits. */
 static int plan_family(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, family fam,
                        candidate *best) {
@@ -1401,6 +1418,8 @@ static fa_status plan_pass(const fa_device_desc *dev, const fa_attention_desc *d
     out->num_work_groups = best.groups > INT_MAX ? INT_MAX : (int)best.groups;
     out->local_mem_bytes = best.local_mem;
     out->workspace_bytes = workspace_bytes(dev, desc, pass, best.variant, best.split);
+    if (pass == FA_PASS_BACKWARD && best.variant == FA_VARIANT_MMA && dev->backend == FA_BACKEND_OPENCL)
+        out->workspace_bytes = cl_mma_backward_workspace(dev, desc, out);
     out->cost = best.cost;
     if (pass == FA_PASS_FORWARD) tma_forward_plan(dev, desc, out);
     if (pass == FA_PASS_BACKWARD) {

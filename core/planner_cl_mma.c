@@ -31,7 +31,9 @@
  *   (planner.c); two run where a plan asks for them. NVIDIA's layout also
  *   holds V in registers in one stage where its tile does not fit
  *   (bwd_v_regs): local memory then holds a key tile of 128 at head_dim 128,
- *   or query tiles of 32.
+ *   or query tiles of 32. Where even then K's tile does not fit, K and V
+ *   are packed in the workspace in fragment order and read from there
+ *   (k_packed, bwd_k_packed): local memory holds Q, dO, dS, L and D alone.
  *   A step's queries are computed in chunks (q_chunk rows; the kernel's
  *   QC): the whole tile where a lane's scores of it fit the register
  *   budget, else chunks of one k-step (bwd_q_chunk).
@@ -51,6 +53,8 @@
 #include "planner_cl_mma.h"
 
 #include "desc.h"
+#include "fa_internal.h"
+#include "plan_data.h"
 #include "planner.h"
 
 #define FA_CL_MMA_MAX_WARPS 8
@@ -87,9 +91,10 @@ static int fwd_q_regs(const fa_device_desc *dev, const fa_mma_layout_info *L, in
 }
 
 static size_t dkdv_local(const fa_mma_layout_info *L, const fa_attention_desc *desc, int br, int bc, int stages,
-                         int v_regs) {
+                         int v_regs, int k_packed) {
     const int d = desc->head_dim;
-    size_t elems = (v_regs ? 1 : 2) * rows_elems(L, d, bc) + 2 * (size_t)stages * rows_elems(L, d, br);
+    const size_t kv_tiles = k_packed ? 0 : v_regs ? 1 : 2;
+    size_t elems = kv_tiles * rows_elems(L, d, bc) + 2 * (size_t)stages * rows_elems(L, d, br);
     if (!desc->deterministic) elems += (size_t)br * (size_t)(bc + 8);
     if (!L->c2a_regs) elems += 2 * (size_t)bc * (size_t)(br + 8);
     return 2 * elems + 4 * 2 * (size_t)br;
@@ -111,7 +116,24 @@ static size_t dq_local(const fa_mma_layout_info *L, const fa_attention_desc *des
 static int bwd_v_regs(const fa_device_desc *dev, const fa_mma_layout_info *L, const fa_attention_desc *desc, int br,
                       int bc, int stages) {
     return (stages > 1 || L->family == FA_MMA_LAYOUT_NVIDIA) &&
-           dkdv_local(L, desc, br, bc, stages, 0) > fa_plan_usable_local_mem(dev);
+           dkdv_local(L, desc, br, bc, stages, 0, 0) > fa_plan_usable_local_mem(dev);
+}
+
+/* Where even V in registers leaves K's tile no room, K and V leave local
+ * memory, and V the registers: a pre-pass packs them once into the
+ * workspace in the order of the lanes' fragments
+ * (fa_cl_mma_packed_k_bytes), and a step reads the A fragments of S^T and
+ * dP^T and the dQ products' B fragments from there (through the cache:
+ * every step of the work-group reads the same keys). Local memory is then
+ * Q, dO, dS, L and D: on NVIDIA's 48 KiB, 64 queries a step at head_dim
+ * 128 where K's tile held 32; the registers V's fragments took hold the
+ * loads in flight. The epilogue stages dK and dV through the Q/dO buffers,
+ * which must hold the key tile's rows; the deterministic dQ kernel keeps
+ * K's and V's tiles anyway (it does not take it). */
+static int bwd_k_packed(const fa_device_desc *dev, const fa_mma_layout_info *L, const fa_attention_desc *desc, int br,
+                        int bc, int stages, int v_regs) {
+    return v_regs && !desc->deterministic && 2L * stages * br >= bc &&
+           dkdv_local(L, desc, br, bc, stages, 1, 0) > fa_plan_usable_local_mem(dev);
 }
 
 /* fp32 words of fragments a lane of the dK/dV kernel holds for a chunk of
@@ -147,7 +169,9 @@ static size_t layout_local(const fa_device_desc *dev, const fa_mma_layout_info *
                            fa_pass pass, int br, int bc, int stages) {
     if (pass == FA_PASS_FORWARD)
         return fwd_local(L, desc->head_dim, br, bc, fwd_q_regs(dev, L, desc->head_dim, br, bc));
-    size_t kv = dkdv_local(L, desc, br, bc, stages, bwd_v_regs(dev, L, desc, br, bc, stages));
+    const int v_regs = bwd_v_regs(dev, L, desc, br, bc, stages);
+    const int k_packed = bwd_k_packed(dev, L, desc, br, bc, stages, v_regs);
+    size_t kv = dkdv_local(L, desc, br, bc, stages, v_regs && !k_packed, k_packed);
     if (desc->deterministic) {
         size_t q = dq_local(L, desc, br, bc);
         if (q > kv) kv = q;
@@ -172,6 +196,28 @@ size_t fa_cl_mma_tile_local_mem(const fa_device_desc *dev, const fa_attention_de
                                 int bc, int tr, int tc, int stages) {
     fa_cl_mma_geometry g;
     return fa_cl_mma_geometry_of(dev, desc, pass, br, bc, tr, tc, stages, &g) ? g.local_mem : 0;
+}
+
+/* 32-bit words of one key tile's packed K and V (kernels_cl/bwd_mma.cl,
+ * KPACK): K's and V's A fragments of every strip and k-step (S^T, dP^T)
+ * and K's B fragments of every k-step and n-tile (dQ), each as a
+ * sub-group's lanes hold it. */
+static size_t packed_kv_tile_words(const fa_mma_layout_info *L, int bc, int dp) {
+    return 2 * (size_t)(bc / L->m) * (size_t)(dp / L->k) * (size_t)L->sub_group * (size_t)L->a_words +
+           (size_t)(bc / L->k) * (size_t)(dp / L->n) * (size_t)L->sub_group * (size_t)L->b_words;
+}
+
+fa_status fa_cl_mma_packed_k_bytes(const fa_cl_mma_geometry *g, const fa_attention_desc *desc, int bc,
+                                   int64_t total_k, size_t *bytes) {
+    *bytes = 0;
+    if (!g->k_packed) return FA_SUCCESS;
+    const fa_mma_layout_info *L = fa_mma_layout_get(g->layout);
+    if (!L || bc <= 0 || total_k < 0) return fa_fail(FA_ERR_INTERNAL, "packed K of a tile without a layout");
+    /* The slots of the key tiles of every sequence (the kernel's
+     * fa_bwd_k_slot): at most total_k / bc + batch + 1. */
+    const size_t slots = (size_t)(total_k / bc) + (size_t)desc->batch + 1;
+    const size_t factors[] = {(size_t)desc->heads_kv, slots, packed_kv_tile_words(L, bc, g->d_pad), 4};
+    return fa_workspace_bytes("the packed K and V of the backward", factors, 4, bytes);
 }
 
 size_t fa_cl_mma_scratch_bytes(fa_mma_layout layout, int warps) {
@@ -227,7 +273,7 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
     /* fp32 words of fragments per lane: an m x n accumulator is m n / sg of
      * them, an m x k operand m k / (2 sg). */
     const long per_row = (long)L->m * strips; /* rows of the lane's strips, times sg per lane */
-    int q_regs = 0, v_regs = 0, dq_warps = 0, q_chunk = 0;
+    int q_regs = 0, v_regs = 0, k_packed = 0, dq_warps = 0, q_chunk = 0;
     if (fwd) {
         q_regs = fwd_q_regs(dev, L, d, br, bc);
         /* The score options' hook (kernels_cl/common.h, fa_logit2) holds
@@ -242,6 +288,8 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
         if (words > L->fwd_budget) return 0;
     } else {
         v_regs = bwd_v_regs(dev, L, desc, br, bc, stages);
+        k_packed = bwd_k_packed(dev, L, desc, br, bc, stages, v_regs);
+        if (k_packed) v_regs = 0;
         q_chunk = bwd_q_chunk(L, strips, dp, br, v_regs);
         if (!q_chunk) return 0;
         if (desc->deterministic) {
@@ -257,6 +305,7 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
         g->strips = strips;
         g->q_regs = q_regs;
         g->v_regs = v_regs;
+        g->k_packed = k_packed;
         g->q_chunk = q_chunk;
         g->stages = stages;
         g->d_pad = dp;
@@ -356,6 +405,9 @@ int fa_cl_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc
         if (desc->head_dim <= FA_CL_MMA_NV_BWD_SMALL_D &&
             (g.warps > FA_CL_MMA_NV_BWD_SMALL_D_WARPS || g.strips != 1 || br > FA_CL_MMA_NV_BWD_SMALL_D_ROWS))
             return 0;
+        /* K packed in the workspace: not measured yet (fa-cl-mma-sweep
+         * forces it). */
+        if (g.k_packed) return 0;
         if (!g.v_regs)
             return g.q_chunk == br &&
                    bwd_words(fa_mma_layout_get(g.layout), g.strips, g.d_pad, br, 0) <= FA_CL_MMA_NV_BWD_TILE_WORDS;

@@ -8,6 +8,7 @@
 #include "mma_layouts.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* What a tile and micro-tile mean to the kernels. */
 typedef struct fa_cl_mma_geometry {
@@ -17,6 +18,8 @@ typedef struct fa_cl_mma_geometry {
     int q_regs;       /* forward: Q's fragments stay in registers (QREG) */
     int stages;       /* backward: buffers of Q and dO (2: the next query tile loads during this one) */
     int v_regs;       /* backward: V's fragments stay in registers (VREG; two stages, or NVIDIA's layout) */
+    int k_packed;     /* backward: K's fragments read from a packed copy in the workspace, not a
+                         local tile (KPACK; with v_regs, where K's tile does not fit either) */
     int q_chunk;      /* backward: queries of a step computed at a time (QC; br: the whole tile) */
     int d_pad;        /* head_dim padded to whole fragments */
     int dq_warps;     /* backward, deterministic: sub-groups of the dQ kernel,
@@ -57,6 +60,11 @@ size_t fa_cl_mma_tile_local_mem(const fa_device_desc *dev, const fa_attention_de
  * suite, fa-cl-mma-sweep) still run the others. */
 int fa_cl_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
                         int tr, int tc);
+/* Workspace bytes of a backward geometry's packed K (0 without k_packed)
+ * for key tiles of bc over total_k keys of the batch; FA_ERR_OUT_OF_MEMORY
+ * where the size overflows. */
+fa_status fa_cl_mma_packed_k_bytes(const fa_cl_mma_geometry *g, const fa_attention_desc *desc, int bc,
+                                   int64_t total_k, size_t *bytes);
 /* The local scratch an emulated layout's kernels add: warps sub-groups. */
 size_t fa_cl_mma_scratch_bytes(fa_mma_layout layout, int warps);
 

@@ -37,14 +37,21 @@
  * others) V's fragments are read from global memory into registers once,
  * and its tile is left out: in one stage this leaves local memory to a
  * larger key tile (every query tile's dQ atomics and Q/dO reads then serve
- * more keys) or a larger query tile. A step of BR query rows runs in
+ * more keys) or a larger query tile. With KPACK (where K's tile does not
+ * fit beside Q and dO even then) K and V leave local memory, and V the
+ * registers: fa_bwd_pack_k first writes each key tile once into the
+ * workspace in the order of the lanes' fragments (K's and V's A fragments
+ * of S^T and dP^T, K's B fragments of dQ), and every step reads them from
+ * there, a lane's fragment in one load, through the cache that holds the
+ * tile for the work-group's whole walk. A step of BR query rows runs in
  * chunks of QC rows (QC a build option, BR unless set): S^T, dP^T, P and dS
  * of one chunk at a time, so that a lane holds the scores of QC queries,
  * not BR, while the step's barriers, copies and dQ products serve all BR.
  *
  * Local memory, exactly core/planner_cl_mma.c's backward figures (16-bit
  * tiles as mma_common.h lays them out):
- *   fa_bwd_dkdv  K [BC][LDS], V [BC][LDS] (not with VREG); Q, dO
+ *   fa_bwd_dkdv  K [BC][LDS] (not with KPACK), V [BC][LDS] (not with
+ *                VREG or KPACK); Q, dO
  *                [STAGES][BR][LDS]; with DQ_ATOMIC dS [BR][BC + 8];
  *                without FA_C2A_REGS P^T and dS^T [BC][BR + 8]; L and D
  *                [BR] in fp32
@@ -102,7 +109,18 @@
 #endif
 
 #define QT_ELEMS (BR * LDS)
+#ifdef KPACK
 #ifdef VREG
+#error "bwd_mma: KPACK reads V's fragments from the packed tile, not registers (VREG)"
+#endif
+#if 2 * STAGES * BR < BC
+#error "bwd_mma: KPACK stages dK and dV through the Q/dO buffers, which must hold BC rows"
+#endif
+#define K_ELEMS 0
+#else
+#define K_ELEMS (BC * LDS)
+#endif
+#if defined(VREG) || defined(KPACK)
 #define V_ELEMS 0
 #else
 #define V_ELEMS (BC * LDS)
@@ -116,6 +134,76 @@
 #define T_ELEMS 0
 #else
 #define T_ELEMS (2 * BC * LDT)
+#endif
+
+/* One key tile's packed K and V (32-bit words; planner_cl_mma.c,
+ * packed_kv_tile_words): K's A fragment of strip m (FA_M keys), k-step ks
+ * of every lane at ((m KS + ks) FA_SG + lane) FA_A_WORDS; then K's B
+ * fragment (keys by head dimensions) of k-step kb, n-tile j at KP_A_WORDS
+ * + ((kb DT + j) FA_SG + lane) FA_B_WORDS; then V's A fragments as K's, at
+ * KP_V. */
+#define KP_A_WORDS ((BC / FA_M) * KS * FA_SG * FA_A_WORDS)
+#define KP_B_WORDS ((BC / FA_K) * DT * FA_SG * FA_B_WORDS)
+#define KP_V (KP_A_WORDS + KP_B_WORDS)
+#define KP_WORDS (2 * KP_A_WORDS + KP_B_WORDS)
+
+/* The slot of key tile k0 / BC of sequence b (kv head hk of heads_k):
+ * start_k / BC + b + k0 / BC, heads within it. A sequence of len keys takes
+ * ceil(len / BC) slots and the next one's first is at least floor((start_k
+ * + len) / BC) + b + 1, past them; the batch's slots number at most
+ * total_k / BC + batch + 1 (the workspace's). */
+FA_FN long fa_bwd_k_slot(fa_seq seq, int b, int k0, int hk, int heads_k) {
+    return ((seq.start_k / BC) + b + k0 / BC) * heads_k + hk;
+}
+
+#ifdef KPACK
+/* K's and V's tiles into their slots, one work-group a tile as
+ * fa_bwd_dkdv's: every word the pair of elements its lane's fragment holds
+ * there, zero past the sequence and past HEAD_DIM (so that no key a tile
+ * lacks, nor a padding dimension, reaches a product). */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+fa_bwd_pack_kv(__global const ushort *k, __global const ushort *v, long k_off, long k_sb, long k_ss, long k_sh,
+               long v_off, long v_sb, long v_ss, long v_sh, int seqlen_k, int heads_k, __global const int *cu_q,
+               __global const int *cu_k, __global uint *kpack) {
+    const int lid = get_local_id(0);
+    const int k0 = get_group_id(0) * BC;
+    const int hk = get_group_id(1);
+    const int b = get_group_id(2);
+    const fa_seq seq = fa_seq_of(b, 0, seqlen_k, cu_q, cu_k);
+    if (k0 >= seq.len_k) return;
+    const fa_layout lk = {k_off, k_sb, k_ss, k_sh}, lv = {v_off, v_sb, v_ss, v_sh};
+    __global const ushort *const kg = k + fa_row_index(lk, b, seq.start_k, k0, hk);
+    __global const ushort *const vg = v + fa_row_index(lv, b, seq.start_k, k0, hk);
+    __global uint *const dst = kpack + fa_bwd_k_slot(seq, b, k0, hk, heads_k) * KP_WORDS;
+    const int valid = seq.len_k - k0;
+    for (int i = lid; i < KP_WORDS; i += FA_THREADS) {
+        int w, lane, f, key[2], dim[2];
+        const int in_v = i >= KP_V, a = in_v ? i - KP_V : i;
+        if (in_v || i < KP_A_WORDS) {
+            w = a % FA_A_WORDS;
+            lane = a / FA_A_WORDS % FA_SG;
+            f = a / (FA_A_WORDS * FA_SG); /* m KS + ks */
+            for (int h = 0; h < 2; h++) {
+                key[h] = f / KS * FA_M + FA_A_ROW(lane, 2 * w + h);
+                dim[h] = f % KS * FA_K + FA_A_COL(lane, 2 * w + h);
+            }
+        } else {
+            const int j = i - KP_A_WORDS;
+            w = j % FA_B_WORDS;
+            lane = j / FA_B_WORDS % FA_SG;
+            f = j / (FA_B_WORDS * FA_SG); /* kb DT + n-tile */
+            for (int h = 0; h < 2; h++) {
+                key[h] = f / DT * FA_K + FA_B_K(lane, 2 * w + h);
+                dim[h] = f % DT * FA_N + FA_B_N(lane, 2 * w + h);
+            }
+        }
+        uint word = 0u;
+        for (int h = 0; h < 2; h++)
+            if (key[h] < valid && dim[h] < HEAD_DIM)
+                word |= (uint)(in_v ? vg[(long)key[h] * v_ss + dim[h]] : kg[(long)key[h] * k_ss + dim[h]]) << (16 * h);
+        dst[i] = word;
+    }
+}
 #endif
 
 /* The walk over a head's query tiles [t_begin, t_end) goes by positions p
@@ -191,15 +279,18 @@ FA_FN void fa_bwd_ld_store(__local float *Ls, __local float *Ds, const float *lr
 }
 
 /* acc[kt][j] += A B^T over head_dim for the key strips: A from a key-side
- * tile (K or V; or, kregs not NULL, its fragments in registers), B the
- * query-side rows (Q or dO). */
+ * tile (K or V; or, kregs not NULL, its fragments in registers; or, kpack
+ * not NULL, the key tile's packed K), B the query-side rows (Q or dO). */
 FA_FN void fa_bwd_keys_by_queries(fa_c (*acc)[NQ], __local const ushort *keys, fa_a (*kregs)[KS],
-                                  __local const ushort *rows, int key_base, fa_frag_ctx fc) {
+                                  __global const uint *kpack, __local const ushort *rows, int key_base,
+                                  fa_frag_ctx fc) {
     FA_MMA_UNROLL for (int ks = 0; ks < KS; ks++) {
         fa_a a[KT];
         FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) {
             if (kregs)
                 a[kt] = kregs[kt][ks];
+            else if (kpack)
+                fa_load_a_packed(&a[kt], kpack + ((key_base / FA_M + kt) * KS + ks) * (FA_SG * FA_A_WORDS), fc);
             else
                 fa_load_a(&a[kt], keys, LDS, key_base + kt * FA_M, ks * FA_K, fc);
         }
@@ -237,8 +328,9 @@ FA_FN void fa_bwd_keys_by_queries(fa_c (*acc)[NQ], __local const ushort *keys, f
  * dSs, every sub-group's in). A layer whose operations take all
  * work-items together (!FA_SG_UNIFORM_OPS) has the sub-groups without a
  * unit in the last round repeat one, unstored. */
-FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushort *dSs, __local const ushort *Ks, int b,
-                            int h, int q0, int heads_q, int seqlen_q, fa_seq seq, long total_q, fa_frag_ctx fc) {
+FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushort *dSs, __local const ushort *Ks,
+                            __global const uint *kpack, int b, int h, int q0, int heads_q, int seqlen_q, fa_seq seq,
+                            long total_q, fa_frag_ctx fc) {
     for (int round = 0; round < (DQ_UNITS + WARPS - 1) / WARPS; round++) {
         const int u = round * WARPS + fc.sg;
         if (FA_SG_UNIFORM_OPS && u >= DQ_UNITS) break;
@@ -252,7 +344,14 @@ FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushor
             fa_load_a(&a, dSs, LDD, mq * FA_M, kb * FA_K, fc);
             FA_MMA_UNROLL for (int n = 0; n < DQU; n += FA_BP) {
                 fa_b bk[FA_BP];
-                fa_load_bp_kn(bk, n + 1 < DQU, Ks, LDS, kb * FA_K, (j0 + n) * FA_N, fc);
+                if (kpack)
+                    FA_MMA_UNROLL for (int i = 0; i < FA_BP; i++) {
+                        if (n + i < DQU)
+                            fa_load_b_packed(&bk[i], kpack + KP_A_WORDS + (kb * DT + j0 + n + i) * (FA_SG * FA_B_WORDS),
+                                             fc);
+                    }
+                else
+                    fa_load_bp_kn(bk, n + 1 < DQU, Ks, LDS, kb * FA_K, (j0 + n) * FA_N, fc);
                 FA_MMA_UNROLL for (int i = 0; i < FA_BP; i++)
                     if (n + i < DQU) fa_mma(&acc[n + i], &a, &bk[i], fc);
             }
@@ -285,16 +384,19 @@ FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushor
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) FA_KERNEL_ATTRS void
 fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const ushort *v,
             __global const float *lse, __global const ushort *dout, __global const float *dvec,
-            __global ushort *dk, __global ushort *dv, FA_BWD_PARAMS, __global float *dq_acc) {
-    __local ushort smem[BC * LDS + V_ELEMS + 2 * STAGES * QT_ELEMS + DS_ELEMS + T_ELEMS] __attribute__((aligned(16)));
+            __global ushort *dk, __global ushort *dv, FA_BWD_PARAMS, __global float *dq_acc,
+            __global const uint *kpack) {
+    __local ushort smem[K_ELEMS + V_ELEMS + 2 * STAGES * QT_ELEMS + DS_ELEMS + T_ELEMS] __attribute__((aligned(16)));
     __local float Ls[BR], Ds[BR];
     FA_FRAG_SCRATCH(WARPS);
+#ifndef KPACK
     __local ushort *const Ks = smem;
-#ifndef VREG
+#endif
+#if !defined(VREG) && !defined(KPACK)
     __local ushort *const Vs = Ks + BC * LDS;
 #endif
     /* Stage s: Q at qd + 2 s QT_ELEMS, dO right after it. */
-    __local ushort *const qd = smem + BC * LDS + V_ELEMS;
+    __local ushort *const qd = smem + K_ELEMS + V_ELEMS;
 #ifdef DQ_ATOMIC
     __local ushort *const dSs = qd + 2 * STAGES * QT_ELEMS; /* dS: queries by keys */
 #endif
@@ -317,8 +419,24 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 
     __global ushort *const dkg = dk + fa_row_index(lk, b, seq.start_k, k0, hk);
     __global ushort *const dvg = dv + fa_row_index(lv, b, seq.start_k, k0, hk);
+#ifdef KPACK
+    /* K's and V's fragments from the tile's packed copy; the local tile of
+     * the epilogue is the Q/dO buffers'. */
+    __global const uint *const kp = kpack + fa_bwd_k_slot(seq, b, k0, hk, heads_q / group) * KP_WORDS;
+    __local ushort *const Ks = qd;
+#define K_TILE ((__local const ushort *)0)
+#define K_PACKED kp
+#define V_TILE ((__local const ushort *)0)
+#define V_REGS ((fa_a(*)[KS])0)
+#define V_PACKED (kp + KP_V)
+#else
+    (void)kpack;
     fa_fetch_rows(Ks, k + fa_row_index(lk, b, seq.start_k, k0, hk), k_ss, BC, seq.len_k - k0, lid);
-#ifdef VREG
+#define K_TILE Ks
+#define K_PACKED ((__global const uint *)0)
+#define V_PACKED ((__global const uint *)0)
+#endif
+#if defined(VREG)
     fa_a va[KT][KS];
     FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
         FA_MMA_UNROLL for (int ks = 0; ks < KS; ks++)
@@ -326,7 +444,7 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
                              ks * FA_K, seq.len_k - k0, fc);
 #define V_TILE ((__local const ushort *)0)
 #define V_REGS va
-#else
+#elif !defined(KPACK)
     fa_fetch_rows(Vs, v + fa_row_index(lv, b, seq.start_k, k0, hk), v_ss, BC, seq.len_k - k0, lid);
 #define V_TILE Vs
 #define V_REGS ((fa_a(*)[KS])0)
@@ -398,8 +516,8 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
             FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
                 FA_MMA_UNROLL for (int j = 0; j < NQ; j++)
                     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) st[kt][j].x[e] = pt[kt][j].x[e] = 0.0f;
-            fa_bwd_keys_by_queries(st, Ks, (fa_a(*)[KS])0, Qc, key_base, fc);
-            fa_bwd_keys_by_queries(pt, V_TILE, V_REGS, dOc, key_base, fc);
+            fa_bwd_keys_by_queries(st, K_TILE, (fa_a(*)[KS])0, K_PACKED, Qc, key_base, fc);
+            fa_bwd_keys_by_queries(pt, V_TILE, V_REGS, V_PACKED, dOc, key_base, fc);
 
             /* P (times z keep_scale) into st, dS into pt. Whole tiles test
              * no element. */
@@ -481,7 +599,7 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
         if (more) FA_FETCH_STEP(nhh, nt, 0);
 #endif
 #ifdef DQ_ATOMIC
-        fa_bwd_dq_atomic(dq_acc, dSs, Ks, b, h, q0, heads_q, seqlen_q, seq, total_q, fc);
+        fa_bwd_dq_atomic(dq_acc, dSs, K_TILE, K_PACKED, b, h, q0, heads_q, seqlen_q, seq, total_q, fc);
 #endif
         if (more) fa_bwd_ld_store(Ls, Ds, lnext, dnext, lid);
         hh = nhh;
@@ -494,11 +612,11 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
     fa_copy_wait();
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* dK (scaled) and dV through the K and V tiles (K's twice with VREG),
-     * then 16-byte stores. */
+    /* dK (scaled) and dV through the K and V tiles (K's twice with VREG
+     * and KPACK, where Ks is the Q/dO buffers), then 16-byte stores. */
     FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
         FA_MMA_UNROLL for (int j = 0; j < DT; j++) fa_put_c(Ks, LDS, key_base + kt * FA_M, j * FA_N, &dka[kt][j], scale, fc);
-#ifdef VREG
+#if defined(VREG) || defined(KPACK)
     barrier(CLK_LOCAL_MEM_FENCE);
     fa_store_rows(dkg, k_ss, Ks, BC, seq.len_k - k0, lid);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -515,6 +633,9 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #endif
 #undef V_TILE
 #undef V_REGS
+#undef K_TILE
+#undef K_PACKED
+#undef V_PACKED
 }
 
 #else /* FA_BWD_DQ */

@@ -99,6 +99,32 @@ FA_FN void fa_load_a_global(fa_a *a, __global const ushort *src, long stride, in
     }
 }
 
+/* A sub-group's A or B fragment from a packed copy in global memory
+ * (bwd_mma.cl's KPACK), laid out as the lanes hold it: lane l's words at p
+ * + l FA_A_WORDS (FA_B_WORDS). One 16- (8-) byte load a lane on NVIDIA,
+ * whose packed fragments start on such boundaries. */
+FA_FN void fa_load_a_packed(fa_a *a, __global const uint *p, fa_frag_ctx ctx) {
+#if defined(FA_MMA_NVIDIA) && !defined(FA_MMA_EMULATE) && FA_A_WORDS == 4
+    const uint4 v = *(__global const uint4 *)(p + 4 * ctx.lane);
+    a->w[0] = v.x;
+    a->w[1] = v.y;
+    a->w[2] = v.z;
+    a->w[3] = v.w;
+#else
+    FA_MMA_UNROLL for (int w = 0; w < FA_A_WORDS; w++) a->w[w] = p[ctx.lane * FA_A_WORDS + w];
+#endif
+}
+
+FA_FN void fa_load_b_packed(fa_b *b, __global const uint *p, fa_frag_ctx ctx) {
+#if defined(FA_MMA_NVIDIA) && !defined(FA_MMA_EMULATE) && FA_B_WORDS == 2
+    const uint2 v = *(__global const uint2 *)(p + 2 * ctx.lane);
+    b->w[0] = v.x;
+    b->w[1] = v.y;
+#else
+    FA_MMA_UNROLL for (int w = 0; w < FA_B_WORDS; w++) b->w[w] = p[ctx.lane * FA_B_WORDS + w];
+#endif
+}
+
 /* The first `valid` of `rows` rows of a tile (HEAD_DIM dimensions) to
  * global memory, 16 bytes a store. */
 FA_FN void fa_store_rows(__global ushort *dst, long stride, __local const ushort *src, int rows, int valid,

@@ -116,8 +116,8 @@ static void add_plan(program_set *set, const fa_device_desc *dev, const fa_atten
     if (ok) {
         char extra[64], chunk[24] = "";
         if (g.q_chunk < b->br) snprintf(chunk, sizeof chunk, " -DQC=%d", g.q_chunk);
-        snprintf(extra, sizeof extra, "%s%s%s%s", d->deterministic ? "" : " -DDQ_ATOMIC",
-                 g.stages > 1 ? " -DSTAGES=2" : "", g.v_regs ? " -DVREG" : "", chunk);
+        snprintf(extra, sizeof extra, "%s%s%s%s%s", d->deterministic ? "" : " -DDQ_ATOMIC",
+                 g.stages > 1 ? " -DSTAGES=2" : "", g.v_regs ? " -DVREG" : "", g.k_packed ? " -DKPACK" : "", chunk);
         pass_options(d, g.layout, b->br, b->bc, b->thread_rows, b->thread_cols, g.warps, extra, opts, sizeof opts);
         add_program(set, g.layout, 1, 0, opts);
         if (d->deterministic) {

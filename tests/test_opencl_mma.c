@@ -13,7 +13,8 @@
  * fa-test-labels: device
  * fa-test-mma-layouts: nvidia
  * fa-test-mma-subset-layouts: intel amd-mfma amd-wmma
- * fa-test-mma-subset-cases: head_dims split_keys q_in_registers score_options */
+ * fa-test-mma-subset-cases: head_dims split_keys q_in_registers score_options packed_keys_backward
+ */
 #include "attention_suite.h"
 #include "harness.h"
 #include "opencl_suite.h"
@@ -451,6 +452,145 @@ FA_TEST(one_stage_v_in_registers) {
 #endif
 }
 
+/* The least local memory (KiB, in steps of 4) at which the geometry packs
+ * K and V for a tile in `stages` stages and the tile fits; 0 if none up to
+ * 160. */
+static int packing_kib(fa_context ctx, const fa_mma_layout_info *l, const fa_attention_desc *d, const suite_tiles *b,
+                       int stages) {
+    int found = 0;
+    for (int kib = 16; kib <= 160 && !found; kib += 4) {
+        const local_mem had = local_mem_set(ctx, l, kib);
+        fa_cl_mma_geometry g;
+        g_stages = stages;
+        if (fa_cl_mma_geometry_of(&ctx->info.desc, d, FA_PASS_BACKWARD, b->br, b->bc, b->tr, b->tc, stages, &g) &&
+            g.k_packed && runs_here(d, FA_PASS_BACKWARD, b))
+            found = kib;
+        g_stages = 1;
+        local_mem_restore(ctx, had);
+    }
+    return found;
+}
+
+/* The dK/dV kernel with K and V packed in the workspace (planner_cl_mma.c,
+ * bwd_k_packed; KPACK): where even V in registers leaves K's tile no room
+ * in 48 KiB. NVIDIA's layout in one stage: 64 queries a step at head_dim
+ * 128 (causal; dropout with MQA; variable lengths with a window) and at
+ * 112 (padded dimensions, a block mask), 128 keys in one strip of eight
+ * sub-groups and in two strips of four at head_dim 64 in 40 KiB (a
+ * sub-group's second strip of packed fragments). Every layout with a
+ * backward on its matrix units in two stages (head_dim 128, and 64 with
+ * dropout), with the local memory at which its tile packs (its fragments
+ * packed in its own order). The
+ * geometry must say K packed, and V neither in a tile nor in registers,
+ * for each case that runs. */
+FA_TEST(packed_keys_backward) {
+    const fa_mma_layout_info *ls[FA_MMA_MAX_LAYOUTS];
+    int nl = 0;
+    REQUIRE_LAYERS(ls, nl);
+#ifdef FA_WITH_OPENCL
+    fa_context ctx = suite_context();
+    static const int32_t cu_q[] = {0, 70, 75, 190};
+    static const int32_t cu_k[] = {0, 90, 95, 200};
+    /* head_dim, sub-groups, strips, query rows (in k-steps of 16), stages,
+     * query and key lengths, KiB of local memory (beside the emulated
+     * layer's scratch, which local_mem_set adds: at head_dim 64 V's
+     * fragments in registers make 128 keys fit in 48 and that; 0: the
+     * least at which the tile packs) */
+    static const int cases[][8] = {{128, 4, 1, 4, 1, 80, 120, 48}, {128, 4, 1, 4, 1, 115, 75, 48},
+                                   {128, 4, 1, 4, 1, 0, 0, 48},     {112, 4, 1, 4, 1, 70, 100, 48},
+                                   {64, 8, 1, 4, 1, 100, 170, 40},  {64, 4, 2, 4, 1, 90, 140, 40},
+                                   {128, 4, 1, 2, 2, 80, 120, 48},  {64, 4, 1, 2, 2, 70, 90, 0}};
+    int layouts_ran = 0;
+    for (int li = 0; li < nl; li++) {
+        const fa_mma_layout_info *l = ls[li];
+        const int nvidia = fa_mma_layout_named(l->name) == FA_MMA_LAYOUT_NVIDIA;
+        const int side = l->k > l->n ? l->k : l->n;
+        int ran = 0, tried = 0;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            const int dim = cases[i][0], warps = cases[i][1], strips = cases[i][2], stages = cases[i][4];
+            /* Other layouts hold V in registers (and pack) in two stages only. */
+            if (!nvidia && stages == 1) continue;
+            const int br = cases[i][3] * (side > 16 ? side : 16);
+            fa_attention_desc d = suite_desc(alternate((int)i), 1, cases[i][5], cases[i][6], 4, 2, dim);
+            const suite_tiles b = mma_tile(l, FA_PASS_BACKWARD, br, warps * strips * l->m, strips, 1);
+            /* Other layouts' tiles take the local memory at which they pack. */
+            const int kib = nvidia && cases[i][7] ? cases[i][7] : packing_kib(ctx, l, &d, &b, stages);
+            if (!kib) continue;
+            const local_mem had = local_mem_set(ctx, l, kib);
+            uint8_t *blocks = NULL;
+            switch (i) {
+            case 0:
+            case 6:
+                d.causal = 1;
+                break;
+            case 7:
+                d.dropout_p = 0.1f;
+                d.dropout_seed = 3;
+                break;
+            case 1:
+                d.dropout_p = 0.2f;
+                d.dropout_seed = 5;
+                d.heads_kv = 1;
+                break;
+            case 2:
+                d.batch = 3;
+                d.seqlen_q = d.seqlen_k = 115;
+                d.cu_seqlens_q = cu_q;
+                d.cu_seqlens_k = cu_k;
+                d.window_left = 30;
+                d.window_right = 20;
+                break;
+            case 3:
+                d.window_left = 50;
+                blocks = suite_random_block_mask(&d, 16, 24, 9);
+                break;
+            case 4:
+                d.causal = 1;
+                d.heads_kv = 4;
+                break;
+            default:
+                break;
+            }
+            for (int len = d.seqlen_q; !d.cu_seqlens_q && len > 16 && !planner_fits(ctx, &d); len /= 2)
+                d.seqlen_q = d.seqlen_k = len;
+            fa_cl_mma_geometry g;
+            const int ok =
+                fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_BACKWARD, b.br, b.bc, b.tr, b.tc, stages, &g) &&
+                g.layout == fa_mma_layout_named(l->name);
+            if (ok) {
+                tried++;
+                CHECK_MSG(g.k_packed && !g.v_regs, "%s d%d %d x %d in %d stage(s), %d KiB: K packed %d, V in registers %d",
+                          l->name, dim, b.br, b.bc, stages, kib, g.k_packed, g.v_regs);
+            } else if (nvidia) {
+                CHECK_MSG(0, "%s d%d %d x %d in %d stage(s): no geometry", l->name, dim, b.br, b.bc, stages);
+            }
+            g_stages = stages;
+            opencl_suite_mma_bwd_stages(stages);
+            if (ok && g.k_packed && planner_fits(ctx, &d) && (i != 3 || blocks)) {
+                char what[96];
+                snprintf(what, sizeof what, "K and V packed, %d stage(s), %d x %d, chunks of %d, %d KiB", stages,
+                         b.br, b.bc, g.q_chunk, kib);
+                ran += run_forced(l, what, &d, NULL, &b, 1);
+            }
+            g_stages = 1;
+            opencl_suite_mma_bwd_stages(1);
+            free(blocks);
+            local_mem_restore(ctx, had);
+        }
+        if (!tried) {
+            fprintf(stderr, "  %-10s no packed backward tile on the matrix units: not run\n", l->name);
+            continue;
+        }
+        layouts_ran++;
+        if (nvidia)
+            CHECK_MSG(ran == 8, "%s: only %d of the eight packed-key tiles ran", l->name, ran);
+        else
+            CHECK_MSG(ran >= 1, "%s: no packed-key tile ran", l->name);
+    }
+    if (!layouts_ran) FA_SKIP("no layout of this device packs the backward's keys");
+#endif
+}
+
 /* The score options (softcap, ALiBi, additive bias) on the matrix units,
  * whatever the planner would pick: both passes with dQ added atomically
  * (all three options, causal, GQA, dropout), the deterministic dQ kernel
@@ -585,5 +725,5 @@ FA_TEST(dq_padding_columns) {
 }
 
 FA_TEST_MAIN(FA_CASE(work_group_shapes), FA_CASE(head_dims), FA_CASE(q_in_registers), FA_CASE(split_keys),
-             FA_CASE(pipelined_backward), FA_CASE(one_stage_v_in_registers), FA_CASE(score_options),
-             FA_CASE(dq_padding_columns))
+             FA_CASE(pipelined_backward), FA_CASE(one_stage_v_in_registers), FA_CASE(packed_keys_backward),
+             FA_CASE(score_options), FA_CASE(dq_padding_columns))

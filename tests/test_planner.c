@@ -1493,9 +1493,49 @@ FA_TEST(nvidia_opencl_backward_v_in_registers) {
         }
 }
 
+/* The tiles whose K and V fit only packed in the workspace
+ * (planner_cl_mma.c, bwd_k_packed) on NVIDIA's 48 KiB: 64 x 64 at head_dim
+ * 128 in four sub-groups packs, V neither in a tile nor in registers,
+ * within the local memory; the preference sets it aside (not measured),
+ * so the plan stays 32 x 64. Its workspace figure adds one slot of packed
+ * fragments a key tile and kv head, three times a tile's K bytes, over
+ * total_k / 64 + batch + 1 slots; deterministic mode never packs. */
+FA_TEST(nvidia_opencl_backward_packed_keys) {
+    const fa_device_desc *nv = device("nvidia-opencl");
+    fa_attention_desc d = shape(2, 4096, 4096, 16, 8, 128, FA_DTYPE_F16);
+    fa_cl_mma_geometry g;
+    CHECK(fa_cl_mma_geometry_of(nv, &d, FA_PASS_BACKWARD, 64, 64, 16, 2, 1, &g));
+    CHECK_MSG(g.k_packed && !g.v_regs && g.warps == 4 && g.q_chunk == 16 &&
+                  g.local_mem <= fa_plan_usable_local_mem(nv),
+              "64 x 64: K packed %d, V in registers %d, %d sub-groups, chunk %d, %zu bytes", g.k_packed, g.v_regs,
+              g.warps, g.q_chunk, g.local_mem);
+    CHECK(!fa_cl_mma_preferred(nv, &d, FA_PASS_BACKWARD, 64, 64, 16, 2));
+    size_t bytes = 0;
+    CHECK_OK(fa_cl_mma_packed_k_bytes(&g, &d, 64, fa_attention_total_k(&d), &bytes));
+    const size_t slots = (size_t)(2 * 4096 / 64) + 2 + 1, slot = 3 * 64 * 128 * 2;
+    CHECK_MSG(bytes == 8 * slots * slot, "packed K and V: %zu bytes, want %zu", bytes, 8 * slots * slot);
+
+    fa_plan_info p;
+    CHECK_OK(fa_plan_for_device(nv, &d, &p));
+    fa_cl_mma_geometry planned;
+    CHECK(fa_cl_mma_geometry_of(nv, &d, FA_PASS_BACKWARD, p.backward.br, p.backward.bc, p.backward.thread_rows,
+                                p.backward.thread_cols, p.backward.stages, &planned));
+    CHECK(!planned.k_packed && p.backward.br == 32 && p.backward.bc == 64);
+
+    /* A slot count no memory holds: refused, not wrapped. */
+    fa_cl_mma_geometry huge = g;
+    d.heads_kv = d.heads_q = 1 << 30;
+    CHECK(fa_cl_mma_packed_k_bytes(&huge, &d, 64, INT64_C(1) << 40, &bytes) == FA_ERR_OUT_OF_MEMORY);
+    d.heads_q = 16;
+    d.heads_kv = 8;
+    d.deterministic = 1;
+    CHECK(!fa_cl_mma_geometry_of(nv, &d, FA_PASS_BACKWARD, 64, 64, 16, 2, 1, &g) || !g.k_packed);
+}
+
 FA_TEST_MAIN(FA_CASE(tiles_valid_on_every_device), FA_CASE(same_input_same_plan),
              FA_CASE(local_memory_gives_different_tiles), FA_CASE(more_local_memory_never_more_bytes),
              FA_CASE(decoding_splits_keys), FA_CASE(decoding_packs_gqa_groups), FA_CASE(variants_by_backend), FA_CASE(tma_backward_opt_in), FA_CASE(tma_padded_head_dims), FA_CASE(invalid_devices_rejected),
+             FA_CASE(nvidia_opencl_backward_packed_keys),
              FA_CASE(largest_shapes_plan_at_once), FA_CASE(work_group_size_named), FA_CASE(format_shows_plan),
              FA_CASE(described_devices_table), FA_CASE(wide_heads_share_key_strips),
              FA_CASE(nvidia_opencl_forward_four_sub_groups), FA_CASE(nvidia_opencl_backward_v_in_registers),

@@ -44,6 +44,7 @@ typedef struct fa_cl_plan {
     cl_kernel fwd_kernel, merge_kernel;
     cl_program bwd_program, dq_program; /* dq_program: the matrix-unit dQ kernel's own */
     cl_kernel dot_kernel, dkdv_kernel, dq_kernel; /* dq_kernel: fa_bwd_dq_convert with dq_atomic */
+    cl_kernel pack_kernel;     /* fa_bwd_pack_kv where the backward's geometry packs K and V */
     int dq_wg;                 /* work-group of fa_bwd_dq */
     int dq_atomic;             /* streaming backward adding dQ with atomics */
 
@@ -54,6 +55,7 @@ typedef struct fa_cl_plan {
     cl_mem part_o, part_l;     /* split-K partial results */
     cl_mem dvec;               /* backward: rowsum(dO * O) */
     cl_mem dq_acc;             /* backward with dq_atomic: fp32 dQ */
+    cl_mem kpack;              /* backward with k_packed: K and V in fragment order */
     cl_mem dummy;              /* bound to pointer arguments a build ignores */
 
     cl_layout q, k, v, o;
@@ -186,6 +188,7 @@ static const char *const cl_plan_macros[] = {
     "VARLEN",        "FA_STREAM",    "FA_GPU",       "SPLITK",          "DQ_ATOMIC",       "FA_NV_PTX",
     "WARPS",         "QREG",         "FA_BWD_DQ",    "FA_MMA_EMULATE",  "FA_MMA_NVIDIA",   "FA_MMA_INTEL",
     "FA_MMA_AMD_MFMA", "FA_MMA_AMD_WMMA", "FA_MMA_AMD_MFMA16", "STAGES",       "VREG",          "QC",
+    "KPACK",
     "SOFTCAP",       "ALIBI",        "BIAS",         "BIAS_F32",        "FA_SCORE_OPTIONS", NULL};
 
 static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *extra,
@@ -274,9 +277,9 @@ static fa_status build_backward_mma(fa_cl_plan *p) {
     char chunk[24] = "";
     if (p->bwd_shape.g.q_chunk > 0 && p->bwd_shape.g.q_chunk < p->bwd_shape.br)
         snprintf(chunk, sizeof chunk, " -DQC=%d", p->bwd_shape.g.q_chunk);
-    snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s%s", !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",
+    snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s%s%s", !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",
              p->dq_atomic && nv_red_v2 ? " -DFA_RED_V2" : "", p->bwd_shape.g.stages > 1 ? " -DSTAGES=2" : "",
-             p->bwd_shape.g.v_regs ? " -DVREG" : "", chunk);
+             p->bwd_shape.g.v_regs ? " -DVREG" : "", p->bwd_shape.g.k_packed ? " -DKPACK" : "", chunk);
     char extra[256];
     FA_CHECK(mma_options(p, layout, p->bwd_shape.g.warps, pass_opts, extra, sizeof extra));
     FA_CHECK(build_pass(p, &p->bwd_shape, extra, paths, n, &p->bwd_program));
@@ -306,6 +309,8 @@ static fa_status prepare_backward(fa_cl_plan *p) {
     }
     if (st == FA_SUCCESS) st = fa_cl_create_kernel(p->bwd_program, "fa_bwd_dot", &p->dot_kernel);
     if (st == FA_SUCCESS) st = fa_cl_create_kernel(p->bwd_program, "fa_bwd_dkdv", &p->dkdv_kernel);
+    if (st == FA_SUCCESS && p->bwd_shape.mma && p->bwd_shape.g.k_packed)
+        st = fa_cl_create_kernel(p->bwd_program, "fa_bwd_pack_kv", &p->pack_kernel);
     if (st == FA_SUCCESS)
         st = fa_cl_create_kernel(p->dq_program ? p->dq_program : p->bwd_program,
                                  p->dq_atomic ? "fa_bwd_dq_convert" : "fa_bwd_dq", &p->dq_kernel);
@@ -314,9 +319,10 @@ static fa_status prepare_backward(fa_cl_plan *p) {
         if (p->dot_kernel) fa_cl.clReleaseKernel(p->dot_kernel);
         if (p->dkdv_kernel) fa_cl.clReleaseKernel(p->dkdv_kernel);
         if (p->dq_kernel) fa_cl.clReleaseKernel(p->dq_kernel);
+        if (p->pack_kernel) fa_cl.clReleaseKernel(p->pack_kernel);
         if (p->bwd_program) fa_cl.clReleaseProgram(p->bwd_program);
         if (p->dq_program) fa_cl.clReleaseProgram(p->dq_program);
-        p->dot_kernel = p->dkdv_kernel = p->dq_kernel = NULL;
+        p->dot_kernel = p->dkdv_kernel = p->dq_kernel = p->pack_kernel = NULL;
         p->bwd_program = p->dq_program = NULL;
     }
     return st;
@@ -341,14 +347,14 @@ void fa_cl_plan_release(void *ctx, void *plan_impl) {
     fa_cl_plan *p = plan_impl;
     if (!p) return;
     release_events(p);
-    cl_kernel kernels[] = {p->fwd_kernel, p->merge_kernel, p->dot_kernel, p->dkdv_kernel, p->dq_kernel};
+    cl_kernel kernels[] = {p->fwd_kernel, p->merge_kernel, p->dot_kernel, p->dkdv_kernel, p->dq_kernel, p->pack_kernel};
     for (size_t i = 0; i < FA_ARRAY_SIZE(kernels); i++)
         if (kernels[i]) fa_cl.clReleaseKernel(kernels[i]);
     if (p->fwd_program) fa_cl.clReleaseProgram(p->fwd_program);
     if (p->bwd_program) fa_cl.clReleaseProgram(p->bwd_program);
     if (p->dq_program) fa_cl.clReleaseProgram(p->dq_program);
     cl_mem mems[] = {p->cu_q, p->cu_k, p->block_mask, p->fwd_tiles, p->bwd_tiles,
-                     p->part_o, p->part_l, p->dvec, p->dq_acc, p->slopes, p->dummy};
+                     p->part_o, p->part_l, p->dvec, p->dq_acc, p->kpack, p->slopes, p->dummy};
     for (size_t i = 0; i < FA_ARRAY_SIZE(mems); i++)
         if (mems[i]) fa_cl.clReleaseMemObject(mems[i]);
     free(p);
@@ -477,6 +483,10 @@ fa_status fa_cl_plan_prepare(void *ctx_handle, const fa_plan_s *plan, void **pla
     if (st == FA_SUCCESS && p->dq_atomic) {
         st = fa_workspace_bytes("the fp32 dQ accumulator", (size_t[]){heads, tokens, dim, sizeof(float)}, 4, &bytes);
         if (st == FA_SUCCESS) st = fa_cl_create_plan_buffer(ctx, bytes, NULL, "the fp32 dQ accumulator", &p->dq_acc);
+    }
+    if (st == FA_SUCCESS && p->bwd_shape.mma && p->bwd_shape.g.k_packed) {
+        st = fa_cl_mma_packed_k_bytes(&p->bwd_shape.g, d, p->bwd_shape.bc, plan->total_k, &bytes);
+        if (st == FA_SUCCESS) st = fa_cl_create_plan_buffer(ctx, bytes, NULL, "the packed K and V of the backward", &p->kpack);
     }
     if (st == FA_SUCCESS) st = prepare_forward(p);
     if (st == FA_SUCCESS) st = prepare_backward(p);
@@ -648,10 +658,25 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     arg_mem(&kv, mem_of(args->dv));
     bwd_common_args(&kv, p, plan, args->bias);
     if (s->stream || s->mma) arg_mem(&kv, or_dummy(p, p->dq_acc));
+    if (s->mma) arg_mem(&kv, or_dummy(p, p->kpack));
     FA_CHECK(args_done(&kv, "fa_bwd_dkdv"));
     size_t ktiles = (size_t)fa_tile_count(d->seqlen_k, s->bc);
     size_t kv_global[3] = {ktiles * (size_t)s->wg, (size_t)d->heads_kv, (size_t)d->batch};
     size_t local[3] = {(size_t)s->wg, 1, 1};
+    if (p->pack_kernel) {
+        cl_args k = {p->pack_kernel, 0, CL_SUCCESS, 0};
+        arg_mem(&k, mem_of(args->k));
+        arg_mem(&k, mem_of(args->v));
+        arg_layout(&k, &p->k);
+        arg_layout(&k, &p->v);
+        arg_int(&k, d->seqlen_k);
+        arg_int(&k, d->heads_kv);
+        arg_mem(&k, or_dummy(p, p->cu_q));
+        arg_mem(&k, or_dummy(p, p->cu_k));
+        arg_mem(&k, p->kpack);
+        FA_CHECK(args_done(&k, "fa_bwd_pack_kv"));
+        FA_CHECK(launch(p, p->pack_kernel, 3, kv_global, local));
+    }
     FA_CHECK(launch(p, p->dkdv_kernel, 3, kv_global, local));
 
     if (p->dq_atomic) {

@@ -10,6 +10,7 @@
 #include "planner.h"
 
 #include "desc.h"
+#include "planner_cl_mma.h"
 #include "planner_decode.h"
 
 #include <math.h>
@@ -545,6 +546,30 @@ static double pipeline_time(const fa_kernel_plan *plan, double products_ms, doub
     return products_ms + exps_ms;
 }
 
+/* OpenCL's matrix-unit backward with K and V packed in the workspace
+ * (planner_cl_mma.c, k_packed): the bytes of their packed key tiles, one
+ * slot a key tile and kv head (padding keys and dimensions included); 0
+ * for every other plan. */
+static double cl_packed_kv_bytes(const fa_device_desc *dev, const fa_attention_desc *desc,
+                                 const fa_kernel_plan *plan) {
+    fa_cl_mma_geometry g;
+    if (dev->backend != FA_BACKEND_OPENCL || plan->variant != FA_VARIANT_MMA ||
+        !fa_cl_mma_geometry_of(dev, desc, FA_PASS_BACKWARD, plan->br, plan->bc, plan->thread_rows,
+                               plan->thread_cols, plan->stages, &g) ||
+        !g.k_packed)
+        return 0.0;
+    /* Every sequence alike without cu_seqlens. */
+    const int seqs = desc->cu_seqlens_k ? desc->batch : 1;
+    double tiles = 0.0;
+    for (int b = 0; b < seqs; b++) {
+        int64_t sq, sk;
+        seq_lengths(desc, b, &sq, &sk);
+        tiles += (double)ceil_div(sk, plan->bc);
+    }
+    if (!desc->cu_seqlens_k) tiles *= desc->batch;
+    return (double)desc->heads_kv * tiles * (double)fa_cl_mma_packed_slot_bytes(&g, plan->bc);
+}
+
 fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass,
                            const fa_kernel_plan *plan, const fa_tile_visits *v) {
     fa_cost c = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -609,6 +634,13 @@ fa_cost fa_io_fused_visits(const fa_device_desc *dev, const fa_attention_desc *d
          * once per visited pair. */
         rd += 2.0 * hkv * sk * dim * e + hq * v->query_rows * (2.0 * dim * e + 8.0);
         wr += 2.0 * hkv * sk * dim * e;
+        const double packed = cl_packed_kv_bytes(dev, desc, plan);
+        if (packed > 0.0) {
+            /* The pre-pass reads K and V and writes their packed tiles,
+             * which the dK/dV kernel reads in their place. */
+            rd += packed;
+            wr += packed;
+        }
         if (recompute_dq) {
             /* The dQ kernel: Q, dO, L, D once, K and V per visited pair. */
             rd += hq * sq * (2.0 * dim * e + 8.0) + hq * v->key_rows * 2.0 * dim * e;

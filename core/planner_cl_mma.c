@@ -207,17 +207,22 @@ static size_t packed_kv_tile_words(const fa_mma_layout_info *L, int bc, int dp) 
            (size_t)(bc / L->k) * (size_t)(dp / L->n) * (size_t)L->sub_group * (size_t)L->b_words;
 }
 
+size_t fa_cl_mma_packed_slot_bytes(const fa_cl_mma_geometry *g, int bc) {
+    const fa_mma_layout_info *L = fa_mma_layout_get(g->layout);
+    return g->k_packed && L && bc > 0 ? 4 * packed_kv_tile_words(L, bc, g->d_pad) : 0;
+}
+
 fa_status fa_cl_mma_packed_k_bytes(const fa_cl_mma_geometry *g, const fa_attention_desc *desc, int bc,
                                    int64_t total_k, size_t *bytes) {
     *bytes = 0;
     if (!g->k_packed) return FA_SUCCESS;
-    const fa_mma_layout_info *L = fa_mma_layout_get(g->layout);
-    if (!L || bc <= 0 || total_k < 0) return fa_fail(FA_ERR_INTERNAL, "packed K of a tile without a layout");
+    const size_t slot = fa_cl_mma_packed_slot_bytes(g, bc);
+    if (!slot || total_k < 0) return fa_fail(FA_ERR_INTERNAL, "packed K of a tile without a layout");
     /* The slots of the key tiles of every sequence (the kernel's
      * fa_bwd_k_slot): at most total_k / bc + batch + 1. */
     const size_t slots = (size_t)(total_k / bc) + (size_t)desc->batch + 1;
-    const size_t factors[] = {(size_t)desc->heads_kv, slots, packed_kv_tile_words(L, bc, g->d_pad), 4};
-    return fa_workspace_bytes("the packed K and V of the backward", factors, 4, bytes);
+    const size_t factors[] = {(size_t)desc->heads_kv, slots, slot};
+    return fa_workspace_bytes("the packed K and V of the backward", factors, 3, bytes);
 }
 
 size_t fa_cl_mma_scratch_bytes(fa_mma_layout layout, int warps) {

@@ -60,6 +60,9 @@ size_t fa_cl_mma_tile_local_mem(const fa_device_desc *dev, const fa_attention_de
  * suite, fa-cl-mma-sweep) still run the others. */
 int fa_cl_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
                         int tr, int tc);
+/* Bytes of one key tile's packed K and V (a slot) for key tiles of bc; 0
+ * without k_packed. */
+size_t fa_cl_mma_packed_slot_bytes(const fa_cl_mma_geometry *g, int bc);
 /* Workspace bytes of a backward geometry's packed K (0 without k_packed)
  * for key tiles of bc over total_k keys of the batch; FA_ERR_OUT_OF_MEMORY
  * where the size overflows. */

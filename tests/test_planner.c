@@ -1522,6 +1522,25 @@ FA_TEST(nvidia_opencl_backward_packed_keys) {
                                 p.backward.thread_cols, p.backward.stages, &planned));
     CHECK(!planned.k_packed && p.backward.br == 32 && p.backward.bc == 64);
 
+    /* The IO model counts the pre-pass (it reads K and V once, as the
+     * kernel did) and its packed tiles, written, then read in K's and V's
+     * place: against the same tile on a device whose local memory holds
+     * K's tile, twice their bytes more. */
+    fa_device_desc roomy = *nv;
+    roomy.local_mem_bytes = 160 * 1024;
+    fa_cl_mma_geometry r;
+    CHECK(fa_cl_mma_geometry_of(&roomy, &d, FA_PASS_BACKWARD, 64, 64, 16, 2, 1, &r) && !r.k_packed);
+    fa_kernel_plan kp = p.backward;
+    kp.br = 64;
+    kp.thread_rows = 16;
+    kp.num_work_groups = d.batch * d.heads_kv * (4096 / 64);
+    const fa_cost packed_cost = fa_io_fused(nv, &d, FA_PASS_BACKWARD, &kp);
+    const fa_cost tile_cost = fa_io_fused(&roomy, &d, FA_PASS_BACKWARD, &kp);
+    const double packed_bytes = 8.0 * (2 * 4096 / 64) * slot;
+    CHECK_MSG(fabs(total_bytes(&packed_cost) - total_bytes(&tile_cost) - 2.0 * packed_bytes) < 1.0,
+              "IO model: %.0f bytes packed, %.0f with K's tile, want %.0f more", total_bytes(&packed_cost),
+              total_bytes(&tile_cost), 2.0 * packed_bytes);
+
     /* A slot count no memory holds: refused, not wrapped. */
     fa_cl_mma_geometry huge = g;
     d.heads_kv = d.heads_q = 1 << 30;

@@ -225,6 +225,12 @@ int fa_tma_bwd_head_dim(const fa_attention_desc *desc) {
     return d <= 64 ? 64 : d == 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : 256;
 }
 
+fa_attention_desc fa_tma_bwd_desc(const fa_attention_desc *desc) {
+    fa_attention_desc built = *desc;
+    built.head_dim = fa_tma_bwd_head_dim(desc);
+    return built;
+}
+
 int fa_fp8_vt_global(const fa_attention_desc *desc, int bc) {
     if (!desc || !fa_desc_is_fp8(desc) || bc != 128) return 0;
     const char *env = getenv("FLASHATTN_FP8_VT");
@@ -312,8 +318,7 @@ size_t fa_plan_local_mem(fa_variant variant, fa_pass pass, const fa_attention_de
          * with two consumer warpgroups above head_dim 64, the dQ tile the
          * bulk reductions read (rows padded by 8 floats, 16-byte aligned). */
         {
-            fa_attention_desc padded = *desc;
-            padded.head_dim = fa_tma_bwd_head_dim(desc);
+            const fa_attention_desc padded = fa_tma_bwd_desc(desc);
             /* 96: tiles of two 128-byte lines a row, like 128's */
             const size_t dp = (size_t)padded.head_dim, dl = (dp + 63) / 64 * 64;
             return e * (dl * (2 * c + st * 2 * r) + (fa_tma_bwd_dq_lag(&padded, bc) ? 3 : 2) * c * r) +
@@ -1337,8 +1342,7 @@ static void tma_backward_plan_padded(const fa_device_desc *dev, const fa_attenti
         return;
     }
     kp.local_mem_bytes = fa_plan_local_mem(FA_VARIANT_WGMMA_TMA, FA_PASS_BACKWARD, desc, kp.br, kp.bc, kp.stages);
-    fa_attention_desc built = *desc; /* the dQ accumulator's rows: the built head_dim's */
-    built.head_dim = pd;
+    const fa_attention_desc built = fa_tma_bwd_desc(desc); /* the dQ accumulator's rows: the built head_dim's */
     kp.workspace_bytes = workspace_bytes(dev, &built, FA_PASS_BACKWARD, kp.variant, kp.split_k);
     fa_cost cost = fa_io_fused(dev, desc, FA_PASS_BACKWARD, &kp);
     if (pd != desc->head_dim) {

@@ -72,6 +72,10 @@ int fa_fp8_vt_global(const fa_attention_desc *desc, int bc);
  * rest of each row with zeros, the stores leave it out, the fp32 dQ
  * accumulator keeps rows of the padded width). */
 int fa_tma_bwd_head_dim(const fa_attention_desc *desc);
+/* The problem as the warp-specialised backward is built for it: a copy of
+ * desc with fa_tma_bwd_head_dim's head_dim (the kernel's tiles, the dQ
+ * accumulator's rows); the tensors keep their own. */
+fa_attention_desc fa_tma_bwd_desc(const fa_attention_desc *desc);
 
 /* The pre-pass's V^T: keys_pad (seqlen_k rounded up to 128) bytes a row,
  * head_dim rows a (sequence, KV head); *bytes the whole buffer.

@@ -579,8 +579,7 @@ static fa_status backward_spec(const fa_attention_desc *d, const fa_kernel_plan 
      * (planner.c tma_backward_plan_padded): built for the padded one, with
      * IO_DIM the tensors' (fa_bwd_dot, the conversion of dQ and the dK, dV
      * stores read and write that many columns). */
-    fa_attention_desc pd = *d;
-    if (kp->variant == FA_VARIANT_WGMMA_TMA) pd.head_dim = fa_tma_bwd_head_dim(d);
+    const fa_attention_desc pd = kp->variant == FA_VARIANT_WGMMA_TMA ? fa_tma_bwd_desc(d) : *d;
     common_defines(&pd, s->defines, sizeof s->defines);
     if (pd.head_dim != d->head_dim) FA_CHECK(append_define(s, " -DIO_DIM=%d", d->head_dim, 0, 0, 0));
     d = &pd;

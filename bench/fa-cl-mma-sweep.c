@@ -57,8 +57,10 @@ typedef struct config {
  * (half the L2 bytes a product, one work-group a multiprocessor). Then
  * the tiles whose K and V only fit packed in the workspace (planner_cl_mma.c,
  * bwd_k_packed; not planned until measured): 64 queries a step at head_dim
- * 128 in chunks of 16 and of 32, 32 queries in two stages, and 64 x 128
- * in eight sub-groups at head_dim 64. The runs of 2026-11-27 (bench/results/h200.md,
+ * 128 in chunks of 16 and of 32, 32 queries in two stages against 64 keys
+ * and against 128 in eight sub-groups (half the dQ reductions a flop, the
+ * bytes the IO model says bound the planner's tile), and 64 x 128 in
+ * eight sub-groups at head_dim 64. The runs of 2026-11-27 (bench/results/h200.md,
  * h100.md) timed the rest: rotated walks, 128-key tiles at head_dim 128,
  * register caps (`-cl-nv-maxrregcount N` fails to build on NVIDIA's
  * OpenCL; the `=` form had no effect), four-float dQ reductions, fragment
@@ -76,6 +78,7 @@ static const config configs[] = {
     {FA_PASS_BACKWARD, 128, 4, 1, 64, 1, ""},
     {FA_PASS_BACKWARD, 128, 4, 1, 64, 1, "-DFA_BWD_QC=32"},
     {FA_PASS_BACKWARD, 128, 4, 1, 32, 2, ""},
+    {FA_PASS_BACKWARD, 128, 8, 1, 32, 2, ""},
     {FA_PASS_BACKWARD, 64, 8, 1, 64, 1, ""},
 };
 #define N_CONFIGS ((int)(sizeof configs / sizeof configs[0]))

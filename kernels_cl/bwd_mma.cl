@@ -39,7 +39,7 @@
  * larger key tile (every query tile's dQ atomics and Q/dO reads then serve
  * more keys) or a larger query tile. With KPACK (where K's tile does not
  * fit beside Q and dO even then) K and V leave local memory, and V the
- * registers: fa_bwd_pack_k first writes each key tile once into the
+ * registers: fa_bwd_pack_kv first writes each key tile once into the
  * workspace in the order of the lanes' fragments (K's and V's A fragments
  * of S^T and dP^T, K's B fragments of dQ), and every step reads them from
  * there, a lane's fragment in one load, through the cache that holds the
@@ -117,8 +117,12 @@
 #error "bwd_mma: KPACK stages dK and dV through the Q/dO buffers, which must hold BC rows"
 #endif
 #define K_ELEMS 0
+/* A constant, so that the fragment loads below take their source when the
+ * program is built, not by a test of the pointer at every fragment. */
+#define FA_KPACK 1
 #else
 #define K_ELEMS (BC * LDS)
+#define FA_KPACK 0
 #endif
 #if defined(VREG) || defined(KPACK)
 #define V_ELEMS 0
@@ -279,18 +283,19 @@ FA_FN void fa_bwd_ld_store(__local float *Ls, __local float *Ds, const float *lr
 }
 
 /* acc[kt][j] += A B^T over head_dim for the key strips: A from a key-side
- * tile (K or V; or, kregs not NULL, its fragments in registers; or, kpack
- * not NULL, the key tile's packed K), B the query-side rows (Q or dO). */
+ * tile (K or V; or, kregs not NULL, its fragments in registers; or, with
+ * KPACK, from kpack, the key tile's packed K or V), B the query-side rows
+ * (Q or dO). */
 FA_FN void fa_bwd_keys_by_queries(fa_c (*acc)[NQ], __local const ushort *keys, fa_a (*kregs)[KS],
                                   __global const uint *kpack, __local const ushort *rows, int key_base,
                                   fa_frag_ctx fc) {
     FA_MMA_UNROLL for (int ks = 0; ks < KS; ks++) {
         fa_a a[KT];
         FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) {
-            if (kregs)
-                a[kt] = kregs[kt][ks];
-            else if (kpack)
+            if (FA_KPACK)
                 fa_load_a_packed(&a[kt], kpack + ((key_base / FA_M + kt) * KS + ks) * (FA_SG * FA_A_WORDS), fc);
+            else if (kregs)
+                a[kt] = kregs[kt][ks];
             else
                 fa_load_a(&a[kt], keys, LDS, key_base + kt * FA_M, ks * FA_K, fc);
         }
@@ -325,7 +330,7 @@ FA_FN void fa_bwd_keys_by_queries(fa_c (*acc)[NQ], __local const ushort *keys, f
 #define FA_DQ_PAIR (FA_C_RUN % 2 == 0 ? 2 : 1)
 
 /* The work-group's share of dQ += dS K for the query tile at q0 (dS in
- * dSs, every sub-group's in). A layer whose operations take all
+ * dSs, every sub-group's in; K in Ks or, with KPACK, kpack). A layer whose operations take all
  * work-items together (!FA_SG_UNIFORM_OPS) has the sub-groups without a
  * unit in the last round repeat one, unstored. */
 FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushort *dSs, __local const ushort *Ks,
@@ -344,7 +349,7 @@ FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushor
             fa_load_a(&a, dSs, LDD, mq * FA_M, kb * FA_K, fc);
             FA_MMA_UNROLL for (int n = 0; n < DQU; n += FA_BP) {
                 fa_b bk[FA_BP];
-                if (kpack)
+                if (FA_KPACK)
                     FA_MMA_UNROLL for (int i = 0; i < FA_BP; i++) {
                         if (n + i < DQU)
                             fa_load_b_packed(&bk[i], kpack + KP_A_WORDS + (kb * DT + j0 + n + i) * (FA_SG * FA_B_WORDS),

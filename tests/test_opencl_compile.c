@@ -172,6 +172,51 @@ static int enumerate(const fa_device_desc *dev, program_set *set) {
     return mma;
 }
 
+/* The backward with K and V packed (KPACK), which no plan takes until it
+ * is measured: two stages of each layout's tile of four sub-groups and two
+ * k-steps of queries (as test_opencl_mma's packed_keys_backward runs),
+ * head_dim 64 and 128, fp16 and bf16, with the least local memory (up to
+ * the device's) at which the tile packs. Returns the programs added. */
+static int add_packed_backward(program_set *set, const fa_device_desc *base) {
+    fa_mma_layout ids[FA_MMA_MAX_LAYOUTS];
+    const int nl = fa_mma_layouts_of(base, ids);
+    int added = 0;
+    for (int li = 0; li < nl; li++) {
+        const fa_mma_layout_info *l = fa_mma_layout_get(ids[li]);
+        const int side = l->k > l->n ? l->k : l->n, cols = l->c_elems / l->c_rows;
+        const int br = 2 * (side > 16 ? side : 16), bc = 4 * l->m, tr = br * cols / l->n, tc = l->c_rows;
+        for (int t = 0; t < 2; t++)
+            for (int dim = 64; dim <= 128; dim += 64) {
+                fa_attention_desc d;
+                fa_attention_desc_init(&d);
+                d.batch = 2;
+                d.seqlen_q = d.seqlen_k = 2048;
+                d.heads_q = d.heads_kv = 16;
+                d.head_dim = dim;
+                d.q.dtype = d.k.dtype = d.v.dtype = d.o.dtype = t ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+                d.causal = t;
+                fa_device_desc dev = *base;
+                fa_cl_mma_geometry g;
+                int found = 0;
+                for (int kib = 16; (size_t)kib * 1024 <= base->local_mem_bytes && !found; kib += 4) {
+                    dev.local_mem_bytes = (size_t)kib * 1024;
+                    found = fa_cl_mma_geometry_of(&dev, &d, FA_PASS_BACKWARD, br, bc, tr, tc, 2, &g) &&
+                            g.layout == ids[li] && g.k_packed && g.local_mem <= fa_plan_usable_local_mem(&dev);
+                }
+                if (!found) continue;
+                fa_plan_info info;
+                memset(&info, 0, sizeof info);
+                info.forward.variant = FA_VARIANT_SIMT;
+                info.backward = (fa_kernel_plan){.variant = FA_VARIANT_MMA, .br = br, .bc = bc, .thread_rows = tr,
+                                                 .thread_cols = tc, .stages = 2};
+                const int before = set->count;
+                add_plan(set, &dev, &d, &info);
+                added += set->count - before;
+            }
+    }
+    return added;
+}
+
 /* A program's source, as the backend builds it (fa_cl_mma_sources), into
  * path. */
 static int write_source(const program *p, const char *path) {
@@ -369,12 +414,16 @@ static void amd_sweep(const char *key, const char *const *targets, int ntargets,
     static program_set set;
     const int plans = enumerate(&dev, &set);
     CHECK_MSG(plans > 0 && set.count > 0, "%s: no plan on matrix units", key);
+    const int packed = add_packed_backward(&set, &dev);
+    /* RDNA3's layout has no backward on its matrix units (budget 0). */
+    CHECK_MSG(packed > 0 || !wave64, "%s: no backward with K and V packed", key);
     char dir[256];
     temp_dir(dir, sizeof dir);
     CHECK_MSG(dir[0], "no temporary folder");
     if (!dir[0]) return;
     static char out[OUT_BYTES];
-    printf("%s (%s): %d programs of %d plans on matrix units\n", key, dev.name, set.count, plans);
+    printf("%s (%s): %d programs of %d plans on matrix units (%d of them K and V packed, forced)\n", key, dev.name,
+           set.count, plans, packed);
     printf("  target  kernel            vgpr agpr sgpr s-spill scratch  program\n");
     /* The device library: OpenCL's built-ins, the math library and the
      * wavefront size's control bitcode. */

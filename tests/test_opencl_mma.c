@@ -474,7 +474,8 @@ static int packing_kib(fa_context ctx, const fa_mma_layout_info *l, const fa_att
 /* The dK/dV kernel with K and V packed in the workspace (planner_cl_mma.c,
  * bwd_k_packed; KPACK): where even V in registers leaves K's tile no room
  * in 48 KiB. NVIDIA's layout in one stage: 64 queries a step at head_dim
- * 128 (causal; dropout with MQA; variable lengths with a window) and at
+ * 128 (causal; dropout with MQA; variable lengths, one of them empty,
+ * with a window) and at
  * 112 (padded dimensions, a block mask), 128 keys in one strip of eight
  * sub-groups and in two strips of four at head_dim 64 in 40 KiB (a
  * sub-group's second strip of packed fragments). Every layout with a
@@ -489,8 +490,9 @@ FA_TEST(packed_keys_backward) {
     REQUIRE_LAYERS(ls, nl);
 #ifdef FA_WITH_OPENCL
     fa_context ctx = suite_context();
-    static const int32_t cu_q[] = {0, 70, 75, 190};
-    static const int32_t cu_k[] = {0, 90, 95, 200};
+    /* The second sequence empty: its key tiles have no slot to take. */
+    static const int32_t cu_q[] = {0, 70, 70, 185};
+    static const int32_t cu_k[] = {0, 90, 90, 200};
     /* head_dim, sub-groups, strips, query rows (in k-steps of 16), stages,
      * query and key lengths, KiB of local memory (beside the emulated
      * layer's scratch, which local_mem_set adds: at head_dim 64 V's

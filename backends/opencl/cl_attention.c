@@ -32,7 +32,9 @@ typedef struct cl_pass_shape {
     fa_cl_mma_geometry g;
 } cl_pass_shape;
 
-#define FA_CL_MAX_EVENTS 4
+/* Launches a pass times: the backward's row sums, packed K and V, dK/dV
+ * and dQ take four. */
+#define FA_CL_MAX_EVENTS 6
 
 typedef struct fa_cl_plan {
     fa_cl_plan_kind kind;      /* FA_CL_PLAN_FUSED; first, see cl_backend.h */

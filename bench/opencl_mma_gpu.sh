@@ -36,7 +36,9 @@
 #            SDPA's FlashAttention-2 on the same shapes and every row's
 #            speed as a fraction of it ($OUT/sweep.txt, sweep-ratio.txt);
 #            first the planner's tiles against the fp64 reference
-#            (test_opencl_mma head_dims, $OUT/sweep-check.log).
+#            (test_opencl_mma head_dims, $OUT/sweep-check.log; and for
+#            the backward its tiles with K and V packed, which only the
+#            sweep runs: packed_keys_backward, sweep-check-packed.log).
 #            Not part of all: at most 7 minutes on an H100, the build
 #            included. A shorter sweep: FA_SWEEP_SEQLENS (default
 #            4096,16384), FA_SWEEP_PASS (fwd or bwd; default both),
@@ -192,6 +194,12 @@ if [ "$what" = sweep ]; then
     stamp "sweep: the planner's matrix-unit tiles against the reference (test_opencl_mma head_dims)"
     timeout 75 "$build/test_opencl_mma" head_dims > "$out/sweep-check.log" 2>&1 || failed=1
     tail -3 "$out/sweep-check.log"
+    # The packed K and V the sweep forces (not planned yet) likewise.
+    if [ "${FA_SWEEP_PASS:-bwd}" = bwd ]; then
+      stamp "sweep: K and V packed against the reference (test_opencl_mma packed_keys_backward)"
+      timeout 90 "$build/test_opencl_mma" packed_keys_backward > "$out/sweep-check-packed.log" 2>&1 || failed=1
+      tail -3 "$out/sweep-check-packed.log"
+    fi
   fi
   stamp "sweep: matrix-unit configurations beside the planner's (fp16, 16k tokens, hidden 2048)"
   # A fresh cache, so that every program is built and its log (registers,

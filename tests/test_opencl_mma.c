@@ -452,6 +452,7 @@ FA_TEST(one_stage_v_in_registers) {
 #endif
 }
 
+#ifdef FA_WITH_OPENCL
 /* The least local memory (KiB, in steps of 4) at which the geometry packs
  * K and V for a tile in `stages` stages and the tile fits; 0 if none up to
  * 160. */
@@ -470,20 +471,19 @@ static int packing_kib(fa_context ctx, const fa_mma_layout_info *l, const fa_att
     }
     return found;
 }
+#endif
 
 /* The dK/dV kernel with K and V packed in the workspace (planner_cl_mma.c,
  * bwd_k_packed; KPACK): where even V in registers leaves K's tile no room
  * in 48 KiB. NVIDIA's layout in one stage: 64 queries a step at head_dim
- * 128 (causal; dropout with MQA; variable lengths, one of them empty,
- * with a window) and at
- * 112 (padded dimensions, a block mask), 128 keys in one strip of eight
- * sub-groups and in two strips of four at head_dim 64 in 40 KiB (a
- * sub-group's second strip of packed fragments). Every layout with a
- * backward on its matrix units in two stages (head_dim 128, and 64 with
+ * 128 (causal; dropout with MQA; variable lengths, one of them empty, with
+ * a window) and at 112 (padded dimensions, a block mask), 128 keys in one
+ * strip of eight sub-groups and in two strips of four at head_dim 64 in 40
+ * KiB (a sub-group's second strip of packed fragments). Every layout with
+ * a backward on its matrix units in two stages (head_dim 128, and 64 with
  * dropout), with the local memory at which its tile packs (its fragments
- * packed in its own order). The
- * geometry must say K packed, and V neither in a tile nor in registers,
- * for each case that runs. */
+ * packed in its own order). The geometry must say K packed, and V neither
+ * in a tile nor in registers, for each case that runs. */
 FA_TEST(packed_keys_backward) {
     const fa_mma_layout_info *ls[FA_MMA_MAX_LAYOUTS];
     int nl = 0;

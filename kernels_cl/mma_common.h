@@ -23,6 +23,9 @@
 #define LDS (D_PAD + 8)
 #define D_CHUNKS (D_PAD / 8)
 
+/* fa_fetch_rows unrolls up to this many copies a work-item. */
+#define FA_FETCH_UNROLLED 4
+
 /* Rows [0, rows) of a head_dim-wide operand (row r at src + r * stride)
  * into a tile; rows from `valid` on and dimensions past HEAD_DIM are
  * zero. The copies land by the caller's fa_copy_wait. */
@@ -32,14 +35,33 @@ FA_FN void fa_fetch_rows(__local ushort *dst, __global const ushort *src, long s
     /* A work-item copies the same 16-byte column of every rstep-th row:
      * its addresses move by constants, with no division a copy (the
      * general loop below spent about 20 integer instructions a copy on
-     * NVIDIA, as many as the step's matrix products issue). Not unrolled:
-     * unrolled, the copies' addresses stayed live and the backward spilled
-     * at head_dim 128. */
+     * NVIDIA, as many as the step's matrix products issue). */
     const int rstep = FA_THREADS / D_CHUNKS, c = lid % D_CHUNKS, r0 = lid / D_CHUNKS;
     const int col_ok = c * 8 < HEAD_DIM;
     const long src_step = (long)rstep * stride;
     __global const ushort *s = src + (long)r0 * stride + c * 8;
     __local ushort *d = dst + r0 * LDS + c * 8;
+    if (rows % rstep == 0 && rows / rstep <= FA_FETCH_UNROLLED) {
+        /* Few copies a work-item (every call's rows, BR or BC, are
+         * constants here): unrolled, and a native copy of no bytes reads
+         * nothing, so its address needs no select. On an H200 (NVIDIA's
+         * OpenCL, 16k tokens) +7-9% on the forward at head_dim 64 and
+         * +1-3% on the backward; the forward's eight copies at head_dim 128
+         * took 167 -> 216 registers unrolled and ran 1-4% slower causal,
+         * so they stay a loop (bench/results/h200.md, twelfth session). */
+        FA_MMA_UNROLL for (int i = 0; i < rows / rstep; i++) {
+            const int ok = col_ok && r0 + i * rstep < valid;
+#ifdef FA_NATIVE_COPY
+            fa_copy16(d + i * rstep * LDS, s, ok);
+#else
+            fa_copy16(d + i * rstep * LDS, ok ? s : src, ok);
+#endif
+            s += src_step;
+        }
+        return;
+    }
+    /* Not unrolled: unrolled, the copies' addresses stayed live and the
+     * backward spilled at head_dim 128. */
     FA_MMA_UNROLL_(unroll 1)
     for (int r = r0; r < rows; r += rstep) {
         const int ok = col_ok && r < valid;

@@ -12,7 +12,7 @@
 # PROF_SWEEP=0 (no sweep; PROF_SWEEP_PASS: its pass, default bwd, empty for
 # both; PROF_SWEEP_CHECK=0: no reference check first), PROF_OPTIONS (FLASHATTN_OPENCL_OPTIONS for the
 # recorded launch). Output: $OUT/opencl-bwd-profile.tgz (ncu details and
-# SASS per kernel, replay times, the sweep).
+# SASS per kernel, FlashAttention-2's included, replay times, the sweep).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh
@@ -71,6 +71,7 @@ EOF
   timeout 300 "$ncu" --set full --clock-control none -f -o /tmp/ncu-fa2-bwd -k regex:dq_dk_dv \
     --launch-count 1 python3 /tmp/fa2_bwd_once.py > "$prof/ncu-run-fa2.txt" 2>&1 || echo "ncu FA2: exit $?"
   "$ncu" -i /tmp/ncu-fa2-bwd.ncu-rep --page details > "$prof/ncu-fa2-d128.txt" 2>&1
+  "$ncu" -i /tmp/ncu-fa2-bwd.ncu-rep --page source --print-source sass --csv > "$prof/sass-fa2-d128.csv" 2>&1
   grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Shared Memory Configuration|Block Size|Grid Size" \
     "$prof/ncu-fa2-d128.txt" | head -20
 fi

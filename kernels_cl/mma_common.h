@@ -23,8 +23,14 @@
 #define LDS (D_PAD + 8)
 #define D_CHUNKS (D_PAD / 8)
 
-/* fa_fetch_rows unrolls up to this many copies a work-item. */
+/* fa_fetch_rows unrolls up to this many copies a work-item; not in the
+ * backward with V in registers and dropout, which unrolled took NVIDIA's
+ * 255 registers and spilled 8 bytes at head_dim 128 (H200). */
+#if defined(VREG) && defined(DROPOUT)
+#define FA_FETCH_UNROLLED 0
+#else
 #define FA_FETCH_UNROLLED 4
+#endif
 
 /* Rows [0, rows) of a head_dim-wide operand (row r at src + r * stride)
  * into a tile; rows from `valid` on and dimensions past HEAD_DIM are

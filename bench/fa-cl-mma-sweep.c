@@ -56,7 +56,7 @@ typedef struct config {
  * (FA_BWD_QC=32) and 16 x 128 in eight sub-groups with V in registers
  * (half the L2 bytes a product, one work-group a multiprocessor). Then
  * the tiles whose K and V only fit packed in the workspace (planner_cl_mma.c,
- * bwd_k_packed; not planned until measured): 64 queries a step at head_dim
+ * bwd_k_packed; not planned: no faster on an H200, 2026-11-29): 64 queries a step at head_dim
  * 128 in chunks of 16 and of 32, 32 queries in two stages against 64 keys
  * and against 128 in eight sub-groups (half the dQ reductions a flop, the
  * bytes the IO model says bound the planner's tile), and 64 x 128 in

@@ -410,8 +410,9 @@ int fa_cl_mma_preferred(const fa_device_desc *dev, const fa_attention_desc *desc
         if (desc->head_dim <= FA_CL_MMA_NV_BWD_SMALL_D &&
             (g.warps > FA_CL_MMA_NV_BWD_SMALL_D_WARPS || g.strips != 1 || br > FA_CL_MMA_NV_BWD_SMALL_D_ROWS))
             return 0;
-        /* K packed in the workspace: not measured yet (fa-cl-mma-sweep
-         * forces it). */
+        /* K packed in the workspace: on an H200 no faster than the tiles
+         * planned here (best +0.4%, most 1-12% slower; fa-cl-mma-sweep
+         * forces it, bench/results/h200.md, twelfth session). */
         if (g.k_packed) return 0;
         if (!g.v_regs)
             return g.q_chunk == br &&

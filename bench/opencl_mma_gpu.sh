@@ -36,9 +36,10 @@
 #            SDPA's FlashAttention-2 on the same shapes and every row's
 #            speed as a fraction of it ($OUT/sweep.txt, sweep-ratio.txt);
 #            first the planner's tiles against the fp64 reference
-#            (test_opencl_mma head_dims, $OUT/sweep-check.log; and for
-#            the backward its tiles with K and V packed, which only the
-#            sweep runs: packed_keys_backward, sweep-check-packed.log).
+#            (test_opencl_mma head_dims; and for the backward its tiles
+#            with K and V packed, which only the sweep runs:
+#            packed_keys_backward); those logs, SDPA's and the programs'
+#            build logs in $OUT/sweep-logs.tar.gz.
 #            Not part of all: at most 7 minutes on an H100, the build
 #            included. A shorter sweep: FA_SWEEP_SEQLENS (default
 #            4096,16384), FA_SWEEP_PASS (fwd or bwd; default both),
@@ -209,8 +210,7 @@ if [ "$what" = sweep ]; then
   FLASHATTN_CACHE_DIR="$out/cl-cache-sweep" FLASHATTN_OPENCL_LOG_DIR="$out/sweep-logs" \
     FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose timeout 270 "$build/fa-cl-mma-sweep" --seqlens "$sweep_seqlens" \
     "${sweep_pass[@]}" --repeats 5 --warmup 1 --json "$out/sweep.jsonl" | tee "$out/sweep.txt" || failed=1
-  # The build logs are many small files: one archive comes back.
-  tar -czf "$out/sweep-logs.tar.gz" -C "$out" sweep-logs 2>/dev/null && rm -rf "$out/sweep-logs" "$out/cl-cache-sweep"
+  rm -rf "$out/cl-cache-sweep"
   if [ "${FA_SWEEP_PEER:-1}" = 1 ]; then
     stamp "sweep: PyTorch SDPA FlashAttention-2 on the same shapes"
     python3 bench/sdpa_peer.py --dtypes fp16 --dims 64,128 --seqlens "$sweep_seqlens" --causal 0,1 --backends flash \
@@ -236,6 +236,10 @@ for r in ours:
     print("%-4s %4d %6s %6d  %-44s %8.1f %8.1e %6.2f  %s" % (r["pass"], r["dim"], "yes" if r["causal"] else "no",
           r["seqlen"], r["config"], r["tflops"], r["diff"], ratio, r["registers"]))
 EOF
+  # The build logs are many small files, and a device call brings back
+  # only a few: the logs in one archive, beside the tables and JSON lines.
+  (cd "$out" && tar -czf sweep-logs.tar.gz sweep-logs sweep-check.log sweep-check-packed.log sweep-peer.log \
+    2>/dev/null; rm -rf sweep-logs sweep-check.log sweep-check-packed.log sweep-peer.log)
 fi
 stamp "done (exit $failed)"
 exit "$failed"

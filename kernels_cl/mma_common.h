@@ -66,8 +66,7 @@ FA_FN void fa_fetch_rows(__local ushort *dst, __global const ushort *src, long s
         }
         return;
     }
-    /* Not unrolled: unrolled, the copies' addresses stayed live and the
-     * backward spilled at head_dim 128. */
+    /* More copies stay a loop: unrolled, their addresses stay live. */
     FA_MMA_UNROLL_(unroll 1)
     for (int r = r0; r < rows; r += rstep) {
         const int ok = col_ok && r < valid;

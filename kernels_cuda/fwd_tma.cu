@@ -142,23 +142,14 @@
 #define CONSUMER_REGS 256
 #endif
 
-/* ROTATE (trial): the plain schedule's products in turns, PINGPONG's
- * barriers in a ring of CWG (below). */
-#if defined(ROTATE) && !defined(OVERLAP) && CWG >= 2 && !defined(PINGPONG)
-#define PINGPONG
-#endif
-#if defined(PINGPONG) && CWG < 2
-#error "fwd_tma: PINGPONG takes two or three consumer warpgroups"
+#if defined(PINGPONG) && CWG != 2
+#error "fwd_tma: PINGPONG takes two consumer warpgroups"
 #endif
 
-/* Named barriers: 1 + w gives consumer warpgroup w its turn on the tensor
- * cores (PINGPONG), BAR_OUT + w closes warpgroup w's O tile. */
+/* Named barriers: 1 and 2 give consumer warpgroup 0 and 1 its turn on the
+ * tensor cores (PINGPONG), 3 + w closes warpgroup w's O tile. */
 #define BAR_TURN 1
-#if defined(PINGPONG) && CWG == 3
-#define BAR_OUT 4
-#else
 #define BAR_OUT 3
-#endif
 
 /* One turn on the tensor cores: wait for it, then (after issuing) hand it
  * to the other warpgroup. */
@@ -171,7 +162,7 @@ FA_DEV void turn_begin(int cw) {
 }
 FA_DEV void turn_end(int cw) {
 #ifdef PINGPONG
-    named_arrive(BAR_TURN + (CWG == 2 ? cw ^ 1 : (cw + 1) % CWG), 256);
+    named_arrive(BAR_TURN + (cw ^ 1), 256);
 #else
     (void)cw;
 #endif
@@ -517,7 +508,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     /* Warpgroup 0 takes the first turn; the count of turns is the same for
      * both (the tiles are the block's), so this arrival is the one the last
      * turn_begin of warpgroup 0 below consumes. */
-    if (cw == CWG - 1) named_arrive(BAR_TURN, 256);
+    if (cw == 1) named_arrive(BAR_TURN, 256);
 #endif
 
     float o_acc[DT][4];
@@ -645,71 +636,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         pv_product(pa, prev, prev_phase);
         TRACE_PRINT(cw, (ctid & 127) == 0);
     }
-#elif defined(ROTATE)
-    /* The consumer warpgroups take the tensor cores in turn (PINGPONG's
-     * barriers in a ring), a turn being the previous tile's P V, waited for
-     * inside the turn, then this tile's S: S never shares the registers with
-     * P V, and the softmax of S runs while the other warpgroups' turns keep
-     * the tensor cores busy, rather than all warpgroups' softmaxes at once
-     * on the special-function units. Only P (16 registers with FP8) crosses
-     * from one iteration to the next. */
-    {
-        u32 pa[KP][AREGS];
-        int prev = -1;
-        u32 prev_phase = 0;
-#pragma unroll 1
-        for (; t < t_end; t = next_key_tile(p, tq, t + 1, t_end)) {
-            bias_next(t);
-            float s[1][NT][4];
-            turn_begin(cw);
-            if (prev >= 0) {
-                mbar_wait(PV_FULL(prev), prev_phase);
-                wg_fence();
-                wg_regs_by_rows<KP>(o_acc, pa, PV_DESC(prev));
-                wg_commit();
-                wg_wait<0>();
-                wg_hold<DT>(o_acc);
-                wg_keep<KP>(pa);
-                if (lane == 0) mbar_arrive(PV_EMPTY(prev));
-            }
-            mbar_wait(K_FULL(stage), phase);
-            wg_fence();
-            wg_rows_by_rows<BC, BR>(s[0], qd, desc_lo_k_major(k_sm + (u32)stage * KV_BYTES));
-            wg_commit();
-            turn_end(cw);
-            wg_wait<0>();
-            wg_hold<NT>(s[0]);
-            if (lane == 0) mbar_arrive(K_EMPTY(stage));
-#ifdef RESCALE_ALWAYS
-            scores_to_probs<1, NT, BR, BC>(p, mask, sc, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane, bh);
-            rescale(o_acc, alpha_of);
-#else
-            if (scores_to_probs<1, NT, BR, BC>(p, mask, sc, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane, bh))
-                rescale(o_acc, alpha_of);
-#endif
-            probs_to_a(s, pa);
-            prev = stage;
-            prev_phase = phase;
-            next_stage(stage, phase);
-        }
-        if (prev >= 0) pv_product(pa, prev, prev_phase);
-    }
 #else
 #pragma unroll 1
     for (; t < t_end; t = next_key_tile(p, tq, t + 1, t_end)) {
         bias_next(t);
         float s[1][NT][4];
         s_product(s, stage, phase);
-#ifdef RESCALE_ALWAYS
-        /* No branch: O's multiplies join the exponentials' basic block,
-         * where ptxas issues them between the MUFU.EX2 (alpha is 1 where no
-         * row moved). */
-        scores_to_probs<1, NT, BR, BC>(p, mask, sc, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane, bh);
-        rescale(o_acc, alpha_of);
-#else
         if (scores_to_probs<1, NT, BR, BC>(p, mask, sc, s, m_run, l_run, alpha_of, tq, t, q0, row_base, lane, bh))
             rescale(o_acc, alpha_of);
-#endif
         u32 pa[KP][AREGS];
         probs_to_a(s, pa);
         pv_product(pa, stage, phase);

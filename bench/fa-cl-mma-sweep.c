@@ -87,12 +87,14 @@ typedef struct opts {
     int seqlens[MAX_SEQLENS], n_seqlens, repeats, warmup, tokens, hidden;
     int passes; /* bit 0: forward, bit 1: backward */
     int dims;   /* bit 0: head_dim 64, bit 1: 128 */
+    int planner_tiles; /* only the rows on the planner's tiles */
     const char *json;
 } opts;
 
 static int usage(void) {
     fprintf(stderr, "usage: fa-cl-mma-sweep [--seqlens N,N,...] [--repeats N] [--warmup N] [--json FILE]\n"
                     "                       [--tokens T] [--hidden H] [--pass fwd|bwd] [--dim 64|128]\n"
+                    "                       [--tiles planner|all]\n"
                     "  batch T / N, heads H / head_dim; defaults: --seqlens 4096,16384 --repeats 5 --warmup 1\n"
                     "  --tokens 16384 --hidden 2048\n");
     return 2;
@@ -109,6 +111,7 @@ static int parse(opts *o, int argc, char **argv) {
     o->hidden = 2048;
     o->passes = 3;
     o->dims = 3;
+    o->planner_tiles = 0;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
@@ -127,6 +130,9 @@ static int parse(opts *o, int argc, char **argv) {
             o->passes = strcmp(v, "fwd") == 0 ? 1 : strcmp(v, "bwd") == 0 ? 2 : 0;
         } else if (strcmp(a, "--dim") == 0) {
             o->dims = strcmp(v, "64") == 0 ? 1 : strcmp(v, "128") == 0 ? 2 : 0;
+        } else if (strcmp(a, "--tiles") == 0) {
+            if (strcmp(v, "planner") != 0 && strcmp(v, "all") != 0) return usage();
+            o->planner_tiles = strcmp(v, "planner") == 0;
         } else if (strcmp(a, "--json") == 0) {
             o->json = v;
         } else {
@@ -358,7 +364,8 @@ int main(int argc, char **argv) {
                 }
                 for (int ci = 0; ci < N_CONFIGS; ci++) {
                     const config *c = &configs[ci];
-                    if ((c->dim && c->dim != dim) || !(o.passes >> c->pass & 1) || !(o.dims >> (dim / 128) & 1))
+                    if ((c->dim && c->dim != dim) || !(o.passes >> c->pass & 1) || !(o.dims >> (dim / 128) & 1) ||
+                        (o.planner_tiles && c->warps))
                         continue;
                     char options[1024], logs[1100] = "", what[128], regs[64] = "";
                     snprintf(options, sizeof options, "%s%s%s", base_options, base_options[0] && c->options[0] ? " " : "",

@@ -44,7 +44,8 @@
 #            included. A shorter sweep: FA_SWEEP_SEQLENS (default
 #            4096,16384), FA_SWEEP_PASS (fwd or bwd; default both),
 #            FA_SWEEP_CHECK=0 (no reference check first), FA_SWEEP_PEER=0
-#            (no SDPA).
+#            (no SDPA), FA_SWEEP_TILES=planner (only the rows on the
+#            planner's tiles: its plain build and the tuning macros').
 #
 # Usage: bench/opencl_mma_gpu.sh [compile|tests|bench|check|sweep|all]   (default
 # all: compile, tests, bench; each step alone fits in 10 minutes on an H100
@@ -186,8 +187,8 @@ if [ "$what" = check ]; then
 fi
 if [ "$what" = sweep ]; then
   sweep_seqlens=${FA_SWEEP_SEQLENS:-4096,16384}
-  sweep_pass=()
-  [ -n "${FA_SWEEP_PASS:-}" ] && sweep_pass=(--pass "$FA_SWEEP_PASS")
+  sweep_pass=(--tiles "${FA_SWEEP_TILES:-all}")
+  [ -n "${FA_SWEEP_PASS:-}" ] && sweep_pass+=(--pass "$FA_SWEEP_PASS")
   # The sweep compares every configuration with the planner's outputs; the
   # planner's own tiles (ldmatrix, ex2 and mma.sync as NVIDIA runs them,
   # which PoCL's emulation does not) against the fp64 reference first.

@@ -173,8 +173,18 @@ FA_FN ushort fa_round16(float f) { return (ushort)(fa_pack2(f, 0.0f) & 0xffffu);
  * `scale`, as 16-bit values into a local tile (row stride ld), or into its
  * transpose (element (r, c) at tile[c * ld + r]). */
 FA_FN void fa_put_c(__local ushort *tile, int ld, int r0, int c0, const fa_c *c, float scale, fa_frag_ctx ctx) {
+#if FA_C_RUN % 2 == 0
+    /* Elements e, e + 1 (e even) of a run are neighbouring columns of a
+     * row, the first even (ld and c0 are too): one 32-bit store a pair, as
+     * packed, where 16-bit ones took NVIDIA a store and a byte permute an
+     * element. */
+    FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e += 2)
+        *(__local uint *)(tile + (r0 + FA_C_ROW(ctx.lane, e)) * ld + c0 + FA_C_COL(ctx.lane, e)) =
+            fa_pack2(c->x[e] * scale, c->x[e + 1] * scale);
+#else
     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++)
         tile[(r0 + FA_C_ROW(ctx.lane, e)) * ld + c0 + FA_C_COL(ctx.lane, e)] = fa_round16(c->x[e] * scale);
+#endif
 }
 
 FA_FN void fa_put_c_t(__local ushort *tile, int ld, int r0, int c0, const fa_c *c, fa_frag_ctx ctx) {

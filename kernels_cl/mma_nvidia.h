@@ -58,10 +58,22 @@ FA_DECLARE_FRAGMENTS();
  * aligned: ldmatrix and cp.async fault on anything less. */
 FA_FN uint fa_shared_addr(__local const void *p) { return (uint)(size_t)p; }
 
+/* The window address of element (r, c) of a local tile of row stride ld,
+ * the offset in 32-bit unsigned arithmetic. As a pointer sum (tile +
+ * index: 64-bit, the index sign-extended) NVIDIA's compiler formed every
+ * fragment's address anew, two integer instructions an ldmatrix;
+ * unsigned, the constant part of (r, c) folds into the instruction's
+ * offset. On an H200 (bench/results/h200.md, 2026-11-29) this took
+ * the forward from 246 to 162 registers at head_dim 128 and the backward
+ * from 220 to 163 at 64: forward +8-12%, backward +11% at 64. */
+FA_FN uint fa_tile_addr(__local const ushort *tile, int r, int ld, int c) {
+    return fa_shared_addr(tile) + 2u * ((uint)r * (uint)ld + (uint)c);
+}
+
 #define FA_NATIVE_LOADS 1
 FA_FN void fa_load_a(fa_a *a, __local const ushort *tile, int ld, int r0, int k0, fa_frag_ctx ctx) {
     const int l = ctx.lane, bi = l / 8;
-    const uint addr = fa_shared_addr(tile + (r0 + (bi % 2) * 8 + l % 8) * ld + k0 + (bi / 2) * 8);
+    const uint addr = fa_tile_addr(tile, r0 + (bi % 2) * 8 + l % 8, ld, k0 + (bi / 2) * 8);
     __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                          : "=r"(a->w[0]), "=r"(a->w[1]), "=r"(a->w[2]), "=r"(a->w[3])
                          : "r"(addr));
@@ -69,7 +81,7 @@ FA_FN void fa_load_a(fa_a *a, __local const ushort *tile, int ld, int r0, int k0
 
 FA_FN void fa_load_b_nk(fa_b *b, __local const ushort *tile, int ld, int n0, int k0, fa_frag_ctx ctx) {
     const int l = ctx.lane % 16;
-    const uint addr = fa_shared_addr(tile + (n0 + l % 8) * ld + k0 + (l / 8) * 8);
+    const uint addr = fa_tile_addr(tile, n0 + l % 8, ld, k0 + (l / 8) * 8);
     __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
                          : "=r"(b->w[0]), "=r"(b->w[1])
                          : "r"(addr));
@@ -77,7 +89,7 @@ FA_FN void fa_load_b_nk(fa_b *b, __local const ushort *tile, int ld, int n0, int
 
 FA_FN void fa_load_b_kn(fa_b *b, __local const ushort *tile, int ld, int k0, int n0, fa_frag_ctx ctx) {
     const int l = ctx.lane % 16;
-    const uint addr = fa_shared_addr(tile + (k0 + l) * ld + n0);
+    const uint addr = fa_tile_addr(tile, k0 + l, ld, n0);
     __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
                          : "=r"(b->w[0]), "=r"(b->w[1])
                          : "r"(addr));
@@ -89,7 +101,7 @@ FA_FN void fa_load_b_kn(fa_b *b, __local const ushort *tile, int ld, int k0, int
 #define FA_NATIVE_LOADS2 1
 FA_FN void fa_load_b2_nk(fa_b *b0, fa_b *b1, __local const ushort *tile, int ld, int n0, int k0, fa_frag_ctx ctx) {
     const int l = ctx.lane, m = l / 8;
-    const uint addr = fa_shared_addr(tile + (n0 + (m / 2) * 8 + l % 8) * ld + k0 + (m % 2) * 8);
+    const uint addr = fa_tile_addr(tile, n0 + (m / 2) * 8 + l % 8, ld, k0 + (m % 2) * 8);
     __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                          : "=r"(b0->w[0]), "=r"(b0->w[1]), "=r"(b1->w[0]), "=r"(b1->w[1])
                          : "r"(addr));
@@ -97,7 +109,7 @@ FA_FN void fa_load_b2_nk(fa_b *b0, fa_b *b1, __local const ushort *tile, int ld,
 
 FA_FN void fa_load_b2_kn(fa_b *b0, fa_b *b1, __local const ushort *tile, int ld, int k0, int n0, fa_frag_ctx ctx) {
     const int l = ctx.lane, m = l / 8;
-    const uint addr = fa_shared_addr(tile + (k0 + (m % 2) * 8 + l % 8) * ld + n0 + (m / 2) * 8);
+    const uint addr = fa_tile_addr(tile, k0 + (m % 2) * 8 + l % 8, ld, n0 + (m / 2) * 8);
     __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                          : "=r"(b0->w[0]), "=r"(b0->w[1]), "=r"(b1->w[0]), "=r"(b1->w[1])
                          : "r"(addr));

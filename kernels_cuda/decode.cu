@@ -37,7 +37,11 @@
  *
  * Options: BR BC WARPS STAGES, common.cuh's and kvcache.cuh's. Dropout and
  * the block mask are not built here (the planner does not plan this
- * kernel for them). Layout of the dynamic shared memory
+ * kernel for them). Tuning options of the split meeting's tail
+ * (FLASHATTN_CUDA_OPTIONS, each off by default, the same results):
+ * DECODE_MEET_FLIP (meet_splits on one word whose top bit flips at the
+ * last arrival: no generation read before arriving, no full fences).
+ * Layout of the dynamic shared memory
  * (core/planner_decode.c counts the same bytes):
  *   Qs [BR x HEAD_DIM] (mma.cuh's padded tile; PAGED keeps the page ring
  *   in its rows' padding chunks), then either the stages' Ks, Vs
@@ -506,6 +510,41 @@ FA_DEV bool arrive_last(const fa_params &p, int b, int hk, u32 bits, u32 *flags)
  * wait to see move; generations compare for equality, so their wrap is
  * harmless. Before arriving a block ORs its bits into the flag word as
  * arrive_last does; block split 0 of the group reads and clears it. */
+#ifdef DECODE_MEET_FLIP
+/* DECODE_MEET_FLIP: the meeting on the generation word alone, as
+ * cooperative groups' grid barrier counts: split 0 adds 2^31 - (ns - 1),
+ * every other split 1, so the ns arrivals add exactly 2^31 and the top
+ * bit flips at the last of them and never before (a partial sum without
+ * split 0 is below ns - 1, one with it below 2^31); the low bits come
+ * back to where they were, ready for the next step, with no reset. Thread
+ * 0 arrives with one acq_rel atomic after the block's barrier (its release
+ * covers every thread's partial stores through the barrier, as the grid
+ * barrier's single fence does); the block whose add flips the bit is the
+ * last and has acquired the others' releases through the chain of
+ * read-modify-writes; the others poll with acquire loads until the top bit
+ * differs from the value their own add returned. Against the default: no
+ * acquire load of the generation before arriving, no fence.sc before the
+ * arrival, after the last arrival or after the barrier, no second atomic
+ * to move the generation (the waiters see the flip as soon as the last
+ * add lands in L2). The count word stays untouched at 0 (arrive_last's,
+ * for a plain launch's fallback); the flag word keeps its meaning (ORed
+ * before arriving, read and cleared by split 0, here beside its merge:
+ * the exchange is issued before the merge's loads and waited for after
+ * them, so its round trip overlaps theirs; the append that needs the bits
+ * follows the merge). */
+FA_DEV u32 atom_add_acq_rel_gpu(u32 *a, u32 v) {
+    u32 old;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(a), "r"(v) : "memory");
+    return old;
+}
+FA_DEV u32 ld_acquire_gpu(const u32 *a) {
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(a) : "memory");
+    return v;
+}
+#define MEET_FLIP_BIT 0x80000000u
+#endif
+
 FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, u32 *flags) {
     const int tid = threadIdx.x, ns = p.num_splits;
     const i64 split_stride = (i64)p.heads_q * p.total_q;
@@ -519,6 +558,22 @@ FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, 
     u32 *gen = count + groups;
     (void)bits;
 #endif
+#ifdef DECODE_MEET_FLIP
+    __syncthreads(); /* every thread's partials (and bits) before thread 0's release */
+    if (tid == 0) {
+        const u32 add = split == 0 ? MEET_FLIP_BIT - (u32)(ns - 1) : 1u;
+        const u32 old = atom_add_acq_rel_gpu(gen, add);
+        if (((old ^ (old + add)) & MEET_FLIP_BIT) == 0u) {
+            u32 g;
+            do {
+                __nanosleep(32);
+                g = ld_acquire_gpu(gen);
+            } while (((g ^ old) & MEET_FLIP_BIT) == 0u);
+        }
+    }
+    __syncthreads(); /* thread 0's acquire before every thread's loads */
+    *flags = 0;      /* KV_CACHE: split 0 takes them beside its merge */
+#else
     __threadfence(); /* this block's partials (and bits) before its arrival */
     __syncthreads();
     if (tid == 0) {
@@ -545,7 +600,19 @@ FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, 
 #else
     (void)split;
 #endif
+#endif /* DECODE_MEET_FLIP */
 }
+
+#if defined(DECODE_MEET_FLIP) && defined(KV_CACHE)
+/* DECODE_MEET_FLIP: the group's flag word (meet_splits'). */
+FA_DEV u32 *meet_flag_word(const fa_params &p, int b, int hk) {
+    const int ns = p.num_splits;
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
+    const i64 groups = (i64)(gridDim.z / ns) * gridDim.y * gridDim.x;
+    u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
+    return count + groups;
+}
+#endif
 
 /* Split `split`'s share of the merge after meet_splits: chunks [c0, c1) of
  * the tile's rows x HEAD_DIM / 4 four-dimension chunks, MERGE_LPR lanes a
@@ -1323,11 +1390,30 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     if (p.splits_meet) {
         meet_splits(p, b, hk, split, my_bits, &flags);
         TRACE_MARK(4);
+#ifdef DECODE_MEET_FLIP
+#ifdef KV_CACHE
+        /* Split 0 takes every split's flag bits and clears them (the
+         * meeting's acquire orders the exchange after their ORs), issued
+         * before its share of the merge and waited for after it: only the
+         * append needs them. */
+        u32 taken = 0;
+        if (split == 0 && tid == 0) taken = atomicExch(meet_flag_word(p, b, hk), 0u);
+#endif
+        merge_share(p, b, seq, hk, pr0, rows_total, split);
+        TRACE_MARK(5);
+#ifdef KV_CACHE
+        if (split == 0) flags = __syncthreads_or(taken != 0u) ? 1u : 0u;
+#endif
+#ifdef APPEND
+        if (blockIdx.x == 0 && split == 0 && !kvs.bad && flags == 0) append_new(p, kv, src, hk, tid);
+#endif
+#else
 #ifdef APPEND
         if (blockIdx.x == 0 && split == 0 && !kvs.bad && flags == 0) append_new(p, kv, src, hk, tid);
 #endif
         merge_share(p, b, seq, hk, pr0, rows_total, split);
         TRACE_MARK(5);
+#endif
         TRACE_PRINT();
         return;
     }

@@ -37,7 +37,13 @@
  *
  * Options: BR BC WARPS STAGES, common.cuh's and kvcache.cuh's. Dropout and
  * the block mask are not built here (the planner does not plan this
- * kernel for them). Layout of the dynamic shared memory
+ * kernel for them). Tuning options of the split meeting's tail
+ * (FLASHATTN_CUDA_OPTIONS, each off by default, the same results):
+ * DECODE_MEET_FLIP (meet_splits on one word whose top bit flips at the
+ * last arrival: no generation read before arriving, no full fences),
+ * DECODE_LEAN_MERGE (the warps' partials of padding rows not written;
+ * merge_share's chunks on 16 lanes of up to 8 splits each). Layout of the
+ * dynamic shared memory
  * (core/planner_decode.c counts the same bytes):
  *   Qs [BR x HEAD_DIM] (mma.cuh's padded tile; PAGED keeps the page ring
  *   in its rows' padding chunks), then either the stages' Ks, Vs
@@ -436,6 +442,20 @@ FA_DEV void store_lse(const fa_params &p, i64 index, float value) {
 #if MERGE_LPR * MERGE_PER_LANE != 128
 #error "decode.cu: merge_share takes 128 splits (cuda_attention.c CU_MEET_MAX_SPLITS)"
 #endif
+/* merge_share's lanes a chunk and splits a lane. DECODE_LEAN_MERGE: 16 of
+ * up to 8 (at batch 1, 33 splits of 8 rows: 8 chunks a split, one pass of
+ * every thread, up to 3 splits' loads a lane where 8 lanes of 5 left half
+ * the threads idle; half the unrolled body, one more shuffle step). */
+#ifdef DECODE_LEAN_MERGE
+#define SHARE_LPR 16
+#define SHARE_PER_LANE 8
+#else
+#define SHARE_LPR MERGE_LPR
+#define SHARE_PER_LANE MERGE_PER_LANE
+#endif
+#if SHARE_LPR * SHARE_PER_LANE != 128 || SHARE_LPR > 32 || 32 % SHARE_LPR != 0
+#error "decode.cu: merge_share takes 128 splits (cuda_attention.c CU_MEET_MAX_SPLITS) in lane groups of a warp"
+#endif
 
 /* Splits whose weights a row keeps in shared memory at once: what the
  * smallest dynamic shared memory of this build (Q and two stages of K and
@@ -506,6 +526,41 @@ FA_DEV bool arrive_last(const fa_params &p, int b, int hk, u32 bits, u32 *flags)
  * wait to see move; generations compare for equality, so their wrap is
  * harmless. Before arriving a block ORs its bits into the flag word as
  * arrive_last does; block split 0 of the group reads and clears it. */
+#ifdef DECODE_MEET_FLIP
+/* DECODE_MEET_FLIP: the meeting on the generation word alone, as
+ * cooperative groups' grid barrier counts: split 0 adds 2^31 - (ns - 1),
+ * every other split 1, so the ns arrivals add exactly 2^31 and the top
+ * bit flips at the last of them and never before (a partial sum without
+ * split 0 is below ns - 1, one with it below 2^31); the low bits come
+ * back to where they were, ready for the next step, with no reset. Thread
+ * 0 arrives with one acq_rel atomic after the block's barrier (its release
+ * covers every thread's partial stores through the barrier, as the grid
+ * barrier's single fence does); the block whose add flips the bit is the
+ * last and has acquired the others' releases through the chain of
+ * read-modify-writes; the others poll with acquire loads until the top bit
+ * differs from the value their own add returned. Against the default: no
+ * acquire load of the generation before arriving, no fence.sc before the
+ * arrival, after the last arrival or after the barrier, no second atomic
+ * to move the generation (the waiters see the flip as soon as the last
+ * add lands in L2). The count word stays untouched at 0 (arrive_last's,
+ * for a plain launch's fallback); the flag word keeps its meaning (ORed
+ * before arriving, read and cleared by split 0, here beside its merge:
+ * the exchange is issued before the merge's loads and waited for after
+ * them, so its round trip overlaps theirs; the append that needs the bits
+ * follows the merge). */
+FA_DEV u32 atom_add_acq_rel_gpu(u32 *a, u32 v) {
+    u32 old;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(a), "r"(v) : "memory");
+    return old;
+}
+FA_DEV u32 ld_acquire_gpu(const u32 *a) {
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(a) : "memory");
+    return v;
+}
+#define MEET_FLIP_BIT 0x80000000u
+#endif
+
 FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, u32 *flags) {
     const int tid = threadIdx.x, ns = p.num_splits;
     const i64 split_stride = (i64)p.heads_q * p.total_q;
@@ -519,6 +574,22 @@ FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, 
     u32 *gen = count + groups;
     (void)bits;
 #endif
+#ifdef DECODE_MEET_FLIP
+    __syncthreads(); /* every thread's partials (and bits) before thread 0's release */
+    if (tid == 0) {
+        const u32 add = split == 0 ? MEET_FLIP_BIT - (u32)(ns - 1) : 1u;
+        const u32 old = atom_add_acq_rel_gpu(gen, add);
+        if (((old ^ (old + add)) & MEET_FLIP_BIT) == 0u) {
+            u32 g;
+            do {
+                __nanosleep(32);
+                g = ld_acquire_gpu(gen);
+            } while (((g ^ old) & MEET_FLIP_BIT) == 0u);
+        }
+    }
+    __syncthreads(); /* thread 0's acquire before every thread's loads */
+    *flags = 0;      /* KV_CACHE: split 0 takes them beside its merge */
+#else
     __threadfence(); /* this block's partials (and bits) before its arrival */
     __syncthreads();
     if (tid == 0) {
@@ -545,7 +616,19 @@ FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, 
 #else
     (void)split;
 #endif
+#endif /* DECODE_MEET_FLIP */
 }
+
+#if defined(DECODE_MEET_FLIP) && defined(KV_CACHE)
+/* DECODE_MEET_FLIP: the group's flag word (meet_splits'). */
+FA_DEV u32 *meet_flag_word(const fa_params &p, int b, int hk) {
+    const int ns = p.num_splits;
+    const i64 split_stride = (i64)p.heads_q * p.total_q;
+    const i64 groups = (i64)(gridDim.z / ns) * gridDim.y * gridDim.x;
+    u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
+    return count + groups;
+}
+#endif
 
 /* Split `split`'s share of the merge after meet_splits: chunks [c0, c1) of
  * the tile's rows x HEAD_DIM / 4 four-dimension chunks, MERGE_LPR lanes a
@@ -556,25 +639,25 @@ FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, 
 FA_DEV void merge_share(const fa_params &p, int b, const fa_seq &seq, int hk, int pr0, int rows_total, int split) {
     const int tid = threadIdx.x, lane = tid & 31, ns = p.num_splits, group = p.group;
     const int rows = min(BR, rows_total - pr0);
-    constexpr int D4 = HEAD_DIM / 4, PER_PASS = THREADS / MERGE_LPR;
+    constexpr int D4 = HEAD_DIM / 4, PER_PASS = THREADS / SHARE_LPR;
     const int chunks = rows * D4, per = (chunks + ns - 1) / ns;
     const int c0 = min(chunks, split * per), c1 = min(chunks, c0 + per);
-    const int sub = lane & (MERGE_LPR - 1), gshift = lane & ~(MERGE_LPR - 1);
-    const unsigned group_bits = (1u << MERGE_LPR) - 1u;
+    const int sub = lane & (SHARE_LPR - 1), gshift = lane & ~(SHARE_LPR - 1);
+    const unsigned group_bits = (1u << SHARE_LPR) - 1u;
     const i64 split_stride = (i64)p.heads_q * p.total_q;
     /* The loop's bounds are the block's, so every lane takes the shuffles. */
     for (int base = c0; base < c1; base += PER_PASS) {
-        const int c = base + tid / MERGE_LPR;
+        const int c = base + tid / SHARE_LPR;
         const bool live = c < c1;
         const int r = live ? c / D4 : 0, x = live ? (c - r * D4) * 4 : 0;
         int tok = 0, gh = 0;
         unpack_row(pr0 + r, group, &tok, &gh);
         const i64 row = (i64)(hk * group + gh) * p.total_q + seq.start_q + tok;
-        float l[MERGE_PER_LANE];
-        float4 o[MERGE_PER_LANE];
+        float l[SHARE_PER_LANE];
+        float4 o[SHARE_PER_LANE];
 #pragma unroll
-        for (int i = 0; i < MERGE_PER_LANE; i++) {
-            const int s = sub + MERGE_LPR * i;
+        for (int i = 0; i < SHARE_PER_LANE; i++) {
+            const int s = sub + SHARE_LPR * i;
             const bool in = live && s < ns;
             l[i] = in ? __ldcg(p.part_l + s * split_stride + row) : -FA_INF;
             o[i] = in ? __ldcg((const float4 *)(p.part_o + (s * split_stride + row) * HEAD_DIM + x))
@@ -582,21 +665,21 @@ FA_DEV void merge_share(const fa_params &p, int b, const fa_seq &seq, int hk, in
         }
         float m = -FA_INF;
 #pragma unroll
-        for (int i = 0; i < MERGE_PER_LANE; i++) m = fmaxf(m, l[i]);
+        for (int i = 0; i < SHARE_PER_LANE; i++) m = fmaxf(m, l[i]);
 #pragma unroll
-        for (int off = 1; off < MERGE_LPR; off <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        for (int off = 1; off < SHARE_LPR; off <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
         /* fmaxf skips NaN, as in merge_splits. */
         const float base_m = m == -FA_INF ? 0.0f : m;
         float sum = 0.0f;
         bool mass = false, nan_seen = false;
 #pragma unroll
-        for (int i = 0; i < MERGE_PER_LANE; i++) {
+        for (int i = 0; i < SHARE_PER_LANE; i++) {
             sum += expf(l[i] - base_m); /* 0 for -inf, NaN for NaN */
             mass |= l[i] != -FA_INF;
-            nan_seen |= sub + MERGE_LPR * i < ns && fa_isnan(o[i].x);
+            nan_seen |= sub + SHARE_LPR * i < ns && fa_isnan(o[i].x);
         }
 #pragma unroll
-        for (int off = 1; off < MERGE_LPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        for (int off = 1; off < SHARE_LPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
         mass = (__ballot_sync(0xffffffffu, mass) >> gshift & group_bits) != 0;
         /* No split with mass: NaN where one saw keys (its O_s is NaN). The
          * ballot is taken by every lane: behind `!mass &&` only some lanes
@@ -606,8 +689,8 @@ FA_DEV void merge_share(const fa_params &p, int b, const fa_seq &seq, int hk, in
         const float inv = 1.0f / sum;
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int i = 0; i < MERGE_PER_LANE; i++) {
-            const bool in = sub + MERGE_LPR * i < ns;
+        for (int i = 0; i < SHARE_PER_LANE; i++) {
+            const bool in = sub + SHARE_LPR * i < ns;
             const float w = l[i] == -FA_INF ? -1.0f : expf(l[i] - base_m) * inv;
             const bool has = in && !(w < 0.0f); /* a NaN weight spreads */
             const float oc[4] = {o[i].x, o[i].y, o[i].z, o[i].w};
@@ -617,7 +700,7 @@ FA_DEV void merge_share(const fa_params &p, int b, const fa_seq &seq, int hk, in
 #pragma unroll
         for (int k = 0; k < 4; k++)
 #pragma unroll
-            for (int off = 1; off < MERGE_LPR; off <<= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);
+            for (int off = 1; off < SHARE_LPR; off <<= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);
         if (live && sub == 0) {
             store_o4(p, b, seq, tok, hk * group + gh, x, v);
             if (x == 0)
@@ -1238,6 +1321,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     /* Each warp's partial rows: O unnormalised, m in score units, l. */
     float *po = (float *)(smem + Q_BYTES);
     float *pml = po + WARPS * BR * O_STRIDE;
+#ifdef DECODE_LEAN_MERGE
+    /* Only rows the combine reads (pr < rows_total): at batch 1 with a
+     * group of 8 in a 16-row tile, half the stores. The sums' shuffles
+     * first, by every lane. */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = mt * 16 + g + 8 * hf;
+            float l = l_run[mt][hf];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            if (pr0 + r >= rows_total) continue;
+            float *orow = po + (warp * BR + r) * O_STRIDE;
+#pragma unroll
+            for (int j = 0; j < DT; j++)
+                *(float2 *)(orow + 8 * j + 2 * t4) = make_float2(o_acc[mt][j][2 * hf], o_acc[mt][j][2 * hf + 1]);
+            if (t4 == 0) {
+                pml[2 * (warp * BR + r)] = m_run[mt][hf];
+                pml[2 * (warp * BR + r) + 1] = l;
+            }
+        }
+#else
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -1255,6 +1361,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
                 pml[2 * (warp * BR + r) + 1] = l;
             }
         }
+#endif
     __syncthreads();
 
     /* Combine the warps by their maxima and normalise once; a row the
@@ -1323,11 +1430,30 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     if (p.splits_meet) {
         meet_splits(p, b, hk, split, my_bits, &flags);
         TRACE_MARK(4);
+#ifdef DECODE_MEET_FLIP
+#ifdef KV_CACHE
+        /* Split 0 takes every split's flag bits and clears them (the
+         * meeting's acquire orders the exchange after their ORs), issued
+         * before its share of the merge and waited for after it: only the
+         * append needs them. */
+        u32 taken = 0;
+        if (split == 0 && tid == 0) taken = atomicExch(meet_flag_word(p, b, hk), 0u);
+#endif
+        merge_share(p, b, seq, hk, pr0, rows_total, split);
+        TRACE_MARK(5);
+#ifdef KV_CACHE
+        if (split == 0) flags = __syncthreads_or(taken != 0u) ? 1u : 0u;
+#endif
+#ifdef APPEND
+        if (blockIdx.x == 0 && split == 0 && !kvs.bad && flags == 0) append_new(p, kv, src, hk, tid);
+#endif
+#else
 #ifdef APPEND
         if (blockIdx.x == 0 && split == 0 && !kvs.bad && flags == 0) append_new(p, kv, src, hk, tid);
 #endif
         merge_share(p, b, seq, hk, pr0, rows_total, split);
         TRACE_MARK(5);
+#endif
         TRACE_PRINT();
         return;
     }

@@ -37,13 +37,7 @@
  *
  * Options: BR BC WARPS STAGES, common.cuh's and kvcache.cuh's. Dropout and
  * the block mask are not built here (the planner does not plan this
- * kernel for them). Tuning options of the split meeting's tail
- * (FLASHATTN_CUDA_OPTIONS, each off by default, the same results):
- * DECODE_MEET_FLIP (meet_splits on one word whose top bit flips at the
- * last arrival: no generation read before arriving, no full fences),
- * DECODE_LEAN_MERGE (the warps' partials of padding rows not written;
- * merge_share's chunks on 16 lanes of up to 8 splits each). Layout of the
- * dynamic shared memory
+ * kernel for them). Layout of the dynamic shared memory
  * (core/planner_decode.c counts the same bytes):
  *   Qs [BR x HEAD_DIM] (mma.cuh's padded tile; PAGED keeps the page ring
  *   in its rows' padding chunks), then either the stages' Ks, Vs
@@ -442,17 +436,12 @@ FA_DEV void store_lse(const fa_params &p, i64 index, float value) {
 #if MERGE_LPR * MERGE_PER_LANE != 128
 #error "decode.cu: merge_share takes 128 splits (cuda_attention.c CU_MEET_MAX_SPLITS)"
 #endif
-/* merge_share's lanes a chunk and splits a lane. DECODE_LEAN_MERGE: 16 of
- * up to 8 (at batch 1, 33 splits of 8 rows: 8 chunks a split, one pass of
- * every thread, up to 3 splits' loads a lane where 8 lanes of 5 left half
- * the threads idle; half the unrolled body, one more shuffle step). */
-#ifdef DECODE_LEAN_MERGE
+/* merge_share's lanes a chunk and splits a lane: 16 of up to 8 (at batch
+ * 1, 33 splits of 8 rows: 8 chunks a split, one pass of every thread, up
+ * to 3 splits' loads a lane, where 8 lanes of 16 left half the threads
+ * idle with 5 each). */
 #define SHARE_LPR 16
 #define SHARE_PER_LANE 8
-#else
-#define SHARE_LPR MERGE_LPR
-#define SHARE_PER_LANE MERGE_PER_LANE
-#endif
 #if SHARE_LPR * SHARE_PER_LANE != 128 || SHARE_LPR > 32 || 32 % SHARE_LPR != 0
 #error "decode.cu: merge_share takes 128 splits (cuda_attention.c CU_MEET_MAX_SPLITS) in lane groups of a warp"
 #endif
@@ -520,34 +509,28 @@ FA_DEV bool arrive_last(const fa_params &p, int b, int hk, u32 bits, u32 *flags)
  * group's rows (merge_share): the merge is spread over the group's SMs and
  * costs one L2 round trip, where the last block to arrive reads every
  * split's rows alone (6-7 us of a 26 us batch-1 step at 16k keys on an
- * H100, bench/results/h100.md). The barrier: the group's arrival count
- * (atomicInc wraps it to 0 on the last arrival) and a generation word
- * after the flag words, which the last arrival advances and the others
- * wait to see move; generations compare for equality, so their wrap is
- * harmless. Before arriving a block ORs its bits into the flag word as
- * arrive_last does; block split 0 of the group reads and clears it. */
-#ifdef DECODE_MEET_FLIP
-/* DECODE_MEET_FLIP: the meeting on the generation word alone, as
- * cooperative groups' grid barrier counts: split 0 adds 2^31 - (ns - 1),
- * every other split 1, so the ns arrivals add exactly 2^31 and the top
- * bit flips at the last of them and never before (a partial sum without
- * split 0 is below ns - 1, one with it below 2^31); the low bits come
- * back to where they were, ready for the next step, with no reset. Thread
- * 0 arrives with one acq_rel atomic after the block's barrier (its release
- * covers every thread's partial stores through the barrier, as the grid
- * barrier's single fence does); the block whose add flips the bit is the
- * last and has acquired the others' releases through the chain of
- * read-modify-writes; the others poll with acquire loads until the top bit
- * differs from the value their own add returned. Against the default: no
- * acquire load of the generation before arriving, no fence.sc before the
- * arrival, after the last arrival or after the barrier, no second atomic
- * to move the generation (the waiters see the flip as soon as the last
- * add lands in L2). The count word stays untouched at 0 (arrive_last's,
- * for a plain launch's fallback); the flag word keeps its meaning (ORed
- * before arriving, read and cleared by split 0, here beside its merge:
- * the exchange is issued before the merge's loads and waited for after
- * them, so its round trip overlaps theirs; the append that needs the bits
- * follows the merge). */
+ * H100, bench/results/h100.md). The barrier is a generation word after
+ * the flag words, counted as cooperative groups' grid barrier counts:
+ * split 0 adds 2^31 - (ns - 1), every other split 1, so the ns arrivals
+ * add exactly 2^31 and the top bit flips at the last of them and never
+ * before (a partial sum without split 0 is below ns - 1, one with it
+ * below 2^31); the low bits come back to where they were, ready for the
+ * next step with no reset. Thread 0 arrives with one acq_rel atomic after
+ * the block's barrier (its release covers every thread's partial stores
+ * through the barrier, as the grid barrier's single fence does); the block
+ * whose add flips the bit is the last and has acquired the others'
+ * releases through the chain of read-modify-writes; the others poll with
+ * acquire loads until the top bit differs from the value their own add
+ * returned. An earlier barrier read the generation before arriving,
+ * counted in a second word and fenced three times; with it (and
+ * merge_share's 8 lanes a chunk) a batch-1 step at 16k keys took 21.4 us
+ * on an H200 where it takes 20.1 now (bench/results/h200.md,
+ * 2026-11-29). The count word stays 0
+ * (arrive_last's, for a plain launch's fallback). Before arriving a block
+ * ORs its bits into the flag word as arrive_last does; split 0 of the
+ * group reads and clears it beside its merge (the exchange issued before
+ * the merge's loads and waited for after them; the append that needs the
+ * bits follows the merge). */
 FA_DEV u32 atom_add_acq_rel_gpu(u32 *a, u32 v) {
     u32 old;
     asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(a), "r"(v) : "memory");
@@ -559,7 +542,6 @@ FA_DEV u32 ld_acquire_gpu(const u32 *a) {
     return v;
 }
 #define MEET_FLIP_BIT 0x80000000u
-#endif
 
 FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, u32 *flags) {
     const int tid = threadIdx.x, ns = p.num_splits;
@@ -574,7 +556,6 @@ FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, 
     u32 *gen = count + groups;
     (void)bits;
 #endif
-#ifdef DECODE_MEET_FLIP
     __syncthreads(); /* every thread's partials (and bits) before thread 0's release */
     if (tid == 0) {
         const u32 add = split == 0 ? MEET_FLIP_BIT - (u32)(ns - 1) : 1u;
@@ -589,38 +570,10 @@ FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, 
     }
     __syncthreads(); /* thread 0's acquire before every thread's loads */
     *flags = 0;      /* KV_CACHE: split 0 takes them beside its merge */
-#else
-    __threadfence(); /* this block's partials (and bits) before its arrival */
-    __syncthreads();
-    if (tid == 0) {
-        u32 g0;
-        /* The generation before this block's arrival: the last arrival
-         * moves it only after this one. */
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(g0) : "l"(gen) : "memory");
-        if (atomicInc(count, (u32)(ns - 1)) == (u32)(ns - 1)) {
-            __threadfence();
-            atomicAdd(gen, 1u);
-        } else {
-            u32 g;
-            do {
-                __nanosleep(64);
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(gen) : "memory");
-            } while (g == g0);
-        }
-    }
-    __syncthreads();
-    __threadfence(); /* the other blocks' partials after the barrier */
-    *flags = 0;
-#ifdef KV_CACHE
-    *flags = __syncthreads_or(split == 0 && tid == 0 && atomicExch(flag, 0u) != 0u) ? 1u : 0u;
-#else
-    (void)split;
-#endif
-#endif /* DECODE_MEET_FLIP */
 }
 
-#if defined(DECODE_MEET_FLIP) && defined(KV_CACHE)
-/* DECODE_MEET_FLIP: the group's flag word (meet_splits'). */
+#ifdef KV_CACHE
+/* The group's flag word (meet_splits'). */
 FA_DEV u32 *meet_flag_word(const fa_params &p, int b, int hk) {
     const int ns = p.num_splits;
     const i64 split_stride = (i64)p.heads_q * p.total_q;
@@ -1321,7 +1274,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     /* Each warp's partial rows: O unnormalised, m in score units, l. */
     float *po = (float *)(smem + Q_BYTES);
     float *pml = po + WARPS * BR * O_STRIDE;
-#ifdef DECODE_LEAN_MERGE
     /* Only rows the combine reads (pr < rows_total): at batch 1 with a
      * group of 8 in a 16-row tile, half the stores. The sums' shuffles
      * first, by every lane. */
@@ -1343,25 +1295,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
                 pml[2 * (warp * BR + r) + 1] = l;
             }
         }
-#else
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int r = mt * 16 + g + 8 * hf;
-            float *orow = po + (warp * BR + r) * O_STRIDE;
-#pragma unroll
-            for (int j = 0; j < DT; j++)
-                *(float2 *)(orow + 8 * j + 2 * t4) = make_float2(o_acc[mt][j][2 * hf], o_acc[mt][j][2 * hf + 1]);
-            float l = l_run[mt][hf];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            if (t4 == 0) {
-                pml[2 * (warp * BR + r)] = m_run[mt][hf];
-                pml[2 * (warp * BR + r) + 1] = l;
-            }
-        }
-#endif
     __syncthreads();
 
     /* Combine the warps by their maxima and normalise once; a row the
@@ -1430,7 +1363,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
     if (p.splits_meet) {
         meet_splits(p, b, hk, split, my_bits, &flags);
         TRACE_MARK(4);
-#ifdef DECODE_MEET_FLIP
 #ifdef KV_CACHE
         /* Split 0 takes every split's flag bits and clears them (the
          * meeting's acquire orders the exchange after their ORs), issued
@@ -1446,13 +1378,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
 #endif
 #ifdef APPEND
         if (blockIdx.x == 0 && split == 0 && !kvs.bad && flags == 0) append_new(p, kv, src, hk, tid);
-#endif
-#else
-#ifdef APPEND
-        if (blockIdx.x == 0 && split == 0 && !kvs.bad && flags == 0) append_new(p, kv, src, hk, tid);
-#endif
-        merge_share(p, b, seq, hk, pr0, rows_total, split);
-        TRACE_MARK(5);
 #endif
         TRACE_PRINT();
         return;

@@ -404,73 +404,6 @@ static void decode_sweep(const char *device, const fa_device_desc *dev, int cc_m
     free(jobs);
 }
 
-/* The decoding kernel's tuning options for the split tail (decode.cu
- * DECODE_MEET_FLIP, DECODE_LEAN_MERGE), each alone and both, set through
- * FLASHATTN_CUDA_OPTIONS as a GPU run sets them: the split programs of the
- * decoding sweep at head_dim 64, 128 and 256 (bf16, every tile height,
- * plain and with every mask; fp16 at 128) and every split KV-cache step of
- * the cache sweep, all without spills and with the option in their build. */
-static const char *const decode_tail_options[] = {"-DDECODE_MEET_FLIP", "-DDECODE_LEAN_MERGE",
-                                                  "-DDECODE_MEET_FLIP -DDECODE_LEAN_MERGE"};
-
-static int kvcache_jobs(const fa_device_desc *dev, int cc_major, int cc_minor, job *jobs, int cap);
-
-static void decode_tail_sweep(const char *device, const fa_device_desc *dev, int cc_major, int cc_minor) {
-    const int cap = 2 * 16 * 4 * 2 * 2, kv_cap = 16;
-    job *all = calloc((size_t)cap, sizeof *all), *jobs = calloc((size_t)(cap + kv_cap), sizeof *jobs);
-    job *kv = calloc((size_t)kv_cap, sizeof *kv);
-    CHECK(all != NULL && jobs != NULL && kv != NULL);
-    if (!all || !jobs || !kv) {
-        free(all);
-        free(jobs);
-        free(kv);
-        return;
-    }
-    const int n_all = decode_jobs(dev, cc_major, cc_minor, all, cap);
-    const int n_kv = kvcache_jobs(dev, cc_major, cc_minor, kv, kv_cap);
-    const char *var = "FLASHATTN_CUDA_OPTIONS";
-    const char *old = getenv(var);
-    char *saved = old ? strdup(old) : NULL;
-    for (size_t o = 0; o < FA_ARRAY_SIZE(decode_tail_options); o++) {
-        int n = 0;
-        for (int i = 0; i < n_all; i++) {
-            const fa_attention_desc *d = &all[i].desc;
-            const int dim = d->head_dim;
-            if (all[i].info.forward.split_k < 2 || !(dim == 64 || dim == 128 || dim == 256)) continue;
-            if (d->q.dtype != FA_DTYPE_BF16 && dim != 128) continue;
-            jobs[n++] = all[i];
-        }
-        for (int i = 0; i < n_kv; i++)
-            if (kv[i].info.forward.split_k > 1) jobs[n++] = kv[i];
-        for (int i = 0; i < n; i++) {
-            jobs[i].status = FA_SUCCESS;
-            jobs[i].count = 0;
-            jobs[i].error[0] = '\0';
-        }
-        /* The split programs of 16, 32 and 64 rows at three head dims, and
-         * the split cache steps. */
-        CHECK_MSG(n >= 3 * 2 + 6, "%s: %d programs", decode_tail_options[o], n);
-        CHECK(setenv(var, decode_tail_options[o], 1) == 0);
-        run_jobs(jobs, n);
-        printf("\n%s=%s\n", var, decode_tail_options[o]);
-        print_and_check(device, jobs, n, n);
-        for (int i = 0; i < n; i++)
-            if (jobs[i].status == FA_SUCCESS && jobs[i].count >= 1)
-                CHECK_MSG(strstr(jobs[i].reports[0].options, decode_tail_options[o]) != NULL &&
-                              strstr(jobs[i].reports[0].options, "-DSPLIT_MERGE_LAST") != NULL,
-                          "%s: options %s", jobs[i].label, jobs[i].reports[0].options);
-    }
-    if (saved) {
-        setenv(var, saved, 1);
-        free(saved);
-    } else {
-        unsetenv(var);
-    }
-    free(all);
-    free(jobs);
-    free(kv);
-}
-
 /* KV-cache steps (decode.cu built with KV_CACHE): a representative set,
  * each option in at least one program, the heaviest combinations (64 rows,
  * every option; head_dim 256) and the generic tile copies (head_dim 80,
@@ -797,23 +730,6 @@ FA_TEST(a100_sm80_decode_variants) {
     REQUIRE_NVRTC();
     fa_device_desc d = a100();
     decode_sweep("a100", &d, 8, 0);
-#endif
-}
-
-FA_TEST(h100_sm90_decode_tail_variants) {
-    REQUIRE_CUDA_BUILD();
-#ifdef FA_WITH_CUDA
-    REQUIRE_NVRTC();
-    decode_tail_sweep("h100", &fa_described_device_find("h100")->desc, 9, 0);
-#endif
-}
-
-FA_TEST(a100_sm80_decode_tail_variants) {
-    REQUIRE_CUDA_BUILD();
-#ifdef FA_WITH_CUDA
-    REQUIRE_NVRTC();
-    fa_device_desc d = a100();
-    decode_tail_sweep("a100", &d, 8, 0);
 #endif
 }
 
@@ -1678,8 +1594,7 @@ FA_TEST(fp8_refusals) {
 }
 
 FA_TEST_MAIN(FA_CASE(h100_sm90_variants), FA_CASE(a100_sm80_variants), FA_CASE(h100_sm90_decode_variants),
-             FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_decode_tail_variants),
-             FA_CASE(a100_sm80_decode_tail_variants), FA_CASE(h100_sm90_kvcache_variants),
+             FA_CASE(a100_sm80_decode_variants), FA_CASE(h100_sm90_kvcache_variants),
              FA_CASE(a100_sm80_kvcache_variants), FA_CASE(kvcache_simt_variants), FA_CASE(kvcache_refusals),
              FA_CASE(h100_sm90_score_options), FA_CASE(a100_sm80_score_options), FA_CASE(h100_sm90_tma_variants), FA_CASE(h100_sm90_tma_backward_variants), FA_CASE(h100_sm90_tma_backward_wide_rows), FA_CASE(h100_sm90_tma_backward_padded), FA_CASE(h100_sm90_tma_backward_split), FA_CASE(h100_sm90_tma_padded_variants),
              FA_CASE(h100_sm90_fp8_variants), FA_CASE(fp8_refusals),

@@ -170,8 +170,11 @@ if [ "$what" = check ]; then
     > "$out/opencl-mma-tests.log" 2>&1 || failed=1
   grep -E "tests passed|FAILED|Failed|\(Skipped\)|Timeout" "$out/opencl-mma-tests.log" | head -40
   stamp "check: compare_nvidia.sh, OpenCL fp16 and bf16 against FlashAttention-2, build logs kept"
-  rm -rf "$out/bench-logs"
+  rm -rf "$out/bench-logs" "$out/cl-cache-check"
   mkdir -p "$out/bench-logs"
+  # A cache of its own, so that every program the benchmark runs is built
+  # (and logged) here, not taken from an earlier step's cache.
+  export FLASHATTN_CACHE_DIR="$out/cl-cache-check"
   FLASHATTN_OPENCL_LOG_DIR="$out/bench-logs" FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose FA_BUILD_DIR=$build \
     FA_BACKENDS=opencl FA_DTYPES="fp16 bf16" FA_SEQLENS=2048,4096,8192,16384 FA_PEERS=flash \
     bash bench/compare_nvidia.sh || failed=1
@@ -183,7 +186,7 @@ if [ "$what" = check ]; then
   done
   register_table "$out/bench-logs" "$out/bench-registers.txt" || echo "check: a kernel spills (bench-registers.txt)"
   grep -E "fa_bwd_dkdv|fa_forward|spilling" "$out/bench-registers.txt"
-  tar -czf "$out/bench-logs.tar.gz" -C "$out" bench-logs && rm -rf "$out/bench-logs"
+  tar -czf "$out/bench-logs.tar.gz" -C "$out" bench-logs && rm -rf "$out/bench-logs" "$out/cl-cache-check"
 fi
 if [ "$what" = sweep ]; then
   sweep_seqlens=${FA_SWEEP_SEQLENS:-4096,16384}

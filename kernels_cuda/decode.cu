@@ -525,12 +525,12 @@ FA_DEV bool arrive_last(const fa_params &p, int b, int hk, u32 bits, u32 *flags)
  * counted in a second word and fenced three times; with it (and
  * merge_share's 8 lanes a chunk) a batch-1 step at 16k keys took 21.4 us
  * on an H200 where it takes 20.1 now (bench/results/h200.md,
- * 2026-11-29). The count word stays 0
- * (arrive_last's, for a plain launch's fallback). Before arriving a block
- * ORs its bits into the flag word as arrive_last does; split 0 of the
- * group reads and clears it beside its merge (the exchange issued before
- * the merge's loads and waited for after them; the append that needs the
- * bits follows the merge). */
+ * 2026-11-29). The count word stays 0 (arrive_last's, for a plain
+ * launch's fallback). Before arriving a block ORs its bits into the flag
+ * word as arrive_last does; split 0 of the group reads and clears it
+ * beside its merge (the exchange issued before the merge's loads and
+ * waited for after them; the append that needs the bits follows the
+ * merge). */
 FA_DEV u32 atom_add_acq_rel_gpu(u32 *a, u32 v) {
     u32 old;
     asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(a), "r"(v) : "memory");

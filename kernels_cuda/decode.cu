@@ -471,6 +471,16 @@ FA_DEV void merge_weights(const fa_params &p, const fa_seq &seq, int hk, int pr0
     }
 }
 
+/* The workspace words of this block's (row tile, KV head, sequence) after
+ * the partial L's: its arrival count; the group's flag word (KV_CACHE)
+ * and meet_splits' generation word follow, each `*apart` words after the
+ * one before (one word per group of every sequence). */
+FA_DEV u32 *group_count(const fa_params &p, int b, int hk, i64 *apart) {
+    const int ns = p.num_splits;
+    *apart = (i64)(gridDim.z / ns) * gridDim.y * gridDim.x;
+    return (u32 *)(p.part_l + (i64)ns * p.heads_q * p.total_q) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
+}
+
 /* The arrival of this block at its (row tile, KV head, sequence): whether
  * it is the last of the num_splits blocks. Before arriving it ORs bits into
  * the group's flag word (KV_CACHE: a page outside the pool seen in this
@@ -479,10 +489,10 @@ FA_DEV void merge_weights(const fa_params &p, const fa_seq &seq, int hk, int pr0
  * words follow the counters in the workspace. */
 FA_DEV bool arrive_last(const fa_params &p, int b, int hk, u32 bits, u32 *flags) {
     const int tid = threadIdx.x, ns = p.num_splits;
-    const i64 split_stride = (i64)p.heads_q * p.total_q;
-    u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
+    i64 apart;
+    u32 *count = group_count(p, b, hk, &apart);
 #ifdef KV_CACHE
-    u32 *flag = count + (i64)(gridDim.z / ns) * gridDim.y * gridDim.x;
+    u32 *flag = count + apart;
     if (tid == 0 && bits) atomicOr(flag, bits);
 #else
     (void)bits;
@@ -543,17 +553,15 @@ FA_DEV u32 ld_acquire_gpu(const u32 *a) {
 }
 #define MEET_FLIP_BIT 0x80000000u
 
-FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, u32 *flags) {
+FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits) {
     const int tid = threadIdx.x, ns = p.num_splits;
-    const i64 split_stride = (i64)p.heads_q * p.total_q;
-    const i64 groups = (i64)(gridDim.z / ns) * gridDim.y * gridDim.x;
-    u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
+    i64 apart;
+    u32 *count = group_count(p, b, hk, &apart);
 #ifdef KV_CACHE
-    u32 *flag = count + groups;
-    u32 *gen = count + 2 * groups;
-    if (tid == 0 && bits) atomicOr(flag, bits);
+    u32 *gen = count + 2 * apart;
+    if (tid == 0 && bits) atomicOr(count + apart, bits);
 #else
-    u32 *gen = count + groups;
+    u32 *gen = count + apart;
     (void)bits;
 #endif
     __syncthreads(); /* every thread's partials (and bits) before thread 0's release */
@@ -569,23 +577,11 @@ FA_DEV void meet_splits(const fa_params &p, int b, int hk, int split, u32 bits, 
         }
     }
     __syncthreads(); /* thread 0's acquire before every thread's loads */
-    *flags = 0;      /* KV_CACHE: split 0 takes them beside its merge */
 }
-
-#ifdef KV_CACHE
-/* The group's flag word (meet_splits'). */
-FA_DEV u32 *meet_flag_word(const fa_params &p, int b, int hk) {
-    const int ns = p.num_splits;
-    const i64 split_stride = (i64)p.heads_q * p.total_q;
-    const i64 groups = (i64)(gridDim.z / ns) * gridDim.y * gridDim.x;
-    u32 *count = (u32 *)(p.part_l + (i64)ns * split_stride) + ((i64)b * gridDim.y + hk) * gridDim.x + blockIdx.x;
-    return count + groups;
-}
-#endif
 
 /* Split `split`'s share of the merge after meet_splits: chunks [c0, c1) of
- * the tile's rows x HEAD_DIM / 4 four-dimension chunks, MERGE_LPR lanes a
- * chunk, each lane loading L_s and O_s of its splits (s = sub + MERGE_LPR
+ * the tile's rows x HEAD_DIM / 4 four-dimension chunks, SHARE_LPR lanes a
+ * chunk, each lane loading L_s and O_s of its splits (s = sub + SHARE_LPR
  * i, every load at once: one round trip) and the lanes meeting by shuffles.
  * The rules are merge_splits': the same maxima, sums and weights, NaN
  * where a split without mass saw a NaN, L for chunk 0 of each row. */
@@ -1361,7 +1357,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
 #endif
 #if BR <= 32
     if (p.splits_meet) {
-        meet_splits(p, b, hk, split, my_bits, &flags);
+        meet_splits(p, b, hk, split, my_bits);
         TRACE_MARK(4);
 #ifdef KV_CACHE
         /* Split 0 takes every split's flag bits and clears them (the
@@ -1369,7 +1365,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) fa_fwd_decode(const fa_
          * before its share of the merge and waited for after it: only the
          * append needs them. */
         u32 taken = 0;
-        if (split == 0 && tid == 0) taken = atomicExch(meet_flag_word(p, b, hk), 0u);
+        i64 apart;
+        if (split == 0 && tid == 0) taken = atomicExch(group_count(p, b, hk, &apart) + apart, 0u);
 #endif
         merge_share(p, b, seq, hk, pr0, rows_total, split);
         TRACE_MARK(5);

@@ -80,6 +80,9 @@ static const config configs[] = {
     {FA_PASS_BACKWARD, 128, 4, 1, 32, 2, ""},
     {FA_PASS_BACKWARD, 128, 8, 1, 32, 2, ""},
     {FA_PASS_BACKWARD, 64, 8, 1, 64, 1, ""},
+    /* The d128 step in chunks of 16 with dQ units of four, as planned
+     * before 2026-11-29's whole step. */
+    {FA_PASS_BACKWARD, 128, 0, 0, 0, 1, "-DFA_BWD_QC=16 -DFA_DQ_UNIT=4"},
 };
 #define N_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
 
@@ -317,7 +320,10 @@ static void describe(fa_plan plan, const fa_kernel_plan *kp, const config *c, ch
                     fa_cl_mma_geometry_of(&plan->ctx->info.desc, &plan->desc, c->pass, kp->br, kp->bc,
                                           kp->thread_rows, kp->thread_cols, kp->stages, &g);
     char chunk[16] = "";
-    if (mma && c->pass == FA_PASS_BACKWARD && g.q_chunk < kp->br) snprintf(chunk, sizeof chunk, " qc%d", g.q_chunk);
+    if (mma && c->pass == FA_PASS_BACKWARD && g.q_chunk < kp->br)
+        snprintf(chunk, sizeof chunk, " qc%d", g.q_chunk);
+    else if (mma && c->pass == FA_PASS_BACKWARD && g.dq_unit > 0)
+        snprintf(chunk, sizeof chunk, " dqu%d", g.dq_unit);
     snprintf(out, size, "%s%dx%d/%d%s%s%s%s%s%s", c->warps ? "" : "planner ", kp->br, kp->bc, kp->work_group_size,
              kp->stages > 1 ? " 2-stage" : "", mma && g.v_regs ? " vreg" : "", mma && g.k_packed ? " kvpack" : "",
              chunk, c->options[0] ? " " : "", c->options);

@@ -158,6 +158,26 @@ static int bwd_q_chunk(const fa_mma_layout_info *L, int strips, int dp, int br, 
     return 0;
 }
 
+/* NVIDIA's backward with V's fragments in registers, chunked to one k-step
+ * by the register model, runs a step of two k-steps whole where its dQ
+ * products take two head-dim n-tiles a unit instead of four: the dQ
+ * accumulators then leave the scores of the whole step room. On an H200
+ * (head_dim 128, 32 x 64, fp16, 16k tokens; bench/results/h200.md,
+ * 2026-11-29) +3.6% non-causal and +6.3% causal, 249 and 255 registers
+ * without a spill; with four n-tiles a unit the whole step spilled 12
+ * bytes. Not with dropout or score options (their temporaries were not
+ * compiled at this register count), nor deterministic (no dQ products in
+ * the kernel, so nothing to gain the room from). */
+#define FA_CL_MMA_NV_BWD_WHOLE_DQ_UNIT 2
+static int bwd_whole_step(const fa_mma_layout_info *L, const fa_attention_desc *desc, int strips, int dp, int br,
+                          int v_regs, int k_packed, int q_chunk) {
+    const int side = L->k > L->n ? L->k : L->n;
+    (void)strips;
+    return L->family == FA_MMA_LAYOUT_NVIDIA && v_regs && !k_packed && q_chunk < br && br == 2 * side &&
+           !desc->deterministic && desc->dropout_p == 0.0f && !fa_desc_option_in_use(desc) &&
+           (dp / L->n) % FA_CL_MMA_NV_BWD_WHOLE_DQ_UNIT == 0;
+}
+
 /* The forward has one stage: K and V already load during each other's
  * products. */
 static int stages_ok(fa_pass pass, int stages) {
@@ -278,7 +298,7 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
     /* fp32 words of fragments per lane: an m x n accumulator is m n / sg of
      * them, an m x k operand m k / (2 sg). */
     const long per_row = (long)L->m * strips; /* rows of the lane's strips, times sg per lane */
-    int q_regs = 0, v_regs = 0, k_packed = 0, dq_warps = 0, q_chunk = 0;
+    int q_regs = 0, v_regs = 0, k_packed = 0, dq_warps = 0, q_chunk = 0, dq_unit = 0;
     if (fwd) {
         q_regs = fwd_q_regs(dev, L, d, br, bc);
         /* The score options' hook (kernels_cl/common.h, fa_logit2) holds
@@ -297,6 +317,10 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
         if (k_packed) v_regs = 0;
         q_chunk = bwd_q_chunk(L, strips, dp, br, v_regs);
         if (!q_chunk) return 0;
+        if (bwd_whole_step(L, desc, strips, dp, br, v_regs, k_packed, q_chunk)) {
+            q_chunk = br;
+            dq_unit = FA_CL_MMA_NV_BWD_WHOLE_DQ_UNIT;
+        }
         if (desc->deterministic) {
             dq_warps = br / L->m;
             if (!is_pow2_upto(dq_warps, FA_CL_MMA_MAX_WARPS) || dq_warps * L->sub_group > dev->max_work_group_size)
@@ -312,6 +336,7 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
         g->v_regs = v_regs;
         g->k_packed = k_packed;
         g->q_chunk = q_chunk;
+        g->dq_unit = dq_unit;
         g->stages = stages;
         g->d_pad = dp;
         g->dq_warps = dq_warps;

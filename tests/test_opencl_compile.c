@@ -114,8 +114,11 @@ static void add_plan(program_set *set, const fa_device_desc *dev, const fa_atten
          fa_cl_mma_geometry_of(dev, d, FA_PASS_BACKWARD, b->br, b->bc, b->thread_rows, b->thread_cols, b->stages, &g);
     CHECK(ok || b->variant != FA_VARIANT_MMA);
     if (ok) {
-        char extra[64], chunk[24] = "";
-        if (g.q_chunk < b->br) snprintf(chunk, sizeof chunk, " -DQC=%d", g.q_chunk);
+        char extra[80], chunk[32] = "";
+        if (g.q_chunk < b->br)
+            snprintf(chunk, sizeof chunk, " -DQC=%d", g.q_chunk);
+        else if (g.dq_unit > 0 && !d->deterministic)
+            snprintf(chunk, sizeof chunk, " -DFA_DQ_UNIT=%d", g.dq_unit);
         snprintf(extra, sizeof extra, "%s%s%s%s%s", d->deterministic ? "" : " -DDQ_ATOMIC",
                  g.stages > 1 ? " -DSTAGES=2" : "", g.v_regs ? " -DVREG" : "", g.k_packed ? " -DKPACK" : "", chunk);
         pass_options(d, g.layout, b->br, b->bc, b->thread_rows, b->thread_cols, g.warps, extra, opts, sizeof opts);

@@ -362,7 +362,8 @@ FA_TEST(pipelined_backward) {
 /* NVIDIA's dK/dV kernel in one stage with V's fragments in registers
  * (planner_cl_mma.c, bwd_v_regs), as on the 48 KiB of NVIDIA's OpenCL: 128
  * keys at head_dim 128, 32 queries at head_dim 64 (whole) and at 128 and
- * 112 (in chunks of 16, bwd_q_chunk); causal, dropout, GQA, a block mask with a
+ * 112 (in chunks of 16, bwd_q_chunk, with dropout; whole with dQ units of
+ * two n-tiles otherwise, bwd_whole_step); causal, dropout, GQA, a block mask with a
  * window (its query tiles walked from a different start per key tile,
  * FA_BWD_ROTATE), a window with variable lengths. The geometry must say V
  * in registers, and the chunk, for each. (Deterministic mode never takes
@@ -385,7 +386,7 @@ FA_TEST(one_stage_v_in_registers) {
      * V's tile in 48 and that), query and key lengths */
     static const int cases[][7] = {{128, 8, 16, 16, 48, 100, 150}, {128, 4, 32, 16, 48, 100, 120},
                                    {64, 8, 32, 32, 40, 100, 150},  {128, 8, 16, 16, 48, 120, 300},
-                                   {128, 4, 32, 16, 48, 115, 105}, {112, 4, 32, 16, 40, 90, 130}};
+                                   {128, 4, 32, 32, 48, 115, 105}, {112, 4, 32, 32, 40, 90, 130}};
     static const int32_t cu_q[] = {0, 70, 75, 190};
     static const int32_t cu_k[] = {0, 90, 95, 200};
     int ran = 0;
@@ -425,9 +426,13 @@ FA_TEST(one_stage_v_in_registers) {
         const suite_tiles b = mma_tile(l, FA_PASS_BACKWARD, br, warps * l->m, 1, 1);
         fa_cl_mma_geometry g;
         const int ok = fa_cl_mma_geometry_of(&ctx->info.desc, &d, FA_PASS_BACKWARD, b.br, b.bc, b.tr, b.tc, 1, &g);
-        CHECK_MSG(ok && g.v_regs && g.q_chunk == chunk,
-                  "d%d %d x %d in %d KiB: geometry %d, V in registers %d, chunk %d (want %d)", dim, b.br, b.bc,
-                  cases[i][4], ok, ok ? g.v_regs : -1, ok ? g.q_chunk : -1, chunk);
+        /* A whole step where the register model chunks it takes dQ units
+         * of two n-tiles. */
+        const int unit = chunk == br && br > 16 && dim != 64 ? 2 : 0;
+        CHECK_MSG(ok && g.v_regs && g.q_chunk == chunk && g.dq_unit == unit,
+                  "d%d %d x %d in %d KiB: geometry %d, V in registers %d, chunk %d (want %d), dQ unit %d (want %d)",
+                  dim, b.br, b.bc, cases[i][4], ok, ok ? g.v_regs : -1, ok ? g.q_chunk : -1, chunk,
+                  ok ? g.dq_unit : -1, unit);
         uint8_t *blocks = i == 3 ? suite_random_block_mask(&d, 16, 24, 5) : NULL;
         /* The walk from a rotated start: a tuning option, given as one. */
         const char *env = getenv("FLASHATTN_OPENCL_OPTIONS");

@@ -169,10 +169,9 @@ static int bwd_q_chunk(const fa_mma_layout_info *L, int strips, int dp, int br, 
  * compiled at this register count), nor deterministic (no dQ products in
  * the kernel, so nothing to gain the room from). */
 #define FA_CL_MMA_NV_BWD_WHOLE_DQ_UNIT 2
-static int bwd_whole_step(const fa_mma_layout_info *L, const fa_attention_desc *desc, int strips, int dp, int br,
-                          int v_regs, int k_packed, int q_chunk) {
+static int bwd_whole_step(const fa_mma_layout_info *L, const fa_attention_desc *desc, int dp, int br, int v_regs,
+                          int k_packed, int q_chunk) {
     const int side = L->k > L->n ? L->k : L->n;
-    (void)strips;
     return L->family == FA_MMA_LAYOUT_NVIDIA && v_regs && !k_packed && q_chunk < br && br == 2 * side &&
            !desc->deterministic && desc->dropout_p == 0.0f && !fa_desc_option_in_use(desc) &&
            (dp / L->n) % FA_CL_MMA_NV_BWD_WHOLE_DQ_UNIT == 0;
@@ -317,7 +316,7 @@ static int layout_geometry(const fa_device_desc *dev, const fa_attention_desc *d
         if (k_packed) v_regs = 0;
         q_chunk = bwd_q_chunk(L, strips, dp, br, v_regs);
         if (!q_chunk) return 0;
-        if (bwd_whole_step(L, desc, strips, dp, br, v_regs, k_packed, q_chunk)) {
+        if (bwd_whole_step(L, desc, dp, br, v_regs, k_packed, q_chunk)) {
             q_chunk = br;
             dq_unit = FA_CL_MMA_NV_BWD_WHOLE_DQ_UNIT;
         }

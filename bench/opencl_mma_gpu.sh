@@ -22,7 +22,9 @@
 #   check    the backward's check in one call: the planner's plans at
 #            head_dim 128, then test_opencl_mma's backward cases and
 #            test_opencl_attention's cases with every option, FA_TEST_LARGE=1
-#            (at most FA_CHECK_TIMEOUT seconds, default 150), then bench's
+#            (at most FA_CHECK_TIMEOUT seconds, default 150; every program
+#            they build logged, its registers and spills in
+#            $OUT/test-registers.txt, a spill failing the step), then bench's
 #            ratio table for fp16 and bf16 against FlashAttention-2 alone,
 #            with the registers and spills of the programs it built
 #            ($OUT/bench-registers.txt), and the registers of fp16's
@@ -90,7 +92,8 @@ for name in sorted(os.listdir(sys.argv[1])):
         continue
     keep = [w for w in opts.split() if w.startswith("-D") and w.split("=")[0] in
             ("-DHEAD_DIM", "-DBR", "-DBC", "-DWARPS", "-DDTYPE_F16", "-DDTYPE_BF16", "-DQREG", "-DDQ_ATOMIC",
-             "-DFA_BWD_DQ", "-DCAUSAL", "-DSPLITK", "-DVREG", "-DQC", "-DSTAGES", "-DDROPOUT", "-DFA_BWD_ROTATE")]
+             "-DFA_BWD_DQ", "-DFA_DQ_UNIT", "-DCAUSAL", "-DSPLITK", "-DVREG", "-DQC", "-DSTAGES", "-DDROPOUT", "-DWINDOW", "-DBLOCK_MASK", "-DVARLEN",
+             "-DSOFTCAP", "-DALIBI", "-DBIAS", "-DFA_BWD_ROTATE")]
     # ptxas reports an entry's spills and registers after its name, in
     # either order.
     cur = None
@@ -165,10 +168,22 @@ if [ "$what" = check ]; then
     # shellcheck disable=SC2046
     "$build/fa-info" --backend opencl --dtype "$dtype" $(shape_args 128 8192) 2>&1 | grep -E "^(forward|backward):"
   done | tee "$out/plans.txt"
-  FA_TEST_LARGE=1 timeout "${FA_CHECK_TIMEOUT:-150}" ctest --test-dir "$build" --output-on-failure -j4 --timeout 140 \
-    -R '^opencl_(mma[.](work_group_shapes|head_dims|pipelined_backward|one_stage_v_in_registers)|attention[.](causal|block_sparse|dropout|gqa_mqa|varlen|deterministic_backward|described_devices|long_sequences))$' \
+  # The suite's programs (every option it runs: windows, block masks,
+  # varlen, score options) built afresh and logged, so that their registers
+  # and spills are tabled too.
+  # (ctest gives each test its cache under the build, emptied here).
+  rm -rf "$out/test-logs" "$build"/kernel-cache-*
+  mkdir -p "$out/test-logs"
+  FLASHATTN_OPENCL_LOG_DIR="$out/test-logs" \
+    FLASHATTN_OPENCL_OPTIONS=-cl-nv-verbose \
+    FA_TEST_LARGE=1 timeout "${FA_CHECK_TIMEOUT:-150}" ctest --test-dir "$build" --output-on-failure -j4 --timeout 140 \
+    -R '^opencl_(mma[.](work_group_shapes|head_dims|pipelined_backward|one_stage_v_in_registers)|attention[.](causal|sliding_window|block_sparse|dropout|gqa_mqa|varlen|score_options|dtypes|deterministic_backward|described_devices))$' \
     > "$out/opencl-mma-tests.log" 2>&1 || failed=1
   grep -E "tests passed|FAILED|Failed|\(Skipped\)|Timeout" "$out/opencl-mma-tests.log" | head -40
+  register_table "$out/test-logs" "$out/test-registers.txt" ||
+    { echo "check: a kernel the suite built spills (test-registers.txt)"; failed=1; }
+  grep -E "spill +[1-9]|spilling" "$out/test-registers.txt"
+  tar -czf "$out/test-logs.tar.gz" -C "$out" test-logs && rm -rf "$out/test-logs"
   stamp "check: compare_nvidia.sh, OpenCL fp16 and bf16 against FlashAttention-2, build logs kept"
   rm -rf "$out/bench-logs" "$out/cl-cache-check"
   mkdir -p "$out/bench-logs"

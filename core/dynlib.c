@@ -96,3 +96,27 @@ int fa_dynlib_load(void *lib, const char *name, const char *alternative, void *s
     memcpy(slot, &sym, sizeof sym);
     return 1;
 }
+
+int fa_lazy_library_load(fa_lazy_library *l, const char *env_name, const char *const *defaults,
+                         int (*resolve)(void *lib, char *reason, size_t reason_size), char *reason,
+                         size_t reason_size) {
+    pthread_mutex_lock(&l->lock);
+    if (!l->handle) {
+        const char *override_list[2];
+        void *lib = fa_dynlib_open(fa_dynlib_names(env_name, defaults, override_list), reason, reason_size);
+        if (lib && resolve(lib, reason, reason_size))
+            l->handle = lib;
+        else
+            fa_dynlib_close(lib);
+    }
+    const int loaded = l->handle != NULL;
+    pthread_mutex_unlock(&l->lock);
+    return loaded;
+}
+
+int fa_lazy_library_loaded(fa_lazy_library *l) {
+    pthread_mutex_lock(&l->lock);
+    const int loaded = l->handle != NULL;
+    pthread_mutex_unlock(&l->lock);
+    return loaded;
+}

@@ -138,6 +138,48 @@ FA_TEST(load_into_function_slot) {
     fa_dynlib_close(lib);
 }
 
+/* fa_lazy_library: a failure (missing library, missing symbol) leaves it
+ * unloaded and says why; once loaded it keeps the library and does not
+ * resolve again. */
+static int lazy_resolves;
+static double (*lazy_cos)(double);
+static int lazy_resolve_cos(void *lib, char *reason, size_t reason_size) {
+    lazy_resolves++;
+    return fa_dynlib_load(lib, "cos", NULL, &lazy_cos, reason, reason_size);
+}
+static int lazy_resolve_missing(void *lib, char *reason, size_t reason_size) {
+    lazy_resolves++;
+    void (*fn)(void) = NULL;
+    return fa_dynlib_load(lib, "fa_no_such_symbol", NULL, &fn, reason, reason_size);
+}
+
+FA_TEST(lazy_library_loads_once) {
+    static const char *const missing[] = {"libfa_no_such_library.so.7", NULL};
+    const char *var = "FA_TEST_DYNLIB_LAZY";
+    char reason[512];
+    fa_lazy_library l = FA_LAZY_LIBRARY_INIT;
+    CHECK(unsetenv(var) == 0);
+    CHECK(fa_lazy_library_load(&l, var, missing, lazy_resolve_cos, reason, sizeof reason) == 0);
+    CHECK_MSG(strstr(reason, "libfa_no_such_library.so.7") != NULL, "reason: %s", reason);
+    CHECK(lazy_resolves == 0);
+    CHECK(fa_lazy_library_loaded(&l) == 0);
+
+    CHECK(fa_lazy_library_load(&l, var, libm_names, lazy_resolve_missing, reason, sizeof reason) == 0);
+    CHECK_MSG(strstr(reason, "fa_no_such_symbol") != NULL, "reason: %s", reason);
+    CHECK(lazy_resolves == 1 && fa_lazy_library_loaded(&l) == 0);
+
+    /* The environment names the library: the defaults are not tried. */
+    CHECK(setenv(var, libm_names[1], 1) == 0);
+    CHECK(fa_lazy_library_load(&l, var, missing, lazy_resolve_cos, reason, sizeof reason) == 1);
+    CHECK(lazy_resolves == 2 && fa_lazy_library_loaded(&l) == 1);
+    CHECK(lazy_cos != NULL && lazy_cos(0.0) == 1.0);
+    CHECK(unsetenv(var) == 0);
+    CHECK(fa_lazy_library_load(&l, var, missing, lazy_resolve_missing, reason, sizeof reason) == 1);
+    CHECK(lazy_resolves == 2);
+    fa_dynlib_close(l.handle);
+}
+
 FA_TEST_MAIN(FA_CASE(open_existing_library), FA_CASE(missing_library_names_every_name),
              FA_CASE(empty_name_list), FA_CASE(missing_symbol), FA_CASE(small_or_absent_reason_buffer),
-             FA_CASE(environment_overrides_names), FA_CASE(load_into_function_slot))
+             FA_CASE(environment_overrides_names), FA_CASE(load_into_function_slot),
+             FA_CASE(lazy_library_loads_once))

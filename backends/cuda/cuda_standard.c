@@ -119,61 +119,48 @@ typedef struct std_blas {
     fa_cublas_status_string_fn status_string; /* NULL where missing */
 } std_blas;
 
-static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *blas_library;
-static std_blas blas_api;
+static fa_lazy_library blas_lib = FA_LAZY_LIBRARY_INIT;
+static std_blas blas_api; /* filled under blas_lib.lock, fixed once loaded */
 
-/* Loads cuBLAS once it can: a failure is not remembered (the library may
- * appear, or the environment change), a success is kept for the process. */
+static int blas_resolve(void *lib, char *reason, size_t reason_size) {
+    std_blas api;
+    memset(&api, 0, sizeof api);
+    int ok = fa_dynlib_load(lib, "cublasCreate_v2", NULL, &api.create, reason, reason_size);
+    ok = ok && fa_dynlib_load(lib, "cublasDestroy_v2", NULL, &api.destroy, reason, reason_size);
+    ok = ok && fa_dynlib_load(lib, "cublasSetStream_v2", NULL, &api.set_stream, reason, reason_size);
+    ok = ok && fa_dynlib_load(lib, "cublasSetMathMode", NULL, &api.set_math_mode, reason, reason_size);
+    ok = ok && fa_dynlib_load(lib, "cublasGemmStridedBatchedEx", NULL, &api.gemm, reason, reason_size);
+    if (!ok) return 0;
+    char unused[256];
+    (void)fa_dynlib_load(lib, "cublasGetStatusString", NULL, &api.status_string, unused, sizeof unused);
+    blas_api = api;
+    return 1;
+}
+
+/* cuBLAS, loaded once it can be (fa_lazy_library). */
 static fa_status blas_load(const std_blas **out) {
-    fa_status st = FA_SUCCESS;
-    pthread_mutex_lock(&blas_lock);
-    if (!blas_library) {
-        const char *override_list[2];
-        static const char *const defaults[] = {"libcublas.so.13",
-                                               "libcublas.so.12",
-                                               "libcublas.so.11",
-                                               "libcublas.so",
-                                               "/usr/local/cuda/lib64/libcublas.so.13",
-                                               "/usr/local/cuda/lib64/libcublas.so.12",
-                                               "/usr/local/cuda/lib64/libcublas.so.11",
-                                               "/usr/local/cuda/lib64/libcublas.so",
-                                               NULL};
-        const char *const *names = fa_dynlib_names(FA_CUBLAS_ENV, defaults, override_list);
-        char reason[2048];
-        std_blas api;
-        memset(&api, 0, sizeof api);
-        void *lib = fa_dynlib_open(names, reason, sizeof reason);
-        int ok = lib != NULL;
-        ok = ok && fa_dynlib_load(lib, "cublasCreate_v2", NULL, &api.create, reason, sizeof reason);
-        ok = ok && fa_dynlib_load(lib, "cublasDestroy_v2", NULL, &api.destroy, reason, sizeof reason);
-        ok = ok && fa_dynlib_load(lib, "cublasSetStream_v2", NULL, &api.set_stream, reason, sizeof reason);
-        ok = ok && fa_dynlib_load(lib, "cublasSetMathMode", NULL, &api.set_math_mode, reason, sizeof reason);
-        ok = ok && fa_dynlib_load(lib, "cublasGemmStridedBatchedEx", NULL, &api.gemm, reason, sizeof reason);
-        if (ok) {
-            char unused[256];
-            (void)fa_dynlib_load(lib, "cublasGetStatusString", NULL, &api.status_string, unused, sizeof unused);
-            blas_library = lib;
-            blas_api = api;
-        } else {
-            if (lib) fa_dynlib_close(lib);
-            st = fa_fail(FA_ERR_UNSUPPORTED,
-                         "FA_ALGO_STANDARD on CUDA runs its matrix products in cuBLAS, which could not be loaded: "
-                         "%s (install cuBLAS or set " FA_CUBLAS_ENV " to its path)",
-                         reason);
-        }
+    static const char *const defaults[] = {"libcublas.so.13",
+                                           "libcublas.so.12",
+                                           "libcublas.so.11",
+                                           "libcublas.so",
+                                           "/usr/local/cuda/lib64/libcublas.so.13",
+                                           "/usr/local/cuda/lib64/libcublas.so.12",
+                                           "/usr/local/cuda/lib64/libcublas.so.11",
+                                           "/usr/local/cuda/lib64/libcublas.so",
+                                           NULL};
+    char reason[2048];
+    if (!fa_lazy_library_load(&blas_lib, FA_CUBLAS_ENV, defaults, blas_resolve, reason, sizeof reason)) {
+        *out = NULL;
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "FA_ALGO_STANDARD on CUDA runs its matrix products in cuBLAS, which could not be loaded: "
+                       "%s (install cuBLAS or set " FA_CUBLAS_ENV " to its path)",
+                       reason);
     }
-    *out = blas_library ? &blas_api : NULL;
-    pthread_mutex_unlock(&blas_lock);
-    return st;
+    *out = &blas_api;
+    return FA_SUCCESS;
 }
 
-int fa_cuda_standard_blas_loaded(void) {
-    pthread_mutex_lock(&blas_lock);
-    int loaded = blas_library != NULL;
-    pthread_mutex_unlock(&blas_lock);
-    return loaded;
-}
+int fa_cuda_standard_blas_loaded(void) { return fa_lazy_library_loaded(&blas_lib); }
 
 static const char *blas_status_name(int s) {
     switch (s) {
@@ -194,9 +181,8 @@ static fa_status blas_error(int s, const char *what) {
     fa_status status = FA_ERR_LAUNCH;
     if (s == FA_CUBLAS_STATUS_ALLOC_FAILED) status = FA_ERR_OUT_OF_MEMORY;
     if (s == FA_CUBLAS_STATUS_NOT_SUPPORTED || s == FA_CUBLAS_STATUS_ARCH_MISMATCH) status = FA_ERR_UNSUPPORTED;
-    pthread_mutex_lock(&blas_lock);
+    /* Only after blas_load succeeded: blas_api is fixed. */
     const char *text = blas_api.status_string ? blas_api.status_string(s) : NULL;
-    pthread_mutex_unlock(&blas_lock);
     return fa_fail(status, "cuBLAS %s failed: %s (status %d)%s%s", what, blas_status_name(s), s, text ? ": " : "",
                    text ? text : "");
 }

@@ -88,46 +88,30 @@ typedef fa_clblast_status (*fa_clblast_sgemm_batched_fn)(
 
 #define FA_CLBLAST_ENV "FLASHATTN_CLBLAST_LIBRARY"
 
-static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *blas_library;
-static fa_clblast_sgemm_batched_fn blas_sgemm_batched;
+static fa_lazy_library blas_lib = FA_LAZY_LIBRARY_INIT;
+static fa_clblast_sgemm_batched_fn blas_sgemm_batched; /* set under blas_lib.lock, fixed once loaded */
 
-/* Loads CLBlast once it can: a failure is not remembered (the library may
- * appear, or the environment change), a success is kept for the process,
- * as CLBlast's compiled kernels live in its own caches. */
+static int blas_resolve(void *lib, char *reason, size_t reason_size) {
+    return fa_dynlib_load(lib, "CLBlastSgemmBatched", NULL, &blas_sgemm_batched, reason, reason_size);
+}
+
+/* CLBlast, loaded once it can be (fa_lazy_library): its compiled kernels
+ * live in its own caches, which a process keeps. */
 static fa_status blas_load(fa_clblast_sgemm_batched_fn *out) {
-    fa_status st = FA_SUCCESS;
-    pthread_mutex_lock(&blas_lock);
-    if (!blas_sgemm_batched) {
-        const char *env = getenv(FA_CLBLAST_ENV);
-        const char *override[] = {env, NULL};
-        static const char *const defaults[] = {"libclblast.so.1", "libclblast.so", NULL};
-        const char *const *names = env && env[0] ? override : defaults;
-        char reason[1024];
-        void *lib = fa_dynlib_open(names, reason, sizeof reason);
-        void *sym = lib ? fa_dynlib_symbol(lib, "CLBlastSgemmBatched", reason, sizeof reason) : NULL;
-        if (!sym) {
-            if (lib) fa_dynlib_close(lib);
-            st = fa_fail(FA_ERR_UNSUPPORTED,
-                         "FA_ALGO_STANDARD on OpenCL runs its matrix products in CLBlast, which is not "
-                         "available: %s (install libclblast or set " FA_CLBLAST_ENV " to its path)",
-                         reason);
-        } else {
-            blas_library = lib;
-            memcpy(&blas_sgemm_batched, &sym, sizeof blas_sgemm_batched);
-        }
+    static const char *const defaults[] = {"libclblast.so.1", "libclblast.so", NULL};
+    char reason[1024];
+    if (!fa_lazy_library_load(&blas_lib, FA_CLBLAST_ENV, defaults, blas_resolve, reason, sizeof reason)) {
+        *out = NULL;
+        return fa_fail(FA_ERR_UNSUPPORTED,
+                       "FA_ALGO_STANDARD on OpenCL runs its matrix products in CLBlast, which is not "
+                       "available: %s (install libclblast or set " FA_CLBLAST_ENV " to its path)",
+                       reason);
     }
     *out = blas_sgemm_batched;
-    pthread_mutex_unlock(&blas_lock);
-    return st;
+    return FA_SUCCESS;
 }
 
-int fa_cl_standard_blas_loaded(void) {
-    pthread_mutex_lock(&blas_lock);
-    int loaded = blas_library != NULL;
-    pthread_mutex_unlock(&blas_lock);
-    return loaded;
-}
+int fa_cl_standard_blas_loaded(void) { return fa_lazy_library_loaded(&blas_lib); }
 
 static const char *blas_status_name(fa_clblast_status s) {
     switch (s) {

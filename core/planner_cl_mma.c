@@ -149,11 +149,14 @@ static long bwd_words(const fa_mma_layout_info *L, int strips, int dp, int qc, i
  * fragments fit the layout's register budget, else one k-step (the
  * smallest chunk the products take) where NVIDIA's layout runs it; 0 where
  * neither fits. */
+int fa_cl_mma_bwd_slack = 0;
+
 static int bwd_q_chunk(const fa_mma_layout_info *L, int strips, int dp, int br, int v_regs) {
-    if (bwd_words(L, strips, dp, br, v_regs) <= L->bwd_budget) return br;
+    const long budget = (long)L->bwd_budget + fa_cl_mma_bwd_slack;
+    if (bwd_words(L, strips, dp, br, v_regs) <= budget) return br;
     const int side = L->k > L->n ? L->k : L->n;
     if (L->family == FA_MMA_LAYOUT_NVIDIA && br > side && br % side == 0 &&
-        bwd_words(L, strips, dp, side, v_regs) <= L->bwd_budget)
+        bwd_words(L, strips, dp, side, v_regs) <= budget)
         return side;
     return 0;
 }

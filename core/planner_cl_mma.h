@@ -41,6 +41,11 @@ int fa_cl_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, 
  * names the layout among the device's (fa_mma_layouts_of: the MFMA shapes
  * differ in it); 0 when the kernels cannot run it on the device (layout,
  * work-group, registers; local memory aside). g may be NULL. */
+/* fp32 words a lane may hold past a layout's backward budget: 0 for the
+ * planner; fa-cl-mma-sweep raises it to time tiles the register model
+ * refuses (NVIDIA's compiler then says whether they spill). */
+extern int fa_cl_mma_bwd_slack;
+
 int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
                           int tr, int tc, int stages, fa_cl_mma_geometry *g);
 /* Local memory (bytes) of a pass's kernels on real matrix units for the

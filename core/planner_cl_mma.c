@@ -145,12 +145,12 @@ static long bwd_words(const fa_mma_layout_info *L, int strips, int dp, int qc, i
            (v_regs ? per_row * dp / (2 * L->sub_group) : 0);
 }
 
+int fa_cl_mma_bwd_slack = 0;
+
 /* Queries per chunk of a step (the kernel's QC): the whole tile where its
  * fragments fit the layout's register budget, else one k-step (the
  * smallest chunk the products take) where NVIDIA's layout runs it; 0 where
  * neither fits. */
-int fa_cl_mma_bwd_slack = 0;
-
 static int bwd_q_chunk(const fa_mma_layout_info *L, int strips, int dp, int br, int v_regs) {
     const long budget = (long)L->bwd_budget + fa_cl_mma_bwd_slack;
     if (bwd_words(L, strips, dp, br, v_regs) <= budget) return br;

@@ -36,16 +36,17 @@ int fa_cl_mma_applies(const fa_device_desc *dev, const fa_attention_desc *desc);
 /* Whether some micro-tile runs a br x bc tile in one stage (local memory
  * aside). */
 int fa_cl_mma_tile_ok(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc);
-/* The geometry of a micro-tile (tr x tc: the scores a work-item holds, as
- * for SIMT plans) in `stages` stages (1; 1 or 2 backward), which also
- * names the layout among the device's (fa_mma_layouts_of: the MFMA shapes
- * differ in it); 0 when the kernels cannot run it on the device (layout,
- * work-group, registers; local memory aside). g may be NULL. */
+
 /* fp32 words a lane may hold past a layout's backward budget: 0 for the
  * planner; fa-cl-mma-sweep raises it to time tiles the register model
  * refuses (NVIDIA's compiler then says whether they spill). */
 extern int fa_cl_mma_bwd_slack;
 
+/* The geometry of a micro-tile (tr x tc: the scores a work-item holds, as
+ * for SIMT plans) in `stages` stages (1; 1 or 2 backward), which also
+ * names the layout among the device's (fa_mma_layouts_of: the MFMA shapes
+ * differ in it); 0 when the kernels cannot run it on the device (layout,
+ * work-group, registers; local memory aside). g may be NULL. */
 int fa_cl_mma_geometry_of(const fa_device_desc *dev, const fa_attention_desc *desc, fa_pass pass, int br, int bc,
                           int tr, int tc, int stages, fa_cl_mma_geometry *g);
 /* Local memory (bytes) of a pass's kernels on real matrix units for the

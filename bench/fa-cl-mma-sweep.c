@@ -7,9 +7,9 @@
  *
  * Each configuration forces one pass's tile (sub-groups, strips, the other
  * side, backward stages) and FLASHATTN_OPENCL_OPTIONS (tuning macros:
- * FA_RED_V2, FA_DQ_UNIT, a register cap) on a plan whose
- * other pass stays the planner's. Per point: the median device time of the
- * repeats after warm-up, TFLOP/s, the largest relative difference of its
+ * FA_RED_V2, FA_DQ_UNIT, a register cap) on a plan whose other pass stays
+ * the planner's. Per point: the median device time of the repeats after
+ * warm-up, TFLOP/s, the largest relative difference of its
  * outputs from the planner's (O forward; dQ, dK, dV backward: the same
  * inputs, so a broken configuration shows as a large difference), and,
  * where the build log folder is set (FLASHATTN_OPENCL_LOG_DIR with
@@ -98,15 +98,26 @@ typedef struct opts {
     int passes; /* bit 0: forward, bit 1: backward */
     int dims;   /* bit 0: head_dim 64, bit 1: 128 */
     int planner_tiles; /* only the rows on the planner's tiles */
+    int rows[N_CONFIGS], n_rows; /* only these rows (and the planner's plain ones); 0: every row */
     const char *json;
 } opts;
+
+/* Whether --rows leaves configuration ci in: the planner's plain rows are
+ * the others' reference. */
+static int row_chosen(const opts *o, int ci) {
+    if (o->n_rows == 0 || (!configs[ci].warps && !configs[ci].options[0])) return 1;
+    for (int i = 0; i < o->n_rows; i++)
+        if (o->rows[i] == ci) return 1;
+    return 0;
+}
 
 static int usage(void) {
     fprintf(stderr, "usage: fa-cl-mma-sweep [--seqlens N,N,...] [--repeats N] [--warmup N] [--json FILE]\n"
                     "                       [--tokens T] [--hidden H] [--pass fwd|bwd] [--dim 64|128]\n"
-                    "                       [--tiles planner|all]\n"
+                    "                       [--tiles planner|all] [--rows I,J,...]\n"
                     "  batch T / N, heads H / head_dim; defaults: --seqlens 4096,16384 --repeats 5 --warmup 1\n"
-                    "  --tokens 16384 --hidden 2048\n");
+                    "  --tokens 16384 --hidden 2048; --rows: the configurations' indices (the planner's plain\n"
+                    "  rows, every other row's reference, always run)\n");
     return 2;
 }
 
@@ -122,6 +133,7 @@ static int parse(opts *o, int argc, char **argv) {
     o->passes = 3;
     o->dims = 3;
     o->planner_tiles = 0;
+    o->n_rows = 0;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
@@ -143,6 +155,9 @@ static int parse(opts *o, int argc, char **argv) {
         } else if (strcmp(a, "--tiles") == 0) {
             if (strcmp(v, "planner") != 0 && strcmp(v, "all") != 0) return usage();
             o->planner_tiles = strcmp(v, "planner") == 0;
+        } else if (strcmp(a, "--rows") == 0) {
+            o->n_rows = fa_cli_int_list(v, 0, N_CONFIGS - 1, o->rows, N_CONFIGS);
+            if (o->n_rows <= 0) return usage();
         } else if (strcmp(a, "--json") == 0) {
             o->json = v;
         } else {
@@ -380,7 +395,7 @@ int main(int argc, char **argv) {
                 for (int ci = 0; ci < N_CONFIGS; ci++) {
                     const config *c = &configs[ci];
                     if ((c->dim && c->dim != dim) || !(o.passes >> c->pass & 1) || !(o.dims >> (dim / 128) & 1) ||
-                        (o.planner_tiles && c->warps))
+                        (o.planner_tiles && c->warps) || !row_chosen(&o, ci))
                         continue;
                     char options[1024], logs[1100] = "", what[128], regs[64] = "";
                     snprintf(options, sizeof options, "%s%s%s", base_options, base_options[0] && c->options[0] ? " " : "",

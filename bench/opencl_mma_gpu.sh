@@ -47,7 +47,9 @@
 #            4096,16384), FA_SWEEP_PASS (fwd or bwd; default both),
 #            FA_SWEEP_CHECK=0 (no reference check first), FA_SWEEP_PEER=0
 #            (no SDPA), FA_SWEEP_TILES=planner (only the rows on the
-#            planner's tiles: its plain build and the tuning macros').
+#            planner's tiles: its plain build and the tuning macros'),
+#            FA_SWEEP_ROWS=I,J,... (only those rows of fa-cl-mma-sweep.c's
+#            configs, beside the planner's plain ones).
 #
 # Usage: bench/opencl_mma_gpu.sh [compile|tests|bench|check|sweep|all]   (default
 # all: compile, tests, bench; each step alone fits in 10 minutes on an H100
@@ -95,7 +97,7 @@ for name in sorted(os.listdir(sys.argv[1])):
         continue
     keep = [w for w in opts.split() if w.startswith("-D") and w.split("=")[0] in
             ("-DHEAD_DIM", "-DBR", "-DBC", "-DWARPS", "-DDTYPE_F16", "-DDTYPE_BF16", "-DQREG", "-DDQ_ATOMIC",
-             "-DFA_BWD_DQ", "-DFA_DQ_UNIT", "-DCAUSAL", "-DSPLITK", "-DVREG", "-DQC", "-DSTAGES", "-DDROPOUT", "-DWINDOW", "-DBLOCK_MASK", "-DVARLEN",
+             "-DFA_BWD_DQ", "-DFA_DQ_UNIT", "-DDQ_UNIT", "-DCAUSAL", "-DSPLITK", "-DVREG", "-DQC", "-DSTAGES", "-DDROPOUT", "-DWINDOW", "-DBLOCK_MASK", "-DVARLEN",
              "-DSOFTCAP", "-DALIBI", "-DBIAS", "-DFA_BWD_ROTATE")]
     # ptxas reports an entry's spills and registers after its name, in
     # either order.
@@ -212,6 +214,7 @@ if [ "$what" = sweep ]; then
   sweep_seqlens=${FA_SWEEP_SEQLENS:-4096,16384}
   sweep_pass=(--tiles "${FA_SWEEP_TILES:-all}")
   [ -n "${FA_SWEEP_PASS:-}" ] && sweep_pass+=(--pass "$FA_SWEEP_PASS")
+  [ -n "${FA_SWEEP_ROWS:-}" ] && sweep_pass+=(--rows "$FA_SWEEP_ROWS")
   # The sweep compares every configuration with the planner's outputs; the
   # planner's own tiles (ldmatrix, ex2 and mma.sync as NVIDIA runs them,
   # which PoCL's emulation does not) against the fp64 reference first.

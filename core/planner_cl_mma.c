@@ -110,11 +110,24 @@ static size_t dq_local(const fa_mma_layout_info *L, const fa_attention_desc *des
 /* The pipelined backward keeps V's fragments in registers where its tile
  * does not fit beside two stages of Q and dO; NVIDIA's in one stage too
  * (its tiles of 48 KiB hold K and V of 128 keys at head_dim 64 beside 16
- * queries, of 64 keys at 128). The other layouts' backward keeps V's tile
- * in one stage: their compile checks (tests/test_opencl_compile.c) cover
- * the plans they make so. */
+ * queries, of 64 keys at 128), and at head dimensions up to
+ * FA_CL_MMA_NV_BWD_VREG_D always. The other layouts' backward keeps V's
+ * tile in one stage: their compile checks (tests/test_opencl_compile.c)
+ * cover the plans they make so.
+ *
+ * Why always at 64 on NVIDIA: the loads local memory serves bound that
+ * backward (Nsight Compute on an H200: L1/shared 88% busy), and V's
+ * fragments in registers leave a sub-group only dO's to read for dP^T, for
+ * 16 words a lane (163 -> 167 registers, three work-groups a
+ * multiprocessor still). On an H200 (fp16, 32 x 64 tiles; two calls,
+ * bench/results/h200.md, 2026-11-29): not causal 181.5 -> 187.8 / 187.9
+ * TFLOP/s at N 4096, 200.8 -> 211.1 and 199.5 -> 209.5 at 16384; causal
+ * within 1% either way (161.7 -> 160.4, 196.4 -> 196.0; 161.8 -> 160.8,
+ * 196.2 -> 196.7). */
+#define FA_CL_MMA_NV_BWD_VREG_D 64
 static int bwd_v_regs(const fa_device_desc *dev, const fa_mma_layout_info *L, const fa_attention_desc *desc, int br,
                       int bc, int stages) {
+    if (L->family == FA_MMA_LAYOUT_NVIDIA && desc->head_dim <= FA_CL_MMA_NV_BWD_VREG_D) return 1;
     return (stages > 1 || L->family == FA_MMA_LAYOUT_NVIDIA) &&
            dkdv_local(L, desc, br, bc, stages, 0, 0) > fa_plan_usable_local_mem(dev);
 }

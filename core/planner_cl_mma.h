@@ -22,7 +22,7 @@ typedef struct fa_cl_mma_geometry {
                          local tile (KPACK; with v_regs, where K's tile does not fit either) */
     int q_chunk;      /* backward: queries of a step computed at a time (QC; br: the whole tile) */
     int dq_unit;      /* backward with dQ atomics: head-dim n-tiles of a unit of dQ += dS K
-                         (FA_DQ_UNIT; 0: the kernel's own choice) */
+                         (DQ_UNIT; 0: the kernel's own choice) */
     int d_pad;        /* head_dim padded to whole fragments */
     int dq_warps;     /* backward, deterministic: sub-groups of the dQ kernel,
                          one strip of queries each */

@@ -60,7 +60,8 @@
  * and the fragment layer's scratch (emulated layouts).
  *
  * Tuning options (FLASHATTN_OPENCL_OPTIONS): FA_DQ_UNIT (1, 2 or 4) fixes
- * the head-dimension n-tiles of one sub-group's unit of dQ += dS K;
+ * the head-dimension n-tiles of one sub-group's unit of dQ += dS K (over
+ * the plan's DQ_UNIT);
  * FA_RED_V2 (common.h) adds dQ two floats a reduction; FA_BWD_QC replaces
  * the plan's query chunk QC; FA_BWD_ROTATE has the work-group of key tile i
  * (of n) start its walk over the query tiles at the i / n-th of them and
@@ -314,6 +315,8 @@ FA_FN void fa_bwd_keys_by_queries(fa_c (*acc)[NQ], __local const ushort *keys, f
  * give every sub-group one (a unit's n-tiles share its dS fragments). */
 #if defined(FA_DQ_UNIT)
 #define DQU FA_DQ_UNIT
+#elif defined(DQ_UNIT)
+#define DQU DQ_UNIT
 #elif DT % 4 == 0 && (BR / FA_M) * (DT / 4) >= WARPS
 #define DQU 4
 #elif DT % 2 == 0 && (BR / FA_M) * (DT / 2) >= WARPS
@@ -322,7 +325,7 @@ FA_FN void fa_bwd_keys_by_queries(fa_c (*acc)[NQ], __local const ushort *keys, f
 #define DQU 1
 #endif
 #if DT % DQU != 0
-#error "bwd_mma: FA_DQ_UNIT must divide the head dimension's n-tiles"
+#error "bwd_mma: the dQ unit must divide the head dimension's n-tiles"
 #endif
 #define DQ_UNITS ((BR / FA_M) * (DT / DQU))
 /* Elements of dQ one reduction adds: two where runs of the accumulator's

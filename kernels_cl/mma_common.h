@@ -24,9 +24,10 @@
 #define D_CHUNKS (D_PAD / 8)
 
 /* fa_fetch_rows unrolls up to this many copies a work-item; not in the
- * backward with V in registers and dropout, which unrolled took NVIDIA's
- * 255 registers and spilled 8 bytes at head_dim 128 (H200). */
-#if defined(VREG) && defined(DROPOUT)
+ * backward with V in registers and dropout above head_dim 64, which
+ * unrolled took NVIDIA's 255 registers and spilled 8 bytes at head_dim 128
+ * (H200). */
+#if defined(VREG) && defined(DROPOUT) && HEAD_DIM > 64
 #define FA_FETCH_UNROLLED 0
 #else
 #define FA_FETCH_UNROLLED 4

@@ -118,7 +118,7 @@ static void add_plan(program_set *set, const fa_device_desc *dev, const fa_atten
         if (g.q_chunk < b->br)
             snprintf(chunk, sizeof chunk, " -DQC=%d", g.q_chunk);
         else if (g.dq_unit > 0 && !d->deterministic)
-            snprintf(chunk, sizeof chunk, " -DFA_DQ_UNIT=%d", g.dq_unit);
+            snprintf(chunk, sizeof chunk, " -DDQ_UNIT=%d", g.dq_unit);
         snprintf(extra, sizeof extra, "%s%s%s%s%s", d->deterministic ? "" : " -DDQ_ATOMIC",
                  g.stages > 1 ? " -DSTAGES=2" : "", g.v_regs ? " -DVREG" : "", g.k_packed ? " -DKPACK" : "", chunk);
         pass_options(d, g.layout, b->br, b->bc, b->thread_rows, b->thread_cols, g.warps, extra, opts, sizeof opts);

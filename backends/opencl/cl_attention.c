@@ -280,7 +280,7 @@ static fa_status build_backward_mma(fa_cl_plan *p) {
     if (p->bwd_shape.g.q_chunk > 0 && p->bwd_shape.g.q_chunk < p->bwd_shape.br)
         snprintf(chunk, sizeof chunk, " -DQC=%d", p->bwd_shape.g.q_chunk);
     else if (p->bwd_shape.g.dq_unit > 0 && p->dq_atomic)
-        snprintf(chunk, sizeof chunk, " -DFA_DQ_UNIT=%d", p->bwd_shape.g.dq_unit);
+        snprintf(chunk, sizeof chunk, " -DDQ_UNIT=%d", p->bwd_shape.g.dq_unit);
     snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s%s%s", !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",
              p->dq_atomic && nv_red_v2 ? " -DFA_RED_V2" : "", p->bwd_shape.g.stages > 1 ? " -DSTAGES=2" : "",
              p->bwd_shape.g.v_regs ? " -DVREG" : "", p->bwd_shape.g.k_packed ? " -DKPACK" : "", chunk);

@@ -111,7 +111,8 @@ static size_t dq_local(const fa_mma_layout_info *L, const fa_attention_desc *des
  * does not fit beside two stages of Q and dO; NVIDIA's in one stage too
  * (its tiles of 48 KiB hold K and V of 128 keys at head_dim 64 beside 16
  * queries, of 64 keys at 128), and at head dimensions up to
- * FA_CL_MMA_NV_BWD_VREG_D always. The other layouts' backward keeps V's
+ * FA_CL_MMA_NV_BWD_VREG_D always, but with dropout or a score option. The
+ * other layouts' backward keeps V's
  * tile in one stage: their compile checks (tests/test_opencl_compile.c)
  * cover the plans they make so.
  *
@@ -123,11 +124,15 @@ static size_t dq_local(const fa_mma_layout_info *L, const fa_attention_desc *des
  * bench/results/h200.md, 2026-11-29): not causal 181.5 -> 187.8 / 187.9
  * TFLOP/s at N 4096, 200.8 -> 211.1 and 199.5 -> 209.5 at 16384; causal
  * within 1% either way (161.7 -> 160.4, 196.4 -> 196.0; 161.8 -> 160.8,
- * 196.2 -> 196.7). */
+ * 196.2 -> 196.7). Not measured with dropout, whose backward then took 242
+ * registers (two work-groups a multiprocessor, not three), nor with the
+ * score options, which hold more: they keep V's tile. */
 #define FA_CL_MMA_NV_BWD_VREG_D 64
 static int bwd_v_regs(const fa_device_desc *dev, const fa_mma_layout_info *L, const fa_attention_desc *desc, int br,
                       int bc, int stages) {
-    if (L->family == FA_MMA_LAYOUT_NVIDIA && desc->head_dim <= FA_CL_MMA_NV_BWD_VREG_D) return 1;
+    if (L->family == FA_MMA_LAYOUT_NVIDIA && desc->head_dim <= FA_CL_MMA_NV_BWD_VREG_D && desc->dropout_p == 0.0f &&
+        !fa_desc_option_in_use(desc))
+        return 1;
     return (stages > 1 || L->family == FA_MMA_LAYOUT_NVIDIA) &&
            dkdv_local(L, desc, br, bc, stages, 0, 0) > fa_plan_usable_local_mem(dev);
 }

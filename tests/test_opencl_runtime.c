@@ -12,7 +12,9 @@
 
 #ifdef FA_WITH_OPENCL
 #include "backends/opencl/cl_runtime_internal.h"
+#include "dtype.h"
 #include "plan.h"
+#include "ptx_patch.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -822,6 +824,130 @@ FA_TEST(launch_recorded) {
     CHECK(system(cmd) == 0);
 }
 
+/* One warpgroup matrix product through the masked sm_90a lines
+ * (core/ptx_patch.h): A (64 x 16) and B (8 x 16) fp16 in local memory in
+ * the no-swizzle K-major layout (8 x 8 core matrices of 128 contiguous
+ * bytes, 128 bytes apart along k and 256 along the rows), D = A B^T by one
+ * wgmma m64n8k16, its accumulator laid out as mma.sync's, a warp's 16 rows
+ * each. */
+static const char sm90a_source[] =
+    "__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void\n"
+    "wg(__global const ushort *a, __global const ushort *b, __global float *d) {\n"
+    "    __local ushort As[64 * 16] __attribute__((aligned(256)));\n"
+    "    __local ushort Bs[8 * 16] __attribute__((aligned(256)));\n"
+    "    const int t = get_local_id(0);\n"
+    "    for (int i = t; i < 64 * 16; i += 128)\n"
+    "        As[(i / 128 * 2 + i % 16 / 8) * 64 + i / 16 % 8 * 8 + i % 8] = a[i];\n"
+    "    Bs[(t % 16 / 8) * 64 + t / 16 * 8 + t % 8] = b[t];\n"
+    "    __asm__ __volatile__(\"fence.proxy.async.shared::cta;\" ::: \"memory\");\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    const ulong hi = (ulong)(256 >> 4) << 32 | (ulong)(128 >> 4) << 16;\n"
+    "    const ulong da = hi | (uint)(size_t)As >> 4, db = hi | (uint)(size_t)Bs >> 4;\n"
+    "    float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;\n"
+    "    __asm__ __volatile__(\"" FA_PTX_SM90A_MARK "wgmma.fence.sync.aligned;\\n\\t\"\n"
+    "                         \"" FA_PTX_SM90A_MARK "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 \"\n"
+    "                         \"{%0, %1, %2, %3}, %4, %5, 1, 1, 1, 0, 0;\\n\\t\"\n"
+    "                         \"" FA_PTX_SM90A_MARK "wgmma.commit_group.sync.aligned;\\n\\t\"\n"
+    "                         \"" FA_PTX_SM90A_MARK "wgmma.wait_group.sync.aligned 0;\"\n"
+    "                         : \"+f\"(c0), \"+f\"(c1), \"+f\"(c2), \"+f\"(c3) : \"l\"(da), \"l\"(db) : \"memory\");\n"
+    "    const int row = 16 * (t / 32) + t % 32 / 4, col = 2 * (t % 4);\n"
+    "    d[row * 8 + col] = c0;\n"
+    "    d[row * 8 + col + 1] = c1;\n"
+    "    d[(row + 8) * 8 + col] = c2;\n"
+    "    d[(row + 8) * 8 + col + 1] = c3;\n"
+    "}\n";
+
+/* Runs sm90a_source's kernel on small integers (exact in fp16 and in the
+ * product) and counts the outputs that differ from the host's product. */
+static int run_sm90a(fa_context ctx, cl_program program) {
+    fa_cl_context *cl = cl_of(ctx);
+    cl_int err = CL_SUCCESS;
+    cl_kernel kernel = fa_cl.clCreateKernel(program, "wg", &err);
+    CHECK_MSG(err == CL_SUCCESS && kernel, "clCreateKernel(wg) = %d", (int)err);
+    if (err != CL_SUCCESS) return -1;
+    uint16_t ha[64 * 16], hb[8 * 16];
+    float fa[64 * 16], fb[8 * 16], got[64 * 8];
+    for (int i = 0; i < 64 * 16; i++) ha[i] = fa_f32_to_f16(fa[i] = (float)((i * 7 + 3) % 9 - 4));
+    for (int i = 0; i < 8 * 16; i++) hb[i] = fa_f32_to_f16(fb[i] = (float)((i * 5 + 1) % 7 - 3) * 0.5f);
+    fa_buffer ba = NULL, bb = NULL, bd = NULL;
+    int bad = -1;
+    CHECK_OK(fa_buffer_alloc(ctx, sizeof ha, &ba));
+    CHECK_OK(fa_buffer_alloc(ctx, sizeof hb, &bb));
+    CHECK_OK(fa_buffer_alloc(ctx, sizeof got, &bd));
+    if (ba && bb && bd) {
+        CHECK_OK(fa_buffer_upload(ba, 0, ha, sizeof ha));
+        CHECK_OK(fa_buffer_upload(bb, 0, hb, sizeof hb));
+        cl_mem m[3] = {NULL, NULL, NULL};
+        const fa_buffer bufs[3] = {ba, bb, bd};
+        for (int i = 0; i < 3; i++) {
+            if (fa_buffer_get_native(bufs[i], (void **)&m[i]) != FA_SUCCESS) m[i] = NULL;
+            err |= fa_cl.clSetKernelArg(kernel, (cl_uint)i, sizeof m[i], &m[i]);
+        }
+        CHECK(err == CL_SUCCESS);
+        size_t local = 128, global = 128;
+        CHECK_OK(fa_cl_launch(cl, kernel, 1, &global, &local, NULL));
+        CHECK_OK(fa_buffer_download(bd, 0, got, sizeof got));
+        bad = 0;
+        for (int r = 0; r < 64; r++)
+            for (int c = 0; c < 8; c++) {
+                float want = 0.0f;
+                for (int k = 0; k < 16; k++) want += fa[r * 16 + k] * fb[c * 16 + k];
+                bad += got[r * 8 + c] != want;
+            }
+    }
+    if (ba) fa_buffer_free(ba);
+    if (bb) fa_buffer_free(bb);
+    if (bd) fa_buffer_free(bd);
+    fa_cl.clReleaseKernel(kernel);
+    return bad;
+}
+
+/* A program with masked sm_90a lines (FA_NV_SM90A) on NVIDIA's OpenCL on
+ * Hopper or later: built from source, unmasked and built again from its
+ * PTX, then from the kernel cache; each run computes the right product. */
+FA_TEST(sm90a_lines_build_and_run) {
+    REQUIRE_OPENCL();
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &ctx));
+    if (!ctx) return;
+    fa_cl_context *cl = cl_of(ctx);
+    const char *arch = cl->info.desc.arch;
+    if (strncmp(arch, "sm_", 3) != 0 || atoi(arch + 3) < 90) {
+        static char why[320];
+        snprintf(why, sizeof why, "needs NVIDIA's OpenCL on sm_90 or later; %s is \"%s\"", cl->info.desc.name,
+                 arch);
+        fa_context_destroy(ctx);
+        FA_SKIP(why);
+    }
+    /* A salt no earlier run has built, so the second build must compile. */
+    fa_rng rng;
+    fa_rng_seed(&rng, (uint64_t)time(NULL) ^ (uint64_t)getpid());
+    char source[sizeof sm90a_source + 64];
+    const int len = snprintf(source, sizeof source, "// salt %llu\n%s", (unsigned long long)(fa_rng_next(&rng) >> 1),
+                             sm90a_source);
+    static const fa_cl_origin origins[] = {FA_CL_BUILT_FROM_SOURCE, FA_CL_BUILT_FROM_SOURCE, FA_CL_LOADED_FROM_CACHE};
+    for (int i = 0; i < 3; i++) {
+        cl_program p = NULL;
+        fa_cl_origin origin = FA_CL_LOADED_FROM_CACHE;
+        /* Uncached, then into the cache and out of it. */
+        CHECK_OK(fa_cl_build_text(cl, source, (size_t)len, "-DFA_NV_SM90A", i > 0, &p, &origin));
+        CHECK_MSG(origin == origins[i], "build %d: origin %d", i, (int)origin);
+        if (!p) continue;
+        const int bad = run_sm90a(ctx, p);
+        CHECK_MSG(bad == 0, "build %d: %d of 512 outputs wrong", i, bad);
+        fa_cl.clReleaseProgram(p);
+    }
+    /* Without the flag the masked lines stay comments: the kernel builds
+     * and leaves D zero, which the check tells apart. */
+    cl_program p = NULL;
+    CHECK_OK(fa_cl_build_text(cl, source, (size_t)len, "", 0, &p, NULL));
+    if (p) {
+        CHECK(run_sm90a(ctx, p) > 0);
+        fa_cl.clReleaseProgram(p);
+    }
+    fa_context_destroy(ctx);
+}
+
 /* Needs no device: names and statuses only. */
 FA_TEST(error_codes_named) {
     CHECK_STATUS(fa_cl_error(CL_INVALID_VALUE, "clFoo"), FA_ERR_LAUNCH);
@@ -857,6 +983,7 @@ NOT_BUILT(stream_gpu_flavour_builds)
 NOT_BUILT(build_cache_hit_corrupt_and_stale)
 NOT_BUILT(launch_and_timing)
 NOT_BUILT(error_codes_named)
+NOT_BUILT(sm90a_lines_build_and_run)
 NOT_BUILT(launch_recorded)
 
 #endif
@@ -865,4 +992,4 @@ FA_TEST_MAIN(FA_CASE(enumerates_every_device), FA_CASE(bandwidth_measured_then_c
              FA_CASE(context_native_and_sync), FA_CASE(buffer_round_trip_unaligned),
              FA_CASE(buffer_bounds_and_sizes), FA_CASE(wrap_native_buffer), FA_CASE(broken_source_reports_log),
              FA_CASE(build_cache_hit_corrupt_and_stale), FA_CASE(launch_and_timing), FA_CASE(error_codes_named),
-             FA_CASE(stream_gpu_flavour_builds), FA_CASE(launch_recorded))
+             FA_CASE(stream_gpu_flavour_builds), FA_CASE(launch_recorded), FA_CASE(sm90a_lines_build_and_run))

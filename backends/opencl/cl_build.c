@@ -5,6 +5,7 @@
 
 #include "fa_internal.h"
 #include "kernel_sources.h"
+#include "ptx_patch.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -134,6 +135,59 @@ static unsigned char *program_binary(cl_program program, size_t *size) {
     return bin;
 }
 
+/* Whether options define FA_NV_SM90A: the program holds masked sm_90a
+ * lines (core/ptx_patch.h). */
+static int wants_sm90a(const char *options) {
+    static const char flag[] = "-DFA_NV_SM90A";
+    for (const char *at = strstr(options, flag); at; at = strstr(at + 1, flag)) {
+        const char next = at[sizeof flag - 1];
+        if ((at == options || at[-1] == ' ') && (next == '\0' || next == ' ' || next == '=')) return 1;
+    }
+    return 0;
+}
+
+/* The source build's PTX with its sm_90a lines unmasked, built again as
+ * the program (NVIDIA's OpenCL takes PTX text as a program binary). */
+static fa_status sm90a_rebuild(fa_cl_context *ctx, const char *source, size_t size, const char *options,
+                               cl_program *program) {
+    size_t bytes = 0;
+    unsigned char *ptx = program_binary(*program, &bytes);
+    if (!ptx)
+        return fa_fail(FA_ERR_COMPILE, "OpenCL build on %s: the driver gave no PTX to build the sm_90a lines from",
+                       ctx->info.desc.name);
+    char *text = NULL;
+    size_t n = 0;
+    fa_status st = fa_ptx_unmask_sm90a((const char *)ptx, bytes, &text, &n);
+    free(ptx);
+    if (st != FA_SUCCESS) return st;
+    const unsigned char *bin = (const unsigned char *)text;
+    size_t len = n + 1;
+    cl_int status = CL_SUCCESS, err = CL_SUCCESS;
+    cl_program p = fa_cl.clCreateProgramWithBinary(ctx->context, 1, &ctx->device, &len, &bin, &status, &err);
+    free(text);
+    if (!p || err != CL_SUCCESS || status != CL_SUCCESS) {
+        if (p) fa_cl.clReleaseProgram(p);
+        return fa_cl_error(err != CL_SUCCESS ? err : status != CL_SUCCESS ? status : CL_INVALID_BINARY,
+                           "clCreateProgramWithBinary (sm_90a PTX)");
+    }
+    err = fa_cl.clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        const char *name = fa_cl_error_name(err);
+        char *log = build_log(ctx, p);
+        fa_fail(FA_ERR_COMPILE, "OpenCL build of the sm_90a PTX failed on %s: clBuildProgram: %s (%d), options \"%s\"; "
+                                "build log:\n",
+                ctx->info.desc.name, name ? name : "unknown OpenCL error", (int)err, options);
+        fa_fail_append(log && log[0] ? log : "(the driver gave no log)");
+        free(log);
+        fa_cl.clReleaseProgram(p);
+        return FA_ERR_COMPILE;
+    }
+    keep_log(ctx, p, source, size, options);
+    fa_cl.clReleaseProgram(*program);
+    *program = p;
+    return FA_SUCCESS;
+}
+
 fa_status fa_cl_build_text(fa_cl_context *ctx, const char *source, size_t size, const char *options,
                            int use_cache, cl_program *program, fa_cl_origin *origin) {
     if (!ctx) return fa_fail(FA_ERR_NULL_POINTER, "ctx is NULL");
@@ -162,6 +216,13 @@ fa_status fa_cl_build_text(fa_cl_context *ctx, const char *source, size_t size, 
     }
 
     fa_status st = from_source(ctx, source, size, full, program);
+    if (st == FA_SUCCESS && wants_sm90a(full)) {
+        st = sm90a_rebuild(ctx, source, size, full, program);
+        if (st != FA_SUCCESS) {
+            fa_cl.clReleaseProgram(*program);
+            *program = NULL;
+        }
+    }
     if (st == FA_SUCCESS && use_cache) {
         size_t bin_size = 0;
         unsigned char *bin = program_binary(*program, &bin_size);

@@ -109,7 +109,22 @@
 #error "bwd_mma: QC must divide BR and be a multiple of FA_N and FA_K"
 #endif
 
-#define QT_ELEMS (BR * LDS)
+/* FA_BWD_WGMMA (below) only on the tile it is written for; elsewhere the
+ * option is left aside. */
+#if defined(FA_BWD_WGMMA) && (!defined(FA_NV_PTX) || !defined(FA_NV_SM90A) || HEAD_DIM != 64 || KT != 1 ||       \
+                              WARPS != 4 || QC != 32 || !defined(VREG) || defined(KPACK))
+#undef FA_BWD_WGMMA
+#endif
+/* With FA_BWD_WGMMA the tiles start on 1024-byte boundaries (the
+ * swizzle's period). */
+#ifdef FA_BWD_WGMMA
+#define FA_TILE_ELEMS(n) (((n) + 511) / 512 * 512)
+#define FA_SMEM_ALIGN 1024
+#else
+#define FA_TILE_ELEMS(n) (n)
+#define FA_SMEM_ALIGN 16
+#endif
+#define QT_ELEMS FA_TILE_ELEMS(BR * LDS)
 #ifdef KPACK
 #ifdef VREG
 #error "bwd_mma: KPACK reads V's fragments from the packed tile, not registers (VREG)"
@@ -122,13 +137,13 @@
  * program is built, not by a test of the pointer at every fragment. */
 #define FA_KPACK 1
 #else
-#define K_ELEMS (BC * LDS)
+#define K_ELEMS FA_TILE_ELEMS(BC * LDS)
 #define FA_KPACK 0
 #endif
 #if defined(VREG) || defined(KPACK)
 #define V_ELEMS 0
 #else
-#define V_ELEMS (BC * LDS)
+#define V_ELEMS FA_TILE_ELEMS(BC * LDS)
 #endif
 #ifdef DQ_ATOMIC
 #define DS_ELEMS (BR * LDD)
@@ -139,6 +154,94 @@
 #define T_ELEMS 0
 #else
 #define T_ELEMS (2 * BC * LDT)
+#endif
+
+#ifdef FA_BWD_WGMMA
+/* S^T and dP^T as warpgroup products (FA_BWD_WGMMA, a trial for NVIDIA's
+ * sm_90 through the masked sm_90a lines of core/ptx_patch.h; the host adds
+ * -DFA_NV_SM90A with it): the work-group is one warpgroup whose four
+ * sub-groups own the tile's 64 keys, 16 each, as the instruction's 64 rows
+ * give them out, and its accumulator of 64 x 32 is four n-tiles of
+ * mma.sync's per sub-group, the layout of st and pt. K, Q and dO sit in
+ * local memory in rows of 128 bytes, 16-byte chunks swizzled
+ * (FA_LD_SW128), on 1024-byte boundaries; V's fragments come from
+ * registers. Head_dim 64, one strip a sub-group, 32 queries a chunk. */
+#ifdef DTYPE_BF16
+#define FA_WG_T "bf16"
+#else
+#define FA_WG_T "f16"
+#endif
+#define FA_SW_ROW 64 /* elements of a swizzled row */
+/* Descriptor of a K-major operand at shared address addr: 128-byte
+ * swizzle, 8-row groups 1024 bytes apart. */
+FA_FN ulong fa_wg_desc(uint addr) {
+    return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)1 << 16 | (ulong)(1024 >> 4) << 32 | (ulong)1 << 62;
+}
+
+/* Rows [0, rows) of a 64-wide operand into a swizzled tile: a work-item
+ * copies the same chunk of every (FA_THREADS / 8)-th row, a multiple of 8
+ * rows apart, so its swizzled place moves by whole rows. */
+FA_FN void fa_fetch_rows_sw(__local ushort *dst, __global const ushort *src, long stride, int rows, int valid,
+                            int lid) {
+    const int rstep = FA_THREADS / 8, c = lid % 8, r0 = lid / 8;
+    __global const ushort *s = src + (long)r0 * stride + c * 8;
+    __local ushort *d = dst + r0 * FA_SW_ROW + ((c ^ (r0 & 7)) * 8);
+    FA_MMA_UNROLL for (int i = 0; i < rows / rstep; i++) {
+        const int ok = r0 + i * rstep < valid;
+        fa_copy16(d + i * rstep * FA_SW_ROW, s, ok);
+        s += (long)rstep * stride;
+    }
+}
+
+/* acc (this sub-group's 16 keys x 32 queries) += K Q^T over the 64 head
+ * dimensions, K and Q (the chunk's rows) from their swizzled tiles. */
+FA_FN void fa_wg_keys_by_queries_ss(fa_c *acc, __local const ushort *keys, __local const ushort *rows) {
+    const uint ka = fa_shared_addr(keys), qa = fa_shared_addr(rows);
+    const ulong da0 = fa_wg_desc(ka), da1 = fa_wg_desc(ka + 32u), da2 = fa_wg_desc(ka + 64u), da3 = fa_wg_desc(ka + 96u);
+    const ulong db0 = fa_wg_desc(qa), db1 = fa_wg_desc(qa + 32u), db2 = fa_wg_desc(qa + 64u), db3 = fa_wg_desc(qa + 96u);
+    __asm__ __volatile__("// @sm_90a " "wgmma.fence.sync.aligned;\n\t"
+                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %20, 1, 1, 1, 0, 0;\n\t"
+                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %17, %21, 1, 1, 1, 0, 0;\n\t"
+                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %18, %22, 1, 1, 1, 0, 0;\n\t"
+                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %19, %23, 1, 1, 1, 0, 0;\n\t"
+                         "// @sm_90a " "wgmma.commit_group.sync.aligned;\n\t"
+                         "// @sm_90a " "wgmma.wait_group.sync.aligned 0;"
+                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3])
+                         : "l"(da0), "l"(da1), "l"(da2), "l"(da3), "l"(db0), "l"(db1), "l"(db2), "l"(db3)
+                         : "memory");
+}
+
+/* acc += V dO^T, V's A fragments from registers (a[ks]), dO from its
+ * swizzled tile: two k-steps an asm statement (operand counts). */
+FA_FN void fa_wg_keys_by_queries_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
+    const uint qa = fa_shared_addr(rows);
+    const ulong db0 = fa_wg_desc(qa), db1 = fa_wg_desc(qa + 32u), db2 = fa_wg_desc(qa + 64u), db3 = fa_wg_desc(qa + 96u);
+    __asm__ __volatile__("// @sm_90a " "wgmma.fence.sync.aligned;\n\t"
+                             "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
+                             "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
+                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3])
+                         : "r"(a[0].w[0]), "r"(a[0].w[1]), "r"(a[0].w[2]), "r"(a[0].w[3]), "r"(a[1].w[0]),
+                           "r"(a[1].w[1]), "r"(a[1].w[2]), "r"(a[1].w[3]), "l"(db0), "l"(db1)
+                         : "memory");
+    __asm__ __volatile__("// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
+                             "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, %25, 1, 1, 1, 0;\n\t"
+                             "// @sm_90a " "wgmma.commit_group.sync.aligned;\n\t"
+                             "// @sm_90a " "wgmma.wait_group.sync.aligned 0;"
+                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3])
+                         : "r"(a[2].w[0]), "r"(a[2].w[1]), "r"(a[2].w[2]), "r"(a[2].w[3]), "r"(a[3].w[0]),
+                           "r"(a[3].w[1]), "r"(a[3].w[2]), "r"(a[3].w[3]), "l"(db2), "l"(db3)
+                         : "memory");
+}
+
+/* Copies a work-item made (cp.async) seen by the warpgroup products. */
+FA_FN void fa_wg_fence(void) { __asm__ __volatile__("fence.proxy.async.shared::cta;" ::: "memory"); }
+#define QROW FA_SW_ROW
+#define QLD FA_LD_SW128
+#define KLD FA_LD_SW128
+#else
+#define QROW LDS
+#define QLD LDS
+#define KLD LDS
 #endif
 
 /* One key tile's packed K and V (32-bit words; planner_cl_mma.c,
@@ -359,7 +462,7 @@ FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushor
                                              fc);
                     }
                 else
-                    fa_load_bp_kn(bk, n + 1 < DQU, Ks, LDS, kb * FA_K, (j0 + n) * FA_N, fc);
+                    fa_load_bp_kn(bk, n + 1 < DQU, Ks, KLD, kb * FA_K, (j0 + n) * FA_N, fc);
                 FA_MMA_UNROLL for (int i = 0; i < FA_BP; i++)
                     if (n + i < DQU) fa_mma(&acc[n + i], &a, &bk[i], fc);
             }
@@ -394,7 +497,8 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
             __global const float *lse, __global const ushort *dout, __global const float *dvec,
             __global ushort *dk, __global ushort *dv, FA_BWD_PARAMS, __global float *dq_acc,
             __global const uint *kpack) {
-    __local ushort smem[K_ELEMS + V_ELEMS + 2 * STAGES * QT_ELEMS + DS_ELEMS + T_ELEMS] __attribute__((aligned(16)));
+    __local ushort smem[K_ELEMS + V_ELEMS + 2 * STAGES * QT_ELEMS + DS_ELEMS + T_ELEMS]
+        __attribute__((aligned(FA_SMEM_ALIGN)));
     __local float Ls[BR], Ds[BR];
     FA_FRAG_SCRATCH(WARPS);
 #ifndef KPACK
@@ -439,7 +543,11 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #define V_PACKED (kp + KP_V)
 #else
     (void)kpack;
+#ifdef FA_BWD_WGMMA
+    fa_fetch_rows_sw(Ks, k + fa_row_index(lk, b, seq.start_k, k0, hk), k_ss, BC, seq.len_k - k0, lid);
+#else
     fa_fetch_rows(Ks, k + fa_row_index(lk, b, seq.start_k, k0, hk), k_ss, BC, seq.len_k - k0, lid);
+#endif
 #define K_TILE Ks
 #define K_PACKED ((__global const uint *)0)
 #define V_PACKED ((__global const uint *)0)
@@ -479,13 +587,18 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
     int hh = 0, pos = fa_bwd_next_pos(tile_map, tile_cols, k0, t_begin, t_begin, t_end, rot);
     if (pos >= t_end) hh = group;
     float lnext[LD_ITEMS], dnext[LD_ITEMS];
+#ifdef FA_BWD_WGMMA
+#define FA_FETCH_QROWS fa_fetch_rows_sw
+#else
+#define FA_FETCH_QROWS fa_fetch_rows
+#endif
 #define FA_FETCH_STEP(HH, T, ST)                                                                                    \
     do {                                                                                                            \
         const int h_ = hk * group + (HH), q0_ = (T) * BR;                                                           \
         __local ushort *const q_ = qd + 2 * (ST) * QT_ELEMS;                                                        \
-        fa_fetch_rows(q_, q + fa_row_index(lq, b, seq.start_q, q0_, h_), q_ss, BR, seq.len_q - q0_, lid);           \
-        fa_fetch_rows(q_ + QT_ELEMS, dout + fa_row_index(lo, b, seq.start_q, q0_, h_), o_ss, BR, seq.len_q - q0_,   \
-                      lid);                                                                                         \
+        FA_FETCH_QROWS(q_, q + fa_row_index(lq, b, seq.start_q, q0_, h_), q_ss, BR, seq.len_q - q0_, lid);          \
+        FA_FETCH_QROWS(q_ + QT_ELEMS, dout + fa_row_index(lo, b, seq.start_q, q0_, h_), o_ss, BR, seq.len_q - q0_,  \
+                       lid);                                                                                        \
         fa_bwd_ld_load(lnext, dnext, lse, dvec, b, h_, q0_, heads_q, seqlen_q, seq, total_q, lid);                  \
     } while (0)
     if (hh < group) {
@@ -506,6 +619,9 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
         const uint bh = 0u;
 #endif
         fa_copy_wait();
+#ifdef FA_BWD_WGMMA
+        fa_wg_fence();
+#endif
         barrier(CLK_LOCAL_MEM_FENCE); /* this step's tiles, L and D are in; the last dQ products are done */
 #if STAGES == 2
         if (more) FA_FETCH_STEP(nhh, nt, stage ^ 1);
@@ -515,8 +631,8 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 
         /* The tile's queries in chunks of QC from qc0. */
         for (int qc0 = 0; qc0 < BR; qc0 += QC) {
-            __local const ushort *const Qc = Qs + qc0 * LDS;
-            __local const ushort *const dOc = dOs + qc0 * LDS;
+            __local const ushort *const Qc = Qs + qc0 * QROW;
+            __local const ushort *const dOc = dOs + qc0 * QROW;
 
             /* S^T = K Q^T and dP^T = V dO^T, one after the other: only one
              * product's operands are live at a time. */
@@ -524,8 +640,13 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
             FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
                 FA_MMA_UNROLL for (int j = 0; j < NQ; j++)
                     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) st[kt][j].x[e] = pt[kt][j].x[e] = 0.0f;
+#ifdef FA_BWD_WGMMA
+            fa_wg_keys_by_queries_ss(st[0], Ks, Qc);
+            fa_wg_keys_by_queries_rs(pt[0], va[0], dOc);
+#else
             fa_bwd_keys_by_queries(st, K_TILE, (fa_a(*)[KS])0, K_PACKED, Qc, key_base, fc);
             fa_bwd_keys_by_queries(pt, V_TILE, V_REGS, V_PACKED, dOc, key_base, fc);
+#endif
 
             /* P (times z keep_scale) into st, dS into pt. Whole tiles test
              * no element. */
@@ -590,10 +711,10 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #endif
                 FA_MMA_UNROLL for (int j = 0; j < DT; j += FA_BP) {
                     fa_b bo[FA_BP], bq[FA_BP];
-                    fa_load_bp_kn(bo, j + 1 < DT, dOc, LDS, kq * FA_K, j * FA_N, fc);
+                    fa_load_bp_kn(bo, j + 1 < DT, dOc, QLD, kq * FA_K, j * FA_N, fc);
                     FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
                         if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dva[kt][j + n], &A_P(kt, kq), &bo[n], fc);
-                    fa_load_bp_kn(bq, j + 1 < DT, Qc, LDS, kq * FA_K, j * FA_N, fc);
+                    fa_load_bp_kn(bq, j + 1 < DT, Qc, QLD, kq * FA_K, j * FA_N, fc);
                     FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
                         if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dka[kt][j + n], &A_S(kt, kq), &bq[n], fc);
                 }

@@ -233,6 +233,29 @@ FA_FN void fa_wg_keys_by_queries_rs(fa_c *acc, const fa_a *a, __local const usho
                          : "memory");
 }
 
+/* acc (this sub-group's 16 keys x 64 head dimensions) += A B over the
+ * chunk's 32 queries: A (P^T or dS^T) from registers (a[kq]), B (dO or Q)
+ * the chunk's rows of its swizzled tile read N-major (16 rows, 2048 bytes,
+ * a k-step). */
+FA_FN ulong fa_wg_desc_n(uint addr) {
+    return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)((BR * 128) >> 4) << 16 | (ulong)(1024 >> 4) << 32 | (ulong)1 << 62;
+}
+FA_FN void fa_wg_regs_by_rows_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
+    const uint ra = fa_shared_addr(rows);
+    const ulong db0 = fa_wg_desc_n(ra), db1 = fa_wg_desc_n(ra + 2048u);
+    __asm__ __volatile__("// @sm_90a " "wgmma.fence.sync.aligned;\n\t"
+                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n64k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
+                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3]), "+f"(acc[4].x[0]), "+f"(acc[4].x[1]), "+f"(acc[4].x[2]), "+f"(acc[4].x[3]), "+f"(acc[5].x[0]), "+f"(acc[5].x[1]), "+f"(acc[5].x[2]), "+f"(acc[5].x[3]), "+f"(acc[6].x[0]), "+f"(acc[6].x[1]), "+f"(acc[6].x[2]), "+f"(acc[6].x[3]), "+f"(acc[7].x[0]), "+f"(acc[7].x[1]), "+f"(acc[7].x[2]), "+f"(acc[7].x[3])
+                         : "r"(a[0].w[0]), "r"(a[0].w[1]), "r"(a[0].w[2]), "r"(a[0].w[3]), "l"(db0)
+                         : "memory");
+    __asm__ __volatile__("// @sm_90a " "wgmma.mma_async.sync.aligned.m64n64k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n\t"
+                         "// @sm_90a " "wgmma.commit_group.sync.aligned;\n\t"
+                         "// @sm_90a " "wgmma.wait_group.sync.aligned 0;"
+                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3]), "+f"(acc[4].x[0]), "+f"(acc[4].x[1]), "+f"(acc[4].x[2]), "+f"(acc[4].x[3]), "+f"(acc[5].x[0]), "+f"(acc[5].x[1]), "+f"(acc[5].x[2]), "+f"(acc[5].x[3]), "+f"(acc[6].x[0]), "+f"(acc[6].x[1]), "+f"(acc[6].x[2]), "+f"(acc[6].x[3]), "+f"(acc[7].x[0]), "+f"(acc[7].x[1]), "+f"(acc[7].x[2]), "+f"(acc[7].x[3])
+                         : "r"(a[1].w[0]), "r"(a[1].w[1]), "r"(a[1].w[2]), "r"(a[1].w[3]), "l"(db1)
+                         : "memory");
+}
+
 /* Copies a work-item made (cp.async) seen by the warpgroup products. */
 FA_FN void fa_wg_fence(void) { __asm__ __volatile__("fence.proxy.async.shared::cta;" ::: "memory"); }
 #define QROW FA_SW_ROW
@@ -698,6 +721,11 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
                     fa_put_c(dSTs, LDT, key_base + kt * FA_M, qc0 + j * FA_N, &pt[kt][j], 1.0f, fc);
                 }
             barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+#ifdef FA_BWD_WGMMA
+            fa_wg_regs_by_rows_rs(dva[0], ap[0], dOc);
+            fa_wg_regs_by_rows_rs(dka[0], as[0], Qc);
+            if (0)
 #endif
             FA_MMA_UNROLL for (int kq = 0; kq < KQ; kq++) {
 #if !FA_C2A_REGS

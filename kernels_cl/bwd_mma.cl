@@ -109,22 +109,27 @@
 #error "bwd_mma: QC must divide BR and be a multiple of FA_N and FA_K"
 #endif
 
-/* FA_BWD_WGMMA (below) only on the tile it is written for; elsewhere the
- * option is left aside. */
-#if defined(FA_BWD_WGMMA) && (!defined(FA_NV_PTX) || !defined(FA_NV_SM90A) || HEAD_DIM != 64 || KT != 1 ||       \
-                              WARPS != 4 || QC != 32 || !defined(VREG) || defined(KPACK))
+/* FA_BWD_WGMMA (below) only on the tile it is written for, and not with
+ * FA_BWD_NO_WGMMA (a tuning option, to time the mma.sync products beside
+ * it); elsewhere the option is left aside. Its swizzled tiles start on
+ * 1024-byte boundaries (the swizzle's period): K's at the start of local
+ * memory, Q's after K's padded tile (BC LDS elements, 9 KiB), dO's 4 KiB
+ * after Q's, within the padded Q/dO buffers, whose sizes stay the
+ * planner's. */
+#define QT_ELEMS (BR * LDS)
+#if defined(FA_BWD_WGMMA) &&                                                                                   \
+    (!defined(FA_NV_PTX) || !defined(FA_NV_SM90A) || defined(FA_BWD_NO_WGMMA) || HEAD_DIM != 64 || KT != 1 ||   \
+     WARPS != 4 || QC != 32 || BR != 32 || !defined(VREG) || defined(KPACK) || (BC * LDS * 2) % 1024 != 0 ||      \
+     (2 * QT_ELEMS * 2) % 1024 != 0)
 #undef FA_BWD_WGMMA
 #endif
-/* With FA_BWD_WGMMA the tiles start on 1024-byte boundaries (the
- * swizzle's period). */
 #ifdef FA_BWD_WGMMA
-#define FA_TILE_ELEMS(n) (((n) + 511) / 512 * 512)
 #define FA_SMEM_ALIGN 1024
+#define DO_OFFSET (BR * 64) /* dO after Q's swizzled rows */
 #else
-#define FA_TILE_ELEMS(n) (n)
 #define FA_SMEM_ALIGN 16
+#define DO_OFFSET QT_ELEMS
 #endif
-#define QT_ELEMS FA_TILE_ELEMS(BR * LDS)
 #ifdef KPACK
 #ifdef VREG
 #error "bwd_mma: KPACK reads V's fragments from the packed tile, not registers (VREG)"
@@ -137,13 +142,13 @@
  * program is built, not by a test of the pointer at every fragment. */
 #define FA_KPACK 1
 #else
-#define K_ELEMS FA_TILE_ELEMS(BC * LDS)
+#define K_ELEMS (BC * LDS)
 #define FA_KPACK 0
 #endif
 #if defined(VREG) || defined(KPACK)
 #define V_ELEMS 0
 #else
-#define V_ELEMS FA_TILE_ELEMS(BC * LDS)
+#define V_ELEMS (BC * LDS)
 #endif
 #ifdef DQ_ATOMIC
 #define DS_ELEMS (BR * LDD)
@@ -157,15 +162,21 @@
 #endif
 
 #ifdef FA_BWD_WGMMA
-/* S^T and dP^T as warpgroup products (FA_BWD_WGMMA, a trial for NVIDIA's
- * sm_90 through the masked sm_90a lines of core/ptx_patch.h; the host adds
- * -DFA_NV_SM90A with it): the work-group is one warpgroup whose four
- * sub-groups own the tile's 64 keys, 16 each, as the instruction's 64 rows
- * give them out, and its accumulator of 64 x 32 is four n-tiles of
- * mma.sync's per sub-group, the layout of st and pt. K, Q and dO sit in
- * local memory in rows of 128 bytes, 16-byte chunks swizzled
- * (FA_LD_SW128), on 1024-byte boundaries; V's fragments come from
- * registers. Head_dim 64, one strip a sub-group, 32 queries a chunk. */
+/* Warpgroup products (FA_BWD_WGMMA: NVIDIA's sm_90, where the host sets it
+ * with FA_NV_SM90A, the masked sm_90a lines of core/ptx_patch.h): the
+ * work-group is one warpgroup whose four sub-groups own the tile's 64
+ * keys, 16 each, as the instruction's 64 rows give them out, and a 64 x N
+ * accumulator is N / 8 n-tiles of mma.sync's per sub-group: the layout of
+ * st, pt, dva and dka. S^T = K Q^T and dP^T = V dO^T (V's fragments from
+ * registers) read K, Q and dO K-major, dV += P^T dO and dK += dS^T Q (P
+ * and dS from registers) read dO and Q N-major, from tiles in rows of 128
+ * bytes with their 16-byte chunks swizzled (FA_LD_SW128); dQ stays on
+ * mma.sync, its K operand read by ldmatrix from the same tile. A tile is
+ * then read once a work-group, not once a sub-group: on an H200 (fp16,
+ * N 4096 / 16384, bench/results/h200.md, 2026-11-29) 187.7 / 207.8 ->
+ * 214.1 / 240.7 TFLOP/s not causal, 159.8 / 195.8 -> 179.6 / 220.6
+ * causal, in 159-160 registers where mma.sync took 167-168. Head_dim 64,
+ * one strip a sub-group, 32 queries a step in one chunk. */
 #ifdef DTYPE_BF16
 #define FA_WG_T "bf16"
 #else
@@ -620,7 +631,7 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
         const int h_ = hk * group + (HH), q0_ = (T) * BR;                                                           \
         __local ushort *const q_ = qd + 2 * (ST) * QT_ELEMS;                                                        \
         FA_FETCH_QROWS(q_, q + fa_row_index(lq, b, seq.start_q, q0_, h_), q_ss, BR, seq.len_q - q0_, lid);          \
-        FA_FETCH_QROWS(q_ + QT_ELEMS, dout + fa_row_index(lo, b, seq.start_q, q0_, h_), o_ss, BR, seq.len_q - q0_,  \
+        FA_FETCH_QROWS(q_ + DO_OFFSET, dout + fa_row_index(lo, b, seq.start_q, q0_, h_), o_ss, BR, seq.len_q - q0_,  \
                        lid);                                                                                        \
         fa_bwd_ld_load(lnext, dnext, lse, dvec, b, h_, q0_, heads_q, seqlen_q, seq, total_q, lid);                  \
     } while (0)
@@ -650,7 +661,7 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
         if (more) FA_FETCH_STEP(nhh, nt, stage ^ 1);
 #endif
         __local const ushort *const Qs = qd + 2 * stage * QT_ELEMS;
-        __local const ushort *const dOs = Qs + QT_ELEMS;
+        __local const ushort *const dOs = Qs + DO_OFFSET;
 
         /* The tile's queries in chunks of QC from qc0. */
         for (int qc0 = 0; qc0 < BR; qc0 += QC) {

@@ -109,7 +109,27 @@
 #error "bwd_mma: QC must divide BR and be a multiple of FA_N and FA_K"
 #endif
 
+/* FA_BWD_WGMMA (below) only on the tile it is written for, and not with
+ * FA_BWD_NO_WGMMA (a tuning option, to time the mma.sync products beside
+ * it); elsewhere the option is left aside. Its swizzled tiles start on
+ * 1024-byte boundaries (the swizzle's period): K's at the start of local
+ * memory, Q's after K's padded tile (BC LDS elements, 9 KiB), dO's 4 KiB
+ * after Q's, within the padded Q/dO buffers, whose sizes stay the
+ * planner's. */
 #define QT_ELEMS (BR * LDS)
+#if defined(FA_BWD_WGMMA) &&                                                                                   \
+    (!defined(FA_NV_PTX) || !defined(FA_NV_SM90A) || defined(FA_BWD_NO_WGMMA) || HEAD_DIM != 64 || KT != 1 ||   \
+     WARPS != 4 || QC != 32 || BR != 32 || !defined(VREG) || defined(KPACK) || (BC * LDS * 2) % 1024 != 0 ||      \
+     (2 * QT_ELEMS * 2) % 1024 != 0)
+#undef FA_BWD_WGMMA
+#endif
+#ifdef FA_BWD_WGMMA
+#define FA_SMEM_ALIGN 1024
+#define DO_OFFSET (BR * 64) /* dO after Q's swizzled rows */
+#else
+#define FA_SMEM_ALIGN 16
+#define DO_OFFSET QT_ELEMS
+#endif
 #ifdef KPACK
 #ifdef VREG
 #error "bwd_mma: KPACK reads V's fragments from the packed tile, not registers (VREG)"
@@ -139,6 +159,123 @@
 #define T_ELEMS 0
 #else
 #define T_ELEMS (2 * BC * LDT)
+#endif
+
+#ifdef FA_BWD_WGMMA
+/* Warpgroup products (FA_BWD_WGMMA: NVIDIA's sm_90, where the host sets it
+ * with FA_NV_SM90A, the masked sm_90a lines of core/ptx_patch.h): the
+ * work-group is one warpgroup whose four sub-groups own the tile's 64
+ * keys, 16 each, as the instruction's 64 rows give them out, and a 64 x N
+ * accumulator is N / 8 n-tiles of mma.sync's per sub-group: the layout of
+ * st, pt, dva and dka. S^T = K Q^T and dP^T = V dO^T (V's fragments from
+ * registers) read K, Q and dO K-major, dV += P^T dO and dK += dS^T Q (P
+ * and dS from registers) read dO and Q N-major, from tiles in rows of 128
+ * bytes with their 16-byte chunks swizzled (FA_LD_SW128); dQ stays on
+ * mma.sync, its K operand read by ldmatrix from the same tile. A tile is
+ * then read once a work-group, not once a sub-group: on an H200 (fp16,
+ * N 4096 / 16384, bench/results/h200.md, 2026-11-29) 187.7 / 207.8 ->
+ * 214.1 / 240.7 TFLOP/s not causal, 159.8 / 195.8 -> 179.6 / 220.6
+ * causal, in 159-160 registers where mma.sync took 167-168. Head_dim 64,
+ * one strip a sub-group, 32 queries a step in one chunk. */
+#ifdef DTYPE_BF16
+#define FA_WG_T "bf16"
+#else
+#define FA_WG_T "f16"
+#endif
+#define FA_SW_ROW 64 /* elements of a swizzled row */
+/* Descriptor of a K-major operand at shared address addr: 128-byte
+ * swizzle, 8-row groups 1024 bytes apart. */
+FA_FN ulong fa_wg_desc(uint addr) {
+    return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)1 << 16 | (ulong)(1024 >> 4) << 32 | (ulong)1 << 62;
+}
+
+/* Rows [0, rows) of a 64-wide operand into a swizzled tile: a work-item
+ * copies the same chunk of every (FA_THREADS / 8)-th row, a multiple of 8
+ * rows apart, so its swizzled place moves by whole rows. */
+FA_FN void fa_fetch_rows_sw(__local ushort *dst, __global const ushort *src, long stride, int rows, int valid,
+                            int lid) {
+    const int rstep = FA_THREADS / 8, c = lid % 8, r0 = lid / 8;
+    __global const ushort *s = src + (long)r0 * stride + c * 8;
+    __local ushort *d = dst + r0 * FA_SW_ROW + ((c ^ (r0 & 7)) * 8);
+    FA_MMA_UNROLL for (int i = 0; i < rows / rstep; i++) {
+        const int ok = r0 + i * rstep < valid;
+        fa_copy16(d + i * rstep * FA_SW_ROW, s, ok);
+        s += (long)rstep * stride;
+    }
+}
+
+/* acc (this sub-group's 16 keys x 32 queries) += K Q^T over the 64 head
+ * dimensions, K and Q (the chunk's rows) from their swizzled tiles. */
+FA_FN void fa_wg_keys_by_queries_ss(fa_c *acc, __local const ushort *keys, __local const ushort *rows) {
+    const uint ka = fa_shared_addr(keys), qa = fa_shared_addr(rows);
+    const ulong da0 = fa_wg_desc(ka), da1 = fa_wg_desc(ka + 32u), da2 = fa_wg_desc(ka + 64u), da3 = fa_wg_desc(ka + 96u);
+    const ulong db0 = fa_wg_desc(qa), db1 = fa_wg_desc(qa + 32u), db2 = fa_wg_desc(qa + 64u), db3 = fa_wg_desc(qa + 96u);
+    __asm__ __volatile__("// @sm_90a " "wgmma.fence.sync.aligned;\n\t"
+                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %20, 1, 1, 1, 0, 0;\n\t"
+                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %17, %21, 1, 1, 1, 0, 0;\n\t"
+                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %18, %22, 1, 1, 1, 0, 0;\n\t"
+                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %19, %23, 1, 1, 1, 0, 0;\n\t"
+                         "// @sm_90a " "wgmma.commit_group.sync.aligned;\n\t"
+                         "// @sm_90a " "wgmma.wait_group.sync.aligned 0;"
+                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3])
+                         : "l"(da0), "l"(da1), "l"(da2), "l"(da3), "l"(db0), "l"(db1), "l"(db2), "l"(db3)
+                         : "memory");
+}
+
+/* acc += V dO^T, V's A fragments from registers (a[ks]), dO from its
+ * swizzled tile: two k-steps an asm statement (operand counts). */
+FA_FN void fa_wg_keys_by_queries_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
+    const uint qa = fa_shared_addr(rows);
+    const ulong db0 = fa_wg_desc(qa), db1 = fa_wg_desc(qa + 32u), db2 = fa_wg_desc(qa + 64u), db3 = fa_wg_desc(qa + 96u);
+    __asm__ __volatile__("// @sm_90a " "wgmma.fence.sync.aligned;\n\t"
+                             "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
+                             "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
+                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3])
+                         : "r"(a[0].w[0]), "r"(a[0].w[1]), "r"(a[0].w[2]), "r"(a[0].w[3]), "r"(a[1].w[0]),
+                           "r"(a[1].w[1]), "r"(a[1].w[2]), "r"(a[1].w[3]), "l"(db0), "l"(db1)
+                         : "memory");
+    __asm__ __volatile__("// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
+                             "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, %25, 1, 1, 1, 0;\n\t"
+                             "// @sm_90a " "wgmma.commit_group.sync.aligned;\n\t"
+                             "// @sm_90a " "wgmma.wait_group.sync.aligned 0;"
+                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3])
+                         : "r"(a[2].w[0]), "r"(a[2].w[1]), "r"(a[2].w[2]), "r"(a[2].w[3]), "r"(a[3].w[0]),
+                           "r"(a[3].w[1]), "r"(a[3].w[2]), "r"(a[3].w[3]), "l"(db2), "l"(db3)
+                         : "memory");
+}
+
+/* acc (this sub-group's 16 keys x 64 head dimensions) += A B over the
+ * chunk's 32 queries: A (P^T or dS^T) from registers (a[kq]), B (dO or Q)
+ * the chunk's rows of its swizzled tile read N-major (16 rows, 2048 bytes,
+ * a k-step). */
+FA_FN ulong fa_wg_desc_n(uint addr) {
+    return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)((BR * 128) >> 4) << 16 | (ulong)(1024 >> 4) << 32 | (ulong)1 << 62;
+}
+FA_FN void fa_wg_regs_by_rows_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
+    const uint ra = fa_shared_addr(rows);
+    const ulong db0 = fa_wg_desc_n(ra), db1 = fa_wg_desc_n(ra + 2048u);
+    __asm__ __volatile__("// @sm_90a " "wgmma.fence.sync.aligned;\n\t"
+                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n64k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
+                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3]), "+f"(acc[4].x[0]), "+f"(acc[4].x[1]), "+f"(acc[4].x[2]), "+f"(acc[4].x[3]), "+f"(acc[5].x[0]), "+f"(acc[5].x[1]), "+f"(acc[5].x[2]), "+f"(acc[5].x[3]), "+f"(acc[6].x[0]), "+f"(acc[6].x[1]), "+f"(acc[6].x[2]), "+f"(acc[6].x[3]), "+f"(acc[7].x[0]), "+f"(acc[7].x[1]), "+f"(acc[7].x[2]), "+f"(acc[7].x[3])
+                         : "r"(a[0].w[0]), "r"(a[0].w[1]), "r"(a[0].w[2]), "r"(a[0].w[3]), "l"(db0)
+                         : "memory");
+    __asm__ __volatile__("// @sm_90a " "wgmma.mma_async.sync.aligned.m64n64k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n\t"
+                         "// @sm_90a " "wgmma.commit_group.sync.aligned;\n\t"
+                         "// @sm_90a " "wgmma.wait_group.sync.aligned 0;"
+                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3]), "+f"(acc[4].x[0]), "+f"(acc[4].x[1]), "+f"(acc[4].x[2]), "+f"(acc[4].x[3]), "+f"(acc[5].x[0]), "+f"(acc[5].x[1]), "+f"(acc[5].x[2]), "+f"(acc[5].x[3]), "+f"(acc[6].x[0]), "+f"(acc[6].x[1]), "+f"(acc[6].x[2]), "+f"(acc[6].x[3]), "+f"(acc[7].x[0]), "+f"(acc[7].x[1]), "+f"(acc[7].x[2]), "+f"(acc[7].x[3])
+                         : "r"(a[1].w[0]), "r"(a[1].w[1]), "r"(a[1].w[2]), "r"(a[1].w[3]), "l"(db1)
+                         : "memory");
+}
+
+/* Copies a work-item made (cp.async) seen by the warpgroup products. */
+FA_FN void fa_wg_fence(void) { __asm__ __volatile__("fence.proxy.async.shared::cta;" ::: "memory"); }
+#define QROW FA_SW_ROW
+#define QLD FA_LD_SW128
+#define KLD FA_LD_SW128
+#else
+#define QROW LDS
+#define QLD LDS
+#define KLD LDS
 #endif
 
 /* One key tile's packed K and V (32-bit words; planner_cl_mma.c,
@@ -359,7 +496,7 @@ FA_FN void fa_bwd_dq_atomic(volatile __global float *dq_acc, __local const ushor
                                              fc);
                     }
                 else
-                    fa_load_bp_kn(bk, n + 1 < DQU, Ks, LDS, kb * FA_K, (j0 + n) * FA_N, fc);
+                    fa_load_bp_kn(bk, n + 1 < DQU, Ks, KLD, kb * FA_K, (j0 + n) * FA_N, fc);
                 FA_MMA_UNROLL for (int i = 0; i < FA_BP; i++)
                     if (n + i < DQU) fa_mma(&acc[n + i], &a, &bk[i], fc);
             }
@@ -394,7 +531,8 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
             __global const float *lse, __global const ushort *dout, __global const float *dvec,
             __global ushort *dk, __global ushort *dv, FA_BWD_PARAMS, __global float *dq_acc,
             __global const uint *kpack) {
-    __local ushort smem[K_ELEMS + V_ELEMS + 2 * STAGES * QT_ELEMS + DS_ELEMS + T_ELEMS] __attribute__((aligned(16)));
+    __local ushort smem[K_ELEMS + V_ELEMS + 2 * STAGES * QT_ELEMS + DS_ELEMS + T_ELEMS]
+        __attribute__((aligned(FA_SMEM_ALIGN)));
     __local float Ls[BR], Ds[BR];
     FA_FRAG_SCRATCH(WARPS);
 #ifndef KPACK
@@ -439,7 +577,11 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #define V_PACKED (kp + KP_V)
 #else
     (void)kpack;
+#ifdef FA_BWD_WGMMA
+    fa_fetch_rows_sw(Ks, k + fa_row_index(lk, b, seq.start_k, k0, hk), k_ss, BC, seq.len_k - k0, lid);
+#else
     fa_fetch_rows(Ks, k + fa_row_index(lk, b, seq.start_k, k0, hk), k_ss, BC, seq.len_k - k0, lid);
+#endif
 #define K_TILE Ks
 #define K_PACKED ((__global const uint *)0)
 #define V_PACKED ((__global const uint *)0)
@@ -479,13 +621,18 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
     int hh = 0, pos = fa_bwd_next_pos(tile_map, tile_cols, k0, t_begin, t_begin, t_end, rot);
     if (pos >= t_end) hh = group;
     float lnext[LD_ITEMS], dnext[LD_ITEMS];
+#ifdef FA_BWD_WGMMA
+#define FA_FETCH_QROWS fa_fetch_rows_sw
+#else
+#define FA_FETCH_QROWS fa_fetch_rows
+#endif
 #define FA_FETCH_STEP(HH, T, ST)                                                                                    \
     do {                                                                                                            \
         const int h_ = hk * group + (HH), q0_ = (T) * BR;                                                           \
         __local ushort *const q_ = qd + 2 * (ST) * QT_ELEMS;                                                        \
-        fa_fetch_rows(q_, q + fa_row_index(lq, b, seq.start_q, q0_, h_), q_ss, BR, seq.len_q - q0_, lid);           \
-        fa_fetch_rows(q_ + QT_ELEMS, dout + fa_row_index(lo, b, seq.start_q, q0_, h_), o_ss, BR, seq.len_q - q0_,   \
-                      lid);                                                                                         \
+        FA_FETCH_QROWS(q_, q + fa_row_index(lq, b, seq.start_q, q0_, h_), q_ss, BR, seq.len_q - q0_, lid);          \
+        FA_FETCH_QROWS(q_ + DO_OFFSET, dout + fa_row_index(lo, b, seq.start_q, q0_, h_), o_ss, BR, seq.len_q - q0_,  \
+                       lid);                                                                                        \
         fa_bwd_ld_load(lnext, dnext, lse, dvec, b, h_, q0_, heads_q, seqlen_q, seq, total_q, lid);                  \
     } while (0)
     if (hh < group) {
@@ -506,17 +653,20 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
         const uint bh = 0u;
 #endif
         fa_copy_wait();
+#ifdef FA_BWD_WGMMA
+        fa_wg_fence();
+#endif
         barrier(CLK_LOCAL_MEM_FENCE); /* this step's tiles, L and D are in; the last dQ products are done */
 #if STAGES == 2
         if (more) FA_FETCH_STEP(nhh, nt, stage ^ 1);
 #endif
         __local const ushort *const Qs = qd + 2 * stage * QT_ELEMS;
-        __local const ushort *const dOs = Qs + QT_ELEMS;
+        __local const ushort *const dOs = Qs + DO_OFFSET;
 
         /* The tile's queries in chunks of QC from qc0. */
         for (int qc0 = 0; qc0 < BR; qc0 += QC) {
-            __local const ushort *const Qc = Qs + qc0 * LDS;
-            __local const ushort *const dOc = dOs + qc0 * LDS;
+            __local const ushort *const Qc = Qs + qc0 * QROW;
+            __local const ushort *const dOc = dOs + qc0 * QROW;
 
             /* S^T = K Q^T and dP^T = V dO^T, one after the other: only one
              * product's operands are live at a time. */
@@ -524,8 +674,13 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
             FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++)
                 FA_MMA_UNROLL for (int j = 0; j < NQ; j++)
                     FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) st[kt][j].x[e] = pt[kt][j].x[e] = 0.0f;
+#ifdef FA_BWD_WGMMA
+            fa_wg_keys_by_queries_ss(st[0], Ks, Qc);
+            fa_wg_keys_by_queries_rs(pt[0], va[0], dOc);
+#else
             fa_bwd_keys_by_queries(st, K_TILE, (fa_a(*)[KS])0, K_PACKED, Qc, key_base, fc);
             fa_bwd_keys_by_queries(pt, V_TILE, V_REGS, V_PACKED, dOc, key_base, fc);
+#endif
 
             /* P (times z keep_scale) into st, dS into pt. Whole tiles test
              * no element. */
@@ -578,6 +733,11 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
                 }
             barrier(CLK_LOCAL_MEM_FENCE);
 #endif
+#ifdef FA_BWD_WGMMA
+            fa_wg_regs_by_rows_rs(dva[0], ap[0], dOc);
+            fa_wg_regs_by_rows_rs(dka[0], as[0], Qc);
+            if (0)
+#endif
             FA_MMA_UNROLL for (int kq = 0; kq < KQ; kq++) {
 #if !FA_C2A_REGS
                 fa_a ap[KT], as[KT];
@@ -590,10 +750,10 @@ fa_bwd_dkdv(__global const ushort *q, __global const ushort *k, __global const u
 #endif
                 FA_MMA_UNROLL for (int j = 0; j < DT; j += FA_BP) {
                     fa_b bo[FA_BP], bq[FA_BP];
-                    fa_load_bp_kn(bo, j + 1 < DT, dOc, LDS, kq * FA_K, j * FA_N, fc);
+                    fa_load_bp_kn(bo, j + 1 < DT, dOc, QLD, kq * FA_K, j * FA_N, fc);
                     FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
                         if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dva[kt][j + n], &A_P(kt, kq), &bo[n], fc);
-                    fa_load_bp_kn(bq, j + 1 < DT, Qc, LDS, kq * FA_K, j * FA_N, fc);
+                    fa_load_bp_kn(bq, j + 1 < DT, Qc, QLD, kq * FA_K, j * FA_N, fc);
                     FA_MMA_UNROLL for (int n = 0; n < FA_BP; n++)
                         if (j + n < DT) FA_MMA_UNROLL for (int kt = 0; kt < KT; kt++) fa_mma(&dka[kt][j + n], &A_S(kt, kq), &bq[n], fc);
                 }

@@ -95,6 +95,7 @@ static void cl_check_plan(const char *name, fa_plan plan) {
         size_t got = 0, extra = 0;
         fa_status st = fa_cl_plan_kernel_local_mem(plan->impl, (fa_pass)pass, &got);
         size_t want = planned_local(plan, kp[pass], (fa_pass)pass, &extra);
+        if (pass == FA_PASS_BACKWARD && fa_cl_plan_bwd_wgmma(plan->impl)) extra += FA_CL_WGMMA_ALIGN_SLACK;
         CHECK_MSG(st == FA_SUCCESS && got >= want && got <= want + extra + DRIVER_LOCAL_RESERVE,
                   "%s: %s kernels use %zu bytes of local memory, the planner budgets %zu", name,
                   pass ? "backward" : "forward", got, want);

@@ -49,6 +49,7 @@ typedef struct fa_cl_plan {
     cl_kernel pack_kernel;     /* fa_bwd_pack_kv where the backward's geometry packs K and V */
     int dq_wg;                 /* work-group of fa_bwd_dq */
     int dq_atomic;             /* streaming backward adding dQ with atomics */
+    int bwd_wgmma;             /* the matrix-unit backward built with FA_BWD_WGMMA */
 
     cl_mem cu_q, cu_k;         /* varlen offsets */
     cl_mem block_mask;
@@ -275,15 +276,24 @@ static fa_status build_backward_mma(fa_cl_plan *p) {
     const int nv_red_v2 = nv_add && strncmp(arch, "sm_", 3) == 0 && atoi(arch + 3) >= 90;
     /* Two stages pipeline the query tiles (and may hold V in registers:
      * planner_cl_mma.c's geometry says which). */
-    char pass_opts[128];
+    char pass_opts[192];
     char chunk[48] = "";
     if (p->bwd_shape.g.q_chunk > 0 && p->bwd_shape.g.q_chunk < p->bwd_shape.br)
         snprintf(chunk, sizeof chunk, " -DQC=%d", p->bwd_shape.g.q_chunk);
     else if (p->bwd_shape.g.dq_unit > 0 && p->dq_atomic)
         snprintf(chunk, sizeof chunk, " -DDQ_UNIT=%d", p->bwd_shape.g.dq_unit);
-    snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s%s%s", !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",
+    /* Hopper's warpgroup products for the head_dim 64 tile they are
+     * written for (bwd_mma.cl, FA_BWD_WGMMA, which leaves them aside on any
+     * other build; sm_90 alone: later architectures have no wgmma). */
+    const fa_cl_mma_geometry *g = &p->bwd_shape.g;
+    const int wgmma = nv_add && p->dq_atomic && strcmp(arch, "sm_90") == 0 && g->d_pad == 64 && g->warps == 4 &&
+                      g->strips == 1 && p->bwd_shape.br == 32 && p->bwd_shape.bc == 64 && g->v_regs && !g->k_packed &&
+                      g->q_chunk == p->bwd_shape.br;
+    snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s%s%s%s", !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",
              p->dq_atomic && nv_red_v2 ? " -DFA_RED_V2" : "", p->bwd_shape.g.stages > 1 ? " -DSTAGES=2" : "",
-             p->bwd_shape.g.v_regs ? " -DVREG" : "", p->bwd_shape.g.k_packed ? " -DKPACK" : "", chunk);
+             p->bwd_shape.g.v_regs ? " -DVREG" : "", p->bwd_shape.g.k_packed ? " -DKPACK" : "", chunk,
+             wgmma ? " -DFA_BWD_WGMMA -DFA_NV_SM90A" : "");
+    p->bwd_wgmma = wgmma;
     char extra[256];
     FA_CHECK(mma_options(p, layout, p->bwd_shape.g.warps, pass_opts, extra, sizeof extra));
     FA_CHECK(build_pass(p, &p->bwd_shape, extra, paths, n, &p->bwd_program));
@@ -735,6 +745,13 @@ fa_status fa_cl_forward_kvcache(void *ctx, void *plan_impl, const fa_plan_s *pla
     (void)ctx;
     if (!fa_cl_kvcache_owns(plan_impl)) return fa_fail(FA_ERR_INTERNAL, "plan_impl is not a KV-cache plan's");
     return fa_cl_kvcache_forward(plan_impl, plan, args);
+}
+
+int fa_cl_plan_bwd_wgmma(void *plan_impl) {
+    if (!plan_impl || fa_cl_kvcache_owns(plan_impl)) return 0;
+    fa_cl_plan *p = plan_impl;
+    if (prepare_backward(p) != FA_SUCCESS) return 0;
+    return p->bwd_wgmma;
 }
 
 fa_status fa_cl_plan_kernel_local_mem(void *plan_impl, fa_pass pass, size_t *bytes) {

@@ -93,6 +93,21 @@ static void keep_log(fa_cl_context *ctx, cl_program program, const char *source,
     free(log);
 }
 
+/* clBuildProgram's failure err on program (what: the build's name) as a
+ * status with the compiler's log, the program released. */
+static fa_status build_failed(fa_cl_context *ctx, cl_program program, cl_int err, const char *what,
+                              const char *options) {
+    const char *name = fa_cl_error_name(err);
+    char *log = build_log(ctx, program);
+    fa_status st = err == CL_OUT_OF_HOST_MEMORY || err == CL_OUT_OF_RESOURCES ? FA_ERR_OUT_OF_MEMORY : FA_ERR_COMPILE;
+    fa_fail(st, "OpenCL %s failed on %s: clBuildProgram: %s (%d), options \"%s\"; build log:\n", what,
+            ctx->info.desc.name, name ? name : "unknown OpenCL error", (int)err, options);
+    fa_fail_append(log && log[0] ? log : "(the driver gave no log)");
+    free(log);
+    fa_cl.clReleaseProgram(program);
+    return st;
+}
+
 static fa_status from_source(fa_cl_context *ctx, const char *source, size_t size, const char *options,
                              cl_program *out) {
     cl_int err = CL_SUCCESS;
@@ -100,18 +115,7 @@ static fa_status from_source(fa_cl_context *ctx, const char *source, size_t size
     if (!program || err != CL_SUCCESS) return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_PROGRAM,
                                                           "clCreateProgramWithSource");
     err = fa_cl.clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        const char *name = fa_cl_error_name(err);
-        char *log = build_log(ctx, program);
-        fa_status st = err == CL_OUT_OF_HOST_MEMORY || err == CL_OUT_OF_RESOURCES ? FA_ERR_OUT_OF_MEMORY
-                                                                                   : FA_ERR_COMPILE;
-        fa_fail(st, "OpenCL build failed on %s: clBuildProgram: %s (%d), options \"%s\"; build log:\n",
-                ctx->info.desc.name, name ? name : "unknown OpenCL error", (int)err, options);
-        fa_fail_append(log && log[0] ? log : "(the driver gave no log)");
-        free(log);
-        fa_cl.clReleaseProgram(program);
-        return st;
-    }
+    if (err != CL_SUCCESS) return build_failed(ctx, program, err, "build", options);
     keep_log(ctx, program, source, size, options);
     *out = program;
     return FA_SUCCESS;
@@ -171,17 +175,7 @@ static fa_status sm90a_rebuild(fa_cl_context *ctx, const char *source, size_t si
                            "clCreateProgramWithBinary (sm_90a PTX)");
     }
     err = fa_cl.clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        const char *name = fa_cl_error_name(err);
-        char *log = build_log(ctx, p);
-        fa_fail(FA_ERR_COMPILE, "OpenCL build of the sm_90a PTX failed on %s: clBuildProgram: %s (%d), options \"%s\"; "
-                                "build log:\n",
-                ctx->info.desc.name, name ? name : "unknown OpenCL error", (int)err, options);
-        fa_fail_append(log && log[0] ? log : "(the driver gave no log)");
-        free(log);
-        fa_cl.clReleaseProgram(p);
-        return FA_ERR_COMPILE;
-    }
+    if (err != CL_SUCCESS) return build_failed(ctx, p, err, "build of the sm_90a PTX", options);
     keep_log(ctx, p, source, size, options);
     fa_cl.clReleaseProgram(*program);
     *program = p;

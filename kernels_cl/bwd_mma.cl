@@ -204,43 +204,59 @@ FA_FN void fa_fetch_rows_sw(__local ushort *dst, __global const ushort *src, lon
     }
 }
 
+/* The accumulator operands of a 64 x N product (N / 8 n-tiles of four),
+ * the PTX lists naming them (%0 on), an A fragment's words, and the
+ * masked lines (FA_SM90A: core/ptx_patch.h's FA_PTX_SM90A_MARK). */
+#define FA_WG_ACC4(a, j) "+f"((a)[j].x[0]), "+f"((a)[j].x[1]), "+f"((a)[j].x[2]), "+f"((a)[j].x[3])
+#define FA_WG_ACC16(a) FA_WG_ACC4(a, 0), FA_WG_ACC4(a, 1), FA_WG_ACC4(a, 2), FA_WG_ACC4(a, 3)
+#define FA_WG_ACC32(a) FA_WG_ACC16(a), FA_WG_ACC4(a, 4), FA_WG_ACC4(a, 5), FA_WG_ACC4(a, 6), FA_WG_ACC4(a, 7)
+#define FA_WG_D16 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define FA_WG_D32 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA_WG_A(f) "r"((f).w[0]), "r"((f).w[1]), "r"((f).w[2]), "r"((f).w[3])
+#define FA_SM90A "// @sm_90a "
+#define FA_WG_FENCE FA_SM90A "wgmma.fence.sync.aligned;\n\t"
+#define FA_WG_DONE FA_SM90A "wgmma.commit_group.sync.aligned;\n\t" FA_SM90A "wgmma.wait_group.sync.aligned 0;"
+#define FA_WG_OP(n) FA_SM90A "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." FA_WG_T "." FA_WG_T " "
+
 /* acc (this sub-group's 16 keys x 32 queries) += K Q^T over the 64 head
- * dimensions, K and Q (the chunk's rows) from their swizzled tiles. */
+ * dimensions, K and Q (the chunk's rows) from their swizzled tiles: one
+ * asm statement, so that nothing touches the accumulators between the
+ * products. */
 FA_FN void fa_wg_keys_by_queries_ss(fa_c *acc, __local const ushort *keys, __local const ushort *rows) {
     const uint ka = fa_shared_addr(keys), qa = fa_shared_addr(rows);
     const ulong da0 = fa_wg_desc(ka), da1 = fa_wg_desc(ka + 32u), da2 = fa_wg_desc(ka + 64u), da3 = fa_wg_desc(ka + 96u);
     const ulong db0 = fa_wg_desc(qa), db1 = fa_wg_desc(qa + 32u), db2 = fa_wg_desc(qa + 64u), db3 = fa_wg_desc(qa + 96u);
-    __asm__ __volatile__("// @sm_90a " "wgmma.fence.sync.aligned;\n\t"
-                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %20, 1, 1, 1, 0, 0;\n\t"
-                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %17, %21, 1, 1, 1, 0, 0;\n\t"
-                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %18, %22, 1, 1, 1, 0, 0;\n\t"
-                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %19, %23, 1, 1, 1, 0, 0;\n\t"
-                         "// @sm_90a " "wgmma.commit_group.sync.aligned;\n\t"
-                         "// @sm_90a " "wgmma.wait_group.sync.aligned 0;"
-                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3])
+    __asm__ __volatile__(FA_WG_FENCE
+                         FA_WG_OP(32) FA_WG_D16 ", %16, %20, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", %17, %21, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", %18, %22, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", %19, %23, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_DONE
+                         : FA_WG_ACC16(acc)
                          : "l"(da0), "l"(da1), "l"(da2), "l"(da3), "l"(db0), "l"(db1), "l"(db2), "l"(db3)
                          : "memory");
 }
 
 /* acc += V dO^T, V's A fragments from registers (a[ks]), dO from its
- * swizzled tile: two k-steps an asm statement (operand counts). */
+ * swizzled tile: two k-steps an asm statement (operand counts), the fence
+ * in the first and the wait in the second. */
 FA_FN void fa_wg_keys_by_queries_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
     const uint qa = fa_shared_addr(rows);
     const ulong db0 = fa_wg_desc(qa), db1 = fa_wg_desc(qa + 32u), db2 = fa_wg_desc(qa + 64u), db3 = fa_wg_desc(qa + 96u);
-    __asm__ __volatile__("// @sm_90a " "wgmma.fence.sync.aligned;\n\t"
-                             "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
-                             "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
-                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3])
-                         : "r"(a[0].w[0]), "r"(a[0].w[1]), "r"(a[0].w[2]), "r"(a[0].w[3]), "r"(a[1].w[0]),
-                           "r"(a[1].w[1]), "r"(a[1].w[2]), "r"(a[1].w[3]), "l"(db0), "l"(db1)
+    __asm__ __volatile__(FA_WG_FENCE
+                         FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
+                         : FA_WG_ACC16(acc)
+                         : FA_WG_A(a[0]), FA_WG_A(a[1]), "l"(db0), "l"(db1)
                          : "memory");
-    __asm__ __volatile__("// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
-                             "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n32k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%20, %21, %22, %23}, %25, 1, 1, 1, 0;\n\t"
-                             "// @sm_90a " "wgmma.commit_group.sync.aligned;\n\t"
-                             "// @sm_90a " "wgmma.wait_group.sync.aligned 0;"
-                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3])
-                         : "r"(a[2].w[0]), "r"(a[2].w[1]), "r"(a[2].w[2]), "r"(a[2].w[3]), "r"(a[3].w[0]),
-                           "r"(a[3].w[1]), "r"(a[3].w[2]), "r"(a[3].w[3]), "l"(db2), "l"(db3)
+    __asm__ __volatile__(FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;\n\t"
+                         FA_WG_DONE
+                         : FA_WG_ACC16(acc)
+                         : FA_WG_A(a[2]), FA_WG_A(a[3]), "l"(db2), "l"(db3)
                          : "memory");
 }
 
@@ -254,16 +270,13 @@ FA_FN ulong fa_wg_desc_n(uint addr) {
 FA_FN void fa_wg_regs_by_rows_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
     const uint ra = fa_shared_addr(rows);
     const ulong db0 = fa_wg_desc_n(ra), db1 = fa_wg_desc_n(ra + 2048u);
-    __asm__ __volatile__("// @sm_90a " "wgmma.fence.sync.aligned;\n\t"
-                         "// @sm_90a " "wgmma.mma_async.sync.aligned.m64n64k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
-                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3]), "+f"(acc[4].x[0]), "+f"(acc[4].x[1]), "+f"(acc[4].x[2]), "+f"(acc[4].x[3]), "+f"(acc[5].x[0]), "+f"(acc[5].x[1]), "+f"(acc[5].x[2]), "+f"(acc[5].x[3]), "+f"(acc[6].x[0]), "+f"(acc[6].x[1]), "+f"(acc[6].x[2]), "+f"(acc[6].x[3]), "+f"(acc[7].x[0]), "+f"(acc[7].x[1]), "+f"(acc[7].x[2]), "+f"(acc[7].x[3])
-                         : "r"(a[0].w[0]), "r"(a[0].w[1]), "r"(a[0].w[2]), "r"(a[0].w[3]), "l"(db0)
+    __asm__ __volatile__(FA_WG_FENCE FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
+                         : FA_WG_ACC32(acc)
+                         : FA_WG_A(a[0]), "l"(db0)
                          : "memory");
-    __asm__ __volatile__("// @sm_90a " "wgmma.mma_async.sync.aligned.m64n64k16.f32." FA_WG_T "." FA_WG_T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n\t"
-                         "// @sm_90a " "wgmma.commit_group.sync.aligned;\n\t"
-                         "// @sm_90a " "wgmma.wait_group.sync.aligned 0;"
-                         : "+f"(acc[0].x[0]), "+f"(acc[0].x[1]), "+f"(acc[0].x[2]), "+f"(acc[0].x[3]), "+f"(acc[1].x[0]), "+f"(acc[1].x[1]), "+f"(acc[1].x[2]), "+f"(acc[1].x[3]), "+f"(acc[2].x[0]), "+f"(acc[2].x[1]), "+f"(acc[2].x[2]), "+f"(acc[2].x[3]), "+f"(acc[3].x[0]), "+f"(acc[3].x[1]), "+f"(acc[3].x[2]), "+f"(acc[3].x[3]), "+f"(acc[4].x[0]), "+f"(acc[4].x[1]), "+f"(acc[4].x[2]), "+f"(acc[4].x[3]), "+f"(acc[5].x[0]), "+f"(acc[5].x[1]), "+f"(acc[5].x[2]), "+f"(acc[5].x[3]), "+f"(acc[6].x[0]), "+f"(acc[6].x[1]), "+f"(acc[6].x[2]), "+f"(acc[6].x[3]), "+f"(acc[7].x[0]), "+f"(acc[7].x[1]), "+f"(acc[7].x[2]), "+f"(acc[7].x[3])
-                         : "r"(a[1].w[0]), "r"(a[1].w[1]), "r"(a[1].w[2]), "r"(a[1].w[3]), "l"(db1)
+    __asm__ __volatile__(FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n\t" FA_WG_DONE
+                         : FA_WG_ACC32(acc)
+                         : FA_WG_A(a[1]), "l"(db1)
                          : "memory");
 }
 

@@ -141,6 +141,9 @@ fa_status fa_cl_launch(fa_cl_context *ctx, cl_kernel kernel, cl_uint dims, const
 void fa_cl_record_arg(cl_kernel kernel, cl_uint index, size_t size, const void *value, int is_mem);
 void fa_cl_record_launch(fa_cl_context *ctx, cl_kernel kernel, cl_uint dims, const size_t *global,
                          const size_t *local);
+/* The variables are read again at the next launch (a context's creation
+ * calls it, so that a process may set them between contexts). */
+void fa_cl_record_refresh(void);
 
 /* Milliseconds between an event's start and end (waits for it); negative
  * when the event cannot be timed. */

@@ -35,10 +35,12 @@ static _Thread_local struct {
 } rec;
 
 static atomic_int rec_count;
-/* Whether FLASHATTN_OPENCL_RECORD is set, looked up once: every argument
- * of every launch asks, and a scan of the environment each time would add
- * microseconds to short launches. -1: not looked up yet. */
+/* Whether FLASHATTN_OPENCL_RECORD is set, looked up once a context:
+ * every argument of every launch asks, and a scan of the environment each
+ * time would add microseconds to short launches. -1: not looked up yet. */
 static atomic_int rec_on = -1;
+
+void fa_cl_record_refresh(void) { atomic_store(&rec_on, -1); }
 
 static const char *rec_dir(void) {
     int on = atomic_load(&rec_on);

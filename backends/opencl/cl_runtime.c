@@ -187,6 +187,7 @@ static fa_status cl_context_create(int index, void **out) {
                        fa_cl_device_count());
     fa_cl_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return fa_fail(FA_ERR_OUT_OF_MEMORY, "no host memory for an OpenCL context");
+    fa_cl_record_refresh();
     ctx->index = index;
     ctx->platform = dev->platform;
     ctx->device = dev->device;

@@ -93,6 +93,9 @@ static const config configs[] = {
     /* The head_dim 64 step on mma.sync where the planner's build takes
      * the warpgroup products (sm_90). */
     {FA_PASS_BACKWARD, 64, 0, 0, 0, 1, "-DFA_BWD_NO_WGMMA", 0},
+    /* The warpgroup products at head_dim 128, which the host does not
+     * take yet (not run on a GPU when written). */
+    {FA_PASS_BACKWARD, 128, 0, 0, 0, 1, "-DFA_BWD_WGMMA -DFA_NV_SM90A", 0},
 };
 #define N_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
 

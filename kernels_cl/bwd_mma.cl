@@ -118,14 +118,14 @@
  * planner's. */
 #define QT_ELEMS (BR * LDS)
 #if defined(FA_BWD_WGMMA) &&                                                                                   \
-    (!defined(FA_NV_PTX) || !defined(FA_NV_SM90A) || defined(FA_BWD_NO_WGMMA) || HEAD_DIM != 64 || KT != 1 ||   \
-     WARPS != 4 || QC != 32 || BR != 32 || !defined(VREG) || defined(KPACK) || (BC * LDS * 2) % 1024 != 0 ||      \
-     (2 * QT_ELEMS * 2) % 1024 != 0)
+    (!defined(FA_NV_PTX) || !defined(FA_NV_SM90A) || defined(FA_BWD_NO_WGMMA) ||                                 \
+     (HEAD_DIM != 64 && HEAD_DIM != 128) || KT != 1 || WARPS != 4 || QC != 32 || BR != 32 || !defined(VREG) ||    \
+     defined(KPACK) || (BC * LDS * 2) % 1024 != 0 || (2 * QT_ELEMS * 2) % 1024 != 0)
 #undef FA_BWD_WGMMA
 #endif
 #ifdef FA_BWD_WGMMA
 #define FA_SMEM_ALIGN 1024
-#define DO_OFFSET (BR * 64) /* dO after Q's swizzled rows */
+#define DO_OFFSET (BR * HEAD_DIM) /* dO after Q's swizzled rows */
 #else
 #define FA_SMEM_ALIGN 16
 #define DO_OFFSET QT_ELEMS
@@ -170,13 +170,16 @@
  * st, pt, dva and dka. S^T = K Q^T and dP^T = V dO^T (V's fragments from
  * registers) read K, Q and dO K-major, dV += P^T dO and dK += dS^T Q (P
  * and dS from registers) read dO and Q N-major, from tiles in rows of 128
- * bytes with their 16-byte chunks swizzled (FA_LD_SW128); dQ stays on
+ * bytes with their 16-byte chunks swizzled (FA_LD_SW); dQ stays on
  * mma.sync, its K operand read by ldmatrix from the same tile. A tile is
  * then read once a work-group, not once a sub-group: on an H200 (fp16,
  * N 4096 / 16384, bench/results/h200.md, 2026-11-29) 187.7 / 207.8 ->
  * 214.1 / 240.7 TFLOP/s not causal, 159.8 / 195.8 -> 179.6 / 220.6
- * causal, in 159-160 registers where mma.sync took 167-168. Head_dim 64,
- * one strip a sub-group, 32 queries a step in one chunk. */
+ * causal, in 159-160 registers where mma.sync took 167-168. One strip a
+ * sub-group, 32 queries a step in one chunk; head_dim 64, and 128 (two
+ * blocks of 64 columns a row, the second a tile's rows further; clang's
+ * NVPTX build: 254 registers, no spill), which the host does not take
+ * until it has run on a GPU (backends/opencl/cl_attention.c). */
 #ifdef DTYPE_BF16
 #define FA_WG_T "bf16"
 #else
@@ -189,14 +192,19 @@ FA_FN ulong fa_wg_desc(uint addr) {
     return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)1 << 16 | (ulong)(1024 >> 4) << 32 | (ulong)1 << 62;
 }
 
-/* Rows [0, rows) of a 64-wide operand into a swizzled tile: a work-item
- * copies the same chunk of every (FA_THREADS / 8)-th row, a multiple of 8
- * rows apart, so its swizzled place moves by whole rows. */
+/* Rows [0, rows) of a HEAD_DIM-wide operand into a swizzled tile of rows
+ * rows: a work-item copies the same chunk of every (FA_THREADS /
+ * D_CHUNKS)-th row, a multiple of 8 rows apart, so its swizzled place
+ * moves by whole rows. */
+#if (FA_THREADS / D_CHUNKS) % 8 != 0
+#error "bwd_mma: FA_BWD_WGMMA's tile copies step a multiple of 8 rows"
+#endif
 FA_FN void fa_fetch_rows_sw(__local ushort *dst, __global const ushort *src, long stride, int rows, int valid,
                             int lid) {
-    const int rstep = FA_THREADS / 8, c = lid % 8, r0 = lid / 8;
+    const int rstep = FA_THREADS / D_CHUNKS, c = lid % D_CHUNKS, r0 = lid / D_CHUNKS;
     __global const ushort *s = src + (long)r0 * stride + c * 8;
-    __local ushort *d = dst + r0 * FA_SW_ROW + ((c ^ (r0 & 7)) * 8);
+    __local ushort *d = dst + (D_CHUNKS > 8 ? (c / 8) * rows * FA_SW_ROW : 0) + r0 * FA_SW_ROW +
+                        (((c % 8) ^ (r0 & 7)) * 8);
     FA_MMA_UNROLL for (int i = 0; i < rows / rstep; i++) {
         const int ok = r0 + i * rstep < valid;
         fa_copy16(d + i * rstep * FA_SW_ROW, s, ok);
@@ -215,7 +223,18 @@ FA_FN void fa_fetch_rows_sw(__local ushort *dst, __global const ushort *src, lon
 #define FA_WG_D32 \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA_WG_ACC64(a)                                                                                          \
+    FA_WG_ACC32(a), FA_WG_ACC4(a, 8), FA_WG_ACC4(a, 9), FA_WG_ACC4(a, 10), FA_WG_ACC4(a, 11), FA_WG_ACC4(a, 12), \
+        FA_WG_ACC4(a, 13), FA_WG_ACC4(a, 14), FA_WG_ACC4(a, 15)
+#define FA_WG_D64 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+    "%59, %60, %61, %62, %63}"
 #define FA_WG_A(f) "r"((f).w[0]), "r"((f).w[1]), "r"((f).w[2]), "r"((f).w[3])
+/* Byte offset of k-step s of a K-major swizzled tile of ROWS rows (the
+ * second 64 columns a block further). */
+#define FA_WG_KOFF(ROWS, s) ((uint)((s) / 4) * (uint)(ROWS) * 128u + (uint)((s) % 4) * 32u)
 #define FA_SM90A "// @sm_90a "
 #define FA_WG_FENCE FA_SM90A "wgmma.fence.sync.aligned;\n\t"
 #define FA_WG_DONE FA_SM90A "wgmma.commit_group.sync.aligned;\n\t" FA_SM90A "wgmma.wait_group.sync.aligned 0;"
@@ -227,6 +246,7 @@ FA_FN void fa_fetch_rows_sw(__local ushort *dst, __global const ushort *src, lon
  * products. */
 FA_FN void fa_wg_keys_by_queries_ss(fa_c *acc, __local const ushort *keys, __local const ushort *rows) {
     const uint ka = fa_shared_addr(keys), qa = fa_shared_addr(rows);
+#if HEAD_DIM == 64
     const ulong da0 = fa_wg_desc(ka), da1 = fa_wg_desc(ka + 32u), da2 = fa_wg_desc(ka + 64u), da3 = fa_wg_desc(ka + 96u);
     const ulong db0 = fa_wg_desc(qa), db1 = fa_wg_desc(qa + 32u), db2 = fa_wg_desc(qa + 64u), db3 = fa_wg_desc(qa + 96u);
     __asm__ __volatile__(FA_WG_FENCE
@@ -238,6 +258,28 @@ FA_FN void fa_wg_keys_by_queries_ss(fa_c *acc, __local const ushort *keys, __loc
                          : FA_WG_ACC16(acc)
                          : "l"(da0), "l"(da1), "l"(da2), "l"(da3), "l"(db0), "l"(db1), "l"(db2), "l"(db3)
                          : "memory");
+#else
+    ulong da[8], db[8];
+    FA_MMA_UNROLL for (int s = 0; s < 8; s++) {
+        da[s] = fa_wg_desc(ka + FA_WG_KOFF(BC, s));
+        db[s] = fa_wg_desc(qa + FA_WG_KOFF(BR, s));
+    }
+    __asm__ __volatile__(FA_WG_FENCE
+                         FA_WG_OP(32) FA_WG_D16 ", %16, %24, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", %17, %25, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", %18, %26, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", %19, %27, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", %20, %28, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", %21, %29, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", %22, %30, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", %23, %31, 1, 1, 1, 0, 0;\n\t"
+                         FA_WG_DONE
+                         : FA_WG_ACC16(acc)
+                         : "l"(da[0]), "l"(da[1]), "l"(da[2]), "l"(da[3]), "l"(da[4]), "l"(da[5]), "l"(da[6]),
+                           "l"(da[7]), "l"(db[0]), "l"(db[1]), "l"(db[2]), "l"(db[3]), "l"(db[4]), "l"(db[5]),
+                           "l"(db[6]), "l"(db[7])
+                         : "memory");
+#endif
 }
 
 /* acc += V dO^T, V's A fragments from registers (a[ks]), dO from its
@@ -245,6 +287,7 @@ FA_FN void fa_wg_keys_by_queries_ss(fa_c *acc, __local const ushort *keys, __loc
  * in the first and the wait in the second. */
 FA_FN void fa_wg_keys_by_queries_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
     const uint qa = fa_shared_addr(rows);
+#if HEAD_DIM == 64
     const ulong db0 = fa_wg_desc(qa), db1 = fa_wg_desc(qa + 32u), db2 = fa_wg_desc(qa + 64u), db3 = fa_wg_desc(qa + 96u);
     __asm__ __volatile__(FA_WG_FENCE
                          FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
@@ -258,6 +301,32 @@ FA_FN void fa_wg_keys_by_queries_rs(fa_c *acc, const fa_a *a, __local const usho
                          : FA_WG_ACC16(acc)
                          : FA_WG_A(a[2]), FA_WG_A(a[3]), "l"(db2), "l"(db3)
                          : "memory");
+#else
+    ulong db[8];
+    FA_MMA_UNROLL for (int s = 0; s < 8; s++) db[s] = fa_wg_desc(qa + FA_WG_KOFF(BR, s));
+    __asm__ __volatile__(FA_WG_FENCE
+                         FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
+                         : FA_WG_ACC16(acc)
+                         : FA_WG_A(a[0]), FA_WG_A(a[1]), "l"(db[0]), "l"(db[1])
+                         : "memory");
+    __asm__ __volatile__(FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
+                         : FA_WG_ACC16(acc)
+                         : FA_WG_A(a[2]), FA_WG_A(a[3]), "l"(db[2]), "l"(db[3])
+                         : "memory");
+    __asm__ __volatile__(FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
+                         : FA_WG_ACC16(acc)
+                         : FA_WG_A(a[4]), FA_WG_A(a[5]), "l"(db[4]), "l"(db[5])
+                         : "memory");
+    __asm__ __volatile__(FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
+                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;\n\t"
+                         FA_WG_DONE
+                         : FA_WG_ACC16(acc)
+                         : FA_WG_A(a[6]), FA_WG_A(a[7]), "l"(db[6]), "l"(db[7])
+                         : "memory");
+#endif
 }
 
 /* acc (this sub-group's 16 keys x 64 head dimensions) += A B over the
@@ -270,6 +339,7 @@ FA_FN ulong fa_wg_desc_n(uint addr) {
 FA_FN void fa_wg_regs_by_rows_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
     const uint ra = fa_shared_addr(rows);
     const ulong db0 = fa_wg_desc_n(ra), db1 = fa_wg_desc_n(ra + 2048u);
+#if HEAD_DIM == 64
     __asm__ __volatile__(FA_WG_FENCE FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
                          : FA_WG_ACC32(acc)
                          : FA_WG_A(a[0]), "l"(db0)
@@ -278,13 +348,23 @@ FA_FN void fa_wg_regs_by_rows_rs(fa_c *acc, const fa_a *a, __local const ushort 
                          : FA_WG_ACC32(acc)
                          : FA_WG_A(a[1]), "l"(db1)
                          : "memory");
+#else
+    __asm__ __volatile__(FA_WG_FENCE FA_WG_OP(128) FA_WG_D64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;"
+                         : FA_WG_ACC64(acc)
+                         : FA_WG_A(a[0]), "l"(db0)
+                         : "memory");
+    __asm__ __volatile__(FA_WG_OP(128) FA_WG_D64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n\t" FA_WG_DONE
+                         : FA_WG_ACC64(acc)
+                         : FA_WG_A(a[1]), "l"(db1)
+                         : "memory");
+#endif
 }
 
 /* Copies a work-item made (cp.async) seen by the warpgroup products. */
 FA_FN void fa_wg_fence(void) { __asm__ __volatile__("fence.proxy.async.shared::cta;" ::: "memory"); }
 #define QROW FA_SW_ROW
-#define QLD FA_LD_SW128
-#define KLD FA_LD_SW128
+#define QLD FA_LD_SW(BR)
+#define KLD FA_LD_SW(BC)
 #else
 #define QROW LDS
 #define QLD LDS

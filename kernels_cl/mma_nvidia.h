@@ -66,15 +66,17 @@ FA_FN uint fa_shared_addr(__local const void *p) { return (uint)(size_t)p; }
  * offset. On an H200 (bench/results/h200.md, 2026-11-29) this took
  * the forward from 246 to 162 registers at head_dim 128 and the backward
  * from 220 to 163 at 64: forward +8-12%, backward +11% at 64. */
-/* A row stride of FA_LD_SW128 names a tile laid out for the warpgroup
- * products (bwd_mma.cl's FA_BWD_WGMMA): rows of 64 elements (128 bytes),
- * the 16-byte chunk c of row r at chunk c ^ (r & 7), as the 128-byte
- * swizzle reads them. ldmatrix's row addresses (c a multiple of 8) find
- * the same elements there. */
-#define FA_LD_SW128 0
+/* A row stride of FA_LD_SW(rows) (not positive) names a tile laid out for
+ * the warpgroup products (bwd_mma.cl's FA_BWD_WGMMA): rows of 64 elements
+ * (128 bytes), the 16-byte chunk c of row r at chunk c ^ (r & 7), as the
+ * 128-byte swizzle reads them, and columns from 64 on (head_dim 128) in a
+ * second block of the tile's rows. ldmatrix's row addresses (c a multiple
+ * of 8) find the same elements there. */
+#define FA_LD_SW(rows) (-(rows))
 FA_FN uint fa_tile_addr(__local const ushort *tile, int r, int ld, int c) {
-    if (ld == FA_LD_SW128)
-        return fa_shared_addr(tile) + (uint)r * 128u + ((((uint)c >> 3) ^ (uint)r) & 7u) * 16u + ((uint)c & 7u) * 2u;
+    if (ld <= 0)
+        return fa_shared_addr(tile) + (HEAD_DIM > 64 ? ((uint)c >> 6) * (uint)(-ld) * 128u : 0u) + (uint)r * 128u +
+               ((((uint)c >> 3) ^ (uint)r) & 7u) * 16u + ((uint)c & 7u) * 2u;
     return fa_shared_addr(tile) + 2u * ((uint)r * (uint)ld + (uint)c);
 }
 

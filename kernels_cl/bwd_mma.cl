@@ -336,28 +336,26 @@ FA_FN void fa_wg_keys_by_queries_rs(fa_c *acc, const fa_a *a, __local const usho
 FA_FN ulong fa_wg_desc_n(uint addr) {
     return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)((BR * 128) >> 4) << 16 | (ulong)(1024 >> 4) << 32 | (ulong)1 << 62;
 }
+/* The product of 16 keys by HEAD_DIM columns: its accumulator operands
+ * and instruction, A's words and B's descriptor after them. */
+#if HEAD_DIM == 64
+#define FA_WG_ACC_D FA_WG_ACC32
+#define FA_WG_RS_D FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1"
+#else
+#define FA_WG_ACC_D FA_WG_ACC64
+#define FA_WG_RS_D FA_WG_OP(128) FA_WG_D64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1"
+#endif
 FA_FN void fa_wg_regs_by_rows_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
     const uint ra = fa_shared_addr(rows);
     const ulong db0 = fa_wg_desc_n(ra), db1 = fa_wg_desc_n(ra + 2048u);
-#if HEAD_DIM == 64
-    __asm__ __volatile__(FA_WG_FENCE FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
-                         : FA_WG_ACC32(acc)
+    __asm__ __volatile__(FA_WG_FENCE FA_WG_RS_D ";"
+                         : FA_WG_ACC_D(acc)
                          : FA_WG_A(a[0]), "l"(db0)
                          : "memory");
-    __asm__ __volatile__(FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n\t" FA_WG_DONE
-                         : FA_WG_ACC32(acc)
+    __asm__ __volatile__(FA_WG_RS_D ";\n\t" FA_WG_DONE
+                         : FA_WG_ACC_D(acc)
                          : FA_WG_A(a[1]), "l"(db1)
                          : "memory");
-#else
-    __asm__ __volatile__(FA_WG_FENCE FA_WG_OP(128) FA_WG_D64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;"
-                         : FA_WG_ACC64(acc)
-                         : FA_WG_A(a[0]), "l"(db0)
-                         : "memory");
-    __asm__ __volatile__(FA_WG_OP(128) FA_WG_D64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n\t" FA_WG_DONE
-                         : FA_WG_ACC64(acc)
-                         : FA_WG_A(a[1]), "l"(db1)
-                         : "memory");
-#endif
 }
 
 /* Copies a work-item made (cp.async) seen by the warpgroup products. */

@@ -232,6 +232,7 @@ FA_FN void fa_fetch_rows_sw(__local ushort *dst, __global const ushort *src, lon
     "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
     "%59, %60, %61, %62, %63}"
 #define FA_WG_A(f) "r"((f).w[0]), "r"((f).w[1]), "r"((f).w[2]), "r"((f).w[3])
+#define FA_WG_STEPS (HEAD_DIM / 16) /* k-steps over the head dimensions */
 /* Byte offset of k-step s of a K-major swizzled tile of ROWS rows (the
  * second 64 columns a block further). */
 #define FA_WG_KOFF(ROWS, s) ((uint)((s) / 4) * (uint)(ROWS) * 128u + (uint)((s) % 4) * 32u)
@@ -285,48 +286,27 @@ FA_FN void fa_wg_keys_by_queries_ss(fa_c *acc, __local const ushort *keys, __loc
 /* acc += V dO^T, V's A fragments from registers (a[ks]), dO from its
  * swizzled tile: two k-steps an asm statement (operand counts), the fence
  * in the first and the wait in the second. */
+#define FA_WG_RS_PAIR                                                                                           \
+    FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t" FA_WG_OP(32) FA_WG_D16                   \
+                           ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
 FA_FN void fa_wg_keys_by_queries_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
     const uint qa = fa_shared_addr(rows);
-#if HEAD_DIM == 64
-    const ulong db0 = fa_wg_desc(qa), db1 = fa_wg_desc(qa + 32u), db2 = fa_wg_desc(qa + 64u), db3 = fa_wg_desc(qa + 96u);
-    __asm__ __volatile__(FA_WG_FENCE
-                         FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
-                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
-                         : FA_WG_ACC16(acc)
-                         : FA_WG_A(a[0]), FA_WG_A(a[1]), "l"(db0), "l"(db1)
-                         : "memory");
-    __asm__ __volatile__(FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
-                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;\n\t"
-                         FA_WG_DONE
-                         : FA_WG_ACC16(acc)
-                         : FA_WG_A(a[2]), FA_WG_A(a[3]), "l"(db2), "l"(db3)
-                         : "memory");
-#else
-    ulong db[8];
-    FA_MMA_UNROLL for (int s = 0; s < 8; s++) db[s] = fa_wg_desc(qa + FA_WG_KOFF(BR, s));
-    __asm__ __volatile__(FA_WG_FENCE
-                         FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
-                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
+    ulong db[FA_WG_STEPS];
+    FA_MMA_UNROLL for (int s = 0; s < FA_WG_STEPS; s++) db[s] = fa_wg_desc(qa + FA_WG_KOFF(BR, s));
+    __asm__ __volatile__(FA_WG_FENCE FA_WG_RS_PAIR
                          : FA_WG_ACC16(acc)
                          : FA_WG_A(a[0]), FA_WG_A(a[1]), "l"(db[0]), "l"(db[1])
                          : "memory");
-    __asm__ __volatile__(FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
-                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
+    FA_MMA_UNROLL for (int k = 2; k < FA_WG_STEPS - 2; k += 2)
+        __asm__ __volatile__(FA_WG_RS_PAIR
+                             : FA_WG_ACC16(acc)
+                             : FA_WG_A(a[k]), FA_WG_A(a[k + 1]), "l"(db[k]), "l"(db[k + 1])
+                             : "memory");
+    __asm__ __volatile__(FA_WG_RS_PAIR "\n\t" FA_WG_DONE
                          : FA_WG_ACC16(acc)
-                         : FA_WG_A(a[2]), FA_WG_A(a[3]), "l"(db[2]), "l"(db[3])
+                         : FA_WG_A(a[FA_WG_STEPS - 2]), FA_WG_A(a[FA_WG_STEPS - 1]), "l"(db[FA_WG_STEPS - 2]),
+                           "l"(db[FA_WG_STEPS - 1])
                          : "memory");
-    __asm__ __volatile__(FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
-                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
-                         : FA_WG_ACC16(acc)
-                         : FA_WG_A(a[4]), FA_WG_A(a[5]), "l"(db[4]), "l"(db[5])
-                         : "memory");
-    __asm__ __volatile__(FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t"
-                         FA_WG_OP(32) FA_WG_D16 ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;\n\t"
-                         FA_WG_DONE
-                         : FA_WG_ACC16(acc)
-                         : FA_WG_A(a[6]), FA_WG_A(a[7]), "l"(db[6]), "l"(db[7])
-                         : "memory");
-#endif
 }
 
 /* acc (this sub-group's 16 keys x 64 head dimensions) += A B over the

@@ -282,12 +282,11 @@ static fa_status build_backward_mma(fa_cl_plan *p) {
         snprintf(chunk, sizeof chunk, " -DQC=%d", p->bwd_shape.g.q_chunk);
     else if (p->bwd_shape.g.dq_unit > 0 && p->dq_atomic)
         snprintf(chunk, sizeof chunk, " -DDQ_UNIT=%d", p->bwd_shape.g.dq_unit);
-    /* Hopper's warpgroup products for the head_dim 64 tile (bwd_mma.cl,
-     * FA_BWD_WGMMA, which leaves them aside on any other build; sm_90
-     * alone: later architectures have no wgmma). Its head_dim 128 form
-     * waits for a first run on a GPU (fa-cl-mma-sweep forces it). */
+    /* Hopper's warpgroup products for the head_dim 64 and 128 tiles
+     * (bwd_mma.cl, FA_BWD_WGMMA, which leaves them aside on any other
+     * build; sm_90 alone: later architectures have no wgmma). */
     const fa_cl_mma_geometry *g = &p->bwd_shape.g;
-    const int wgmma = nv_add && p->dq_atomic && strcmp(arch, "sm_90") == 0 && g->d_pad == 64 && g->warps == 4 &&
+    const int wgmma = nv_add && p->dq_atomic && strcmp(arch, "sm_90") == 0 && (g->d_pad == 64 || g->d_pad == 128) && g->warps == 4 &&
                       g->strips == 1 && p->bwd_shape.br == 32 && p->bwd_shape.bc == 64 && g->v_regs && !g->k_packed &&
                       g->q_chunk == p->bwd_shape.br;
     snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s%s%s%s", !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",

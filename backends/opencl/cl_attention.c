@@ -77,6 +77,7 @@ typedef struct fa_cl_plan {
     int nv_options;            /* the device has cl_nv_compiler_options */
 
     cl_event events[FA_CL_MAX_EVENTS];
+    cl_kernel event_kernels[FA_CL_MAX_EVENTS]; /* what each event timed (FLASHATTN_OPENCL_KERNEL_TIMES) */
     int event_count;
 } fa_cl_plan;
 
@@ -560,7 +561,7 @@ static fa_status launch(fa_cl_plan *p, cl_kernel kernel, cl_uint dims, const siz
                         const size_t *local) {
     cl_event *ev = p->event_count < FA_CL_MAX_EVENTS ? &p->events[p->event_count] : NULL;
     fa_status st = fa_cl_launch(p->ctx, kernel, dims, global, local, ev);
-    if (st == FA_SUCCESS && ev && *ev) p->event_count++;
+    if (st == FA_SUCCESS && ev && *ev) p->event_kernels[p->event_count++] = kernel;
     return st;
 }
 
@@ -731,11 +732,18 @@ fa_status fa_cl_last_time_ms(void *ctx, void *plan_impl, double *ms) {
     fa_cl_plan *p = plan_impl;
     if (!p || !ms) return fa_fail(FA_ERR_NULL_POINTER, "%s is NULL", !p ? "plan_impl" : "ms");
     if (p->event_count == 0) return fa_fail(FA_ERR_UNSUPPORTED, "no OpenCL attention pass has run on this plan");
+    /* Each kernel's share of a pass, for tuning: which of a backward's
+     * kernels a change moved. */
+    const int report = getenv("FLASHATTN_OPENCL_KERNEL_TIMES") != NULL;
     double total = 0.0;
     for (int i = 0; i < p->event_count; i++) {
         double t = fa_cl_event_ms(p->events[i]);
         if (t < 0.0) return fa_fail(FA_ERR_UNSUPPORTED, "the OpenCL queue could not time the last pass");
         total += t;
+        char name[64];
+        if (report && fa_cl.clGetKernelInfo(p->event_kernels[i], CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL) ==
+                          CL_SUCCESS)
+            fprintf(stderr, "opencl kernel %s %.4f ms\n", name, t);
     }
     *ms = total;
     return FA_SUCCESS;

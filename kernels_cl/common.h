@@ -56,8 +56,14 @@ FA_FN float8 f32_load8(__global const float *p) {
     return (float8)(a, b);
 }
 
+FA_FN void f32_store8(__global float *p, float8 v) {
+    *(__global float4 *)p = v.lo;
+    *(__global float4 *)(p + 4) = v.hi;
+}
+
 #define LOAD8(p, i) f32_load8((p) + (i))
 #define STORE1(p, i, val) ((p)[i] = (val))
+#define STORE8(p, i, val) f32_store8((p) + (i), (val))
 #elif defined(DTYPE_F16)
 /* half is only used as a pointer type: vload_half/vstore_half need no
  * cl_khr_fp16. */
@@ -69,8 +75,15 @@ FA_FN float8 f16_load8(__global const half *p) {
     return vload_half8(0, (const half *)bits);
 }
 
+FA_FN void f16_store8(__global half *p, float8 v) {
+    ushort bits[8];
+    vstore_half8_rte(v, 0, (half *)bits);
+    *(__global uint4 *)p = as_uint4(vload8(0, bits));
+}
+
 #define LOAD8(p, i) f16_load8((p) + (i))
 #define STORE1(p, i, val) vstore_half_rte((val), 0, (p) + (i))
+#define STORE8(p, i, val) f16_store8((p) + (i), (val))
 #elif defined(DTYPE_BF16)
 typedef ushort store_t;
 
@@ -86,8 +99,15 @@ FA_FN ushort bf16_round(float f) {
     return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+FA_FN void bf16_store8(__global ushort *p, float8 v) {
+    const ushort8 h = (ushort8)(bf16_round(v.s0), bf16_round(v.s1), bf16_round(v.s2), bf16_round(v.s3),
+                                bf16_round(v.s4), bf16_round(v.s5), bf16_round(v.s6), bf16_round(v.s7));
+    *(__global uint4 *)p = as_uint4(h);
+}
+
 #define LOAD8(p, i) bf16_load8((p) + (i))
 #define STORE1(p, i, val) ((p)[i] = bf16_round(val))
+#define STORE8(p, i, val) bf16_store8((p) + (i), (val))
 #else
 #error "one of DTYPE_F32, DTYPE_F16, DTYPE_BF16 must be defined"
 #endif

@@ -637,6 +637,29 @@ static void bwd_common_args(cl_args *a, const fa_cl_plan *p, const fa_plan_s *pl
     score_args(a, p, bias);
 }
 
+/* The row-wise kernels' range (bwd_common.cl: fa_bwd_dot,
+ * fa_bwd_dq_convert): a row's head_dim / 8 chunks across dimension 0 of a
+ * work-group, as many rows as FA_CL_ROW_GROUP_ITEMS (the kernels' local
+ * array, FA_ROW_GROUP_ITEMS) and the device allow across dimension 1,
+ * sequences times heads across dimension 2. */
+#define FA_CL_ROW_GROUP_ITEMS 256
+static fa_status row_range(const fa_cl_plan *p, const fa_attention_desc *d, size_t global[3], size_t local[3]) {
+    const size_t chunks = (size_t)d->head_dim / 8;
+    size_t items = (size_t)p->ctx->info.desc.max_work_group_size;
+    if (items > FA_CL_ROW_GROUP_ITEMS) items = FA_CL_ROW_GROUP_ITEMS;
+    if (chunks == 0 || items < chunks)
+        return fa_fail(FA_ERR_UNSUPPORTED, "the backward's row kernels need %zu work-items a work-group; the device allows %zu",
+                       chunks, items);
+    const size_t rows = items / chunks;
+    local[0] = chunks;
+    local[1] = rows;
+    local[2] = 1;
+    global[0] = chunks;
+    global[1] = ((size_t)d->seqlen_q + rows - 1) / rows * rows;
+    global[2] = (size_t)d->batch * (size_t)d->heads_q;
+    return FA_SUCCESS;
+}
+
 fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, const fa_bwd_args *args) {
     (void)ctx;
     if (plan && plan->desc.algorithm == FA_ALGO_STANDARD) return fa_cl_standard_backward(plan_impl, plan, args);
@@ -657,9 +680,9 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
     arg_mem(&a, or_dummy(p, p->cu_q));
     if (p->dq_atomic) arg_mem(&a, p->dq_acc);
     FA_CHECK(args_done(&a, "fa_bwd_dot"));
-    size_t dot_global[2] = {((size_t)d->seqlen_q + 63) / 64 * 64, (size_t)d->batch * (size_t)d->heads_q};
-    size_t dot_local[2] = {64, 1};
-    FA_CHECK(launch(p, p->dot_kernel, 2, dot_global, dot_local));
+    size_t row_global[3], row_local[3];
+    FA_CHECK(row_range(p, d, row_global, row_local));
+    FA_CHECK(launch(p, p->dot_kernel, 3, row_global, row_local));
 
     const cl_pass_shape *s = &p->bwd_shape;
     cl_args kv = {p->dkdv_kernel, 0, CL_SUCCESS, 0};
@@ -705,8 +728,7 @@ fa_status fa_cl_backward(void *ctx, void *plan_impl, const fa_plan_s *plan, cons
         arg_mem(&c, or_dummy(p, p->cu_q));
         arg_float(&c, plan->scale);
         FA_CHECK(args_done(&c, "fa_bwd_dq_convert"));
-        size_t c_global[3] = {(size_t)d->head_dim / 8, (size_t)d->seqlen_q, (size_t)d->batch * (size_t)d->heads_q};
-        return launch(p, p->dq_kernel, 3, c_global, NULL);
+        return launch(p, p->dq_kernel, 3, row_global, row_local);
     }
 
     cl_args q = {p->dq_kernel, 0, CL_SUCCESS, 0};

@@ -90,12 +90,10 @@ static const config configs[] = {
      * counts 208 words at chunks of 16 against NVIDIA's 184 (clang's
      * NVPTX build: 251 registers, no spill), hence its slack. */
     {FA_PASS_BACKWARD, 64, 4, 2, 32, 1, "", 24},
-    /* The head_dim 64 step on mma.sync where the planner's build takes
-     * the warpgroup products (sm_90). */
+    /* The step on mma.sync where the planner's build takes the warpgroup
+     * products (sm_90), at either head_dim. */
     {FA_PASS_BACKWARD, 64, 0, 0, 0, 1, "-DFA_BWD_NO_WGMMA", 0},
-    /* The warpgroup products at head_dim 128, which the host does not
-     * take yet (not run on a GPU when written). */
-    {FA_PASS_BACKWARD, 128, 0, 0, 0, 1, "-DFA_BWD_WGMMA -DFA_NV_SM90A", 0},
+    {FA_PASS_BACKWARD, 128, 0, 0, 0, 1, "-DFA_BWD_NO_WGMMA", 0},
 };
 #define N_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
 

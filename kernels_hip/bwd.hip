@@ -113,7 +113,7 @@ fa_bwd_dot(const store_t *__restrict__ o, const store_t *__restrict__ dout, floa
         fa_load8(dout, row + x0, g);
         for (int e = 0; e < 8; e++) acc[e] = fmaf(a[e], g[e], acc[e]);
     }
-    /* The OpenCL kernel's pairwise order: halves, then quarters, then pairs. */
+    /* Pairwise: halves, then quarters, then pairs. */
     float a4[4], a2[2];
     for (int e = 0; e < 4; e++) a4[e] = acc[e] + acc[e + 4];
     for (int e = 0; e < 2; e++) a2[e] = a4[e] + a4[e + 2];

@@ -19,6 +19,10 @@ void opencl_suite_stream(int on);
  * 2: the pipelined dK/dV kernel) until set back. */
 void opencl_suite_mma_bwd_stages(int stages);
 
+/* Whether the last plan the suite checked built its backward on Hopper's
+ * warpgroup products (backends/opencl/cl_attention.c). */
+int opencl_suite_last_bwd_wgmma(void);
+
 /* Whether FLASHATTN_OPENCL_MMA_EMULATE names a layout for this run. */
 int opencl_suite_emulating(void);
 

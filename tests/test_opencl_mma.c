@@ -33,6 +33,7 @@
 
 #ifdef FA_WITH_OPENCL
 #include "backends/opencl/cl_mma.h"
+#include "backends/opencl/cl_runtime_internal.h"
 
 /* Stages of the backward tiles the case forces (opencl_suite_mma_bwd_stages). */
 static int g_stages = 1;
@@ -731,6 +732,37 @@ FA_TEST(dq_padding_columns) {
 #endif
 }
 
+/* NVIDIA's OpenCL on sm_90: the planner's backward at head_dim 64 and 128
+ * takes the warpgroup products, and where the sm_90a rebuild is refused
+ * (cl_build.c's test hook, as a driver that gives no PTX would) the same
+ * tiles on mma.sync; both against the fp64 reference. */
+FA_TEST(warpgroup_backward_fallback) {
+    const fa_mma_layout_info *ls[FA_MMA_MAX_LAYOUTS];
+    int nl = 0;
+    REQUIRE_LAYERS(ls, nl);
+#ifdef FA_WITH_OPENCL
+    fa_cl_context *cl = suite_context()->impl;
+    int emulated = 0;
+    (void)fa_cl_mma_layer(cl, &emulated);
+    if (emulated || strcmp(cl->info.desc.arch, "sm_90") != 0) FA_SKIP("needs NVIDIA's OpenCL on sm_90");
+    static const int dims[] = {64, 128};
+    for (int refuse = 0; refuse < 2; refuse++) {
+        for (int i = 0; i < 2; i++) {
+            fa_attention_desc d = suite_desc(alternate(i + refuse), 2, 300, 300, 2, 2, dims[i]);
+            d.causal = i == 1;
+            char name[80];
+            snprintf(name, sizeof name, "planner's backward%s %s d%d", refuse ? ", sm_90a refused" : "",
+                     fa_dtype_name(d.q.dtype), dims[i]);
+            fa_cl_sm90a_refuse = refuse;
+            suite_run_tiles(name, &d, NULL, NULL, 1);
+            fa_cl_sm90a_refuse = 0;
+            CHECK_MSG(opencl_suite_last_bwd_wgmma() == !refuse, "%s: warpgroup products %d", name,
+                      opencl_suite_last_bwd_wgmma());
+        }
+    }
+#endif
+}
+
 FA_TEST_MAIN(FA_CASE(work_group_shapes), FA_CASE(head_dims), FA_CASE(q_in_registers), FA_CASE(split_keys),
              FA_CASE(pipelined_backward), FA_CASE(one_stage_v_in_registers), FA_CASE(packed_keys_backward),
-             FA_CASE(score_options), FA_CASE(dq_padding_columns))
+             FA_CASE(score_options), FA_CASE(dq_padding_columns), FA_CASE(warpgroup_backward_fallback))

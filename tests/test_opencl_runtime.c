@@ -948,6 +948,46 @@ FA_TEST(sm90a_lines_build_and_run) {
     fa_context_destroy(ctx);
 }
 
+/* The sm_90a route's refusals are FA_ERR_UNSUPPORTED (the caller then
+ * builds without those lines), a source that does not compile stays
+ * FA_ERR_COMPILE: a program built with FA_NV_SM90A where the binary is not
+ * PTX for sm_9x (PoCL's, or an older NVIDIA GPU's) is refused, and on
+ * every device while the test hook refuses them, the kernel cache
+ * included. */
+FA_TEST(sm90a_route_refused) {
+    REQUIRE_OPENCL();
+    fa_context ctx = NULL;
+    CHECK_OK(fa_context_create(FA_BACKEND_OPENCL, -1, &ctx));
+    if (!ctx) return;
+    fa_cl_context *cl = cl_of(ctx);
+    const int ptx_sm9x = strncmp(cl->info.desc.arch, "sm_9", 4) == 0;
+    static const char plain[] = "__kernel void plain(__global float *y) { y[get_global_id(0)] = 1.0f; }\n";
+    static const char broken[] = "__kernel void broken(__global float *y) { y[0] = undeclared_symbol_r4; }\n";
+    cl_program p = NULL;
+    fa_status st = fa_cl_build_text(cl, plain, sizeof plain - 1, "-DFA_NV_SM90A", 1, &p, NULL);
+    if (ptx_sm9x) {
+        CHECK_MSG(st == FA_SUCCESS, "%s on %s: %s", fa_status_string(st), cl->info.desc.arch, fa_last_error());
+    } else {
+        CHECK_STATUS(st, FA_ERR_UNSUPPORTED);
+        CHECK(p == NULL);
+        CHECK_MSG(strstr(fa_last_error(), "PTX") != NULL, "no reason in \"%s\"", fa_last_error());
+    }
+    if (p) fa_cl.clReleaseProgram(p);
+    p = NULL;
+    fa_cl_sm90a_refuse = 1;
+    /* Cached above where it built: the hook passes the cache by. */
+    CHECK_STATUS(fa_cl_build_text(cl, plain, sizeof plain - 1, "-DFA_NV_SM90A", 1, &p, NULL), FA_ERR_UNSUPPORTED);
+    CHECK(p == NULL);
+    CHECK(strstr(fa_last_error(), "refused") != NULL);
+    CHECK_STATUS(fa_cl_build_text(cl, broken, sizeof broken - 1, "-DFA_NV_SM90A", 0, &p, NULL), FA_ERR_COMPILE);
+    CHECK(strstr(fa_last_error(), "undeclared_symbol_r4") != NULL);
+    /* Without the flag the hook changes nothing. */
+    CHECK_OK(fa_cl_build_text(cl, plain, sizeof plain - 1, "", 0, &p, NULL));
+    if (p) fa_cl.clReleaseProgram(p);
+    fa_cl_sm90a_refuse = 0;
+    fa_context_destroy(ctx);
+}
+
 /* Needs no device: names and statuses only. */
 FA_TEST(error_codes_named) {
     CHECK_STATUS(fa_cl_error(CL_INVALID_VALUE, "clFoo"), FA_ERR_LAUNCH);
@@ -984,6 +1024,7 @@ NOT_BUILT(build_cache_hit_corrupt_and_stale)
 NOT_BUILT(launch_and_timing)
 NOT_BUILT(error_codes_named)
 NOT_BUILT(sm90a_lines_build_and_run)
+NOT_BUILT(sm90a_route_refused)
 NOT_BUILT(launch_recorded)
 
 #endif
@@ -992,4 +1033,5 @@ FA_TEST_MAIN(FA_CASE(enumerates_every_device), FA_CASE(bandwidth_measured_then_c
              FA_CASE(context_native_and_sync), FA_CASE(buffer_round_trip_unaligned),
              FA_CASE(buffer_bounds_and_sizes), FA_CASE(wrap_native_buffer), FA_CASE(broken_source_reports_log),
              FA_CASE(build_cache_hit_corrupt_and_stale), FA_CASE(launch_and_timing), FA_CASE(error_codes_named),
-             FA_CASE(stream_gpu_flavour_builds), FA_CASE(launch_recorded), FA_CASE(sm90a_lines_build_and_run))
+             FA_CASE(stream_gpu_flavour_builds), FA_CASE(launch_recorded), FA_CASE(sm90a_lines_build_and_run),
+             FA_CASE(sm90a_route_refused))

@@ -290,14 +290,23 @@ static fa_status build_backward_mma(fa_cl_plan *p) {
     const int wgmma = nv_add && p->dq_atomic && strcmp(arch, "sm_90") == 0 && (g->d_pad == 64 || g->d_pad == 128) && g->warps == 4 &&
                       g->strips == 1 && p->bwd_shape.br == 32 && p->bwd_shape.bc == 64 && g->v_regs && !g->k_packed &&
                       g->q_chunk == p->bwd_shape.br;
-    snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s%s%s%s", !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",
-             p->dq_atomic && nv_red_v2 ? " -DFA_RED_V2" : "", p->bwd_shape.g.stages > 1 ? " -DSTAGES=2" : "",
-             p->bwd_shape.g.v_regs ? " -DVREG" : "", p->bwd_shape.g.k_packed ? " -DKPACK" : "", chunk,
-             wgmma ? " -DFA_BWD_WGMMA -DFA_NV_SM90A" : "");
-    p->bwd_wgmma = wgmma;
     char extra[256];
-    FA_CHECK(mma_options(p, layout, p->bwd_shape.g.warps, pass_opts, extra, sizeof extra));
-    FA_CHECK(build_pass(p, &p->bwd_shape, extra, paths, n, &p->bwd_program));
+    fa_status st = FA_SUCCESS;
+    /* Where the driver does not take the sm_90a route (cl_build.c:
+     * FA_ERR_UNSUPPORTED), the same tiles on mma.sync. */
+    for (int take = wgmma; take >= 0; take--) {
+        snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s%s%s%s",
+                 !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",
+                 p->dq_atomic && nv_red_v2 ? " -DFA_RED_V2" : "", p->bwd_shape.g.stages > 1 ? " -DSTAGES=2" : "",
+                 p->bwd_shape.g.v_regs ? " -DVREG" : "", p->bwd_shape.g.k_packed ? " -DKPACK" : "", chunk,
+                 take ? " -DFA_BWD_WGMMA -DFA_NV_SM90A" : "");
+        p->bwd_wgmma = take;
+        FA_CHECK(mma_options(p, layout, p->bwd_shape.g.warps, pass_opts, extra, sizeof extra));
+        st = build_pass(p, &p->bwd_shape, extra, paths, n, &p->bwd_program);
+        if (st != FA_ERR_UNSUPPORTED || !take) break;
+    }
+    if (st == FA_SUCCESS && wgmma && !p->bwd_wgmma) fa_clear_error();
+    FA_CHECK(st);
     if (p->dq_atomic) return FA_SUCCESS;
     const fa_mma_layout_info *l = fa_mma_layout_get(layout);
     cl_pass_shape dq = p->bwd_shape;

@@ -93,13 +93,14 @@ static void keep_log(fa_cl_context *ctx, cl_program program, const char *source,
     free(log);
 }
 
-/* clBuildProgram's failure err on program (what: the build's name) as a
- * status with the compiler's log, the program released. */
+/* clBuildProgram's failure err on program (what: the build's name) as
+ * status `as` (FA_ERR_OUT_OF_MEMORY where the driver ran out) with the
+ * compiler's log, the program released. */
 static fa_status build_failed(fa_cl_context *ctx, cl_program program, cl_int err, const char *what,
-                              const char *options) {
+                              const char *options, fa_status as) {
     const char *name = fa_cl_error_name(err);
     char *log = build_log(ctx, program);
-    fa_status st = err == CL_OUT_OF_HOST_MEMORY || err == CL_OUT_OF_RESOURCES ? FA_ERR_OUT_OF_MEMORY : FA_ERR_COMPILE;
+    fa_status st = err == CL_OUT_OF_HOST_MEMORY || err == CL_OUT_OF_RESOURCES ? FA_ERR_OUT_OF_MEMORY : as;
     fa_fail(st, "OpenCL %s failed on %s: clBuildProgram: %s (%d), options \"%s\"; build log:\n", what,
             ctx->info.desc.name, name ? name : "unknown OpenCL error", (int)err, options);
     fa_fail_append(log && log[0] ? log : "(the driver gave no log)");
@@ -115,7 +116,7 @@ static fa_status from_source(fa_cl_context *ctx, const char *source, size_t size
     if (!program || err != CL_SUCCESS) return fa_cl_error(err != CL_SUCCESS ? err : CL_INVALID_PROGRAM,
                                                           "clCreateProgramWithSource");
     err = fa_cl.clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
-    if (err != CL_SUCCESS) return build_failed(ctx, program, err, "build", options);
+    if (err != CL_SUCCESS) return build_failed(ctx, program, err, "build", options, FA_ERR_COMPILE);
     keep_log(ctx, program, source, size, options);
     *out = program;
     return FA_SUCCESS;
@@ -150,20 +151,33 @@ static int wants_sm90a(const char *options) {
     return 0;
 }
 
+int fa_cl_sm90a_refuse = 0;
+
 /* The source build's PTX with its sm_90a lines unmasked, built again as
- * the program (NVIDIA's OpenCL takes PTX text as a program binary). */
+ * the program (NVIDIA's OpenCL takes PTX text as a program binary). Every
+ * failure is FA_ERR_UNSUPPORTED with its reason (out of memory aside): the
+ * driver did not take this route, and the caller may build without it. */
 static fa_status sm90a_rebuild(fa_cl_context *ctx, const char *source, size_t size, const char *options,
                                cl_program *program) {
+    if (fa_cl_sm90a_refuse)
+        return fa_fail(FA_ERR_UNSUPPORTED, "OpenCL build on %s: sm_90a rebuilds refused (test hook)",
+                       ctx->info.desc.name);
     size_t bytes = 0;
     unsigned char *ptx = program_binary(*program, &bytes);
     if (!ptx)
-        return fa_fail(FA_ERR_COMPILE, "OpenCL build on %s: the driver gave no PTX to build the sm_90a lines from",
+        return fa_fail(FA_ERR_UNSUPPORTED, "OpenCL build on %s: the driver gave no PTX to build the sm_90a lines from",
                        ctx->info.desc.name);
     char *text = NULL;
     size_t n = 0;
     fa_status st = fa_ptx_unmask_sm90a((const char *)ptx, bytes, &text, &n);
     free(ptx);
-    if (st != FA_SUCCESS) return st;
+    if (st == FA_ERR_OUT_OF_MEMORY) return st;
+    if (st != FA_SUCCESS) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", fa_last_error());
+        return fa_fail(FA_ERR_UNSUPPORTED, "OpenCL build on %s: the program binary is not PTX with sm_90a lines: %s",
+                       ctx->info.desc.name, why);
+    }
     const unsigned char *bin = (const unsigned char *)text;
     size_t len = n + 1;
     cl_int status = CL_SUCCESS, err = CL_SUCCESS;
@@ -171,11 +185,13 @@ static fa_status sm90a_rebuild(fa_cl_context *ctx, const char *source, size_t si
     free(text);
     if (!p || err != CL_SUCCESS || status != CL_SUCCESS) {
         if (p) fa_cl.clReleaseProgram(p);
-        return fa_cl_error(err != CL_SUCCESS ? err : status != CL_SUCCESS ? status : CL_INVALID_BINARY,
-                           "clCreateProgramWithBinary (sm_90a PTX)");
+        const cl_int e = err != CL_SUCCESS ? err : status != CL_SUCCESS ? status : CL_INVALID_BINARY;
+        const char *name = fa_cl_error_name(e);
+        return fa_fail(FA_ERR_UNSUPPORTED, "OpenCL build on %s: clCreateProgramWithBinary (sm_90a PTX): %s (%d)",
+                       ctx->info.desc.name, name ? name : "unknown OpenCL error", (int)e);
     }
     err = fa_cl.clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
-    if (err != CL_SUCCESS) return build_failed(ctx, p, err, "build of the sm_90a PTX", options);
+    if (err != CL_SUCCESS) return build_failed(ctx, p, err, "build of the sm_90a PTX", options, FA_ERR_UNSUPPORTED);
     keep_log(ctx, p, source, size, options);
     fa_cl.clReleaseProgram(*program);
     *program = p;
@@ -194,7 +210,8 @@ fa_status fa_cl_build_text(fa_cl_context *ctx, const char *source, size_t size, 
 
     fa_kcache_key key;
     fa_cl_program_key(ctx, source, size, full, &key);
-    if (use_cache) {
+    /* The test hook refuses sm_90a programs however they would come. */
+    if (use_cache && !(fa_cl_sm90a_refuse && wants_sm90a(full))) {
         void *bin = NULL;
         size_t bin_size = 0;
         if (fa_kcache_load(&key, &bin, &bin_size) == FA_SUCCESS) {

@@ -60,6 +60,13 @@ fa_status fa_cl_build_text(fa_cl_context *ctx, const char *source, size_t size,
                            const char *options, int use_cache, cl_program *program,
                            fa_cl_origin *origin);
 
+/* A program built with FA_NV_SM90A whose sm_90a rebuild (its PTX
+ * unmasked and built again) cannot be made fails with FA_ERR_UNSUPPORTED
+ * (a source that does not compile fails with FA_ERR_COMPILE), so that a
+ * caller may build it without those lines. Test hook: while set, every
+ * such rebuild is refused that way. */
+extern int fa_cl_sm90a_refuse;
+
 /* The options a build really passes: options plus "-cl-std=CL1.2" unless
  * they already name a standard. malloc'ed; NULL when memory ran out. */
 char *fa_cl_full_options(const char *options);

@@ -745,10 +745,13 @@ FA_TEST(warpgroup_backward_fallback) {
     int emulated = 0;
     (void)fa_cl_mma_layer(cl, &emulated);
     if (emulated || strcmp(cl->info.desc.arch, "sm_90") != 0) FA_SKIP("needs NVIDIA's OpenCL on sm_90");
-    static const int dims[] = {64, 128};
+    /* Shapes with work-groups enough for the planner's 32 x 64 tile (a
+     * smaller problem gets smaller tiles, which run on mma.sync), a length
+     * of no whole tile at head_dim 64, causal at 128. */
+    static const int dims[] = {64, 128}, lens[] = {600, 1024}, heads[] = {48, 32};
     for (int refuse = 0; refuse < 2; refuse++) {
         for (int i = 0; i < 2; i++) {
-            fa_attention_desc d = suite_desc(alternate(i + refuse), 2, 300, 300, 2, 2, dims[i]);
+            fa_attention_desc d = suite_desc(alternate(i + refuse), 1, lens[i], lens[i], heads[i], heads[i], dims[i]);
             d.causal = i == 1;
             char name[80];
             snprintf(name, sizeof name, "planner's backward%s %s d%d", refuse ? ", sm_90a refused" : "",

@@ -5,7 +5,7 @@
 # Sets: out (from $OUT, default ./gpu-out; created), t_start.
 # Exports: FLASHATTN_CACHE_DIR (default /tmp/fa-kernel-cache).
 # Functions: stamp, fa_commit_label, fa_gpu_info, fa_nvidia_opencl, fa_hip_nvidia_args,
-# fa_clblast, fa_gpu_build, fa_gpu_build_cuda, fa_gpu_build_all, fa_smoke_run,
+# fa_clblast, fa_gpu_build, fa_gpu_build_cuda, fa_gpu_build_opencl, fa_gpu_build_all, fa_smoke_run,
 # fa_smoke_report, fa_fwd_sweep.
 # shellcheck shell=bash
 
@@ -90,6 +90,16 @@ fa_gpu_build() {
 fa_gpu_build_cuda() {
   fa_gpu_info
   fa_gpu_build build-gpu "$1" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DFA_OPENCL=OFF
+}
+
+# fa_gpu_build_opencl TARGETS: NVIDIA's OpenCL (and CUDA where found, for
+# the tools that replay its launches) built into build-gpu (Release), after
+# the GPU's details; returns 1 when the library or the build is missing.
+fa_gpu_build_opencl() {
+  fa_nvidia_opencl || return 1
+  fa_gpu_info
+  stamp "build"
+  fa_gpu_build build-gpu "$1" -DFA_OPENCL=ON -DFA_CUDA=AUTO -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DCMAKE_BUILD_TYPE=Release
 }
 
 # Every backend the machine can run (CUDA, NVIDIA's OpenCL with CLBlast

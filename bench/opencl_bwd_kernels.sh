@@ -11,22 +11,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh
 . bench/gpu_env.sh
-fa_nvidia_opencl || exit 1
-fa_gpu_info
 build="build-gpu"
-stamp "build"
-fa_gpu_build "$build" "fa-bench" -DFA_OPENCL=ON -DFA_CUDA=AUTO -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF \
-  -DCMAKE_BUILD_TYPE=Release || exit 1
+fa_gpu_build_opencl "fa-bench" || exit 1
 res="$out/bwd-kernels.txt"
 : > "$res"
 for dim in ${KT_DIMS:-64 128}; do
   for n in ${KT_SEQLENS:-2048 16384}; do
     for causal in ${KT_CAUSAL:-0 1}; do
-      flag=""; [ "$causal" = 1 ] && flag=--causal
+      mask=""; [ "$causal" = 1 ] && mask=--causal
       stamp "d$dim N$n causal $causal"
-      # shellcheck disable=SC2086  # the flag's word
+      # shellcheck disable=SC2086  # the mask flag's word
       FLASHATTN_OPENCL_KERNEL_TIMES=1 "$build/fa-bench" --backend opencl --dtype fp16 --dim "$dim" \
-        --seqlens "$n" --pass bwd --repeats 7 --warmup 2 $flag > "$out/kt-run.txt" 2>&1 || echo "  fa-bench failed"
+        --seqlens "$n" --pass bwd --repeats 7 --warmup 2 $mask > "$out/kt-run.txt" 2>&1 || echo "  fa-bench failed"
       python3 - "$dim" "$n" "$causal" "$out/kt-run.txt" >> "$res" <<'PY'
 import re, statistics, sys
 times = {}

@@ -17,12 +17,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/gpu_env.sh
 . bench/gpu_env.sh
-fa_nvidia_opencl || exit 1
-fa_gpu_info
 build="build-gpu"
-stamp "build"
-fa_gpu_build "$build" "fa-run fa-bench fa-cl-replay fa-cl-mma-sweep test_opencl_mma" -DFA_OPENCL=ON \
-  -DFA_CUDA=AUTO -DFA_HIP=OFF -DFA_HIP_NVIDIA=OFF -DCMAKE_BUILD_TYPE=Release || exit 1
+fa_gpu_build_opencl "fa-run fa-bench fa-cl-replay fa-cl-mma-sweep test_opencl_mma" || exit 1
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 prof="$out/prof"
 mkdir -p "$prof"

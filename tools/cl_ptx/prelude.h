@@ -27,6 +27,8 @@ OV float vload_half(size_t i, const __global half *p) { return h2f_(((const __gl
 OV float8 vload_half8(size_t i, const half *p) { const ushort *q = (const ushort *)p + 8 * i; return (float8)(h2f_(q[0]), h2f_(q[1]), h2f_(q[2]), h2f_(q[3]), h2f_(q[4]), h2f_(q[5]), h2f_(q[6]), h2f_(q[7])); }
 OV void vstore_half_rte(float f, size_t i, half *p) { ((ushort *)p)[i] = f2h_(f); }
 OV void vstore_half_rte(float f, size_t i, __global half *p) { ((__global ushort *)p)[i] = f2h_(f); }
+OV void vstore_half8_rte(float8 v, size_t i, half *p) { ushort *q = (ushort *)p + 8 * i; q[0] = f2h_(v.s0); q[1] = f2h_(v.s1); q[2] = f2h_(v.s2); q[3] = f2h_(v.s3); q[4] = f2h_(v.s4); q[5] = f2h_(v.s5); q[6] = f2h_(v.s6); q[7] = f2h_(v.s7); }
+OV ushort8 vload8(size_t i, const ushort *p) { return *(const ushort8 *)(p + 8 * i); }
 OV float8 vload8(size_t i, const __global float *p) { return *(const __global float8 *)(p + 8 * i); }
 OV void vstore8(float8 v, size_t i, __global float *p) { *(__global float8 *)(p + 8 * i) = v; }
 OV void vstore8(float8 v, size_t i, float *p) { *(float8 *)(p + 8 * i) = v; }

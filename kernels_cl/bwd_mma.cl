@@ -120,7 +120,8 @@
 #if defined(FA_BWD_WGMMA) &&                                                                                   \
     (!defined(FA_NV_PTX) || !defined(FA_NV_SM90A) || defined(FA_BWD_NO_WGMMA) ||                                 \
      (HEAD_DIM != 64 && HEAD_DIM != 128) || KT != 1 || WARPS != 4 || QC != 32 || BR != 32 || !defined(VREG) ||    \
-     defined(KPACK) || (BC * LDS * 2) % 1024 != 0 || (2 * QT_ELEMS * 2) % 1024 != 0)
+     defined(KPACK) || (BC * LDS * 2) % 1024 != 0 || (2 * QT_ELEMS * 2) % 1024 != 0 ||                          \
+     (FA_THREADS / D_CHUNKS) % 8 != 0)
 #undef FA_BWD_WGMMA
 #endif
 #ifdef FA_BWD_WGMMA
@@ -180,66 +181,6 @@
  * blocks of 64 columns a row, the second a tile's rows further; NVIDIA's
  * build: 238 registers, no spill; 184.4 / 201.1 -> 206.2 / 232.2 not
  * causal, 161.7 / 201.7 -> 178.2 / 225.8 causal). */
-#ifdef DTYPE_BF16
-#define FA_WG_T "bf16"
-#else
-#define FA_WG_T "f16"
-#endif
-#define FA_SW_ROW 64 /* elements of a swizzled row */
-/* Descriptor of a K-major operand at shared address addr: 128-byte
- * swizzle, 8-row groups 1024 bytes apart. */
-FA_FN ulong fa_wg_desc(uint addr) {
-    return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)1 << 16 | (ulong)(1024 >> 4) << 32 | (ulong)1 << 62;
-}
-
-/* Rows [0, rows) of a HEAD_DIM-wide operand into a swizzled tile of rows
- * rows: a work-item copies the same chunk of every (FA_THREADS /
- * D_CHUNKS)-th row, a multiple of 8 rows apart, so its swizzled place
- * moves by whole rows. */
-#if (FA_THREADS / D_CHUNKS) % 8 != 0
-#error "bwd_mma: FA_BWD_WGMMA's tile copies step a multiple of 8 rows"
-#endif
-FA_FN void fa_fetch_rows_sw(__local ushort *dst, __global const ushort *src, long stride, int rows, int valid,
-                            int lid) {
-    const int rstep = FA_THREADS / D_CHUNKS, c = lid % D_CHUNKS, r0 = lid / D_CHUNKS;
-    __global const ushort *s = src + (long)r0 * stride + c * 8;
-    __local ushort *d = dst + (D_CHUNKS > 8 ? (c / 8) * rows * FA_SW_ROW : 0) + r0 * FA_SW_ROW +
-                        (((c % 8) ^ (r0 & 7)) * 8);
-    FA_MMA_UNROLL for (int i = 0; i < rows / rstep; i++) {
-        const int ok = r0 + i * rstep < valid;
-        fa_copy16(d + i * rstep * FA_SW_ROW, s, ok);
-        s += (long)rstep * stride;
-    }
-}
-
-/* The accumulator operands of a 64 x N product (N / 8 n-tiles of four),
- * the PTX lists naming them (%0 on), an A fragment's words, and the
- * masked lines (FA_SM90A: core/ptx_patch.h's FA_PTX_SM90A_MARK). */
-#define FA_WG_ACC4(a, j) "+f"((a)[j].x[0]), "+f"((a)[j].x[1]), "+f"((a)[j].x[2]), "+f"((a)[j].x[3])
-#define FA_WG_ACC16(a) FA_WG_ACC4(a, 0), FA_WG_ACC4(a, 1), FA_WG_ACC4(a, 2), FA_WG_ACC4(a, 3)
-#define FA_WG_ACC32(a) FA_WG_ACC16(a), FA_WG_ACC4(a, 4), FA_WG_ACC4(a, 5), FA_WG_ACC4(a, 6), FA_WG_ACC4(a, 7)
-#define FA_WG_D16 \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define FA_WG_D32 \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define FA_WG_ACC64(a)                                                                                          \
-    FA_WG_ACC32(a), FA_WG_ACC4(a, 8), FA_WG_ACC4(a, 9), FA_WG_ACC4(a, 10), FA_WG_ACC4(a, 11), FA_WG_ACC4(a, 12), \
-        FA_WG_ACC4(a, 13), FA_WG_ACC4(a, 14), FA_WG_ACC4(a, 15)
-#define FA_WG_D64 \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
-    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
-    "%59, %60, %61, %62, %63}"
-#define FA_WG_A(f) "r"((f).w[0]), "r"((f).w[1]), "r"((f).w[2]), "r"((f).w[3])
-#define FA_WG_STEPS (HEAD_DIM / 16) /* k-steps over the head dimensions */
-/* Byte offset of k-step s of a K-major swizzled tile of ROWS rows (the
- * second 64 columns a block further). */
-#define FA_WG_KOFF(ROWS, s) ((uint)((s) / 4) * (uint)(ROWS) * 128u + (uint)((s) % 4) * 32u)
-#define FA_SM90A "// @sm_90a "
-#define FA_WG_FENCE FA_SM90A "wgmma.fence.sync.aligned;\n\t"
-#define FA_WG_DONE FA_SM90A "wgmma.commit_group.sync.aligned;\n\t" FA_SM90A "wgmma.wait_group.sync.aligned 0;"
-#define FA_WG_OP(n) FA_SM90A "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." FA_WG_T "." FA_WG_T " "
 
 /* acc (this sub-group's 16 keys x 32 queries) += K Q^T over the 64 head
  * dimensions, K and Q (the chunk's rows) from their swizzled tiles: one
@@ -313,9 +254,7 @@ FA_FN void fa_wg_keys_by_queries_rs(fa_c *acc, const fa_a *a, __local const usho
  * chunk's 32 queries: A (P^T or dS^T) from registers (a[kq]), B (dO or Q)
  * the chunk's rows of its swizzled tile read N-major (16 rows, 2048 bytes,
  * a k-step). */
-FA_FN ulong fa_wg_desc_n(uint addr) {
-    return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)((BR * 128) >> 4) << 16 | (ulong)(1024 >> 4) << 32 | (ulong)1 << 62;
-}
+
 /* The product of 16 keys by HEAD_DIM columns: its accumulator operands
  * and instruction, A's words and B's descriptor after them. */
 #if HEAD_DIM == 64
@@ -327,7 +266,7 @@ FA_FN ulong fa_wg_desc_n(uint addr) {
 #endif
 FA_FN void fa_wg_regs_by_rows_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
     const uint ra = fa_shared_addr(rows);
-    const ulong db0 = fa_wg_desc_n(ra), db1 = fa_wg_desc_n(ra + 2048u);
+    const ulong db0 = fa_wg_desc_n(ra, BR), db1 = fa_wg_desc_n(ra + 2048u, BR);
     __asm__ __volatile__(FA_WG_FENCE FA_WG_RS_D ";"
                          : FA_WG_ACC_D(acc)
                          : FA_WG_A(a[0]), "l"(db0)
@@ -338,8 +277,6 @@ FA_FN void fa_wg_regs_by_rows_rs(fa_c *acc, const fa_a *a, __local const ushort 
                          : "memory");
 }
 
-/* Copies a work-item made (cp.async) seen by the warpgroup products. */
-FA_FN void fa_wg_fence(void) { __asm__ __volatile__("fence.proxy.async.shared::cta;" ::: "memory"); }
 #define QROW FA_SW_ROW
 #define QLD FA_LD_SW(BR)
 #define KLD FA_LD_SW(BC)

@@ -62,10 +62,87 @@
 #define P_ELEMS (BR * LDP)
 #endif
 
+/* FA_FWD_WGMMA (the host sets it with FA_NV_SM90A on NVIDIA's sm_90):
+ * S = Q K^T and O += P V as Hopper's warpgroup products (wgmma_nvidia.h)
+ * on the 64 x 64 tile of four sub-groups, the work-group one warpgroup
+ * whose sub-groups own 16 queries each, as the instruction's 64 rows give
+ * them out. Q's and P's A fragments come from registers (Q's loaded once,
+ * as QREG's), K read K-major and V N-major from swizzled tiles, each read
+ * once a work-group instead of once a sub-group. The tiles start on
+ * 1024-byte boundaries (the swizzle's period) within the planner's padded
+ * ones; elsewhere, and with FA_FWD_NO_WGMMA (a tuning option, to time the
+ * mma.sync products beside it), the option is left aside. */
+#if defined(FA_FWD_WGMMA) &&                                                                                 \
+    (!defined(FA_MMA_NVIDIA) || defined(FA_MMA_EMULATE) || !defined(FA_NV_SM90A) || defined(FA_FWD_NO_WGMMA) || \
+     (HEAD_DIM != 64 && HEAD_DIM != 128) || D_PAD != HEAD_DIM || BR != 64 || BC != 64 || WARPS != 4 ||          \
+     (FA_THREADS / D_CHUNKS) % 8 != 0 || (K_AT * 2) % 1024 != 0 || (KV_ELEMS * 2) % 1024 != 0)
+#undef FA_FWD_WGMMA
+#endif
+#ifdef FA_FWD_WGMMA
+#define FA_SMEM_ALIGN 1024
+#define FA_QA /* Q's fragments in registers */
+#define FA_FETCH_KV fa_fetch_rows_sw
+
+/* acc (this sub-group's 16 queries x the tile's 64 keys) += Q K^T: Q's A
+ * fragments from registers (a[ks]), K from its swizzled tile; two k-steps
+ * an asm statement (operand counts), the fence in the first and the wait
+ * in the last. */
+#define FA_FWD_WG_S_PAIR                                                                                    \
+    FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %40, 1, 1, 1, 0;\n\t" FA_WG_OP(64) FA_WG_D32                \
+                           ", {%36, %37, %38, %39}, %41, 1, 1, 1, 0;"
+FA_FN void fa_wg_queries_by_keys(fa_c *acc, const fa_a *a, __local const ushort *keys) {
+    const uint ka = fa_shared_addr(keys);
+    ulong db[KS];
+    FA_MMA_UNROLL for (int s = 0; s < KS; s++) db[s] = fa_wg_desc(ka + FA_WG_KOFF(BC, s));
+    __asm__ __volatile__(FA_WG_FENCE FA_FWD_WG_S_PAIR
+                         : FA_WG_ACC32(acc)
+                         : FA_WG_A(a[0]), FA_WG_A(a[1]), "l"(db[0]), "l"(db[1])
+                         : "memory");
+    FA_MMA_UNROLL for (int k = 2; k < KS - 2; k += 2)
+        __asm__ __volatile__(FA_FWD_WG_S_PAIR
+                             : FA_WG_ACC32(acc)
+                             : FA_WG_A(a[k]), FA_WG_A(a[k + 1]), "l"(db[k]), "l"(db[k + 1])
+                             : "memory");
+    __asm__ __volatile__(FA_FWD_WG_S_PAIR "\n\t" FA_WG_DONE
+                         : FA_WG_ACC32(acc)
+                         : FA_WG_A(a[KS - 2]), FA_WG_A(a[KS - 1]), "l"(db[KS - 2]), "l"(db[KS - 1])
+                         : "memory");
+}
+
+/* acc (this sub-group's 16 queries x HEAD_DIM) += P V: P's A fragments
+ * from registers (a[kp]), V's swizzled tile read N-major (16 keys, 2048
+ * bytes, a k-step); one k-step an asm statement. */
+#if HEAD_DIM == 64
+#define FA_FWD_WG_ACC_D FA_WG_ACC32
+#define FA_FWD_WG_O FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
+#else
+#define FA_FWD_WG_ACC_D FA_WG_ACC64
+#define FA_FWD_WG_O FA_WG_OP(128) FA_WG_D64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;"
+#endif
+FA_FN void fa_wg_probs_by_values(fa_c *acc, const fa_a *a, __local const ushort *values) {
+    const uint va = fa_shared_addr(values);
+    ulong db[KP];
+    FA_MMA_UNROLL for (int kp = 0; kp < KP; kp++) db[kp] = fa_wg_desc_n(va + 2048u * (uint)kp, BC);
+    __asm__ __volatile__(FA_WG_FENCE FA_FWD_WG_O : FA_FWD_WG_ACC_D(acc) : FA_WG_A(a[0]), "l"(db[0]) : "memory");
+    FA_MMA_UNROLL for (int kp = 1; kp < KP - 1; kp++)
+        __asm__ __volatile__(FA_FWD_WG_O : FA_FWD_WG_ACC_D(acc) : FA_WG_A(a[kp]), "l"(db[kp]) : "memory");
+    __asm__ __volatile__(FA_FWD_WG_O "\n\t" FA_WG_DONE
+                         : FA_FWD_WG_ACC_D(acc)
+                         : FA_WG_A(a[KP - 1]), "l"(db[KP - 1])
+                         : "memory");
+}
+#else
+#define FA_SMEM_ALIGN 16
+#ifdef QREG
+#define FA_QA
+#endif
+#define FA_FETCH_KV fa_fetch_rows
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) FA_KERNEL_ATTRS void
 fa_forward(__global const ushort *q, __global const ushort *k, __global const ushort *v,
            __global ushort *o, __global float *lse, FA_FWD_PARAMS) {
-    __local ushort smem[MAIN_ELEMS + P_ELEMS] __attribute__((aligned(16)));
+    __local ushort smem[MAIN_ELEMS + P_ELEMS] __attribute__((aligned(FA_SMEM_ALIGN)));
     FA_FRAG_SCRATCH(WARPS);
     __local ushort *const Qs = smem;
     __local ushort *const Ks = smem + K_AT;
@@ -141,8 +218,8 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
     }
 
     fa_fetch_rows(Qs, q + fa_row_index(lq, b, seq.start_q, q0, h), q_ss, BR, seq.len_q - q0, lid);
-#ifdef QREG
-    /* Q's fragments once; its tile is K's and V's from here on. */
+#ifdef FA_QA
+    /* Q's fragments once; with QREG its tile is K's and V's from here on. */
     fa_a qa[MT][KS];
     fa_copy_wait();
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -152,19 +229,25 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
 #endif
 
     int t = fa_next_key_tile(tile_map, tile_cols, q0, t_begin, t_end);
-    if (t < t_end) fa_fetch_rows(Ks, kg + (long)t * BC * k_ss, k_ss, BC, seq.len_k - t * BC, lid);
+    if (t < t_end) FA_FETCH_KV(Ks, kg + (long)t * BC * k_ss, k_ss, BC, seq.len_k - t * BC, lid);
     while (t < t_end) {
         const int k0 = t * BC;
         const int t_next = fa_next_key_tile(tile_map, tile_cols, q0, t + 1, t_end);
         fa_copy_wait();
+#ifdef FA_FWD_WGMMA
+        fa_wg_fence();
+#endif
         barrier(CLK_LOCAL_MEM_FENCE); /* K is in; every sub-group is done with V (and P) */
-        fa_fetch_rows(Vs, vg + (long)k0 * v_ss, v_ss, BC, seq.len_k - k0, lid);
+        FA_FETCH_KV(Vs, vg + (long)k0 * v_ss, v_ss, BC, seq.len_k - k0, lid);
 
         /* S = Q K^T */
         fa_c s[MT][NT];
         FA_MMA_UNROLL for (int mt = 0; mt < MT; mt++)
             FA_MMA_UNROLL for (int j = 0; j < NT; j++)
                 FA_MMA_UNROLL for (int e = 0; e < FA_C_ELEMS; e++) s[mt][j].x[e] = 0.0f;
+#ifdef FA_FWD_WGMMA
+        fa_wg_queries_by_keys(s[0], qa[0], Ks);
+#else
         FA_MMA_UNROLL for (int ks = 0; ks < KS; ks++) {
 #ifdef QREG
 #define A_Q(mt) qa[mt][ks]
@@ -181,6 +264,7 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
             }
 #undef A_Q
         }
+#endif
 
 #ifdef FA_SCORE_OPTIONS
         /* Score options: base-2 logits from here on (the host passes
@@ -262,8 +346,14 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
                 fa_put_c(Ps, LDP, row_base + mt * FA_M, j * FA_N, &s[mt][j], 1.0f, fc);
 #endif
         fa_copy_wait();
+#ifdef FA_FWD_WGMMA
+        fa_wg_fence();
+#endif
         barrier(CLK_LOCAL_MEM_FENCE); /* V (and P) are in; every sub-group is done with K */
-        if (t_next < t_end) fa_fetch_rows(Ks, kg + (long)t_next * BC * k_ss, k_ss, BC, seq.len_k - t_next * BC, lid);
+        if (t_next < t_end) FA_FETCH_KV(Ks, kg + (long)t_next * BC * k_ss, k_ss, BC, seq.len_k - t_next * BC, lid);
+#ifdef FA_FWD_WGMMA
+        fa_wg_probs_by_values(oacc[0], pa[0], Vs);
+#else
         FA_MMA_UNROLL for (int kp = 0; kp < KP; kp++) {
 #if FA_C2A_REGS
 #define A_P(mt) pa[mt][kp]
@@ -280,6 +370,7 @@ fa_forward(__global const ushort *q, __global const ushort *k, __global const us
             }
 #undef A_P
         }
+#endif
         t = t_next;
     }
     fa_copy_wait();

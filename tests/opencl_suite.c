@@ -89,8 +89,8 @@ static fa_status cl_force_tiles(fa_plan plan, const suite_tiles *fwd, const suit
  * no kernel of a pass exceeds it. A driver may add a few bytes of its own
  * (NVIDIA reports 4 more than a kernel declares). */
 #define DRIVER_LOCAL_RESERVE 64
-static int g_last_bwd_wgmma;
-int opencl_suite_last_bwd_wgmma(void) { return g_last_bwd_wgmma; }
+static int g_last_wgmma[2];
+int opencl_suite_last_wgmma(fa_pass pass) { return g_last_wgmma[pass == FA_PASS_BACKWARD]; }
 
 static void cl_check_plan(const char *name, fa_plan plan) {
     const fa_kernel_plan *kp[2] = {&plan->info.forward, &plan->info.backward};
@@ -98,8 +98,8 @@ static void cl_check_plan(const char *name, fa_plan plan) {
         size_t got = 0, extra = 0;
         fa_status st = fa_cl_plan_kernel_local_mem(plan->impl, (fa_pass)pass, &got);
         size_t want = planned_local(plan, kp[pass], (fa_pass)pass, &extra);
-        if (pass == FA_PASS_BACKWARD) g_last_bwd_wgmma = fa_cl_plan_bwd_wgmma(plan->impl);
-        if (pass == FA_PASS_BACKWARD && g_last_bwd_wgmma) extra += FA_CL_WGMMA_ALIGN_SLACK;
+        g_last_wgmma[pass] = pass == FA_PASS_BACKWARD ? fa_cl_plan_bwd_wgmma(plan->impl) : fa_cl_plan_fwd_wgmma(plan->impl);
+        if (g_last_wgmma[pass]) extra += FA_CL_WGMMA_ALIGN_SLACK;
         CHECK_MSG(st == FA_SUCCESS && got >= want && got <= want + extra + DRIVER_LOCAL_RESERVE,
                   "%s: %s kernels use %zu bytes of local memory, the planner budgets %zu", name,
                   pass ? "backward" : "forward", got, want);

@@ -19,9 +19,9 @@ void opencl_suite_stream(int on);
  * 2: the pipelined dK/dV kernel) until set back. */
 void opencl_suite_mma_bwd_stages(int stages);
 
-/* Whether the last plan the suite checked built its backward on Hopper's
+/* Whether the last plan the suite checked built that pass on Hopper's
  * warpgroup products (backends/opencl/cl_attention.c). */
-int opencl_suite_last_bwd_wgmma(void);
+int opencl_suite_last_wgmma(fa_pass pass);
 
 /* Whether FLASHATTN_OPENCL_MMA_EMULATE names a layout for this run. */
 int opencl_suite_emulating(void);

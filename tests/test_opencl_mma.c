@@ -732,10 +732,10 @@ FA_TEST(dq_padding_columns) {
 #endif
 }
 
-/* NVIDIA's OpenCL on sm_90: the planner's backward at head_dim 64 and 128
- * takes the warpgroup products, and where the sm_90a rebuild is refused
- * (cl_build.c's test hook, as a driver that gives no PTX would) the same
- * tiles on mma.sync; both against the fp64 reference. */
+/* NVIDIA's OpenCL on sm_90: the planner's forward and backward at head_dim
+ * 64 and 128 take the warpgroup products, and where the sm_90a rebuild is
+ * refused (cl_build.c's test hook, as a driver that gives no PTX would)
+ * the same tiles on mma.sync; both against the fp64 reference. */
 FA_TEST(warpgroup_backward_fallback) {
     const fa_mma_layout_info *ls[FA_MMA_MAX_LAYOUTS];
     int nl = 0;
@@ -745,22 +745,25 @@ FA_TEST(warpgroup_backward_fallback) {
     int emulated = 0;
     (void)fa_cl_mma_layer(cl, &emulated);
     if (emulated || strcmp(cl->info.desc.arch, "sm_90") != 0) FA_SKIP("needs NVIDIA's OpenCL on sm_90");
-    /* Shapes with work-groups enough for the planner's 32 x 64 tile (a
-     * smaller problem gets smaller tiles, which run on mma.sync), a length
-     * of no whole tile at head_dim 64, causal at 128. */
-    static const int dims[] = {64, 128}, lens[] = {600, 1024}, heads[] = {48, 32};
+    /* Shapes the planner gives its 64 x 64 forward and 32 x 64 backward
+     * tiles (a smaller problem gets smaller tiles, which run on mma.sync;
+     * a length of no whole 64 keys gets tiles that divide it), causal at
+     * head_dim 128. */
+    static const int dims[] = {64, 128}, lens[] = {960, 1024}, heads[] = {32, 32};
     for (int refuse = 0; refuse < 2; refuse++) {
         for (int i = 0; i < 2; i++) {
             fa_attention_desc d = suite_desc(alternate(i + refuse), 1, lens[i], lens[i], heads[i], heads[i], dims[i]);
             d.causal = i == 1;
             char name[80];
-            snprintf(name, sizeof name, "planner's backward%s %s d%d", refuse ? ", sm_90a refused" : "",
+            snprintf(name, sizeof name, "planner's tiles%s %s d%d", refuse ? ", sm_90a refused" : "",
                      fa_dtype_name(d.q.dtype), dims[i]);
             fa_cl_sm90a_refuse = refuse;
             suite_run_tiles(name, &d, NULL, NULL, 1);
             fa_cl_sm90a_refuse = 0;
-            CHECK_MSG(opencl_suite_last_bwd_wgmma() == !refuse, "%s: warpgroup products %d", name,
-                      opencl_suite_last_bwd_wgmma());
+            CHECK_MSG(opencl_suite_last_wgmma(FA_PASS_FORWARD) == !refuse &&
+                          opencl_suite_last_wgmma(FA_PASS_BACKWARD) == !refuse,
+                      "%s: warpgroup products %d forward, %d backward", name, opencl_suite_last_wgmma(FA_PASS_FORWARD),
+                      opencl_suite_last_wgmma(FA_PASS_BACKWARD));
         }
     }
 #endif

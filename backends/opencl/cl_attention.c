@@ -49,7 +49,7 @@ typedef struct fa_cl_plan {
     cl_kernel pack_kernel;     /* fa_bwd_pack_kv where the backward's geometry packs K and V */
     int dq_wg;                 /* work-group of fa_bwd_dq */
     int dq_atomic;             /* streaming backward adding dQ with atomics */
-    int bwd_wgmma;             /* the matrix-unit backward built with FA_BWD_WGMMA */
+    int fwd_wgmma, bwd_wgmma;  /* the matrix-unit passes built with FA_FWD_WGMMA, FA_BWD_WGMMA */
 
     cl_mem cu_q, cu_k;         /* varlen offsets */
     cl_mem block_mask;
@@ -192,7 +192,7 @@ static const char *const cl_plan_macros[] = {
     "VARLEN",        "FA_STREAM",    "FA_GPU",       "SPLITK",          "DQ_ATOMIC",       "FA_NV_PTX",
     "WARPS",         "QREG",         "FA_BWD_DQ",    "FA_MMA_EMULATE",  "FA_MMA_NVIDIA",   "FA_MMA_INTEL",
     "FA_MMA_AMD_MFMA", "FA_MMA_AMD_WMMA", "FA_MMA_AMD_MFMA16", "STAGES",       "VREG",          "QC",
-    "KPACK",
+    "KPACK",         "FA_FWD_WGMMA", "FA_BWD_WGMMA", "FA_NV_SM90A",
     "SOFTCAP",       "ALIBI",        "BIAS",         "BIAS_F32",        "FA_SCORE_OPTIONS", NULL};
 
 static fa_status build_pass(fa_cl_plan *p, const cl_pass_shape *s, const char *extra,
@@ -234,12 +234,27 @@ static fa_status prepare_forward_mma(fa_cl_plan *p) {
     const int n = fa_cl_mma_sources(p->fwd_shape.g.layout, p->num_splits > 1 ? split : plain,
                                     p->num_splits > 1 ? 2 : 1, paths, 8);
     if (n == 0) return fa_fail(FA_ERR_INTERNAL, "no matrix-unit sources for %s", p->ctx->info.desc.name);
+    /* Hopper's warpgroup products on the 64 x 64 tile of four sub-groups
+     * (fwd_mma.cl, FA_FWD_WGMMA), with the same fallback as the backward's. */
+    int emulated = 0;
+    (void)fa_cl_mma_layer(p->ctx, &emulated);
+    const fa_cl_mma_geometry *g = &p->fwd_shape.g;
+    const int wgmma = g->layout == FA_MMA_LAYOUT_NVIDIA && !emulated && p->num_splits == 1 &&
+                      strcmp(p->ctx->info.desc.arch, "sm_90") == 0 && (g->d_pad == 64 || g->d_pad == 128) &&
+                      g->warps == 4 && p->fwd_shape.br == 64 && p->fwd_shape.bc == 64;
     char extra[256];
-    FA_CHECK(mma_options(p, p->fwd_shape.g.layout, p->fwd_shape.g.warps,
-                         p->num_splits > 1 ? (p->fwd_shape.g.q_regs ? "-DSPLITK -DQREG" : "-DSPLITK")
-                                           : (p->fwd_shape.g.q_regs ? "-DQREG" : ""),
-                         extra, sizeof extra));
-    FA_CHECK(build_pass(p, &p->fwd_shape, extra, paths, n, &p->fwd_program));
+    fa_status st = FA_SUCCESS;
+    for (int take = wgmma; take >= 0; take--) {
+        char pass_opts[96];
+        snprintf(pass_opts, sizeof pass_opts, "%s%s%s", p->num_splits > 1 ? "-DSPLITK" : "",
+                 g->q_regs ? " -DQREG" : "", take ? " -DFA_FWD_WGMMA -DFA_NV_SM90A" : "");
+        p->fwd_wgmma = take;
+        FA_CHECK(mma_options(p, g->layout, g->warps, pass_opts, extra, sizeof extra));
+        st = build_pass(p, &p->fwd_shape, extra, paths, n, &p->fwd_program);
+        if (st != FA_ERR_UNSUPPORTED || !take) break;
+    }
+    if (st == FA_SUCCESS && wgmma && !p->fwd_wgmma) fa_clear_error();
+    FA_CHECK(st);
     if (p->num_splits > 1) FA_CHECK(fa_cl_create_kernel(p->fwd_program, "fa_splitk_merge", &p->merge_kernel));
     return fa_cl_create_kernel(p->fwd_program, "fa_forward", &p->fwd_kernel);
 }
@@ -784,6 +799,12 @@ fa_status fa_cl_forward_kvcache(void *ctx, void *plan_impl, const fa_plan_s *pla
     (void)ctx;
     if (!fa_cl_kvcache_owns(plan_impl)) return fa_fail(FA_ERR_INTERNAL, "plan_impl is not a KV-cache plan's");
     return fa_cl_kvcache_forward(plan_impl, plan, args);
+}
+
+int fa_cl_plan_fwd_wgmma(void *plan_impl) {
+    if (!plan_impl || fa_cl_standard_owns(plan_impl) || fa_cl_kvcache_owns(plan_impl)) return 0;
+    const fa_cl_plan *p = plan_impl;
+    return p->fwd_wgmma;
 }
 
 int fa_cl_plan_bwd_wgmma(void *plan_impl) {

@@ -53,13 +53,16 @@ fa_status fa_cl_mma_check(const fa_cl_context *ctx, const fa_attention_desc *d, 
 
 int fa_cl_mma_sources(fa_mma_layout layout, const char *const *files, int count, const char **paths, int cap) {
     const fa_mma_layout_info *l = fa_mma_layout_get(layout);
-    if (!l || count + 5 > cap) return 0;
+    const int nvidia = layout == FA_MMA_LAYOUT_NVIDIA;
+    if (!l || count + 5 + nvidia > cap) return 0;
     int n = 0;
     paths[n++] = "kernels_cl/common.h";
     paths[n++] = "kernels_cl/mma_frag.h";
     paths[n++] = l->header;
     paths[n++] = "kernels_cl/mma_generic.h";
     paths[n++] = "kernels_cl/mma_common.h";
+    /* Hopper's warpgroup products, which need mma_common.h's tile macros. */
+    if (nvidia) paths[n++] = "kernels_cl/wgmma_nvidia.h";
     for (int i = 0; i < count; i++) paths[n++] = files[i];
     return n;
 }

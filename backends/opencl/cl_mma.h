@@ -24,7 +24,8 @@ fa_status fa_cl_mma_check(const fa_cl_context *ctx, const fa_attention_desc *d, 
 size_t fa_cl_mma_extra_local(const fa_cl_context *ctx, fa_mma_layout layout, int warps);
 
 /* The program of a matrix-unit kernel file in a layout: common.h, the
- * layer's headers, mma_common.h, then the files given (in order). Returns
+ * layer's headers, mma_common.h (NVIDIA's layer: then wgmma_nvidia.h), then
+ * the files given (in order). Returns
  * the number of paths written to paths[] (at most cap), 0 when they do not
  * fit. */
 int fa_cl_mma_sources(fa_mma_layout layout, const char *const *files, int count, const char **paths, int cap);

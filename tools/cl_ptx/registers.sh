@@ -2,7 +2,7 @@
 # Registers and spills of the OpenCL matrix-unit kernels on NVIDIA, without
 # a GPU: the program cl_attention.c would build for NVIDIA's layer
 # (kernels_cl/common.h, mma_frag.h, mma_nvidia.h, mma_generic.h,
-# mma_common.h, then the pass's files) compiled by clang's NVPTX OpenCL
+# mma_common.h, wgmma_nvidia.h, then the pass's files) compiled by clang's NVPTX OpenCL
 # target and assembled by ptxas for sm_90. Not NVIDIA's OpenCL compiler: the
 # kernels of the first GPU run (h100.md) count 241 / 222 forward (d64 /
 # d128) and 169-175 / 253-255 backward here, where NVIDIA's reported
@@ -32,7 +32,7 @@ ptxas=$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for f in kernels_cl/common.h kernels_cl/mma_frag.h kernels_cl/mma_nvidia.h kernels_cl/mma_generic.h \
-         kernels_cl/mma_common.h $files; do
+         kernels_cl/mma_common.h kernels_cl/wgmma_nvidia.h $files; do
   cat "$root/$f"
   echo
 done > "$tmp/k.cl"

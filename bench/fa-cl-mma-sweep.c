@@ -94,6 +94,9 @@ static const config configs[] = {
      * products (sm_90), at either head_dim. */
     {FA_PASS_BACKWARD, 64, 0, 0, 0, 1, "-DFA_BWD_NO_WGMMA", 0},
     {FA_PASS_BACKWARD, 128, 0, 0, 0, 1, "-DFA_BWD_NO_WGMMA", 0},
+    /* The forward on mma.sync where the planner's build takes the
+     * warpgroup products (sm_90). */
+    {FA_PASS_FORWARD, 0, 0, 0, 0, 1, "-DFA_FWD_NO_WGMMA", 0},
 };
 #define N_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
 

@@ -97,7 +97,7 @@ for name in sorted(os.listdir(sys.argv[1])):
         continue
     keep = [w for w in opts.split() if w.startswith("-D") and w.split("=")[0] in
             ("-DHEAD_DIM", "-DBR", "-DBC", "-DWARPS", "-DDTYPE_F16", "-DDTYPE_BF16", "-DQREG", "-DDQ_ATOMIC",
-             "-DFA_BWD_DQ", "-DFA_DQ_UNIT", "-DDQ_UNIT", "-DFA_BWD_WGMMA", "-DCAUSAL", "-DSPLITK", "-DVREG", "-DQC", "-DSTAGES", "-DDROPOUT", "-DWINDOW", "-DBLOCK_MASK", "-DVARLEN",
+             "-DFA_BWD_DQ", "-DFA_DQ_UNIT", "-DDQ_UNIT", "-DFA_FWD_WGMMA", "-DFA_BWD_WGMMA", "-DCAUSAL", "-DSPLITK", "-DVREG", "-DQC", "-DSTAGES", "-DDROPOUT", "-DWINDOW", "-DBLOCK_MASK", "-DVARLEN",
              "-DSOFTCAP", "-DALIBI", "-DBIAS", "-DFA_BWD_ROTATE")]
     # ptxas reports an entry's spills and registers after its name, in
     # either order.

@@ -225,30 +225,8 @@ FA_FN void fa_wg_keys_by_queries_ss(fa_c *acc, __local const ushort *keys, __loc
 }
 
 /* acc += V dO^T, V's A fragments from registers (a[ks]), dO from its
- * swizzled tile: two k-steps an asm statement (operand counts), the fence
- * in the first and the wait in the second. */
-#define FA_WG_RS_PAIR                                                                                           \
-    FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t" FA_WG_OP(32) FA_WG_D16                   \
-                           ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
-FA_FN void fa_wg_keys_by_queries_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
-    const uint qa = fa_shared_addr(rows);
-    ulong db[FA_WG_STEPS];
-    FA_MMA_UNROLL for (int s = 0; s < FA_WG_STEPS; s++) db[s] = fa_wg_desc(qa + FA_WG_KOFF(BR, s));
-    __asm__ __volatile__(FA_WG_FENCE FA_WG_RS_PAIR
-                         : FA_WG_ACC16(acc)
-                         : FA_WG_A(a[0]), FA_WG_A(a[1]), "l"(db[0]), "l"(db[1])
-                         : "memory");
-    FA_MMA_UNROLL for (int k = 2; k < FA_WG_STEPS - 2; k += 2)
-        __asm__ __volatile__(FA_WG_RS_PAIR
-                             : FA_WG_ACC16(acc)
-                             : FA_WG_A(a[k]), FA_WG_A(a[k + 1]), "l"(db[k]), "l"(db[k + 1])
-                             : "memory");
-    __asm__ __volatile__(FA_WG_RS_PAIR "\n\t" FA_WG_DONE
-                         : FA_WG_ACC16(acc)
-                         : FA_WG_A(a[FA_WG_STEPS - 2]), FA_WG_A(a[FA_WG_STEPS - 1]), "l"(db[FA_WG_STEPS - 2]),
-                           "l"(db[FA_WG_STEPS - 1])
-                         : "memory");
-}
+ * swizzled tile. */
+FA_WG_RS_OVER_DIMS(fa_wg_keys_by_queries_rs, FA_WG_RS_PAIR16, FA_WG_ACC16, BR)
 
 /* acc (this sub-group's 16 keys x 64 head dimensions) += A B over the
  * chunk's 32 queries: A (P^T or dS^T) from registers (a[kq]), B (dO or Q)

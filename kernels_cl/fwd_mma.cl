@@ -84,30 +84,8 @@
 #define FA_FETCH_KV fa_fetch_rows_sw
 
 /* acc (this sub-group's 16 queries x the tile's 64 keys) += Q K^T: Q's A
- * fragments from registers (a[ks]), K from its swizzled tile; two k-steps
- * an asm statement (operand counts), the fence in the first and the wait
- * in the last. */
-#define FA_FWD_WG_S_PAIR                                                                                    \
-    FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %40, 1, 1, 1, 0;\n\t" FA_WG_OP(64) FA_WG_D32                \
-                           ", {%36, %37, %38, %39}, %41, 1, 1, 1, 0;"
-FA_FN void fa_wg_queries_by_keys(fa_c *acc, const fa_a *a, __local const ushort *keys) {
-    const uint ka = fa_shared_addr(keys);
-    ulong db[KS];
-    FA_MMA_UNROLL for (int s = 0; s < KS; s++) db[s] = fa_wg_desc(ka + FA_WG_KOFF(BC, s));
-    __asm__ __volatile__(FA_WG_FENCE FA_FWD_WG_S_PAIR
-                         : FA_WG_ACC32(acc)
-                         : FA_WG_A(a[0]), FA_WG_A(a[1]), "l"(db[0]), "l"(db[1])
-                         : "memory");
-    FA_MMA_UNROLL for (int k = 2; k < KS - 2; k += 2)
-        __asm__ __volatile__(FA_FWD_WG_S_PAIR
-                             : FA_WG_ACC32(acc)
-                             : FA_WG_A(a[k]), FA_WG_A(a[k + 1]), "l"(db[k]), "l"(db[k + 1])
-                             : "memory");
-    __asm__ __volatile__(FA_FWD_WG_S_PAIR "\n\t" FA_WG_DONE
-                         : FA_WG_ACC32(acc)
-                         : FA_WG_A(a[KS - 2]), FA_WG_A(a[KS - 1]), "l"(db[KS - 2]), "l"(db[KS - 1])
-                         : "memory");
-}
+ * fragments from registers (a[ks]), K from its swizzled tile. */
+FA_WG_RS_OVER_DIMS(fa_wg_queries_by_keys, FA_WG_RS_PAIR32, FA_WG_ACC32, BC)
 
 /* acc (this sub-group's 16 queries x HEAD_DIM) += P V: P's A fragments
  * from registers (a[kp]), V's swizzled tile read N-major (16 keys, 2048

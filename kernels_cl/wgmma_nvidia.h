@@ -80,6 +80,43 @@ FA_FN void fa_fetch_rows_sw(__local ushort *dst, __global const ushort *src, lon
 #define FA_WG_DONE FA_SM90A "wgmma.commit_group.sync.aligned;\n\t" FA_SM90A "wgmma.wait_group.sync.aligned 0;"
 #define FA_WG_OP(n) FA_SM90A "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." FA_WG_T "." FA_WG_T " "
 
+/* Two k-steps of a product whose A fragments come from registers, into a
+ * 64 x 32 (PAIR16) or 64 x 64 (PAIR32) accumulator: operands the
+ * accumulator, A's two fragments, B's two descriptors. */
+#define FA_WG_RS_PAIR16                                                                                         \
+    FA_WG_OP(32) FA_WG_D16 ", {%16, %17, %18, %19}, %24, 1, 1, 1, 0;\n\t" FA_WG_OP(32) FA_WG_D16                   \
+                           ", {%20, %21, %22, %23}, %25, 1, 1, 1, 0;"
+#define FA_WG_RS_PAIR32                                                                                         \
+    FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %40, 1, 1, 1, 0;\n\t" FA_WG_OP(64) FA_WG_D32                   \
+                           ", {%36, %37, %38, %39}, %41, 1, 1, 1, 0;"
+
+/* Defines name(acc, a, tile): acc (this sub-group's 16 rows of the 64)
+ * += A B^T over the HEAD_DIM head dimensions, A's fragments from registers
+ * (a[s], k-step s), B K-major from its swizzled tile of ROWS rows; two
+ * k-steps an asm statement (operand counts), the fence in the first and
+ * the wait in the last. PAIR and ACC: the accumulator's width
+ * (FA_WG_RS_PAIR16 and FA_WG_ACC16, or the 32s). */
+#define FA_WG_RS_OVER_DIMS(name, PAIR, ACC, ROWS)                                                              \
+    FA_FN void name(fa_c *acc, const fa_a *a, __local const ushort *tile) {                                      \
+        const uint ta = fa_shared_addr(tile);                                                                    \
+        ulong db[FA_WG_STEPS];                                                                                   \
+        FA_MMA_UNROLL for (int s = 0; s < FA_WG_STEPS; s++) db[s] = fa_wg_desc(ta + FA_WG_KOFF(ROWS, s));         \
+        __asm__ __volatile__(FA_WG_FENCE PAIR                                                                    \
+                             : ACC(acc)                                                                          \
+                             : FA_WG_A(a[0]), FA_WG_A(a[1]), "l"(db[0]), "l"(db[1])                              \
+                             : "memory");                                                                        \
+        FA_MMA_UNROLL for (int k = 2; k < FA_WG_STEPS - 2; k += 2)                                               \
+            __asm__ __volatile__(PAIR                                                                            \
+                                 : ACC(acc)                                                                      \
+                                 : FA_WG_A(a[k]), FA_WG_A(a[k + 1]), "l"(db[k]), "l"(db[k + 1])                  \
+                                 : "memory");                                                                    \
+        __asm__ __volatile__(PAIR "\n\t" FA_WG_DONE                                                               \
+                             : ACC(acc)                                                                          \
+                             : FA_WG_A(a[FA_WG_STEPS - 2]), FA_WG_A(a[FA_WG_STEPS - 1]), "l"(db[FA_WG_STEPS - 2]), \
+                               "l"(db[FA_WG_STEPS - 1])                                                          \
+                             : "memory");                                                                        \
+    }
+
 /* Copies a work-item made (cp.async) seen by the warpgroup products. */
 FA_FN void fa_wg_fence(void) { __asm__ __volatile__("fence.proxy.async.shared::cta;" ::: "memory"); }
 #endif

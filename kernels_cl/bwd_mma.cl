@@ -228,32 +228,10 @@ FA_FN void fa_wg_keys_by_queries_ss(fa_c *acc, __local const ushort *keys, __loc
  * swizzled tile. */
 FA_WG_RS_OVER_DIMS(fa_wg_keys_by_queries_rs, FA_WG_RS_PAIR16, FA_WG_ACC16, BR)
 
-/* acc (this sub-group's 16 keys x 64 head dimensions) += A B over the
- * chunk's 32 queries: A (P^T or dS^T) from registers (a[kq]), B (dO or Q)
- * the chunk's rows of its swizzled tile read N-major (16 rows, 2048 bytes,
- * a k-step). */
-
-/* The product of 16 keys by HEAD_DIM columns: its accumulator operands
- * and instruction, A's words and B's descriptor after them. */
-#if HEAD_DIM == 64
-#define FA_WG_ACC_D FA_WG_ACC32
-#define FA_WG_RS_D FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1"
-#else
-#define FA_WG_ACC_D FA_WG_ACC64
-#define FA_WG_RS_D FA_WG_OP(128) FA_WG_D64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1"
-#endif
-FA_FN void fa_wg_regs_by_rows_rs(fa_c *acc, const fa_a *a, __local const ushort *rows) {
-    const uint ra = fa_shared_addr(rows);
-    const ulong db0 = fa_wg_desc_n(ra, BR), db1 = fa_wg_desc_n(ra + 2048u, BR);
-    __asm__ __volatile__(FA_WG_FENCE FA_WG_RS_D ";"
-                         : FA_WG_ACC_D(acc)
-                         : FA_WG_A(a[0]), "l"(db0)
-                         : "memory");
-    __asm__ __volatile__(FA_WG_RS_D ";\n\t" FA_WG_DONE
-                         : FA_WG_ACC_D(acc)
-                         : FA_WG_A(a[1]), "l"(db1)
-                         : "memory");
-}
+/* acc (this sub-group's 16 keys x HEAD_DIM) += A B over the chunk's 32
+ * queries: A (P^T or dS^T) from registers (a[kq]), B (dO or Q) the
+ * chunk's rows of its swizzled tile. */
+FA_WG_RS_OVER_ROWS(fa_wg_regs_by_rows_rs, KQ, BR)
 
 #define QROW FA_SW_ROW
 #define QLD FA_LD_SW(BR)

@@ -88,27 +88,8 @@
 FA_WG_RS_OVER_DIMS(fa_wg_queries_by_keys, FA_WG_RS_PAIR32, FA_WG_ACC32, BC)
 
 /* acc (this sub-group's 16 queries x HEAD_DIM) += P V: P's A fragments
- * from registers (a[kp]), V's swizzled tile read N-major (16 keys, 2048
- * bytes, a k-step); one k-step an asm statement. */
-#if HEAD_DIM == 64
-#define FA_FWD_WG_ACC_D FA_WG_ACC32
-#define FA_FWD_WG_O FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
-#else
-#define FA_FWD_WG_ACC_D FA_WG_ACC64
-#define FA_FWD_WG_O FA_WG_OP(128) FA_WG_D64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;"
-#endif
-FA_FN void fa_wg_probs_by_values(fa_c *acc, const fa_a *a, __local const ushort *values) {
-    const uint va = fa_shared_addr(values);
-    ulong db[KP];
-    FA_MMA_UNROLL for (int kp = 0; kp < KP; kp++) db[kp] = fa_wg_desc_n(va + 2048u * (uint)kp, BC);
-    __asm__ __volatile__(FA_WG_FENCE FA_FWD_WG_O : FA_FWD_WG_ACC_D(acc) : FA_WG_A(a[0]), "l"(db[0]) : "memory");
-    FA_MMA_UNROLL for (int kp = 1; kp < KP - 1; kp++)
-        __asm__ __volatile__(FA_FWD_WG_O : FA_FWD_WG_ACC_D(acc) : FA_WG_A(a[kp]), "l"(db[kp]) : "memory");
-    __asm__ __volatile__(FA_FWD_WG_O "\n\t" FA_WG_DONE
-                         : FA_FWD_WG_ACC_D(acc)
-                         : FA_WG_A(a[KP - 1]), "l"(db[KP - 1])
-                         : "memory");
-}
+ * from registers (a[kp]), V's swizzled tile. */
+FA_WG_RS_OVER_ROWS(fa_wg_probs_by_values, KP, BC)
 #else
 #define FA_SMEM_ALIGN 16
 #ifdef QREG

@@ -117,6 +117,38 @@ FA_FN void fa_fetch_rows_sw(__local ushort *dst, __global const ushort *src, lon
                              : "memory");                                                                        \
     }
 
+#if HEAD_DIM == 64 || HEAD_DIM == 128
+/* A product of 16 rows by HEAD_DIM columns with A from registers and B
+ * read N-major: its accumulator operands and instruction (A's words and
+ * B's descriptor after the accumulator). */
+#if HEAD_DIM == 64
+#define FA_WG_ACC_D FA_WG_ACC32
+#define FA_WG_RS_D FA_WG_OP(64) FA_WG_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
+#else
+#define FA_WG_ACC_D FA_WG_ACC64
+#define FA_WG_RS_D FA_WG_OP(128) FA_WG_D64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;"
+#endif
+
+/* Defines name(acc, a, tile): acc (this sub-group's 16 rows x HEAD_DIM)
+ * += A B over STEPS k-steps, A's fragments from registers (a[s]), B the
+ * first 16 STEPS rows of a swizzled tile of ROWS rows read N-major (16
+ * rows, 2048 bytes, a k-step); one k-step an asm statement (operand
+ * counts), the fence in the first and the wait in the last. */
+#define FA_WG_RS_OVER_ROWS(name, STEPS, ROWS)                                                                   \
+    FA_FN void name(fa_c *acc, const fa_a *a, __local const ushort *tile) {                                      \
+        const uint ta = fa_shared_addr(tile);                                                                    \
+        ulong db[STEPS];                                                                                         \
+        FA_MMA_UNROLL for (int s = 0; s < (STEPS); s++) db[s] = fa_wg_desc_n(ta + 2048u * (uint)s, ROWS);         \
+        __asm__ __volatile__(FA_WG_FENCE FA_WG_RS_D : FA_WG_ACC_D(acc) : FA_WG_A(a[0]), "l"(db[0]) : "memory");    \
+        FA_MMA_UNROLL for (int s = 1; s < (STEPS) - 1; s++)                                                      \
+            __asm__ __volatile__(FA_WG_RS_D : FA_WG_ACC_D(acc) : FA_WG_A(a[s]), "l"(db[s]) : "memory");           \
+        __asm__ __volatile__(FA_WG_RS_D "\n\t" FA_WG_DONE                                                          \
+                             : FA_WG_ACC_D(acc)                                                                  \
+                             : FA_WG_A(a[(STEPS) - 1]), "l"(db[(STEPS) - 1])                                     \
+                             : "memory");                                                                        \
+    }
+#endif
+
 /* Copies a work-item made (cp.async) seen by the warpgroup products. */
 FA_FN void fa_wg_fence(void) { __asm__ __volatile__("fence.proxy.async.shared::cta;" ::: "memory"); }
 #endif

@@ -227,6 +227,29 @@ static fa_status mma_options(fa_cl_plan *p, fa_mma_layout layout, int warps, con
     return fa_cl_mma_options(layout, emulated, warps, out, size);
 }
 
+/* A matrix-unit pass built with opts, and with Hopper's warpgroup products
+ * where wgmma asks for them (macro: the kernel's switch, which the build
+ * gets with FA_NV_SM90A); where the driver does not take the sm_90a route
+ * (cl_build.c: FA_ERR_UNSUPPORTED), the same tiles on mma.sync. *taken:
+ * whether the products are in the program. */
+static fa_status build_mma_pass(fa_cl_plan *p, const cl_pass_shape *s, fa_mma_layout layout, const char *opts,
+                                int wgmma, const char *macro, const char *const *paths, int n, cl_program *program,
+                                int *taken) {
+    fa_status st = FA_SUCCESS;
+    for (*taken = wgmma;; *taken = 0) {
+        char pass_opts[224], extra[256];
+        const int len = snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s", opts, *taken ? " -D" : "",
+                                 *taken ? macro : "", *taken ? " -DFA_NV_SM90A" : "");
+        if (len < 0 || (size_t)len >= sizeof pass_opts)
+            return fa_fail(FA_ERR_INTERNAL, "build options do not fit in %zu bytes", sizeof pass_opts);
+        FA_CHECK(mma_options(p, layout, s->g.warps, pass_opts, extra, sizeof extra));
+        st = build_pass(p, s, extra, paths, n, program);
+        if (st != FA_ERR_UNSUPPORTED || !*taken) break;
+    }
+    if (st == FA_SUCCESS && wgmma && !*taken) fa_clear_error();
+    return st;
+}
+
 static fa_status prepare_forward_mma(fa_cl_plan *p) {
     static const char *const plain[] = {"kernels_cl/fwd_mma.cl"};
     static const char *const split[] = {"kernels_cl/fwd_mma.cl", "kernels_cl/splitk.cl"};
@@ -242,19 +265,9 @@ static fa_status prepare_forward_mma(fa_cl_plan *p) {
     const int wgmma = g->layout == FA_MMA_LAYOUT_NVIDIA && !emulated && p->num_splits == 1 &&
                       strcmp(p->ctx->info.desc.arch, "sm_90") == 0 && (g->d_pad == 64 || g->d_pad == 128) &&
                       g->warps == 4 && p->fwd_shape.br == 64 && p->fwd_shape.bc == 64;
-    char extra[256];
-    fa_status st = FA_SUCCESS;
-    for (int take = wgmma; take >= 0; take--) {
-        char pass_opts[96];
-        snprintf(pass_opts, sizeof pass_opts, "%s%s%s", p->num_splits > 1 ? "-DSPLITK" : "",
-                 g->q_regs ? " -DQREG" : "", take ? " -DFA_FWD_WGMMA -DFA_NV_SM90A" : "");
-        p->fwd_wgmma = take;
-        FA_CHECK(mma_options(p, g->layout, g->warps, pass_opts, extra, sizeof extra));
-        st = build_pass(p, &p->fwd_shape, extra, paths, n, &p->fwd_program);
-        if (st != FA_ERR_UNSUPPORTED || !take) break;
-    }
-    if (st == FA_SUCCESS && wgmma && !p->fwd_wgmma) fa_clear_error();
-    FA_CHECK(st);
+    FA_CHECK(build_mma_pass(p, &p->fwd_shape, g->layout,
+                            p->num_splits > 1 ? (g->q_regs ? "-DSPLITK -DQREG" : "-DSPLITK") : (g->q_regs ? "-DQREG" : ""),
+                            wgmma, "FA_FWD_WGMMA", paths, n, &p->fwd_program, &p->fwd_wgmma));
     if (p->num_splits > 1) FA_CHECK(fa_cl_create_kernel(p->fwd_program, "fa_splitk_merge", &p->merge_kernel));
     return fa_cl_create_kernel(p->fwd_program, "fa_forward", &p->fwd_kernel);
 }
@@ -305,23 +318,12 @@ static fa_status build_backward_mma(fa_cl_plan *p) {
     const int wgmma = nv_add && p->dq_atomic && strcmp(arch, "sm_90") == 0 && (g->d_pad == 64 || g->d_pad == 128) && g->warps == 4 &&
                       g->strips == 1 && p->bwd_shape.br == 32 && p->bwd_shape.bc == 64 && g->v_regs && !g->k_packed &&
                       g->q_chunk == p->bwd_shape.br;
+    snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s%s%s", !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",
+             p->dq_atomic && nv_red_v2 ? " -DFA_RED_V2" : "", p->bwd_shape.g.stages > 1 ? " -DSTAGES=2" : "",
+             p->bwd_shape.g.v_regs ? " -DVREG" : "", p->bwd_shape.g.k_packed ? " -DKPACK" : "", chunk);
+    FA_CHECK(build_mma_pass(p, &p->bwd_shape, layout, pass_opts, wgmma, "FA_BWD_WGMMA", paths, n, &p->bwd_program,
+                            &p->bwd_wgmma));
     char extra[256];
-    fa_status st = FA_SUCCESS;
-    /* Where the driver does not take the sm_90a route (cl_build.c:
-     * FA_ERR_UNSUPPORTED), the same tiles on mma.sync. */
-    for (int take = wgmma; take >= 0; take--) {
-        snprintf(pass_opts, sizeof pass_opts, "%s%s%s%s%s%s%s",
-                 !p->dq_atomic ? "" : nv_add ? "-DDQ_ATOMIC -DFA_NV_PTX" : "-DDQ_ATOMIC",
-                 p->dq_atomic && nv_red_v2 ? " -DFA_RED_V2" : "", p->bwd_shape.g.stages > 1 ? " -DSTAGES=2" : "",
-                 p->bwd_shape.g.v_regs ? " -DVREG" : "", p->bwd_shape.g.k_packed ? " -DKPACK" : "", chunk,
-                 take ? " -DFA_BWD_WGMMA -DFA_NV_SM90A" : "");
-        p->bwd_wgmma = take;
-        FA_CHECK(mma_options(p, layout, p->bwd_shape.g.warps, pass_opts, extra, sizeof extra));
-        st = build_pass(p, &p->bwd_shape, extra, paths, n, &p->bwd_program);
-        if (st != FA_ERR_UNSUPPORTED || !take) break;
-    }
-    if (st == FA_SUCCESS && wgmma && !p->bwd_wgmma) fa_clear_error();
-    FA_CHECK(st);
     if (p->dq_atomic) return FA_SUCCESS;
     const fa_mma_layout_info *l = fa_mma_layout_get(layout);
     cl_pass_shape dq = p->bwd_shape;
